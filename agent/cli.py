@@ -1,0 +1,365 @@
+"""The operator CLI: parse, call the library, print. One command per operator verb.
+
+Exit codes: 0 ok, 1 failure, 2 usage or configuration error. Each command group
+lives in a small module with a ``register(subparsers)`` function; handlers are
+``handler(args, app) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from agent import __version__, config, logsetup
+from agent.app import App
+from agent.errors import FleetAgentError, UsageError
+from agent.events import Event, render
+
+# Command groups beyond the core ones below, each a module with register(sub).
+COMMAND_MODULES = (
+    "agent.cli_context",
+    "agent.cli_ops",
+    "agent.cli_feedback",
+    "agent.cli_service",
+    "agent.cli_demo",
+)
+
+EXAMPLE_KNOWLEDGE = """\
+# Fleet notes
+
+Plain text the agent reads at every tick. Edit it to steer the fleet:
+pricing limits, hosts to avoid, runbooks. Changes reach the agent as
+tagged messages in its conversation.
+
+- Prefer RTX 4090 offers under $0.45/h with reliability above 0.97.
+"""
+
+
+def _print(s: str = "") -> None:
+    sys.stdout.write(s + "\n")
+
+
+# ------------------------------------------------------------------ init
+
+
+def cmd_init(args: argparse.Namespace, _app: App | None) -> int:
+    root = Path(args.dir).resolve()
+    cfg = root / "config.yaml"
+    if cfg.exists():
+        raise FleetAgentError(f"{cfg} already exists; init refuses to overwrite it "
+                              "(remove it, or pass another directory)")
+    root.mkdir(parents=True, exist_ok=True)
+    text = config.example_text()
+    settings = config.parse(text, str(cfg))
+    tmp = cfg.with_suffix(".yaml.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, cfg)
+    kdir = settings.knowledge_path
+    kdir.mkdir(parents=True, exist_ok=True)
+    example = kdir / "fleet-notes.md"
+    if not example.exists():
+        example.write_text(EXAMPLE_KNOWLEDGE, encoding="utf-8")
+    app = App(settings)
+    try:
+        _ = app.log  # creates the data dir (0700) and the database (0600), applies migrations
+    finally:
+        app.close()
+    _print(f"created {cfg}")
+    _print(f"created {settings.db_path}")
+    _print(f"created {example}")
+    _print(f"next: set VAST_API_KEY, edit {cfg}, then 'fleet-agent --config {cfg} doctor'")
+    return 0
+
+
+# ------------------------------------------------------------------ config
+
+
+def cmd_config_check(args: argparse.Namespace, app: App) -> int:
+    s = app.settings
+    s.vast_api_key(app.env)
+    if s.model.provider == "openai":
+        s.model_api_key(app.env)
+    _print(f"{s.source_path}: ok (config hash {s.config_hash()[:12]})")
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace, app: App) -> int:
+    _print(json.dumps(app.settings.to_dict(), indent=2, sort_keys=True, default=str))
+    return 0
+
+
+# ------------------------------------------------------------------ log
+
+
+def cmd_log_verify(args: argparse.Namespace, app: App) -> int:
+    r = app.log.verify()
+    if args.json:
+        _print(json.dumps(r.__dict__))
+    elif r.ok:
+        _print(f"ok: {r.checked} events, chain verifies up to seq {r.head_seq}")
+    else:
+        _print(f"FAILED at seq {r.first_bad_seq}: {r.reason}")
+    return 0 if r.ok else 1
+
+
+def cmd_log_export(args: argparse.Namespace, app: App) -> int:
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        n = app.log.export(out, since=args.since)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    if args.output:
+        _print(f"exported {n} events to {args.output}")
+    return 0
+
+
+def cmd_log_search(args: argparse.Namespace, app: App) -> int:
+    hits = app.log.search(" ".join(args.query), limit=args.limit)
+    for e, snip in hits:
+        _print(f"#{e.seq} {e.ts[:19]} {e.kind}: {snip}")
+    if not hits:
+        _print("no matches")
+    return 0
+
+
+def cmd_log_rebuild(args: argparse.Namespace, app: App) -> int:
+    if args.check:
+        diffs = app.log.rebuild_check()
+        for d in diffs:
+            _print(d)
+        _print("read models match the log" if not diffs else f"{len(diffs)} differences")
+        return 0 if not diffs else 1
+    app.log.rebuild()
+    _print("read models rebuilt from the log")
+    return 0
+
+
+# ------------------------------------------------------------------ thread
+
+
+def describe(e: Event) -> str:
+    """One readable line (or block) for an event."""
+    msg = render(e)
+    p = e.payload
+    if msg is not None:
+        body = msg.get("content") or ""
+        for c in msg.get("tool_calls") or ():
+            body += f"\n  -> {c['function']['name']}({c['function']['arguments']})"
+        return body.strip()
+    if e.kind == "tool.called":
+        key = f" key={p['idempotency_key']}" if p.get("idempotency_key") else ""
+        return f"{p['name']}({p['arguments']}){key}"
+    if e.kind == "policy.blocked":
+        return f"BLOCKED {p['name']}: {p['rule']} {p.get('detail', '')}".strip()
+    if e.kind == "model.request":
+        m = p["manifest"]
+        return f"request {p['request_hash'][:12]} ~{m.get('estimated_tokens', '?')} tokens"
+    if e.kind == "context.compacted":
+        return (f"compacted #{p.get('covered_from')}–#{p['covered_to']} ({p['method']}): "
+                f"{p.get('tokens_before')} -> {p.get('tokens_after')} tokens")
+    if e.kind == "tick.completed":
+        return f"steps={p['steps']} usage={json.dumps(p.get('usage', {}), sort_keys=True)}"
+    return json.dumps(p, sort_keys=True, ensure_ascii=False)[:400]
+
+
+def _parse_since(v: str | None) -> tuple[int, str | None]:
+    if v is None:
+        return 0, None
+    if v.isdigit():
+        return int(v), None
+    return 0, _parse_time(v)
+
+
+def _parse_time(v: str) -> str:
+    from datetime import UTC, datetime
+
+    try:
+        dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"{v!r} is neither a seq number nor an ISO time like 2026-11-29T10:05:00Z") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
+    since, since_ts = _parse_since(args.since)
+    until_ts = _parse_time(args.until) if args.until else None
+    kinds = args.kind or None
+
+    def wanted(e: Event) -> bool:
+        return kinds is None or any(e.kind == k or e.kind.startswith(k.rstrip(".*") + ".") for k in kinds)
+
+    def show(e: Event) -> None:
+        if args.json:
+            _print(json.dumps(e.to_dict(), ensure_ascii=False, sort_keys=True))
+        else:
+            tick = f" t{e.tick}" if e.tick is not None else ""
+            _print(f"#{e.seq} {e.ts[:19]}Z {e.kind} [{e.source}{tick}]\n  " + describe(e).replace("\n", "\n  "))
+
+    n = 0
+    last = since
+    for e in app.log.read(since, since_ts=since_ts, until_ts=until_ts):
+        last = e.seq
+        if wanted(e):
+            show(e)
+            n += 1
+            if args.limit and n >= args.limit:
+                return 0
+    if args.follow:
+        deadline = time.monotonic() + args.follow_for if args.follow_for else None
+        try:
+            for e in app.log.follow(last, stop=lambda: deadline is not None and time.monotonic() > deadline):
+                if wanted(e):
+                    show(e)
+                    sys.stdout.flush()
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+# ------------------------------------------------------------------ sim
+
+
+def cmd_sim(args: argparse.Namespace, _app: App | None) -> int:
+    from tools.sim import serve_forever
+
+    serve_forever(port=args.port, seed=args.seed, speed=args.speed, state_file=args.state, api_key=args.api_key)
+    return 0
+
+
+# ------------------------------------------------------------------ parser
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.exit(2, f"fleet-agent: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="fleet-agent", description="Run a vast.ai GPU fleet with an LLM in the loop, on an "
+                "append-only, replayable event log.")
+    p.add_argument("--config", help="config file (default: $FLEET_AGENT_CONFIG, ./config.yaml, "
+                   "/etc/fleet-agent/config.yaml)")
+    p.add_argument("--version", action="version", version=f"fleet-agent {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    s = sub.add_parser("init", help="create a config, data dir, database and knowledge dir",
+                       description="Create DIR/config.yaml (from config.example.yaml), the data directory and "
+                       "database, and a knowledge directory with one example file. Refuses to overwrite.")
+    s.add_argument("dir", nargs="?", default=".", help="where to create them (default: .)")
+    s.set_defaults(func=cmd_init, no_config=True)
+
+    c = sub.add_parser("config", help="check or show the configuration", description="Check or show settings.")
+    csub = c.add_subparsers(dest="config_command", metavar="SUBCOMMAND", parser_class=_Parser)
+    csub.required = True
+    s = csub.add_parser("check", help="validate the config and find the secrets (never printed)",
+                        description="Validate the config file and check the secrets can be found.")
+    s.set_defaults(func=cmd_config_check)
+    s = csub.add_parser("show", help="print the effective settings (no secrets)",
+                        description="Print the effective settings as JSON; secrets are never part of them.")
+    s.set_defaults(func=cmd_config_show)
+
+    lg = sub.add_parser("log", help="verify, export, search or rebuild from the event log",
+                        description="Operate on the append-only event log.")
+    lsub = lg.add_subparsers(dest="log_command", metavar="SUBCOMMAND", parser_class=_Parser)
+    lsub.required = True
+    s = lsub.add_parser("verify", help="walk the hash chain; exit 1 naming the first bad seq",
+                        description="Verify the hash chain and the head file; report the first bad seq.")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.set_defaults(func=cmd_log_verify)
+    s = lsub.add_parser("export", help="write events as JSON lines, hashes included",
+                        description="Export events (every field) as JSON lines.")
+    s.add_argument("--since", type=int, default=0, help="only events after this seq")
+    s.add_argument("-o", "--output", help="file to write (default: stdout)")
+    s.set_defaults(func=cmd_log_export)
+    s = lsub.add_parser("search", help="full-text search over every event",
+                        description="Full-text search over the rendered text of every event, newest first.")
+    s.add_argument("query", nargs="+", help="words to find (all must match)")
+    s.add_argument("--limit", type=int, default=20, help="at most this many hits")
+    s.set_defaults(func=cmd_log_search)
+    s = lsub.add_parser("rebuild", help="rebuild read models from the log (--check: compare only)",
+                        description="Rebuild alerts, memory, directives, ownership, intents and knowledge "
+                        "versions from the log alone.")
+    s.add_argument("--check", action="store_true", help="only compare with the live tables; exit 1 on difference")
+    s.set_defaults(func=cmd_log_rebuild)
+
+    t = sub.add_parser("thread", help="read the conversation and everything around it",
+                       description="Read the event log as a thread.")
+    tsub = t.add_subparsers(dest="thread_command", metavar="SUBCOMMAND", parser_class=_Parser)
+    tsub.required = True
+    s = tsub.add_parser("show", help="print events readably (or --json), optionally following new ones",
+                        description="Print events: every tick, model answer, tool call and result, operator "
+                        "message. --follow keeps printing events other processes append.")
+    s.add_argument("--since", help="a seq number or an ISO time")
+    s.add_argument("--until", help="an ISO time")
+    s.add_argument("--kind", action="append", help="only this kind, or a family like 'tool.' (repeatable)")
+    s.add_argument("--limit", type=int, help="at most this many events")
+    s.add_argument("--follow", action="store_true", help="keep printing new events")
+    s.add_argument("--follow-for", type=float, help=argparse.SUPPRESS)
+    s.add_argument("--json", action="store_true", help="one JSON object per event")
+    s.set_defaults(func=cmd_thread_show)
+
+    s = sub.add_parser("sim", help="run the vast.ai simulator on 127.0.0.1",
+                       description="Serve a vast.ai-compatible API (and GET /demand) on 127.0.0.1.")
+    s.add_argument("--port", type=int, default=18790, help="port (default 18790)")
+    s.add_argument("--seed", type=int, default=0, help="market and fault seed")
+    s.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second")
+    s.add_argument("--state", help="persist state to this file and reload it on start")
+    s.add_argument("--api-key", default="sim-key", help="the key clients must send (default sim-key)")
+    s.set_defaults(func=cmd_sim, no_config=True)
+
+    for mod in COMMAND_MODULES:
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name == mod:
+                continue
+            raise
+        m.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    app: App | None = None
+    try:
+        if getattr(args, "no_config", False):
+            logsetup.configure("warning", "auto")
+            return args.func(args, None)
+        settings = config.load(args.config)
+        logsetup.configure(settings.logging.level if args.command in ("run", "tick") else "warning",
+                           settings.logging.format)
+        app = App(settings)
+        return args.func(args, app)
+    except FleetAgentError as e:
+        from agent.secrets import scrub
+
+        sys.stderr.write(f"fleet-agent: {scrub(str(e))}\n")
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    finally:
+        if app is not None:
+            app.close()
+
+
+def entry() -> None:  # pragma: no cover - console script shim
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+
+

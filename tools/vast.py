@@ -1,0 +1,520 @@
+"""An httpx client for the vast.ai REST API, speaking as the official `vastai` CLI does.
+
+    VastClient      list/get instances, search offers, rent, destroy, start/stop/label/reboot,
+                    logs, current user; bounded, jittered retries on 429/502/503/504 and
+                    transport errors (never on the rent PUT)
+    Instance, Offer, User, RentOutcome   typed, frozen results
+    VastError       the one exception; its text never carries the API key
+
+Requests mirror the CLI's (see VAST_API.md): Bearer auth, JSON bodies, query values
+JSON-encoded then quote_plus'd, `/api/v0` in front of paths without a version.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import quote_plus
+
+import httpx
+import structlog
+
+from agent.errors import FleetAgentError
+
+log = structlog.get_logger(__name__)
+
+RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
+MAX_RETRY_AFTER_S = 60.0
+FIRST_BACKOFF_S = 0.15
+BACKOFF_FACTOR = 1.5
+PAGE_LIMIT = 25
+MAX_PAGES = 400  # 10,000 instances: a guard against a server that never stops paging
+DEFAULT_FILTERS: dict[str, dict[str, bool]] = {
+    "verified": {"eq": True},
+    "external": {"eq": False},
+    "rentable": {"eq": True},
+}
+
+
+class VastError(FleetAgentError):
+    """A vast.ai call failed: what, where, the HTTP status and vast's own message."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None,
+                 retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+
+    def __repr__(self) -> str:
+        return (f"VastError(status={self.status!r}, code={self.code!r}, message={self.message!r}, "
+                f"retryable={self.retryable!r})")
+
+
+# --- typed results ---------------------------------------------------------------------------
+
+
+def _int(v: Any) -> int | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        try:
+            return int(float(v))
+        except (TypeError, ValueError):
+            return None
+
+
+def _float(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _bool(v: Any) -> bool | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1", "yes", "verified")
+    return bool(v)
+
+
+def _first(d: Mapping[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if d.get(k) is not None:
+            return d[k]
+    return None
+
+
+@dataclass(frozen=True)
+class Instance:
+    id: int
+    label: str | None = None
+    machine_id: int | None = None
+    host_id: int | None = None
+    actual_status: str | None = None
+    intended_status: str | None = None
+    cur_state: str | None = None
+    status_msg: str | None = None
+    num_gpus: int | None = None
+    gpu_name: str | None = None
+    gpu_util: float | None = None
+    dph_total: float | None = None
+    start_date: float | None = None
+    disk_space: float | None = None
+    reliability: float | None = None
+    geolocation: str | None = None
+    image: str | None = None
+    ssh_host: str | None = None
+    ssh_port: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, d: Mapping[str, Any]) -> Instance:
+        iid = _int(d.get("id"))
+        if iid is None:
+            raise VastError(f"instance row without an id (keys: {sorted(d)[:12]})", code="bad_response")
+        return cls(
+            id=iid, label=_str(d.get("label")), machine_id=_int(d.get("machine_id")),
+            host_id=_int(d.get("host_id")), actual_status=_str(d.get("actual_status")),
+            intended_status=_str(d.get("intended_status")), cur_state=_str(d.get("cur_state")),
+            status_msg=_str(d.get("status_msg")), num_gpus=_int(d.get("num_gpus")),
+            gpu_name=_str(d.get("gpu_name")), gpu_util=_float(d.get("gpu_util")),
+            dph_total=_float(d.get("dph_total")), start_date=_float(d.get("start_date")),
+            disk_space=_float(d.get("disk_space")),
+            reliability=_float(_first(d, "reliability2", "reliability")),
+            geolocation=_str(d.get("geolocation")), image=_str(_first(d, "image_uuid", "image")),
+            ssh_host=_str(d.get("ssh_host")), ssh_port=_int(d.get("ssh_port")), raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class Offer:
+    id: int
+    machine_id: int | None = None
+    host_id: int | None = None
+    num_gpus: int | None = None
+    gpu_name: str | None = None
+    gpu_ram: float | None = None
+    dph_total: float | None = None
+    min_bid: float | None = None
+    reliability: float | None = None
+    inet_down: float | None = None
+    inet_up: float | None = None
+    disk_space: float | None = None
+    verified: bool | None = None
+    geolocation: str | None = None
+    score: float | None = None
+    dlperf: float | None = None
+    cuda_max_good: float | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, d: Mapping[str, Any]) -> Offer:
+        oid = _int(_first(d, "id", "ask_contract_id"))
+        if oid is None:
+            raise VastError(f"offer row without an id (keys: {sorted(d)[:12]})", code="bad_response")
+        verified = d.get("verified")
+        if verified is None and d.get("verification") is not None:
+            verified = d.get("verification") == "verified"
+        return cls(
+            id=oid, machine_id=_int(d.get("machine_id")), host_id=_int(d.get("host_id")),
+            num_gpus=_int(d.get("num_gpus")), gpu_name=_str(d.get("gpu_name")),
+            gpu_ram=_float(d.get("gpu_ram")), dph_total=_float(d.get("dph_total")),
+            min_bid=_float(d.get("min_bid")),
+            reliability=_float(_first(d, "reliability", "reliability2")),
+            inet_down=_float(d.get("inet_down")), inet_up=_float(d.get("inet_up")),
+            disk_space=_float(d.get("disk_space")), verified=_bool(verified),
+            geolocation=_str(d.get("geolocation")), score=_float(d.get("score")),
+            dlperf=_float(d.get("dlperf")), cuda_max_good=_float(d.get("cuda_max_good")), raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class User:
+    id: int | None
+    balance: float | None
+    credit: float | None
+    email: str | None
+
+
+@dataclass(frozen=True)
+class RentOutcome:
+    """What a rent call did. "unknown": the instance may exist; reconcile by label."""
+
+    status: Literal["created", "rejected", "unknown"]
+    instance_id: int | None = None
+    error: str | None = None
+    http_status: int | None = None
+
+
+# --- the client ------------------------------------------------------------------------------
+
+
+def _encode_query(params: Mapping[str, Any]) -> str:
+    """Query string as the CLI builds it: each value JSON-encoded (strings as-is), quote_plus'd."""
+    return "&".join(f"{k}={quote_plus(v if isinstance(v, str) else json.dumps(v))}" for k, v in params.items())
+
+
+def _stringify(v: Any) -> Any:
+    """Numbers go to vast as strings, as the CLI sends them; booleans and strings stay."""
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, int | float):
+        return str(v)
+    if isinstance(v, list | tuple):
+        return [_stringify(x) for x in v]
+    return v
+
+
+class VastClient:
+    """vast.ai REST client; one instance per account. Use as a context manager or close()."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        max_attempts: int = 3,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: Callable[[], float] = random.random,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        self.base_url = base_url.rstrip("/")
+        self.__key = api_key
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self._sleep = sleep
+        self._rng = rng
+        self._http = httpx.Client(timeout=timeout, transport=transport,
+                                  headers={"User-Agent": "fleet-agent/0.1"}, follow_redirects=False)
+
+    def __repr__(self) -> str:
+        return f"VastClient(base_url={self.base_url!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> VastClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- transport ------------------------------------------------------------------------
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self.__key, "<redacted>") if self.__key else text
+
+    def _url(self, path: str, params: Mapping[str, Any] | None) -> str:
+        if not path.startswith("/api/v"):
+            path = "/api/v0" + path
+        url = self.base_url + path
+        return url + "?" + _encode_query(params) if params else url
+
+    def _backoff(self, delay: float) -> float:
+        return delay * (0.75 + 0.5 * self._rng())
+
+    def _retry_wait(self, resp: httpx.Response, delay: float) -> float | None:
+        """Seconds to wait before retrying resp, or None when it must not be retried."""
+        if resp.status_code == 429 and _error_code(resp) == "search_quota_exceeded":
+            return None
+        header = resp.headers.get("Retry-After")
+        if header is not None:
+            try:
+                wait = float(header)
+            except ValueError:
+                return self._backoff(delay)
+            return wait if 0 <= wait <= MAX_RETRY_AFTER_S else None
+        return self._backoff(delay)
+
+    def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+              body: Any = None, retry: bool = True, timeout: float | None = None) -> httpx.Response:
+        """One logical call: up to max_attempts HTTP requests. Raises VastError on transport failure."""
+        url = self._url(path, params)
+        api_path = url[len(self.base_url):].split("?", 1)[0]
+        headers = {"Authorization": f"Bearer {self.__key}", "Accept": "application/json"}
+        content = None
+        if method != "GET":
+            content = json.dumps({} if body is None else body).encode()
+            headers["Content-Type"] = "application/json"
+        attempts = self.max_attempts if retry else 1
+        delay = FIRST_BACKOFF_S
+        for attempt in range(1, attempts + 1):
+            try:
+                resp = self._http.request(method, url, headers=headers, content=content,
+                                          timeout=timeout if timeout is not None else self.timeout)
+            except httpx.TransportError as e:
+                kind = "timeout" if isinstance(e, httpx.TimeoutException) else "connection_error"
+                if attempt >= attempts:
+                    raise VastError(f"{method} {api_path}: {kind} after {attempt} attempt(s): "
+                                    f"{self._scrub(type(e).__name__)}", code=kind, retryable=True) from None
+                wait = self._backoff(delay)
+                log.warning("vast.retry", method=method, path=api_path, status=None, error=kind,
+                            attempt=attempt, wait_s=round(wait, 3))
+                self._sleep(wait)
+                delay *= BACKOFF_FACTOR
+                continue
+            if resp.status_code in RETRYABLE_STATUS and attempt < attempts:
+                wait = self._retry_wait(resp, delay)
+                if wait is not None:
+                    log.warning("vast.retry", method=method, path=api_path, status=resp.status_code,
+                                attempt=attempt, wait_s=round(wait, 3))
+                    self._sleep(wait)
+                    delay *= BACKOFF_FACTOR
+                    continue
+            return resp
+        raise AssertionError("unreachable")  # the loop always returns or raises
+
+    def _error(self, resp: httpx.Response, what: str) -> VastError:
+        code = _error_code(resp)
+        msg = _error_msg(resp)
+        retryable = resp.status_code in RETRYABLE_STATUS and code != "search_quota_exceeded"
+        text = f"{what}: HTTP {resp.status_code}" + (f" {code}" if code else "") + (f": {msg}" if msg else "")
+        return VastError(self._scrub(text), status=resp.status_code, code=code, retryable=retryable)
+
+    def _call(self, method: str, path: str, what: str, **kw: Any) -> dict[str, Any]:
+        resp = self._send(method, path, **kw)
+        if resp.status_code >= 400:
+            raise self._error(resp, what)
+        try:
+            data = resp.json()
+        except ValueError:
+            raise VastError(f"{what}: HTTP {resp.status_code} but the body is not JSON "
+                            f"({self._scrub(resp.text[:120])!r})", status=resp.status_code,
+                            code="bad_response") from None
+        if not isinstance(data, dict):
+            raise VastError(f"{what}: expected a JSON object, got {type(data).__name__}",
+                            status=resp.status_code, code="bad_response")
+        return data
+
+    # -- instances ------------------------------------------------------------------------
+
+    def list_instances(self) -> list[Instance]:
+        """Every instance on the account: one logical list call, following next_token."""
+        params: dict[str, Any] = {
+            "select_filters": {},
+            "order_by": [{"col": "id", "dir": "asc"}],
+            "limit": PAGE_LIMIT,
+        }
+        out: list[Instance] = []
+        for _ in range(MAX_PAGES):
+            data = self._call("GET", "/api/v1/instances/", "list instances", params=params)
+            out.extend(Instance.from_api(r) for r in data.get("instances") or [] if isinstance(r, dict))
+            token = data.get("next_token")
+            if not token:
+                return out
+            params["after_token"] = str(token)
+        raise VastError(f"list instances: more than {MAX_PAGES} pages; giving up", code="too_many_pages")
+
+    def get_instance(self, instance_id: int) -> Instance | None:
+        resp = self._send("GET", f"/instances/{int(instance_id)}/", params={"owner": "me"})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code >= 400:
+            raise self._error(resp, f"show instance {instance_id}")
+        try:
+            row = resp.json().get("instances")
+        except (ValueError, AttributeError):
+            raise VastError(f"show instance {instance_id}: unreadable response", status=resp.status_code,
+                            code="bad_response") from None
+        if isinstance(row, list):
+            row = row[0] if row else None
+        return Instance.from_api(row) if isinstance(row, dict) else None
+
+    # -- offers ---------------------------------------------------------------------------
+
+    def search_offers(self, query: Mapping[str, Any], *, limit: int | None = None,
+                      order: list[tuple[str, str]] | list[list[str]] | None = None,
+                      type: str = "on-demand") -> list[Offer]:  # noqa: A002 - vast's field name
+        """Search the market. `query` maps field -> {op: value} (or a bare value for eq)."""
+        body: dict[str, Any] = {k: dict(v) for k, v in DEFAULT_FILTERS.items() if k not in query}
+        for key, cond in query.items():
+            if key in ("order", "type", "limit", "allocated_storage"):
+                raise ValueError(f"pass {key!r} as a keyword argument, not inside the query")
+            ops = dict(cond) if isinstance(cond, Mapping) else {"eq": cond}
+            if key == "gpu_name":
+                ops = {op: (v.replace("_", " ") if isinstance(v, str) else
+                            [x.replace("_", " ") if isinstance(x, str) else x for x in v]
+                            if isinstance(v, list) else v) for op, v in ops.items()}
+            body[key] = {op: _stringify(v) for op, v in ops.items()}
+        body["order"] = [[str(f), str(d)] for f, d in (order or [("score", "desc")])]
+        body["type"] = "bid" if type == "interruptible" else type
+        if limit is not None:
+            body["limit"] = int(limit)
+        body["allocated_storage"] = 5.0
+        data = self._call("POST", "/bundles/", "search offers", body=body)
+        return [Offer.from_api(r) for r in data.get("offers") or [] if isinstance(r, dict)]
+
+    # -- money-moving -----------------------------------------------------------------------
+
+    def rent(self, offer_id: int, *, image: str, disk: float, label: str, onstart: str | None,
+             env: Mapping[str, str], price: float | None = None, runtype: str = "ssh") -> RentOutcome:
+        """Rent an offer. Never retried: a timeout, connection error or 5xx is "unknown"."""
+        body = {
+            "client_id": "me", "image": image, "env": dict(env), "price": price, "disk": float(disk),
+            "label": label, "extra": None, "onstart": onstart, "image_login": None,
+            "python_utf8": False, "lang_utf8": False, "use_jupyter_lab": False, "jupyter_dir": None,
+            "force": False, "cancel_unavail": False, "template_hash_id": None, "user": None,
+            "runtype": runtype,
+        }
+        try:
+            resp = self._send("PUT", f"/asks/{int(offer_id)}/", body=body, retry=False)
+        except VastError as e:
+            log.warning("vast.rent_unknown", offer_id=offer_id, label=label, error=e.code)
+            return RentOutcome("unknown", error=e.message)
+        status = resp.status_code
+        if status >= 500:
+            err = self._error(resp, f"rent offer {offer_id}")
+            log.warning("vast.rent_unknown", offer_id=offer_id, label=label, status=status)
+            return RentOutcome("unknown", error=err.message, http_status=status)
+        if status >= 400:
+            return RentOutcome("rejected", error=self._error(resp, f"rent offer {offer_id}").message,
+                               http_status=status)
+        try:
+            data = resp.json()
+        except ValueError:
+            return RentOutcome("unknown", error=f"rent offer {offer_id}: HTTP {status} with an unreadable body",
+                               http_status=status)
+        new_id = _int(data.get("new_contract")) if isinstance(data, dict) else None
+        if isinstance(data, dict) and data.get("success") and new_id is not None:
+            return RentOutcome("created", instance_id=new_id, http_status=status)
+        if isinstance(data, dict) and data.get("success") is False:
+            msg = self._scrub(str(data.get("msg") or data.get("error") or "refused"))
+            return RentOutcome("rejected", error=f"rent offer {offer_id}: {msg}", http_status=status)
+        return RentOutcome("unknown", error=f"rent offer {offer_id}: HTTP {status} without new_contract",
+                           http_status=status)
+
+    def destroy(self, instance_id: int) -> bool:
+        """Destroy an instance. Already gone (404) counts as success; idempotent."""
+        resp = self._send("DELETE", f"/instances/{int(instance_id)}/", body={})
+        if resp.status_code == 404:
+            return True
+        if resp.status_code >= 400:
+            raise self._error(resp, f"destroy instance {instance_id}")
+        data = _json_or_empty(resp)
+        if data.get("success") is False:
+            raise VastError(self._scrub(f"destroy instance {instance_id}: {data.get('msg') or 'refused'}"),
+                            status=resp.status_code, code=_str(data.get("error")))
+        return True
+
+    def _put_instance(self, path: str, body: dict[str, Any], what: str) -> None:
+        data = self._call("PUT", path, what, body=body)
+        if data.get("success") is False:
+            raise VastError(self._scrub(f"{what}: {data.get('msg') or data.get('error') or 'refused'}"),
+                            code=_str(data.get("error")))
+
+    def start(self, instance_id: int) -> None:
+        self._put_instance(f"/instances/{int(instance_id)}/", {"state": "running"}, f"start instance {instance_id}")
+
+    def stop(self, instance_id: int) -> None:
+        self._put_instance(f"/instances/{int(instance_id)}/", {"state": "stopped"}, f"stop instance {instance_id}")
+
+    def set_label(self, instance_id: int, label: str) -> None:
+        self._put_instance(f"/instances/{int(instance_id)}/", {"label": label}, f"label instance {instance_id}")
+
+    def reboot(self, instance_id: int) -> None:
+        self._put_instance(f"/instances/reboot/{int(instance_id)}/", {}, f"reboot instance {instance_id}")
+
+    # -- logs and account -------------------------------------------------------------------
+
+    def logs(self, instance_id: int, tail: int = 100, *, max_polls: int = 20, poll_interval: float = 0.5) -> str:
+        """The instance's last `tail` log lines: request them, then poll result_url (no auth)."""
+        what = f"logs of instance {instance_id}"
+        data = self._call("PUT", f"/instances/request_logs/{int(instance_id)}/", what, body={"tail": str(tail)})
+        url = data.get("result_url")
+        if not url:
+            raise VastError(self._scrub(f"{what}: no result_url ({data.get('msg') or 'no message'})"),
+                            code="no_result_url")
+        for _ in range(max_polls):
+            self._sleep(poll_interval)
+            try:
+                resp = self._http.get(str(url))  # a pre-signed URL: no auth, like the CLI
+            except httpx.TransportError as e:
+                log.warning("vast.logs_poll_failed", instance_id=instance_id, error=type(e).__name__)
+                continue
+            if resp.status_code == 200:
+                return resp.text
+        raise VastError(f"{what}: not ready after {max_polls} polls", code="logs_timeout", retryable=True)
+
+    def current_user(self) -> User:
+        data = self._call("GET", "/users/current", "show user")
+        return User(id=_int(data.get("id")), balance=_float(data.get("balance")),
+                    credit=_float(data.get("credit")), email=_str(data.get("email")))
+
+
+def _json_or_empty(resp: httpx.Response) -> dict[str, Any]:
+    try:
+        data = resp.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _error_code(resp: httpx.Response) -> str | None:
+    return _str(_json_or_empty(resp).get("error")) or None
+
+
+def _error_msg(resp: httpx.Response) -> str:
+    data = _json_or_empty(resp)
+    if data:
+        return str(data.get("msg") or data.get("error") or "")[:300]
+    return resp.text.strip()[:300]
