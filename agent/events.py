@@ -319,6 +319,10 @@ _k("context.compacted", "The oldest thread span was summarised (nothing deleted)
    {"covered_from": "int", "first_kept_seq": "int", "tokens_before": "int", "tokens_after": "int",
     "model": "str?", "prompt_hash": "str", "pinned": "dict", "attempts": "list"})
 _k("context.calibrated", "The ratio of provider-reported to estimated prompt tokens changed.", {"ratio": "float"})
+_k("instance.adopted", "An instance carrying one of our idempotency keys was found and recorded as ours.",
+   {"instance_id": "int", "label": "str"}, {"idem_key": "str?", "gpu_name": "str?", "dph": "float?"})
+_k("instance.gone", "An instance we owned is no longer listed by vast.ai.", {"instance_id": "int"},
+   {"last_status": "str?"})
 _k("log.head", "A checkpoint of the log head, written outside the database too.", {"seq": "int", "hash": "str"})
 
 

@@ -97,6 +97,20 @@ def _tool_result(c: sqlite3.Connection, e: Event) -> None:
                   " AND status = 'active'", (e.seq, eff["instance_id"]))
 
 
+def _adopted(c: sqlite3.Connection, e: Event) -> None:
+    p = e.payload
+    c.execute(
+        "INSERT INTO instances (instance_id, label, idem_key, gpu_name, dph, rented_seq, status)"
+        " VALUES (?,?,?,?,?,?,'active') ON CONFLICT(instance_id) DO NOTHING",
+        (p["instance_id"], p["label"], p.get("idem_key"), p.get("gpu_name"), p.get("dph"), e.seq),
+    )
+
+
+def _gone(c: sqlite3.Connection, e: Event) -> None:
+    c.execute("UPDATE instances SET status = 'destroyed', destroyed_seq = ? WHERE instance_id = ?"
+              " AND status = 'active'", (e.seq, e.payload["instance_id"]))
+
+
 def _knowledge(c: sqlite3.Connection, e: Event) -> None:
     p = e.payload
     row = c.execute("SELECT COALESCE(MAX(version), 0) FROM knowledge WHERE name = ?", (p["name"],)).fetchone()
@@ -116,6 +130,8 @@ PROJECTORS: dict[str, Projector] = {
     "tool.called": _tool_called,
     "tool.result": _tool_result,
     "knowledge.changed": _knowledge,
+    "instance.adopted": _adopted,
+    "instance.gone": _gone,
 }
 
 
