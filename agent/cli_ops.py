@@ -1,0 +1,31 @@
+"""Commands that run the fleet: `tick` (one tick now)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from agent.app import App
+
+
+def cmd_tick(args: argparse.Namespace, app: App) -> int:
+    from agent.tick import run_tick
+
+    r = run_tick(app)
+    if args.json:
+        sys.stdout.write(json.dumps(r.__dict__, sort_keys=True) + "\n")
+    else:
+        state = "completed" if r.ok else f"FAILED: {r.reason}"
+        sys.stdout.write(f"tick {r.tick} {state} ({r.steps} model steps"
+                         + (f"; {', '.join(r.actions)}" if r.actions else "") + ")\n")
+    return 0 if r.ok else 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("tick", help="run one tick now (exit 1 if it fails)",
+                       description="Run one tick: reconcile, observe, ingest feedback, compact if needed, then "
+                       "let the model act. Takes the single-writer lock; exits 0 on tick.completed, 1 on "
+                       "tick.failed.")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=cmd_tick)

@@ -1,0 +1,111 @@
+"""Guardrails applied in code to every side-effecting tool call, whatever the model says.
+
+Spend caps, instance limits, allowed GPU models, minimum reliability, hourly
+rent/destroy limits, ownership (only instances carrying our label may be
+destroyed), and the fleet template: the container image, start command, env
+and disk always come from config. A refusal names the rule and the numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from agent.config import Settings
+from agent.log import EventLog, utc_ts
+
+
+@dataclass(frozen=True)
+class Block:
+    rule: str
+    detail: str
+
+    def message(self) -> str:
+        return f"blocked by policy: {self.rule} ({self.detail})"
+
+
+def norm_gpu(name: str | None) -> str:
+    return (name or "").replace("_", " ").strip().lower()
+
+
+class Policy:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.p = settings.policy
+        self.label_base = f"{settings.fleet.label_prefix}{settings.agent_id}-"
+
+    # ------------------------------------------------------------ labels
+
+    def label_for(self, idem_key: str) -> str:
+        return f"{self.label_base}{idem_key}"
+
+    def is_our_label(self, label: str | None) -> bool:
+        return bool(label) and label.startswith(self.label_base)  # type: ignore[union-attr]
+
+    def key_of(self, label: str | None) -> str | None:
+        return label[len(self.label_base):] if self.is_our_label(label) else None  # type: ignore[index]
+
+    # ------------------------------------------------------------ counts from the log
+
+    @staticmethod
+    def _since(log: EventLog, hours: float = 1.0) -> str:
+        return utc_ts(log.clock() - timedelta(hours=hours))
+
+    def rents_last_hour(self, log: EventLog) -> int:
+        """Rent attempts that may have spent money (every logged rent intent counts)."""
+        return log.conn.execute(
+            "SELECT COUNT(*) FROM intents i JOIN events e ON e.seq = i.called_seq "
+            "WHERE i.tool = 'rent_instance' AND e.ts >= ?", (self._since(log),)).fetchone()[0]
+
+    def destroys_last_hour(self, log: EventLog) -> int:
+        return log.conn.execute(
+            "SELECT COUNT(*) FROM intents i JOIN events e ON e.seq = i.called_seq "
+            "WHERE i.tool = 'destroy_instance' AND e.ts >= ?", (self._since(log),)).fetchone()[0]
+
+    # ------------------------------------------------------------ checks
+
+    def check_template(self, args: dict[str, Any]) -> Block | None:
+        f = self.s.fleet
+        for key, want in (("image", f.image), ("onstart", f.onstart)):
+            if key in args and args[key] != want:
+                return Block("fleet_template", f"{key} is fixed by config to {want!r}; got {args[key]!r}")
+        if "disk_gb" in args and float(args["disk_gb"]) != float(f.disk_gb):
+            return Block("fleet_template", f"disk_gb is fixed by config to {f.disk_gb}; got {args['disk_gb']}")
+        if "env" in args and args["env"] != f.env:
+            return Block("fleet_template", "env is fixed by config")
+        return None
+
+    def check_rent(self, offer: Any, fleet_count: int, fleet_dph: float, rents_last_hour: int) -> Block | None:
+        """``offer``: a tools.vast.Offer; ``fleet_count``/``fleet_dph``: our live instances."""
+        p = self.p
+        allowed = {norm_gpu(g) for g in p.allowed_gpus}
+        if norm_gpu(offer.gpu_name) not in allowed:
+            return Block("allowed_gpus", f"{offer.gpu_name} is not in {', '.join(p.allowed_gpus)}")
+        dph = offer.dph_total if offer.dph_total is not None else float("inf")
+        if dph > p.max_dph_per_instance:
+            return Block("max_dph_per_instance", f"${dph:.3f}/h > ${p.max_dph_per_instance:.2f}/h")
+        rel = offer.reliability if offer.reliability is not None else 0.0
+        if rel < p.min_reliability:
+            return Block("min_reliability", f"{rel:.3f} < {p.min_reliability:.3f}")
+        if fleet_count + 1 > p.max_instances:
+            return Block("max_instances", f"{fleet_count} running or starting + 1 > {p.max_instances}")
+        if fleet_dph + dph > p.max_total_dph + 1e-9:
+            return Block("max_total_dph", f"${fleet_dph:.2f}/h + ${dph:.2f}/h > ${p.max_total_dph:.2f}/h")
+        if rents_last_hour + 1 > p.max_rents_per_hour:
+            return Block("max_rents_per_hour", f"{rents_last_hour} rents in the last hour, limit {p.max_rents_per_hour}")
+        return None
+
+    def check_destroy(self, instance_id: int, label: str | None, owned: bool, destroys_last_hour: int) -> Block | None:
+        if not (owned or self.is_our_label(label)):
+            return Block("not_ours", f"instance {instance_id} has label {label!r}, not {self.label_base}*; "
+                         "only instances this agent rented may be destroyed")
+        if destroys_last_hour + 1 > self.p.max_destroys_per_hour:
+            return Block("max_destroys_per_hour",
+                         f"{destroys_last_hour} destroys in the last hour, limit {self.p.max_destroys_per_hour}")
+        return None
+
+    def check_reboot(self, instance_id: int, label: str | None, owned: bool) -> Block | None:
+        if not (owned or self.is_our_label(label)):
+            return Block("not_ours", f"instance {instance_id} has label {label!r}; only our instances may be rebooted")
+        return None

@@ -1,0 +1,152 @@
+"""The built-in rules provider: a deterministic fleet policy behind the model interface.
+
+Not a language model. It reads the latest observation and this tick's tool
+results from the log, and scales the fleet to demand within policy: destroy
+our dead or stuck instances, search when short, rent the cheapest offers on
+hosts no knowledge file or directive blacklists, destroy surplus when the queue
+is empty. It answers through the same tool calls a model would, so every
+guardrail, event and replay path is exercised the same way. Used by the demo
+and selectable with ``model.provider: rules``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from typing import Any
+
+from agent.llm import ModelReply, ToolCall, Usage
+
+JOBS_PER_INSTANCE_H = 8.0
+DRAIN_HOURS = 2.0
+DEAD = ("exited", "offline", "unknown")
+_HOST_LINE = re.compile(r"(avoid|blacklist|ban|flaky|never use|do not use|don't use)", re.I)
+_HOST_NUM = re.compile(r"host(?:s|_ids?)?\s*[:#=]?\s*((?:\[?\s*\d+\s*(?:,|and|\]|\s)\s*)+)", re.I)
+_CAP = re.compile(r"(?:at most|max(?:imum)?|no more than|up to)\s+(\d+)\s+(?:instances|machines|gpus)", re.I)
+
+
+def blacklisted_hosts(texts: list[str]) -> set[int]:
+    out: set[int] = set()
+    for text in texts:
+        for line in text.splitlines():
+            if _HOST_LINE.search(line):
+                for m in _HOST_NUM.finditer(line):
+                    out.update(int(n) for n in re.findall(r"\d+", m.group(1)))
+    return out
+
+
+def directive_cap(texts: list[str]) -> int | None:
+    caps = [int(m.group(1)) for t in texts for m in _CAP.finditer(t)]
+    return min(caps) if caps else None
+
+
+class RulesProvider:
+    """Deterministic rules behind the ChatProvider interface (``name`` says what it is)."""
+
+    can_summarise = False
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.name = "rules-provider"
+
+    def list_models(self) -> list[str]:
+        return [self.name]
+
+    # -------------------------------------------------------------- state from the log
+
+    def _state(self) -> tuple[Any, list[Any]]:
+        log = self.app.log
+        start = next(log.read(0, kinds=["tick.started"], newest_first=True, limit=1))
+        since = list(log.read(start.seq, kinds=["model.response", "tool.result"]))
+        return start, since
+
+    def _steering_texts(self) -> list[str]:
+        log = self.app.log
+        from agent.feedback import read_knowledge
+
+        names = [r[0] for r in log.conn.execute("SELECT DISTINCT name FROM knowledge")]
+        texts = [t for n in names if (t := read_knowledge(log, n))]
+        texts += [r[0] for r in log.conn.execute("SELECT text FROM directives WHERE active = 1")]
+        return texts
+
+    # -------------------------------------------------------------- the policy
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        t0 = time.monotonic()
+        start, since = self._state()
+        obs = start.payload["observation"]
+        tick = start.tick
+        s = self.app.settings
+        steering = self._steering_texts()
+        banned = blacklisted_hosts(steering)
+        cap = s.policy.max_instances
+        dcap = directive_cap(steering)
+        if dcap is not None:
+            cap = min(cap, dcap)
+        responses = [e for e in since if e.kind == "model.response"]
+        results = [e for e in since if e.kind == "tool.result"]
+        ours = [i for i in obs["instances"] if i["ours"]]
+        stuck_after = s.alerts.stuck_after
+        dead = [i for i in ours if i["status"] in DEAD or "OCI runtime" in (i.get("status_msg") or "")
+                or (i["status"] != "running" and i["age_s"] > stuck_after)
+                or (i["host_id"] in banned)]
+        live = [i for i in ours if i not in dead]
+        d = obs.get("demand") or {}
+        pending = d.get("pending") or 0
+        rate = d.get("arrival_rate_per_h") or 0.0
+        target = min(cap, math.ceil((rate + pending / DRAIN_HOURS) / JOBS_PER_INSTANCE_H)) if d else len(live)
+        calls: list[tuple[str, dict[str, Any]]] = []
+        text: str
+        if not responses:
+            for i in dead:
+                why = "its host is blacklisted by the operators" if i["host_id"] in banned else \
+                    f"it is {i['status']} after {int(i['age_s']) // 60} min"
+                calls.append(("destroy_instance", {"instance_id": i["id"], "reason": f"replace: {why}"}))
+            surplus = len(live) - target
+            if surplus > 0 and pending < 5:
+                for i in sorted(live, key=lambda x: (x["status"] == "running", -x["id"]))[:surplus]:
+                    calls.append(("destroy_instance", {"instance_id": i["id"],
+                                                       "reason": f"scale down: {pending} jobs pending, target {target}"}))
+            need = target - len(live)
+            if need > 0:
+                calls.append(("search_offers", {"limit": min(25, need + 3 + len(banned))}))
+            text = (f"rules provider: {pending} pending, arriving ~{rate:.0f}/h; {len(live)} live of ours, "
+                    f"target {target} (cap {cap}); " + (f"{len(dead)} to replace; " if dead else "")
+                    + (f"searching for {need}" if need > 0 else "no rentals needed"))
+        else:
+            searched = [e for e in results if e.payload["name"] == "search_offers" and e.payload["ok"]]
+            rented_already = any(e.payload["name"] == "rent_instance" for e in results)
+            need = target - len(live)
+            if searched and not rented_already and need > 0:
+                offers = _parse_offers(searched[-1].payload.get("output", ""))
+                picks = [o for o in offers if o["host"] not in banned][:need]
+                for o in picks:
+                    calls.append(("rent_instance", {"offer_id": o["id"], "reason":
+                                                    f"{pending} jobs pending; {o['gpu']} at ${o['dph']:.3f}/h"}))
+                skipped = len([o for o in offers if o["host"] in banned])
+                text = f"rules provider: renting {len(picks)} of {need} needed" + \
+                    (f"; skipped {skipped} offers on blacklisted hosts" if skipped else "")
+            else:
+                text = "rules provider: done for this tick"
+        tool_calls = tuple(ToolCall(id=f"rules_{tick}_{len(responses)}_{n}", name=name,
+                                    arguments=json.dumps(args, sort_keys=True))
+                           for n, (name, args) in enumerate(calls))
+        return ModelReply(text=text, tool_calls=tool_calls, usage=Usage(0, 0, 0),
+                          finish_reason="tool_calls" if tool_calls else "stop",
+                          latency_ms=(time.monotonic() - t0) * 1000, model=self.name)
+
+
+def _parse_offers(table: str) -> list[dict[str, Any]]:
+    out = []
+    for line in table.splitlines()[1:]:
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 5 or not parts[0].isdigit():
+            continue
+        try:
+            out.append({"id": int(parts[0]), "gpu": parts[1], "dph": float(parts[2]), "rel": float(parts[3]),
+                        "host": int(parts[4]) if parts[4].isdigit() else -1})
+        except ValueError:
+            continue
+    return out
