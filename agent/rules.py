@@ -105,10 +105,10 @@ class RulesProvider:
                     f"it is {i['status']} after {int(i['age_s']) // 60} min"
                 calls.append(("destroy_instance", {"instance_id": i["id"], "reason": f"replace: {why}"}))
             surplus = len(live) - target
-            if surplus > 0 and pending < 5:
+            if surplus > 0 and (pending < 5 or len(live) > cap):
                 for i in sorted(live, key=lambda x: (x["status"] == "running", -x["id"]))[:surplus]:
                     calls.append(("destroy_instance", {"instance_id": i["id"],
-                                                       "reason": f"scale down: {pending} jobs pending, target {target}"}))
+                                                       "reason": f"scale down: {pending} pending, target {target} (cap {cap})"}))
             need = target - len(live)
             if need > 0:
                 calls.append(("search_offers", {"limit": min(25, need + 3 + len(banned))}))
