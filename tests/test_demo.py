@@ -1,0 +1,59 @@
+"""The demo: the first five minutes of a newcomer, run as a test."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+from agent.config import load
+from agent.demo import run_demo
+from agent.log import EventLog
+
+
+def test_demo_six_ticks_exits_zero_with_every_kind_of_story(tmp_path):
+    """`demo --ticks 6` completes every tick, its log verifies, and it shows a rent,
+    an operator ack, a knowledge edit, a pinned directive and a compaction."""
+    out = io.StringIO()
+    rc = run_demo(ticks=6, speed=1e9, keep=str(tmp_path / "d"), out=out)
+    text = out.getvalue()
+    assert rc == 0, text
+    settings = load(str(tmp_path / "d" / "config.yaml"))
+    log = EventLog(settings.db_path)
+    try:
+        assert log.verify().ok
+        kinds = [e.kind for e in log.read(0)]
+        rents = [e for e in log.read(0, kinds=["tool.result"])
+                 if e.payload["ok"] and (e.payload.get("effect") or {}).get("type") == "rented"]
+        assert rents, "the demo rents at least one instance"
+        assert "alert.acked" in kinds
+        assert any(e.payload["change"] == "changed" for e in log.read(0, kinds=["knowledge.changed"]))
+        assert any(e.payload.get("pin") for e in log.read(0, kinds=["operator.note"]))
+        assert "context.compacted" in kinds
+        assert kinds.count("tick.completed") == 6 and "tick.failed" not in kinds
+        assert log.rebuild_check() == []
+    finally:
+        log.close()
+    assert "demo finished" in text and "replay --verify" in text and "BLOCKED" not in text.split("demo finished")[1]
+
+
+def test_demo_commands_it_prints_work(tmp_path):
+    """The commands the demo prints at the end run against what it recorded."""
+    out = io.StringIO()
+    assert run_demo(ticks=4, speed=1e9, keep=str(tmp_path / "d"), out=out) == 0
+    cfg = str(tmp_path / "d" / "config.yaml")
+    for args in (["log", "verify"], ["replay", "--verify"], ["context", "--tick", "2"], ["alerts", "list", "--all"],
+                 ["thread", "show", "--kind", "tool.", "--limit", "5"]):
+        r = subprocess.run([sys.executable, "-m", "agent.cli", "--config", cfg, *args], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+
+
+def test_demo_refuses_a_directory_that_holds_a_demo(tmp_path):
+    """--keep DIR never overwrites an earlier demo."""
+    assert run_demo(ticks=1, speed=1e9, keep=str(tmp_path / "d"), out=io.StringIO()) == 0
+    before = (tmp_path / "d" / "config.yaml").read_bytes()
+    out = io.StringIO()
+    assert run_demo(ticks=1, speed=1e9, keep=str(tmp_path / "d"), out=out) == 2
+    assert "already holds a demo" in out.getvalue()
+    assert (tmp_path / "d" / "config.yaml").read_bytes() == before
