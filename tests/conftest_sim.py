@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tools.sim import ManualClock, Simulator, SimServer
+from tools.sim import ManualClock, SimServer, Simulator
 from tools.vast import VastClient
 
 SIM_SEED = 7

@@ -357,6 +357,11 @@ class Simulator:
                 add(model, rng.choice(good), 1)
             if not any(o["host_id"] in self.bad_hosts for o in mine):
                 add(model, rng.choice(bad), 1)
+        for behaviour in BEHAVIOURS:
+            singles = [o for o in self.offers.values() if o["num_gpus"] == 1]
+            if not any(self.bad_hosts.get(o["host_id"]) == behaviour for o in singles):
+                host = next(h for h in bad if self.bad_hosts[h] == behaviour)
+                add(rng.choice(GPU_MODELS), host, 1)
 
     def find_offer(self, gpu_name: str | None = None, *, good: bool = True, num_gpus: int | None = 1,
                    behaviour: str | None = None) -> dict[str, Any]:
@@ -478,6 +483,18 @@ class Simulator:
         inst["_next"] = None
         if inst["_behaviour"] != "stuck_loading":
             self._schedule(inst, t + r.uniform(10.0, 40.0), "running")
+
+    def outbid(self, instance_id: int) -> None:
+        """An interruptible (bid) instance loses its GPU: stopped, not destroyed; storage still bills."""
+        with self._lock:
+            now = self.tick()
+            inst = self.instances.get(int(instance_id))
+            if inst is None:
+                raise LookupError(f"no instance {instance_id}")
+            inst["actual_status"] = inst["cur_state"] = "stopped"
+            inst["status_msg"] = "outbid: stopped by a higher bid"
+            inst["_next"] = inst["_running_since"] = None
+            inst["_outbid_at"] = now
 
     def _storage_per_h(self, inst: dict[str, Any]) -> float:
         return inst["disk_space"] * inst["storage_cost"] / 730.0
@@ -970,6 +987,12 @@ class Simulator:
                 raise ApiError(400, "invalid_args", "need instance_id and text")
             self.plant_logs(_int(body["instance_id"]), body["text"])
             return _json_reply(200, {"success": True})
+        if (method, path) == ("POST", "/_sim/outbid"):
+            try:
+                self.outbid(_int(body.get("instance_id")))
+            except LookupError as e:
+                raise ApiError(404, "no_such_instance", str(e)) from e
+            return _json_reply(200, {"success": True})
         if (method, path) == ("POST", "/_sim/faults"):
             with self._lock:
                 try:
@@ -1079,6 +1102,7 @@ def _iso(t: float) -> str:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes; don't wait for delayed ACKs
     server_version = "vast-sim/1"
     sys_version = ""
 

@@ -44,7 +44,7 @@ DEFAULT_FILTERS: dict[str, dict[str, bool]] = {
 class VastError(FleetAgentError):
     """A vast.ai call failed: what, where, the HTTP status and vast's own message."""
 
-    def __init__(self, message: str, *, status: int | None = None, code: str | None = None,
+    def __init__(self, status: int | None = None, code: str | None = None, message: str = "",
                  retryable: bool = False) -> None:
         super().__init__(message)
         self.status = status
@@ -127,7 +127,7 @@ class Instance:
     def from_api(cls, d: Mapping[str, Any]) -> Instance:
         iid = _int(d.get("id"))
         if iid is None:
-            raise VastError(f"instance row without an id (keys: {sorted(d)[:12]})", code="bad_response")
+            raise VastError(message=f"instance row without an id (keys: {sorted(d)[:12]})", code="bad_response")
         return cls(
             id=iid, label=_str(d.get("label")), machine_id=_int(d.get("machine_id")),
             host_id=_int(d.get("host_id")), actual_status=_str(d.get("actual_status")),
@@ -167,7 +167,7 @@ class Offer:
     def from_api(cls, d: Mapping[str, Any]) -> Offer:
         oid = _int(_first(d, "id", "ask_contract_id"))
         if oid is None:
-            raise VastError(f"offer row without an id (keys: {sorted(d)[:12]})", code="bad_response")
+            raise VastError(message=f"offer row without an id (keys: {sorted(d)[:12]})", code="bad_response")
         verified = d.get("verified")
         if verified is None and d.get("verification") is not None:
             verified = d.get("verification") == "verified"
@@ -305,7 +305,7 @@ class VastClient:
             except httpx.TransportError as e:
                 kind = "timeout" if isinstance(e, httpx.TimeoutException) else "connection_error"
                 if attempt >= attempts:
-                    raise VastError(f"{method} {api_path}: {kind} after {attempt} attempt(s): "
+                    raise VastError(message=f"{method} {api_path}: {kind} after {attempt} attempt(s): "
                                     f"{self._scrub(type(e).__name__)}", code=kind, retryable=True) from None
                 wait = self._backoff(delay)
                 log.warning("vast.retry", method=method, path=api_path, status=None, error=kind,
@@ -329,7 +329,7 @@ class VastClient:
         msg = _error_msg(resp)
         retryable = resp.status_code in RETRYABLE_STATUS and code != "search_quota_exceeded"
         text = f"{what}: HTTP {resp.status_code}" + (f" {code}" if code else "") + (f": {msg}" if msg else "")
-        return VastError(self._scrub(text), status=resp.status_code, code=code, retryable=retryable)
+        return VastError(message=self._scrub(text), status=resp.status_code, code=code, retryable=retryable)
 
     def _call(self, method: str, path: str, what: str, **kw: Any) -> dict[str, Any]:
         resp = self._send(method, path, **kw)
@@ -338,11 +338,11 @@ class VastClient:
         try:
             data = resp.json()
         except ValueError:
-            raise VastError(f"{what}: HTTP {resp.status_code} but the body is not JSON "
+            raise VastError(message=f"{what}: HTTP {resp.status_code} but the body is not JSON "
                             f"({self._scrub(resp.text[:120])!r})", status=resp.status_code,
                             code="bad_response") from None
         if not isinstance(data, dict):
-            raise VastError(f"{what}: expected a JSON object, got {type(data).__name__}",
+            raise VastError(message=f"{what}: expected a JSON object, got {type(data).__name__}",
                             status=resp.status_code, code="bad_response")
         return data
 
@@ -363,7 +363,7 @@ class VastClient:
             if not token:
                 return out
             params["after_token"] = str(token)
-        raise VastError(f"list instances: more than {MAX_PAGES} pages; giving up", code="too_many_pages")
+        raise VastError(message=f"list instances: more than {MAX_PAGES} pages; giving up", code="too_many_pages")
 
     def get_instance(self, instance_id: int) -> Instance | None:
         resp = self._send("GET", f"/instances/{int(instance_id)}/", params={"owner": "me"})
@@ -374,7 +374,7 @@ class VastClient:
         try:
             row = resp.json().get("instances")
         except (ValueError, AttributeError):
-            raise VastError(f"show instance {instance_id}: unreadable response", status=resp.status_code,
+            raise VastError(message=f"show instance {instance_id}: unreadable response", status=resp.status_code,
                             code="bad_response") from None
         if isinstance(row, list):
             row = row[0] if row else None
@@ -452,14 +452,14 @@ class VastClient:
             raise self._error(resp, f"destroy instance {instance_id}")
         data = _json_or_empty(resp)
         if data.get("success") is False:
-            raise VastError(self._scrub(f"destroy instance {instance_id}: {data.get('msg') or 'refused'}"),
+            raise VastError(message=self._scrub(f"destroy instance {instance_id}: {data.get('msg') or 'refused'}"),
                             status=resp.status_code, code=_str(data.get("error")))
         return True
 
     def _put_instance(self, path: str, body: dict[str, Any], what: str) -> None:
         data = self._call("PUT", path, what, body=body)
         if data.get("success") is False:
-            raise VastError(self._scrub(f"{what}: {data.get('msg') or data.get('error') or 'refused'}"),
+            raise VastError(message=self._scrub(f"{what}: {data.get('msg') or data.get('error') or 'refused'}"),
                             code=_str(data.get("error")))
 
     def start(self, instance_id: int) -> None:
@@ -482,7 +482,7 @@ class VastClient:
         data = self._call("PUT", f"/instances/request_logs/{int(instance_id)}/", what, body={"tail": str(tail)})
         url = data.get("result_url")
         if not url:
-            raise VastError(self._scrub(f"{what}: no result_url ({data.get('msg') or 'no message'})"),
+            raise VastError(message=self._scrub(f"{what}: no result_url ({data.get('msg') or 'no message'})"),
                             code="no_result_url")
         for _ in range(max_polls):
             self._sleep(poll_interval)
@@ -493,7 +493,7 @@ class VastClient:
                 continue
             if resp.status_code == 200:
                 return resp.text
-        raise VastError(f"{what}: not ready after {max_polls} polls", code="logs_timeout", retryable=True)
+        raise VastError(message=f"{what}: not ready after {max_polls} polls", code="logs_timeout", retryable=True)
 
     def current_user(self) -> User:
         data = self._call("GET", "/users/current", "show user")
