@@ -22,6 +22,7 @@ from agent.llm import ModelReply, ToolCall, Usage
 JOBS_PER_INSTANCE_H = 8.0
 DRAIN_HOURS = 2.0
 DEAD = ("exited", "offline", "unknown")
+FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died
 _HOST_LINE = re.compile(r"(avoid|blacklist|ban|flaky|never use|do not use|don't use)", re.I)
 _HOST_NUM = re.compile(r"host(?:s|_ids?)?\s*[:#=]?\s*((?:\[?\s*\d+\s*(?:,|and|\]|\s)\s*)+)", re.I)
 _CAP = re.compile(r"(?:at most|max(?:imum)?|no more than|up to)\s+(\d+)\s+(?:instances|machines|gpus)", re.I)
@@ -71,6 +72,16 @@ class RulesProvider:
         texts += [r[0] for r in log.conn.execute("SELECT text FROM directives WHERE active = 1")]
         return texts
 
+    def _failed_hosts(self, stuck_after: float) -> set[int]:
+        """Hosts where one of our instances was seen dead in recent observations: renting there
+        again would only repeat the failure (and spend the hourly rent budget)."""
+        out: set[int] = set()
+        for e in self.app.log.read(0, kinds=["tick.started"], newest_first=True, limit=FAILED_HOST_TICKS):
+            for i in e.payload["observation"].get("instances") or []:
+                if i.get("ours") and i.get("host_id") is not None and _is_dead(i, stuck_after):
+                    out.add(int(i["host_id"]))
+        return out
+
     # -------------------------------------------------------------- the policy
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
@@ -89,9 +100,8 @@ class RulesProvider:
         results = [e for e in since if e.kind == "tool.result"]
         ours = [i for i in obs["instances"] if i["ours"]]
         stuck_after = s.alerts.stuck_after
-        dead = [i for i in ours if i["status"] in DEAD or "OCI runtime" in (i.get("status_msg") or "")
-                or (i["status"] != "running" and i["age_s"] > stuck_after)
-                or (i["host_id"] in banned)]
+        dead = [i for i in ours if _is_dead(i, stuck_after) or i["host_id"] in banned]
+        avoid = banned | self._failed_hosts(stuck_after)
         live = [i for i in ours if i not in dead]
         d = obs.get("demand") or {}
         pending = d.get("pending") or 0
@@ -111,7 +121,7 @@ class RulesProvider:
                                                        "reason": f"scale down: {pending} pending, target {target} (cap {cap})"}))
             need = target - len(live)
             if need > 0:
-                calls.append(("search_offers", {"limit": min(25, need + 3 + len(banned))}))
+                calls.append(("search_offers", {"limit": min(25, need + 3 + len(avoid))}))
             text = (f"rules provider: {pending} pending, arriving ~{rate:.0f}/h; {len(live)} live of ours, "
                     f"target {target} (cap {cap}); " + (f"{len(dead)} to replace; " if dead else "")
                     + (f"searching for {need}" if need > 0 else "no rentals needed"))
@@ -121,13 +131,13 @@ class RulesProvider:
             need = target - len(live)
             if searched and not rented_already and need > 0:
                 offers = _parse_offers(searched[-1].payload.get("output", ""))
-                picks = [o for o in offers if o["host"] not in banned][:need]
+                picks = [o for o in offers if o["host"] not in avoid][:need]
                 for o in picks:
                     calls.append(("rent_instance", {"offer_id": o["id"], "reason":
                                                     f"{pending} jobs pending; {o['gpu']} at ${o['dph']:.3f}/h"}))
-                skipped = len([o for o in offers if o["host"] in banned])
+                skipped = len([o for o in offers if o["host"] in avoid])
                 text = f"rules provider: renting {len(picks)} of {need} needed" + \
-                    (f"; skipped {skipped} offers on blacklisted hosts" if skipped else "")
+                    (f"; skipped {skipped} offers on blacklisted or failed hosts" if skipped else "")
             else:
                 text = "rules provider: done for this tick"
         tool_calls = tuple(ToolCall(id=f"rules_{tick}_{len(responses)}_{n}", name=name,
@@ -136,6 +146,13 @@ class RulesProvider:
         return ModelReply(text=text, tool_calls=tool_calls, usage=Usage(0, 0, 0),
                           finish_reason="tool_calls" if tool_calls else "stop",
                           latency_ms=(time.monotonic() - t0) * 1000, model=self.name)
+
+
+def _is_dead(i: dict[str, Any], stuck_after: float) -> bool:
+    """An observed instance that will not work: exited/offline, a container that cannot start,
+    or not running long after it was rented."""
+    return (i["status"] in DEAD or "OCI runtime" in (i.get("status_msg") or "")
+            or (i["status"] != "running" and i["age_s"] > stuck_after))
 
 
 def _parse_offers(table: str) -> list[dict[str, Any]]:

@@ -80,10 +80,22 @@ def _check_rent(ctx: ToolContext, args: dict[str, Any]) -> Block | None:
     if offer is None:
         return Block("offer_unavailable", f"offer {args['offer_id']} is not on the market (rented or gone); "
                      "search again")
-    ours = [i for i in ctx.ours() if _status(i) not in ("exited", "offline")]
-    fleet_dph = sum(i.dph_total or 0 for i in ours)
+    count, fleet_dph = fleet_load(ctx)
     args["_offer"] = offer
-    return pol.check_rent(offer, len(ours), fleet_dph, pol.rents_last_hour(ctx.log))
+    return pol.check_rent(offer, count, fleet_dph, pol.rents_last_hour(ctx.log))
+
+
+def fleet_load(ctx: ToolContext) -> tuple[int, float]:
+    """(live instances of ours, their $/h): the tick's listing plus what this tick rented since.
+
+    The listing is taken once per tick; an instance rented after it is only in the ownership
+    read model, so it is counted from there (else every rent in a tick would see the same count).
+    """
+    ours = [i for i in ctx.ours() if _status(i) not in ("exited", "offline")]
+    listed = {i.id for i in ctx.instances}
+    since = [(iid, dph) for iid, dph in ctx.log.conn.execute(
+        "SELECT instance_id, dph FROM instances WHERE status = 'active'") if iid not in listed]
+    return len(ours) + len(since), sum(i.dph_total or 0 for i in ours) + sum(d or 0 for _, d in since)
 
 
 def _rent(ctx: ToolContext, args: dict[str, Any]) -> Outcome:

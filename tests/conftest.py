@@ -1,0 +1,140 @@
+"""Shared fixtures: the simulator (tests/conftest_sim.py), the scripted model, and an App factory.
+
+    fake_model  a FakeOpenAI server on 127.0.0.1, stopped after the test
+    make_app    make_app(provider=..., policy={...}, model={...}, ...) -> App wired to the
+                simulator (vast + demand), the fake model (or the rules provider), a real
+                SQLite file under tmp_path and the simulator's ManualClock; closed after the test
+    settings_for(tmp_path, sim_url, ...)  the same Settings, for subprocesses and custom Apps
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent import config
+from agent.app import App
+from agent.config import Settings
+from tests.fakes.openai_server import FakeOpenAI
+from tools.sim import ManualClock, SimServer, Simulator
+
+pytest_plugins = ["tests.conftest_sim"]
+
+
+def settings_for(tmp_path: Path, sim_url: str, *, model_url: str | None = None, provider: str = "openai",
+                 demand: bool = True, **sections: dict[str, Any]) -> Settings:
+    """The example config with vast.ai, demand and the model pointed at local servers.
+
+    ``sections`` override fields of one settings section each, e.g.
+    ``policy={"max_instances": 3}``, ``model={"timeout": 0.3}``, ``schedule={"max_steps": 4}``.
+    The model defaults to no SDK retries so a scripted error is seen once.
+    """
+    s = config.parse(config.example_text(), str(tmp_path / "config.yaml"))
+    model = {"provider": provider, "max_retries": 0, **({"base_url": model_url} if model_url else {})}
+    merged: dict[str, dict[str, Any]] = {"model": model}
+    for name, fields in sections.items():
+        merged[name] = {**merged.get(name, {}), **fields}
+    top: dict[str, Any] = {
+        "vast": dataclasses.replace(s.vast, url=sim_url),
+        "demand": dataclasses.replace(s.demand, url=f"{sim_url}/demand" if demand else None),
+    }
+    for name, fields in merged.items():
+        top[name] = dataclasses.replace(top.get(name, getattr(s, name)), **fields)
+    return dataclasses.replace(s, **top)
+
+
+@pytest.fixture
+def fake_model() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+MakeApp = Callable[..., App]
+
+
+@pytest.fixture
+def make_app(tmp_path: Path, sim: Simulator, sim_server: SimServer, sim_clock: ManualClock,
+             request: pytest.FixtureRequest) -> Iterator[MakeApp]:
+    """A factory: ``make_app(provider="openai"|"rules", model_server=None, **sections)``.
+
+    With ``provider="openai"`` the App talks to ``model_server`` (the ``fake_model`` fixture
+    when not given). Every App made shares tmp_path's data directory, so a second App is
+    "the next process" over the same log.
+    """
+    apps: list[App] = []
+
+    def make(*, provider: str = "openai", model_server: FakeOpenAI | None = None, demand: bool = True,
+             chat: Any = None, **sections: dict[str, Any]) -> App:
+        url = None
+        if provider == "openai" and chat is None:
+            fake = model_server or request.getfixturevalue("fake_model")
+            url = fake.base_url
+        s = settings_for(tmp_path, sim_server.url, model_url=url, provider=provider, demand=demand, **sections)
+        app = App(s, env={"VAST_API_KEY": sim.api_key}, clock=sim_clock, provider=chat)
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.close()
+
+
+# ------------------------------------------------------------------ helpers for tick tests
+
+
+def events_of(app: App, kind: str, tick: int | None = None) -> list[Any]:
+    """Every event of ``kind`` (optionally of one tick), in log order."""
+    return list(app.log.read(0, kinds=[kind], tick=tick))
+
+
+def tool_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool messages of a chat request body, in order."""
+    return [m for m in body.get("messages", []) if m.get("role") == "tool"]
+
+
+def offer_rows(tool_content: str) -> list[dict[str, Any]]:
+    """The rows of a search_offers table as the model sees it inside a tool message."""
+    rows = []
+    for line in tool_content.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 5 and parts[0].isdigit():
+            rows.append({"id": int(parts[0]), "gpu": parts[1], "dph": float(parts[2]), "host": int(parts[4])})
+    return rows
+
+
+def rent_puts(sim: Simulator, offer_id: int | None = None) -> list[dict[str, Any]]:
+    """The rent requests (PUT /api/v0/asks/<id>/) the simulator received."""
+    out = []
+    for r in list(sim.requests):
+        if r["method"] == "PUT" and r["path"].startswith("/api/v0/asks/"):
+            if offer_id is None or r["path"].rstrip("/").endswith(f"/{offer_id}"):
+                out.append(r)
+    return out
+
+
+def mutating_requests(sim: Simulator) -> list[dict[str, Any]]:
+    """Requests that would change the fleet: rent, destroy, reboot/modify."""
+    return [r for r in list(sim.requests)
+            if (r["method"] == "PUT" and (r["path"].startswith("/api/v0/asks/")
+                                          or (r["path"].startswith("/api/v0/instances/")
+                                              and "request_logs" not in r["path"])))
+            or r["method"] == "DELETE"]
+
+
+def within_policy(settings: Settings, offer: dict[str, Any]) -> bool:
+    """Whether a simulator offer passes the rent policy's per-offer rules (GPU, price, reliability)."""
+    from agent.policy import norm_gpu
+
+    p = settings.policy
+    return (norm_gpu(offer["gpu_name"]) in {norm_gpu(g) for g in p.allowed_gpus}
+            and offer["dph_total"] <= p.max_dph_per_instance and offer["reliability"] >= p.min_reliability)
+
+
+def good_offer(sim: Simulator, settings: Settings) -> dict[str, Any]:
+    """The cheapest unrented offer within policy on a host that behaves (it reaches running)."""
+    return next(o for o in sorted(sim.offers.values(), key=lambda o: (o["dph_total"], o["id"]))
+                if within_policy(settings, o) and not o["rented"] and o["host_id"] not in sim.bad_hosts)
