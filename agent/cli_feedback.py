@@ -1,0 +1,257 @@
+"""Operator feedback commands: alerts, knowledge files, notes and directives.
+
+Every command here only appends to the event log (or reads it); none takes the
+daemon's lock, so they all work while the daemon runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+from typing import Any
+
+from agent import feedback
+from agent.app import App
+from agent.errors import FleetAgentError
+from agent.events import render
+
+
+def _print(s: str = "") -> None:
+    sys.stdout.write(s + "\n")
+
+
+def invoking_user() -> str:
+    """Who runs this command: the user behind sudo, else the login name."""
+    sudo = os.environ.get("SUDO_USER")
+    if sudo:
+        return sudo
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (containers)
+        return "operator"
+
+
+def _by(args: argparse.Namespace) -> str:
+    return args.by if args.by is not None else invoking_user()
+
+
+# ------------------------------------------------------------------ alerts
+
+_ALERT_COLS = ("id", "dedup_key", "severity", "title", "detail", "raised_by", "status", "count", "first_seq",
+               "last_seq", "first_ts", "last_ts", "acked_by", "ack_note", "closed_seq")
+
+
+def _alerts(app: App, *, all_: bool) -> list[dict[str, Any]]:
+    sql = f"SELECT {', '.join(_ALERT_COLS)} FROM alerts"  # noqa: S608 - fixed column names
+    if not all_:
+        sql += " WHERE status = 'open'"
+    rows = app.log.conn.execute(sql + " ORDER BY id").fetchall()
+    return [dict(zip(_ALERT_COLS, r, strict=True)) for r in rows]
+
+
+def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
+    rows = _alerts(app, all_=args.all)
+    if args.json:
+        _print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    if not rows:
+        _print("no alerts" if args.all else "no open alerts")
+        return 0
+    for a in rows:
+        seen = f" ×{a['count']}" if a["count"] > 1 else ""
+        _print(f"#{a['id']:<4} {a['severity']:<8} {a['status']:<8} {a['last_ts'][:16].replace('T', ' ')}"
+               f"{seen}  {a['title']}  [{a['dedup_key']}]")
+    return 0
+
+
+def cmd_alerts_show(args: argparse.Namespace, app: App) -> int:
+    rows = [a for a in _alerts(app, all_=True) if a["id"] == args.id]
+    if not rows:
+        raise FleetAgentError(f"no alert #{args.id}; 'fleet-agent alerts list --all' shows every alert")
+    a = rows[0]
+    for k in _ALERT_COLS:
+        if a[k] not in (None, ""):
+            _print(f"{k:>10}: {a[k]}")
+    _print("history:")
+    hist = app.log.conn.execute(
+        "SELECT seq FROM events WHERE kind LIKE 'alert.%' AND json_extract(payload, '$.alert_id') = ?"
+        " ORDER BY seq", (args.id,)).fetchall()
+    for (seq,) in hist:
+        e = app.log.get(seq)
+        if e is None:
+            continue
+        msg = render(e)
+        text = msg["content"] if msg else json.dumps(e.payload, sort_keys=True, ensure_ascii=False)
+        _print(f"  #{e.seq} {e.ts[:19]}Z {e.kind}: {text}")
+    return 0
+
+
+def cmd_alerts_ack(args: argparse.Namespace, app: App) -> int:
+    e = feedback.ack(app.log, args.id, _by(args), args.note)
+    _print(f"alert #{args.id} acked by {e.payload['by']} (event #{e.seq})")
+    return 0
+
+
+# ------------------------------------------------------------------ knowledge
+
+
+def cmd_knowledge_list(args: argparse.Namespace, app: App) -> int:
+    entries = feedback.knowledge_status(app.log, app.settings)
+    if args.json:
+        _print(json.dumps([e.__dict__ for e in entries], indent=2))
+        return 0
+    if not entries:
+        _print(f"no knowledge files in {app.settings.knowledge_path}")
+        return 0
+    for k in entries:
+        size = f"{k.size}B" if k.size is not None else "-"
+        version = f"v{k.version}" if k.version is not None else "-"
+        note = f"  ({k.problem})" if k.problem else ""
+        _print(f"{k.name:<32} {k.state:<8} {version:>5} {size:>9}{note}")
+    return 0
+
+
+def cmd_knowledge_show(args: argparse.Namespace, app: App) -> int:
+    text = feedback.read_knowledge(app.log, args.name)
+    if text is None:
+        raise FleetAgentError(f"the log holds no current version of {args.name!r}; "
+                              "'fleet-agent knowledge list' shows the files the agent knows")
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def cmd_knowledge_edit(args: argparse.Namespace, app: App) -> int:
+    r = feedback.knowledge_edit(app.settings, app.log, args.name, args.editor)
+    if r.status == "unchanged":
+        _print(f"{r.name}: no changes")
+    else:
+        seqs = ", ".join(f"#{e.seq}" for e in r.events) or "none"
+        _print(f"{r.name}: {r.status} ({r.path}); logged as event {seqs}")
+    return 0
+
+
+def cmd_knowledge_history(args: argparse.Namespace, app: App) -> int:
+    versions = feedback.knowledge_history(app.log, args.name)
+    if args.json:
+        _print(json.dumps(versions, indent=2))
+        return 0
+    if not versions:
+        raise FleetAgentError(f"the log has no versions of {args.name!r}")
+    for v in versions:
+        h = (v["hash"] or "-")[:12]
+        _print(f"v{v['version']:<4} {v['ts'][:19]}Z {v['change']:<8} {v['size']:>9}B {h}  (event #{v['seq']})")
+    return 0
+
+
+# ------------------------------------------------------------------ notes and directives
+
+
+def cmd_say(args: argparse.Namespace, app: App) -> int:
+    e = feedback.say(app.log, " ".join(args.text), _by(args), pin=args.pin)
+    if args.pin:
+        _print(f"directive #{e.seq} pinned; 'fleet-agent unpin {e.seq}' withdraws it")
+    else:
+        _print(f"note recorded (event #{e.seq}); the agent reads it at its next step")
+    return 0
+
+
+def cmd_unpin(args: argparse.Namespace, app: App) -> int:
+    e = feedback.unpin(app.log, args.id, _by(args))
+    _print(f"directive #{args.id} withdrawn (event #{e.seq})")
+    return 0
+
+
+def cmd_directives(args: argparse.Namespace, app: App) -> int:
+    ds = feedback.directives(app.log)
+    if args.json:
+        _print(json.dumps(ds, indent=2, ensure_ascii=False))
+        return 0
+    if not ds:
+        _print("no active directives")
+    for d in ds:
+        _print(f"#{d['id']:<5} {d['ts'][:16].replace('T', ' ')} {d['by']}: {d['text']}")
+    return 0
+
+
+# ------------------------------------------------------------------ parser
+
+
+def _sub(parent: Any, dest: str) -> Any:
+    from agent.cli import _Parser
+
+    s = parent.add_subparsers(dest=dest, metavar="SUBCOMMAND", parser_class=_Parser)
+    s.required = True
+    return s
+
+
+def register(sub: Any) -> None:
+    by_help = "who you are (default: $SUDO_USER or your login name)"
+
+    al = sub.add_parser("alerts", help="list, show and ack alerts",
+                        description="Alerts raised by the agent or by code; acking one tells the agent an "
+                        "operator has seen it.")
+    asub = _sub(al, "alerts_command")
+    s = asub.add_parser("list", help="list open alerts (--all: every alert)",
+                        description="List open alerts, newest sighting and repeat count included.")
+    s.add_argument("--all", action="store_true", help="include acked and resolved alerts")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_alerts_list)
+    s = asub.add_parser("show", help="one alert with its history",
+                        description="Show one alert's fields and every event about it.")
+    s.add_argument("id", type=int, help="alert number")
+    s.set_defaults(func=cmd_alerts_show)
+    s = asub.add_parser("ack", help="acknowledge an open alert (the agent sees the ack and note)",
+                        description="Acknowledge an open alert. The agent sees '[alert #N acked · you]' with "
+                        "your note. Refuses unknown, acked or resolved alerts.")
+    s.add_argument("id", type=int, help="alert number")
+    s.add_argument("--note", help="a note for the agent, e.g. what you did about it")
+    s.add_argument("--by", help=by_help)
+    s.set_defaults(func=cmd_alerts_ack)
+
+    kn = sub.add_parser("knowledge", help="list, show, edit knowledge files and their history",
+                        description="Knowledge files (*.md, *.txt, *.yaml) in the knowledge directory steer "
+                        "the agent; each change reaches it as a tagged message.")
+    ksub = _sub(kn, "knowledge_command")
+    s = ksub.add_parser("list", help="knowledge files and whether the agent has their current text",
+                        description="Each knowledge file on disk or in the log, its logged version and state "
+                        "(current, pending, new, removed, bad).")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_knowledge_list)
+    s = ksub.add_parser("show", help="print the text the agent knows for a file",
+                        description="Print the latest version of a knowledge file as the log holds it.")
+    s.add_argument("name", help="file name, e.g. hosts.md")
+    s.set_defaults(func=cmd_knowledge_show)
+    s = ksub.add_parser("edit", help="edit (or create) a file in $VISUAL/$EDITOR; YAML is checked",
+                        description="Edit a copy in $VISUAL or $EDITOR (default vi), then save it atomically. "
+                        "A YAML file that no longer parses is refused and the saved version kept.")
+    s.add_argument("name", help="file name, e.g. hosts.md (created if missing)")
+    s.add_argument("--editor", help=argparse.SUPPRESS)
+    s.set_defaults(func=cmd_knowledge_edit)
+    s = ksub.add_parser("history", help="every logged version of a file",
+                        description="The versions of a knowledge file recorded in the log: version, time, "
+                        "change, size, hash.")
+    s.add_argument("name", help="file name")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_knowledge_history)
+
+    s = sub.add_parser("say", help="tell the agent something (--pin: a standing directive)",
+                       description="Append an operator note; the agent sees '[operator note · you] TEXT'. "
+                       "With --pin it becomes a directive kept in every request until unpinned.")
+    s.add_argument("text", nargs="+", help="what to say")
+    s.add_argument("--by", help=by_help)
+    s.add_argument("--pin", action="store_true", help="make it a standing directive")
+    s.set_defaults(func=cmd_say)
+
+    s = sub.add_parser("unpin", help="withdraw a pinned directive",
+                       description="Withdraw a directive; the agent sees that it was withdrawn.")
+    s.add_argument("id", type=int, help="directive number (see 'fleet-agent directives')")
+    s.add_argument("--by", help=by_help)
+    s.set_defaults(func=cmd_unpin)
+
+    s = sub.add_parser("directives", help="list active directives",
+                       description="The directives the agent keeps in every request.")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_directives)
