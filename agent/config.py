@@ -286,7 +286,11 @@ def _parse_yaml(text: str, file: str) -> tuple[dict[str, Any], _Loc]:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{file}{line}: not valid YAML: {e.problem or e.context}; fix the syntax there") from None
+        started = ""
+        if e.context and e.context_mark and mark and e.context_mark.line != mark.line:
+            started = f" ({e.context} started at line {e.context_mark.line + 1})"
+        raise ConfigError(f"{file}{line}: not valid YAML: {e.problem or e.context}{started}; "
+                          "fix the syntax there") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{file}: not valid YAML: {e}") from None
     if node is None:

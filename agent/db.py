@@ -45,7 +45,8 @@ def _ensure_private(path: Path) -> None:
     if not path.exists():
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
         os.close(fd)
-    os.chmod(path, 0o600)
+    if os.stat(path).st_mode & 0o777 != 0o600:
+        os.chmod(path, 0o600)
 
 
 def connect(path: str | os.PathLike, *, readonly: bool = False) -> sqlite3.Connection:
@@ -59,24 +60,36 @@ def connect(path: str | os.PathLike, *, readonly: bool = False) -> sqlite3.Conne
             "install pysqlite3>=0.6.1 (bundles SQLite >= 3.51.3)"
         )
     p = Path(path)
-    if readonly:
-        if not p.exists():
-            raise LogError(f"no database at {p}; run 'fleet-agent init' first")
-        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
-    else:
-        old = os.umask(0o077)
-        try:
-            _ensure_private(p)
-            conn = sqlite3.connect(str(p), isolation_level=None, check_same_thread=False)
-        finally:
-            os.umask(old)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    if not readonly:
-        conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("PRAGMA foreign_keys = ON")
-    if not readonly:
-        apply_migrations(conn)
+    if readonly and not p.exists():
+        raise LogError(f"no database at {p}; run 'fleet-agent init' first")
+    try:
+        if readonly:
+            conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        else:
+            old = os.umask(0o077)
+            try:
+                _ensure_private(p)
+                conn = sqlite3.connect(str(p), isolation_level=None, check_same_thread=False)
+            finally:
+                os.umask(old)
+    except (OSError, sqlite3.Error) as e:
+        reason = e.strerror if isinstance(e, OSError) else str(e)
+        raise LogError(f"cannot open the database {p}: {reason}; check the data directory exists and "
+                       "belongs to the user running fleet-agent") from e
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if not readonly:
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if not readonly:
+            apply_migrations(conn)
+    except sqlite3.Error as e:
+        conn.close()
+        raise LogError(f"cannot open the database {p}: {e}") from e
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
@@ -87,11 +100,13 @@ def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    else:
         conn.execute("COMMIT")
+    except BaseException:
+        # SQLite may already have rolled back (some I/O errors, a failed COMMIT); rolling back
+        # again would raise and hide the original error. Never leave the transaction open.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def apply_migrations(conn: sqlite3.Connection) -> list[str]:

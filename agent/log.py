@@ -11,6 +11,7 @@ reordering shows up in ``verify()``; a head file kept beside the database lets
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from json.encoder import encode_basestring as _json_str
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,6 +34,9 @@ from agent.tokens import Tokenizer, get_tokenizer
 
 GENESIS = "0" * 64
 _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
+_INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+_INSERT_FTS = "INSERT INTO events_fts (rowid, text, kind) VALUES (?,?,?)"
+_HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
 
 
 def canonical(obj: Any) -> str:
@@ -46,18 +51,42 @@ def canonical(obj: Any) -> str:
 
 def row_hash(seq: int, id: str, ts: str, kind: str, version: int, source: str, tick: int | None,
              payload_json: str, tokens: int | None, prev_hash: str) -> str:
-    body = canonical([seq, id, ts, kind, version, source, tick, tokens]) + "\n" + payload_json
+    body = _row_header(seq, id, ts, kind, version, source, tick, tokens) + "\n" + payload_json
     return hashlib.sha256((prev_hash + "\n" + body).encode("utf-8")).hexdigest()
 
 
+def _row_header(seq: Any, id: Any, ts: Any, kind: Any, version: Any, source: Any, tick: Any, tokens: Any) -> str:
+    """canonical([seq, id, ts, kind, version, source, tick, tokens]), built directly when every field has
+    its usual type (the append hot path); any other value (a tampered row) goes through canonical()."""
+    if (type(seq) is int and type(version) is int and type(id) is str and type(ts) is str and type(kind) is str
+            and type(source) is str and (tick is None or type(tick) is int)
+            and (tokens is None or type(tokens) is int)):
+        return (f"[{seq},{_json_str(id)},{_json_str(ts)},{_json_str(kind)},{version},{_json_str(source)},"
+                f"{'null' if tick is None else tick},{'null' if tokens is None else tokens}]")
+    return canonical([seq, id, ts, kind, version, source, tick, tokens])
+
+
 def utc_ts(dt: datetime | None = None) -> str:
+    """'2026-11-29T10:05:12.123456Z': UTC, microseconds, fixed width (sorts as text)."""
     dt = dt or datetime.now(UTC)
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if dt.tzinfo is not UTC:
+        dt = dt.astimezone(UTC)
+    if 1000 <= dt.year <= 9999:
+        return dt.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _row_to_event(r: tuple) -> Event:
     return Event(seq=r[0], id=r[1], ts=r[2], kind=r[3], version=r[4], source=r[5], tick=r[6],
                  payload=json.loads(r[7]), tokens=r[8], prev_hash=r[9], hash=r[10])
+
+
+def _parse_head(data: bytes) -> tuple[int, str] | None:
+    try:
+        seq, h = data.decode("ascii").split()
+        return int(seq), h
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -75,7 +104,7 @@ class Transaction:
     def __init__(self, log: EventLog, conn: sqlite3.Connection) -> None:
         self.log = log
         self.conn = conn
-        row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        row = conn.execute(_HEAD_SQL).fetchone()
         self._seq, self._hash = (row[0], row[1]) if row else (0, GENESIS)
         self.appended: list[Event] = []
 
@@ -88,19 +117,17 @@ class Transaction:
             raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
         k.validate(payload)
         payload_json = canonical(payload)
-        seq = self._seq + 1
-        event = Event(seq=seq, id=str(uuid.uuid4()), ts=utc_ts(self.log.clock()), kind=kind,
-                      version=k.version, source=source, tick=tick, payload=json.loads(payload_json))
-        msg = ev.render(event)
+        seq, prev = self._seq + 1, self._hash
+        eid, ts, body = str(uuid.uuid4()), utc_ts(self.log.clock()), json.loads(payload_json)
+        draft = Event(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick, payload=body, version=k.version)
+        msg = ev.render(draft) if k.render is not None else None
         tokens = self.log.tokenizer.count_message(msg) if msg is not None else None
-        h = row_hash(seq, event.id, event.ts, kind, k.version, source, tick, payload_json, tokens, self._hash)
-        event = Event(**{**event.__dict__, "tokens": tokens, "prev_hash": self._hash, "hash": h})
-        self.conn.execute(
-            f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (seq, event.id, event.ts, kind, k.version, source, tick, payload_json, tokens, self._hash, h),
-        )
-        self.conn.execute("INSERT INTO events_fts (rowid, text, kind) VALUES (?,?,?)",
-                          (seq, ev.search_text(event), kind))
+        h = row_hash(seq, eid, ts, kind, k.version, source, tick, payload_json, tokens, prev)
+        event = Event(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick, payload=body, tokens=tokens,
+                      version=k.version, prev_hash=prev, hash=h)
+        execute = self.conn.execute
+        execute(_INSERT_EVENT, (seq, eid, ts, kind, k.version, source, tick, payload_json, tokens, prev, h))
+        execute(_INSERT_FTS, (seq, ev.search_text(event), kind))
         readmodels.apply(self.conn, event)
         self._seq, self._hash = seq, h
         self.appended.append(event)
@@ -120,6 +147,7 @@ class EventLog:
         self._tokenizer: Tokenizer | None = None
         self.head_file = Path(head_file) if head_file else self.path.with_name(self.path.name + ".head")
         self.readonly = readonly
+        self._head_fd: int | None = None
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -128,6 +156,9 @@ class EventLog:
         return self._tokenizer
 
     def close(self) -> None:
+        if self._head_fd is not None:
+            os.close(self._head_fd)
+            self._head_fd = None
         self.conn.close()
 
     def __enter__(self) -> EventLog:
@@ -147,7 +178,7 @@ class EventLog:
             with immediate(self.conn):
                 tx = Transaction(self, self.conn)
                 yield tx
-        except sqlite3.OperationalError as e:
+        except sqlite3.Error as e:
             raise LogError(f"the event log at {self.path} could not be written: {e}") from e
         if tx.appended:
             self._write_head(tx.appended[-1])
@@ -162,32 +193,37 @@ class EventLog:
 
     def _write_head(self, e: Event) -> None:
         """Record the newest seq and hash outside the database (truncation evidence).
-        Best effort: a failed write is reported by verify, not by the append."""
-        tmp = self.head_file.with_name(f"{self.head_file.name}.{os.getpid()}.tmp")
+
+        The file stays open and is rewritten in place under an exclusive flock, so
+        writers in several processes never move it backwards. Best effort: a failed
+        write is reported by verify, not by the append (which has committed)."""
         try:
-            cur = self._read_head()
-            if cur is not None and cur[0] >= e.seq:
-                return
-            old = os.umask(0o077)
+            if self._head_fd is None:
+                self._head_fd = os.open(self.head_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = self._head_fd
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                tmp.write_text(f"{e.seq} {e.hash}\n", encoding="ascii")
+                cur = _parse_head(os.pread(fd, 128, 0))
+                if cur is not None and cur[0] >= e.seq:
+                    return
+                record = f"{e.seq} {e.hash}\n".encode("ascii")
+                os.pwrite(fd, record, 0)
+                os.ftruncate(fd, len(record))
             finally:
-                os.umask(old)
-            os.replace(tmp, self.head_file)
+                fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError:
             pass  # verify() compares what is there; the append itself has committed
 
     def _read_head(self) -> tuple[int, str] | None:
         try:
-            seq, h = self.head_file.read_text(encoding="ascii").split()
-            return int(seq), h
-        except (OSError, ValueError):
+            return _parse_head(self.head_file.read_bytes())
+        except OSError:
             return None
 
     # ------------------------------------------------------------------ reading
 
     def head(self) -> tuple[int, str]:
-        row = self.conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        row = self.conn.execute(_HEAD_SQL).fetchone()
         return (row[0], row[1]) if row else (0, GENESIS)
 
     def last_seq(self) -> int:
@@ -272,8 +308,19 @@ class EventLog:
 
     def verify(self) -> VerifyReport:
         """Walk the chain from the start; report the first row whose link or hash is wrong."""
+        # Read the head file first, then walk on a fresh connection: the head file is written
+        # after each commit, so every seq it names is in the snapshot the walk reads, even while
+        # another process appends (and whatever statement this log's own connection has open).
+        head = self._read_head()
+        conn = connect(self.path, readonly=True)
+        try:
+            return self._walk(conn, head)
+        finally:
+            conn.close()
+
+    def _walk(self, conn: sqlite3.Connection, head: tuple[int, str] | None) -> VerifyReport:
         prev_seq, prev_hash, checked = 0, GENESIS, 0
-        cur = self.conn.execute(f"SELECT {_COLS} FROM events ORDER BY seq")
+        cur = conn.execute(f"SELECT {_COLS} FROM events ORDER BY seq")
         while True:
             rows = cur.fetchmany(2000)
             if not rows:
@@ -287,20 +334,22 @@ class EventLog:
                     return VerifyReport(False, checked, prev_seq, seq,
                                         f"seq {seq}: prev_hash does not match the hash of seq {prev_seq}: "
                                         "rows were reordered, replaced or deleted")
-                want = row_hash(seq, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9])
+                try:
+                    want = row_hash(seq, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9])
+                except (PayloadError, TypeError):  # a value no append could have written (NaN, a blob)
+                    want = None
                 if want != r[10]:
                     return VerifyReport(False, checked, prev_seq, seq,
                                         f"seq {seq}: content does not match its hash: the row was edited")
                 prev_seq, prev_hash = seq, r[10]
                 checked += 1
-        head = self._read_head()
         if head is not None:
             hseq, hhash = head
             if hseq > prev_seq:
                 return VerifyReport(False, checked, prev_seq, prev_seq + 1,
                                     f"the head file records seq {hseq} but the log ends at {prev_seq}: "
                                     "the newest events were truncated")
-            row = self.conn.execute("SELECT hash FROM events WHERE seq = ?", (hseq,)).fetchone()
+            row = conn.execute("SELECT hash FROM events WHERE seq = ?", (hseq,)).fetchone()
             if row and row[0] != hhash:
                 return VerifyReport(False, checked, prev_seq, hseq,
                                     f"seq {hseq}: hash differs from the head file's record: history was rewritten")

@@ -36,8 +36,22 @@ def redact(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, An
     return {k: (REDACTED if _is_secret_key(k) else _redact_value(v)) for k, v in event_dict.items()}
 
 
+class _Stderr:
+    """Whatever ``sys.stderr`` is when a line is written, not when logging was configured
+    (a replaced or closed stream must not break every later log call)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> None:
-    stream = stream or sys.stderr
+    stream = stream or _Stderr()
     if fmt == "auto":
         fmt = "console" if getattr(stream, "isatty", lambda: False)() else "json"
     shared: list[Any] = [

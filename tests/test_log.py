@@ -1,0 +1,285 @@
+"""The event log on a real SQLite file: append, read, refuse, search, export, files."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+from datetime import UTC, datetime, timedelta
+
+import pysqlite3
+import pytest
+import sqlite_utils.db
+
+from agent import db as agent_db
+from agent.errors import LogError, PayloadError
+from agent.log import GENESIS, EventLog, row_hash
+
+
+@pytest.fixture
+def log(tmp_path):
+    with EventLog(tmp_path / "data" / "events.db") as lg:
+        yield lg
+
+
+def note(text: str = "hello", **extra):
+    return {"text": text, "by": "alice", **extra}
+
+
+def test_append_reads_back_with_chain(log):
+    """Appended events read back field for field; seqs run 1..n and each prev_hash is the previous hash."""
+    a = log.append("operator.note", note("first"), "operator")
+    b = log.append("tick.completed", {"steps": 2}, "system", tick=7)
+    got = list(log.read())
+    assert got == [a, b]
+    assert [e.seq for e in got] == [1, 2]
+    assert a.prev_hash == GENESIS and b.prev_hash == a.hash
+    assert b.tick == 7 and b.tokens is None  # tick.completed is not model-visible
+    assert a.tokens is not None and a.tokens > 0
+    assert a.hash == row_hash(a.seq, a.id, a.ts, a.kind, a.version, a.source, a.tick,
+                              json.dumps(a.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
+                              a.tokens, a.prev_hash)
+    assert log.head() == (2, b.hash)
+    assert log.verify().ok
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload", "source", "fragment"),
+    [
+        ("operator.noet", note(), "operator", "did you mean 'operator.note'"),
+        ("operator.note", {"text": "no author"}, "operator", "missing required field 'by'"),
+        ("operator.note", {"text": 3, "by": "alice"}, "operator", "'text' must be str"),
+        ("tick.completed", {"steps": True}, "system", "'steps' must be int"),
+        ("operator.note", note(x=float("nan")), "operator", "not valid JSON"),
+        ("operator.note", note(x=float("inf")), "operator", "not valid JSON"),
+        ("operator.note", note(x={1, 2}), "operator", "not JSON-serialisable"),
+        ("operator.note", note(), "nobody", "unknown source"),
+        ("operator.note", ["not", "a", "dict"], "operator", "must be a JSON object"),
+    ],
+)
+def test_bad_payload_is_refused_and_nothing_written(log, kind, payload, source, fragment):
+    """An unknown kind, missing field, wrong type, NaN/Infinity or bad source raises PayloadError
+    naming the problem, and the log, the FTS index and the head stay as they were."""
+    first = log.append("operator.note", note(), "operator")
+    with pytest.raises(PayloadError) as exc:
+        log.append(kind, payload, source)
+    assert fragment in str(exc.value)
+    assert log.count() == 1
+    assert log.head() == (1, first.hash)
+    assert log.conn.execute("SELECT COUNT(*) FROM events_fts").fetchone()[0] == 1
+    assert log.verify().ok
+
+
+@pytest.mark.parametrize("sql", ["UPDATE events SET payload = '{}' WHERE seq = 1", "DELETE FROM events WHERE seq = 1",
+                                 "UPDATE events SET kind = 'operator.note'", "DELETE FROM events"])
+def test_update_and_delete_on_events_fail(log, sql):
+    """Triggers refuse UPDATE and DELETE on events, whatever the statement."""
+    log.append("operator.note", note(), "operator")
+    with pytest.raises(pysqlite3.dbapi2.IntegrityError, match="append-only"):
+        log.conn.execute(sql)
+    assert log.count() == 1
+    assert log.verify().ok
+
+
+def test_append_many_is_atomic(log):
+    """A bad payload in the middle of a batch writes nothing of the batch; a good batch commits whole."""
+    log.append("operator.note", note("before"), "operator")
+    batch = [("operator.note", note(f"n{i}"), "operator", None) for i in range(10)]
+    batch[5] = ("operator.note", {"text": "missing by"}, "operator", None)
+    with pytest.raises(PayloadError):
+        log.append_many(batch)
+    assert log.count() == 1
+    assert log.conn.execute("SELECT COUNT(*) FROM events_fts").fetchone()[0] == 1
+    assert log._read_head()[0] == 1
+    batch[5] = ("memory.written", {"key": "k", "text": "v"}, "model", 3)
+    got = log.append_many(batch)
+    assert [e.seq for e in got] == list(range(2, 12))
+    assert log.conn.execute("SELECT key, text, seq FROM memory").fetchall() == [("k", "v", 7)]
+    assert log.verify().ok
+
+
+def test_transaction_rolls_back_events_and_read_models_on_error(log):
+    """An exception inside transaction() rolls back every event and read-model change made in it."""
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), log.transaction() as tx:
+        tx.append("memory.written", {"key": "a", "text": "x"}, "model")
+        tx.append("operator.note", note("pinned", pin=True), "operator")
+        raise Boom()
+    assert log.count() == 0
+    assert log.conn.execute("SELECT COUNT(*) FROM memory").fetchone()[0] == 0
+    assert log.conn.execute("SELECT COUNT(*) FROM directives").fetchone()[0] == 0
+    assert not log.head_file.exists()
+
+
+def test_read_filters(tmp_path):
+    """read() filters by since, until_seq, kinds, tick, time range and limit, in either order."""
+    t0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+    clock = iter(t0 + timedelta(minutes=i) for i in range(100))
+    with EventLog(tmp_path / "e.db", clock=lambda: next(clock)) as log:
+        for i in range(6):
+            log.append("tick.started", {"observation": {"instances": []}}, "scheduler", tick=i)
+            log.append("tick.completed", {"steps": 1}, "system", tick=i)
+        seqs = lambda it: [e.seq for e in it]  # noqa: E731
+        assert seqs(log.read(10)) == [11, 12]
+        assert seqs(log.read(0, until_seq=3)) == [1, 2, 3]
+        assert seqs(log.read(kinds=["tick.completed"])) == [2, 4, 6, 8, 10, 12]
+        assert seqs(log.read(tick=2)) == [5, 6]
+        assert seqs(log.read(limit=2, newest_first=True)) == [12, 11]
+        assert seqs(log.read(since_ts="2026-11-29T10:03:00.000000Z", until_ts="2026-11-29T10:05:00.000000Z")) == [4, 5, 6]
+        assert log.get(4).kind == "tick.completed" and log.get(99) is None
+        assert log.last_seq() == 12
+
+
+def test_search_finds_rendered_and_unrendered_text(log):
+    """search() matches words of an event's rendering (or of its payload when invisible), newest first,
+    and a query with FTS syntax characters does not raise."""
+    log.append("operator.note", note("avoid host 4411 it keeps failing"), "operator")
+    log.append("tool.called", {"call_id": "c1", "name": "destroy_instance", "arguments": '{"id": 4411}'}, "model")
+    log.append("operator.note", note("nothing relevant"), "operator")
+    hits = log.search("4411")
+    assert [e.seq for e, _ in hits] == [2, 1]
+    assert "[4411]" in hits[1][1]
+    assert [e.seq for e, _ in log.search("4411", until_seq=1)] == [1]
+    assert log.search("keeps failing")[0][0].seq == 1
+    assert log.search('"AND OR NEAR( * -') == []
+    assert log.search("   ") == []
+
+
+def test_export_writes_every_field(log):
+    """export() writes one JSON object per event with every column, hashes included."""
+    a = log.append("operator.note", note("x"), "operator")
+    b = log.append("tick.completed", {"steps": 1}, "system", tick=1)
+    buf = io.StringIO()
+    assert log.export(buf) == 2
+    rows = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert rows == [a.to_dict(), b.to_dict()]
+    buf = io.StringIO()
+    assert log.export(buf, since=1) == 1
+
+
+def test_head_file_tracks_newest_event(log):
+    """Each commit records the newest seq and hash in <db>.head, private to the owner."""
+    log.append("operator.note", note(), "operator")
+    e = log.append_many([("operator.note", note(str(i)), "operator", None) for i in range(3)])[-1]
+    assert log.head_file.name == "events.db.head"
+    assert log.head_file.read_text().split() == [str(e.seq), e.hash]
+    assert stat.S_IMODE(os.stat(log.head_file).st_mode) == 0o600
+
+
+def test_rebuild_check_matches_and_detects_drift(log):
+    """Read models rebuilt from the log equal the live ones; a hand-edited read model shows as a difference,
+    and rebuild() repairs it."""
+    log.append("alert.raised", {"alert_id": 1, "severity": "warning", "title": "low balance", "dedup_key": "bal",
+                                "raised_by": "system"}, "system")
+    log.append("alert.acked", {"alert_id": 1, "by": "bob", "title": "low balance", "note": "topped up"}, "operator")
+    log.append("memory.written", {"key": "k", "text": "v"}, "model")
+    log.append("tool.called", {"call_id": "c1", "name": "rent", "arguments": "{}", "side_effect": True,
+                               "idempotency_key": "fa-fleet-1-abc"}, "model")
+    log.append("tool.result", {"call_id": "c1", "name": "rent", "ok": True,
+                               "effect": {"type": "rented", "instance_id": 42, "label": "fa-fleet-1-abc"}}, "tool")
+    log.append("knowledge.changed", {"name": "a.md", "change": "added", "hash": "h", "size": 3, "text": "abc"},
+               "system")
+    assert log.rebuild_check() == []
+    log.conn.execute("UPDATE memory SET text = 'tampered'")
+    diffs = log.rebuild_check()
+    assert any("memory" in d for d in diffs)
+    log.rebuild()
+    assert log.rebuild_check() == []
+    assert log.conn.execute("SELECT status, acked_by FROM alerts").fetchall() == [("acked", "bob")]
+    assert log.conn.execute("SELECT status FROM instances WHERE instance_id = 42").fetchone() == ("active",)
+
+
+def test_readonly_log_refuses_writes(tmp_path):
+    """A log opened read-only reads but refuses to append; a missing database is a clear error."""
+    with EventLog(tmp_path / "e.db") as w:
+        w.append("operator.note", note(), "operator")
+    with EventLog(tmp_path / "e.db", readonly=True) as r:
+        assert r.count() == 1
+        with pytest.raises(LogError, match="read-only"):
+            r.append("operator.note", note(), "operator")
+    with pytest.raises(LogError, match="fleet-agent init"):
+        EventLog(tmp_path / "missing.db", readonly=True)
+
+
+def test_database_and_directory_are_private(tmp_path):
+    """The database file (and its WAL) is 0600 and a directory the log creates is 0700."""
+    path = tmp_path / "fresh" / "dir" / "events.db"
+    with EventLog(path) as log:
+        log.append("operator.note", note(), "operator")
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists():
+            assert stat.S_IMODE(os.stat(wal).st_mode) == 0o600
+
+
+def test_reopening_a_loose_database_tightens_its_mode(tmp_path):
+    """An existing database file with a loose mode is made 0600 when opened for writing."""
+    path = tmp_path / "events.db"
+    EventLog(path).close()
+    os.chmod(path, 0o644)
+    EventLog(path).close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_sqlite_is_new_enough_and_shared_with_sqlite_utils():
+    """The runtime SQLite is >= 3.51.3 (no WAL-reset bug) and sqlite-utils uses the same pysqlite3 module."""
+    v = tuple(int(x) for x in agent_db.sqlite3.sqlite_version.split(".")[:3])
+    assert v >= (3, 51, 3)
+    assert agent_db.sqlite_version() >= agent_db.MIN_SQLITE
+    assert agent_db.sqlite3.__name__.startswith("pysqlite3")
+    assert sqlite_utils.db.sqlite3 is pysqlite3 or sqlite_utils.db.sqlite3 is agent_db.sqlite3
+    assert sqlite_utils.db.sqlite3.sqlite_version == agent_db.sqlite3.sqlite_version
+
+
+def test_migrations_apply_once_and_refuse_newer_databases(tmp_path):
+    """Opening twice applies nothing the second time; a database with an unknown migration is refused."""
+    path = tmp_path / "e.db"
+    EventLog(path).close()
+    conn = agent_db.connect(path)
+    assert agent_db.apply_migrations(conn) == []
+    names = [r[0] for r in conn.execute("SELECT name FROM _migrations ORDER BY name")]
+    assert names == [n for n, _ in agent_db.migrations()]
+    conn.execute("INSERT INTO _migrations VALUES ('999_future', 'now')")
+    conn.close()
+    with pytest.raises(LogError, match="newer fleet-agent"):
+        EventLog(path)
+
+
+def test_read_model_conflict_refuses_the_event_and_leaves_the_log_usable(log):
+    """An event its read model cannot take (a second alert with the same id) is refused as a LogError; nothing
+    of it is written and the next append works (no transaction left open)."""
+    raised = {"alert_id": 1, "severity": "warning", "title": "t", "dedup_key": "k", "raised_by": "system"}
+    log.append("alert.raised", raised, "system")
+    with pytest.raises(LogError, match="could not be written"):
+        log.append_many([("operator.note", note(), "operator", None), ("alert.raised", raised, "system", None)])
+    assert log.count() == 1
+    assert not log.conn.in_transaction
+    assert log.append("operator.note", note(), "operator").seq == 2
+    assert log.verify().ok
+
+
+def test_unopenable_database_is_a_clear_error(tmp_path):
+    """A database path that cannot be created raises LogError naming the path, not a raw OS or SQLite error."""
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(LogError, match="cannot open the database"):
+        EventLog(tmp_path / "afile" / "events.db")
+
+
+def test_verify_while_another_connection_appends(tmp_path):
+    """verify() on one connection while another keeps appending never mistakes the newer head file for a
+    truncated log."""
+    path = tmp_path / "e.db"
+    with EventLog(path) as writer, EventLog(path) as reader:
+        writer.append("operator.note", note(), "operator")
+        walk = reader.conn.execute("SELECT seq FROM events")  # a reader mid-walk holds an older snapshot
+        writer.append("operator.note", note(), "operator")
+        assert reader.verify().ok
+        walk.close()
+        for i in range(5):
+            writer.append("operator.note", note(str(i)), "operator")
+            assert reader.verify().ok
