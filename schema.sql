@@ -9,7 +9,7 @@
 -- The event log: the single source of truth. Append-only (triggers below).
 CREATE TABLE events (
     seq       INTEGER PRIMARY KEY,          -- monotonic, gap-free position in the log
-    id        TEXT NOT NULL UNIQUE,         -- uuid4, stable reference for citations
+    id        TEXT NOT NULL,                -- uuid4, stable reference for citations (no index: never looked up)
     ts        TEXT NOT NULL,                -- UTC, ISO 8601 with microseconds and 'Z'
     kind      TEXT NOT NULL,                -- e.g. 'tick.started' (agent/events.py)
     version   INTEGER NOT NULL DEFAULT 1,   -- payload version of the kind; readers upcast
@@ -18,7 +18,7 @@ CREATE TABLE events (
     payload   TEXT NOT NULL,                -- canonical JSON
     tokens    INTEGER,                      -- tokens of the model-visible rendering; NULL = not visible
     prev_hash TEXT NOT NULL,                -- hash of the previous row ('0'*64 for the first)
-    hash      TEXT NOT NULL UNIQUE          -- sha256(canonical row content + prev_hash)
+    hash      TEXT NOT NULL                 -- sha256(canonical row content + prev_hash); the chain, not an index, guards it
 );
 CREATE INDEX events_kind_seq ON events(kind, seq);
 CREATE INDEX events_tick ON events(tick) WHERE tick IS NOT NULL;
