@@ -102,7 +102,7 @@ class ContextSettings:
     budget_tokens: int = 30000
     output_reserve: int = 2048
     high_water: float = 0.8
-    low_water: float = 0.5
+    low_water: float = 0.3
     encoding: str = "cl100k_base"
     encoding_file: str | None = None
     encoding_sha256: str | None = None

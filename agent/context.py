@@ -22,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -43,6 +45,7 @@ MARKER_COST = 40           # tokens a truncation marker may add
 CALIBRATION_ALPHA = 0.5    # weight of a new provider observation in the smoothed ratio
 CALIBRATION_STEP = 0.02    # record a new ratio only when it moves by more than this share
 SECTIONS = ("system", "pinned", "summary", "thread", "tools")
+RENDER_CACHE_SIZE = 2048   # rendered thread messages kept per process (a thread is a few hundred at most)
 
 
 ContextSettings = config.ContextSettings  # one definition, in agent/config.py
@@ -156,6 +159,37 @@ def _truncate(tok_key: str, text: str, cap: int) -> tuple[str, int, int]:
     if len(ids) <= cap:
         return text, len(ids), len(ids)
     return tok.encoding.decode(ids[: max(0, cap)]), cap, len(ids)
+
+
+_rendered: OrderedDict[tuple[int, str], tuple[Any, dict[str, Any] | None]] = OrderedDict()
+_rendered_lock = threading.Lock()
+
+
+def _render_cached(ev: Event) -> dict[str, Any] | None:
+    """``render(ev)``, remembered per row (seq, hash) so successive projections of the same
+    thread do not render it again. A hit also needs the fields a renderer reads to be equal,
+    so the result is always exactly ``render(ev)``, even for a row edited behind its hash."""
+    if not ev.hash:
+        return render(ev)
+    key = (ev.seq, ev.hash)
+    fields = (ev.kind, ev.tick, ev.ts, ev.payload)
+    with _rendered_lock:
+        hit = _rendered.get(key)
+        if hit is not None and hit[0] == fields:
+            _rendered.move_to_end(key)
+            msg = hit[1]
+            return None if msg is None else dict(msg)
+    msg = render(ev)
+    with _rendered_lock:
+        _rendered[key] = (fields, msg)
+        while len(_rendered) > RENDER_CACHE_SIZE:
+            _rendered.popitem(last=False)
+    return None if msg is None else dict(msg)
+
+
+def clear_render_cache() -> None:
+    with _rendered_lock:
+        _rendered.clear()
 
 
 def _msg_tokens(tok_key: str, msg: dict[str, Any]) -> int:
@@ -360,7 +394,7 @@ def build_thread(events: list[Event], settings: Any, tok_key: str) -> list[Entry
             if ev.tokens > cap or is_late:
                 _shrink_entry(e, cap, tok_key)
             else:
-                msg = render(ev)
+                msg = _render_cached(ev)
                 assert msg is not None
                 e.message = msg
             if is_late:
@@ -373,7 +407,7 @@ def build_thread(events: list[Event], settings: Any, tok_key: str) -> list[Entry
             continue
         if pending and ev.kind in ("model.response", "tick.started"):
             close()
-        msg = render(ev)
+        msg = _render_cached(ev)
         if msg is None:
             continue
         entry = Entry(ev.seq, ev.kind, ev.tick, msg, ev.tokens,

@@ -345,9 +345,14 @@ def render(event: Event) -> dict[str, Any] | None:
     return k.render(event)
 
 
-def search_text(event: Event) -> str:
-    """What the full-text index holds for ``event``: its rendering, else its payload's strings."""
-    msg = render(event)
+_UNSET: Any = object()
+
+
+def search_text(event: Event, msg: dict[str, Any] | None = _UNSET) -> str:
+    """What the full-text index holds for ``event``: its rendering, else its payload's strings.
+    ``msg``: the rendering when the caller already has it."""
+    if msg is _UNSET:
+        msg = render(event)
     if msg is not None:
         parts = [msg.get("content") or ""]
         for c in msg.get("tool_calls") or ():

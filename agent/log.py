@@ -127,7 +127,7 @@ class Transaction:
                       version=k.version, prev_hash=prev, hash=h)
         execute = self.conn.execute
         execute(_INSERT_EVENT, (seq, eid, ts, kind, k.version, source, tick, payload_json, tokens, prev, h))
-        execute(_INSERT_FTS, (seq, ev.search_text(event), kind))
+        execute(_INSERT_FTS, (seq, ev.search_text(event, msg), kind))
         readmodels.apply(self.conn, event)
         self._seq, self._hash = seq, h
         self.appended.append(event)

@@ -296,3 +296,21 @@ def test_project_at_time_tick_and_seq(tmp_path):
     with pytest.raises(UsageError):
         project_at(log, prompts, SMALL, tick=1, seq=2, **kw)
     assert utc_ts(datetime(2026, 11, 29, 10, 0, 3, tzinfo=UTC)) == "2026-11-29T10:00:03.000000Z"
+
+
+def test_render_cache_never_serves_a_stale_rendering(tmp_path):
+    """The per-process render cache gives exactly render(event): a row edited behind its hash
+    (triggers dropped by hand) projects with its new content, not the cached one."""
+    log = open_log(tmp_path / "f.db")
+    simple_tick(log, 1)
+    log.append("operator.note", {"text": "keep four RTX 4090", "by": "alice"}, "operator")
+    first = proj(log)
+    assert any("keep four RTX 4090" in (m.get("content") or "") for m in first.messages)
+    seq = log.last_seq()
+    log.conn.execute("DROP TRIGGER events_no_update")
+    log.conn.execute("UPDATE events SET payload = ? WHERE seq = ?",
+                     (json.dumps({"by": "alice", "text": "keep six RTX 3090"}), seq))
+    second = proj(log)
+    texts = [m.get("content") or "" for m in second.messages]
+    assert any("keep six RTX 3090" in t for t in texts)
+    assert not any("keep four RTX 4090" in t for t in texts)
