@@ -291,8 +291,13 @@ def _parse_yaml(text: str, file: str) -> tuple[dict[str, Any], _Loc]:
             started = f" ({e.context} started at line {e.context_mark.line + 1})"
         raise ConfigError(f"{file}{line}: not valid YAML: {e.problem or e.context}{started}; "
                           "fix the syntax there") from None
+    except yaml.reader.ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        raise ConfigError(f"{file}:{line}: not valid YAML: {e.reason} (character {e.character!r}); "
+                          "remove that character or save the file as plain UTF-8 text") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{file}: not valid YAML: {e}") from None
+        one_line = " ".join(str(e).split())
+        raise ConfigError(f"{file}: not valid YAML: {one_line}") from None
     if node is None:
         return {}, loc
     if not isinstance(node, yaml.MappingNode):

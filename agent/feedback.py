@@ -35,6 +35,7 @@ import os
 import re
 import shlex
 import signal
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -370,12 +371,24 @@ def _read_file(path: Path, root: Path) -> _File:
         if not target.exists():
             return _File(name, None, "is a broken symlink")
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_KNOWLEDGE_BYTES + 1)
+        # O_NONBLOCK: a FIFO named like a knowledge file must not hang the tick in open().
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except IsADirectoryError:
         return _File(name, None, None)
     except OSError as e:
         return _File(name, None, f"cannot be read: {e.strerror}")
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            return _File(name, None, None)
+        if not stat.S_ISREG(mode):
+            return _File(name, None, "is not a regular file (a pipe, socket or device); refused")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_KNOWLEDGE_BYTES + 1)
+    except OSError as e:
+        return _File(name, None, f"cannot be read: {e.strerror}")
+    finally:
+        os.close(fd)
     if len(data) > MAX_KNOWLEDGE_BYTES:
         return _File(name, None, f"is larger than {MAX_KNOWLEDGE_BYTES // 1024} KiB; split it")
     problem = text_problem(data)
