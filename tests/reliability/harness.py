@@ -1,0 +1,725 @@
+"""Shared machinery of the reliability suite and ``bench/reliability.py``.
+
+    write_config(root, sim_url, ...)   a config file for CLI runs against a local simulator
+    CountingSim                        the simulator, counting the faults it injects per kind
+    running_sim(...)                   a CountingSim served on 127.0.0.1 with a ManualClock
+    Zygote / ExecSpawner               start ``fleet-agent ...`` processes that can be SIGKILLed
+    ChainWatch                         remembers every (seq, hash) read; says if any changed
+    check_db(path)                     integrity_check, hash chain, seq gaps, read-model rebuild
+    audit_rentals(sim, db, base)       duplicate rentals, untraced and untracked instances
+    run_kill9(...)                     the kill -9 loop, returning its figures
+
+The Zygote is a long-lived Python process with fleet-agent already imported; for each
+run it forks a child that runs ``agent.cli.main(argv)``: the code path of the
+``fleet-agent`` console script, in a fresh process, at a fraction of the start-up cost.
+``ExecSpawner`` runs the real console script (slower; the bench uses it for a share of
+the kills).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tools.sim import ManualClock, Reply, SimServer, Simulator
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT_ID = "rel"
+LABEL_BASE = f"fa-{AGENT_ID}-"
+SIM_KEY = "rel-sim-key-0001"
+FAULT_KINDS = ("429_text", "429_quota", "500", "503", "slow", "ambiguous_500", "ambiguous_hang")
+
+
+# ------------------------------------------------------------------ config
+
+
+def config_dict(sim_url: str, *, provider: str = "rules", model_url: str | None = None,
+                vast_key_file: str | None = "vast_api_key", **sections: dict[str, Any]) -> dict[str, Any]:
+    """Settings for a run against the simulator; ``sections`` override single fields."""
+    d: dict[str, Any] = {
+        "agent_id": AGENT_ID,
+        "data_dir": "./data",
+        "knowledge_dir": "./knowledge",
+        "logging": {"level": "info", "format": "json"},
+        "schedule": {"max_steps": 4, "tick_timeout": "60s"},
+        "vast": {"url": sim_url, "api_key_env": "VAST_API_KEY", "api_key_file": vast_key_file,
+                 "timeout": 0.5, "max_attempts": 3},
+        "demand": {"url": f"{sim_url}/demand"},
+        "model": {"provider": provider, "base_url": model_url or "http://127.0.0.1:9/v1",
+                  "name": "rules-provider" if provider == "rules" else "fake-model", "timeout": 1.0,
+                  "max_retries": 0},
+        "policy": {"max_instances": 6, "max_total_dph": 20.0, "max_dph_per_instance": 2.5,
+                   "max_rents_per_hour": 100_000, "max_destroys_per_hour": 100_000},
+        "alerts": {"stuck_after": "15m"},
+    }
+    for name, fields in sections.items():
+        d[name] = {**d.get(name, {}), **fields}
+    return d
+
+
+def write_config(root: Path, sim_url: str, *, key: str = SIM_KEY, **kw: Any) -> Path:
+    """root/config.yaml (+ the key file and an empty knowledge dir); returns the config path."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "knowledge").mkdir(exist_ok=True)
+    d = config_dict(sim_url, **kw)
+    if d["vast"].get("api_key_file"):
+        kf = root / d["vast"]["api_key_file"]
+        kf.write_text(key + "\n", encoding="utf-8")
+        os.chmod(kf, 0o600)
+    cfg = root / "config.yaml"
+    cfg.write_text(yaml.safe_dump(d, sort_keys=False), encoding="utf-8")
+    return cfg
+
+
+def db_path(root: Path) -> Path:
+    return root / "data" / "fleet-agent.db"
+
+
+# ------------------------------------------------------------------ the simulator
+
+
+class CountingSim(Simulator):
+    """The simulator, counting each fault it injects by kind (the base counts only a total)."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.fault_counts: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
+
+    def _draw_fault(self, path: str) -> Reply | None:
+        r = super()._draw_fault(path)
+        if r is not None:
+            if r.status == 429:
+                self.fault_counts["429_text" if r.content_type.startswith("text/") else "429_quota"] += 1
+            elif r.status in (500, 503):
+                self.fault_counts[str(r.status)] += 1
+            if r.delay:
+                self.fault_counts["slow"] += 1
+        return r
+
+    def _rent(self, offer_id: int, body: dict[str, Any], now: float) -> Reply:
+        r = super()._rent(offer_id, body, now)
+        if r.status == 500:
+            self.fault_counts["ambiguous_500"] += 1
+        elif r.delay:
+            self.fault_counts["ambiguous_hang"] += 1
+        return r
+
+    def quiet(self) -> None:
+        """No more faults."""
+        with self._lock:
+            self.faults.update({"rate_429_text": 0.0, "rate_429_quota": 0.0, "rate_500": 0.0, "rate_503": 0.0,
+                                "rate_slow": 0.0, "ambiguous_rent": 0.0})
+
+
+@contextlib.contextmanager
+def running_sim(seed: int = 3, *, api_key: str = SIM_KEY) -> Iterator[tuple[CountingSim, SimServer]]:
+    clock = ManualClock()
+    sim = CountingSim(seed=seed, clock=clock, api_key=api_key)
+    server = SimServer(sim).start()
+    try:
+        yield sim, server
+    finally:
+        server.stop()
+
+
+def chaos_faults(total: float, *, ambiguous: float = 0.0, slow: float = 0.0, slow_seconds: float = 1.0,
+                 hang_seconds: float = 1.0) -> dict[str, Any]:
+    """Fault rates summing to ``total`` over the four error kinds (plus slow/ambiguous rents)."""
+    return {"rate_429_text": total * 0.3, "rate_429_quota": total * 0.2, "rate_500": total * 0.3,
+            "rate_503": total * 0.2, "retry_after": 0, "rate_slow": slow, "slow_seconds": slow_seconds,
+            "ambiguous_rent": ambiguous, "hang_seconds": hang_seconds}
+
+
+def mutating(req: dict[str, Any]) -> bool:
+    p = req["path"]
+    return (req["method"] == "PUT" and (p.startswith("/api/v0/asks/") or
+                                        (p.startswith("/api/v0/instances/") and "request_logs" not in p))) \
+        or req["method"] == "DELETE"
+
+
+def make_app(root: Path, sim: Simulator, server: SimServer, *, provider_obj: Any = None, **kw: Any) -> Any:
+    """An in-process App over root/config.yaml, on the simulator's clock."""
+    from agent import config
+    from agent.app import App
+
+    cfg = write_config(root, server.url, key=sim.api_key, **kw)
+    return App(config.load(str(cfg)), env={"VAST_API_KEY": sim.api_key}, clock=sim.clock, provider=provider_obj)
+
+
+def tick_terminals(log: Any) -> dict[int, list[str]]:
+    """tick number -> the kinds of its ending events (tick.completed / tick.failed)."""
+    out: dict[int, list[str]] = {}
+    for e in log.read(0, kinds=["tick.completed", "tick.failed"]):
+        out.setdefault(e.tick, []).append(e.kind)
+    return out
+
+
+def tool_context(app: Any, tick: int) -> Any:
+    """A real ToolContext, built as the tick builds it, with a fresh listing."""
+    from agent.policy import Policy
+    from tools.registry import ToolContext
+
+    ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=app.demand(),
+                      policy=Policy(app.settings), tick=tick, clock=app.clock)
+    ctx.refresh()
+    return ctx
+
+
+def policy_violations(sim: Simulator, settings: Any, foreign: set[int]) -> list[str]:
+    """Everything that reached the simulator outside policy (see PolicySettings / FleetSettings)."""
+    from agent.policy import norm_gpu
+
+    p, f = settings.policy, settings.fleet
+    base = f"{f.label_prefix}{settings.agent_id}-"
+    out: list[str] = []
+    with sim._lock:
+        reqs = list(sim.requests)
+        every = {**sim.destroyed, **sim.instances}
+        live = list(sim.instances.values())
+    allowed = {norm_gpu(g) for g in p.allowed_gpus}
+    rents, destroys = [], []
+    for r in reqs:
+        path = r["path"]
+        if r["method"] == "PUT" and path.startswith("/api/v0/asks/"):
+            oid = int(path.rstrip("/").rsplit("/", 1)[-1])
+            offer = sim.offers.get(oid) or {}
+            b = r["body"] if isinstance(r["body"], dict) else {}
+            rents.append(r["t"])
+            if norm_gpu(offer.get("gpu_name")) not in allowed:
+                out.append(f"rent of {offer.get('gpu_name')} (offer {oid})")
+            if (offer.get("dph_total") or 0) > p.max_dph_per_instance:
+                out.append(f"rent at ${offer.get('dph_total')}/h (offer {oid})")
+            if (offer.get("reliability") or 0) < p.min_reliability:
+                out.append(f"rent at reliability {offer.get('reliability')} (offer {oid})")
+            if (b.get("image"), b.get("onstart"), b.get("env") or {}, float(b.get("disk") or 0)) != \
+                    (f.image, f.onstart, dict(f.env), float(f.disk_gb)):
+                out.append(f"rent off the template: {b.get('image')!r} {b.get('onstart')!r} {b.get('env')!r}")
+            if not str(b.get("label") or "").startswith(base):
+                out.append(f"rent without our label: {b.get('label')!r}")
+        elif r["method"] == "DELETE" or (r["method"] == "PUT" and path.startswith("/api/v0/instances/")
+                                         and "request_logs" not in path):
+            iid = int(path.rstrip("/").rsplit("/", 1)[-1])
+            label = str((every.get(iid) or {}).get("label") or "")
+            if iid in foreign or not label.startswith(base):
+                out.append(f"{r['method']} {path} on an instance not ours ({label!r})")
+            if r["method"] == "DELETE":
+                destroys.append(r["t"])
+    ours = [i for i in live if str(i.get("label") or "").startswith(base)]
+    if len(ours) > p.max_instances:
+        out.append(f"{len(ours)} live instances > {p.max_instances}")
+    if sum(i["dph_total"] for i in ours) > p.max_total_dph + 1e-6:
+        out.append(f"fleet at ${sum(i['dph_total'] for i in ours):.3f}/h > {p.max_total_dph}")
+    for name, times, cap in (("rents", rents, p.max_rents_per_hour), ("destroys", destroys, p.max_destroys_per_hour)):
+        times = sorted(t for t in times if t is not None)
+        for i, t in enumerate(times):
+            n = sum(1 for u in times[i:] if u < t + 3600)
+            if n > cap:
+                out.append(f"{n} {name} within an hour > {cap}")
+                break
+    missing = sorted(foreign - set(sim.instances))
+    if missing:
+        out.append(f"foreign instances gone: {missing}")
+    return out
+
+
+def run_ambiguous(root: Path, ticks: int, seed: int = 11) -> dict[str, Any]:
+    """Ticks where half of all rents create the instance, then answer 500 or hang."""
+    from agent.tick import run_tick
+
+    out: dict[str, Any] = {"ticks": ticks, "failed_ticks": [], "unresolved": []}
+    with running_sim(seed=seed) as (sim, server):
+        app = make_app(root, sim, server, vast={"timeout": 0.3})
+        try:
+            sim.faults.update({"ambiguous_rent": 0.5, "hang_seconds": 0.8})
+            for n in range(ticks):
+                sim.faults.update({"ambiguous_rent_mode": "hang" if (n // 2) % 2 else "500"})
+                sim.pending = 0.0 if n % 2 else 400.0
+                r = run_tick(app)
+                if not r.ok:
+                    out["failed_ticks"].append(r.reason)
+                called = {e.payload["call_id"] for e in app.log.read(0, kinds=["tool.called"], tick=r.tick)}
+                results = {e.payload["call_id"] for e in app.log.read(0, kinds=["tool.result"], tick=r.tick)}
+                out["unresolved"] += sorted(called - results)
+                sim.advance(900.0)
+            rents = [r for r in sim.requests if r["method"] == "PUT" and r["path"].startswith("/api/v0/asks/")]
+            out["rent_requests"] = len(rents)
+            out["rents_creating"] = len([r for r in rents if r["status"] in (200, 500)])
+            out["ambiguous_500"] = sim.fault_counts["ambiguous_500"]
+            out["ambiguous_hang"] = sim.fault_counts["ambiguous_hang"]
+            out["resolved_by_label"] = sum(
+                1 for e in app.log.read(0, kinds=["tool.result"])
+                if e.payload["name"] == "rent_instance" and "ambiguously" in (e.payload.get("output") or ""))
+            out["audit"] = asdict(audit_rentals(sim, db_path(root)))
+        finally:
+            app.close()
+    out["problems"] = check_db(db_path(root))
+    return out
+
+
+def run_api_chaos(root: Path, ticks: int, seed: int = 21) -> dict[str, Any]:
+    """Ticks against a simulator failing ~30% of calls (429 text/quota, 500, 503, too slow)."""
+    from agent.tick import run_tick
+
+    out: dict[str, Any] = {"ticks": ticks}
+    with running_sim(seed=seed) as (sim, server):
+        app = make_app(root, sim, server, vast={"timeout": 0.25, "max_attempts": 2})
+        try:
+            sim.faults.update(chaos_faults(0.27, slow=0.03, slow_seconds=0.5, ambiguous=0.1))
+            oks = []
+            for n in range(ticks):
+                sim.pending = 0.0 if n % 5 == 4 else 300.0
+                oks.append(run_tick(app).ok)  # an exception here fails the run: that is the check
+                sim.advance(600.0)
+            ends = tick_terminals(app.log)
+            failed = list(app.log.read(0, kinds=["tick.failed"]))
+            out["ticks_completed"] = sum(oks)
+            out["ticks_completed_second_half"] = sum(oks[ticks // 2:])
+            out["terminal_events_ok"] = sorted(ends) == list(range(1, ticks + 1)) and \
+                all(len(v) == 1 for v in ends.values())
+            out["tick_failed"] = len(failed)
+            out["tick_failed_without_reason"] = sum(1 for e in failed if not e.payload["reason"])
+            out["internal_errors"] = [e.payload["reason"] for e in failed if e.payload["error_kind"] == "internal"]
+            tool_errors = [e for e in app.log.read(0, kinds=["tool.result"]) if not e.payload["ok"]]
+            out["tool_errors"] = len(tool_errors)
+            out["tool_errors_without_text"] = sum(1 for e in tool_errors if not e.payload["error"])
+            out["observation_errors"] = sum(len(e.payload["observation"]["errors"])
+                                            for e in app.log.read(0, kinds=["tick.started"]))
+            out["api_calls"] = sum(1 for r in sim.requests if r["path"].startswith("/api/"))
+            out["faults"] = dict(sim.fault_counts)
+            out["audit"] = asdict(audit_rentals(sim, db_path(root)))
+        finally:
+            app.close()
+    out["problems"] = check_db(db_path(root))
+    return out
+
+
+# ------------------------------------------------------------------ processes
+
+
+class ExecSpawner:
+    """Runs the real ``fleet-agent`` console script."""
+
+    def __init__(self) -> None:
+        exe = shutil.which("fleet-agent") or str(Path(sys.executable).with_name("fleet-agent"))
+        self.cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "agent.cli"]
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def spawn(self, argv: list[str], out: Path, err: Path, env: dict[str, str] | None = None,
+              install: str | None = None, call: str | None = None) -> int:
+        if install or call:
+            raise ValueError("ExecSpawner runs the console script only")
+        e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        with open(out, "wb") as o, open(err, "wb") as r:
+            p = subprocess.Popen(self.cmd + argv, stdout=o, stderr=r, stdin=subprocess.DEVNULL, env=e,
+                                 cwd=str(ROOT))
+        self._procs[p.pid] = p
+        return p.pid
+
+    def poll(self, pid: int) -> int | None:
+        return self._procs[pid].poll()
+
+    def wait(self, pid: int, timeout: float = 120.0) -> int:
+        return self._procs.pop(pid).wait(timeout)
+
+    def close(self) -> None:
+        for p in self._procs.values():
+            p.kill()
+            p.wait()
+        self._procs.clear()
+
+
+class Zygote:
+    """A pre-imported Python process that forks one child per run (see the module docstring)."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.reliability.harness", "zygote"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=str(ROOT),
+                                     text=True, bufsize=1)
+        assert self.proc.stdout is not None
+        ready = self.proc.stdout.readline().strip()
+        if ready != "ready":
+            raise RuntimeError(f"zygote did not start: {ready!r}")
+
+    def _ask(self, msg: dict[str, Any]) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(msg) + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def spawn(self, argv: list[str], out: Path, err: Path, env: dict[str, str] | None = None,
+              install: str | None = None, call: str | None = None) -> int:
+        """``install``: "module:function" run in the child first; ``call``: run this instead of the CLI."""
+        return int(self._ask({"op": "spawn", "argv": argv, "out": str(out), "err": str(err), "env": env or {},
+                              "install": install, "call": call}))
+
+    def poll(self, pid: int) -> int | None:
+        """The child's exit code, or None while it runs."""
+        got = self._ask({"op": "poll", "pid": pid})
+        return None if got == "running" else int(got)
+
+    def wait(self, pid: int, timeout: float = 120.0) -> int:
+        return int(self._ask({"op": "wait", "pid": pid}))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _resolve(spec: str) -> Any:
+    mod, _, fn = spec.partition(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def _share_ssl_context() -> None:
+    """Build httpx's default SSL context once, here, for every child to inherit.
+
+    Every URL in these runs is http://127.0.0.1, so the context is never used; building it
+    (loading the CA bundle) is otherwise the largest cost of a short-lived tick process.
+    """
+    import httpx._transports.default as transport
+
+    built = transport.create_ssl_context()
+    real = transport.create_ssl_context
+
+    def shared(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        return built if (verify is True and cert is None) else real(verify=verify, cert=cert, trust_env=trust_env)
+
+    transport.create_ssl_context = shared  # type: ignore[assignment]
+
+
+def zygote_main() -> None:  # pragma: no cover - runs in its own process
+    import agent.cli
+    import agent.tick  # noqa: F401 - imported once here, inherited by every child
+    import tools.fleet  # noqa: F401
+    from agent.tokens import get_tokenizer
+
+    get_tokenizer("cl100k_base")
+    _share_ssl_context()
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    reaped: dict[int, int] = {}
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if msg["op"] in ("wait", "poll"):
+            pid = msg["pid"]
+            if pid not in reaped:
+                done, status = os.waitpid(pid, os.WNOHANG if msg["op"] == "poll" else 0)
+                if done:
+                    reaped[pid] = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            rc = reaped.pop(pid, None) if msg["op"] == "wait" else reaped.get(pid)
+            sys.stdout.write(f"{'running' if rc is None else rc}\n")
+            sys.stdout.flush()
+            continue
+        pid = os.fork()
+        if pid:
+            sys.stdout.write(f"{pid}\n")
+            sys.stdout.flush()
+            continue
+        code = 70
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            out = os.open(msg["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            err = os.open(msg["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            sys.stdin = open(os.devnull)  # noqa: SIM115 - the child's whole life
+            for k, v in msg["env"].items():
+                os.environ[k] = v
+            sys.argv = ["fleet-agent", *msg["argv"]]
+            if msg.get("install"):
+                _resolve(msg["install"])()
+            code = _resolve(msg["call"])(msg["argv"]) if msg.get("call") else agent.cli.main(msg["argv"])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 2
+        except BaseException:  # noqa: BLE001 - a child must end with an exit code and its traceback on stderr
+            import traceback
+
+            traceback.print_exc()
+            code = 70
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+
+
+def worker_main(argv: list[str]) -> int:  # pragma: no cover - runs in a forked child
+    """An operator process: notes, acks and reads through the CLI in a loop.
+
+    argv: [config, results file, worker index, seconds, workers]. Each write is recorded
+    as a JSON line (op, text or alert id, exit code) so the test can find it in the log.
+    """
+    import io
+
+    import agent.cli
+
+    cfg, results, idx, seconds, workers = argv[0], argv[1], int(argv[2]), float(argv[3]), int(argv[4])
+    deadline = time.monotonic() + seconds
+    n = 0
+    with open(results, "w", encoding="utf-8") as out:
+        while time.monotonic() < deadline:
+            n += 1
+            text = f"note w{idx}-{n}"
+            rc = _quiet(agent.cli.main, ["--config", cfg, "say", "--by", f"w{idx}", text], io)
+            out.write(json.dumps({"op": "note", "text": text, "rc": rc}) + "\n")
+            alert = idx + 1 + workers * (n - 1)
+            rc = _quiet(agent.cli.main, ["--config", cfg, "alerts", "ack", str(alert), "--by", f"w{idx}",
+                                         "--note", f"ack w{idx}-{n}"], io)
+            out.write(json.dumps({"op": "ack", "alert": alert, "rc": rc}) + "\n")
+            for read in (["thread", "show", "--limit", "5"], ["alerts", "list"], ["status", "--json"]):
+                rc = _quiet(agent.cli.main, ["--config", cfg, *read], io)
+                out.write(json.dumps({"op": "read", "argv": read, "rc": rc}) + "\n")
+            out.flush()
+    return 0
+
+
+def _quiet(main: Any, argv: list[str], io: Any) -> int:
+    """Run the CLI with stdout discarded (stderr stays: errors must be seen)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            return int(main(argv))
+        except SystemExit as e:
+            return e.code if isinstance(e.code, int) else 2
+
+
+# ------------------------------------------------------------------ checking a database
+
+
+def _open(path: Path) -> Any:
+    from agent.log import EventLog
+
+    return EventLog(path)
+
+
+class ChainWatch:
+    """Every (seq, hash) pair ever read from a log; ``check`` re-reads and compares them all."""
+
+    def __init__(self) -> None:
+        self.pairs: dict[int, str] = {}
+        self.checked = 0
+
+    def check(self, path: Path) -> list[str]:
+        problems = []
+        with _open(path) as log:
+            now = dict(log.conn.execute("SELECT seq, hash FROM events"))
+        for seq, h in self.pairs.items():
+            self.checked += 1
+            if now.get(seq) != h:
+                problems.append(f"seq {seq}: was {h[:12]}, now {str(now.get(seq))[:12]} (committed event lost)")
+        self.pairs.update(now)
+        return problems
+
+
+def check_db(path: Path, *, rebuild: bool = True) -> list[str]:
+    """Integrity, hash chain (which also catches seq gaps) and read models rebuilt from the log."""
+    if not path.exists():
+        return []
+    problems = []
+    with _open(path) as log:
+        ic = log.conn.execute("PRAGMA integrity_check").fetchall()
+        if ic != [("ok",)]:
+            problems.append(f"integrity_check: {ic[:3]}")
+        v = log.verify()
+        if not v.ok:
+            problems.append(f"verify: {v.reason}")
+        seqs = [r[0] for r in log.conn.execute("SELECT seq FROM events ORDER BY seq")]
+        if seqs != list(range(1, len(seqs) + 1)):
+            problems.append("seq gap")
+        if rebuild:
+            problems += [f"rebuild: {d}" for d in log.rebuild_check()]
+    return problems
+
+
+@dataclass
+class RentalAudit:
+    created: int = 0  # instances the simulator ever created with our label
+    duplicates: int = 0  # instances beyond the first for one idempotency key
+    untraced: int = 0  # instances whose key no tool.called carries
+    untracked: int = 0  # live instances with our label not active in the instances table
+    dangling_intents: int = 0  # tool.called with a side effect and no tool.result
+    calls_without_result: int = 0  # any tool.called without a tool.result
+
+
+def audit_rentals(sim: Simulator, path: Path, label_base: str = LABEL_BASE) -> RentalAudit:
+    a = RentalAudit()
+    with sim._lock:
+        every = list(sim.instances.values()) + list(sim.destroyed.values())
+        live = {i["id"]: i for i in sim.instances.values()}
+    ours = [i for i in every if (i.get("label") or "").startswith(label_base)]
+    a.created = len(ours)
+    with _open(path) as log:
+        c = log.conn
+        keys = {r[0] for r in c.execute("SELECT json_extract(payload, '$.idempotency_key') FROM events WHERE "
+                                        "kind = 'tool.called' AND json_extract(payload, '$.name') = "
+                                        "'rent_instance'") if r[0]}
+        active = {r[0] for r in c.execute("SELECT instance_id FROM instances WHERE status = 'active'")}
+        a.dangling_intents = c.execute("SELECT COUNT(*) FROM intents WHERE result_seq IS NULL").fetchone()[0]
+        called = {r[0] for r in c.execute("SELECT json_extract(payload, '$.call_id') FROM events "
+                                          "WHERE kind = 'tool.called'")}
+        results = {r[0] for r in c.execute("SELECT json_extract(payload, '$.call_id') FROM events "
+                                           "WHERE kind = 'tool.result'")}
+    a.calls_without_result = len(called - results)
+    by_key: dict[str, int] = {}
+    for i in ours:
+        k = i["label"][len(label_base):]
+        by_key[k] = by_key.get(k, 0) + 1
+        if k not in keys:
+            a.untraced += 1
+    a.duplicates = sum(n - 1 for n in by_key.values() if n > 1)
+    a.untracked = sum(1 for iid, i in live.items()
+                      if (i.get("label") or "").startswith(label_base) and iid not in active)
+    return a
+
+
+# ------------------------------------------------------------------ the kill -9 loop
+
+
+@dataclass
+class KillReport:
+    runs: int = 0
+    kills: int = 0
+    kills_after_mutation: int = 0
+    completed_runs: int = 0
+    events_checked: int = 0  # (seq, hash) comparisons after restarts
+    events: int = 0
+    db_checks: int = 0
+    problems: list[str] = field(default_factory=list)
+    audit: dict[str, int] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)
+    rent_requests: int = 0
+    final_tick_rc: int | None = None
+
+
+def _break_one(sim: Simulator, rng: random.Random) -> None:
+    """vast.ai reclaims one of our machines (the instance vanishes): the fleet must replace it."""
+    with sim._lock:
+        ours = sorted(i for i, x in sim.instances.items() if str(x.get("label") or "").startswith(LABEL_BASE))
+        if ours and rng.random() < 0.7:
+            sim._destroy(rng.choice(ours), sim.now())
+
+
+def _new_mutation(sim: Simulator, start: int) -> bool:
+    return any(mutating(r) for r in list(sim.requests[start:]))
+
+
+def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, install: str | None = None,
+              fault_rate: float = 0.2, ambiguous: float = 0.15, exec_every: int = 0,
+              max_runs: int | None = None) -> KillReport:
+    """SIGKILL ``fleet-agent tick`` at random moments against a faulty simulator, ``kills`` times.
+
+    After every run: no committed (seq, hash) changed or vanished, integrity_check ok, the
+    chain verifies, read models rebuild equal. At the end one clean tick reconciles and the
+    simulator's instances are audited against the log. ``install`` plants code in each child
+    (a deliberately broken variant); ``exec_every`` makes every n-th run the real console
+    script rather than a forked child.
+    """
+    rng = random.Random(seed)
+    rep = KillReport()
+    watch = ChainWatch()
+    own = spawner is None
+    spawner = spawner or Zygote()
+    execer = ExecSpawner() if exec_every else None
+    try:
+        with running_sim(seed) as (sim, server):
+            cfg = write_config(root, server.url, policy={"max_instances": 10, "max_total_dph": 40.0})
+            sim.faults.update(chaos_faults(fault_rate, ambiguous=ambiguous, hang_seconds=0.8))
+            durations: list[float] = []
+            budget = max_runs or kills * 4
+            while rep.kills < kills and rep.runs < budget:
+                n = rep.runs
+                sim.faults.update({"ambiguous_rent_mode": "hang" if n % 3 == 2 else "500"})
+                sim.pending = 0.0 if n % 4 == 3 else max(sim.pending, 600.0)
+                sim.advance(rng.choice([120.0, 300.0, 900.0]))
+                _break_one(sim, rng)
+                use = execer if execer and n % exec_every == exec_every - 1 else spawner
+                start = len(sim.requests)
+                t0 = time.monotonic()
+                pid = use.spawn(["--config", str(cfg), "tick"], root / "out.txt", root / "err.txt",
+                                install=install if use is spawner else None)
+                mode = rng.random()
+                typical = sorted(durations)[len(durations) * 4 // 5] if durations else 1.0
+                if use is execer:
+                    typical += 1.5
+                killed, after_mut = False, False
+                if mode < 0.85:
+                    # Half the kills strike at a random moment; the other half within a few ms of a
+                    # fleet-changing request reaching the simulator (the window between an intent,
+                    # the call and its result), or late in the tick when none comes.
+                    targeted = mode < 0.45
+                    deadline = t0 + (typical * 2.0 if targeted else rng.uniform(0.0, typical * 1.2))
+                    ended = False
+                    while time.monotonic() < deadline:
+                        if targeted and _new_mutation(sim, start):
+                            time.sleep(rng.uniform(0.0, 0.01))
+                            after_mut = True
+                            break
+                        if use.poll(pid) is not None:
+                            ended = True
+                            break
+                        time.sleep(0.002)
+                    if not ended:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)  # the pid is ours until waited for
+                            killed = True
+                rc = use.wait(pid)
+                elapsed = time.monotonic() - t0
+                rep.runs += 1
+                if rc == -signal.SIGKILL and killed:
+                    rep.kills += 1
+                    rep.kills_after_mutation += int(after_mut)
+                else:
+                    rep.completed_runs += 1
+                    durations.append(elapsed)
+                    if rc not in (0, 1):
+                        rep.problems.append(f"run {n}: exit {rc}: {(root / 'err.txt').read_text()[-400:]}")
+                if db_path(root).exists():
+                    # After every restart: nothing lost, integrity, chain; read models every 10th run
+                    # (a full rebuild per kill would make the loop quadratic) and at the end.
+                    found = watch.check(db_path(root)) + check_db(db_path(root), rebuild=n % 10 == 9)
+                    rep.problems += [f"run {n}: {p}" for p in found]
+                    rep.db_checks += 1
+            sim.quiet()
+            sim.advance(60.0)
+            pid = spawner.spawn(["--config", str(cfg), "tick"], root / "out.txt", root / "err.txt", install=install)
+            rep.final_tick_rc = spawner.wait(pid)
+            rep.problems += [f"final: {p}" for p in watch.check(db_path(root)) + check_db(db_path(root))]
+            rep.events_checked = watch.checked
+            rep.events = len(watch.pairs)
+            rep.audit = asdict(audit_rentals(sim, db_path(root)))
+            rep.faults = dict(sim.fault_counts)
+            rep.rent_requests = sum(1 for r in list(sim.requests)
+                                    if r["method"] == "PUT" and r["path"].startswith("/api/v0/asks/"))
+    finally:
+        if own:
+            spawner.close()
+        if execer:
+            execer.close()
+    return rep
+
+
+if __name__ == "__main__":  # pragma: no cover
+    if sys.argv[1:] == ["zygote"]:
+        zygote_main()
