@@ -79,7 +79,8 @@ class Totals:
     blocked: int = 0
     alerts: int = 0
     compactions: int = 0
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # as the provider reported them (the rules provider reports none)
+    request_tokens: int = 0  # as projected from the log for every request
     failed_ticks: int = 0
     operator: list[str] = field(default_factory=list)
 
@@ -199,7 +200,8 @@ def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = N
         out.write("demo finished\n")
         out.write(f"  spend ${spent:.2f} · jobs completed {demand.get('completed')} · rentals {totals.rentals} · "
                   f"destroys {totals.destroys} · blocked calls {totals.blocked} · alerts {totals.alerts} · "
-                  f"compactions {totals.compactions} · prompt tokens {totals.prompt_tokens}\n")
+                  f"compactions {totals.compactions} · request tokens {totals.request_tokens}"
+                  + (f" (provider-reported {totals.prompt_tokens})" if totals.prompt_tokens else "") + "\n")
         out.write(f"  operator: {'; '.join(totals.operator) or 'none'}\n")
         out.write(f"  log: {verify.checked} events, chain {'verifies' if verify.ok else 'BROKEN: ' + str(verify.reason)}\n\n")
         c = f"fleet-agent --config {cfg}"
@@ -238,6 +240,8 @@ def _count(e: Event, t: Totals) -> None:
         t.alerts += 1
     elif e.kind == "context.compacted":
         t.compactions += 1
+    elif e.kind == "model.request":
+        t.request_tokens += int(p["manifest"].get("estimated_tokens") or 0)
     elif e.kind == "model.response":
         t.prompt_tokens += int((p.get("usage") or {}).get("prompt_tokens") or 0)
 
