@@ -174,19 +174,16 @@ def _parse_since(v: str | None) -> tuple[int, str | None]:
         return 0, None
     if v.isdigit():
         return int(v), None
-    return 0, _parse_time(v)
+    try:
+        return 0, _parse_time(v)
+    except UsageError:
+        raise UsageError(f"--since {v!r} is neither a seq number nor an ISO time like 2026-11-29T10:05:00Z") from None
 
 
 def _parse_time(v: str) -> str:
-    from datetime import UTC, datetime
+    from agent.context import parse_time
 
-    try:
-        dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"{v!r} is neither a seq number nor an ISO time like 2026-11-29T10:05:00Z") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return parse_time(v)
 
 
 def cmd_thread_show(args: argparse.Namespace, app: App) -> int:

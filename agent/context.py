@@ -622,7 +622,7 @@ def parse_time(text: str) -> str:
     try:
         dt = datetime.fromisoformat(t)
     except ValueError as e:
-        raise UsageError(f"--at {text!r} is not a time; use ISO 8601 such as 2026-11-29T10:05:00Z") from e
+        raise UsageError(f"{text!r} is not a time; use ISO 8601 such as 2026-11-29T10:05:00Z") from e
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return utc_ts(dt)
