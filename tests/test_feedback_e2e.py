@@ -1,0 +1,86 @@
+"""Operator feedback through real ticks: the scripted fake model sees each tagged message once,
+in the right place, and a pinned directive survives compactions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent import feedback
+from agent.tick import run_tick
+from tests.fakes.openai_server import reply
+
+
+def _contents(body: dict[str, Any]) -> list[str]:
+    return [m.get("content") or "" for m in body["messages"]]
+
+
+def _index(contents: list[str], needle: str) -> int:
+    hits = [i for i, c in enumerate(contents) if needle in c]
+    assert len(hits) == 1, f"{needle!r} appears {len(hits)} times in the request"
+    return hits[0]
+
+
+def test_ack_note_and_knowledge_edit_reach_the_model_tagged_once_in_order(make_app, fake_model, sim_clock,
+                                                                          tmp_path):
+    """An ack and a note made between ticks, and a knowledge edit found at the next tick start,
+    are each in the next request exactly once: the ack and the note after the previous tick and
+    before the new observation, the edit right after the new observation; all as user messages."""
+    kdir = tmp_path / "knowledge"
+    kdir.mkdir()
+    (kdir / "hosts.md").write_text("# Hosts\n- all hosts allowed\n", encoding="utf-8")
+    app = make_app()
+    assert run_tick(app).ok
+    alert_id, _ = feedback.raise_alert(app.log, key="test:stuck", severity="warning",
+                                       title="Instance 7 stuck in loading", settings=app.settings)
+    feedback.ack(app.log, alert_id, "bob", "rebooted it by hand")
+    feedback.say(app.log, "demand spike expected at 18:00", "alice")
+    (kdir / "hosts.md").write_text("# Hosts\n- avoid host 4417: flaky\n", encoding="utf-8")
+    sim_clock.advance(300)
+    assert run_tick(app).ok
+
+    body = fake_model.chat_requests[-1].json
+    contents = _contents(body)
+    roles = [m["role"] for m in body["messages"]]
+    t1 = _index(contents, "[tick 1 · ")
+    ack = _index(contents, f"[alert #{alert_id} acked · bob] Instance 7 stuck in loading — note: rebooted it by hand")
+    note = _index(contents, "[operator note · alice] demand spike expected at 18:00")
+    t2 = _index(contents, "[tick 2 · ")
+    edit = _index(contents, "[knowledge edit · hosts.md] changed")
+    assert t1 < ack < note < t2 < edit
+    assert "+- avoid host 4417: flaky" in contents[edit]
+    assert all(roles[i] == "user" for i in (ack, note, edit))
+
+
+def _agent_or_summariser(body: dict[str, Any]) -> Any:
+    """The scripted model: search offers once per tick, then stop; as a summariser (no tools),
+    answer with a short text (which the mechanical check may refuse: the fallback then runs)."""
+    if not body.get("tools"):
+        return reply("## Fleet state and commitments\nnothing notable")
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        return reply("fleet looks fine")
+    return reply("checking the market", tool_calls=[("search_offers", {"limit": 25})])
+
+
+def test_a_pinned_directive_is_in_every_request_after_several_compactions(make_app, fake_model, sim_clock,
+                                                                         tmp_path):
+    """A `say --pin` directive stays in the request verbatim, in the pinned block, after
+    several compactions have summarised the thread it arrived in."""
+    (tmp_path / "knowledge").mkdir()
+    fake_model.default = _agent_or_summariser
+    app = make_app(context={"budget_tokens": 6000, "output_reserve": 500, "high_water": 0.6, "low_water": 0.3,
+                            "tool_output_max_tokens": 400, "summary_max_tokens": 500,
+                            "pinned_max_tokens": 1200})
+    directive = feedback.say(app.log, "never rent outside Europe this week", "alice", pin=True)
+    for _ in range(12):
+        assert run_tick(app).ok
+        sim_clock.advance(300)
+    compactions = list(app.log.read(0, kinds=["context.compacted"]))
+    assert len(compactions) >= 2
+    pinned_tag = f"[operator directive #{directive.seq} · alice] never rent outside Europe this week"
+    after_second = [r for r in fake_model.chat_requests if r.json.get("tools")][-1].json
+    contents = _contents(after_second)
+    hits = [c for c in contents if "never rent outside Europe this week" in c]
+    assert len(hits) == 1
+    assert hits[0].startswith("[pinned") and pinned_tag.split("] ")[1] in hits[0]
+    assert all(e.payload["covered_to"] > directive.seq for e in compactions)
