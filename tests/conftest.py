@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from agent import config
 from agent.app import App
@@ -23,6 +24,15 @@ from tests.fakes.openai_server import FakeOpenAI
 from tools.sim import ManualClock, SimServer, Simulator
 
 pytest_plugins = ["tests.conftest_sim"]
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults() -> Iterator[None]:
+    """Each test starts from structlog's defaults: a test that ran the CLI in-process (which
+    configures a warning-level filter) must not hide info lines from the next test's capture_logs."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
 
 
 def settings_for(tmp_path: Path, sim_url: str, *, model_url: str | None = None, provider: str = "openai",
