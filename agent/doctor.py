@@ -4,7 +4,7 @@ Checks: the config; the secrets (where they come from, never their values);
 the database (``PRAGMA quick_check``) and the log's hash chain; the runtime
 SQLite version; vast.ai reachable and the key accepted; the model endpoint
 reachable and serving the configured model (skipped for the rules provider);
-the token encoding loads offline; the knowledge directory; the prompt files.
+the demand source answering (when configured); the token encoding loads offline; the knowledge directory; the prompt files.
 
 Each check is a function returning ``Check``; the network checks take their
 client as an argument, so tests point them at servers on 127.0.0.1.
@@ -148,6 +148,20 @@ def check_vast(client: Any, url: str, origin: str | None = None) -> Check:
     return Check("vast.ai", True, f"{url}: key accepted (user {user.id}{bal})")
 
 
+def check_demand(client: Any, url: str | None) -> Check:
+    """``client.get()``: the job queue answers with a usable pending count."""
+    from tools.demand import DemandError
+
+    if client is None or url is None:
+        return Check("demand", True, "not configured (demand.url: null): ticks observe no queue")
+    try:
+        d = client.get()
+    except DemandError as e:
+        return Check("demand", False, _err(e), "check demand.url and that the queue service answers "
+                     'GET with JSON like {"pending": 12, "completed": 340}')
+    return Check("demand", True, f"{url}: {d.pending} pending, {d.completed} completed")
+
+
 def check_model(s: Settings, provider: Any) -> Check:
     """``provider.list_models()`` lists ``model.name``; skipped for the rules provider."""
     from agent.llm import LLMError
@@ -231,6 +245,7 @@ def run_checks(config_path: str | None = None, *, env: Mapping[str, str] | None 
     out.append(check_sqlite_version())
     out.append(_vast_check(s, env, vast))
     out.append(_model_check(s, env, provider))
+    out.append(_demand_check(s))
     out.append(check_tokenizer(s))
     out.append(check_knowledge(s))
     out.append(check_prompts(s))
@@ -249,6 +264,18 @@ def _vast_check(s: Settings, env: Mapping[str, str] | None, client: Any) -> Chec
     with VastClient(s.vast.url, key.reveal(), timeout=min(float(s.vast.timeout), DOCTOR_TIMEOUT_S),
                     max_attempts=min(2, max(1, s.vast.max_attempts))) as c:
         return check_vast(c, s.vast.url, key.origin)
+
+
+def _demand_check(s: Settings) -> Check:
+    if not s.demand.url:
+        return check_demand(None, None)
+    from tools.demand import DemandClient
+
+    client = DemandClient(s.demand.url, timeout=DOCTOR_TIMEOUT_S)
+    try:
+        return check_demand(client, s.demand.url)
+    finally:
+        client.close()
 
 
 def _model_check(s: Settings, env: Mapping[str, str] | None, provider: Any) -> Check:

@@ -262,3 +262,23 @@ def test_doctor_missing_pieces(tmp_path, capsys, sim_server, monkeypatch):
     lines = out.strip().splitlines()
     assert lines[0].startswith("FAIL config") and "did you mean 'schedule.interval'" in lines[0]
     assert lines[-1] == "1 of 1 checks failed"
+
+
+def test_doctor_checks_the_demand_source(tmp_path, capsys, sim_server, monkeypatch):
+    """A configured demand.url is read once: the simulator's queue is ok with its pending count; a
+    closed port fails with the fix; no demand.url is reported as not configured, not as a failure."""
+    monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
+    cfg = make_setup(tmp_path, sim_server.url, "  provider: rules")
+    text = cfg.read_text(encoding="utf-8")
+    code, out = run_cli(capsys, "--config", str(cfg), "doctor")
+    assert code == 0 and "ok   demand     not configured" in out, out
+
+    cfg.write_text(text + f"demand:\n  url: {sim_server.url}/demand\n", encoding="utf-8")
+    code, out = run_cli(capsys, "--config", str(cfg), "doctor")
+    line = next(x for x in out.splitlines() if x.split()[1] == "demand")
+    assert code == 0 and line.startswith("ok") and " pending, " in line, out
+
+    cfg.write_text(text + f"demand:\n  url: http://127.0.0.1:{closed_port()}/demand\n", encoding="utf-8")
+    code, out = run_cli(capsys, "--config", str(cfg), "doctor")
+    line = next(x for x in out.splitlines() if x.split()[1] == "demand")
+    assert code == 1 and line.startswith("FAIL") and "cannot reach" in line and "fix: check demand.url" in line
