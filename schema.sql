@@ -1,6 +1,6 @@
 -- fleet-agent: the whole SQLite schema.
 --
--- Applied at open by agent/db.py as an ordered list of migrations: each
+-- Applied at open by agent/store/db.py as an ordered list of migrations: each
 -- "-- migration: NNN_name" section runs once, in one transaction together with
 -- its row in _migrations. Released sections are never edited; a change is a new
 -- section at the end.

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from agent.config import Settings
-from agent.log import EventLog
+from agent.store.log import EventLog
 
 
 class App:
@@ -30,7 +30,7 @@ class App:
     def vast(self) -> Any:
         """A vast.ai client (one per App, reused across ticks)."""
         if "_vast" not in self.__dict__:
-            from tools.vast import VastClient
+            from agent.clients.vast import VastClient
 
             v = self.settings.vast
             self._vast = VastClient(v.url, self.settings.vast_api_key(self.env).reveal(), timeout=v.timeout,
@@ -42,7 +42,7 @@ class App:
         if not self.settings.demand.url:
             return None
         if "_demand" not in self.__dict__:
-            from tools.demand import DemandClient
+            from agent.clients.demand import DemandClient
 
             self._demand = DemandClient(self.settings.demand.url)
             self._clients.append(self._demand)

@@ -38,8 +38,8 @@ from agent.context import (
     view,
 )
 from agent.events import Event, render, render_observation
-from agent.log import EventLog
 from agent.prompts import Prompts, render_summarize
+from agent.store.log import EventLog
 
 logger = structlog.get_logger(__name__)
 

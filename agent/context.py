@@ -33,8 +33,8 @@ import structlog
 from agent import config
 from agent.errors import UsageError
 from agent.events import Event, fence, render, render_tool_content
-from agent.log import EventLog, canonical, utc_ts
 from agent.prompts import Prompts, render_system
+from agent.store.log import EventLog, canonical, utc_ts
 from agent.tokens import REQUEST_OVERHEAD, Tokenizer, get_tokenizer
 
 logger = structlog.get_logger(__name__)

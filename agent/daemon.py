@@ -56,8 +56,8 @@ from agent.app import App
 from agent.config import Settings
 from agent.errors import ConfigError, FleetAgentError
 from agent.lock import FleetLock
-from agent.log import EventLog
-from agent.notify import Notifier
+from agent.sdnotify import Notifier
+from agent.store.log import EventLog
 
 log = structlog.get_logger(__name__)
 

@@ -22,7 +22,7 @@ from typing import IO, Any
 from agent import config, feedback
 from agent.app import App
 from agent.events import Event
-from tools.sim import ManualClock, SimServer, Simulator
+from agent.sim import ManualClock, SimServer, Simulator
 
 SIM_KEY = "demo-sim-key"
 TICK_SECONDS = 300.0

@@ -79,8 +79,8 @@ def check_secrets(s: Settings, env: Mapping[str, str] | None = None) -> list[Che
 
 
 def check_database(s: Settings) -> list[Check]:
-    from agent.db import sqlite3
-    from agent.log import EventLog
+    from agent.store.db import sqlite3
+    from agent.store.log import EventLog
 
     if not s.db_path.exists():
         return [Check("database", False, f"no database at {s.db_path}",
@@ -120,7 +120,7 @@ def check_database(s: Settings) -> list[Check]:
 
 
 def check_sqlite_version() -> Check:
-    from agent.db import MIN_SQLITE, sqlite3, sqlite_version
+    from agent.store.db import MIN_SQLITE, sqlite3, sqlite_version
 
     want = ".".join(map(str, MIN_SQLITE))
     if sqlite_version() >= MIN_SQLITE:
@@ -131,7 +131,7 @@ def check_sqlite_version() -> Check:
 
 def check_vast(client: Any, url: str, origin: str | None = None) -> Check:
     """``client.current_user()``: reachable and key accepted (``origin``: where the key came from)."""
-    from tools.vast import VastError
+    from agent.clients.vast import VastError
 
     try:
         user = client.current_user()
@@ -150,7 +150,7 @@ def check_vast(client: Any, url: str, origin: str | None = None) -> Check:
 
 def check_demand(client: Any, url: str | None) -> Check:
     """``client.get()``: the job queue answers with a usable pending count."""
-    from tools.demand import DemandError
+    from agent.clients.demand import DemandError
 
     if client is None or url is None:
         return Check("demand", True, "not configured (demand.url: null): ticks observe no queue")
@@ -255,7 +255,7 @@ def run_checks(config_path: str | None = None, *, env: Mapping[str, str] | None 
 def _vast_check(s: Settings, env: Mapping[str, str] | None, client: Any) -> Check:
     if client is not None:
         return check_vast(client, s.vast.url)
-    from tools.vast import VastClient
+    from agent.clients.vast import VastClient
 
     try:
         key = s.vast_api_key(env)
@@ -269,7 +269,7 @@ def _vast_check(s: Settings, env: Mapping[str, str] | None, client: Any) -> Chec
 def _demand_check(s: Settings) -> Check:
     if not s.demand.url:
         return check_demand(None, None)
-    from tools.demand import DemandClient
+    from agent.clients.demand import DemandClient
 
     client = DemandClient(s.demand.url, timeout=DOCTOR_TIMEOUT_S)
     try:

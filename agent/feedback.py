@@ -47,7 +47,7 @@ import yaml
 
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event
-from agent.log import EventLog, Transaction
+from agent.store.log import EventLog, Transaction
 
 logger = structlog.get_logger(__name__)
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from agent.config import Settings
-from agent.log import EventLog, utc_ts
+from agent.store.log import EventLog, utc_ts
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Policy:
         return None
 
     def check_rent(self, offer: Any, fleet_count: int, fleet_dph: float, rents_last_hour: int) -> Block | None:
-        """``offer``: a tools.vast.Offer; ``fleet_count``/``fleet_dph``: our live instances."""
+        """``offer``: a agent.clients.vast.Offer; ``fleet_count``/``fleet_dph``: our live instances."""
         p = self.p
         allowed = {norm_gpu(g) for g in p.allowed_gpus}
         if norm_gpu(offer.gpu_name) not in allowed:

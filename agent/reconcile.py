@@ -23,8 +23,8 @@ from typing import Any
 
 import structlog
 
-from agent.log import EventLog
 from agent.policy import Policy
+from agent.store.log import EventLog
 
 log_ = structlog.get_logger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from agent.app import App
-from agent.log import EventLog
+from agent.store.log import EventLog
 
 log = structlog.get_logger(__name__)
 

@@ -17,6 +17,8 @@ from typing import Any
 import structlog
 
 from agent import compaction, context, feedback
+from agent.clients.demand import DemandError
+from agent.clients.vast import VastError
 from agent.errors import FleetAgentError
 from agent.llm import LLMError
 from agent.lock import FleetLock
@@ -24,9 +26,7 @@ from agent.policy import Policy
 from agent.reconcile import reconcile
 from tools import fleet as fleet_tools
 from tools import registry
-from tools.demand import DemandError
 from tools.registry import Outcome, ToolContext, ToolInputError
-from tools.vast import VastError
 
 log_ = structlog.get_logger(__name__)
 

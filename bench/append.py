@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.db import sqlite3
-from agent.log import EventLog
+from agent.store.db import sqlite3
+from agent.store.log import EventLog
 
 # A mix close to a tick's: model-visible notes and tool results, an invisible intent.
 _OUTPUT = "offer 123456 RTX 4090 x1 $0.38/h reliability 0.991 host 4411 " * 4

@@ -57,8 +57,8 @@ from agent.context import (  # noqa: E402
     request_payload,
 )
 from agent.events import Event, render  # noqa: E402
-from agent.log import EventLog  # noqa: E402
 from agent.prompts import load_prompts  # noqa: E402
+from agent.store.log import EventLog  # noqa: E402
 
 CACHE = Path("/tmp/fleet-agent-bench")
 POLICY = {"max_instances": 8, "max_dph": 0.6, "allowed_gpus": ["RTX_4090", "A100"], "image": "prover:1.4"}

@@ -13,8 +13,8 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from tools.sim import ManualClock, SimServer, Simulator
-from tools.vast import VastClient
+from agent.clients.vast import VastClient
+from agent.sim import ManualClock, SimServer, Simulator
 
 
 def _measure(name: str, fn, calls: int, threads: int) -> None:

@@ -20,8 +20,8 @@ import structlog
 from agent import config
 from agent.app import App
 from agent.config import Settings
+from agent.sim import ManualClock, SimServer, Simulator
 from tests.fakes.openai_server import FakeOpenAI
-from tools.sim import ManualClock, SimServer, Simulator
 
 pytest_plugins = ["tests.conftest_sim"]
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tools.sim import ManualClock, SimServer, Simulator
-from tools.vast import VastClient
+from agent.clients.vast import VastClient
+from agent.sim import ManualClock, SimServer, Simulator
 
 SIM_SEED = 7
 

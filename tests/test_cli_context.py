@@ -10,9 +10,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from agent import cli_context
-from agent.log import EventLog
+from agent.cli import context as cli_context
 from agent.prompts import load_prompts
+from agent.store.log import EventLog
 from tests.test_context import POLICY, TOOLS, Clock
 from tests.test_context_props import S, run
 

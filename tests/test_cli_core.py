@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent import config
-from agent.log import EventLog
+from agent.store.log import EventLog
 
 REPO = Path(__file__).resolve().parents[1]
 _ENV_DROP = ("VAST_API_KEY", "OPENAI_API_KEY", "CREDENTIALS_DIRECTORY", "FLEET_AGENT_CONFIG")

@@ -17,8 +17,8 @@ import yaml
 from agent import config, logsetup
 from agent.config import Settings
 from agent.errors import ConfigError
-from agent.log import EventLog
 from agent.secrets import Secret, scrub
+from agent.store.log import EventLog
 
 REPO = Path(__file__).resolve().parents[1]
 VAST_KEY = "vk-test-7f3a9c1e5b2d4f60"

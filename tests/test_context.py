@@ -27,8 +27,8 @@ from agent.context import (
 )
 from agent.errors import ConfigError, UsageError
 from agent.events import Event
-from agent.log import EventLog, utc_ts
 from agent.prompts import load_prompts, render_system
+from agent.store.log import EventLog, utc_ts
 
 POLICY = {"max_instances": 4, "allowed_gpus": ["RTX_4090", "A100"], "max_dph": 0.6}
 TOOLS = [{"type": "function", "function": {"name": "search_offers", "description": "Search offers.",

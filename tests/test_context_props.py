@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from agent.compaction import compact
 from agent.context import ContextSettings, fits, project, project_at, request_payload
-from agent.log import EventLog
 from agent.prompts import load_prompts
+from agent.store.log import EventLog
 from tests.test_context import POLICY, TOOLS, Clock, observation, words
 
 PROMPTS = load_prompts(None)

@@ -8,7 +8,7 @@ import sys
 
 from agent.config import load
 from agent.demo import run_demo
-from agent.log import EventLog
+from agent.store.log import EventLog
 
 
 def test_demo_six_ticks_exits_zero_with_every_kind_of_story(tmp_path):

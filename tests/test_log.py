@@ -12,9 +12,9 @@ import pysqlite3
 import pytest
 import sqlite_utils.db
 
-from agent import db as agent_db
 from agent.errors import LogError, PayloadError
-from agent.log import GENESIS, EventLog, row_hash
+from agent.store import db as agent_db
+from agent.store.log import GENESIS, EventLog, row_hash
 
 
 @pytest.fixture

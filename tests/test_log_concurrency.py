@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.log import EventLog
+from agent.store.log import EventLog
 
 REPO = Path(__file__).resolve().parents[1]
 
 WORKER = r"""
 import sys
 from pathlib import Path
-from agent.log import EventLog
+from agent.store.log import EventLog
 
 path, name, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 log = EventLog(path)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agent.errors import PayloadError
 from agent.events import KINDS
-from agent.log import EventLog
+from agent.store.log import EventLog
 
 _scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1)
             | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40))

@@ -18,11 +18,11 @@ _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "d
 CHECK = r"""
 import sys
 from pathlib import Path
-import agent, agent.db, agent.config
-from agent.log import EventLog
+import agent, agent.store.db, agent.config
+from agent.store.log import EventLog
 
 assert Path(agent.__file__).resolve().is_relative_to(Path(sys.argv[1]).resolve()), agent.__file__
-assert [n for n, _ in agent.db.migrations()], "schema.sql has no migrations"
+assert [n for n, _ in agent.store.db.migrations()], "schema.sql has no migrations"
 assert agent.config.parse(agent.config.example_text()) == agent.config.Settings()
 with EventLog(Path(sys.argv[2]) / "e.db") as log:
     log.append("operator.note", {"text": "from the wheel", "by": "ci"}, "operator")

@@ -14,8 +14,8 @@ from urllib.parse import quote_plus
 import httpx
 import pytest
 
-from tools.demand import Demand, DemandClient, DemandError
-from tools.sim import BEHAVIOURS, GPU_MODELS, OCI_MSG, ManualClock, SimServer, Simulator
+from agent.clients.demand import Demand, DemandClient, DemandError
+from agent.sim import BEHAVIOURS, GPU_MODELS, OCI_MSG, ManualClock, SimServer, Simulator
 
 
 @pytest.fixture(scope="module")
@@ -441,7 +441,7 @@ def test_same_seed_same_actions_same_state() -> None:
 def test_serve_forever_prints_url_and_saves_on_sigterm(http: httpx.Client, tmp_path) -> None:
     """The `sim` command's server prints its URL and key, serves, and saves its state on SIGTERM."""
     state = tmp_path / "state.json"
-    code = ("import sys; from tools.sim import serve_forever; "
+    code = ("import sys; from agent.sim import serve_forever; "
             f"serve_forever(0, 5, 1.0, {str(state)!r}, 'k-123')")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)

@@ -13,12 +13,12 @@ import structlog
 
 from agent import cli, config
 from agent.app import App
-from agent.db import sqlite3
 from agent.feedback import raise_alert
 from agent.lock import FleetLock
-from agent.log import EventLog
+from agent.sim import SimServer, Simulator
+from agent.store.db import sqlite3
+from agent.store.log import EventLog
 from tests.fakes.openai_server import FakeOpenAI
-from tools.sim import SimServer, Simulator
 
 SIM_KEY = "sim-key-doctor-1234"
 
@@ -254,7 +254,7 @@ def test_doctor_missing_pieces(tmp_path, capsys, sim_server, monkeypatch):
     assert "FAIL secrets" in out and "set $TEST_VAST_KEY" in out
     assert "FAIL database" in out and "fleet-agent init" in out
     assert "FAIL knowledge" in out and "mkdir -p" in out
-    assert not (tmp_path / "data" / "fleet-agent.db").exists()
+    assert not (tmp_path / "data" / "fleet-agent.store.db").exists()
 
     cfg.write_text("schedule:\n  intervall: 5m\n", encoding="utf-8")
     code, out = run_cli(capsys, "--config", str(cfg), "doctor")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.db import sqlite3
-from agent.log import EventLog, row_hash
+from agent.store.db import sqlite3
+from agent.store.log import EventLog, row_hash
 
 REPO = Path(__file__).resolve().parents[1]
 N = 10
@@ -29,7 +29,7 @@ def setup(tmp_path):
     """A config in tmp_path and a log of N events; yields (config, db path, raw connection without triggers)."""
     cfg = tmp_path / "config.yaml"
     cfg.write_text("data_dir: ./data\nknowledge_dir: ./knowledge\n")
-    db = tmp_path / "data" / "fleet-agent.db"
+    db = tmp_path / "data" / "fleet-agent.store.db"
     with EventLog(db) as log:
         for i in range(1, N + 1):
             log.append("operator.note", {"text": f"note {i}", "by": "alice"}, "operator", tick=i)

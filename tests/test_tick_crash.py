@@ -22,11 +22,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from agent.sim import ManualClock, Reply, Simulator
 from agent.tick import run_tick
 from tests.conftest import events_of, good_offer, rent_puts, settings_for
 from tests.conftest_sim import SIM_SEED
 from tests.fakes.openai_server import reply
-from tools.sim import ManualClock, Reply, Simulator
 
 REPO = Path(__file__).resolve().parent.parent
 WAIT_S = 30.0
@@ -37,7 +37,7 @@ from pathlib import Path
 from agent.app import App
 from agent.tick import run_tick
 from tests.conftest import settings_for
-from tools.sim import ManualClock
+from agent.sim import ManualClock
 a = json.loads(sys.argv[1])
 s = settings_for(Path(a["tmp"]), a["sim_url"], model_url=a["model_url"])
 app = App(s, env={"VAST_API_KEY": a["key"]}, clock=ManualClock(a["now"]))

@@ -1,4 +1,4 @@
-"""tools/vast.py against the simulator over real HTTP, and against scripted transports."""
+"""agent/clients/vast.py against the simulator over real HTTP, and against scripted transports."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import httpx
 import pytest
 import structlog
 
-from tools.sim import ManualClock, SimServer, Simulator
-from tools.vast import Instance, Offer, RentOutcome, User, VastClient, VastError
+from agent.clients.vast import Instance, Offer, RentOutcome, User, VastClient, VastError
+from agent.sim import ManualClock, SimServer, Simulator
 
 SECRET = "sk-live-3f9c2a7d1e8b4c6a"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.sim import ManualClock, SimServer, Simulator
+from agent.sim import ManualClock, SimServer, Simulator
 
 
 def _vastai() -> str | None:

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from tools.sim import ManualClock, Reply, SimServer, Simulator
+from agent.sim import ManualClock, Reply, SimServer, Simulator
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_ID = "rel"
@@ -86,7 +86,7 @@ def write_config(root: Path, sim_url: str, *, key: str = SIM_KEY, **kw: Any) -> 
 
 
 def db_path(root: Path) -> Path:
-    return root / "data" / "fleet-agent.db"
+    return root / "data" / "fleet-agent.store.db"
 
 
 # ------------------------------------------------------------------ the simulator
@@ -509,7 +509,7 @@ def _quiet(main: Any, argv: list[str], io: Any) -> int:
 
 
 def _open(path: Path) -> Any:
-    from agent.log import EventLog
+    from agent.store.log import EventLog
 
     return EventLog(path)
 

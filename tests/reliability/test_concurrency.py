@@ -41,7 +41,7 @@ def run_concurrency(root, zygote, seconds: float) -> dict[str, int]:
         codes = [zygote.wait(pid) for pid in workers]
         records = [json.loads(line) for i in range(WORKERS) for line in (root / f"w{i}.jsonl").read_text().splitlines()]
         stderr = "".join((root / f"w{i}.err").read_text() for i in range(WORKERS))
-        from agent.log import EventLog
+        from agent.store.log import EventLog
 
         with EventLog(db_path(root)) as log:
             notes = [e.payload["text"] for e in log.read(0, kinds=["operator.note"])]

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from agent import cli
-from agent.log import EventLog
+from agent.store.log import EventLog
 from agent.tick import run_tick
 from tests.reliability.harness import SIM_KEY, check_db, config_dict, db_path, make_app, running_sim
 
@@ -182,7 +182,7 @@ def test_fuzzed_say_ack_and_since_arguments_are_accepted_or_refused_without_half
         stats = {"ok": 0, "refused": 0}
 
         def count() -> int:
-            from agent.log import EventLog
+            from agent.store.log import EventLog
 
             with EventLog(db_path(fast_root)) as log:
                 assert log.verify().ok

@@ -16,7 +16,7 @@ from pathlib import Path
 import pysqlite3.dbapi2 as sqlite3
 import pytest
 
-from agent.log import row_hash
+from agent.store.log import row_hash
 from agent.tick import run_tick
 from tests.reliability.harness import SIM_KEY, check_db, db_path, make_app, running_sim
 from tests.reliability.test_operator_input import run_cli

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent import events as ev
-from agent import readmodels
-from agent.db import connect, immediate, sqlite3
 from agent.errors import LogError, PayloadError
 from agent.events import Event
+from agent.store import readmodels
+from agent.store.db import connect, immediate, sqlite3
 from agent.tokens import Tokenizer, get_tokenizer
 
 GENESIS = "0" * 64

@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agent.db import sqlite3
 from agent.events import Event
+from agent.store.db import sqlite3
 
 TABLES = {
     "alerts": "id",
@@ -148,7 +148,7 @@ def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
 
 def rebuild(events: Iterable[Event]) -> sqlite3.Connection:
     """A fresh in-memory database whose read models are rebuilt from ``events`` alone."""
-    from agent.db import _statements, migrations
+    from agent.store.db import _statements, migrations
 
     mem = sqlite3.connect(":memory:", isolation_level=None)
     for name, sql in migrations():

@@ -1,4 +1,4 @@
-"""agent.notify against real AF_UNIX datagram sockets."""
+"""agent.sdnotify against real AF_UNIX datagram sockets."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from agent.notify import Notifier
+from agent.sdnotify import Notifier
 
 
 @pytest.fixture

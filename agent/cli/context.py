@@ -28,7 +28,7 @@ from agent.context import (
     tools_hash,
 )
 from agent.events import Event
-from agent.log import canonical
+from agent.store.log import canonical
 
 
 def _out(s: str = "") -> None:

@@ -4,7 +4,7 @@
     SimServer   serves a Simulator over HTTP on 127.0.0.1 (ThreadingHTTPServer, daemon thread)
     ManualClock a clock tests advance by hand
 
-The HTTP surface is the one the official `vastai` CLI and tools/vast.py use (see
+The HTTP surface is the one the official `vastai` CLI and agent/clients/vast.py use (see
 VAST_API.md): Bearer or `?api_key=` auth, JSON bodies with `Content-Type:
 application/json`, v1 instance pagination, the logs `result_url` flow. Admin
 endpoints live under `/_sim/` and need no vast auth; `GET /demand` serves the job

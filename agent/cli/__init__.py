@@ -22,11 +22,11 @@ from agent.events import Event, render
 
 # Command groups beyond the core ones below, each a module with register(sub).
 COMMAND_MODULES = (
-    "agent.cli_context",
-    "agent.cli_ops",
-    "agent.cli_feedback",
-    "agent.cli_service",
-    "agent.cli_demo",
+    "agent.cli.context",
+    "agent.cli.ops",
+    "agent.cli.feedback",
+    "agent.cli.service",
+    "agent.cli.demo",
 )
 
 EXAMPLE_KNOWLEDGE = """\
@@ -226,7 +226,7 @@ def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_sim(args: argparse.Namespace, _app: App | None) -> int:
-    from tools.sim import serve_forever
+    from agent.sim import serve_forever
 
     serve_forever(port=args.port, seed=args.seed, speed=args.speed, state_file=args.state, api_key=args.api_key)
     return 0
@@ -355,8 +355,5 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:  # pragma: no cover - console script shim
     sys.exit(main())
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
 
 

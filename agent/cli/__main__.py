@@ -1,0 +1,7 @@
+"""``python -m agent.cli``: the same as the ``fleet-agent`` command."""
+
+import sys
+
+from agent.cli import main
+
+sys.exit(main())

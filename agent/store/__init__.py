@@ -1,0 +1,1 @@
+"""Storage: the event log, its read models and every query against them."""
