@@ -494,13 +494,8 @@ def _open_tick(log_: EventLog | None) -> int | None:
     """The newest tick that has ``tick.started`` but neither ``tick.completed`` nor ``tick.failed``."""
     if log_ is None:
         return None
-    row = log_.conn.execute("SELECT tick, seq FROM events WHERE kind = 'tick.started' "
-                            "ORDER BY seq DESC LIMIT 1").fetchone()
-    if row is None or row[0] is None:
-        return None
-    done = log_.conn.execute("SELECT 1 FROM events WHERE kind IN ('tick.completed', 'tick.failed') "
-                             "AND tick = ? AND seq > ? LIMIT 1", (row[0], row[1])).fetchone()
-    return None if done else int(row[0])
+    t = log_.store.open_tick()
+    return None if t is None else t.tick
 
 
 def run_daemon(settings: Settings, *, config_path: str | os.PathLike | None, tick_fn: TickFn | None = None,

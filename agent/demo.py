@@ -250,10 +250,10 @@ def _operator(app: App, n: int, ack_at: int, edit_at: int, pin_at: int, sim: Sim
     """The scripted operator: steps in between ticks, exactly as the CLI would (once each)."""
     log = app.log
     if n >= ack_at and not any(x.startswith("acked") for x in t.operator):
-        row = log.conn.execute("SELECT id, title FROM alerts WHERE status = 'open' ORDER BY id LIMIT 1").fetchone()
-        if row:
-            feedback.ack(log, row[0], "demo-operator", "seen it; replace broken machines and keep going")
-            t.operator.append(f"acked alert #{row[0]}")
+        first = next(iter(log.store.open_alerts()), None)
+        if first is not None:
+            feedback.ack(log, first.id, "demo-operator", "seen it; replace broken machines and keep going")
+            t.operator.append(f"acked alert #{first.id}")
     if n >= edit_at and not any(x.startswith("blacklisted") for x in t.operator):
         hosts = sorted(_flaky_hosts(app, sim, fallback=n >= edit_at + 2))[:3]
         if hosts:

@@ -92,10 +92,7 @@ def check_database(s: Settings) -> list[Check]:
         return [Check("database", False, f"{s.db_path} cannot be opened: {_err(e)}",
                       "restore the database from a backup")]
     try:
-        try:
-            rows = [r[0] for r in lg.conn.execute("PRAGMA quick_check").fetchall()]
-        except sqlite3.DatabaseError as e:
-            rows = [str(e)]
+        rows = lg.store.quick_check()
         out = []
         if rows == ["ok"]:
             out.append(Check("database", True, f"{s.db_path}: quick_check ok"))

@@ -48,6 +48,7 @@ import yaml
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event
 from agent.store.log import EventLog, Transaction
+from agent.store.queries import Alert, FailedRun, KnowledgeVersion
 
 logger = structlog.get_logger(__name__)
 
@@ -74,32 +75,9 @@ _SOURCE_OF = {"model": "tool", "operator": "operator"}
 # ====================================================================== alerts
 
 
-@dataclass(frozen=True)
-class _Live:
-    id: int
-    key: str
-    title: str
-    status: str
-    count: int
-
-
-_LIVE_SQL = """
-SELECT a.id, a.dedup_key, a.title, a.status, a.count FROM alerts a
-WHERE {where} AND (a.status = 'open' OR (a.status = 'acked' AND NOT EXISTS (
-    SELECT 1 FROM events e WHERE e.kind = 'alert.resolved' AND e.seq > a.closed_seq
-      AND json_extract(e.payload, '$.alert_id') = a.id)))
-ORDER BY a.id
-"""
-
-
-def _live(tx: Transaction, *, key: str | None = None, prefix: str | None = None) -> list[_Live]:
+def _live(tx: Transaction, *, key: str | None = None, prefix: str | None = None) -> list[Alert]:
     """Live alerts (open, or acked while their condition persists) by exact key or key prefix."""
-    if key is not None:
-        rows = tx.query(_LIVE_SQL.format(where="a.dedup_key = ?"), (key,))
-    else:
-        assert prefix is not None
-        rows = tx.query(_LIVE_SQL.format(where="substr(a.dedup_key, 1, ?) = ?"), (len(prefix), prefix))
-    return [_Live(*r) for r in rows]
+    return tx.store.live_alerts(key=key, prefix=prefix)
 
 
 def _raise_tx(tx: Transaction, *, key: str, severity: str, title: str, detail: str, raised_by: str,
@@ -117,7 +95,7 @@ def _raise_tx(tx: Transaction, *, key: str, severity: str, title: str, detail: s
         a = live[-1]
         tx.append("alert.repeated", {"alert_id": a.id, "count": a.count + 1}, source, tick)
         return a.id, None
-    new_id = tx.query("SELECT COALESCE(MAX(id), 0) + 1 FROM alerts")[0][0]
+    new_id = tx.store.next_alert_id()
     payload: dict[str, Any] = {"alert_id": new_id, "severity": severity, "title": title.strip(),
                                "dedup_key": key, "raised_by": raised_by}
     if detail:
@@ -125,7 +103,7 @@ def _raise_tx(tx: Transaction, *, key: str, severity: str, title: str, detail: s
     return new_id, tx.append("alert.raised", payload, source, tick)
 
 
-def _resolve_tx(tx: Transaction, a: _Live, reason: str, tick: int | None) -> Event:
+def _resolve_tx(tx: Transaction, a: Alert, reason: str, tick: int | None) -> Event:
     return tx.append("alert.resolved", {"alert_id": a.id, "title": a.title, "reason": reason}, "system", tick)
 
 
@@ -133,7 +111,7 @@ def _resolve_absent_tx(tx: Transaction, prefix: str, still_present: set[str], re
                        tick: int | None) -> list[int]:
     done = []
     for a in _live(tx, prefix=prefix):
-        if a.key not in still_present:
+        if a.dedup_key not in still_present:
             _resolve_tx(tx, a, reason, tick)
             done.append(a.id)
     return done
@@ -175,15 +153,14 @@ def ack(log: EventLog, alert_id: int, by: str, note: str | None) -> Event:
     by = _who(by)
     note = (note or "").strip() or None
     with log.transaction() as tx:
-        rows = tx.query("SELECT status, title, acked_by FROM alerts WHERE id = ?", (alert_id,))
-        if not rows:
+        a = tx.store.alert(alert_id)
+        if a is None:
             raise FleetAgentError(f"no alert #{alert_id}; 'fleet-agent alerts list --all' shows every alert")
-        status, title, acked_by = rows[0]
-        if status == "acked":
-            raise FleetAgentError(f"alert #{alert_id} was already acked by {acked_by}; nothing to do")
-        if status != "open":
-            raise FleetAgentError(f"alert #{alert_id} is {status} (its condition cleared); nothing to ack")
-        return tx.append("alert.acked", {"alert_id": alert_id, "by": by, "title": title, "note": note},
+        if a.status == "acked":
+            raise FleetAgentError(f"alert #{alert_id} was already acked by {a.acked_by}; nothing to do")
+        if a.status != "open":
+            raise FleetAgentError(f"alert #{alert_id} is {a.status} (its condition cleared); nothing to ack")
+        return tx.append("alert.acked", {"alert_id": alert_id, "by": by, "title": a.title, "note": note},
                          "operator")
 
 
@@ -267,18 +244,9 @@ def _age_text(s: float) -> str:
     return f"{s // 60}m" if s < 3600 else f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def trailing_failed_ticks(tx: Transaction, cap: int = 1000) -> tuple[int, str | None]:
+def trailing_failed_ticks(tx: Transaction, cap: int = 1000) -> FailedRun:
     """How many ticks failed in a row at the end of the log, and the latest reason."""
-    rows = tx.query("SELECT kind, payload FROM events WHERE kind IN ('tick.failed', 'tick.completed')"
-                    " ORDER BY seq DESC LIMIT ?", (cap,))
-    n, reason = 0, None
-    for k, payload in rows:
-        if k != "tick.failed":
-            break
-        if reason is None:
-            reason = json.loads(payload).get("reason")
-        n += 1
-    return n, reason
+    return tx.store.consecutive_failed_ticks(cap)
 
 
 def check_conditions(log: EventLog, settings: Any, observation: dict[str, Any], tick: int) -> None:
@@ -324,9 +292,10 @@ def check_conditions(log: EventLog, settings: Any, observation: dict[str, Any], 
                 _resolve_absent_tx(tx, KEY_BALANCE, set(), f"balance back to ${balance:,.2f}", tick)
 
         if a.failed_ticks > 0:
-            n, reason = trailing_failed_ticks(tx, cap=max(a.failed_ticks, 1) * 4 + 100)
-            if n >= a.failed_ticks:
-                up(tx, KEY_TICKS, "critical", f"{n} ticks failed in a row", f"latest: {reason or '?'}")
+            run = trailing_failed_ticks(tx, cap=max(a.failed_ticks, 1) * 4 + 100)
+            if run.count >= a.failed_ticks:
+                up(tx, KEY_TICKS, "critical", f"{run.count} ticks failed in a row",
+                   f"latest: {run.latest_reason or '?'}")
             else:
                 _resolve_absent_tx(tx, KEY_TICKS, set(), "a tick completed", tick)
     for e in new:
@@ -425,12 +394,9 @@ def _list_files(kdir: Path) -> dict[str, _File]:
     return out
 
 
-def _latest_versions(tx_or_log: Transaction | EventLog) -> dict[str, tuple[str | None, int, int]]:
-    """name -> (hash or None when removed, seq, version) of each file's newest logged version."""
-    sql = ("SELECT k.name, k.hash, k.seq, k.version FROM knowledge k WHERE k.version ="
-           " (SELECT MAX(version) FROM knowledge WHERE name = k.name)")
-    rows = tx_or_log.query(sql) if isinstance(tx_or_log, Transaction) else tx_or_log.conn.execute(sql).fetchall()
-    return {r[0]: (r[1], r[2], r[3]) for r in rows}
+def _latest_versions(tx_or_log: Transaction | EventLog) -> dict[str, KnowledgeVersion]:
+    """name -> each file's newest logged version (its hash is None when it was removed)."""
+    return tx_or_log.store.knowledge_latest()
 
 
 def unified_diff(old: str, new: str, name: str) -> str:
@@ -440,11 +406,6 @@ def unified_diff(old: str, new: str, name: str) -> str:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _text_at(tx: Transaction, seq: int) -> str:
-    rows = tx.query("SELECT payload FROM events WHERE seq = ?", (seq,))
-    return (json.loads(rows[0][0]).get("text") or "") if rows else ""
 
 
 def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[str] | None = None) -> list[Event]:
@@ -477,26 +438,27 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
                 continue
             h = _sha(f.data)
             prev = latest.get(name)
-            if prev is not None and prev[0] == h:
+            if prev is not None and prev.hash == h:
                 continue
             text = f.data.decode("utf-8")
-            if prev is None or prev[0] is None:
+            if prev is None or prev.hash is None:
                 payload = {"name": name, "change": "added", "hash": h, "prev_hash": None, "size": len(f.data),
                            "diff": "", "text": text}
             else:
-                old = _text_at(tx, prev[1])
-                payload = {"name": name, "change": "changed", "hash": h, "prev_hash": prev[0],
+                old = tx.store.knowledge_text(name) or ""
+                payload = {"name": name, "change": "changed", "hash": h, "prev_hash": prev.hash,
                            "size": len(f.data), "diff": unified_diff(old, text, name), "text": text}
             changes.append(tx.append("knowledge.changed", payload, "operator", tick))
-        for name, (h, _seq, _v) in sorted(latest.items()):
+        for name, k in sorted(latest.items()):
+            h = k.hash
             if h is None or name in files or (only is not None and name not in only):
                 continue
             changes.append(tx.append("knowledge.changed", {"name": name, "change": "removed", "hash": None,
                                                            "prev_hash": h, "size": 0, "diff": "", "text": None},
                                      "operator", tick))
         for a in _live(tx, prefix=KEY_KNOWLEDGE_BAD):
-            name = a.key[len(KEY_KNOWLEDGE_BAD):]
-            if a.key not in bad and (only is None or name in only):
+            name = a.dedup_key[len(KEY_KNOWLEDGE_BAD):]
+            if a.dedup_key not in bad and (only is None or name in only):
                 _resolve_tx(tx, a, "the file is usable again or gone", tick)
     for e in changes:
         logger.info("knowledge.changed", name=e.payload["name"], change=e.payload["change"],
@@ -508,19 +470,13 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
 
 def read_knowledge(log: EventLog, name: str) -> str | None:
     """The latest full text of knowledge file ``name`` as the log holds it (None: unknown or removed)."""
-    row = log.conn.execute("SELECT hash, seq FROM knowledge WHERE name = ? ORDER BY version DESC LIMIT 1",
-                           (name,)).fetchone()
-    if row is None or row[0] is None:
-        return None
-    e = log.get(row[1])
-    return None if e is None else e.payload.get("text")
+    return log.store.knowledge_text(name)
 
 
 def knowledge_history(log: EventLog, name: str) -> list[dict[str, Any]]:
     """Every logged version of ``name``, oldest first."""
-    rows = log.conn.execute("SELECT version, ts, change, size, hash, seq FROM knowledge WHERE name = ?"
-                            " ORDER BY version", (name,)).fetchall()
-    return [dict(zip(("version", "ts", "change", "size", "hash", "seq"), r, strict=True)) for r in rows]
+    return [{"version": k.version, "ts": k.ts, "change": k.change, "size": k.size, "hash": k.hash,
+             "seq": k.seq} for k in log.store.knowledge_versions(name)]
 
 
 @dataclass(frozen=True)
@@ -539,7 +495,8 @@ def knowledge_status(log: EventLog, settings: Any) -> list[KnowledgeEntry]:
     out = []
     for name in sorted(set(files) | set(latest)):
         f = files.get(name)
-        h, _seq, version = latest.get(name, (None, 0, None))
+        k = latest.get(name)
+        h, version = (k.hash, k.version) if k is not None else (None, None)
         if f is None:
             if h is not None:
                 out.append(KnowledgeEntry(name, "pending", None, version, "deleted on disk; next tick logs it"))
@@ -694,15 +651,14 @@ def unpin(log: EventLog, directive_id: int, by: str) -> Event:
     """Withdraw active directive ``directive_id``; refuses (writing nothing) otherwise."""
     by = _who(by)
     with log.transaction() as tx:
-        rows = tx.query("SELECT active FROM directives WHERE id = ?", (directive_id,))
-        if not rows:
+        d = tx.store.directive(directive_id)
+        if d is None:
             raise FleetAgentError(f"no directive #{directive_id}; 'fleet-agent directives' lists the active ones")
-        if not rows[0][0]:
+        if not d.active:
             raise FleetAgentError(f"directive #{directive_id} was already withdrawn")
         return tx.append("directive.unpinned", {"directive_id": directive_id, "by": by}, "operator")
 
 
 def directives(log: EventLog) -> list[dict[str, Any]]:
     """The active directives, oldest first."""
-    rows = log.conn.execute("SELECT id, text, by, ts FROM directives WHERE active = 1 ORDER BY id").fetchall()
-    return [{"id": r[0], "text": r[1], "by": r[2], "ts": r[3]} for r in rows]
+    return [{"id": d.id, "text": d.text, "by": d.by, "ts": d.ts} for d in log.store.active_directives()]

@@ -54,14 +54,10 @@ class Policy:
 
     def rents_last_hour(self, log: EventLog) -> int:
         """Rent attempts that may have spent money (every logged rent intent counts)."""
-        return log.conn.execute(
-            "SELECT COUNT(*) FROM intents i JOIN events e ON e.seq = i.called_seq "
-            "WHERE i.tool = 'rent_instance' AND e.ts >= ?", (self._since(log),)).fetchone()[0]
+        return log.store.rents_since(self._since(log))
 
     def destroys_last_hour(self, log: EventLog) -> int:
-        return log.conn.execute(
-            "SELECT COUNT(*) FROM intents i JOIN events e ON e.seq = i.called_seq "
-            "WHERE i.tool = 'destroy_instance' AND e.ts >= ?", (self._since(log),)).fetchone()[0]
+        return log.store.destroys_since(self._since(log))
 
     # ------------------------------------------------------------ checks
 

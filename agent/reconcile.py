@@ -59,10 +59,9 @@ def reconcile(log: EventLog, vast: Any, policy: Policy, *, destroy_orphans: bool
     changed = False
 
     # 1. Dangling side-effect intents.
-    rows = log.conn.execute("SELECT call_id, idem_key, tool, arguments, called_seq FROM intents "
-                            "WHERE result_seq IS NULL ORDER BY called_seq").fetchall()
-    for call_id, key, tool, raw_args, called_seq in rows:
-        tick = log.get(called_seq).tick  # type: ignore[union-attr]
+    for intent in log.store.dangling_intents():
+        call_id, key, tool, raw_args = intent.call_id, intent.idem_key, intent.tool, intent.arguments
+        tick = log.get(intent.called_seq).tick  # type: ignore[union-attr]
         try:
             args = json.loads(raw_args)
         except json.JSONDecodeError:
@@ -105,18 +104,15 @@ def reconcile(log: EventLog, vast: Any, policy: Policy, *, destroy_orphans: bool
             rep.recovered.extend(c["id"] for c in missing)
 
     # 3. A tick that started and never ended.
-    started = next(log.read(0, kinds=["tick.started"], newest_first=True, limit=1), None)
+    started = log.store.open_tick()
     if started is not None:
-        ended = next(log.read(started.seq, kinds=["tick.completed", "tick.failed"], limit=1), None)
-        if ended is None:
-            log.append("tick.failed", {"reason": "interrupted: the process stopped during this tick; "
-                                       "recovered at the next start", "error_kind": "interrupted"},
-                       "system", started.tick)
+        log.append("tick.failed", {"reason": "interrupted: the process stopped during this tick; "
+                                   "recovered at the next start", "error_kind": "interrupted"},
+                   "system", started.tick)
 
     # 4. Ownership: adopt, orphans, gone.
-    owned = {r[0] for r in log.conn.execute("SELECT instance_id FROM instances WHERE status = 'active'")}
-    known_keys = {r[0] for r in log.conn.execute("SELECT idem_key FROM intents WHERE tool = 'rent_instance' "
-                                                 "AND idem_key IS NOT NULL")}
+    owned = set(log.store.owned_instance_ids())
+    known_keys = log.store.rent_keys()
     for inst in listing:
         if inst.id in owned or not policy.is_our_label(inst.label):
             continue

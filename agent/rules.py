@@ -67,9 +67,9 @@ class RulesProvider:
         log = self.app.log
         from agent.feedback import read_knowledge
 
-        names = [r[0] for r in log.conn.execute("SELECT DISTINCT name FROM knowledge")]
+        names = log.store.knowledge_names()
         texts = [t for n in names if (t := read_knowledge(log, n))]
-        texts += [r[0] for r in log.conn.execute("SELECT text FROM directives WHERE active = 1")]
+        texts += [d.text for d in log.store.active_directives()]
         return texts
 
     def _failed_hosts(self, stuck_after: float) -> set[int]:

@@ -89,12 +89,8 @@ def last_tick(log_: EventLog) -> dict[str, Any] | None:
 
 def running_tick(log_: EventLog) -> dict[str, Any] | None:
     """The newest tick that started and has not ended (running now, or interrupted)."""
-    start = _last(log_, "tick.started")
-    if start is None or start.tick is None:
-        return None
-    if next(log_.read(start.seq, kinds=["tick.completed", "tick.failed"], tick=start.tick, limit=1), None):
-        return None
-    return {"tick": start.tick, "since": start.ts}
+    t = log_.store.open_tick()
+    return None if t is None else {"tick": t.tick, "since": t.ts}
 
 
 def fleet(log_: EventLog) -> dict[str, Any] | None:
@@ -118,10 +114,8 @@ def fleet(log_: EventLog) -> dict[str, Any] | None:
 
 
 def open_alerts(log_: EventLog) -> list[dict[str, Any]]:
-    rows = log_.conn.execute("SELECT id, severity, title, count, first_ts, last_ts, raised_by FROM alerts "
-                             "WHERE status = 'open' ORDER BY id").fetchall()
-    return [{"id": r[0], "severity": r[1], "title": r[2], "count": r[3], "first_ts": r[4], "last_ts": r[5],
-             "raised_by": r[6]} for r in rows]
+    return [{"id": a.id, "severity": a.severity, "title": a.title, "count": a.count, "first_ts": a.first_ts,
+             "last_ts": a.last_ts, "raised_by": a.raised_by} for a in log_.store.open_alerts()]
 
 
 def context_size(app: App) -> dict[str, Any]:
@@ -149,10 +143,8 @@ def _estimate(log_: EventLog) -> int:
     """Tokens of the model-visible events since the last compaction (plus its summary)."""
     comp = _last(log_, "context.compacted")
     since = int(comp.payload.get("covered_to", comp.seq)) if comp else 0
-    row = log_.conn.execute("SELECT COALESCE(SUM(tokens), 0) FROM events WHERE seq > ? AND tokens IS NOT NULL",
-                            (since,)).fetchone()
     summary = log_.tokenizer.count(comp.payload.get("summary") or "") if comp else 0
-    return int(row[0]) + summary
+    return log_.store.thread_tokens_since(since) + summary
 
 
 def daemon_events(log_: EventLog) -> dict[str, Any]:

@@ -46,8 +46,7 @@ class TickResult:
 
 
 def next_tick_number(app: Any) -> int:
-    row = app.log.conn.execute("SELECT MAX(tick) FROM events WHERE kind IN ('tick.started', 'tick.failed')").fetchone()
-    return (row[0] or 0) + 1
+    return int(app.log.store.next_tick_number())
 
 
 def _status(i: Any) -> str:
@@ -96,8 +95,8 @@ def observe(app: Any, ctx: ToolContext, tick: int) -> dict[str, Any]:
     for iid in sorted(set(before) - {x["id"] for x in insts}):
         changes.append(f"#{iid} gone")
     obs["changes"] = changes
-    obs["open_alerts"] = [f"#{r[0]} {r[1]}: {r[2]} (x{r[3]})" for r in app.log.conn.execute(
-        "SELECT id, severity, title, count FROM alerts WHERE status = 'open' ORDER BY id")]
+    obs["open_alerts"] = [f"#{a.id} {a.severity}: {a.title} (x{a.count})"
+                          for a in app.log.store.open_alerts()]
     return obs
 
 
@@ -276,8 +275,8 @@ def _run(app: Any, stop: threading.Event) -> TickResult:
 def _compact(app: Any, tick: int, summarizer: Any, policy_d: dict[str, Any], tools: list[dict[str, Any]],
              model_name: str, *, force: bool) -> None:
     log = app.log
-    open_ids = [r[0] for r in log.conn.execute("SELECT id FROM alerts WHERE status = 'open'")]
-    owned = [r[0] for r in log.conn.execute("SELECT instance_id FROM instances WHERE status = 'active'")]
+    open_ids = [a.id for a in log.store.open_alerts()]
+    owned = log.store.owned_instance_ids()
     compaction.compact(log, app.prompts, app.settings.context, policy=policy_d, tools=tools, summarizer=summarizer,
                        tick=tick, open_alert_ids=open_ids, owned_instance_ids=owned, model_name=model_name,
                        force=force)

@@ -29,6 +29,7 @@ from agent.errors import ConfigError, UsageError
 from agent.events import Event
 from agent.prompts import load_prompts, render_system
 from agent.store.log import EventLog, utc_ts
+from tests.tamper import Tamper
 
 POLICY = {"max_instances": 4, "allowed_gpus": ["RTX_4090", "A100"], "max_dph": 0.6}
 TOOLS = [{"type": "function", "function": {"name": "search_offers", "description": "Search offers.",
@@ -307,9 +308,8 @@ def test_render_cache_never_serves_a_stale_rendering(tmp_path):
     first = proj(log)
     assert any("keep four RTX 4090" in (m.get("content") or "") for m in first.messages)
     seq = log.last_seq()
-    log.conn.execute("DROP TRIGGER events_no_update")
-    log.conn.execute("UPDATE events SET payload = ? WHERE seq = ?",
-                     (json.dumps({"by": "alice", "text": "keep six RTX 3090"}), seq))
+    with Tamper(log.path) as t:
+        t.set(seq, payload=json.dumps({"by": "alice", "text": "keep six RTX 3090"}))
     second = proj(log)
     texts = [m.get("content") or "" for m in second.messages]
     assert any("keep six RTX 3090" in t for t in texts)

@@ -259,8 +259,7 @@ class StandInResult:
 
 def stand_in_tick(app, *, stop=None, crash_on: tuple[int, ...] = (), gate: threading.Event | None = None):
     """A tick-shaped function: tick.started, an optional wait, then tick.completed (or a crash)."""
-    row = app.log.conn.execute("SELECT MAX(tick) FROM events").fetchone()
-    n = (row[0] or 0) + 1
+    n = app.log.store.next_tick_number()
     app.log.append("tick.started", {"observation": {"instances": [], "balance": 1.0}}, "scheduler", n)
     if n in crash_on:
         raise RuntimeError(f"boom in tick {n}")

@@ -64,9 +64,8 @@ def inst(iid: int, status: str = "running", age_s: float = 60.0, ours: bool = Tr
             "status_msg": msg, "dph": 0.4, "age_s": age_s, "host_id": 77, "ours": ours}
 
 
-def open_alerts(app: App) -> list[tuple]:
-    return app.log.conn.execute(
-        "SELECT id, dedup_key, count FROM alerts WHERE status = 'open' ORDER BY id").fetchall()
+def open_alerts(app: App) -> list[tuple[int, str, int]]:
+    return [(a.id, a.dedup_key, a.count) for a in app.log.store.open_alerts()]
 
 
 # ------------------------------------------------------------------ rendering
@@ -245,7 +244,8 @@ def test_acked_condition_that_persists_is_not_raised_again(app):
     feedback.check_conditions(app.log, s, stuck, 2)
     feedback.check_conditions(app.log, s, stuck, 3)
     assert len(kinds(app, "alert.raised")) == 1
-    assert app.log.conn.execute("SELECT status, count FROM alerts WHERE id = 1").fetchone() == ("acked", 3)
+    a = app.log.store.alert(1)
+    assert (a.status, a.count) == ("acked", 3)
     feedback.check_conditions(app.log, s, obs([inst(9)]), 4)
     assert [e.payload["alert_id"] for e in kinds(app, "alert.resolved")] == [1]
     feedback.check_conditions(app.log, s, stuck, 5)

@@ -30,7 +30,7 @@ def kdir(app) -> Path:
 
 
 def open_keys(app) -> list[str]:
-    return [r[0] for r in app.log.conn.execute("SELECT dedup_key FROM alerts WHERE status = 'open' ORDER BY id")]
+    return [a.dedup_key for a in app.log.store.open_alerts()]
 
 
 def editor(tmp_path: Path, content: str) -> str:
@@ -122,7 +122,7 @@ def test_bad_files_are_skipped_with_an_alert_and_the_scan_completes(app, tmp_pat
     assert "not for the agent" not in "".join(str(e.payload) for e in app.log.read())
 
     feedback.scan_knowledge(app.log, app.settings, 2)
-    assert app.log.conn.execute("SELECT count FROM alerts WHERE dedup_key = 'knowledge:bad:bin.md'").fetchone() == (2,)
+    assert [a.count for a in app.log.store.alerts(all_=True) if a.dedup_key == "knowledge:bad:bin.md"] == [2]
 
     (kdir(app) / "bin.md").write_text("now text\n")
     (kdir(app) / "huge.txt").unlink()

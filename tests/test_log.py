@@ -15,6 +15,8 @@ import sqlite_utils.db
 from agent.errors import LogError, PayloadError
 from agent.store import db as agent_db
 from agent.store.log import GENESIS, EventLog, row_hash
+from agent.store.queries import Memory
+from tests import tamper
 
 
 @pytest.fixture
@@ -67,17 +69,16 @@ def test_bad_payload_is_refused_and_nothing_written(log, kind, payload, source, 
     assert fragment in str(exc.value)
     assert log.count() == 1
     assert log.head() == (1, first.hash)
-    assert log.conn.execute("SELECT COUNT(*) FROM events_fts").fetchone()[0] == 1
+    assert log.store.search_index_size() == 1
     assert log.verify().ok
 
 
-@pytest.mark.parametrize("sql", ["UPDATE events SET payload = '{}' WHERE seq = 1", "DELETE FROM events WHERE seq = 1",
-                                 "UPDATE events SET kind = 'operator.note'", "DELETE FROM events"])
+@pytest.mark.parametrize("sql", tamper.EVENT_REWRITES)
 def test_update_and_delete_on_events_fail(log, sql):
     """Triggers refuse UPDATE and DELETE on events, whatever the statement."""
     log.append("operator.note", note(), "operator")
     with pytest.raises(pysqlite3.dbapi2.IntegrityError, match="append-only"):
-        log.conn.execute(sql)
+        tamper.attempt(log.path, sql)
     assert log.count() == 1
     assert log.verify().ok
 
@@ -90,12 +91,12 @@ def test_append_many_is_atomic(log):
     with pytest.raises(PayloadError):
         log.append_many(batch)
     assert log.count() == 1
-    assert log.conn.execute("SELECT COUNT(*) FROM events_fts").fetchone()[0] == 1
+    assert log.store.search_index_size() == 1
     assert log._read_head()[0] == 1
     batch[5] = ("memory.written", {"key": "k", "text": "v"}, "model", 3)
     got = log.append_many(batch)
     assert [e.seq for e in got] == list(range(2, 12))
-    assert log.conn.execute("SELECT key, text, seq FROM memory").fetchall() == [("k", "v", 7)]
+    assert [(m.key, m.text, m.seq) for m in log.store.memories()] == [("k", "v", 7)]
     assert log.verify().ok
 
 
@@ -110,8 +111,7 @@ def test_transaction_rolls_back_events_and_read_models_on_error(log):
         tx.append("operator.note", note("pinned", pin=True), "operator")
         raise Boom()
     assert log.count() == 0
-    assert log.conn.execute("SELECT COUNT(*) FROM memory").fetchone()[0] == 0
-    assert log.conn.execute("SELECT COUNT(*) FROM directives").fetchone()[0] == 0
+    assert log.store.row_counts(["memory", "directives"]) == {"memory": 0, "directives": 0}
     assert not log.head_file.exists()
 
 
@@ -184,13 +184,15 @@ def test_rebuild_check_matches_and_detects_drift(log):
     log.append("knowledge.changed", {"name": "a.md", "change": "added", "hash": "h", "size": 3, "text": "abc"},
                "system")
     assert log.rebuild_check() == []
-    log.conn.execute("UPDATE memory SET text = 'tampered'")
+    with tamper.Tamper(log.path) as t:
+        t.edit_read_model("memory", text="tampered")
     diffs = log.rebuild_check()
     assert any("memory" in d for d in diffs)
     log.rebuild()
     assert log.rebuild_check() == []
-    assert log.conn.execute("SELECT status, acked_by FROM alerts").fetchall() == [("acked", "bob")]
-    assert log.conn.execute("SELECT status FROM instances WHERE instance_id = 42").fetchone() == ("active",)
+    assert [(a.status, a.acked_by) for a in log.store.alerts(all_=True)] == [("acked", "bob")]
+    assert log.store.instance(42).status == "active"
+    assert log.store.memories() == [Memory("k", "v", 3, log.get(3).ts)]
 
 
 def test_readonly_log_refuses_writes(tmp_path):
@@ -242,10 +244,9 @@ def test_migrations_apply_once_and_refuse_newer_databases(tmp_path):
     EventLog(path).close()
     conn = agent_db.connect(path)
     assert agent_db.apply_migrations(conn) == []
-    names = [r[0] for r in conn.execute("SELECT name FROM _migrations ORDER BY name")]
-    assert names == [n for n, _ in agent_db.migrations()]
-    conn.execute("INSERT INTO _migrations VALUES ('999_future', 'now')")
+    assert agent_db.applied_migrations(conn) == [n for n, _ in agent_db.migrations()]
     conn.close()
+    tamper.record_migration(path, "999_future")
     with pytest.raises(LogError, match="newer fleet-agent"):
         EventLog(path)
 
@@ -258,7 +259,7 @@ def test_read_model_conflict_refuses_the_event_and_leaves_the_log_usable(log):
     with pytest.raises(LogError, match="could not be written"):
         log.append_many([("operator.note", note(), "operator", None), ("alert.raised", raised, "system", None)])
     assert log.count() == 1
-    assert not log.conn.in_transaction
+    assert not log.in_transaction
     assert log.append("operator.note", note(), "operator").seq == 2
     assert log.verify().ok
 
@@ -275,8 +276,9 @@ def test_verify_while_another_connection_appends(tmp_path):
     truncated log."""
     path = tmp_path / "e.db"
     with EventLog(path) as writer, EventLog(path) as reader:
-        writer.append("operator.note", note(), "operator")
-        walk = reader.conn.execute("SELECT seq FROM events")  # a reader mid-walk holds an older snapshot
+        writer.append_many([("operator.note", note(str(i)), "operator", None) for i in range(600)])
+        walk = reader.read(0)
+        next(walk)  # a reader mid-walk (past its first batch of rows) holds an older snapshot
         writer.append("operator.note", note(), "operator")
         assert reader.verify().ok
         walk.close()

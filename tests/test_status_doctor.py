@@ -16,9 +16,9 @@ from agent.app import App
 from agent.feedback import raise_alert
 from agent.lock import FleetLock
 from agent.sim import SimServer, Simulator
-from agent.store.db import sqlite3
 from agent.store.log import EventLog
 from tests.fakes.openai_server import FakeOpenAI
+from tests.tamper import Tamper
 
 SIM_KEY = "sim-key-doctor-1234"
 
@@ -205,10 +205,8 @@ def test_doctor_reports_each_failure_with_its_fix(tmp_path, capsys, sim_server, 
     with EventLog(db) as lg:
         lg.append("operator.note", {"text": "keep two 4090s", "by": "alice"}, "operator")
         lg.append("operator.note", {"text": "second", "by": "bob"}, "operator")
-    conn = sqlite3.connect(str(db), isolation_level=None)
-    conn.execute("DROP TRIGGER events_no_update")
-    conn.execute("""UPDATE events SET payload = '{"by":"alice","text":"keep ten 4090s"}' WHERE seq = 1""")
-    conn.close()
+    with Tamper(db) as t:
+        t.set(1, payload='{"by":"alice","text":"keep ten 4090s"}')
 
     code, out = run_cli(capsys, "--config", str(cfg), "doctor")
     assert code == 1

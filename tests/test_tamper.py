@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.store.db import sqlite3
-from agent.store.log import EventLog, row_hash
+from agent.store.log import EventLog
+from tests.tamper import Tamper
 
 REPO = Path(__file__).resolve().parents[1]
 N = 10
@@ -26,16 +26,14 @@ def cli(config: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def setup(tmp_path):
-    """A config in tmp_path and a log of N events; yields (config, db path, raw connection without triggers)."""
+    """A config in tmp_path and a log of N events; yields (config, db path, a Tamper on the file)."""
     cfg = tmp_path / "config.yaml"
     cfg.write_text("data_dir: ./data\nknowledge_dir: ./knowledge\n")
     db = tmp_path / "data" / "fleet-agent.store.db"
     with EventLog(db) as log:
         for i in range(1, N + 1):
             log.append("operator.note", {"text": f"note {i}", "by": "alice"}, "operator", tick=i)
-    raw = sqlite3.connect(str(db), isolation_level=None)
-    raw.execute("DROP TRIGGER events_no_update")
-    raw.execute("DROP TRIGGER events_no_delete")
+    raw = Tamper(db)
     yield cfg, db, raw
     raw.close()
 
@@ -58,7 +56,7 @@ def test_untouched_log_verifies(setup):
 def test_edited_payload_is_caught(setup):
     """Editing one row's payload fails verification at that row (also as a --json report)."""
     cfg, _db, raw = setup
-    raw.execute("""UPDATE events SET payload = '{"by":"alice","text":"note 4, edited"}' WHERE seq = 4""")
+    raw.set(4, payload='{"by":"alice","text":"note 4, edited"}')
     assert_fails_at(cfg, 4, "content does not match its hash")
     rj = cli(cfg, "log", "verify", "--json")
     assert rj.returncode == 1
@@ -69,53 +67,35 @@ def test_edited_payload_is_caught(setup):
 def test_edited_metadata_is_caught(setup):
     """Editing a row's tick (not its payload) fails verification at that row too."""
     cfg, _db, raw = setup
-    raw.execute("UPDATE events SET tick = 99 WHERE seq = 6")
+    raw.set(6, tick=99)
     assert_fails_at(cfg, 6, "content does not match its hash")
 
 
 def test_deleted_middle_row_is_caught(setup):
     """Deleting one middle row fails verification at the missing seq."""
     cfg, _db, raw = setup
-    raw.execute("DELETE FROM events WHERE seq = 5")
+    raw.delete(5)
     assert_fails_at(cfg, 5, "missing")
 
 
 def test_swapped_rows_are_caught(setup):
     """Swapping the whole contents of two rows (seq kept) fails verification at the first of them."""
     cfg, _db, raw = setup
-    cols = "id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
-    a = raw.execute(f"SELECT {cols} FROM events WHERE seq = 3").fetchone()
-    b = raw.execute(f"SELECT {cols} FROM events WHERE seq = 7").fetchone()
-    sets = ", ".join(f"{c.strip()} = ?" for c in cols.split(","))
-    raw.execute("BEGIN")
-    raw.execute("UPDATE events SET id = 'tmp-a', hash = 'tmp-a' WHERE seq = 3")
-    raw.execute(f"UPDATE events SET {sets} WHERE seq = 7", a)
-    raw.execute(f"UPDATE events SET {sets} WHERE seq = 3", b)
-    raw.execute("COMMIT")
+    raw.swap_contents(3, 7)
     assert_fails_at(cfg, 3, "prev_hash does not match")
 
 
 def test_truncated_newest_rows_are_caught_by_the_head_file(setup):
     """Deleting the newest rows leaves a chain that links, but the head file names the missing seq."""
     cfg, _db, raw = setup
-    raw.execute(f"DELETE FROM events WHERE seq > {N - 3}")
+    raw.truncate(N - 3)
     assert_fails_at(cfg, N - 2, "truncated")
 
 
 def test_rewritten_chain_is_caught_by_the_head_file(setup):
     """Rewriting history from seq 5 with every hash recomputed links up, but differs from the head file."""
     cfg, _db, raw = setup
-    rows = raw.execute("SELECT seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash FROM events "
-                       "WHERE seq >= 5 ORDER BY seq").fetchall()
-    prev = raw.execute("SELECT hash FROM events WHERE seq = 4").fetchone()[0]
-    raw.execute("BEGIN")
-    for seq, id_, ts, kind, version, source, tick, payload, tokens, _ph in rows:
-        if seq == 5:
-            payload = '{"by":"mallory","text":"note 5"}'
-        h = row_hash(seq, id_, ts, kind, version, source, tick, payload, tokens, prev)
-        raw.execute("UPDATE events SET payload = ?, prev_hash = ?, hash = ? WHERE seq = ?", (payload, prev, h, seq))
-        prev = h
-    raw.execute("COMMIT")
+    raw.rechain(5, lambda _payload: '{"by":"mallory","text":"note 5"}')
     assert_fails_at(cfg, N, "head file")
 
 
@@ -125,7 +105,7 @@ def test_values_no_append_could_write_are_reported_not_crashed_on(setup, column,
     """A row edited to hold a value of another type (Infinity, a blob, a fraction, text) is reported as edited,
     at that seq, instead of crashing verify()."""
     _cfg, db, raw = setup
-    raw.execute(f"UPDATE events SET {column} = ? WHERE seq = 2", (value,))
+    raw.set(2, **{column: value})
     with EventLog(db, readonly=True) as log:
         report = log.verify()
     assert not report.ok

@@ -51,8 +51,7 @@ def test_demand_rise_rents_instances_that_reach_running_and_requests_extend_byte
               if (e.payload.get("effect") or {}).get("type") == "rented"]
     assert len(rented) == 2
     assert set(rented) <= set(sim.instances)
-    assert sorted(r[0] for r in app.log.conn.execute("SELECT instance_id FROM instances WHERE status='active'")) \
-        == sorted(rented)
+    assert app.log.store.owned_instance_ids() == sorted(rented)
     first_obs = events_of(app, "tick.started", 1)[0].payload["observation"]
     assert first_obs["demand"]["pending"] >= 600
 
@@ -128,7 +127,7 @@ def test_hostile_instance_logs_stay_fenced_data_and_change_nothing(sim, make_app
 
     assert [e.payload["name"] for e in events_of(app, "tool.called")] == ["get_instance_logs"]
     assert events_of(app, "operator.note") == []
-    assert app.log.conn.execute("SELECT COUNT(*) FROM directives").fetchone()[0] == 0
+    assert app.log.store.row_counts(["directives"]) == {"directives": 0}
     assert set(sim.instances) == before
     assert rent_puts(sim) == []
     assert not sim.offers[4813951]["rented"]
@@ -164,8 +163,7 @@ def test_rules_provider_rents_within_policy_reaches_target_and_replaces_a_dead_i
     assert all(within_policy(app.settings, sim.offers[i["_offer_id"]]) for i in sim.instances.values())
     assert all(i["host_id"] != dead_offer["host_id"] for i in sim.instances.values())
     assert len(rent_puts(sim)) == 4 <= app.settings.policy.max_rents_per_hour
-    assert {r[0] for r in app.log.conn.execute("SELECT instance_id FROM instances WHERE status = 'active'")} \
-        == set(sim.instances)
+    assert set(app.log.store.owned_instance_ids()) == set(sim.instances)
     last_obs = events_of(app, "tick.started")[-1].payload["observation"]
     assert sorted(i["status"] for i in last_obs["instances"]) == ["running"] * 3
     assert app.log.verify().ok

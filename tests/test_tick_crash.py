@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -22,7 +21,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from agent.errors import LogError
 from agent.sim import ManualClock, Reply, Simulator
+from agent.store.db import sqlite3
+from agent.store.log import EventLog
 from agent.tick import run_tick
 from tests.conftest import events_of, good_offer, rent_puts, settings_for
 from tests.conftest_sim import SIM_SEED
@@ -82,15 +84,11 @@ def _wait_for(cond: Any, what: str) -> None:
 def _rent_intent_logged(db: Path) -> bool:
     if not db.exists():
         return False
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1.0)
     try:
-        row = conn.execute("SELECT COUNT(*) FROM events WHERE kind = 'tool.called' "
-                           "AND json_extract(payload, '$.name') = 'rent_instance'").fetchone()
-        return bool(row[0])
-    except sqlite3.OperationalError:
+        with EventLog(db, readonly=True) as log:
+            return any(e.payload.get("name") == "rent_instance" for e in log.read(0, kinds=["tool.called"]))
+    except (LogError, sqlite3.OperationalError):
         return False  # the schema is not there yet
-    finally:
-        conn.close()
 
 
 def _kill_tick_mid_rent(tmp_path: Path, sim: GatedSimulator, sim_server: Any, fake_model: Any,
@@ -123,7 +121,7 @@ def _ours_in_sim(sim: Simulator, app: Any) -> set[int]:
 
 
 def _active_owned(app: Any) -> set[int]:
-    return {r[0] for r in app.log.conn.execute("SELECT instance_id FROM instances WHERE status = 'active'")}
+    return set(app.log.store.owned_instance_ids())
 
 
 def _rent_result(app: Any) -> Any:
@@ -154,7 +152,7 @@ def test_killed_while_rent_is_in_flight_and_not_created(tmp_path, sim, sim_serve
     assert sim.rents_arrived == 1
     assert rent_puts(sim, offer["id"]) == []
     assert [e.payload["error_kind"] for e in events_of(app, "tick.failed", 1)] == ["interrupted"]
-    assert app.log.conn.execute("SELECT COUNT(*) FROM intents WHERE result_seq IS NULL").fetchone()[0] == 0
+    assert app.log.store.dangling_intents() == []
     assert app.log.verify().ok
     assert app.log.rebuild_check() == []
 

@@ -86,12 +86,12 @@ def test_unreachable_model_raises_an_alert_that_resolves_when_it_answers(sim, ma
     fake_model.enqueue(error(503))
     app = make_app()
     assert not run_tick(app).ok
-    assert app.log.conn.execute("SELECT status FROM alerts WHERE dedup_key = 'model:unreachable'").fetchone() \
-        == ("open",)
+    assert [a.status for a in app.log.store.alerts(all_=True) if a.dedup_key == "model:unreachable"] \
+        == ["open"]
     fake_model.enqueue(reply("fine"))
     assert run_tick(app).ok
-    assert app.log.conn.execute("SELECT status FROM alerts WHERE dedup_key = 'model:unreachable'").fetchone() \
-        == ("resolved",)
+    assert [a.status for a in app.log.store.alerts(all_=True) if a.dedup_key == "model:unreachable"] \
+        == ["resolved"]
 
 
 def _router(body: dict[str, Any]) -> Step:

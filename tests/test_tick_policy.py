@@ -63,7 +63,7 @@ def test_asking_for_fifty_instances_rents_only_what_the_caps_allow(sim, make_app
     seen = _blocked_seen(app, fake_model.chat_requests[-1].json)
     for e in blocked:
         assert f"blocked by policy: {e.payload['rule']} (" in seen[e.payload["call_id"]]
-    titles = [t for (t,) in app.log.conn.execute("SELECT title FROM alerts WHERE status = 'open'")]
+    titles = [a.title for a in app.log.store.open_alerts()]
     assert f"{50 - allowed} tool calls blocked by policy in one tick" in titles
 
 
@@ -134,5 +134,4 @@ def test_dry_run_sends_no_mutating_call(sim, make_app, fake_model):
         assert "effect" not in results[name]
     seen = [m["content"] for m in tool_messages(fake_model.chat_requests[-1].json)]
     assert sum("dry run" in c for c in seen) == 3
-    assert app.log.conn.execute("SELECT COUNT(*) FROM instances").fetchone()[0] == 0
-    assert app.log.conn.execute("SELECT COUNT(*) FROM intents").fetchone()[0] == 0
+    assert app.log.store.row_counts(["instances", "intents"]) == {"instances": 0, "intents": 0}

@@ -93,9 +93,8 @@ def fleet_load(ctx: ToolContext) -> tuple[int, float]:
     """
     ours = [i for i in ctx.ours() if _status(i) not in ("exited", "offline")]
     listed = {i.id for i in ctx.instances}
-    since = [(iid, dph) for iid, dph in ctx.log.conn.execute(
-        "SELECT instance_id, dph FROM instances WHERE status = 'active'") if iid not in listed]
-    return len(ours) + len(since), sum(i.dph_total or 0 for i in ours) + sum(d or 0 for _, d in since)
+    since = [i for i in ctx.log.store.owned_instances() if i.instance_id not in listed]
+    return len(ours) + len(since), sum(i.dph_total or 0 for i in ours) + sum(i.dph or 0 for i in since)
 
 
 def _rent(ctx: ToolContext, args: dict[str, Any]) -> Outcome:

@@ -20,8 +20,7 @@ def _remember(ctx: ToolContext, args: dict[str, Any]) -> Outcome:
 
 
 def _forget(ctx: ToolContext, args: dict[str, Any]) -> Outcome:
-    row = ctx.log.conn.execute("SELECT 1 FROM memory WHERE key = ?", (args["key"],)).fetchone()
-    if row is None:
+    if not ctx.log.store.memory_has(args["key"]):
         return Outcome(False, error=f"nothing remembered under {args['key']!r}")
     ctx.log.append("memory.deleted", {"key": args["key"]}, "tool", tick=ctx.tick)
     return Outcome(True, f"forgot {args['key']!r}")

@@ -152,7 +152,7 @@ class ToolContext:
     clock: Callable[[], float] = time.time
 
     def owned_ids(self) -> set[int]:
-        return {r[0] for r in self.log.conn.execute("SELECT instance_id FROM instances WHERE status = 'active'")}
+        return set(self.log.store.owned_instance_ids())
 
     def ours(self) -> list[Any]:
         owned = self.owned_ids()

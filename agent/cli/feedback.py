@@ -7,6 +7,7 @@ daemon's lock, so they all work while the daemon runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import getpass
 import json
 import os
@@ -40,16 +41,8 @@ def _by(args: argparse.Namespace) -> str:
 
 # ------------------------------------------------------------------ alerts
 
-_ALERT_COLS = ("id", "dedup_key", "severity", "title", "detail", "raised_by", "status", "count", "first_seq",
-               "last_seq", "first_ts", "last_ts", "acked_by", "ack_note", "closed_seq")
-
-
 def _alerts(app: App, *, all_: bool) -> list[dict[str, Any]]:
-    sql = f"SELECT {', '.join(_ALERT_COLS)} FROM alerts"  # noqa: S608 - fixed column names
-    if not all_:
-        sql += " WHERE status = 'open'"
-    rows = app.log.conn.execute(sql + " ORDER BY id").fetchall()
-    return [dict(zip(_ALERT_COLS, r, strict=True)) for r in rows]
+    return [dataclasses.asdict(a) for a in app.log.store.alerts(all_=all_)]
 
 
 def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
@@ -68,18 +61,14 @@ def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_alerts_show(args: argparse.Namespace, app: App) -> int:
-    rows = [a for a in _alerts(app, all_=True) if a["id"] == args.id]
-    if not rows:
+    alert = app.log.store.alert(args.id)
+    if alert is None:
         raise FleetAgentError(f"no alert #{args.id}; 'fleet-agent alerts list --all' shows every alert")
-    a = rows[0]
-    for k in _ALERT_COLS:
-        if a[k] not in (None, ""):
-            _print(f"{k:>10}: {a[k]}")
+    for k, v in dataclasses.asdict(alert).items():
+        if v not in (None, ""):
+            _print(f"{k:>10}: {v}")
     _print("history:")
-    hist = app.log.conn.execute(
-        "SELECT seq FROM events WHERE kind LIKE 'alert.%' AND json_extract(payload, '$.alert_id') = ?"
-        " ORDER BY seq", (args.id,)).fetchall()
-    for (seq,) in hist:
+    for seq in app.log.store.alert_history_seqs(args.id):
         e = app.log.get(seq)
         if e is None:
             continue

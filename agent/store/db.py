@@ -3,7 +3,8 @@
 Every connection fleet-agent opens comes from here, through ``pysqlite3``: its
 wheel bundles a SQLite newer than 3.51.3, free of the WAL-reset bug that can
 corrupt a database written by two processes (the daemon and the operator CLI).
-sqlite-utils prefers the same module when it is installed.
+sqlite-utils prefers the same module when it is installed; ``database(conn)`` puts it
+over one of these connections (the queries in agent/store/queries.py read through it).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from importlib import resources
 from pathlib import Path
 
 import pysqlite3.dbapi2 as sqlite3
+import sqlite_utils
 
 from agent.errors import LogError
 
 MIN_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_MS = 30_000
 
-__all__ = ["sqlite3", "connect", "migrations", "immediate", "sqlite_version"]
+__all__ = ["sqlite3", "connect", "database", "migrations", "applied_migrations", "immediate", "sqlite_version"]
 
 
 def sqlite_version() -> tuple[int, int, int]:
@@ -93,6 +95,11 @@ def connect(path: str | os.PathLike, *, readonly: bool = False) -> sqlite3.Conne
     return conn
 
 
+def database(conn: sqlite3.Connection) -> sqlite_utils.Database:
+    """sqlite-utils over an open connection, changing nothing on it (no pragma, no plugin hooks)."""
+    return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+
+
 @contextmanager
 def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """BEGIN IMMEDIATE ... COMMIT; ROLLBACK on any error. Takes the write lock up front,
@@ -136,6 +143,11 @@ def apply_migrations(conn: sqlite3.Connection) -> list[str]:
             "it was written by a newer fleet-agent: upgrade fleet-agent"
         )
     return applied
+
+
+def applied_migrations(conn: sqlite3.Connection) -> list[str]:
+    """The names of the migrations recorded in this database, sorted."""
+    return sorted(r["name"] for r in database(conn).table("_migrations").rows_where(select="name"))
 
 
 def _statements(sql: str) -> list[str]:

@@ -30,6 +30,7 @@ from agent.errors import LogError, PayloadError
 from agent.events import Event
 from agent.store import readmodels
 from agent.store.db import connect, immediate, sqlite3
+from agent.store.queries import Store
 from agent.tokens import Tokenizer, get_tokenizer
 
 GENESIS = "0" * 64
@@ -107,9 +108,14 @@ class Transaction:
         row = conn.execute(_HEAD_SQL).fetchone()
         self._seq, self._hash = (row[0], row[1]) if row else (0, GENESIS)
         self.appended: list[Event] = []
+        self._store: Store | None = None
 
-    def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
-        return self.conn.execute(sql, tuple(params)).fetchall()
+    @property
+    def store(self) -> Store:
+        """The queries, inside this transaction: they see what it appended so far."""
+        if self._store is None:
+            self._store = Store(self.conn)
+        return self._store
 
     def append(self, kind: str, payload: dict[str, Any], source: str, tick: int | None = None) -> Event:
         k = ev.kind(kind)
@@ -148,6 +154,19 @@ class EventLog:
         self.head_file = Path(head_file) if head_file else self.path.with_name(self.path.name + ".head")
         self.readonly = readonly
         self._head_fd: int | None = None
+        self._store: Store | None = None
+
+    @property
+    def store(self) -> Store:
+        """Every query against the log's read models (and the few against the events themselves)."""
+        if self._store is None:
+            self._store = Store(self.conn)
+        return self._store
+
+    @property
+    def in_transaction(self) -> bool:
+        """True while a transaction is open on this log's connection."""
+        return bool(self.conn.in_transaction)
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -374,7 +393,6 @@ class EventLog:
     def rebuild(self) -> None:
         """Replace the read models with a rebuild from the log (one transaction)."""
         with immediate(self.conn):
-            for t in readmodels.TABLES:
-                self.conn.execute(f"DELETE FROM {t}")  # noqa: S608 - fixed names; read models, not events
+            readmodels.clear(self.conn)
             for e in self.read(0):
                 readmodels.apply(self.conn, e)

@@ -13,16 +13,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agent.events import Event
-from agent.store.db import sqlite3
+from agent.store.db import database, sqlite3
 
-TABLES = {
-    "alerts": "id",
-    "memory": "key",
-    "directives": "id",
-    "instances": "instance_id",
-    "intents": "call_id",
-    "knowledge": "name, version",
-}
+# The read-model tables (schema.sql, migration 002_read_models); each is compared in primary-key order.
+TABLES = ("alerts", "memory", "directives", "instances", "intents", "knowledge")
 
 Projector = Callable[[sqlite3.Connection, Event], None]
 
@@ -142,8 +136,20 @@ def apply(conn: sqlite3.Connection, event: Event) -> None:
 
 
 def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
-    return {t: [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY {order}")]  # noqa: S608 - fixed names
-            for t, order in TABLES.items()}
+    """Every read-model row, table by table, in primary-key order."""
+    db = database(conn)
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for t in TABLES:
+        table = db.table(t)
+        out[t] = [tuple(r.values()) for r in table.rows_where(order_by=", ".join(table.pks))]
+    return out
+
+
+def clear(conn: sqlite3.Connection) -> None:
+    """Empty every read-model table (inside the caller's transaction), ready for a replay."""
+    db = database(conn)
+    for t in TABLES:
+        db.table(t).delete_where()
 
 
 def rebuild(events: Iterable[Event]) -> sqlite3.Connection:

@@ -524,7 +524,7 @@ class ChainWatch:
     def check(self, path: Path) -> list[str]:
         problems = []
         with _open(path) as log:
-            now = dict(log.conn.execute("SELECT seq, hash FROM events"))
+            now = log.store.event_hashes()
         for seq, h in self.pairs.items():
             self.checked += 1
             if now.get(seq) != h:
@@ -539,13 +539,13 @@ def check_db(path: Path, *, rebuild: bool = True) -> list[str]:
         return []
     problems = []
     with _open(path) as log:
-        ic = log.conn.execute("PRAGMA integrity_check").fetchall()
-        if ic != [("ok",)]:
+        ic = log.store.integrity_check()
+        if ic != ["ok"]:
             problems.append(f"integrity_check: {ic[:3]}")
         v = log.verify()
         if not v.ok:
             problems.append(f"verify: {v.reason}")
-        seqs = [r[0] for r in log.conn.execute("SELECT seq FROM events ORDER BY seq")]
+        seqs = list(log.store.event_hashes())
         if seqs != list(range(1, len(seqs) + 1)):
             problems.append("seq gap")
         if rebuild:
@@ -571,16 +571,13 @@ def audit_rentals(sim: Simulator, path: Path, label_base: str = LABEL_BASE) -> R
     ours = [i for i in every if (i.get("label") or "").startswith(label_base)]
     a.created = len(ours)
     with _open(path) as log:
-        c = log.conn
-        keys = {r[0] for r in c.execute("SELECT json_extract(payload, '$.idempotency_key') FROM events WHERE "
-                                        "kind = 'tool.called' AND json_extract(payload, '$.name') = "
-                                        "'rent_instance'") if r[0]}
-        active = {r[0] for r in c.execute("SELECT instance_id FROM instances WHERE status = 'active'")}
-        a.dangling_intents = c.execute("SELECT COUNT(*) FROM intents WHERE result_seq IS NULL").fetchone()[0]
-        called = {r[0] for r in c.execute("SELECT json_extract(payload, '$.call_id') FROM events "
-                                          "WHERE kind = 'tool.called'")}
-        results = {r[0] for r in c.execute("SELECT json_extract(payload, '$.call_id') FROM events "
-                                           "WHERE kind = 'tool.result'")}
+        calls = list(log.read(0, kinds=["tool.called"]))
+        keys = {k for e in calls
+                if e.payload.get("name") == "rent_instance" and (k := e.payload.get("idempotency_key"))}
+        active = set(log.store.owned_instance_ids())
+        a.dangling_intents = len(log.store.dangling_intents())
+        called = {e.payload.get("call_id") for e in calls}
+        results = {e.payload.get("call_id") for e in log.read(0, kinds=["tool.result"])}
     a.calls_without_result = len(called - results)
     by_key: dict[str, int] = {}
     for i in ours:

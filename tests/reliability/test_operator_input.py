@@ -127,7 +127,7 @@ def test_binary_huge_undecodable_and_symlinked_knowledge_files_never_stop_a_tick
             names = {e.payload["name"] for e in app.log.read(0, kinds=["knowledge.changed"])}
             assert {"ok.md", "link-in.md", "long-line.md"} <= names
             assert not names & {"binary.md", "latin1.txt", "link-out.md", "dangling.md", "loop.md"}
-            bad = {r[0] for r in app.log.conn.execute("SELECT dedup_key FROM alerts WHERE status = 'open'")}
+            bad = {a.dedup_key for a in app.log.store.open_alerts()}
             assert {"knowledge:bad:binary.md", "knowledge:bad:latin1.txt", "knowledge:bad:link-out.md"} <= bad
             assert not any("secret stuff outside" in (e.payload.get("text") or "")
                            for e in app.log.read(0, kinds=["knowledge.changed"]))

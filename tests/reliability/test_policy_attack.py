@@ -182,7 +182,7 @@ def test_prompt_injections_in_logs_and_knowledge_reach_no_call_outside_policy(fa
             fake.enqueue(reply("renting two", tool_calls=[("rent_instance", {"offer_id": o, "reason": "demand"})
                                                          for o in good]))
             assert run_tick(app).ok
-            ours = [r[0] for r in app.log.conn.execute("SELECT instance_id FROM instances WHERE status = 'active'")]
+            ours = app.log.store.owned_instance_ids()
             assert len(ours) == 2
             payloads = injection_payloads(sim, s, foreign, ours)
             targets = sorted(foreign) + ours

@@ -13,55 +13,36 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import pysqlite3.dbapi2 as sqlite3
 import pytest
 
-from agent.store.log import row_hash
 from agent.tick import run_tick
 from tests.reliability.harness import SIM_KEY, check_db, db_path, make_app, running_sim
 from tests.reliability.test_operator_input import run_cli
+from tests.tamper import Tamper
 
 
-def _raw(path: Path) -> sqlite3.Connection:
-    c = sqlite3.connect(str(path), isolation_level=None)
-    for (name,) in c.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        c.execute(f'DROP TRIGGER "{name}"')
-    return c
+def edit_payload(t: Tamper) -> None:
+    t.replace_in_payload(12, "rent", "RENT")
 
 
-def edit_payload(c: sqlite3.Connection) -> None:
-    c.execute("UPDATE events SET payload = replace(payload, 'rent', 'RENT') WHERE seq = 12")
+def delete_middle(t: Tamper) -> None:
+    t.delete(10)
 
 
-def delete_middle(c: sqlite3.Connection) -> None:
-    c.execute("DELETE FROM events WHERE seq = 10")
+def reorder(t: Tamper) -> None:
+    t.swap_seqs(8, 9)
 
 
-def reorder(c: sqlite3.Connection) -> None:
-    c.execute("UPDATE events SET seq = -1 WHERE seq = 8")
-    c.execute("UPDATE events SET seq = 8 WHERE seq = 9")
-    c.execute("UPDATE events SET seq = 9 WHERE seq = -1")
+def truncate(t: Tamper) -> None:
+    t.truncate(t.last_seq() - 3)
 
 
-def truncate(c: sqlite3.Connection) -> None:
-    top = c.execute("SELECT MAX(seq) FROM events").fetchone()[0]
-    c.execute("DELETE FROM events WHERE seq > ?", (top - 3,))
-
-
-def rechain(c: sqlite3.Connection) -> None:
+def rechain(t: Tamper) -> None:
     """Rewrite seq 5's payload and recompute every later hash: internally consistent."""
-    rows = c.execute("SELECT seq, id, ts, kind, version, source, tick, payload, tokens FROM events "
-                     "ORDER BY seq").fetchall()
-    prev = "0" * 64
-    for seq, eid, ts, kind, version, source, tick, payload, tokens in rows:
-        if seq == 5:
-            payload = payload.replace("}", ',"x":1}', 1) if payload.endswith("}") else payload
-        h = row_hash(seq, eid, ts, kind, version, source, tick, payload, tokens, prev)
-        c.execute("UPDATE events SET payload = ?, prev_hash = ?, hash = ? WHERE seq = ?", (payload, prev, h, seq))
-        prev = h
+    t.rechain(5, lambda payload: payload.replace("}", ',"x":1}', 1) if payload.endswith("}") else payload)
 
 
-TAMPERS: dict[str, Callable[[sqlite3.Connection], None]] = {
+TAMPERS: dict[str, Callable[[Tamper], None]] = {
     "edit": edit_payload, "delete": delete_middle, "reorder": reorder, "truncate": truncate, "rechain": rechain,
 }
 
@@ -88,9 +69,8 @@ def test_log_verify_exits_1_naming_the_first_bad_seq(pristine, tmp_path, tamper,
     root = tmp_path / "copy"
     shutil.copytree(pristine, root)
     before = hashlib.sha256(db_path(root).read_bytes()).hexdigest()
-    c = _raw(db_path(root))
-    TAMPERS[tamper](c)
-    c.close()
+    with Tamper(db_path(root)) as t:
+        TAMPERS[tamper](t)
     assert hashlib.sha256(db_path(root).read_bytes()).hexdigest() != before
     rc, out, _err = run_cli(["--config", str(root / "config.yaml"), "log", "verify"])
     assert rc == 1, out

@@ -1,0 +1,123 @@
+"""Changing the database behind fleet-agent's back, as someone holding the file would.
+
+The only SQL in the tests lives here: tests that prove tampering is caught (log
+verify, doctor, rebuild --check, the append-only triggers) go through these
+functions instead of writing statements of their own, so every other test reads
+the database through the Store alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from agent.store.db import sqlite3
+from agent.store.log import GENESIS, row_hash
+
+_ROW = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
+
+# Statements the append-only triggers must refuse, whatever they touch.
+EVENT_REWRITES = (
+    "UPDATE events SET payload = '{}' WHERE seq = 1",
+    "DELETE FROM events WHERE seq = 1",
+    "UPDATE events SET kind = 'operator.note'",
+    "DELETE FROM events",
+)
+
+
+def _plain(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    return sqlite3.connect(str(path), isolation_level=None)
+
+
+def attempt(path: str | os.PathLike[str], statement: str) -> None:
+    """Run ``statement`` on a plain connection with every trigger in place (raises what SQLite raises)."""
+    conn = _plain(path)
+    try:
+        conn.execute(statement)
+    finally:
+        conn.close()
+
+
+def record_migration(path: str | os.PathLike[str], name: str) -> None:
+    """Mark migration ``name`` applied, as a newer fleet-agent would have."""
+    conn = _plain(path)
+    try:
+        conn.execute("INSERT INTO _migrations VALUES (?, 'now')", (name,))
+    finally:
+        conn.close()
+
+
+class Tamper:
+    """A plain connection to the database file with every trigger dropped: events can be edited."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.conn = _plain(path)
+        for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            self.conn.execute(f'DROP TRIGGER "{name}"')
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Tamper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def last_seq(self) -> int:
+        return int(self.conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+
+    def set(self, seq: int, **columns: Any) -> None:
+        """Overwrite columns of event ``seq`` (hash left as it was)."""
+        sets = ", ".join(f"{c} = ?" for c in columns)
+        self.conn.execute(f"UPDATE events SET {sets} WHERE seq = ?", (*columns.values(), seq))
+
+    def replace_in_payload(self, seq: int, old: str, new: str) -> None:
+        self.conn.execute("UPDATE events SET payload = replace(payload, ?, ?) WHERE seq = ?", (old, new, seq))
+
+    def delete(self, seq: int) -> None:
+        self.conn.execute("DELETE FROM events WHERE seq = ?", (seq,))
+
+    def truncate(self, keep: int) -> None:
+        """Delete every event after seq ``keep``."""
+        self.conn.execute("DELETE FROM events WHERE seq > ?", (keep,))
+
+    def swap_contents(self, a: int, b: int) -> None:
+        """Exchange every column but seq between events ``a`` and ``b``."""
+        cols = [c.strip() for c in _ROW.split(",")][1:]
+        select = ", ".join(cols)
+        row_a = self.conn.execute(f"SELECT {select} FROM events WHERE seq = ?", (a,)).fetchone()
+        row_b = self.conn.execute(f"SELECT {select} FROM events WHERE seq = ?", (b,)).fetchone()
+        sets = ", ".join(f"{c} = ?" for c in cols)
+        self.conn.execute("BEGIN")
+        self.conn.execute("UPDATE events SET id = 'tmp-a', hash = 'tmp-a' WHERE seq = ?", (a,))
+        self.conn.execute(f"UPDATE events SET {sets} WHERE seq = ?", (*row_a, b))
+        self.conn.execute(f"UPDATE events SET {sets} WHERE seq = ?", (*row_b, a))
+        self.conn.execute("COMMIT")
+
+    def swap_seqs(self, a: int, b: int) -> None:
+        """Exchange the seq numbers of events ``a`` and ``b`` (the rows trade places)."""
+        self.conn.execute("UPDATE events SET seq = -1 WHERE seq = ?", (a,))
+        self.conn.execute("UPDATE events SET seq = ? WHERE seq = ?", (a, b))
+        self.conn.execute("UPDATE events SET seq = ? WHERE seq = -1", (b,))
+
+    def rechain(self, seq: int, edit: Callable[[str], str]) -> None:
+        """Rewrite event ``seq``'s payload with ``edit`` and recompute every hash from the start,
+        so the chain links up again (only the head file beside the database can tell)."""
+        rows = self.conn.execute(f"SELECT {_ROW} FROM events ORDER BY seq").fetchall()
+        prev = GENESIS
+        self.conn.execute("BEGIN")
+        for s, eid, ts, kind, version, source, tick, payload, tokens, _prev, _hash in rows:
+            if s == seq:
+                payload = edit(payload)
+            h = row_hash(s, eid, ts, kind, version, source, tick, payload, tokens, prev)
+            self.conn.execute("UPDATE events SET payload = ?, prev_hash = ?, hash = ? WHERE seq = ?",
+                              (payload, prev, h, s))
+            prev = h
+        self.conn.execute("COMMIT")
+
+    def edit_read_model(self, table: str, **columns: Any) -> None:
+        """Overwrite columns in every row of read-model ``table`` (the log no longer implies it)."""
+        sets = ", ".join(f"{c} = ?" for c in columns)
+        self.conn.execute(f"UPDATE {table} SET {sets}", tuple(columns.values()))
