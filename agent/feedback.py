@@ -450,11 +450,11 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
                            "size": len(f.data), "diff": unified_diff(old, text, name), "text": text}
             changes.append(tx.append("knowledge.changed", payload, "operator", tick))
         for name, k in sorted(latest.items()):
-            h = k.hash
-            if h is None or name in files or (only is not None and name not in only):
+            if k.hash is None or name in files or (only is not None and name not in only):
                 continue
             changes.append(tx.append("knowledge.changed", {"name": name, "change": "removed", "hash": None,
-                                                           "prev_hash": h, "size": 0, "diff": "", "text": None},
+                                                           "prev_hash": k.hash, "size": 0, "diff": "",
+                                                           "text": None},
                                      "operator", tick))
         for a in _live(tx, prefix=KEY_KNOWLEDGE_BAD):
             name = a.dedup_key[len(KEY_KNOWLEDGE_BAD):]

@@ -51,7 +51,7 @@ def _ensure_private(path: Path) -> None:
         os.chmod(path, 0o600)
 
 
-def connect(path: str | os.PathLike, *, readonly: bool = False) -> sqlite3.Connection:
+def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> sqlite3.Connection:
     """A connection in autocommit mode with WAL, synchronous=FULL and a long busy timeout.
 
     Pending migrations are applied (each in its own transaction) unless ``readonly``.
@@ -152,7 +152,8 @@ def applied_migrations(conn: sqlite3.Connection) -> list[str]:
 
 def _statements(sql: str) -> list[str]:
     """Split a migration into complete statements (triggers contain ';')."""
-    out, buf = [], []
+    out: list[str] = []
+    buf: list[str] = []
     for line in sql.splitlines():
         if line.strip().startswith("--") and not buf:
             continue

@@ -77,7 +77,7 @@ def utc_ts(dt: datetime | None = None) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _row_to_event(r: tuple) -> Event:
+def _row_to_event(r: tuple[Any, ...]) -> Event:
     return Event(seq=r[0], id=r[1], ts=r[2], kind=r[3], version=r[4], source=r[5], tick=r[6],
                  payload=json.loads(r[7]), tokens=r[8], prev_hash=r[9], hash=r[10])
 
@@ -106,7 +106,8 @@ class Transaction:
         self.log = log
         self.conn = conn
         row = conn.execute(_HEAD_SQL).fetchone()
-        self._seq, self._hash = (row[0], row[1]) if row else (0, GENESIS)
+        self._seq: int = row[0] if row else 0
+        self._hash: str = row[1] if row else GENESIS
         self.appended: list[Event] = []
         self._store: Store | None = None
 
@@ -143,9 +144,9 @@ class Transaction:
 class EventLog:
     """The append-only log in one SQLite file."""
 
-    def __init__(self, path: str | os.PathLike, *, encoding: str = "cl100k_base", encoding_file: str | None = None,
+    def __init__(self, path: str | os.PathLike[str], *, encoding: str = "cl100k_base", encoding_file: str | None = None,
                  encoding_sha256: str | None = None, clock: Callable[[], datetime] | None = None,
-                 readonly: bool = False, head_file: str | os.PathLike | None = None) -> None:
+                 readonly: bool = False, head_file: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path)
         self.conn = connect(self.path, readonly=readonly)
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -256,7 +257,8 @@ class EventLog:
              since_ts: str | None = None, kinds: Iterable[str] | None = None, tick: int | None = None,
              limit: int | None = None, newest_first: bool = False) -> Iterator[Event]:
         """Events with seq > ``since`` (and <= until_seq, ts <= until_ts), in seq order."""
-        where, params = ["seq > ?"], [since]
+        where: list[str] = ["seq > ?"]
+        params: list[Any] = [since]
         if until_seq is not None:
             where.append("seq <= ?")
             params.append(until_seq)
@@ -313,15 +315,15 @@ class EventLog:
             rows = self.conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as e:
             raise LogError(f"search query {query!r} could not run: {e}") from e
-        out = []
+        out: list[tuple[Event, str]] = []
         for seq, snip in rows:
-            e = self.get(seq)
-            if e is not None:
-                out.append((e, snip))
+            hit = self.get(seq)
+            if hit is not None:
+                out.append((hit, snip))
         return out
 
     def count(self) -> int:
-        return self.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        return int(self.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
 
     # ------------------------------------------------------------------ checking
 
