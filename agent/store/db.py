@@ -15,11 +15,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pysqlite3.dbapi2 as sqlite3
-import sqlite_utils
 
 from agent.errors import LogError
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 MIN_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_MS = 30_000
@@ -96,7 +99,11 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> sqlite3.
 
 
 def database(conn: sqlite3.Connection) -> sqlite_utils.Database:
-    """sqlite-utils over an open connection, changing nothing on it (no pragma, no plugin hooks)."""
+    """sqlite-utils over an open connection, changing nothing on it (no pragma, no plugin hooks).
+
+    Imported on first use: a command that only appends (``say``) does not pay for it."""
+    import sqlite_utils
+
     return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
 
 

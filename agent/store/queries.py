@@ -5,9 +5,9 @@ transaction, which then sees that transaction's own writes) and never see SQL
 or a connection. The SQL dialect stays here and in the rest of agent/store:
 the seam where another database backend would plug in.
 
-Rows are read through sqlite-utils (``rows_where`` and ``query`` give dicts
-keyed by column name) and handed out as small frozen dataclasses or plain
-values, never as positional tuples.
+Rows are read through sqlite-utils (``Table.rows_where`` gives dicts keyed by
+column name; the joins and event queries map their columns the same way) and
+handed out as small frozen dataclasses or plain values, never positional tuples.
 """
 
 from __future__ import annotations
@@ -151,7 +151,11 @@ class Store:
                                                      select=select))
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        return list(self._db.query(sql, list(args)))
+        # Database.execute, not Database.query: query() wraps each read in a SAVEPOINT, which would
+        # open a transaction of its own on a connection that is outside one.
+        cur = self._db.execute(sql, list(args))
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
     def _value(self, sql: str, args: Sequence[Any] = ()) -> Any:
         row = self._db.execute(sql, list(args)).fetchone()
