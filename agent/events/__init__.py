@@ -22,7 +22,7 @@ import json
 from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import FieldSpec, Payload
-from agent.events.render import (
+from agent.events.rendering import (
     KNOWLEDGE_DIFF_CHARS,
     epoch_minute,
     fence,

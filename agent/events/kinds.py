@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from agent.events.event import Event, JsonArray, JsonObject, Message
 from agent.events.payload import Payload
-from agent.events.render import KNOWLEDGE_DIFF_CHARS, fence, render_observation, render_tool_content, user
+from agent.events.rendering import KNOWLEDGE_DIFF_CHARS, fence, render_observation, render_tool_content, user
 from agent.events.vocabulary import Version, Vocabulary
 
 VOCABULARY = Vocabulary()
