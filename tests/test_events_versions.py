@@ -72,14 +72,14 @@ def _v2_to_v3(p: JsonObject) -> JsonObject:
 
 def release(n: int) -> Vocabulary:
     """The vocabulary as release ``n`` shipped it: versions 1..n of probe.answered."""
-    shipped = {
+    shipped: dict[int, list[Version[Any]]] = {
         1: [Version(1, ProbeV1, _r_v1)],
         2: [Version(1, ProbeV1, AS_NEXT), Version(2, ProbeV2, _r_v2, upcast=_v1_to_v2)],
         3: [Version(1, ProbeV1, AS_NEXT), Version(2, ProbeV2, _r_v2, upcast=_v1_to_v2),
             Version(3, ProbeV3, _r_v3, upcast=_v2_to_v3)],
-    }[n]
+    }
     vocab = Vocabulary()
-    vocab.define(KIND, "A probe answered (test-only).", *shipped)
+    vocab.define(KIND, "A probe answered (test-only).", *shipped[n])
     return vocab
 
 
