@@ -56,7 +56,7 @@ from agent.app import App
 from agent.config import Settings
 from agent.errors import ConfigError, FleetAgentError
 from agent.lock import FleetLock
-from agent.sdnotify import Notifier
+from agent.sdnotify import SystemdNotifier
 from agent.store.log import EventLog
 
 log = structlog.get_logger(__name__)
@@ -140,13 +140,13 @@ class Daemon:
 
     def __init__(self, settings: Settings, *, config_path: str | None, tick_fn: TickFn,
                  reconcile_fn: ReconcileFn | None = None, env: Mapping[str, str] | None = None,
-                 notifier: Notifier | None = None) -> None:
+                 notifier: SystemdNotifier | None = None) -> None:
         self.settings = settings
         self.config_path = config_path or settings.source_path
         self.tick_fn = tick_fn
         self.reconcile_fn = reconcile_fn
         self.env = env
-        self.notifier = notifier or Notifier.from_env(env)
+        self.notifier = notifier or SystemdNotifier.from_env(env)
         self.stop_event = threading.Event()  # passed to the tick: stop after the current step
         self.app: App | None = None
         self.events: EventLog | None = None  # the daemon's own connection
