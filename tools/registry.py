@@ -14,8 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.errors import FleetAgentError
 
-class ToolInputError(ValueError):
+
+class ToolInputError(FleetAgentError):
     """The model's call cannot run as written; the message is shown to the model."""
 
 
