@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from agent.config import Settings
+from agent.context.cache import ProjectionCache
 from agent.store.log import EventLog
 
 
@@ -74,6 +75,11 @@ class App:
         return EventLog(self.settings.db_path, encoding=c.encoding, encoding_file=c.encoding_file,
                         encoding_sha256=c.encoding_sha256,
                         clock=lambda: datetime.fromtimestamp(self.clock(), UTC))
+
+    @cached_property
+    def projection_cache(self) -> ProjectionCache:
+        """Token counts and rendered messages shared by every projection this process makes."""
+        return ProjectionCache()
 
     @cached_property
     def prompts(self) -> Any:
