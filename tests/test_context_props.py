@@ -6,9 +6,11 @@ needed, project, record the request, then the model's tool calls and results.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -162,3 +164,39 @@ def test_as_of_time_equals_projecting_the_truncated_log(ticks, where):
         assert at.manifest == again.manifest
         log.close()
         copy.close()
+
+
+GOLDEN_TICKS = ("directive", "memory", "note", "knowledge", "ack", "none", "directive", "memory", "unpin", "none",
+                "knowledge", "memory", "none", "directive")
+
+
+def _golden_run(tmp_path: Path, outputs: list[int], s: ContextSettings) -> tuple[list[Any], list[int], str]:
+    ticks = [{"outputs": outputs[: 1 + n % 3], "feedback": f, "crash": n == 7} for n, f in enumerate(GOLDEN_TICKS)]
+    log = EventLog(tmp_path / f"golden-{s.budget_tokens}.db", clock=Clock())
+
+    def step(log: EventLog, n: int, state: dict[str, Any], requests: list[Any]) -> None:
+        compact(log, PROMPTS, s, policy=POLICY, tools=TOOLS, summarizer=None, tick=n, open_alert_ids=[3],
+                owned_instance_ids=[1000])
+        log.append("model.request", request_payload(project(log, PROMPTS, s, policy=POLICY, tools=TOOLS,
+                                                            model="m")), "system", n)
+
+    run(log, ticks, step=step)
+    reqs = list(log.read(0, kinds=["model.request"]))
+    comps = [e.seq for e in log.read(0, kinds=["context.compacted"])]
+    digest = hashlib.sha256("\n".join(e.payload["request_hash"] for e in reqs).encode()).hexdigest()
+    log.close()
+    return reqs, comps, digest
+
+
+def test_request_bytes_of_a_fixed_run_are_pinned(tmp_path):
+    """The request hashes of two fixed runs (one roomy, one tight enough to shrink outputs and compact
+    often) equal the ones recorded before the projection became a package: what the model sees, and
+    therefore replay of every older log, did not change. A change here is a change to the requests."""
+    reqs, comps, digest = _golden_run(tmp_path, [400, 200, 650], S)
+    assert (len(reqs), comps) == (27, [34, 61, 87, 110])
+    assert digest == "3be56d27b42b1c8334cc1c9627bd0ec2858576f03d7666e5121dcef76bbbbc9c"
+    tight = replace(S, budget_tokens=3000, output_reserve=300, tool_output_max_tokens=900)
+    reqs, comps, digest = _golden_run(tmp_path, [700, 650, 690], tight)
+    assert (len(reqs), sum(e.payload["manifest"]["shrunk"] for e in reqs)) == (27, 8)
+    assert comps == [16, 22, 33, 46, 51, 62, 70, 80, 85, 94, 103, 115, 124]
+    assert digest == "8b5b465a030cee5cb8e00f95536214a61a2d22ebd28890e32ebd6cd59b500c29"
