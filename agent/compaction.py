@@ -16,8 +16,9 @@ tick is never blocked by the summariser.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -55,6 +56,12 @@ SECTION_TITLES = (
 )
 SUMMARY_HEADER_COST = 40   # tokens of the "[summary of #A–#B]" line around the summary
 LINE_CHARS = 240           # longest single line the fallback summary quotes from an event
+
+
+class Summarizer(Protocol):
+    """A chat model that can write the summary (the tick's provider, when it can summarise)."""
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -252,14 +259,17 @@ def _on_tick(d: _Digest, e: Event) -> None:
     d.latest_obs = e
 
 
-def _simple(section: str, fmt: Any) -> Any:
+Rule = Callable[[_Digest, Event], None]
+
+
+def _simple(section: str, fmt: Callable[[Event], str]) -> Rule:
     """A digest rule adding one line ``fmt(event)`` to ``section``."""
     def rule(d: _Digest, e: Event) -> None:
         d.add(section, fmt(e) + f" (#{e.seq})")
     return rule
 
 
-_RULES: dict[str, Any] = {
+_RULES: dict[str, Rule] = {
     "tick.started": _on_tick,
     "model.response": _on_response,
     "tool.result": _on_result,
@@ -422,7 +432,7 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
     return Plan(v, before, cut, evicted, prev, messages, alerts, owned)
 
 
-def _attempt_llm(summarizer: Any, messages: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+def _attempt_llm(summarizer: Summarizer, messages: list[dict[str, Any]]) -> tuple[str | None, str | None]:
     """(summary text, failure reason) from one summariser call."""
     from agent.llm import LLMError
 
@@ -436,24 +446,32 @@ def _attempt_llm(summarizer: Any, messages: list[dict[str, Any]]) -> tuple[str |
     return text, None
 
 
-def summarise(p: Plan, summarizer: Any | None, cap: int) -> tuple[str, str, list[dict[str, Any]]]:
-    """(summary, method, attempts): the summariser's text if it passes the check within two tries,
-    else the deterministic fallback."""
-    attempts: list[dict[str, Any]] = []
+def _llm_summary(p: Plan, summarizer: Summarizer, cap: int, attempts: list[dict[str, Any]]) -> str | None:
+    """The summariser's text if it passes the check within two tries (each try noted in ``attempts``)."""
     messages = p.messages
-    meter = p.view.meter
-    for _ in range(2 if summarizer is not None else 0):
+    for _ in range(2):
         text, err = _attempt_llm(summarizer, messages)
-        reason = err or check_summary(text or "", cap=cap, meter=meter, open_alert_ids=p.alerts,
+        reason = err or check_summary(text or "", cap=cap, meter=p.view.meter, open_alert_ids=p.alerts,
                                       owned_instance_ids=p.owned)
         attempts.append({"method": "llm", "ok": reason is None, "reason": reason or "accepted"})
         if reason is None:
-            return text or "", "llm", attempts
+            return text or ""
         if text:
             messages = [*messages[:2], {"role": "assistant", "content": text},
                         {"role": "user", "content": f"That summary was rejected: {reason}. "
                          "Write it again, following the rules."}]
-    summary = fallback_summary(p.previous_summary, p.evicted, cap=cap, meter=meter, open_alert_ids=p.alerts,
+    return None
+
+
+def summarise(p: Plan, summarizer: Summarizer | None, cap: int) -> tuple[str, str, list[dict[str, Any]]]:
+    """(summary, method, attempts): the summariser's text if it passes the check within two tries,
+    else the deterministic fallback."""
+    attempts: list[dict[str, Any]] = []
+    if summarizer is not None:
+        text = _llm_summary(p, summarizer, cap, attempts)
+        if text is not None:
+            return text, "llm", attempts
+    summary = fallback_summary(p.previous_summary, p.evicted, cap=cap, meter=p.view.meter, open_alert_ids=p.alerts,
                                owned_instance_ids=p.owned)
     attempts.append({"method": "fallback", "ok": True,
                      "reason": "no summariser" if summarizer is None else "llm summary rejected or failed"})
@@ -490,7 +508,7 @@ def compaction_payload(p: Plan, summary: str, method: str, attempts: list[dict[s
 
 
 def compact(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
-            tools: list[dict[str, Any]], summarizer: Any | None, tick: int | None, open_alert_ids: list[int],
+            tools: list[dict[str, Any]], summarizer: Summarizer | None, tick: int | None, open_alert_ids: list[int],
             owned_instance_ids: list[int], model_name: str = "", force: bool = False,
             cache: ProjectionCache | None = None) -> Event | None:
     """Compact when the projected request passes high water (or always, with ``force``).
@@ -514,7 +532,7 @@ def compact(log: EventLog, prompts: Prompts, settings: ContextSettings, *, polic
 
 
 def compact_for_overflow(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
-                         tools: list[dict[str, Any]], summarizer: Any | None, tick: int | None,
+                         tools: list[dict[str, Any]], summarizer: Summarizer | None, tick: int | None,
                          open_alert_ids: list[int], owned_instance_ids: list[int],
                          model_name: str = "", cache: ProjectionCache | None = None) -> Event | None:
     """The provider said the context is too long: compact now (even below high water), once;
