@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from agent.context import parse_time
-from agent.context.replay import ReplayResult, inspect, replay, verify
+from agent.context.replay import ReplayResult, inspect_request, replay, verify
 
 
 def _out(s: str = "") -> None:
@@ -42,7 +42,7 @@ def _render_message(i: int, m: dict[str, Any], tokens: int) -> str:
 def cmd_context(args: argparse.Namespace, app: Any) -> int:
     settings = app.settings.context
     at = parse_time(args.at) if args.at else None
-    found = inspect(app.log, app.prompts, settings, policy=app.policy_dict(), tools=app.tool_specs(),
+    found = inspect_request(app.log, app.prompts, settings, policy=app.policy_dict(), tools=app.tool_specs(),
                     model=app.settings.model.name, at_ts=at, tick=args.tick, seq=args.seq, cache=_cache(app))
     p, recorded, match = found.projection, found.recorded, found.matches
     if args.json:

@@ -117,7 +117,7 @@ class Inspection:
         return bool(self.recorded.payload["request_hash"] == self.projection.request_hash)
 
 
-def inspect(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
+def inspect_request(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
             tools: list[dict[str, Any]], model: str = "", at_ts: str | None = None, tick: int | None = None,
             seq: int | None = None, cache: ProjectionCache | None = None) -> Inspection:
     """The request as of a time, a tick's last request (checked against its hash) or a seq."""
