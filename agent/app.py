@@ -10,9 +10,11 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from agent.config import Settings
+from agent.context.cache import ProjectionCache
 from agent.store.log import EventLog
 
 if TYPE_CHECKING:  # the clients and the model SDK load only when a command uses them
@@ -94,6 +96,11 @@ class App:
                                  encoding_sha256=c.encoding_sha256,
                                  clock=lambda: datetime.fromtimestamp(self.clock(), UTC))
         return self._log
+
+    @cached_property
+    def projection_cache(self) -> ProjectionCache:
+        """Token counts and rendered messages shared by every projection this process makes."""
+        return ProjectionCache()
 
     @property
     def prompts(self) -> Prompts:

@@ -217,10 +217,12 @@ def _run(app: Any, stop: threading.Event) -> TickResult:
             if time.monotonic() > deadline:
                 return _fail(app, tick, f"time budget of {s.schedule.tick_timeout:.0f}s used up", "timeout",
                              steps, usage, t0)
-            proj = context.project(log, app.prompts, cs, policy=policy_d, tools=tools, model=model_name)
+            proj = context.project(log, app.prompts, cs, policy=policy_d, tools=tools, model=model_name,
+                                   cache=app.projection_cache)
             if context.needs_compaction(proj, cs) or not context.fits(proj, cs):
                 _compact(app, tick, summarizer, policy_d, tools, model_name, force=False)
-                proj = context.project(log, app.prompts, cs, policy=policy_d, tools=tools, model=model_name)
+                proj = context.project(log, app.prompts, cs, policy=policy_d, tools=tools, model=model_name,
+                                       cache=app.projection_cache)
             req = log.append("model.request", context.request_payload(proj), "system", tick)
             steps += 1
             try:
@@ -280,7 +282,7 @@ def _compact(app: Any, tick: int, summarizer: Any, policy_d: dict[str, Any], too
     owned = [r[0] for r in log.conn.execute("SELECT instance_id FROM instances WHERE status = 'active'")]
     compaction.compact(log, app.prompts, app.settings.context, policy=policy_d, tools=tools, summarizer=summarizer,
                        tick=tick, open_alert_ids=open_ids, owned_instance_ids=owned, model_name=model_name,
-                       force=force)
+                       force=force, cache=app.projection_cache)
 
 
 def _fail(app: Any, tick: int, reason: str, kind: str, steps: int, usage: dict[str, int], t0: float) -> TickResult:
