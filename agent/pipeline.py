@@ -22,8 +22,6 @@ from typing import Any, TypedDict
 
 import structlog
 
-from agent.clients.demand import DemandError
-from agent.clients.vast import VastError
 from agent.errors import FleetAgentError
 from agent.policy import Block
 from agent.store.log import EventLog
@@ -79,7 +77,7 @@ def run_tool_call(toolbox: Toolbox, ctx: ToolContext, call: ToolCall, *, dry_run
             return _run_action(tool, ctx, call, args, dry_run=dry_run)
         _log_call(ctx, call, {"side_effect": False})
         outcome = tool.handler(ctx, args)
-    except (VastError, DemandError, FleetAgentError) as e:
+    except FleetAgentError as e:  # vast.ai, the demand queue, the log: the model reads what failed
         outcome = Outcome(False, error=f"{call['name']} failed: {e}")
     return log_result(ctx.log, call, outcome, ctx.tick), False
 
@@ -99,7 +97,7 @@ def _run_action(tool: Action[Any], ctx: ToolContext, call: ToolCall, args: Args,
     _log_call(ctx, call, {"idempotency_key": key, "side_effect": True})
     try:
         outcome = tool.handler(ctx, args, prepared, key)
-    except (VastError, DemandError, FleetAgentError) as e:
+    except FleetAgentError as e:
         outcome = Outcome(False, error=f"{tool.name} failed: {e}")
     return log_result(ctx.log, call, outcome, ctx.tick), False
 

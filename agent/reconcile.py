@@ -23,6 +23,8 @@ from typing import Any
 
 import structlog
 
+from agent.clients.vast import Instance, VastClient
+from agent.config import Settings
 from agent.pipeline import result_payload
 from agent.policy import Policy
 from agent.store.log import EventLog
@@ -39,8 +41,9 @@ class ReconcileReport:
     adopted: list[int] = field(default_factory=list)
 
 
-def reconcile(log: EventLog, vast: Any, policy: Policy, *, destroy_orphans: bool,
-              instances: list[Any] | None = None, settings: Any = None) -> tuple[ReconcileReport, list[Any]]:
+def reconcile(log: EventLog, vast: VastClient, policy: Policy, *, destroy_orphans: bool,
+              instances: list[Instance] | None = None, settings: Settings | None = None,
+              ) -> tuple[ReconcileReport, list[Instance]]:
     """Settle dangling intents and ownership against one listing; returns the report and
     the (possibly refreshed) listing."""
     rep = ReconcileReport()
@@ -55,7 +58,7 @@ def reconcile(log: EventLog, vast: Any, policy: Policy, *, destroy_orphans: bool
     return rep, listing
 
 
-def _settle_intents(log: EventLog, vast: Any, policy: Policy, listing: list[Any], rep: ReconcileReport) -> bool:
+def _settle_intents(log: EventLog, vast: VastClient, policy: Policy, listing: list[Instance], rep: ReconcileReport) -> bool:
     """Each side-effect intent without a result gets a recovered one; True when something was destroyed."""
     by_label = {i.label: i for i in listing if i.label}
     by_id = {i.id: i for i in listing}
@@ -86,7 +89,7 @@ def _settle_intents(log: EventLog, vast: Any, policy: Policy, listing: list[Any]
     return changed
 
 
-def _settled_rent(policy: Policy, key: str | None, args: dict[str, Any], by_label: dict[str, Any]) -> Outcome:
+def _settled_rent(policy: Policy, key: str | None, args: dict[str, Any], by_label: dict[str, Instance]) -> Outcome:
     """Our label on a listed instance: the rent succeeded; none: it did not happen. Never re-sent."""
     label = policy.label_for(key or "")
     inst = by_label.get(label)
@@ -99,7 +102,7 @@ def _settled_rent(policy: Policy, key: str | None, args: dict[str, Any], by_labe
                    f"{label}, so the rent succeeded", effect=eff)
 
 
-def _settled_destroy(vast: Any, args: dict[str, Any], by_id: dict[int, Any]) -> Outcome:
+def _settled_destroy(vast: VastClient, args: dict[str, Any], by_id: dict[int, Instance]) -> Outcome:
     """Destroy is idempotent: completed when the instance is still listed."""
     iid = int(args.get("instance_id", 0))
     if iid in by_id:
@@ -133,8 +136,8 @@ def _settle_open_tick(log: EventLog) -> None:
                        "system", started.tick)
 
 
-def _settle_ownership(log: EventLog, vast: Any, policy: Policy, listing: list[Any], rep: ReconcileReport, *,
-                      destroy_orphans: bool, settings: Any) -> bool:
+def _settle_ownership(log: EventLog, vast: VastClient, policy: Policy, listing: list[Instance], rep: ReconcileReport, *,
+                      destroy_orphans: bool, settings: Settings | None) -> bool:
     """Adopt, flag orphans (destroyed when policy says so), record the gone; True when something was destroyed."""
     by_id = {i.id: i for i in listing}
     changed = False
@@ -161,7 +164,8 @@ def _settle_ownership(log: EventLog, vast: Any, policy: Policy, listing: list[An
     return changed
 
 
-def _orphan(log: EventLog, vast: Any, inst: Any, *, destroy_orphans: bool, settings: Any) -> None:
+def _orphan(log: EventLog, vast: VastClient, inst: Instance, *, destroy_orphans: bool,
+            settings: Settings | None) -> None:
     """An instance carrying our label that no event knows: a critical alert, and destroyed if policy says so."""
     from agent.feedback import raise_alert
 

@@ -17,7 +17,7 @@ import structlog
 from agent import compaction, context, feedback
 from agent.app import App
 from agent.clients.demand import DemandError
-from agent.clients.vast import VastError
+from agent.clients.vast import Instance, VastError
 from agent.errors import FleetAgentError
 from agent.llm import LLMError, ModelReply
 from agent.lock import FleetLock
@@ -48,15 +48,15 @@ def next_tick_number(app: Any) -> int:
     return (row[0] or 0) + 1
 
 
-def _status(i: Any) -> str:
+def _status(i: Instance) -> str:
     return i.actual_status or "provisioning"
 
 
-def observe(app: Any, ctx: ToolContext, tick: int) -> dict[str, Any]:
+def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
     """The compact, deterministic observation of this tick (one list call, done by reconcile)."""
     now = app.clock()
     owned = ctx.owned_ids()
-    insts = []
+    insts: list[dict[str, Any]] = []
     for i in sorted(ctx.instances, key=lambda x: x.id):
         ours = i.id in owned or ctx.policy.is_our_label(i.label)
         insts.append({"id": i.id, "label": i.label or "", "gpu_name": i.gpu_name or "?", "num_gpus": i.num_gpus or 1,
@@ -150,7 +150,8 @@ class _Model:
     def of(cls, app: App) -> _Model:
         provider = app.provider()
         toolbox = load_tools()
-        return cls(provider, toolbox, toolbox.specs(), app.policy_dict(), getattr(provider, "name", app.settings.model.name),
+        return cls(provider, toolbox, toolbox.specs(), app.policy_dict(),
+                   getattr(provider, "name", app.settings.model.name),
                    provider if getattr(provider, "can_summarise", True) else None)
 
 
@@ -290,7 +291,7 @@ def _compact(app: Any, tick: int, summarizer: Any, policy_d: dict[str, Any], too
                        force=force)
 
 
-def _fail(app: Any, tick: int, reason: str, kind: str, steps: int, usage: dict[str, int], t0: float) -> TickResult:
+def _fail(app: App, tick: int, reason: str, kind: str, steps: int, usage: dict[str, int], t0: float) -> TickResult:
     from agent.secrets import scrub
 
     reason = scrub(reason)
@@ -303,7 +304,7 @@ def _fail(app: Any, tick: int, reason: str, kind: str, steps: int, usage: dict[s
     return TickResult(tick, False, reason, steps, usage, dur)
 
 
-def reconcile_at_start(app: Any) -> None:
+def reconcile_at_start(app: App) -> None:
     """At daemon start: settle dangling intents before the first tick acts."""
     try:
         reconcile(app.log, app.vast(), Policy(app.settings), destroy_orphans=app.settings.policy.destroy_orphans,
