@@ -119,9 +119,10 @@ class App:
         return d
 
     def tool_specs(self) -> list[dict[str, Any]]:
-        from tools.registry import tool_specs
+        """The specs of the installed tools (found through their entry point), in name order."""
+        from agent.toolkit import load_tools
 
-        return tool_specs()
+        return load_tools().specs()
 
     def close(self) -> None:
         """Close the clients and the log; the next use opens them again."""

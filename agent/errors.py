@@ -11,8 +11,10 @@
     │                          (agent/clients/vast.py)
     ├── DemandError            the job queue could not be read or answered nonsense
     │                          (agent/clients/demand.py)
-    └── ToolInputError         the model's tool call cannot run as written; the message goes
-                               back to the model (tools/registry.py)
+    ├── ToolInputError         the model's tool call cannot run as written; the message goes
+    │                          back to the model (agent/toolkit.py)
+    └── ToolsNotInstalled      no tools under the fleet_agent.tools entry point: reinstall
+                               (agent/toolkit.py)
 
 Every message says what is wrong, where, and how to fix it, and never carries a
 secret. The errors defined next to the code that raises them are drawn here too,
