@@ -11,75 +11,105 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.config import Settings
+from agent.context.cache import ProjectionCache
 from agent.store.log import EventLog
+
+if TYPE_CHECKING:  # the clients and the model SDK load only when a command uses them
+    from agent.clients.demand import DemandClient
+    from agent.clients.vast import VastClient
+    from agent.llm import ChatProvider
+    from agent.prompts import Prompts
 
 
 class App:
+    """Settings plus the objects built from them, each made on first use and closed by ``close()``.
+
+    ``provider`` and ``prompts``, when given, are used instead of building them
+    (a test's scripted model; the prompts the daemon read at start or reload).
+    ``lock_held`` says the caller (the daemon) holds the single-writer lock, so a
+    tick must not take it again.
+    """
+
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] | None = None, provider: Any = None) -> None:
+                 clock: Callable[[], float] | None = None, provider: ChatProvider | None = None,
+                 prompts: Prompts | None = None, lock_held: bool = False) -> None:
         self.settings = settings
         self.env = env
         self.clock = clock or time.time  # the fleet's clock (the simulator's, in demos and tests)
-        self.lock_held = False  # set by the daemon, which holds the single-writer lock itself
+        self.lock_held = lock_held
         self._provider = provider
-        self._clients: list[Any] = []
+        self._prompts = prompts
+        self._log: EventLog | None = None
+        self._vast: VastClient | None = None
+        self._demand: DemandClient | None = None
 
-    def vast(self) -> Any:
+    def vast(self) -> VastClient:
         """A vast.ai client (one per App, reused across ticks)."""
-        if "_vast" not in self.__dict__:
+        if self._vast is None:
             from agent.clients.vast import VastClient
 
             v = self.settings.vast
             self._vast = VastClient(v.url, self.settings.vast_api_key(self.env).reveal(), timeout=v.timeout,
                                     max_attempts=v.max_attempts)
-            self._clients.append(self._vast)
         return self._vast
 
-    def demand(self) -> Any:
+    def demand(self) -> DemandClient | None:
+        """The job queue's client, or None when no ``demand.url`` is set."""
         if not self.settings.demand.url:
             return None
-        if "_demand" not in self.__dict__:
+        if self._demand is None:
             from agent.clients.demand import DemandClient
 
             self._demand = DemandClient(self.settings.demand.url)
-            self._clients.append(self._demand)
         return self._demand
 
-    def provider(self) -> Any:
+    def provider(self) -> ChatProvider:
         """The model: an OpenAI-compatible server, or the built-in rules provider."""
         if self._provider is None:
-            m = self.settings.model
-            if m.provider == "rules":
-                from agent.rules import RulesProvider
-
-                self._provider = RulesProvider(self)
-            else:
-                from agent.llm import OpenAIChat
-
-                key = self.settings.model_api_key(self.env)
-                self._provider = OpenAIChat(base_url=m.base_url, model=m.name,
-                                            api_key=key.reveal() if key else None, timeout=m.timeout,
-                                            temperature=m.temperature, max_tokens=m.max_output_tokens,
-                                            max_retries=m.max_retries)
+            self._provider = self._make_provider()
         return self._provider
 
-    @cached_property
+    def _make_provider(self) -> ChatProvider:
+        m = self.settings.model
+        if m.provider == "rules":
+            from agent.rules import RulesProvider
+
+            return RulesProvider(self)
+        from agent.llm import OpenAIChat
+
+        key = self.settings.model_api_key(self.env)
+        return OpenAIChat(base_url=m.base_url, model=m.name, api_key=key.reveal() if key else None,
+                          timeout=m.timeout, temperature=m.temperature, max_tokens=m.max_output_tokens,
+                          max_retries=m.max_retries)
+
+    @property
     def log(self) -> EventLog:
-        c = self.settings.context
-        # Events are stamped with the fleet's clock, so policy windows ("rents in the last hour")
-        # and observations share one notion of time (wall time in production).
-        return EventLog(self.settings.db_path, encoding=c.encoding, encoding_file=c.encoding_file,
-                        encoding_sha256=c.encoding_sha256,
-                        clock=lambda: datetime.fromtimestamp(self.clock(), UTC))
+        """The event log (opened, and migrated, on first use)."""
+        if self._log is None:
+            c = self.settings.context
+            # Events are stamped with the fleet's clock, so policy windows ("rents in the last hour")
+            # and observations share one notion of time (wall time in production).
+            self._log = EventLog(self.settings.db_path, encoding=c.encoding, encoding_file=c.encoding_file,
+                                 encoding_sha256=c.encoding_sha256,
+                                 clock=lambda: datetime.fromtimestamp(self.clock(), UTC))
+        return self._log
 
     @cached_property
-    def prompts(self) -> Any:
-        from agent.prompts import load_prompts
+    def projection_cache(self) -> ProjectionCache:
+        """Token counts and rendered messages shared by every projection this process makes."""
+        return ProjectionCache()
 
-        return load_prompts(self.settings.prompts_path)
+    @property
+    def prompts(self) -> Prompts:
+        """The prompt files (read on first use unless given to the constructor)."""
+        if self._prompts is None:
+            from agent.prompts import load_prompts
+
+            self._prompts = load_prompts(self.settings.prompts_path)
+        return self._prompts
 
     def policy_dict(self) -> dict[str, Any]:
         """The fleet policy as the system prompt states it (what code enforces)."""
@@ -89,13 +119,17 @@ class App:
         return d
 
     def tool_specs(self) -> list[dict[str, Any]]:
-        from tools.registry import tool_specs
+        """The specs of the installed tools (found through their entry point), in name order."""
+        from agent.toolkit import load_tools
 
-        return tool_specs()
+        return load_tools().specs()
 
     def close(self) -> None:
-        for c in self._clients:
-            c.close()
-        self._clients.clear()
-        if "log" in self.__dict__:
-            self.log.close()
+        """Close the clients and the log; the next use opens them again."""
+        for client in (self._vast, self._demand):
+            if client is not None:
+                client.close()
+        self._vast = self._demand = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None

@@ -16,30 +16,34 @@ tick is never blocked by the summariser.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
+from agent.config import ContextSettings
 from agent.context import (
     MARKER_COST,
     PINNED_KINDS,
+    Inputs,
+    Meter,
     Projection,
+    ProjectionCache,
     View,
-    _count,
-    _truncate,
-    build_thread,
+    assemble,
     empty_pinned,
-    finish,
     fold_pinned,
+    load,
+    make_view,
+    meter_for,
     needs_compaction,
     render_pinned,
-    render_summary,
-    view,
 )
 from agent.events import Event, render, render_observation
 from agent.prompts import Prompts, render_summarize
 from agent.store.log import EventLog
+from agent.tokens import MESSAGE_OVERHEAD
 
 logger = structlog.get_logger(__name__)
 
@@ -54,10 +58,15 @@ SUMMARY_HEADER_COST = 40   # tokens of the "[summary of #A–#B]" line around th
 LINE_CHARS = 240           # longest single line the fallback summary quotes from an event
 
 
+class Summarizer(Protocol):
+    """A chat model that can write the summary (the tick's provider, when it can summarise)."""
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Cut:
     first_kept_seq: int
-    kept_tokens: int
     pinned: dict[str, Any]
     fits_low_water: bool
 
@@ -77,12 +86,14 @@ def _call_spans(events: list[Event]) -> list[tuple[int, int]]:
     return spans
 
 
-def choose_cut(v: View, settings: Any) -> Cut | None:
+def choose_cut(v: View, settings: ContextSettings) -> Cut | None:
     """The earliest tick boundary whose kept thread fits under low water (else the latest valid one)."""
     ticks = [e.seq for e in v.events if e.kind == "tick.started"]
     spans = _call_spans(v.events)
     base = (v.compaction.payload.get("pinned") if v.compaction else None) or empty_pinned()
-    fixed = 12 + _count(v.tok_key, v.system) + v.tools_tokens + settings.summary_max_tokens + SUMMARY_HEADER_COST
+    # system, summary and pinned messages, each with its overhead
+    fixed = (3 * MESSAGE_OVERHEAD + v.meter.count(v.system) + v.tools_tokens + settings.summary_max_tokens
+             + SUMMARY_HEADER_COST)
     target = settings.low_water * settings.budget_tokens
     best: Cut | None = None
     for c in ticks:
@@ -91,11 +102,11 @@ def choose_cut(v: View, settings: Any) -> Cut | None:
         if any(r < c <= t for r, t in spans):
             continue  # would split a tool call from its result
         pinned = fold_pinned(base, (e for e in v.events if e.seq < c and e.kind in PINNED_KINDS))
-        ptext = render_pinned(pinned, c - 1, settings, v.tok_key)
+        ptext = render_pinned(pinned, c - 1, settings, v.meter)
         kept = sum(e.tokens for e in v.thread if e.seq >= c)
-        total = fixed + kept + (4 + _count(v.tok_key, ptext) if ptext else 0)
+        total = fixed + kept + (v.meter.text_message(ptext) if ptext else 0)
         ok = v.calibration.calibrated(total) <= target
-        best = Cut(c, kept, pinned, ok)
+        best = Cut(c, pinned, ok)
         if ok:
             return best
     return best
@@ -109,30 +120,36 @@ def _one_line(text: str, n: int = LINE_CHARS) -> str:
     return t if len(t) <= n else t[: n - 1] + "…"
 
 
+def _transcript_line(e: Event) -> str | None:
+    p = e.payload
+    if e.kind == "model.response":
+        parts = [f"[assistant] {p.get('text') or ''}".rstrip()]
+        parts.extend(f"→ call {c['name']}({c['arguments']}) id={c['id']}" for c in p.get("tool_calls") or [])
+        return "\n".join(parts)
+    if e.kind == "policy.blocked":
+        return f"[policy blocked {p['name']}] {p['rule']} {p.get('detail', '')}".rstrip()
+    if e.kind == "alert.raised" and p.get("raised_by") == "model":
+        return f"[alert #{p['alert_id']} raised · model] {p['severity']}: {p['title']}"
+    if e.kind == "model.failed":
+        return f"[model call failed] {p['error_kind']}"
+    msg = render(e)
+    if msg is not None and msg.get("content"):
+        return str(msg["content"])
+    return None
+
+
 def transcript(events: list[Event]) -> list[tuple[int, str]]:
     """(seq, text) for every event worth summarising, from the full payloads."""
     out = []
     for e in events:
-        p = e.payload
-        if e.kind == "model.response":
-            parts = [f"[assistant] {p.get('text') or ''}".rstrip()]
-            parts.extend(f"→ call {c['name']}({c['arguments']}) id={c['id']}" for c in p.get("tool_calls") or [])
-            out.append((e.seq, "\n".join(parts)))
-        elif e.kind == "policy.blocked":
-            out.append((e.seq, f"[policy blocked {p['name']}] {p['rule']} {p.get('detail', '')}".rstrip()))
-        elif e.kind == "alert.raised" and p.get("raised_by") == "model":
-            out.append((e.seq, f"[alert #{p['alert_id']} raised · model] {p['severity']}: {p['title']}"))
-        elif e.kind == "model.failed":
-            out.append((e.seq, f"[model call failed] {p['error_kind']}"))
-        else:
-            msg = render(e)
-            if msg is not None and msg.get("content"):
-                out.append((e.seq, msg["content"]))
+        line = _transcript_line(e)
+        if line is not None:
+            out.append((e.seq, line))
     return out
 
 
-def _fit_transcript(lines: list[tuple[int, str]], budget: int, tok_key: str) -> str:
-    sizes = [_count(tok_key, t) for _, t in lines]
+def _fit_transcript(lines: list[tuple[int, str]], budget: int, meter: Meter) -> str:
+    sizes = [meter.count(t) for _, t in lines]
     cap = max(sizes, default=0)
     if sum(sizes) + 2 * len(sizes) > budget:
         lo, hi = 16, cap
@@ -146,7 +163,7 @@ def _fit_transcript(lines: list[tuple[int, str]], budget: int, tok_key: str) -> 
     parts = []
     for (seq, text), n in zip(lines, sizes, strict=True):
         if n > cap:
-            kept, _, full = _truncate(tok_key, text, cap)
+            kept, _, full = meter.cut(text, cap)
             text = f"{kept}\n[... {full - cap} more tokens in event #{seq}]"
         parts.append(f"#{seq} {text}")
     return "\n".join(parts)
@@ -155,12 +172,12 @@ def _fit_transcript(lines: list[tuple[int, str]], budget: int, tok_key: str) -> 
 # ------------------------------------------------------------------ checking a summary
 
 
-def check_summary(text: str, *, cap: int, tok_key: str, open_alert_ids: list[int],
+def check_summary(text: str, *, cap: int, meter: Meter, open_alert_ids: list[int],
                   owned_instance_ids: list[int]) -> str | None:
     """Why ``text`` is not an acceptable summary, or None when it is."""
     if not text.strip():
         return "empty summary"
-    n = _count(tok_key, text)
+    n = meter.count(text)
     if n > cap:
         return f"summary has {n} tokens, over the cap of {cap}"
     missing_alerts = [a for a in open_alert_ids
@@ -190,105 +207,232 @@ def _sections_of(summary: str) -> dict[str, list[str]]:
     return out
 
 
-def fallback_summary(previous: str, events: list[Event], *, cap: int, tok_key: str,
+@dataclass
+class _Digest:
+    """What the fallback summary gathers from the evicted events."""
+
+    lines: dict[str, list[str]]
+    calls: dict[str, tuple[str, str]]
+    titles: dict[int, str]
+    latest_obs: Event | None = None
+
+    def add(self, section: str, line: str) -> None:
+        self.lines[section].append(line)
+
+
+def _on_response(d: _Digest, e: Event) -> None:
+    p = e.payload
+    for c in p.get("tool_calls") or []:
+        d.calls[c["id"]] = (c["name"], c["arguments"])
+    if (p.get("text") or "").strip():
+        d.add("Decisions and why", f"- {_one_line(p['text'])} (#{e.seq})")
+
+
+def _on_result(d: _Digest, e: Event) -> None:
+    p = e.payload
+    name, args = d.calls.get(p["call_id"], (p["name"], ""))
+    status = "ok" if p["ok"] else "error"
+    out = p.get("output") if p["ok"] else (p.get("error") or p.get("output"))
+    d.add("Completed actions", f"- {name}({_one_line(args, 100)}) -> {status}: {_one_line(out or '', 140)} (#{e.seq})")
+
+
+def _on_note(d: _Digest, e: Event) -> None:
+    p = e.payload
+    what = f"standing directive #{e.seq}" if p.get("pin") else "note"
+    d.add("Operator directives", f"- {what} from {p['by']}: {_one_line(p['text'])} (#{e.seq})")
+
+
+def _on_ack(d: _Digest, e: Event) -> None:
+    p = e.payload
+    note = f": {_one_line(p['note'], 160)}" if p.get("note") else ""
+    d.add("Operator directives", f"- alert #{p['alert_id']} acked by {p['by']}{note} (#{e.seq})")
+
+
+def _on_alert(d: _Digest, e: Event) -> None:
+    p = e.payload
+    d.titles[p["alert_id"]] = p["title"]
+    d.add("Completed actions",
+          f"- alert #{p['alert_id']} raised by {p['raised_by']}: {_one_line(p['title'], 120)} (#{e.seq})")
+
+
+def _on_tick(d: _Digest, e: Event) -> None:
+    d.latest_obs = e
+
+
+Rule = Callable[[_Digest, Event], None]
+
+
+def _simple(section: str, fmt: Callable[[Event], str]) -> Rule:
+    """A digest rule adding one line ``fmt(event)`` to ``section``."""
+    def rule(d: _Digest, e: Event) -> None:
+        d.add(section, fmt(e) + f" (#{e.seq})")
+    return rule
+
+
+_RULES: dict[str, Rule] = {
+    "tick.started": _on_tick,
+    "model.response": _on_response,
+    "tool.result": _on_result,
+    "memory.written": _simple("Decisions and why",
+                              lambda e: f"- remembered {e.payload['key']}: {_one_line(e.payload['text'], 160)}"),
+    "memory.deleted": _simple("Decisions and why", lambda e: f"- forgot {e.payload['key']}"),
+    "operator.note": _on_note,
+    "directive.unpinned": _simple("Operator directives", lambda e: f"- directive #{e.payload['directive_id']} "
+                                  f"withdrawn by {e.payload['by']}"),
+    "alert.acked": _on_ack,
+    "knowledge.changed": _simple("Operator directives",
+                                 lambda e: f"- knowledge file {e.payload['name']} {e.payload['change']}"),
+    "alert.raised": _on_alert,
+    "alert.resolved": _simple("Completed actions", lambda e: f"- alert #{e.payload['alert_id']} resolved"),
+    "tick.failed": _simple("Open problems", lambda e: f"- tick {e.tick} failed: {_one_line(e.payload['reason'], 160)}"),
+    "policy.blocked": _simple("Open problems",
+                              lambda e: f"- policy blocked {e.payload['name']}: {e.payload['rule']}"),
+}
+
+
+def _digest(events: list[Event]) -> _Digest:
+    d = _Digest({t: [] for t in SECTION_TITLES}, {}, {})
+    for e in events:
+        rule = _RULES.get(e.kind)
+        if rule is not None:
+            rule(d, e)
+    return d
+
+
+def _mandatory(d: _Digest, open_alert_ids: list[int], owned_instance_ids: list[int]) -> list[str]:
+    """The lines every summary carries: owned instances, open alerts, the latest observation."""
+    alerts = ", ".join(f"alert #{a}" + (f" ({_one_line(d.titles[a], 60)})" if a in d.titles else "")
+                       for a in open_alert_ids)
+    out = ["- Owned instances: " + (", ".join(str(i) for i in owned_instance_ids) or "none"),
+           "- Open alerts: " + (alerts or "none")]
+    if d.latest_obs is not None:
+        o = d.latest_obs
+        obs = render_observation(o.tick, o.ts, o.payload["observation"])
+        out.append(f"- Latest observation (#{o.seq}): " + _one_line(" · ".join(obs.splitlines()[:3])))
+    return out
+
+
+def _compose(mandatory: list[str], chosen: dict[str, list[str]]) -> str:
+    blocks = ["## Fleet state and commitments", *mandatory]
+    for t in SECTION_TITLES[1:]:
+        blocks.append(f"## {t}")
+        blocks.extend(chosen[t] or ["- none recorded"])
+    return "\n".join(blocks)
+
+
+# Newest lines are worth most; directives and problems before decisions and actions.
+PRIORITY = ("Operator directives", "Open problems", "Decisions and why", "Completed actions")
+
+
+def _take_newest(chosen: list[str], lines: list[str], share: int, meter: Meter) -> int:
+    """Prepend the newest of ``lines`` not yet in ``chosen`` while they fit ``share``; the tokens spent."""
+    spent = 0
+    while len(chosen) < len(lines):
+        ln = lines[-1 - len(chosen)]
+        n = meter.count(ln) + 1
+        if spent + n > share:
+            break
+        chosen.insert(0, ln)
+        spent += n
+    return spent
+
+
+def _choose(lines: dict[str, list[str]], used: int, cap: int, meter: Meter) -> dict[str, list[str]]:
+    """First pass: a fair share per section; second pass: what is left, in priority order."""
+    chosen: dict[str, list[str]] = {t: [] for t in SECTION_TITLES}
+    for second in (False, True):
+        for i, t in enumerate(PRIORITY):
+            share = cap - used if second else (cap - used) // (len(PRIORITY) - i)
+            used += _take_newest(chosen[t], lines[t], share, meter)
+    return chosen
+
+
+def _trim(mandatory: list[str], chosen: dict[str, list[str]], cap: int, meter: Meter) -> str:
+    """Drop the oldest lowest-priority lines until the text fits ``cap``."""
+    text = _compose(mandatory, chosen)
+    while meter.count(text) > cap and any(chosen[t] for t in PRIORITY):
+        t = next(t for t in reversed(PRIORITY) if chosen[t])
+        chosen[t].pop(0)
+        text = _compose(mandatory, chosen)
+    return text
+
+
+def fallback_summary(previous: str, events: list[Event], *, cap: int, meter: Meter,
                      open_alert_ids: list[int], owned_instance_ids: list[int]) -> str:
     """A summary built from the events alone, in the fixed sections, within ``cap`` tokens."""
     old = _sections_of(previous)
-    new: dict[str, list[str]] = {t: [] for t in SECTION_TITLES}
-    calls: dict[str, tuple[str, str]] = {}
-    titles: dict[int, str] = {}
-    latest_obs: Event | None = None
-    for e in events:
-        p = e.payload
-        k = e.kind
-        if k == "tick.started":
-            latest_obs = e
-        elif k == "model.response":
-            for c in p.get("tool_calls") or []:
-                calls[c["id"]] = (c["name"], c["arguments"])
-            if (p.get("text") or "").strip():
-                new["Decisions and why"].append(f"- {_one_line(p['text'])} (#{e.seq})")
-        elif k == "tool.result":
-            name, args = calls.get(p["call_id"], (p["name"], ""))
-            status = "ok" if p["ok"] else "error"
-            out = p.get("output") if p["ok"] else (p.get("error") or p.get("output"))
-            new["Completed actions"].append(
-                f"- {name}({_one_line(args, 100)}) -> {status}: {_one_line(out or '', 140)} (#{e.seq})")
-        elif k == "memory.written":
-            new["Decisions and why"].append(f"- remembered {p['key']}: {_one_line(p['text'], 160)} (#{e.seq})")
-        elif k == "memory.deleted":
-            new["Decisions and why"].append(f"- forgot {p['key']} (#{e.seq})")
-        elif k == "operator.note":
-            what = f"standing directive #{e.seq}" if p.get("pin") else "note"
-            new["Operator directives"].append(f"- {what} from {p['by']}: {_one_line(p['text'])} (#{e.seq})")
-        elif k == "directive.unpinned":
-            new["Operator directives"].append(
-                f"- directive #{p['directive_id']} withdrawn by {p['by']} (#{e.seq})")
-        elif k == "alert.acked":
-            note = f": {_one_line(p['note'], 160)}" if p.get("note") else ""
-            new["Operator directives"].append(f"- alert #{p['alert_id']} acked by {p['by']}{note} (#{e.seq})")
-        elif k == "knowledge.changed":
-            new["Operator directives"].append(f"- knowledge file {p['name']} {p['change']} (#{e.seq})")
-        elif k == "alert.raised":
-            titles[p["alert_id"]] = p["title"]
-            new["Completed actions"].append(
-                f"- alert #{p['alert_id']} raised by {p['raised_by']}: {_one_line(p['title'], 120)} (#{e.seq})")
-        elif k == "alert.resolved":
-            new["Completed actions"].append(f"- alert #{p['alert_id']} resolved (#{e.seq})")
-        elif k == "tick.failed":
-            new["Open problems"].append(f"- tick {e.tick} failed: {_one_line(p['reason'], 160)} (#{e.seq})")
-        elif k == "policy.blocked":
-            new["Open problems"].append(f"- policy blocked {p['name']}: {p['rule']} (#{e.seq})")
-
-    mandatory = [
-        "- Owned instances: " + (", ".join(str(i) for i in owned_instance_ids) or "none"),
-        "- Open alerts: " + (", ".join(f"alert #{a}" + (f" ({_one_line(titles[a], 60)})" if a in titles else "")
-                                      for a in open_alert_ids) or "none"),
-    ]
-    if latest_obs is not None:
-        obs = render_observation(latest_obs.tick, latest_obs.ts, latest_obs.payload["observation"])
-        mandatory.append(f"- Latest observation (#{latest_obs.seq}): " + _one_line(" · ".join(obs.splitlines()[:3])))
-
-    def compose(chosen: dict[str, list[str]]) -> str:
-        blocks = ["## Fleet state and commitments", *mandatory]
-        for t in SECTION_TITLES[1:]:
-            blocks.append(f"## {t}")
-            blocks.extend(chosen[t] or ["- none recorded"])
-        return "\n".join(blocks)
-
-    # Newest lines are worth most; directives and problems before decisions and actions.
-    priority = ("Operator directives", "Open problems", "Decisions and why", "Completed actions")
-    pool = {t: old[t] + new[t] for t in SECTION_TITLES}
-    chosen: dict[str, list[str]] = {t: [] for t in SECTION_TITLES}
-    lines = {t: [ln for ln in pool[t] if ln.strip() != "- none recorded"] for t in priority}
-    used = _count(tok_key, compose(chosen))
-    # First pass: a fair share per section; second pass: what is left, in priority order.
-    for second in (False, True):
-        for i, t in enumerate(priority):
-            share = cap - used if second else (cap - used) // (len(priority) - i)
-            spent = 0
-            while len(chosen[t]) < len(lines[t]):
-                ln = lines[t][-1 - len(chosen[t])]
-                n = _count(tok_key, ln) + 1
-                if spent + n > share:
-                    break
-                chosen[t].insert(0, ln)
-                spent += n
-            used += spent
-    text = compose(chosen)
-    while _count(tok_key, text) > cap and any(chosen[t] for t in priority):
-        for t in reversed(priority):
-            if chosen[t]:
-                chosen[t].pop(0)
-                break
-        text = compose(chosen)
-    return text
+    d = _digest(events)
+    mandatory = _mandatory(d, open_alert_ids, owned_instance_ids)
+    lines = {t: [ln for ln in old[t] + d.lines[t] if ln.strip() != "- none recorded"] for t in PRIORITY}
+    used = meter.count(_compose(mandatory, {t: [] for t in SECTION_TITLES}))
+    return _trim(mandatory, _choose(lines, used, cap, meter), cap, meter)
 
 
 # ------------------------------------------------------------------ compaction
 
 
-def _attempt_llm(summarizer: Any, messages: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+@dataclass
+class Plan:
+    """A compaction decided from the log's inputs alone: where to cut and what to ask the summariser."""
+
+    view: View
+    before: Projection
+    cut: Cut
+    evicted: list[Event]
+    previous: dict[str, Any] | None
+    messages: list[dict[str, Any]]
+    alerts: list[int]
+    owned: list[int]
+
+    @property
+    def previous_summary(self) -> str:
+        return self.previous["summary"] if self.previous else ""
+
+    @property
+    def covered_to(self) -> int:
+        return self.cut.first_kept_seq - 1
+
+
+def _summary_request(v: View, cut: Cut, previous: dict[str, Any] | None, evicted: list[Event], *,
+                     prompts: Prompts, settings: ContextSettings, alerts: list[int],
+                     owned: list[int]) -> list[dict[str, Any]]:
+    cap = settings.summary_max_tokens
+    sys_text = render_summarize(prompts, cap)
+    head = [
+        f"Previous summary (covers #{previous.get('covered_from') or 1}–#{previous['covered_to']}):\n"
+        f"{previous['summary']}" if previous else "There is no previous summary.",
+        "Open alerts to mention: " + (", ".join(f"alert #{a}" for a in alerts) or "none"),
+        "Instances the agent owns, to mention: " + (", ".join(str(i) for i in owned) or "none"),
+        f"Events #{v.covered_to + 1}–#{cut.first_kept_seq - 1} to fold into the summary:",
+    ]
+    head_text = "\n\n".join(head)
+    room = (settings.budget_tokens - settings.output_reserve - cap - v.meter.count(sys_text)
+            - v.meter.count(head_text) - 64)
+    body = head_text + "\n" + _fit_transcript(transcript(evicted), max(256, room), v.meter)
+    return [{"role": "system", "content": sys_text}, {"role": "user", "content": body}]
+
+
+def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
+         tools: list[dict[str, Any]], meter: Meter, open_alert_ids: list[int], owned_instance_ids: list[int],
+         model_name: str = "", force: bool = False) -> Plan | str | None:
+    """The compaction to make (pure): a Plan, None when the request is under high water (and not
+    ``force``), or the reason no cut is possible."""
+    v = make_view(inputs, prompts=prompts, settings=settings, policy=policy, tools=tools, meter=meter)
+    before = assemble(v, settings, model=model_name, tools=tools, prompts=prompts, policy=policy)
+    if not force and not needs_compaction(before, settings):
+        return None
+    # the cut is chosen on the thread as the budget check left it (shrunk, when it had to be)
+    cut = choose_cut(v, settings)
+    if cut is None:
+        return "no tick boundary to cut at"
+    prev = v.compaction.payload if v.compaction else None
+    evicted = [e for e in v.events if e.seq < cut.first_kept_seq]
+    alerts, owned = sorted(set(open_alert_ids)), sorted(set(owned_instance_ids))
+    messages = _summary_request(v, cut, prev, evicted, prompts=prompts, settings=settings, alerts=alerts, owned=owned)
+    return Plan(v, before, cut, evicted, prev, messages, alerts, owned)
+
+
+def _attempt_llm(summarizer: Summarizer, messages: list[dict[str, Any]]) -> tuple[str | None, str | None]:
     """(summary text, failure reason) from one summariser call."""
     from agent.llm import LLMError
 
@@ -302,92 +446,97 @@ def _attempt_llm(summarizer: Any, messages: list[dict[str, Any]]) -> tuple[str |
     return text, None
 
 
-def compact(log: EventLog, prompts: Prompts, settings: Any, *, policy: dict[str, Any], tools: list[dict[str, Any]],
-            summarizer: Any | None, tick: int | None, open_alert_ids: list[int], owned_instance_ids: list[int],
-            model_name: str = "", force: bool = False) -> Event | None:
-    """Compact when the projected request passes high water (or always, with ``force``).
-    Returns the appended ``context.compacted`` event, or None when nothing was done."""
-    v = view(log, prompts, settings, policy=policy, tools=tools)
-    before: Projection = finish(v, settings, model=model_name, tools=tools, prompts=prompts, policy=policy)
-    if not force and not needs_compaction(before, settings):
-        return None
-    cut = choose_cut(v, settings)
-    if cut is None:
-        logger.warning("context.compaction_skipped", reason="no tick boundary to cut at", tokens=before.tokens)
-        return None
-    prev = v.compaction.payload if v.compaction else None
-    evicted = [e for e in v.events if e.seq < cut.first_kept_seq]
-    cap = settings.summary_max_tokens
-    alerts = sorted(set(open_alert_ids))
-    owned = sorted(set(owned_instance_ids))
-    prev_summary = prev["summary"] if prev else ""
-    sys_text = render_summarize(prompts, cap)
-    head = [
-        f"Previous summary (covers #{prev.get('covered_from') or 1}–#{prev['covered_to']}):\n{prev_summary}"
-        if prev else "There is no previous summary.",
-        "Open alerts to mention: " + (", ".join(f"alert #{a}" for a in alerts) or "none"),
-        "Instances the agent owns, to mention: " + (", ".join(str(i) for i in owned) or "none"),
-        f"Events #{v.covered_to + 1}–#{cut.first_kept_seq - 1} to fold into the summary:",
-    ]
-    head_text = "\n\n".join(head)
-    room = (settings.budget_tokens - settings.output_reserve - cap - _count(v.tok_key, sys_text)
-            - _count(v.tok_key, head_text) - 64)
-    body = head_text + "\n" + _fit_transcript(transcript(evicted), max(256, room), v.tok_key)
-    messages = [{"role": "system", "content": sys_text}, {"role": "user", "content": body}]
+def _llm_summary(p: Plan, summarizer: Summarizer, cap: int, attempts: list[dict[str, Any]]) -> str | None:
+    """The summariser's text if it passes the check within two tries (each try noted in ``attempts``)."""
+    messages = p.messages
+    for _ in range(2):
+        text, err = _attempt_llm(summarizer, messages)
+        reason = err or check_summary(text or "", cap=cap, meter=p.view.meter, open_alert_ids=p.alerts,
+                                      owned_instance_ids=p.owned)
+        attempts.append({"method": "llm", "ok": reason is None, "reason": reason or "accepted"})
+        if reason is None:
+            return text or ""
+        if text:
+            messages = [*messages[:2], {"role": "assistant", "content": text},
+                        {"role": "user", "content": f"That summary was rejected: {reason}. "
+                         "Write it again, following the rules."}]
+    return None
+
+
+def summarise(p: Plan, summarizer: Summarizer | None, cap: int) -> tuple[str, str, list[dict[str, Any]]]:
+    """(summary, method, attempts): the summariser's text if it passes the check within two tries,
+    else the deterministic fallback."""
     attempts: list[dict[str, Any]] = []
-    summary: str | None = None
-    method = "fallback"
     if summarizer is not None:
-        for _ in range(2):
-            text, err = _attempt_llm(summarizer, messages)
-            reason = err or check_summary(text or "", cap=cap, tok_key=v.tok_key, open_alert_ids=alerts,
-                                          owned_instance_ids=owned)
-            attempts.append({"method": "llm", "ok": reason is None, "reason": reason or "accepted"})
-            if reason is None:
-                summary, method = text, "llm"
-                break
-            if text:
-                messages = [*messages[:2], {"role": "assistant", "content": text},
-                            {"role": "user", "content": f"That summary was rejected: {reason}. "
-                             "Write it again, following the rules."}]
-    if summary is None:
-        summary = fallback_summary(prev_summary, evicted, cap=cap, tok_key=v.tok_key, open_alert_ids=alerts,
-                                   owned_instance_ids=owned)
-        attempts.append({"method": "fallback", "ok": True,
-                         "reason": "no summariser" if summarizer is None else "llm summary rejected or failed"})
-    covered_to = cut.first_kept_seq - 1
+        text = _llm_summary(p, summarizer, cap, attempts)
+        if text is not None:
+            return text, "llm", attempts
+    summary = fallback_summary(p.previous_summary, p.evicted, cap=cap, meter=p.view.meter, open_alert_ids=p.alerts,
+                               owned_instance_ids=p.owned)
+    attempts.append({"method": "fallback", "ok": True,
+                     "reason": "no summariser" if summarizer is None else "llm summary rejected or failed"})
+    return summary, "fallback", attempts
+
+
+def compaction_payload(p: Plan, summary: str, method: str, attempts: list[dict[str, Any]], *, prompts: Prompts,
+                       settings: ContextSettings, policy: dict[str, Any], tools: list[dict[str, Any]],
+                       model_name: str = "") -> dict[str, Any]:
+    """The ``context.compacted`` payload (pure); ``tokens_after`` is the estimate of the next projection."""
+    prev = p.previous
     payload: dict[str, Any] = {
         "summary": summary,
         "covered_from": (prev.get("covered_from") or 1) if prev else 1,
-        "covered_to": covered_to,
-        "first_kept_seq": cut.first_kept_seq,
-        "tokens_before": before.tokens,
+        "covered_to": p.covered_to,
+        "first_kept_seq": p.cut.first_kept_seq,
+        "tokens_before": p.before.tokens,
         "tokens_after": 0,
         "method": method,
         "model": model_name if method == "llm" else None,
         "prompt_hash": prompts.hashes.get("summarize.md", ""),
-        "pinned": cut.pinned,
+        "pinned": p.cut.pinned,
         "attempts": attempts,
     }
-    after = View(end=v.end, compaction=None, covered_to=covered_to, system=v.system,
-                 pinned_text=render_pinned(cut.pinned, covered_to, settings, v.tok_key),
-                 summary_text=render_summary(payload, settings, v.tok_key),
-                 events=[], thread=build_thread([e for e in v.events if e.seq > covered_to], settings, v.tok_key),
-                 tools_tokens=v.tools_tokens, calibration=v.calibration, tok_key=v.tok_key)
+    v = p.view
+    compacted = Event(seq=v.end + 1, id="", ts="", kind="context.compacted", source="system", tick=None,
+                      payload=payload)
+    after = make_view(Inputs(end=v.end, compaction=compacted,
+                             events=[e for e in v.events if e.seq > p.covered_to],
+                             ratio=v.calibration.ratio, ratio_seq=v.calibration.seq),
+                      prompts=prompts, settings=settings, policy=policy, tools=tools, meter=v.meter)
     payload["tokens_after"] = after.fixed_tokens() + after.thread_tokens()
+    return payload
+
+
+def compact(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
+            tools: list[dict[str, Any]], summarizer: Summarizer | None, tick: int | None, open_alert_ids: list[int],
+            owned_instance_ids: list[int], model_name: str = "", force: bool = False,
+            cache: ProjectionCache | None = None) -> Event | None:
+    """Compact when the projected request passes high water (or always, with ``force``).
+    Returns the appended ``context.compacted`` event, or None when nothing was done."""
+    p = plan(load(log), prompts=prompts, settings=settings, policy=policy, tools=tools,
+             meter=meter_for(settings, cache), open_alert_ids=open_alert_ids, owned_instance_ids=owned_instance_ids,
+             model_name=model_name, force=force)
+    if p is None:
+        return None
+    if isinstance(p, str):
+        logger.warning("context.compaction_skipped", reason=p)
+        return None
+    summary, method, attempts = summarise(p, summarizer, settings.summary_max_tokens)
+    payload = compaction_payload(p, summary, method, attempts, prompts=prompts, settings=settings, policy=policy,
+                                 tools=tools, model_name=model_name)
     event = log.append("context.compacted", payload, "system", tick)
-    logger.info("context.compacted", seq=event.seq, covered_to=covered_to, method=method,
-                tokens_before=before.tokens, tokens_after=payload["tokens_after"],
-                attempts=len(attempts), fits_low_water=cut.fits_low_water)
+    logger.info("context.compacted", seq=event.seq, covered_to=p.covered_to, method=method,
+                tokens_before=p.before.tokens, tokens_after=payload["tokens_after"],
+                attempts=len(attempts), fits_low_water=p.cut.fits_low_water)
     return event
 
 
-def compact_for_overflow(log: EventLog, prompts: Prompts, settings: Any, *, policy: dict[str, Any],
-                         tools: list[dict[str, Any]], summarizer: Any | None, tick: int | None,
+def compact_for_overflow(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
+                         tools: list[dict[str, Any]], summarizer: Summarizer | None, tick: int | None,
                          open_alert_ids: list[int], owned_instance_ids: list[int],
-                         model_name: str = "") -> Event | None:
+                         model_name: str = "", cache: ProjectionCache | None = None) -> Event | None:
     """The provider said the context is too long: compact now (even below high water), once;
     the caller projects again and retries the request once."""
     return compact(log, prompts, settings, policy=policy, tools=tools, summarizer=summarizer, tick=tick,
                    open_alert_ids=open_alert_ids, owned_instance_ids=owned_instance_ids, model_name=model_name,
-                   force=True)
+                   force=True, cache=cache)

@@ -19,16 +19,27 @@ import os
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import yaml
+from apscheduler.triggers.cron import CronTrigger
 
 from agent.errors import ConfigError
 from agent.secrets import Secret
 
 SEARCH_PATHS = ("./config.yaml", "/etc/fleet-agent/config.yaml")
+
+# The daemon schedules in UTC; a cron expression is read in it.
+SCHEDULE_TIMEZONE = UTC
+
+# Settings with a fixed set of values: checked when the config loads.
+LogLevel = Literal["debug", "info", "warning", "error"]
+LogFormat = Literal["auto", "json", "console"]  # auto: console on a TTY, JSON lines otherwise
+ProviderName = Literal["openai", "rules"]  # any OpenAI-compatible server, or the built-in rules provider
 
 
 class Duration(float):
@@ -48,46 +59,75 @@ class SecretRef:
     credential: str | None = None
 
 
+class _KeyFrom:
+    """A section that names where its API key comes from (each dataclass declares the three fields)."""
+
+    api_key_env: str | None
+    api_key_file: str | None
+    api_key_credential: str | None
+
+    @property
+    def key_ref(self) -> SecretRef:
+        """Where to look: the environment variable, else the file, else the systemd credential."""
+        return SecretRef(self.api_key_env, self.api_key_file, self.api_key_credential)
+
+
 # ------------------------------------------------------------------ the settings
 
 
 @dataclass(frozen=True)
 class LoggingSettings:
-    level: str = "info"  # debug | info | warning | error
-    format: str = "auto"  # auto (console on a TTY, JSON otherwise) | json | console
+    """``logging:`` how much the daemon says, and in which form."""
+
+    level: LogLevel = "info"
+    format: LogFormat = "auto"
 
 
 @dataclass(frozen=True)
 class ScheduleSettings:
+    """``schedule:`` when ticks run and how long they may take."""
+
+    # Either every `interval`, or at the times of a 5-field `cron` expression (UTC) when set.
     interval: Duration = Duration(300)
     cron: str | None = None
     jitter: Duration = Duration(0)
     misfire_grace: Duration = Duration(120)
+    # Each tick: at most this many model calls, within this wall-clock budget.
     max_steps: int = 8
     tick_timeout: Duration = Duration(600)
+    # On SIGTERM, how long the running step may take to finish.
     stop_deadline: Duration = Duration(60)
 
 
 @dataclass(frozen=True)
-class VastSettings:
+class VastSettings(_KeyFrom):
+    """``vast:`` the vast.ai API and where its key comes from."""
+
     url: str = "https://console.vast.ai"
+    # The key: from this environment variable, else this file, else this systemd credential.
     api_key_env: str | None = "VAST_API_KEY"
     api_key_file: str | None = None
     api_key_credential: str | None = "vast_api_key"
+    # Per request; 429, 5xx and timeouts are retried, rents never are.
     timeout: Duration = Duration(30)
     max_attempts: int = 3
 
 
 @dataclass(frozen=True)
 class DemandSettings:
+    """``demand:`` the job queue whose pending count says how much capacity is wanted."""
+
     url: str | None = None
 
 
 @dataclass(frozen=True)
-class ModelSettings:
-    provider: str = "openai"  # openai | rules
+class ModelSettings(_KeyFrom):
+    """``model:`` the model that decides, its server, its key and its sampling settings."""
+
+    provider: ProviderName = "openai"
     base_url: str = "http://127.0.0.1:8000/v1"
     name: str = "qwen2.5-32b-instruct"
+    # An optional key, looked for in the same order as vast's.
     api_key_env: str | None = "OPENAI_API_KEY"
     api_key_file: str | None = None
     api_key_credential: str | None = "model_api_key"
@@ -99,13 +139,18 @@ class ModelSettings:
 
 @dataclass(frozen=True)
 class ContextSettings:
+    """``context:`` the token budget of each request and when the conversation is compacted."""
+
     budget_tokens: int = 30000
     output_reserve: int = 2048
+    # Compact above high_water x budget, down to low_water x budget.
     high_water: float = 0.8
     low_water: float = 0.3
+    # Token counting: a tiktoken encoding by name, or a local file checked against its sha256.
     encoding: str = "cl100k_base"
     encoding_file: str | None = None
     encoding_sha256: str | None = None
+    # Caps: the rolling summary, each knowledge file, the pinned block, one tool output.
     summary_max_tokens: int = 2000
     knowledge_max_tokens: int = 3000
     pinned_max_tokens: int = 8000
@@ -115,17 +160,21 @@ class ContextSettings:
 
 @dataclass(frozen=True)
 class FleetSettings:
+    """``fleet:`` what runs on every rented machine (the model cannot change it)."""
+
     label_prefix: str = "fa-"
     image: str = "ghcr.io/example/prover:1.4.2"
     onstart: str = "/opt/prover/start.sh"
     env: dict[str, str] = field(default_factory=dict)
     disk_gb: float = 40.0
     runtype: str = "ssh"
-    search_limit: int = 10
+    search_limit: int = 10  # offers search_offers shows the model
 
 
 @dataclass(frozen=True)
 class PolicySettings:
+    """``policy:`` the limits code enforces on every call that changes the fleet."""
+
     max_instances: int = 8
     max_total_dph: float = 12.0
     max_dph_per_instance: float = 2.5
@@ -133,12 +182,15 @@ class PolicySettings:
     min_reliability: float = 0.95
     max_rents_per_hour: int = 6
     max_destroys_per_hour: int = 12
+    # Instances with our label that no event knows about: destroyed, or (false) only alerted on.
     destroy_orphans: bool = False
     dry_run: bool = False
 
 
 @dataclass(frozen=True)
 class AlertSettings:
+    """``alerts:`` when an alert opens, and the command told about it."""
+
     stuck_after: Duration = Duration(1200)
     low_balance: float = 25.0
     failed_ticks: int = 3
@@ -149,6 +201,8 @@ class AlertSettings:
 
 @dataclass(frozen=True)
 class Settings:
+    """The whole configuration file, validated; paths resolve against the file's directory."""
+
     agent_id: str = "fleet-1"
     data_dir: str = "./fleet-data"
     knowledge_dir: str = "./knowledge"
@@ -200,21 +254,21 @@ class Settings:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
 
     def vast_api_key(self, env: typing.Mapping[str, str] | None = None) -> Secret:
-        v = self.vast
-        return resolve_secret("vast.api_key", SecretRef(v.api_key_env, v.api_key_file, v.api_key_credential),
-                              self, env, required=True)  # type: ignore[return-value]
+        """The vast.ai key (required: a ConfigError says every way to provide it)."""
+        ref = self.vast.key_ref
+        return find_secret("vast.api_key", ref, self, env) or _no_key("vast.api_key", ref)
 
     def model_api_key(self, env: typing.Mapping[str, str] | None = None) -> Secret | None:
-        m = self.model
-        return resolve_secret("model.api_key", SecretRef(m.api_key_env, m.api_key_file, m.api_key_credential),
-                              self, env, required=False)
+        """The model server's key, or None (many local servers need none)."""
+        return find_secret("model.api_key", self.model.key_ref, self, env)
 
 
 # ------------------------------------------------------------------ secrets
 
 
-def resolve_secret(name: str, ref: SecretRef, settings: Settings, env: typing.Mapping[str, str] | None,
-                   *, required: bool) -> Secret | None:
+def find_secret(name: str, ref: SecretRef, settings: Settings,
+                env: typing.Mapping[str, str] | None) -> Secret | None:
+    """The first of ``ref``'s places that holds a value, or None; an unreadable key file is an error."""
     env = os.environ if env is None else env
     if ref.env and env.get(ref.env):
         return Secret(env[ref.env].strip(), f"${ref.env}")
@@ -234,8 +288,10 @@ def resolve_secret(name: str, ref: SecretRef, settings: Settings, env: typing.Ma
             value = p.read_text(encoding="utf-8").strip()
             if value:
                 return Secret(value, f"credential {ref.credential}")
-    if not required:
-        return None
+    return None
+
+
+def _no_key(name: str, ref: SecretRef) -> typing.NoReturn:
     ways = []
     if ref.env:
         ways.append(f"set ${ref.env}")
@@ -260,6 +316,10 @@ class _Loc:
             path = path[:-1]
         line = self.lines.get(path)
         return f"{self.file}:{line}" if line else self.file
+
+    def error(self, dotted: str, msg: str) -> ConfigError:
+        """A ConfigError for the setting ``dotted`` (like ``schedule.cron``), at its line."""
+        return ConfigError(f"{self.at(tuple(dotted.split('.')))}: {dotted}: {msg}")
 
 
 def _to_python(node: yaml.Node, path: tuple[str, ...], loc: _Loc) -> Any:
@@ -292,8 +352,8 @@ def _parse_yaml(text: str, file: str) -> tuple[dict[str, Any], _Loc]:
         raise ConfigError(f"{file}{line}: not valid YAML: {e.problem or e.context}{started}; "
                           "fix the syntax there") from None
     except yaml.reader.ReaderError as e:
-        line = text.count("\n", 0, e.position) + 1
-        raise ConfigError(f"{file}:{line}: not valid YAML: {e.reason} (character {e.character!r}); "
+        lineno = text.count("\n", 0, e.position) + 1
+        raise ConfigError(f"{file}:{lineno}: not valid YAML: {e.reason} (character {e.character!r}); "
                           "remove that character or save the file as plain UTF-8 text") from None
     except yaml.YAMLError as e:
         one_line = " ".join(str(e).split())
@@ -309,134 +369,203 @@ def _parse_yaml(text: str, file: str) -> tuple[dict[str, Any], _Loc]:
 # ------------------------------------------------------------------ validation
 
 _SECRET_KEYS = {"api_key", "key", "token", "password", "secret"}
+_D = TypeVar("_D")
 
 
-def _type_name(t: Any) -> str:
+class _Refused(Exception):
+    """A value that does not fit its field's type (``_coerce`` names the key and what was expected)."""
+
+
+def _non_null(t: object) -> object:
+    """``X`` from ``X | None``."""
+    return next(a for a in typing.get_args(t) if a is not type(None))
+
+
+def _type_name(t: object) -> str:
     if t is Duration:
         return "a duration (seconds, or like 30s, 5m, 2h)"
     origin = typing.get_origin(t)
     if origin in (types.UnionType, typing.Union):
-        args = [a for a in typing.get_args(t) if a is not type(None)]
-        return f"{_type_name(args[0])} or null"
+        return f"{_type_name(_non_null(t))} or null"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(t))
     if origin is list:
         return "a list of strings"
     if origin is dict:
         return "a mapping of string to string"
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(t, str(t))
+    names: dict[object, str] = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    return names.get(t, str(t))
 
 
-def _coerce(value: Any, t: Any, where: str, key: str) -> Any:
-    bad = ConfigError(f"{where}: {key}: expected {_type_name(t)}, got {value!r}"[:300])
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _to_duration(v: object) -> Duration:
+    if _is_number(v) and typing.cast(float, v) >= 0:
+        return Duration(typing.cast(float, v))
+    if isinstance(v, str) and (m := _DUR.match(v)):
+        return Duration(float(m.group(1)) * _UNITS[m.group(2)])
+    raise _Refused
+
+
+def _to_bool(v: object) -> bool:
+    if isinstance(v, bool):
+        return v
+    raise _Refused
+
+
+def _to_int(v: object) -> int:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    raise _Refused
+
+
+def _to_float(v: object) -> float:
+    if _is_number(v):
+        return float(typing.cast(float, v))
+    raise _Refused
+
+
+def _to_str(v: object) -> str:
+    if isinstance(v, str):
+        return v
+    raise _Refused
+
+
+def _to_str_list(v: object) -> list[str]:
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return list(v)
+    raise _Refused
+
+
+def _to_str_map(v: object) -> dict[str, str]:
+    if isinstance(v, dict) and all(_is_number(x) or isinstance(x, str) for x in v.values()):
+        return {str(k): str(x) for k, x in v.items()}
+    raise _Refused
+
+
+# Field type (or its generic origin) -> the function that checks and converts a YAML value for it.
+_CONVERT: dict[object, Callable[[object], object]] = {
+    Duration: _to_duration, bool: _to_bool, int: _to_int, float: _to_float, str: _to_str,
+    list: _to_str_list, dict: _to_str_map,
+}
+
+
+def _convert(value: object, t: object) -> object:
     origin = typing.get_origin(t)
     if origin in (types.UnionType, typing.Union):
-        if value is None:
-            return None
-        args = [a for a in typing.get_args(t) if a is not type(None)]
-        return _coerce(value, args[0], where, key)
-    if t is Duration:
-        if isinstance(value, bool):
-            raise bad
-        if isinstance(value, int | float):
-            if value < 0:
-                raise bad
-            return Duration(value)
-        if isinstance(value, str) and (m := _DUR.match(value)):
-            return Duration(float(m.group(1)) * _UNITS[m.group(2)])
-        raise bad
-    if t is bool:
-        if isinstance(value, bool):
+        return None if value is None else _convert(value, _non_null(t))
+    if origin is Literal:
+        if isinstance(value, str) and value in typing.get_args(t):
             return value
-        raise bad
-    if t is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise bad
-    if t is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise bad
-    if t is str:
-        if isinstance(value, str):
-            return value
-        raise bad
-    if origin is list:
-        if isinstance(value, list) and all(isinstance(x, str) for x in value):
-            return list(value)
-        raise bad
-    if origin is dict:
-        if isinstance(value, dict) and all(isinstance(v, str | int | float) and not isinstance(v, bool)
-                                           for v in value.values()):
-            return {str(k): str(v) for k, v in value.items()}
-        raise bad
-    raise bad
+        raise _Refused
+    convert = _CONVERT.get(t) or _CONVERT.get(origin)
+    if convert is None:
+        raise _Refused
+    return convert(value)
 
 
-def _build(cls: type, data: Any, path: tuple[str, ...], loc: _Loc) -> Any:
+def _coerce(value: object, t: object, where: str, key: str) -> object:
+    """``value`` as field type ``t``; a ConfigError at ``where`` naming ``key`` when it does not fit."""
+    try:
+        return _convert(value, t)
+    except _Refused:
+        raise ConfigError(f"{where}: {key}: expected {_type_name(t)}, got {value!r}"[:300]) from None
+
+
+def _unknown_key(key: str, path: tuple[str, ...], fields: list[str], loc: _Loc) -> ConfigError:
+    kpath = path + (key,)
+    kd = ".".join(kpath)
+    if key in _SECRET_KEYS or key.endswith("_key"):
+        return ConfigError(f"{loc.at(kpath)}: {kd}: secrets never go in the config file; "
+                           f"name where the key comes from with {key}_env, {key}_file or "
+                           f"{key}_credential instead")
+    near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
+    hint = f"did you mean {'.'.join(path + (near[0],))!r}?" if near else \
+        f"valid keys here: {', '.join(sorted(fields))}"
+    return ConfigError(f"{loc.at(kpath)}: {kd}: unknown key; {hint}")
+
+
+def _build(cls: type[_D], data: object, path: tuple[str, ...], loc: _Loc) -> _D:
     dotted = ".".join(path) or "(top level)"
     if not isinstance(data, dict):
         raise ConfigError(f"{loc.at(path)}: {dotted}: expected a mapping of settings, got {data!r}"[:300])
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
-    kwargs = {}
+    fields = [f.name for f in dataclasses.fields(typing.cast(Any, cls)) if not f.metadata.get("internal")]
+    kwargs: dict[str, object] = {}
     for key, value in data.items():
-        kpath = path + (key,)
-        kd = ".".join(kpath)
         if key not in fields:
-            if key in _SECRET_KEYS or key.endswith("_key") and key not in fields:
-                raise ConfigError(f"{loc.at(kpath)}: {kd}: secrets never go in the config file; "
-                                  f"name where the key comes from with {key}_env, {key}_file or "
-                                  f"{key}_credential instead")
-            near = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
-            hint = f"did you mean {'.'.join(path + (near[0],))!r}?" if near else \
-                f"valid keys here: {', '.join(sorted(fields))}"
-            raise ConfigError(f"{loc.at(kpath)}: {kd}: unknown key; {hint}")
+            raise _unknown_key(key, path, fields, loc)
+        kpath = path + (key,)
         t = hints[key]
-        if dataclasses.is_dataclass(t):
+        if isinstance(t, type) and dataclasses.is_dataclass(t):
             kwargs[key] = _build(t, value if value is not None else {}, kpath, loc)
         else:
-            kwargs[key] = _coerce(value, t, loc.at(kpath), kd)
+            kwargs[key] = _coerce(value, t, loc.at(kpath), ".".join(kpath))
     return cls(**kwargs)
 
 
-def _check(s: Settings, loc: _Loc) -> None:
-    def err(path: str, msg: str) -> ConfigError:
-        return ConfigError(f"{loc.at(tuple(path.split('.')))}: {path}: {msg}")
+def cron_trigger(expr: str) -> CronTrigger:
+    """APScheduler's own reading of a 5-field cron expression, in ``SCHEDULE_TIMEZONE``.
 
+    Raises ``ValueError`` saying what is wrong. The config check and the daemon
+    both use it, so an expression that loads is one the scheduler accepts.
+    """
+    return CronTrigger.from_crontab(expr, timezone=SCHEDULE_TIMEZONE)
+
+
+def _check_names(s: Settings, loc: _Loc) -> None:
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,30}", s.agent_id):
-        raise err("agent_id", "use 1-31 lowercase letters, digits and dashes (it becomes part of instance labels)")
-    if s.logging.level not in ("debug", "info", "warning", "error"):
-        raise err("logging.level", "one of debug, info, warning, error")
-    if s.logging.format not in ("auto", "json", "console"):
-        raise err("logging.format", "one of auto, json, console")
-    if s.model.provider not in ("openai", "rules"):
-        raise err("model.provider", "one of 'openai' (any OpenAI-compatible server) or 'rules' "
-                  "(the built-in rules provider)")
-    c = s.context
-    if not 0 < c.low_water < c.high_water <= 1:
-        raise err("context.high_water", "needs 0 < context.low_water < context.high_water <= 1")
-    if c.output_reserve >= c.budget_tokens // 2:
-        raise err("context.output_reserve", f"must be under half of context.budget_tokens ({c.budget_tokens})")
-    if c.budget_tokens < 2000:
-        raise err("context.budget_tokens", "must be at least 2000")
-    if s.schedule.interval < 1 and not s.schedule.cron:
-        raise err("schedule.interval", "must be at least 1s")
-    if s.schedule.max_steps < 1:
-        raise err("schedule.max_steps", "must be at least 1")
-    if s.schedule.cron is not None and len(s.schedule.cron.split()) != 5:
-        raise err("schedule.cron", "a cron expression has 5 fields, e.g. '*/5 * * * *'")
+        raise loc.error("agent_id", "use 1-31 lowercase letters, digits and dashes "
+                        "(it becomes part of instance labels)")
     if not re.fullmatch(r"[a-z0-9-]{1,16}", s.fleet.label_prefix):
-        raise err("fleet.label_prefix", "use 1-16 lowercase letters, digits and dashes")
+        raise loc.error("fleet.label_prefix", "use 1-16 lowercase letters, digits and dashes")
+
+
+def _check_context(c: ContextSettings, loc: _Loc) -> None:
+    if not 0 < c.low_water < c.high_water <= 1:
+        raise loc.error("context.high_water", "needs 0 < context.low_water < context.high_water <= 1")
+    if c.output_reserve >= c.budget_tokens // 2:
+        raise loc.error("context.output_reserve",
+                        f"must be under half of context.budget_tokens ({c.budget_tokens})")
+    if c.budget_tokens < 2000:
+        raise loc.error("context.budget_tokens", "must be at least 2000")
+
+
+def _check_schedule(sch: ScheduleSettings, loc: _Loc) -> None:
+    if sch.interval < 1 and not sch.cron:
+        raise loc.error("schedule.interval", "must be at least 1s")
+    if sch.max_steps < 1:
+        raise loc.error("schedule.max_steps", "must be at least 1")
+    if sch.cron is not None:
+        try:
+            cron_trigger(sch.cron)
+        except ValueError as e:
+            raise loc.error("schedule.cron", f"{sch.cron!r} is not a valid cron expression ({e}); write 5 "
+                            "fields, minute hour day month weekday (UTC), e.g. '*/5 * * * *'") from None
+
+
+def _check_limits(s: Settings, loc: _Loc) -> None:
     for key, v in (("policy.max_instances", s.policy.max_instances),
                    ("policy.max_rents_per_hour", s.policy.max_rents_per_hour),
                    ("policy.max_destroys_per_hour", s.policy.max_destroys_per_hour),
                    ("vast.max_attempts", s.vast.max_attempts)):
         if v < 0:
-            raise err(key, "must not be negative")
+            raise loc.error(key, "must not be negative")
     if not 0 <= s.policy.min_reliability <= 1:
-        raise err("policy.min_reliability", "a share between 0 and 1")
+        raise loc.error("policy.min_reliability", "a share between 0 and 1")
     for u, key in ((s.vast.url, "vast.url"), (s.model.base_url, "model.base_url"), (s.demand.url, "demand.url")):
         if u is not None and not re.match(r"^https?://", u):
-            raise err(key, "must start with http:// or https://")
+            raise loc.error(key, "must start with http:// or https://")
+
+
+def _check(s: Settings, loc: _Loc) -> None:
+    """Rules across values that types alone cannot state; the first broken one is raised."""
+    _check_names(s, loc)
+    _check_context(s.context, loc)
+    _check_schedule(s.schedule, loc)
+    _check_limits(s, loc)
 
 
 def parse(text: str, file: str = "<config>") -> Settings:

@@ -36,7 +36,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from types import FrameType
+from typing import Any, Protocol
 
 import structlog
 from apscheduler.events import (
@@ -48,7 +49,6 @@ from apscheduler.events import (
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from agent import __version__, config, logsetup
@@ -56,16 +56,43 @@ from agent.app import App
 from agent.config import Settings
 from agent.errors import ConfigError, FleetAgentError
 from agent.lock import FleetLock
-from agent.sdnotify import Notifier
+from agent.prompts import Prompts, load_prompts
+from agent.sdnotify import SystemdNotifier
 from agent.store.log import EventLog
+from agent.tick import reconcile_at_start, run_tick
 
 log = structlog.get_logger(__name__)
 
 JOB_ID = "tick"
 MAIN_LOOP_WAKE_S = 0.5
-SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT", signal.SIGHUP: "SIGHUP"}
+SIGNAL_NAMES: dict[int, str] = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT", signal.SIGHUP: "SIGHUP"}
 
-TickFn = Callable[..., Any]
+SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+
+
+class TickReport(Protocol):
+    """What the daemon reads from a tick's result (``agent.tick.TickResult`` carries it)."""
+
+    @property
+    def tick(self) -> int: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def usage(self) -> Mapping[str, int]: ...
+    @property
+    def duration_ms(self) -> float: ...
+
+
+class TickFn(Protocol):
+    """One tick: ``agent.tick.run_tick``, or a stand-in with its shape."""
+
+    def __call__(self, app: App, *, stop: threading.Event) -> TickReport: ...
+
+
 ReconcileFn = Callable[[App], None]
 
 
@@ -94,16 +121,20 @@ _MISSING = object()
 
 
 def make_trigger(schedule: config.ScheduleSettings) -> BaseTrigger:
-    """The APScheduler trigger for ``schedule``: cron when set, else the interval (UTC)."""
+    """The APScheduler trigger for ``schedule``: cron when set, else the interval (UTC).
+
+    A loaded config has had its cron expression read by the same parser; settings
+    built in code get the same ConfigError here.
+    """
     jitter = float(schedule.jitter) or None
     if schedule.cron:
         try:
-            trigger = CronTrigger.from_crontab(schedule.cron, timezone=UTC)
+            trigger = config.cron_trigger(schedule.cron)
         except ValueError as e:
             raise ConfigError(f"schedule.cron: {schedule.cron!r} is not a valid cron expression: {e}") from None
         trigger.jitter = jitter
         return trigger
-    return IntervalTrigger(seconds=float(schedule.interval), jitter=jitter, timezone=UTC)
+    return IntervalTrigger(seconds=float(schedule.interval), jitter=jitter, timezone=config.SCHEDULE_TIMEZONE)
 
 
 def schedule_text(schedule: config.ScheduleSettings) -> str:
@@ -112,7 +143,7 @@ def schedule_text(schedule: config.ScheduleSettings) -> str:
     return f"every {float(schedule.interval):g}s"
 
 
-def _usage_tokens(usage: Mapping[str, Any] | None) -> tuple[int, int]:
+def _usage_tokens(usage: Mapping[str, int] | None) -> tuple[int, int]:
     """(total tokens, cached tokens) from a tick's usage dict."""
     u = usage or {}
     total = u.get("total_tokens")
@@ -120,16 +151,6 @@ def _usage_tokens(usage: Mapping[str, Any] | None) -> tuple[int, int]:
         total = int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
     return total, int(u.get("cached_tokens") or 0)
 
-
-def default_tick_fns() -> tuple[TickFn, ReconcileFn | None]:
-    """``agent.tick.run_tick`` and ``agent.tick.reconcile_at_start`` (when it exists)."""
-    try:
-        from agent import tick as tick_mod
-    except ModuleNotFoundError as e:
-        if e.name != "agent.tick":
-            raise
-        raise FleetAgentError("this install has no agent/tick.py; reinstall fleet-agent") from None
-    return tick_mod.run_tick, getattr(tick_mod, "reconcile_at_start", None)
 
 
 # ------------------------------------------------------------------ the daemon
@@ -140,13 +161,13 @@ class Daemon:
 
     def __init__(self, settings: Settings, *, config_path: str | None, tick_fn: TickFn,
                  reconcile_fn: ReconcileFn | None = None, env: Mapping[str, str] | None = None,
-                 notifier: Notifier | None = None) -> None:
+                 notifier: SystemdNotifier | None = None) -> None:
         self.settings = settings
         self.config_path = config_path or settings.source_path
         self.tick_fn = tick_fn
         self.reconcile_fn = reconcile_fn
         self.env = env
-        self.notifier = notifier or Notifier.from_env(env)
+        self.notifier = notifier or SystemdNotifier.from_env(env)
         self.stop_event = threading.Event()  # passed to the tick: stop after the current step
         self.app: App | None = None
         self.events: EventLog | None = None  # the daemon's own connection
@@ -157,7 +178,7 @@ class Daemon:
         self._idle = threading.Event()
         self._idle.set()
         self._tick_started: float | None = None
-        self._pending: tuple[Settings, Any] | None = None  # settings and prompts for the next tick
+        self._pending: tuple[Settings, Prompts] | None = None  # settings and prompts for the next tick
         self._signals: list[int] = []
         self._wake_r, self._wake_w = -1, -1
         self._watchdog_stop = threading.Event()
@@ -168,10 +189,12 @@ class Daemon:
 
     def run(self) -> int:
         s = self.settings
+        # Everything that can refuse the settings runs before daemon.started is appended.
         s.vast_api_key(self.env)  # fail fast (exit 2) when the key cannot be found
         prompts = _load_prompts(s)
+        trigger = make_trigger(s.schedule)
         self.lock.acquire()
-        old_handlers: dict[int, Any] = {}
+        old_handlers: dict[int, SignalHandler] = {}
         try:
             self.app = self._make_app(s, prompts)
             self.events = EventLog(s.db_path, encoding=s.context.encoding, encoding_file=s.context.encoding_file,
@@ -185,7 +208,7 @@ class Daemon:
                      config_hash=s.config_hash()[:12])
             old_handlers = self._install_signals()
             self._reconcile()
-            self.scheduler = self._start_scheduler()
+            self.scheduler = self._start_scheduler(trigger)
             self.notifier.ready(f"running; {schedule_text(s.schedule)}; first tick now")
             watchdog = self._start_watchdog()
             try:
@@ -206,11 +229,10 @@ class Daemon:
                 self.app.close()
             self.lock.release()
 
-    def _make_app(self, settings: Settings, prompts: Any) -> App:
-        app = App(settings, env=self.env)
-        app.__dict__["prompts"] = prompts  # the prompts read at start or reload, not re-read mid-run
-        app.lock_held = True  # the daemon holds the single-writer lock; the tick must not take it
-        return app
+    def _make_app(self, settings: Settings, prompts: Prompts) -> App:
+        # The prompts read at start or reload, not re-read mid-run; the daemon holds the
+        # single-writer lock, so the tick must not take it.
+        return App(settings, env=self.env, prompts=prompts, lock_held=True)
 
     def _reconcile(self) -> None:
         if self.reconcile_fn is None or self.app is None:
@@ -220,11 +242,11 @@ class Daemon:
         except Exception as e:  # noqa: BLE001 - the first tick reconciles again; starting matters more
             log.error("daemon.reconcile_failed", error=type(e).__name__, detail=str(e)[:300])
 
-    def _start_scheduler(self) -> BackgroundScheduler:
+    def _start_scheduler(self, trigger: BaseTrigger) -> BackgroundScheduler:
         sch = self.settings.schedule
         scheduler = BackgroundScheduler(executors={"default": ThreadPoolExecutor(max_workers=1)}, timezone=UTC)
         scheduler.add_listener(self._on_job_event, EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
-        scheduler.add_job(self._run_tick, make_trigger(sch), id=JOB_ID, name="tick", max_instances=1,
+        scheduler.add_job(self._run_tick, trigger, id=JOB_ID, name="tick", max_instances=1,
                           coalesce=True, misfire_grace_time=max(1, int(float(sch.misfire_grace))),
                           next_run_time=datetime.now(UTC))
         scheduler.start()
@@ -275,22 +297,22 @@ class Daemon:
 
     # -------------------------------------------------------------- signals
 
-    def _install_signals(self) -> dict[int, Any]:
+    def _install_signals(self) -> dict[int, SignalHandler]:
         if threading.current_thread() is not threading.main_thread():
             raise FleetAgentError("the daemon must run in the main thread (signal handling)")
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        old = {}
+        old: dict[int, SignalHandler] = {}
         for signum in SIGNAL_NAMES:
             old[signum] = signal.signal(signum, self._on_signal)
         return old
 
-    def _on_signal(self, signum: int, _frame: object) -> None:
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         # Only flags here: the main loop does the work.
         self._signals.append(signum)
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"\0")
 
-    def _restore_signals(self, old: dict[int, Any]) -> None:
+    def _restore_signals(self, old: dict[int, SignalHandler]) -> None:
         for signum, handler in old.items():
             signal.signal(signum, handler)
         for fd in (self._wake_r, self._wake_w):
@@ -309,7 +331,6 @@ class Daemon:
             self._tick_started = time.monotonic()
             if self._pending is not None:
                 self._swap_app()
-        started = time.monotonic()
         try:
             app = self.app
             assert app is not None
@@ -321,27 +342,20 @@ class Daemon:
                 self._close_dangling_tick(app, e)
                 self._status(f"tick crashed: {type(e).__name__}")
                 raise
-            self._report(result, started)
+            self._report(result)
         finally:
             with self._state:
                 self._tick_started = None
                 self._idle.set()
 
-    def _report(self, result: Any, started: float) -> None:
-        tick = getattr(result, "tick", None)
-        ok = bool(getattr(result, "ok", False))
-        reason = getattr(result, "reason", None)
-        steps = getattr(result, "steps", 0)
-        tokens, cached = _usage_tokens(getattr(result, "usage", None))
-        duration_ms = getattr(result, "duration_ms", None)
-        if duration_ms is None:
-            duration_ms = (time.monotonic() - started) * 1000
+    def _report(self, result: TickReport) -> None:
+        tokens, _cached = _usage_tokens(result.usage)
         nxt = self._next_run()
         # The canonical per-tick line is agent.tick's "tick"; this only adds the schedule.
-        log.debug("daemon.next_run", tick=tick, next_run=nxt)
-        outcome = "ok" if ok else f"failed ({reason})" if reason else "failed"
-        self._status(f"tick {tick} {outcome}: {steps} steps, {tokens} tokens, {float(duration_ms) / 1000:.1f}s"
-                     + (f"; next {nxt}" if nxt else ""))
+        log.debug("daemon.next_run", tick=result.tick, next_run=nxt)
+        outcome = "ok" if result.ok else f"failed ({result.reason})" if result.reason else "failed"
+        self._status(f"tick {result.tick} {outcome}: {result.steps} steps, {tokens} tokens, "
+                     f"{float(result.duration_ms) / 1000:.1f}s" + (f"; next {nxt}" if nxt else ""))
 
     def _close_dangling_tick(self, app: App, exc: BaseException) -> None:
         """A tick that raised may have left ``tick.started`` without an end; append ``tick.failed``."""
@@ -484,9 +498,7 @@ class Daemon:
 # ------------------------------------------------------------------ helpers
 
 
-def _load_prompts(settings: Settings) -> Any:
-    from agent.prompts import load_prompts
-
+def _load_prompts(settings: Settings) -> Prompts:
     return load_prompts(settings.prompts_path)
 
 
@@ -498,7 +510,7 @@ def _open_tick(log_: EventLog | None) -> int | None:
     return None if t is None else t.tick
 
 
-def run_daemon(settings: Settings, *, config_path: str | os.PathLike | None, tick_fn: TickFn | None = None,
+def run_daemon(settings: Settings, *, config_path: str | os.PathLike[str] | None, tick_fn: TickFn | None = None,
                env: Mapping[str, str] | None = None, reconcile_fn: ReconcileFn | None = None,
                hard_exit: bool = False) -> int:
     """Run the daemon in the foreground until SIGTERM/SIGINT; the exit code.
@@ -511,8 +523,8 @@ def run_daemon(settings: Settings, *, config_path: str | os.PathLike | None, tic
     hold the process: it exits at once.
     """
     if tick_fn is None:
-        tick_fn, default_reconcile = default_tick_fns()
-        reconcile_fn = reconcile_fn or default_reconcile
+        tick_fn = run_tick
+        reconcile_fn = reconcile_fn or reconcile_at_start
     d = Daemon(settings, config_path=str(config_path) if config_path else None, tick_fn=tick_fn,
                reconcile_fn=reconcile_fn, env=env)
     code = d.run()

@@ -186,7 +186,8 @@ def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = N
                 _count(e, totals)
             last_seq = app.log.last_seq()
             proj = ctxmod.project(app.log, app.prompts, settings.context, policy=app.policy_dict(),
-                                  tools=app.tool_specs(), model=settings.model.name)
+                                  tools=app.tool_specs(), model=settings.model.name,
+                                  cache=app.projection_cache)
             out.write(f"  context {proj.calibrated_tokens}/{settings.context.budget_tokens} tokens"
                       + ("" if r.ok else f" · tick FAILED: {r.reason}") + "\n\n")
             if not r.ok:

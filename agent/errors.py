@@ -4,12 +4,21 @@
     ├── ConfigError            bad or missing settings (exit 2); names file, line, key, fix
     ├── UsageError             bad command-line input (exit 2)
     ├── LogError               the event log refused or failed an operation (exit 1)
-    │   ├── PayloadError       an event payload does not match its kind's shape
-    │   └── ChainError         the hash chain does not verify
-    └── LockError              another process holds the single-writer lock (exit 1)
+    │   └── PayloadError       an event payload does not match its kind's shape
+    ├── LockError              another process holds the single-writer lock (exit 1)
+    ├── LLMError               a model call failed; ``kind`` and ``retryable`` say how (agent/llm.py)
+    ├── VastError              a vast.ai call failed: HTTP status, vast's code and message
+    │                          (agent/clients/vast.py)
+    ├── DemandError            the job queue could not be read or answered nonsense
+    │                          (agent/clients/demand.py)
+    ├── ToolInputError         the model's tool call cannot run as written; the message goes
+    │                          back to the model (agent/toolkit.py)
+    └── ToolsNotInstalled      no tools under the fleet_agent.tools entry point: reinstall
+                               (agent/toolkit.py)
 
 Every message says what is wrong, where, and how to fix it, and never carries a
-secret.
+secret. The errors defined next to the code that raises them are drawn here too,
+so this tree is the whole list (a test checks it).
 """
 
 from __future__ import annotations
@@ -33,12 +42,6 @@ class LogError(FleetAgentError):
 
 class PayloadError(LogError):
     pass
-
-
-class ChainError(LogError):
-    def __init__(self, message: str, seq: int | None = None) -> None:
-        super().__init__(message)
-        self.seq = seq
 
 
 class LockError(FleetAgentError):

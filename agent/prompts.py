@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ class Prompts:
     hashes: dict[str, str]
 
 
-def _read(base: Any, name: str, where: str) -> bytes:
+def _read(base: Traversable, name: str, where: str) -> bytes:
     try:
         return base.joinpath(name).read_bytes()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as e:
@@ -42,7 +43,7 @@ def _read(base: Any, name: str, where: str) -> bytes:
 def load_prompts(dir: Path | str | None = None) -> Prompts:
     """Load both prompt files from ``dir`` (None = the built-in ones) with their sha256."""
     if dir is None:
-        base: Any = resources.files("agent") / "prompts"
+        base: Traversable = resources.files("agent") / "prompts"
         where = "agent/prompts"
     else:
         base = Path(dir)

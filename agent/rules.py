@@ -15,6 +15,7 @@ import json
 import math
 import re
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from agent.llm import ModelReply, ToolCall, Usage
@@ -87,8 +88,23 @@ class RulesProvider:
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         t0 = time.monotonic()
         start, since = self._state()
-        obs = start.payload["observation"]
         tick = start.tick
+        plan = self._plan(start.payload["observation"])
+        responses = [e for e in since if e.kind == "model.response"]
+        results = [e for e in since if e.kind == "tool.result"]
+        if not responses:
+            calls, text = _first_step(plan)
+        else:
+            calls, text = _rent_step(plan, results)
+        tool_calls = tuple(ToolCall(id=f"rules_{tick}_{len(responses)}_{n}", name=name,
+                                    arguments=json.dumps(args, sort_keys=True))
+                           for n, (name, args) in enumerate(calls))
+        return ModelReply(text=text, tool_calls=tool_calls, usage=Usage(0, 0, 0),
+                          finish_reason="tool_calls" if tool_calls else "stop",
+                          latency_ms=(time.monotonic() - t0) * 1000, model=self.name)
+
+    def _plan(self, obs: dict[str, Any]) -> _Plan:
+        """The fleet as observed at the tick's start, sorted into dead and live, and the target size."""
         s = self.app.settings
         steering = self._steering_texts()
         banned = blacklisted_hosts(steering)
@@ -96,8 +112,6 @@ class RulesProvider:
         dcap = directive_cap(steering)
         if dcap is not None:
             cap = min(cap, dcap)
-        responses = [e for e in since if e.kind == "model.response"]
-        results = [e for e in since if e.kind == "tool.result"]
         ours = [i for i in obs["instances"] if i["ours"]]
         stuck_after = s.alerts.stuck_after
         dead = [i for i in ours if _is_dead(i, stuck_after) or i["host_id"] in banned]
@@ -107,45 +121,62 @@ class RulesProvider:
         pending = d.get("pending") or 0
         rate = d.get("arrival_rate_per_h") or 0.0
         target = min(cap, math.ceil((rate + pending / DRAIN_HOURS) / JOBS_PER_INSTANCE_H)) if d else len(live)
-        calls: list[tuple[str, dict[str, Any]]] = []
-        text: str
-        if not responses:
-            for i in dead:
-                why = "its host is blacklisted by the operators" if i["host_id"] in banned else \
-                    f"it is {i['status']} after {int(i['age_s']) // 60} min"
-                calls.append(("destroy_instance", {"instance_id": i["id"], "reason": f"replace: {why}"}))
-            surplus = len(live) - target
-            if surplus > 0 and (pending < 5 or len(live) > cap):
-                for i in sorted(live, key=lambda x: (x["status"] == "running", -x["id"]))[:surplus]:
-                    calls.append(("destroy_instance", {"instance_id": i["id"],
-                                                       "reason": f"scale down: {pending} pending, target {target} (cap {cap})"}))
-            need = target - len(live)
-            if need > 0:
-                calls.append(("search_offers", {"limit": min(25, need + 3 + len(avoid))}))
-            text = (f"rules provider: {pending} pending, arriving ~{rate:.0f}/h; {len(live)} live of ours, "
-                    f"target {target} (cap {cap}); " + (f"{len(dead)} to replace; " if dead else "")
-                    + (f"searching for {need}" if need > 0 else "no rentals needed"))
-        else:
-            searched = [e for e in results if e.payload["name"] == "search_offers" and e.payload["ok"]]
-            rented_already = any(e.payload["name"] == "rent_instance" for e in results)
-            need = target - len(live)
-            if searched and not rented_already and need > 0:
-                offers = _parse_offers(searched[-1].payload.get("output", ""))
-                picks = [o for o in offers if o["host"] not in avoid][:need]
-                for o in picks:
-                    calls.append(("rent_instance", {"offer_id": o["id"], "reason":
-                                                    f"{pending} jobs pending; {o['gpu']} at ${o['dph']:.3f}/h"}))
-                skipped = len([o for o in offers if o["host"] in avoid])
-                text = f"rules provider: renting {len(picks)} of {need} needed" + \
-                    (f"; skipped {skipped} offers on blacklisted or failed hosts" if skipped else "")
-            else:
-                text = "rules provider: done for this tick"
-        tool_calls = tuple(ToolCall(id=f"rules_{tick}_{len(responses)}_{n}", name=name,
-                                    arguments=json.dumps(args, sort_keys=True))
-                           for n, (name, args) in enumerate(calls))
-        return ModelReply(text=text, tool_calls=tool_calls, usage=Usage(0, 0, 0),
-                          finish_reason="tool_calls" if tool_calls else "stop",
-                          latency_ms=(time.monotonic() - t0) * 1000, model=self.name)
+        return _Plan(banned, avoid, cap, dead, live, pending, rate, target)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    banned: set[int]
+    avoid: set[int]  # blacklisted hosts and hosts where one of ours died
+    cap: int
+    dead: list[dict[str, Any]]
+    live: list[dict[str, Any]]
+    pending: int
+    rate: float
+    target: int
+
+
+Calls = list[tuple[str, dict[str, Any]]]
+
+
+def _first_step(plan: _Plan) -> tuple[Calls, str]:
+    """Destroy the dead and the surplus, search when short."""
+    calls: Calls = []
+    pending, live, cap, target = plan.pending, plan.live, plan.cap, plan.target
+    for i in plan.dead:
+        why = "its host is blacklisted by the operators" if i["host_id"] in plan.banned else \
+            f"it is {i['status']} after {int(i['age_s']) // 60} min"
+        calls.append(("destroy_instance", {"instance_id": i["id"], "reason": f"replace: {why}"}))
+    surplus = len(live) - target
+    if surplus > 0 and (pending < 5 or len(live) > cap):
+        for i in sorted(live, key=lambda x: (x["status"] == "running", -x["id"]))[:surplus]:
+            calls.append(("destroy_instance", {"instance_id": i["id"],
+                                               "reason": f"scale down: {pending} pending, target {target} (cap {cap})"}))
+    need = target - len(live)
+    if need > 0:
+        calls.append(("search_offers", {"limit": min(25, need + 3 + len(plan.avoid))}))
+    text = (f"rules provider: {pending} pending, arriving ~{plan.rate:.0f}/h; {len(live)} live of ours, "
+            f"target {target} (cap {cap}); " + (f"{len(plan.dead)} to replace; " if plan.dead else "")
+            + (f"searching for {need}" if need > 0 else "no rentals needed"))
+    return calls, text
+
+
+def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
+    """After a search (and no rent yet this tick): rent the cheapest offers on hosts not avoided."""
+    searched = [e for e in results if e.payload["name"] == "search_offers" and e.payload["ok"]]
+    rented_already = any(e.payload["name"] == "rent_instance" for e in results)
+    need = plan.target - len(plan.live)
+    if not (searched and not rented_already and need > 0):
+        return [], "rules provider: done for this tick"
+    offers = _parse_offers(searched[-1].payload.get("output", ""))
+    picks = [o for o in offers if o["host"] not in plan.avoid][:need]
+    calls: Calls = [("rent_instance", {"offer_id": o["id"], "reason":
+                                       f"{plan.pending} jobs pending; {o['gpu']} at ${o['dph']:.3f}/h"})
+                    for o in picks]
+    skipped = len([o for o in offers if o["host"] in plan.avoid])
+    text = f"rules provider: renting {len(picks)} of {need} needed" + \
+        (f"; skipped {skipped} offers on blacklisted or failed hosts" if skipped else "")
+    return calls, text
 
 
 def _is_dead(i: dict[str, Any], stuck_after: float) -> bool:

@@ -53,7 +53,7 @@ def _clean(value: object) -> str:
 
 
 @dataclass(frozen=True)
-class Notifier:
+class SystemdNotifier:
     """Talks to the service manager through ``NOTIFY_SOCKET``.
 
     ``socket_path`` is the variable's value as given (``@name`` for an abstract
@@ -66,7 +66,7 @@ class Notifier:
     pid: int = field(default_factory=os.getpid)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, pid: int | None = None) -> Notifier:
+    def from_env(cls, env: Mapping[str, str] | None = None, *, pid: int | None = None) -> SystemdNotifier:
         """Build from ``NOTIFY_SOCKET``, ``WATCHDOG_USEC`` and ``WATCHDOG_PID``.
 
         ``env`` defaults to ``os.environ``; ``pid`` to this process's id.

@@ -7,26 +7,24 @@ tick with ``tick.failed`` and a reason; the next tick starts clean.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from agent import compaction, context, feedback
+from agent.app import App
 from agent.clients.demand import DemandError
-from agent.clients.vast import VastError
+from agent.clients.vast import Instance, VastError
 from agent.errors import FleetAgentError
-from agent.llm import LLMError
+from agent.llm import LLMError, ModelReply
 from agent.lock import FleetLock
+from agent.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.policy import Policy
 from agent.reconcile import reconcile
-from tools import fleet as fleet_tools
-from tools import registry
-from tools.registry import Outcome, ToolContext, ToolInputError
+from agent.toolkit import Toolbox, ToolContext, load_tools
 
 log_ = structlog.get_logger(__name__)
 
@@ -49,15 +47,15 @@ def next_tick_number(app: Any) -> int:
     return int(app.log.store.next_tick_number())
 
 
-def _status(i: Any) -> str:
+def _status(i: Instance) -> str:
     return i.actual_status or "provisioning"
 
 
-def observe(app: Any, ctx: ToolContext, tick: int) -> dict[str, Any]:
+def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
     """The compact, deterministic observation of this tick (one list call, done by reconcile)."""
     now = app.clock()
     owned = ctx.owned_ids()
-    insts = []
+    insts: list[dict[str, Any]] = []
     for i in sorted(ctx.instances, key=lambda x: x.id):
         ours = i.id in owned or ctx.policy.is_our_label(i.label)
         insts.append({"id": i.id, "label": i.label or "", "gpu_name": i.gpu_name or "?", "num_gpus": i.num_gpus or 1,
@@ -100,73 +98,13 @@ def observe(app: Any, ctx: ToolContext, tick: int) -> dict[str, Any]:
     return obs
 
 
-def execute_call(ctx: ToolContext, call: dict[str, Any], *, dry_run: bool) -> tuple[Outcome, bool]:
-    """Validate, check policy, log the intent, run, log the result. Returns (outcome, blocked)."""
-    log, tick, cid, name = ctx.log, ctx.tick, call["id"], call["name"]
-
-    def result(o: Outcome) -> None:
-        p: dict[str, Any] = {"call_id": cid, "name": name, "ok": o.ok}
-        if o.ok:
-            p["output"] = o.output
-        else:
-            p["error"] = o.error or o.output or "failed"
-        if o.effect:
-            p["effect"] = o.effect
-        log.append("tool.result", p, "tool", tick)
-
-    try:
-        tool = registry.get(name)
-        args = registry.parse_arguments(tool, call["arguments"])
-    except ToolInputError as e:
-        o = Outcome(False, error=f"not run: {e}")
-        result(o)
-        return o, False
-    try:
-        if tool.side_effect:
-            check = fleet_tools.CHECKS.get(name)
-            block = check(ctx, args) if check else None
-            if block is not None:
-                o = Outcome(False, error=block.message(), blocked=(block.rule, block.detail))
-                log.append_many([
-                    ("policy.blocked", {"call_id": cid, "name": name, "rule": block.rule, "detail": block.detail},
-                     "system", tick),
-                    ("tool.result", {"call_id": cid, "name": name, "ok": False, "error": block.message()}, "tool",
-                     tick),
-                ])
-                log_.warning("policy.blocked", tick=tick, tool=name, rule=block.rule, detail=block.detail)
-                return o, True
-            if dry_run:
-                log.append("tool.called", {"call_id": cid, "name": name, "arguments": call["arguments"],
-                                           "side_effect": False, "dry_run": True}, "tool", tick)
-                o = Outcome(True, f"dry run: {name} passed policy and was NOT sent "
-                            f"({json.dumps({k: v for k, v in args.items() if not k.startswith('_')}, sort_keys=True)})")
-                result(o)
-                return o, False
-            ctx.idem_key = uuid.uuid4().hex[:12]
-            # The intent is committed before the call: after a crash, reconcile finds it.
-            log.append("tool.called", {"call_id": cid, "name": name, "arguments": call["arguments"],
-                                       "idempotency_key": ctx.idem_key, "side_effect": True}, "tool", tick)
-        else:
-            log.append("tool.called", {"call_id": cid, "name": name, "arguments": call["arguments"],
-                                       "side_effect": False}, "tool", tick)
-        o = tool.handler(ctx, args)
-    except (VastError, DemandError) as e:
-        o = Outcome(False, error=f"{name} failed: {e}")
-    except FleetAgentError as e:
-        o = Outcome(False, error=f"{name} failed: {e}")
-    finally:
-        ctx.idem_key = None
-    result(o)
-    return o, False
-
-
-def _normalise_calls(reply: Any, tick: int, step: int) -> list[dict[str, Any]]:
+def _normalise_calls(reply: ModelReply, tick: int, step: int) -> list[ToolCall]:
     """Give every tool call an id unique in the whole log (models reuse ids like 'call_0')."""
     return [{"id": f"call_{tick}_{step}_{n}", "name": c.name or "", "arguments": c.arguments or ""}
             for n, c in enumerate(reply.tool_calls)]
 
 
-def run_tick(app: Any, *, stop: threading.Event | None = None) -> TickResult:
+def run_tick(app: App, *, stop: threading.Event | None = None) -> TickResult:
     """Run one tick end to end; never raises for ordinary failures (returns ok=False)."""
     lock = None
     if not getattr(app, "lock_held", False):
@@ -178,98 +116,170 @@ def run_tick(app: Any, *, stop: threading.Event | None = None) -> TickResult:
             lock.release()
 
 
-def _run(app: Any, stop: threading.Event) -> TickResult:
-    s = app.settings
-    log = app.log
-    t0 = time.monotonic()
-    tick = next_tick_number(app)
-    usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
-    actions: list[str] = []
-    steps = 0
-    structlog.contextvars.bind_contextvars(tick=tick)
-    try:
-        policy = Policy(s)
-        ctx = ToolContext(settings=s, log=log, vast=app.vast(), demand=app.demand(), policy=policy, tick=tick,
-                          clock=app.clock)
-        try:
-            rep, ctx.instances = reconcile(log, ctx.vast, policy, destroy_orphans=s.policy.destroy_orphans,
-                                           settings=s)
-        except VastError as e:
-            return _fail(app, tick, f"vast.ai unavailable, nothing done: {e}", "vast", 0, usage, t0)
-        obs = observe(app, ctx, tick)
-        log.append("tick.started", {"observation": obs}, "scheduler", tick)
-        feedback.scan_knowledge(log, s, tick)
-        feedback.check_conditions(log, s, obs, tick)
+@dataclass
+class _Run:
+    """One tick's running totals: what it reports when it completes, and when it fails."""
 
+    app: App
+    tick: int
+    t0: float
+    usage: dict[str, int] = field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0,
+                                                           "cached_tokens": 0})
+    actions: list[str] = field(default_factory=list)
+    steps: int = 0
+    blocks: int = 0
+
+    def fail(self, reason: str, kind: str) -> TickResult:
+        return _fail(self.app, self.tick, reason, kind, self.steps, self.usage, self.t0)
+
+
+@dataclass
+class _Model:
+    """What every model request of a tick shares."""
+
+    provider: Any
+    toolbox: Toolbox
+    tools: list[dict[str, Any]]
+    policy: dict[str, Any]
+    name: str
+    summarizer: Any
+    overflow_retried: bool = False
+
+    @classmethod
+    def of(cls, app: App) -> _Model:
         provider = app.provider()
-        tools = app.tool_specs()
-        policy_d = app.policy_dict()
-        cs = s.context
-        model_name = getattr(provider, "name", s.model.name)
-        summarizer = provider if getattr(provider, "can_summarise", True) else None
-        deadline = t0 + s.schedule.tick_timeout
-        overflow_retried = False
-        blocks = 0
-        while steps < s.schedule.max_steps:
-            if stop.is_set():
-                return _fail(app, tick, "stopped: the daemon is shutting down", "stopped", steps, usage, t0)
-            if time.monotonic() > deadline:
-                return _fail(app, tick, f"time budget of {s.schedule.tick_timeout:.0f}s used up", "timeout",
-                             steps, usage, t0)
-            proj = context.project(log, app.prompts, cs, policy=policy_d, tools=tools, model=model_name)
-            if context.needs_compaction(proj, cs) or not context.fits(proj, cs):
-                _compact(app, tick, summarizer, policy_d, tools, model_name, force=False)
-                proj = context.project(log, app.prompts, cs, policy=policy_d, tools=tools, model=model_name)
-            req = log.append("model.request", context.request_payload(proj), "system", tick)
-            steps += 1
-            try:
-                reply = provider.complete(proj.messages, tools)
-            except LLMError as e:
-                log.append("model.failed", {"error_kind": e.kind, "message": str(e)[:500], "request_seq": req.seq},
-                           "system", tick)
-                if e.kind == "context_length" and not overflow_retried:
-                    overflow_retried = True
-                    _compact(app, tick, summarizer, policy_d, tools, model_name, force=True)
-                    continue
-                if e.kind in UNREACHABLE:
-                    feedback.raise_alert(log, key="model:unreachable", severity="warning",
-                                         title="Model endpoint failing", detail=f"{e.kind}: {str(e)[:300]}",
-                                         tick=tick, settings=s)
-                return _fail(app, tick, f"model call failed ({e.kind}): {str(e)[:300]}", e.kind, steps, usage, t0)
-            feedback.resolve_alert(log, "model:unreachable", "the model answered again", tick)
-            calls = _normalise_calls(reply, tick, steps)
-            payload = reply.to_payload()
-            payload.update({"tool_calls": calls, "request_seq": req.seq, "provider": getattr(provider, "name", "")})
-            log.append("model.response", payload, "model", tick)
-            for k in usage:
-                usage[k] += int(payload["usage"].get(k, 0) or 0)
-            if reply.usage.prompt_tokens:
-                context.update_calibration(log, proj.tokens, reply.usage.prompt_tokens, tick=tick)
-            if not calls:
-                break
-            for n, call in enumerate(calls):
-                if n >= MAX_CALLS_PER_STEP:
-                    log.append("tool.result", {"call_id": call["id"], "name": call["name"], "ok": False,
-                                               "error": f"not run: at most {MAX_CALLS_PER_STEP} tool calls run "
-                                               "per response"}, "tool", tick)
-                    continue
-                outcome, blocked = execute_call(ctx, call, dry_run=s.policy.dry_run)
-                blocks += int(blocked)
-                if outcome.effect:
-                    actions.append(f"{outcome.effect['type']} {outcome.effect.get('instance_id')}")
-        feedback.note_policy_blocks(log, s, blocks, tick)
-        dur = (time.monotonic() - t0) * 1000
-        log.append("tick.completed", {"steps": steps, "usage": usage, "actions": actions, "duration_ms": dur},
-                   "system", tick)
-        log_.info("tick", tick=tick, ok=True, steps=steps, actions=actions, duration_ms=round(dur), **usage)
-        return TickResult(tick, True, None, steps, usage, dur, actions)
+        toolbox = load_tools()
+        return cls(provider, toolbox, toolbox.specs(), app.policy_dict(),
+                   getattr(provider, "name", app.settings.model.name),
+                   provider if getattr(provider, "can_summarise", True) else None)
+
+
+def _run(app: App, stop: threading.Event) -> TickResult:
+    t0 = time.monotonic()
+    run = _Run(app, next_tick_number(app), t0)
+    structlog.contextvars.bind_contextvars(tick=run.tick)
+    try:
+        return _steps(run, stop)
     except FleetAgentError as e:
-        return _fail(app, tick, str(e), type(e).__name__, steps, usage, t0)
+        return run.fail(str(e), type(e).__name__)
     except Exception as e:  # noqa: BLE001 - a tick must end as tick.failed whatever broke; the schedule goes on
-        log_.exception("tick.crashed", tick=tick)
-        return _fail(app, tick, f"internal error: {type(e).__name__}: {e}", "internal", steps, usage, t0)
+        log_.exception("tick.crashed", tick=run.tick)
+        return run.fail(f"internal error: {type(e).__name__}: {e}", "internal")
     finally:
         structlog.contextvars.unbind_contextvars("tick")
+
+
+def _steps(run: _Run, stop: threading.Event) -> TickResult:
+    """Start the tick, then ask the model and run its calls until it calls nothing (or a limit)."""
+    s = run.app.settings
+    ctx = _start(run)
+    if isinstance(ctx, TickResult):
+        return ctx
+    model = _Model.of(run.app)
+    deadline = run.t0 + s.schedule.tick_timeout
+    while run.steps < s.schedule.max_steps:
+        calls = _ask(run, model, stop, deadline)
+        if isinstance(calls, TickResult):
+            return calls
+        if calls is None:
+            continue
+        if not calls:
+            break
+        _run_calls(run, model.toolbox, ctx, calls)
+    return _complete(run)
+
+
+def _start(run: _Run) -> ToolContext | TickResult:
+    """Reconcile against one listing, observe, log ``tick.started``, take in feedback."""
+    app, s, log, tick = run.app, run.app.settings, run.app.log, run.tick
+    policy = Policy(s)
+    ctx = ToolContext(settings=s, log=log, vast=app.vast(), demand=app.demand(), policy=policy, tick=tick,
+                      clock=app.clock)
+    try:
+        _, ctx.instances = reconcile(log, ctx.vast, policy, destroy_orphans=s.policy.destroy_orphans, settings=s)
+    except VastError as e:
+        return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
+    obs = observe(app, ctx, tick)
+    log.append("tick.started", {"observation": obs}, "scheduler", tick)
+    feedback.scan_knowledge(log, s, tick)
+    feedback.check_conditions(log, s, obs, tick)
+    return ctx
+
+
+def _ask(run: _Run, model: _Model, stop: threading.Event, deadline: float) -> list[ToolCall] | TickResult | None:
+    """One model step: the calls it asked for, the tick's end (failure), or None to ask again
+    (the context overflowed once and was compacted)."""
+    if stop.is_set():
+        return run.fail("stopped: the daemon is shutting down", "stopped")
+    if time.monotonic() > deadline:
+        return run.fail(f"time budget of {run.app.settings.schedule.tick_timeout:.0f}s used up", "timeout")
+    log = run.app.log
+    proj = _project(run, model)
+    req = log.append("model.request", context.request_payload(proj), "system", run.tick)
+    run.steps += 1
+    try:
+        reply = model.provider.complete(proj.messages, model.tools)
+    except LLMError as e:
+        return _model_failed(run, model, e, req.seq)
+    feedback.resolve_alert(log, "model:unreachable", "the model answered again", run.tick)
+    calls = _normalise_calls(reply, run.tick, run.steps)
+    payload = reply.to_payload()
+    payload.update({"tool_calls": calls, "request_seq": req.seq, "provider": getattr(model.provider, "name", "")})
+    log.append("model.response", payload, "model", run.tick)
+    for k in run.usage:
+        run.usage[k] += int(payload["usage"].get(k, 0) or 0)
+    if reply.usage.prompt_tokens:
+        context.update_calibration(log, proj.tokens, reply.usage.prompt_tokens, tick=run.tick)
+    return calls
+
+
+def _project(run: _Run, model: _Model) -> context.Projection:
+    """The request's context, compacted first when it is due or does not fit."""
+    app, cs = run.app, run.app.settings.context
+    proj = context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools, model=model.name,
+                           cache=app.projection_cache)
+    if context.needs_compaction(proj, cs) or not context.fits(proj, cs):
+        _compact(app, run.tick, model.summarizer, model.policy, model.tools, model.name, force=False)
+        proj = context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools, model=model.name,
+                               cache=app.projection_cache)
+    return proj
+
+
+def _model_failed(run: _Run, model: _Model, e: LLMError, request_seq: int) -> TickResult | None:
+    """Log the failure; an overflow is compacted and retried once (None), anything else ends the tick."""
+    log, tick = run.app.log, run.tick
+    log.append("model.failed", {"error_kind": e.kind, "message": str(e)[:500], "request_seq": request_seq},
+               "system", tick)
+    if e.kind == "context_length" and not model.overflow_retried:
+        model.overflow_retried = True
+        _compact(run.app, tick, model.summarizer, model.policy, model.tools, model.name, force=True)
+        return None
+    if e.kind in UNREACHABLE:
+        feedback.raise_alert(log, key="model:unreachable", severity="warning", title="Model endpoint failing",
+                             detail=f"{e.kind}: {str(e)[:300]}", tick=tick, settings=run.app.settings)
+    return run.fail(f"model call failed ({e.kind}): {str(e)[:300]}", e.kind)
+
+
+def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCall]) -> None:
+    """Each call through the tool pipeline, in order; past the per-response limit, refused unrun."""
+    for n, call in enumerate(calls):
+        if n >= MAX_CALLS_PER_STEP:
+            refuse_call(run.app.log, call, f"at most {MAX_CALLS_PER_STEP} tool calls run per response", run.tick)
+            continue
+        outcome, blocked = run_tool_call(toolbox, ctx, call, dry_run=run.app.settings.policy.dry_run)
+        run.blocks += int(blocked)
+        if outcome.effect:
+            run.actions.append(f"{outcome.effect['type']} {outcome.effect.get('instance_id')}")
+
+
+def _complete(run: _Run) -> TickResult:
+    log, tick = run.app.log, run.tick
+    feedback.note_policy_blocks(log, run.app.settings, run.blocks, tick)
+    dur = (time.monotonic() - run.t0) * 1000
+    log.append("tick.completed", {"steps": run.steps, "usage": run.usage, "actions": run.actions,
+                                  "duration_ms": dur}, "system", tick)
+    log_.info("tick", tick=tick, ok=True, steps=run.steps, actions=run.actions, duration_ms=round(dur), **run.usage)
+    return TickResult(tick, True, None, run.steps, run.usage, dur, run.actions)
 
 
 def _compact(app: Any, tick: int, summarizer: Any, policy_d: dict[str, Any], tools: list[dict[str, Any]],
@@ -279,10 +289,10 @@ def _compact(app: Any, tick: int, summarizer: Any, policy_d: dict[str, Any], too
     owned = log.store.owned_instance_ids()
     compaction.compact(log, app.prompts, app.settings.context, policy=policy_d, tools=tools, summarizer=summarizer,
                        tick=tick, open_alert_ids=open_ids, owned_instance_ids=owned, model_name=model_name,
-                       force=force)
+                       force=force, cache=app.projection_cache)
 
 
-def _fail(app: Any, tick: int, reason: str, kind: str, steps: int, usage: dict[str, int], t0: float) -> TickResult:
+def _fail(app: App, tick: int, reason: str, kind: str, steps: int, usage: dict[str, int], t0: float) -> TickResult:
     from agent.secrets import scrub
 
     reason = scrub(reason)
@@ -295,7 +305,7 @@ def _fail(app: Any, tick: int, reason: str, kind: str, steps: int, usage: dict[s
     return TickResult(tick, False, reason, steps, usage, dur)
 
 
-def reconcile_at_start(app: Any) -> None:
+def reconcile_at_start(app: App) -> None:
     """At daemon start: settle dangling intents before the first tick acts."""
     try:
         reconcile(app.log, app.vast(), Policy(app.settings), destroy_orphans=app.settings.policy.destroy_orphans,

@@ -16,9 +16,11 @@ import base64
 import hashlib
 import json
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import tiktoken
 
@@ -48,6 +50,30 @@ KNOWN = {
 # Per-message overhead of the chat format (role + separators), as OpenAI documents it.
 MESSAGE_OVERHEAD = 4
 REQUEST_OVERHEAD = 3
+TOOL_CALL_OVERHEAD = 3     # each tool call in an assistant message
+TOOL_RESULT_OVERHEAD = 2   # the tool_call_id of a tool message
+
+
+def message_tokens(message: Mapping[str, Any], count: Callable[[str], int]) -> int:
+    """Tokens of one chat message, counting text with ``count``: the one message arithmetic
+    (the log's stored counts, the projection and its tests all use it)."""
+    n = MESSAGE_OVERHEAD + count(message.get("content") or "")
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function", {})
+        n += TOOL_CALL_OVERHEAD + count(fn.get("name", "")) + count(fn.get("arguments", ""))
+    if message.get("tool_call_id"):
+        n += TOOL_RESULT_OVERHEAD
+    return n
+
+
+def text_message_tokens(text: str, count: Callable[[str], int]) -> int:
+    """Tokens of a message whose only field that counts is ``text``."""
+    return MESSAGE_OVERHEAD + count(text)
+
+
+def tools_json(tools: list[dict[str, Any]]) -> str:
+    """Tool specs as counted: canonical JSON."""
+    return json.dumps(tools, sort_keys=True, separators=(",", ":"))
 
 _cache: dict[tuple[str, str | None], Tokenizer] = {}
 _lock = threading.Lock()
@@ -67,6 +93,7 @@ def _parse_bpe(data: bytes, where: str) -> dict[bytes, int]:
 
 
 def _load_encoding(name: str, file: str | None, sha256: str | None) -> tiktoken.Encoding:
+    expected: str | None
     if file is None:
         if name not in KNOWN:
             raise ConfigError(
@@ -118,28 +145,26 @@ class Tokenizer:
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of ``text`` that fits ``max_tokens`` tokens."""
+        return self.cut(text, max_tokens)[0]
+
+    def cut(self, text: str, max_tokens: int) -> tuple[str, int, int]:
+        """(prefix of ``text`` within ``max_tokens`` tokens, tokens kept, tokens in full)."""
         ids = self.encoding.encode_ordinary(text)
         if len(ids) <= max_tokens:
-            return text
-        return self.encoding.decode(ids[: max(0, max_tokens)])
+            return text, len(ids), len(ids)
+        return self.encoding.decode(ids[: max(0, max_tokens)]), max_tokens, len(ids)
 
-    def count_message(self, message: dict) -> int:
-        n = MESSAGE_OVERHEAD + self.count(message.get("content") or "")
-        for call in message.get("tool_calls") or ():
-            fn = call.get("function", {})
-            n += 3 + self.count(fn.get("name", "")) + self.count(fn.get("arguments", ""))
-        if message.get("tool_call_id"):
-            n += 2
-        return n
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        return message_tokens(message, self.count)
 
-    def count_messages(self, messages: list[dict]) -> int:
+    def count_messages(self, messages: list[dict[str, Any]]) -> int:
         return REQUEST_OVERHEAD + sum(self.count_message(m) for m in messages)
 
-    def count_tools(self, tools: list[dict]) -> int:
+    def count_tools(self, tools: list[dict[str, Any]]) -> int:
         """Tool specs travel with every request; count them as their JSON."""
         if not tools:
             return 0
-        return self.count(json.dumps(tools, sort_keys=True, separators=(",", ":")))
+        return self.count(tools_json(tools))
 
 
 def get_tokenizer(name: str = "cl100k_base", file: str | None = None, sha256: str | None = None) -> Tokenizer:

@@ -50,7 +50,7 @@ from agent.compaction import compact  # noqa: E402
 from agent.context import (  # noqa: E402
     PINNED_KINDS,
     ContextSettings,
-    clear_render_cache,
+    ProjectionCache,
     empty_pinned,
     fold_pinned,
     project,
@@ -59,6 +59,7 @@ from agent.context import (  # noqa: E402
 from agent.events import Event, render  # noqa: E402
 from agent.prompts import load_prompts  # noqa: E402
 from agent.store.log import EventLog  # noqa: E402
+from agent.tokens import REQUEST_OVERHEAD  # noqa: E402
 
 CACHE = Path("/tmp/fleet-agent-bench")
 POLICY = {"max_instances": 8, "max_dph": 0.6, "allowed_gpus": ["RTX_4090", "A100"], "image": "prover:1.4"}
@@ -225,11 +226,12 @@ def projection_times(log: EventLog, prompts: Any, runs: int) -> dict[str, Any]:
     warm: list[tuple[float, float]] = []
     cold: list[tuple[float, float]] = []
     thread: list[int] = []
+    cache = ProjectionCache()
     for end in cycle_ends(log):
         def run(end: int = end) -> Any:
-            return project(log, prompts, SETTINGS, policy=POLICY, tools=TOOLS, until_seq=end)
+            return project(log, prompts, SETTINGS, policy=POLICY, tools=TOOLS, until_seq=end, cache=cache)
         for _ in range(runs):
-            clear_render_cache()
+            cache.rendered.clear()
             t = _clock()
             p = run()
             cold.append(_since(t))
@@ -293,12 +295,12 @@ class MessageTokens:
         return n
 
     def request(self, msgs: list[dict[str, Any]]) -> int:
-        return 3 + sum(self(m) for m in msgs)
+        return REQUEST_OVERHEAD + sum(self(m) for m in msgs)
 
 
 def _prefix_tokens(count: MessageTokens, prev: list[dict[str, Any]], cur: list[dict[str, Any]]) -> int:
     """Tokens of ``cur`` (whole messages, plus the request overhead) that repeat ``prev`` from its start."""
-    n = 3
+    n = REQUEST_OVERHEAD
     for a, b in zip(prev, cur, strict=False):
         if a != b:
             break
@@ -313,7 +315,7 @@ def _window(system: dict[str, Any], msgs: list[dict[str, Any]], *, last: int | N
         return [system, *msgs[-last:]]
     assert count is not None
     kept: list[dict[str, Any]] = []
-    used = count(system) + 3
+    used = count(system) + REQUEST_OVERHEAD
     for m in reversed(msgs):
         c = count(m)
         if used + c > budget:
@@ -330,6 +332,7 @@ def conversation(ticks: int, prefix_ticks: int, directives: int, prompts: Any, p
     log = EventLog(path)
     tok = log.tokenizer
     count = MessageTokens(tok)
+    cache = ProjectionCache()
     limit = SETTINGS.budget_tokens - SETTINGS.output_reserve
     plant_every = max(1, ticks // directives)
     planted: list[str] = []
@@ -355,8 +358,8 @@ def conversation(ticks: int, prefix_ticks: int, directives: int, prompts: Any, p
             if not ask:
                 continue
             compact(log, prompts, SETTINGS, policy=POLICY, tools=TOOLS, summarizer=None, tick=n,
-                    open_alert_ids=[], owned_instance_ids=[20000 + i for i in range(8)])
-            p = project(log, prompts, SETTINGS, policy=POLICY, tools=TOOLS, model="bench")
+                    open_alert_ids=[], owned_instance_ids=[20000 + i for i in range(8)], cache=cache)
+            p = project(log, prompts, SETTINGS, policy=POLICY, tools=TOOLS, model="bench", cache=cache)
             over_budget += p.calibrated_tokens > limit
             log.append("model.request", request_payload(p), "system", n)
             requests += 1

@@ -127,7 +127,7 @@ def test_summary_missing_open_alert_is_retried_then_falls_back(tmp_path):
     assert [a["method"] for a in p["attempts"]] == ["llm", "llm", "fallback"]
     assert "missing open alerts #3" in p["attempts"][0]["reason"]
     assert "missing open alerts #3" in s.calls[1][-1]["content"]
-    assert check_summary(p["summary"], cap=SMALL.summary_max_tokens, tok_key=_tok_key(),
+    assert check_summary(p["summary"], cap=SMALL.summary_max_tokens, meter=_meter(),
                          open_alert_ids=ALERTS, owned_instance_ids=OWNED) is None
     assert all(f"## {t}" in p["summary"] for t in SECTION_TITLES)
 
@@ -245,17 +245,17 @@ def test_fallback_summary_is_deterministic_and_within_cap(tmp_path):
     for n in range(1, 30):
         simple_tick(log, n)
     events = list(log.read(0))
-    a = fallback_summary("", events, cap=300, tok_key=_tok_key(), open_alert_ids=[3, 4], owned_instance_ids=[7])
-    b = fallback_summary("", events, cap=300, tok_key=_tok_key(), open_alert_ids=[3, 4], owned_instance_ids=[7])
+    a = fallback_summary("", events, cap=300, meter=_meter(), open_alert_ids=[3, 4], owned_instance_ids=[7])
+    b = fallback_summary("", events, cap=300, meter=_meter(), open_alert_ids=[3, 4], owned_instance_ids=[7])
     assert a == b and log.tokenizer.count(a) <= 300
     assert "alert #3" in a and "alert #4" in a and re.search(r"\b7\b", a)
     assert re.search(r"\(#\d+\)", a)
 
 
-def _tok_key() -> str:
-    from agent.context import _register, tokenizer_for
+def _meter():
+    from agent.context import meter_for
 
-    return _register(tokenizer_for(SMALL))
+    return meter_for(SMALL, None)
 
 
 def test_projection_after_compaction_matches_project(tmp_path):

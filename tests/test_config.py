@@ -81,6 +81,11 @@ def test_unknown_key_suggests_the_right_one(text, hint):
     ("context:\n  high_water: 0.3\n  low_water: 0.5\n", "context.high_water"),
     ("- a\n- b\n", "the top level must be a mapping"),
     ("agent_id: a\nagent_id: b\n", "config.yaml:2: agent_id: the key appears twice"),
+    ("logging:\n  level: loud\n", "config.yaml:2: logging.level: expected one of 'debug', 'info', 'warning', "
+     "'error', got 'loud'"),
+    ("logging:\n  format: xml\n", "logging.format: expected one of 'auto', 'json', 'console'"),
+    ("model:\n  provider: gpt\n", "config.yaml:2: model.provider: expected one of 'openai', 'rules', got 'gpt'"),
+    ("schedule:\n  cron: '*/5 * * *'\n", "config.yaml:2: schedule.cron: '*/5 * * *' is not a valid cron expression"),
 ])
 def test_wrong_types_and_values_are_refused(text, fragment):
     """A value of the wrong type or out of range names the key, its line and what was expected."""
@@ -96,9 +101,22 @@ def test_secret_in_yaml_is_refused_without_echoing_it(key):
     assert VAST_KEY not in msg
 
 
+def test_cron_is_read_by_the_scheduler_parser_at_load():
+    """A cron expression with 5 fields but an impossible value (minute 99, a zero step, an unknown
+    weekday) is refused when the config loads, naming its line and how to write one; a valid one loads."""
+    for expr, why in (("99 * * * *", "higher than the maximum value (59)"), ("*/0 * * * *", "Increment"),
+                      ("0 9 * * funday", "weekday")):
+        msg = parse_error(f"agent_id: fleet-1\nschedule:\n  cron: '{expr}'\n")
+        assert msg.startswith(f"/etc/fa/config.yaml:3: schedule.cron: '{expr}' is not a valid cron expression")
+        assert why in msg and "e.g. '*/5 * * * *'" in msg
+    assert config.parse("schedule:\n  cron: '0 */2 * * mon-fri'\n").schedule.cron == "0 */2 * * mon-fri"
+
+
 def test_cli_config_errors_exit_2_with_one_line(tmp_path):
-    """'config check' on a broken config, or without the vast.ai key, exits 2 with one line on stderr."""
+    """'config check' on a broken config (an impossible cron expression included), or without the
+    vast.ai key, exits 2 with one line on stderr."""
     cases = {
+        "cron.yaml": ("schedule:\n  cron: '99 * * * *'\n", "cron.yaml:2: schedule.cron: '99 * * * *' is not a valid cron"),
         "syntax.yaml": ("schedule:\n  interval: 5m: 3\n", "syntax.yaml:2: not valid YAML"),
         "unknown.yaml": ("schedul: {}\n", "did you mean 'schedule'?"),
         "type.yaml": ("schedule:\n  max_steps: many\n", "expected an integer"),

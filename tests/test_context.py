@@ -17,6 +17,7 @@ from agent.context import (
     PLACEHOLDER,
     Calibration,
     ContextSettings,
+    ProjectionCache,
     fits,
     needs_compaction,
     project,
@@ -300,17 +301,33 @@ def test_project_at_time_tick_and_seq(tmp_path):
 
 
 def test_render_cache_never_serves_a_stale_rendering(tmp_path):
-    """The per-process render cache gives exactly render(event): a row edited behind its hash
+    """The projection cache gives exactly render(event): a row edited behind its hash
     (triggers dropped by hand) projects with its new content, not the cached one."""
     log = open_log(tmp_path / "f.db")
+    cache = ProjectionCache()
     simple_tick(log, 1)
     log.append("operator.note", {"text": "keep four RTX 4090", "by": "alice"}, "operator")
-    first = proj(log)
+    first = proj(log, cache=cache)
+    assert len(cache.rendered) > 0
     assert any("keep four RTX 4090" in (m.get("content") or "") for m in first.messages)
     seq = log.last_seq()
     with Tamper(log.path) as t:
         t.set(seq, payload=json.dumps({"by": "alice", "text": "keep six RTX 3090"}))
-    second = proj(log)
+    second = proj(log, cache=cache)
     texts = [m.get("content") or "" for m in second.messages]
     assert any("keep six RTX 3090" in t for t in texts)
     assert not any("keep four RTX 4090" in t for t in texts)
+
+
+def test_projection_cache_stays_within_its_entry_bounds(tmp_path):
+    """Each table of a ProjectionCache keeps at most its bound, however long the thread, and a projection
+    through a tiny cache equals one through a roomy cache."""
+    log = open_log(tmp_path / "b.db")
+    for n in range(1, 6):
+        simple_tick(log, n)
+    tiny = ProjectionCache(counts=3, cuts=2, rendered=4)
+    roomy = ProjectionCache()
+    a, b = proj(log, cache=tiny), proj(log, cache=roomy)
+    assert len(tiny.counts) <= 3 and len(tiny.cuts) <= 2
+    assert len(tiny.rendered) == 4 and len(roomy.rendered) > 4
+    assert a.messages == b.messages and a.manifest == b.manifest

@@ -6,8 +6,11 @@ needed, project, record the request, then the model's tool calls and results.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,7 @@ runs = st.lists(tick_spec, min_size=1, max_size=14)
 PROPS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _feedback(log: EventLog, n: int, kind: str, state: dict[str, Any]) -> None:
+def _feedback(log: Any, n: int, kind: str, state: dict[str, Any]) -> None:
     if kind == "note":
         log.append("operator.note", {"text": f"note at tick {n}", "by": "alice"}, "operator", None)
     elif kind == "directive":
@@ -54,21 +57,23 @@ def _feedback(log: EventLog, n: int, kind: str, state: dict[str, Any]) -> None:
                    "system", n)
 
 
-def _step(log: EventLog, n: int, state: dict[str, Any], requests: list[Any]) -> None:
+def _step(log: Any, n: int, state: dict[str, Any], requests: list[Any]) -> None:
     compact(log, PROMPTS, S, policy=POLICY, tools=TOOLS, summarizer=None, tick=n, open_alert_ids=[3],
             owned_instance_ids=[1000])
     p = project(log, PROMPTS, S, policy=POLICY, tools=TOOLS, model="m")
     log.append("model.request", request_payload(p), "system", n)
-    requests.append((p, dict(state["directives"]), dict(state["memory"]), state["tick_seq"]))
+    requests.append((p, dict(state["directives"]), dict(state["memory"]), state["tick_seq"], n))
 
 
-def run(log: EventLog, ticks: list[dict[str, Any]]) -> list[Any]:
+def run(log: Any, ticks: list[dict[str, Any]], step: Callable[..., None] = _step) -> list[Any]:
+    """Drive ``ticks`` through ``log`` (anything with append and append_many); ``step`` compacts if needed,
+    projects and records the request. Returns (projection, directives, memory, tick seq, tick) per request."""
     state: dict[str, Any] = {"directives": {}, "memory": {}, "tick_seq": 0}
     requests: list[Any] = []
     for n, spec in enumerate(ticks, 1):
         state["tick_seq"] = log.append("tick.started", {"observation": observation(n)}, "scheduler", n).seq
         _feedback(log, n, spec["feedback"], state)
-        _step(log, n, state, requests)
+        step(log, n, state, requests)
         calls = [{"id": f"c{n}_{i}", "name": "search_offers", "arguments": json.dumps({"i": i})}
                  for i in range(len(spec["outputs"]))]
         if spec["feedback"] == "memory":
@@ -86,10 +91,15 @@ def run(log: EventLog, ticks: list[dict[str, Any]]) -> list[Any]:
                                  "output": f"remembered k{n}: fact {n}"}, "tool", n),
             ])
             state["memory"][f"k{n}"] = f"fact {n}"
-        _step(log, n, state, requests)
+        step(log, n, state, requests)
         log.append("model.response", {"text": f"Tick {n} done.", "tool_calls": []}, "model", n)
         log.append("tick.completed", {"steps": 2}, "scheduler", n)
     return requests
+
+
+def holds_tick(messages: list[dict[str, Any]], n: int) -> bool:
+    """The request shows tick ``n``'s observation message exactly once."""
+    return sum((m.get("content") or "").startswith(f"[tick {n} · ") for m in messages) == 1
 
 
 def _pairs_ok(messages: list[dict[str, Any]]) -> bool:
@@ -118,14 +128,12 @@ def test_every_request_fits_pairs_calls_keeps_newest_tick_and_pinned_items(ticks
         log = EventLog(Path(d) / "p.db", clock=Clock())
         requests = run(log, ticks)
         prev = None
-        for p, directives, memory, tick_seq in requests:
+        for p, directives, memory, tick_seq, n in requests:
             assert fits(p, S), p.manifest["sections"]
             assert _pairs_ok(p.messages)
             assert p.manifest["covered_to"] < tick_seq
             text = "\n".join(m.get("content") or "" for m in p.messages)
-            assert log.get(tick_seq) is not None
-            obs_head = text.count("] observation")
-            assert obs_head >= 1
+            assert holds_tick(p.messages, n)
             for seq, body in directives.items():
                 assert f"[operator directive #{seq} · bob] {body}" in text
             for key, body in memory.items():
@@ -156,3 +164,39 @@ def test_as_of_time_equals_projecting_the_truncated_log(ticks, where):
         assert at.manifest == again.manifest
         log.close()
         copy.close()
+
+
+GOLDEN_TICKS = ("directive", "memory", "note", "knowledge", "ack", "none", "directive", "memory", "unpin", "none",
+                "knowledge", "memory", "none", "directive")
+
+
+def _golden_run(tmp_path: Path, outputs: list[int], s: ContextSettings) -> tuple[list[Any], list[int], str]:
+    ticks = [{"outputs": outputs[: 1 + n % 3], "feedback": f, "crash": n == 7} for n, f in enumerate(GOLDEN_TICKS)]
+    log = EventLog(tmp_path / f"golden-{s.budget_tokens}.db", clock=Clock())
+
+    def step(log: EventLog, n: int, state: dict[str, Any], requests: list[Any]) -> None:
+        compact(log, PROMPTS, s, policy=POLICY, tools=TOOLS, summarizer=None, tick=n, open_alert_ids=[3],
+                owned_instance_ids=[1000])
+        log.append("model.request", request_payload(project(log, PROMPTS, s, policy=POLICY, tools=TOOLS,
+                                                            model="m")), "system", n)
+
+    run(log, ticks, step=step)
+    reqs = list(log.read(0, kinds=["model.request"]))
+    comps = [e.seq for e in log.read(0, kinds=["context.compacted"])]
+    digest = hashlib.sha256("\n".join(e.payload["request_hash"] for e in reqs).encode()).hexdigest()
+    log.close()
+    return reqs, comps, digest
+
+
+def test_request_bytes_of_a_fixed_run_are_pinned(tmp_path):
+    """The request hashes of two fixed runs (one roomy, one tight enough to shrink outputs and compact
+    often) equal the ones recorded before the projection became a package: what the model sees, and
+    therefore replay of every older log, did not change. A change here is a change to the requests."""
+    reqs, comps, digest = _golden_run(tmp_path, [400, 200, 650], S)
+    assert (len(reqs), comps) == (27, [34, 61, 87, 110])
+    assert digest == "3be56d27b42b1c8334cc1c9627bd0ec2858576f03d7666e5121dcef76bbbbc9c"
+    tight = replace(S, budget_tokens=3000, output_reserve=300, tool_output_max_tokens=900)
+    reqs, comps, digest = _golden_run(tmp_path, [700, 650, 690], tight)
+    assert (len(reqs), sum(e.payload["manifest"]["shrunk"] for e in reqs)) == (27, 8)
+    assert comps == [16, 22, 33, 46, 51, 62, 70, 80, 85, 94, 103, 115, 124]
+    assert digest == "8b5b465a030cee5cb8e00f95536214a61a2d22ebd28890e32ebd6cd59b500c29"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ from structlog.testing import capture_logs
 
 from agent import config
 from agent.daemon import changed_keys, make_trigger, run_daemon
+from agent.errors import ConfigError
 from agent.sim import SimServer, Simulator
 from agent.store.log import EventLog
 from tests.fakes.openai_server import FakeOpenAI, hang, reply
@@ -349,6 +351,18 @@ def test_watchdog_is_withheld_while_a_tick_overruns(tmp_path, sim_server):
         assert sock.recv(4096) == b"READY=1\nSTATUS=running; every 3600s; first tick now"
     finally:
         sock.close()
+
+
+def test_a_bad_cron_is_refused_before_the_daemon_starts(tmp_path):
+    """Settings built in code with an impossible cron expression are refused with a ConfigError naming
+    schedule.cron before the daemon logs or appends anything: no daemon.started, no database."""
+    cfg = write_config(tmp_path, "http://127.0.0.1:9")
+    settings = config.load(str(cfg))
+    bad = dataclasses.replace(settings, schedule=dataclasses.replace(settings.schedule, cron="99 * * * *"))
+    with capture_logs() as logs, pytest.raises(ConfigError, match=r"schedule\.cron: '99 \* \* \* \*'"):
+        run_daemon(bad, config_path=str(cfg), tick_fn=stand_in_tick, env={"VAST_API_KEY": "sim-key"})
+    assert [x["event"] for x in logs if x["event"].startswith("daemon.")] == []
+    assert not (tmp_path / "data" / "fleet-agent.store.db").exists()
 
 
 # ------------------------------------------------------------------ pure parts

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from agent.sdnotify import Notifier
+from agent.sdnotify import SystemdNotifier
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def listener(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
 def test_messages_arrive_byte_exactly(listener):
     """ready, status, watchdog and stopping each send one exact datagram."""
     sock, path = listener
-    notifier = Notifier.from_env({"NOTIFY_SOCKET": path})
+    notifier = SystemdNotifier.from_env({"NOTIFY_SOCKET": path})
     assert notifier.enabled
 
     assert notifier.ready()
@@ -47,7 +47,7 @@ def test_messages_arrive_byte_exactly(listener):
 def test_ready_with_status_and_send_fields(listener):
     """ready(status) and send(**fields) join assignments with newlines, in order."""
     sock, path = listener
-    notifier = Notifier.from_env({"NOTIFY_SOCKET": path})
+    notifier = SystemdNotifier.from_env({"NOTIFY_SOCKET": path})
     notifier.ready("serving")
     assert sock.recv(4096) == b"READY=1\nSTATUS=serving"
     notifier.send(STATUS="x", ERRNO=5)
@@ -57,7 +57,7 @@ def test_ready_with_status_and_send_fields(listener):
 def test_newlines_in_status_are_replaced(listener):
     """A newline in status text cannot smuggle in another assignment."""
     sock, path = listener
-    notifier = Notifier.from_env({"NOTIFY_SOCKET": path})
+    notifier = SystemdNotifier.from_env({"NOTIFY_SOCKET": path})
     notifier.status("tick failed\nREADY=1\r\nagain")
     assert sock.recv(4096) == b"STATUS=tick failed READY=1 again"
 
@@ -65,7 +65,7 @@ def test_newlines_in_status_are_replaced(listener):
 def test_reloading_carries_monotonic_usec(listener):
     """reloading() sends RELOADING=1 and the current CLOCK_MONOTONIC in microseconds."""
     sock, path = listener
-    notifier = Notifier.from_env({"NOTIFY_SOCKET": path})
+    notifier = SystemdNotifier.from_env({"NOTIFY_SOCKET": path})
     before = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
     notifier.reloading()
     after = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
@@ -83,7 +83,7 @@ def test_abstract_socket():
     sock.bind(b"\0" + name.encode())
     sock.settimeout(5)
     try:
-        notifier = Notifier.from_env({"NOTIFY_SOCKET": "@" + name})
+        notifier = SystemdNotifier.from_env({"NOTIFY_SOCKET": "@" + name})
         assert notifier.ready()
         assert sock.recv(4096) == b"READY=1"
     finally:
@@ -93,24 +93,24 @@ def test_abstract_socket():
 def test_watchdog_interval_is_half_of_watchdog_usec():
     """WATCHDOG_USEC=120s gives a 60 s keep-alive interval, with or without a matching WATCHDOG_PID."""
     env = {"NOTIFY_SOCKET": "/nonexistent", "WATCHDOG_USEC": "120000000"}
-    assert Notifier.from_env(env).watchdog_interval() == 60.0
+    assert SystemdNotifier.from_env(env).watchdog_interval() == 60.0
     env_pid = {**env, "WATCHDOG_PID": str(os.getpid())}
-    assert Notifier.from_env(env_pid).watchdog_interval() == 60.0
-    assert Notifier.from_env({**env, "WATCHDOG_PID": "4242"}, pid=4242).watchdog_interval() == 60.0
+    assert SystemdNotifier.from_env(env_pid).watchdog_interval() == 60.0
+    assert SystemdNotifier.from_env({**env, "WATCHDOG_PID": "4242"}, pid=4242).watchdog_interval() == 60.0
 
 
 def test_watchdog_interval_none_for_other_pid_or_unset():
     """The watchdog is ignored when WATCHDOG_PID names another process, unset or malformed."""
     env = {"NOTIFY_SOCKET": "/x", "WATCHDOG_USEC": "120000000", "WATCHDOG_PID": "1"}
-    assert Notifier.from_env(env, pid=4242).watchdog_interval() is None
-    assert Notifier.from_env({"NOTIFY_SOCKET": "/x"}).watchdog_interval() is None
-    assert Notifier.from_env({"WATCHDOG_USEC": "soon"}).watchdog_interval() is None
+    assert SystemdNotifier.from_env(env, pid=4242).watchdog_interval() is None
+    assert SystemdNotifier.from_env({"NOTIFY_SOCKET": "/x"}).watchdog_interval() is None
+    assert SystemdNotifier.from_env({"WATCHDOG_USEC": "soon"}).watchdog_interval() is None
 
 
 def test_noop_without_notify_socket(monkeypatch):
     """Without NOTIFY_SOCKET nothing is sent and nothing fails (also when read from os.environ)."""
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
-    for notifier in (Notifier.from_env({}), Notifier.from_env()):
+    for notifier in (SystemdNotifier.from_env({}), SystemdNotifier.from_env()):
         assert not notifier.enabled
         assert notifier.ready() is False
         assert notifier.status("x") is False
@@ -121,7 +121,7 @@ def test_noop_without_notify_socket(monkeypatch):
 
 def test_missing_socket_logs_and_does_not_raise(tmp_path):
     """A socket path that does not exist: send returns False and logs a warning, no exception."""
-    notifier = Notifier.from_env({"NOTIFY_SOCKET": str(tmp_path / "gone.sock")})
+    notifier = SystemdNotifier.from_env({"NOTIFY_SOCKET": str(tmp_path / "gone.sock")})
     with capture_logs() as logs:
         assert notifier.ready() is False
         assert notifier.status("secretless status") is False
@@ -132,7 +132,7 @@ def test_missing_socket_logs_and_does_not_raise(tmp_path):
 
 def test_unbound_abstract_socket_does_not_raise():
     """An abstract name nobody listens on: send returns False, no exception."""
-    notifier = Notifier.from_env({"NOTIFY_SOCKET": f"@fleet-agent-nobody-{uuid.uuid4().hex}"})
+    notifier = SystemdNotifier.from_env({"NOTIFY_SOCKET": f"@fleet-agent-nobody-{uuid.uuid4().hex}"})
     assert notifier.watchdog() is False
 
 
@@ -140,4 +140,4 @@ def test_bad_field_name_is_a_programming_error(listener):
     """send() refuses lower-case or malformed keys rather than sending garbage."""
     _, path = listener
     with pytest.raises(ValueError, match="upper case"):
-        Notifier.from_env({"NOTIFY_SOCKET": path}).send(ready=1)
+        SystemdNotifier.from_env({"NOTIFY_SOCKET": path}).send(ready=1)

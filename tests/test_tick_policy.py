@@ -135,3 +135,41 @@ def test_dry_run_sends_no_mutating_call(sim, make_app, fake_model):
     seen = [m["content"] for m in tool_messages(fake_model.chat_requests[-1].json)]
     assert sum("dry run" in c for c in seen) == 3
     assert app.log.store.row_counts(["instances", "intents"]) == {"instances": 0, "intents": 0}
+
+
+def test_an_action_goes_check_intent_call_result_under_the_key_of_its_intent(sim, make_app, fake_model):
+    """A rent and a destroy that pass policy each run check -> intent -> call -> result: the rent's
+    offer is looked up once, by the check, and the handler rents what it found; the tool.called
+    intent carries a fresh 12-hex idempotency key; the rent request vast.ai receives carries the
+    label made from that key; the result's effect names the same key and label and the offer's
+    GPU and $/h. Each call's two events are adjacent and in that order."""
+    app = make_app()
+    s = app.settings
+    fine = next(o for o in sorted(sim.offers.values(), key=lambda o: o["dph_total"]) if within_policy(s, o))
+    base = s.fleet.label_prefix + s.agent_id + "-"
+    mine = sim.create_instance(sim.find_offer("RTX 4090")["id"], label=base + "feedc0ffee01")
+    fake_model.enqueue(
+        reply("act", tool_calls=[_rent(fine["id"]), ("destroy_instance", {"instance_id": mine, "reason": "spare"})]),
+        reply("done"))
+
+    r = run_tick(app)
+    assert r.ok, r.reason
+
+    pairs = [(e.kind, e.payload["name"]) for e in app.log.read(0, kinds=["tool.called", "tool.result"], tick=1)]
+    assert pairs == [("tool.called", "rent_instance"), ("tool.result", "rent_instance"),
+                     ("tool.called", "destroy_instance"), ("tool.result", "destroy_instance")]
+    rent_called, destroy_called = events_of(app, "tool.called", 1)
+    rent_result, destroy_result = events_of(app, "tool.result", 1)
+    key = rent_called.payload["idempotency_key"]
+    assert len(key) == 12 and int(key, 16) >= 0
+    assert destroy_called.payload["idempotency_key"] not in (None, key)
+    lookups = [q for q in sim.requests if q["method"] == "POST" and q["path"].startswith("/api/v0/bundles/")
+               and (q["body"] or {}).get("id") == {"eq": str(fine["id"])}]
+    assert len(lookups) == 1
+    (put,) = rent_puts(sim, fine["id"])
+    assert put["body"]["label"] == base + key
+    effect = rent_result.payload["effect"]
+    assert (effect["idem_key"], effect["label"], effect["offer_id"]) == (key, base + key, fine["id"])
+    assert (effect["gpu_name"], effect["dph"]) == (fine["gpu_name"], pytest.approx(fine["dph_total"]))
+    assert destroy_result.payload["effect"] == {"type": "destroyed", "instance_id": mine}
+    assert mine not in sim.instances

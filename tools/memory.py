@@ -6,27 +6,25 @@ context: full-text search over every event in the log, tool output included.
 
 from __future__ import annotations
 
-from typing import Any
-
-from tools.registry import Outcome, Tool, ToolContext, obj, register
+from agent.toolkit import AnyTool, Args, Outcome, Tool, ToolContext, obj
 
 SEARCH_LIMIT = 10
 SNIPPET_EVENT_CHARS = 300
 
 
-def _remember(ctx: ToolContext, args: dict[str, Any]) -> Outcome:
+def _remember(ctx: ToolContext, args: Args) -> Outcome:
     ctx.log.append("memory.written", {"key": args["key"], "text": args["text"]}, "tool", tick=ctx.tick)
     return Outcome(True, f"remembered {args['key']!r}; it stays pinned in your context until you forget it")
 
 
-def _forget(ctx: ToolContext, args: dict[str, Any]) -> Outcome:
+def _forget(ctx: ToolContext, args: Args) -> Outcome:
     if not ctx.log.store.memory_has(args["key"]):
         return Outcome(False, error=f"nothing remembered under {args['key']!r}")
     ctx.log.append("memory.deleted", {"key": args["key"]}, "tool", tick=ctx.tick)
     return Outcome(True, f"forgot {args['key']!r}")
 
 
-def _search_history(ctx: ToolContext, args: dict[str, Any]) -> Outcome:
+def _search_history(ctx: ToolContext, args: Args) -> Outcome:
     hits = ctx.log.search(args["query"], limit=int(args.get("limit", SEARCH_LIMIT)))
     if not hits:
         return Outcome(True, "no matches")
@@ -37,7 +35,7 @@ def _search_history(ctx: ToolContext, args: dict[str, Any]) -> Outcome:
     return Outcome(True, "\n".join(lines))
 
 
-def _read_knowledge(ctx: ToolContext, args: dict[str, Any]) -> Outcome:
+def _read_knowledge(ctx: ToolContext, args: Args) -> Outcome:
     from agent.feedback import read_knowledge
 
     text = read_knowledge(ctx.log, args["name"])
@@ -46,7 +44,7 @@ def _read_knowledge(ctx: ToolContext, args: dict[str, Any]) -> Outcome:
     return Outcome(True, text)
 
 
-def _raise_alert(ctx: ToolContext, args: dict[str, Any]) -> Outcome:
+def _raise_alert(ctx: ToolContext, args: Args) -> Outcome:
     from agent.feedback import raise_alert
 
     key = args.get("key") or f"model:{args['title'].strip().lower()[:80]}"
@@ -58,18 +56,20 @@ def _raise_alert(ctx: ToolContext, args: dict[str, Any]) -> Outcome:
 
 
 KEY = {"type": "string", "minLength": 1, "maxLength": 80}
-register(Tool("remember", "Remember a fact under a key; memory stays pinned in your context.",
-              obj({"key": KEY, "text": {"type": "string", "minLength": 1, "maxLength": 2000}}, ["key", "text"]),
-              _remember))
-register(Tool("forget", "Forget the fact stored under a key.", obj({"key": KEY}, ["key"]), _forget))
-register(Tool("search_history", "Full-text search over the whole history (every tick, tool output, operator "
-              "message), newest first. Use it to recall what is no longer in your context.",
-              obj({"query": {"type": "string", "minLength": 1, "maxLength": 200},
-                   "limit": {"type": "integer", "minimum": 1, "maximum": 25}}, ["query"]), _search_history))
-register(Tool("read_knowledge", "The full text of an operator knowledge file.",
-              obj({"name": {"type": "string", "minLength": 1, "maxLength": 120}}, ["name"]), _read_knowledge))
-register(Tool("raise_alert", "Raise an alert for the operators (deduplicated by key or title).",
-              obj({"severity": {"type": "string", "enum": ["info", "warning", "critical"]},
-                   "title": {"type": "string", "minLength": 1, "maxLength": 200},
-                   "detail": {"type": "string", "maxLength": 2000},
-                   "key": {"type": "string", "maxLength": 100}}, ["severity", "title"]), _raise_alert))
+TOOLS: tuple[AnyTool, ...] = (
+    Tool("remember", "Remember a fact under a key; memory stays pinned in your context.",
+         obj({"key": KEY, "text": {"type": "string", "minLength": 1, "maxLength": 2000}}, ["key", "text"]),
+         _remember),
+    Tool("forget", "Forget the fact stored under a key.", obj({"key": KEY}, ["key"]), _forget),
+    Tool("search_history", "Full-text search over the whole history (every tick, tool output, operator "
+         "message), newest first. Use it to recall what is no longer in your context.",
+         obj({"query": {"type": "string", "minLength": 1, "maxLength": 200},
+              "limit": {"type": "integer", "minimum": 1, "maximum": 25}}, ["query"]), _search_history),
+    Tool("read_knowledge", "The full text of an operator knowledge file.",
+         obj({"name": {"type": "string", "minLength": 1, "maxLength": 120}}, ["name"]), _read_knowledge),
+    Tool("raise_alert", "Raise an alert for the operators (deduplicated by key or title).",
+         obj({"severity": {"type": "string", "enum": ["info", "warning", "critical"]},
+              "title": {"type": "string", "minLength": 1, "maxLength": 200},
+              "detail": {"type": "string", "maxLength": 2000},
+              "key": {"type": "string", "maxLength": 100}}, ["severity", "title"]), _raise_alert),
+)

@@ -8,26 +8,26 @@ lives in a small module with a ``register(subparsers)`` function; handlers are
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from agent import __version__, config, logsetup
 from agent.app import App
+from agent.cli import context as context_commands
+from agent.cli import demo as demo_commands
+from agent.cli import feedback as feedback_commands
+from agent.cli import ops as ops_commands
+from agent.cli import service as service_commands
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event, render
 
-# Command groups beyond the core ones below, each a module with register(sub).
-COMMAND_MODULES = (
-    "agent.cli.context",
-    "agent.cli.ops",
-    "agent.cli.feedback",
-    "agent.cli.service",
-    "agent.cli.demo",
-)
+# Command groups beyond the core ones below, each a module with register(sub), in help order.
+COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, service_commands, demo_commands)
 
 EXAMPLE_KNOWLEDGE = """\
 # Fleet notes
@@ -236,7 +236,7 @@ def cmd_sim(args: argparse.Namespace, _app: App | None) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
         self.exit(2, f"fleet-agent: error: {message} (see '{self.prog} --help')\n")
 
 
@@ -314,30 +314,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api-key", default="sim-key", help="the key clients must send (default sim-key)")
     s.set_defaults(func=cmd_sim, no_config=True)
 
-    for mod in COMMAND_MODULES:
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name == mod:
-                continue
-            raise
-        m.register(sub)
+    for group in COMMAND_GROUPS:
+        group.register(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace, App | None], int] = args.func
     app: App | None = None
     try:
         if getattr(args, "no_config", False):
             logsetup.configure("warning", "auto")
-            return args.func(args, None)
+            return handler(args, None)
         settings = config.load(args.config)
         logsetup.configure(settings.logging.level if args.command in ("run", "tick") else "warning",
                            settings.logging.format)
         app = App(settings)
-        return args.func(args, app)
+        return handler(args, app)
     except FleetAgentError as e:
         from agent.secrets import scrub
 

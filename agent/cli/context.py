@@ -12,27 +12,18 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from agent.context import (
-    BUDGET_FIELDS,
-    Projection,
-    budget_fields,
-    parse_time,
-    project,
-    project_at,
-    request_of_tick,
-    settings_from_manifest,
-    sha256_text,
-    tools_hash,
-)
-from agent.events import Event
-from agent.store.log import canonical
+from agent.context import parse_time
+from agent.context.replay import ReplayResult, inspect_request, replay, verify
 
 
 def _out(s: str = "") -> None:
     sys.stdout.write(s + "\n")
+
+
+def _cache(app: Any) -> Any:
+    return getattr(app, "projection_cache", None)
 
 
 # ------------------------------------------------------------------ context
@@ -49,13 +40,11 @@ def _render_message(i: int, m: dict[str, Any], tokens: int) -> str:
 
 
 def cmd_context(args: argparse.Namespace, app: Any) -> int:
-    log = app.log
     settings = app.settings.context
     at = parse_time(args.at) if args.at else None
-    p = project_at(log, app.prompts, settings, policy=app.policy_dict(), tools=app.tool_specs(),
-                   model=app.settings.model.name, at_ts=at, tick=args.tick, seq=args.seq)
-    recorded: Event | None = request_of_tick(log, args.tick) if args.tick is not None else None
-    match = None if recorded is None else recorded.payload["request_hash"] == p.request_hash
+    found = inspect_request(app.log, app.prompts, settings, policy=app.policy_dict(), tools=app.tool_specs(),
+                    model=app.settings.model.name, at_ts=at, tick=args.tick, seq=args.seq, cache=_cache(app))
+    p, recorded, match = found.projection, found.recorded, found.matches
     if args.json:
         _out(json.dumps({"messages": p.messages, "manifest": p.manifest, "tokens": p.tokens,
                          "sections": p.sections, "recorded_request_seq": recorded.seq if recorded else None,
@@ -82,77 +71,18 @@ def cmd_context(args: argparse.Namespace, app: Any) -> int:
 # ------------------------------------------------------------------ replay
 
 
-@dataclass
-class ReplayResult:
-    seq: int
-    tick: int | None
-    recorded: str
-    derived: str
-    ok: bool
-    reasons: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.__dict__.copy()
-
-
-def explain(manifest: dict[str, Any], p: Projection, app: Any, tools: list[dict[str, Any]],
-            policy: dict[str, Any]) -> list[str]:
-    """Why a re-derived request differs from the recorded one, as far as the manifest can tell."""
-    reasons = []
-    current = app.prompts.hashes
-    for name, h in sorted((manifest.get("prompt_hashes") or {}).items()):
-        now = current.get(name)
-        if now != h:
-            reasons.append(f"prompt file {name} changed: recorded sha256 {h}, current {now}")
-    if manifest.get("tools_hash") not in (None, tools_hash(tools)):
-        reasons.append(f"tool specs changed: recorded tools_hash {manifest['tools_hash']}, current {tools_hash(tools)}")
-    if manifest.get("policy_hash") not in (None, sha256_text(canonical(policy))):
-        reasons.append("the fleet policy in the system prompt changed: recorded policy_hash "
-                       f"{manifest['policy_hash']}, current {sha256_text(canonical(policy))}")
-    cur = budget_fields(app.settings.context)
-    diff = [k for k in BUDGET_FIELDS if k in (manifest.get("settings") or {}) and manifest["settings"][k] != cur[k]]
-    if diff:
-        reasons.append("context settings differ from today's (replayed with the recorded ones): " + ", ".join(
-            f"{k} {manifest['settings'][k]} -> {cur[k]}" for k in diff))
-    for key in ("covered_to", "compaction_seq", "sections"):
-        if key in manifest and manifest[key] != p.manifest[key]:
-            reasons.append(f"{key}: recorded {manifest[key]}, re-derived {p.manifest[key]}")
-    if not reasons:
-        reasons.append("the log up to the request's thread_to renders differently (events changed or "
-                       "rendering code changed); run `fleet-agent log verify`")
-    return reasons
-
-
-def replay(app: Any) -> Iterator[ReplayResult]:
-    """Re-derive every recorded request in order."""
-    log = app.log
-    tools = app.tool_specs()
-    policy = app.policy_dict()
-    for req in log.read(0, kinds=["model.request"]):
-        manifest = req.payload["manifest"]
-        settings = settings_from_manifest(app.settings.context, manifest)
-        p = project(log, app.prompts, settings, policy=policy, tools=tools,
-                    until_seq=int(manifest["thread_to"]), model=manifest.get("model", app.settings.model.name))
-        recorded = req.payload["request_hash"]
-        ok = p.request_hash == recorded
-        yield ReplayResult(req.seq, req.tick, recorded, p.request_hash, ok,
-                           [] if ok else explain(manifest, p, app, tools, policy))
+def _printed(results: Iterator[ReplayResult], as_json: bool) -> Iterator[ReplayResult]:
+    for r in results:
+        _out(json.dumps(r.to_dict(), sort_keys=True) if as_json
+             else f"#{r.seq} tick {r.tick}: {'ok' if r.ok else 'MISMATCH'} {r.derived[:16]}")
+        yield r
 
 
 def cmd_replay(args: argparse.Namespace, app: Any) -> int:
-    total = bad = 0
-    first: ReplayResult | None = None
-    for r in replay(app):
-        total += 1
-        if args.json and not args.verify:
-            _out(json.dumps(r.to_dict(), sort_keys=True))
-        elif not args.verify:
-            _out(f"#{r.seq} tick {r.tick}: {'ok' if r.ok else 'MISMATCH'} {r.derived[:16]}")
-        if not r.ok:
-            bad += 1
-            first = first or r
-            if args.verify:
-                break
+    results = replay(app.log, app.prompts, app.settings.context, policy=app.policy_dict(), tools=app.tool_specs(),
+                     model=app.settings.model.name, cache=_cache(app))
+    summary = verify(results if args.verify else _printed(results, args.json), stop_at_first=args.verify)
+    first, total, bad = summary.first, summary.checked, len(summary.mismatches)
     if args.json and args.verify:
         _out(json.dumps({"ok": bad == 0, "checked": total, "first_mismatch": first.to_dict() if first else None},
                         sort_keys=True))

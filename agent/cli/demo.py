@@ -19,7 +19,7 @@ def cmd_demo(args: argparse.Namespace, _app: object) -> int:
                     keep=args.keep, seed=args.seed)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("demo", help="run a simulated fleet for a few minutes (no keys, no servers needed)",
                        description="Start the vast.ai simulator in-process, run N ticks with the built-in rules "
                        "provider (or a real OpenAI-compatible model), with an operator who acks an alert, edits "

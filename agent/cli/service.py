@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from agent.app import App
 
@@ -43,7 +42,7 @@ def cmd_doctor(args: argparse.Namespace, _app: App | None) -> int:
     return 1 if failed else 0
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("run", help="run the daemon in the foreground (ticks on the configured schedule)",
                        description="Run the daemon: take the single-writer lock, tick on the schedule "
                        "(schedule.interval or schedule.cron), reload on SIGHUP, stop on SIGTERM/SIGINT. "

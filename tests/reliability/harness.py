@@ -171,7 +171,7 @@ def tick_terminals(log: Any) -> dict[int, list[str]]:
 def tool_context(app: Any, tick: int) -> Any:
     """A real ToolContext, built as the tick builds it, with a fresh listing."""
     from agent.policy import Policy
-    from tools.registry import ToolContext
+    from agent.toolkit import ToolContext
 
     ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=app.demand(),
                       policy=Policy(app.settings), tick=tick, clock=app.clock)
@@ -411,7 +411,7 @@ def _share_ssl_context() -> None:
 def zygote_main() -> None:  # pragma: no cover - runs in its own process
     import agent.cli
     import agent.tick  # noqa: F401 - imported once here, inherited by every child
-    import tools.fleet  # noqa: F401
+    import tools  # noqa: F401
     from agent.tokens import get_tokenizer
 
     get_tokenizer("cl100k_base")

@@ -40,16 +40,18 @@ def test_kill9_loop_loses_no_event_and_rents_nothing_twice(fast_root, zygote):
 
 def install_rent_before_intent() -> None:
     """Rewire the rent tool so the money moves first and the intent is logged afterwards
-    (with the very key used for the label): the bug promise 4 exists to prevent."""
-    import agent.tick as tick_mod
-    from tools import fleet, registry
-    from tools.registry import Outcome
+    (with the very key used for the label): the bug promise 4 exists to prevent. The
+    replaced tool reaches the tick the way every tool does, through the entry point."""
+    import agent.pipeline as pipeline_mod
+    import tools
+    from agent.policy import Block
+    from agent.toolkit import Outcome
 
-    real_uuid = tick_mod.uuid
-    original_check = fleet.CHECKS["rent_instance"]
+    real_uuid = pipeline_mod.uuid
+    rent = next(t for t in tools.TOOLS if t.name == "rent_instance")
 
     class _HandOver:
-        """Gives execute_call the key the rent already used."""
+        """Gives the pipeline the key the rent already used."""
 
         def __init__(self) -> None:
             self.next: Any = None
@@ -59,33 +61,33 @@ def install_rent_before_intent() -> None:
             return u or real_uuid.uuid4()
 
     keys = _HandOver()
-    tick_mod.uuid = keys  # type: ignore[assignment]
+    pipeline_mod.uuid = keys  # type: ignore[assignment]
 
     def check(ctx: Any, args: dict[str, Any]) -> Any:
-        block = original_check(ctx, args)
-        if block is not None:
-            return block
+        offer = rent.check(ctx, args)
+        if isinstance(offer, Block):
+            return offer
         u = real_uuid.uuid4()
         f = ctx.settings.fleet
-        args["_outcome"] = ctx.vast.rent(int(args["offer_id"]), image=f.image, disk=f.disk_gb,
-                                         label=ctx.policy.label_for(u.hex[:12]), onstart=f.onstart, env=f.env,
-                                         runtype=f.runtype)
+        out = ctx.vast.rent(int(args["offer_id"]), image=f.image, disk=f.disk_gb,
+                            label=ctx.policy.label_for(u.hex[:12]), onstart=f.onstart, env=f.env,
+                            runtype=f.runtype)
         time.sleep(0.3)  # the window a slow disk or a busy database would open
         keys.next = u
-        return None
+        return out, offer
 
-    def handler(ctx: Any, args: dict[str, Any]) -> Outcome:
-        out, offer = args["_outcome"], args.get("_offer")
+    def handler(ctx: Any, args: dict[str, Any], prepared: Any, key: str) -> Outcome:
+        out, offer = prepared
         if out.status != "created":
             return Outcome(False, error=f"not rented: {out.error}")
-        label = ctx.policy.label_for(ctx.idem_key or "")
+        label = ctx.policy.label_for(key)
         return Outcome(True, f"rented offer {args['offer_id']} as instance {out.instance_id}",
                        effect={"type": "rented", "instance_id": out.instance_id, "label": label,
-                               "idem_key": ctx.idem_key, "offer_id": int(args["offer_id"]),
-                               "gpu_name": getattr(offer, "gpu_name", None), "dph": getattr(offer, "dph_total", None)})
+                               "idem_key": key, "offer_id": int(args["offer_id"]),
+                               "gpu_name": offer.gpu_name, "dph": offer.dph_total})
 
-    fleet.CHECKS["rent_instance"] = check
-    registry._REGISTRY["rent_instance"] = dataclasses.replace(registry.get("rent_instance"), handler=handler)
+    tools.TOOLS = tuple(dataclasses.replace(t, check=check, handler=handler) if t is rent else t
+                        for t in tools.TOOLS)
 
 
 def test_harness_reports_untracked_instances_when_the_rent_precedes_its_intent(fast_root, zygote):

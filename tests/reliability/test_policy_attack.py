@@ -16,7 +16,9 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from agent.tick import execute_call, run_tick
+from agent.pipeline import run_tool_call
+from agent.tick import run_tick
+from agent.toolkit import load_tools
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.reliability.harness import (
     check_db,
@@ -41,7 +43,7 @@ def _foreign(sim: Any) -> set[int]:
 
 
 def fuzz_calls(n_examples: int, root: Any, seed: int = 0) -> dict[str, int]:
-    """Run ``n_examples`` fuzzed rent/destroy/reboot calls through execute_call; return counts."""
+    """Run ``n_examples`` fuzzed rent/destroy/reboot calls through the tool pipeline; return counts."""
     counts = {"calls": 0, "blocked": 0, "ok": 0, "errors": 0}
     with running_sim(seed=seed) as (sim, server):
         foreign = _foreign(sim)
@@ -49,6 +51,7 @@ def fuzz_calls(n_examples: int, root: Any, seed: int = 0) -> dict[str, int]:
         s = app.settings
         offers = sorted(sim.offers)
         ctx = tool_context(app, 1)
+        toolbox = load_tools()
         text = st.text(min_size=1, max_size=30)
         inside = sorted(o["id"] for o in sim.offers.values() if o["gpu_name"] in s.policy.allowed_gpus
                         and o["dph_total"] <= POLICY["max_dph_per_instance"] and o["reliability"] >= 0.95)
@@ -82,8 +85,8 @@ def fuzz_calls(n_examples: int, root: Any, seed: int = 0) -> dict[str, int]:
                             label="raw") if data.draw(st.integers(0, 9)) == 0 else json.dumps(args)
             counts["calls"] += 1
             ctx.refresh()
-            outcome, blocked = execute_call(ctx, {"id": f"fuzz_{counts['calls']}", "name": name, "arguments": raw},
-                                            dry_run=False)
+            outcome, blocked = run_tool_call(toolbox, ctx, {"id": f"fuzz_{counts['calls']}", "name": name,
+                                                            "arguments": raw}, dry_run=False)
             counts["blocked"] += int(blocked)
             counts["ok" if outcome.ok else "errors"] += 1
             sim.advance(300.0)
@@ -101,7 +104,7 @@ def fuzz_calls(n_examples: int, root: Any, seed: int = 0) -> dict[str, int]:
 def test_fuzzed_rent_destroy_reboot_calls_never_take_an_action_outside_policy(fast_root):
     """Hundreds of fuzzed calls (any offer, disallowed GPUs, over-cap prices, foreign,
     look-alike and unknown instance ids, template overrides, garbage JSON) through
-    execute_call with a real ToolContext: the simulator never receives a call outside
+    run_tool_call with a real ToolContext: the simulator never receives a call outside
     policy, and the log still verifies with read models equal to a rebuild."""
     counts = fuzz_calls(FUZZ_EXAMPLES, fast_root)
     assert counts["violations"] == 0

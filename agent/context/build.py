@@ -1,0 +1,265 @@
+"""The pure build: plain values (events, prompts, settings, tools, calibration) -> messages + manifest.
+
+Nothing here reads the log, the clock or the network, writes a log line or keeps
+state between calls; the only thing passed in that outlives a call is the
+``Meter``'s cache, which never changes a result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agent.config import ContextSettings
+from agent.context.cache import Message, Meter
+from agent.context.calibration import Calibration
+from agent.context.pinned import MARKER_COST, SHRINK_FLOOR, empty_pinned, render_pinned, render_summary
+from agent.context.thread import Entry, build_thread, shrink_entry
+from agent.events import Event
+from agent.prompts import Prompts, render_system
+from agent.store.log import canonical
+from agent.tokens import REQUEST_OVERHEAD
+
+BUDGET_FIELDS = ("budget_tokens", "output_reserve", "high_water", "low_water", "encoding", "summary_max_tokens",
+                 "knowledge_max_tokens", "pinned_max_tokens", "tool_output_max_tokens", "calibration_margin")
+
+
+def budget_fields(settings: ContextSettings) -> dict[str, Any]:
+    return {k: getattr(settings, k) for k in BUDGET_FIELDS}
+
+
+def settings_from_manifest(settings: ContextSettings, manifest: dict[str, Any]) -> ContextSettings:
+    """``settings`` with the budget fields a past request recorded (for faithful replay)."""
+    recorded = {k: v for k, v in (manifest.get("settings") or {}).items() if k in BUDGET_FIELDS}
+    return replace(settings, **recorded)
+
+
+# ------------------------------------------------------------------ hashing
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def request_hash(model: str, messages: list[Message], tools: list[dict[str, Any]]) -> str:
+    """sha256 of the canonical JSON of exactly what is sent: model, messages, tools."""
+    return sha256_text(canonical({"model": model, "messages": messages, "tools": tools}))
+
+
+def tools_hash(tools: list[dict[str, Any]]) -> str:
+    return sha256_text(canonical(tools))
+
+
+# ------------------------------------------------------------------ inputs
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a projection as of ``end`` reads from the log, as plain values."""
+
+    end: int
+    compaction: Event | None     # the newest context.compacted with seq <= end
+    events: list[Event]          # every event with covered_to < seq <= end, in seq order
+    ratio: float = 1.0           # the newest context.calibrated ratio with seq <= end
+    ratio_seq: int | None = None
+
+    @property
+    def covered_to(self) -> int:
+        return int(self.compaction.payload["covered_to"]) if self.compaction else 0
+
+
+def select(log_events: Sequence[Event], until_seq: int | None = None) -> Inputs:
+    """The inputs of a projection as of ``until_seq`` (None = the last event), from every event of a log
+    in seq order. The load step reads the same through the log's indexes."""
+    end = (log_events[-1].seq if log_events else 0) if until_seq is None else until_seq
+    upto = [e for e in log_events if e.seq <= end]
+    comp = next((e for e in reversed(upto) if e.kind == "context.compacted"), None)
+    cal = next((e for e in reversed(upto) if e.kind == "context.calibrated"), None)
+    covered_to = comp.payload["covered_to"] if comp else 0
+    return Inputs(end=end, compaction=comp, events=[e for e in upto if e.seq > covered_to],
+                  ratio=float(cal.payload["ratio"]) if cal else 1.0, ratio_seq=cal.seq if cal else None)
+
+
+# ------------------------------------------------------------------ the view
+
+
+@dataclass
+class Projection:
+    messages: list[Message]
+    manifest: dict[str, Any]
+    tokens: int
+    sections: dict[str, int] = field(default_factory=dict)
+    shrink_notes: list[str] = field(default_factory=list)
+
+    @property
+    def calibrated_tokens(self) -> int:
+        return int(self.manifest["calibrated_tokens"])
+
+    @property
+    def request_hash(self) -> str:
+        return str(self.manifest["request_hash"])
+
+
+@dataclass
+class View:
+    """Everything a projection is made of, before the budget check (compaction reads it too)."""
+
+    end: int
+    compaction: Event | None
+    covered_to: int
+    system: str
+    pinned_text: str | None
+    summary_text: str | None
+    events: list[Event]
+    thread: list[Entry]
+    tools_tokens: int
+    calibration: Calibration
+    meter: Meter
+
+    def fixed_tokens(self) -> int:
+        """Request overhead + system + pinned + summary + tools."""
+        n = REQUEST_OVERHEAD + self.meter.text_message(self.system) + self.tools_tokens
+        if self.pinned_text is not None:
+            n += self.meter.text_message(self.pinned_text)
+        if self.summary_text is not None:
+            n += self.meter.text_message(self.summary_text)
+        return n
+
+    def thread_tokens(self) -> int:
+        return sum(e.tokens for e in self.thread)
+
+
+def make_view(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
+              tools: list[dict[str, Any]], meter: Meter) -> View:
+    comp = inputs.compaction
+    covered_to = inputs.covered_to
+    pinned_text = summary_text = None
+    if comp is not None:
+        pinned_text = render_pinned(comp.payload.get("pinned") or empty_pinned(), covered_to, settings, meter)
+        summary_text = render_summary(comp.payload, settings, meter)
+    return View(end=inputs.end, compaction=comp, covered_to=covered_to, system=render_system(prompts, policy),
+                pinned_text=pinned_text, summary_text=summary_text, events=inputs.events,
+                thread=build_thread(inputs.events, settings, meter), tools_tokens=meter.tools(tools),
+                calibration=Calibration(inputs.ratio, settings.calibration_margin, inputs.ratio_seq), meter=meter)
+
+
+# ------------------------------------------------------------------ the budget
+
+
+def _water_fill(sizes: list[int], excess: int) -> int | None:
+    """The largest cap T >= SHRINK_FLOOR with sum(size - T - MARKER_COST for size > T) >= excess."""
+    def saved(t: int) -> int:
+        return sum(s - t - MARKER_COST for s in sizes if s > t + MARKER_COST)
+
+    if not sizes or saved(SHRINK_FLOOR) < excess:
+        return None
+    lo, hi = SHRINK_FLOOR, max(sizes)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if saved(mid) >= excess:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _is_tool_text(e: Entry) -> bool:
+    return e.tool is not None and e.text is not None
+
+
+def _is_user_text(e: Entry) -> bool:
+    return e.tool is None and e.text is not None and not e.pinned_directive
+
+
+def _shrink(v: View, limit_raw: int) -> list[str]:
+    """Truncate the thread's largest texts (tool outputs first) until it fits ``limit_raw``.
+    Deterministic: the result depends only on the view and the limit. Returns notes."""
+    notes: list[str] = []
+    for phase, pick in enumerate((_is_tool_text, _is_user_text)):
+        for _ in range(6):
+            excess = v.fixed_tokens() + v.thread_tokens() - limit_raw
+            if excess <= 0:
+                return notes
+            items = [e for e in v.thread if pick(e)]
+            sizes = [e.shown(v.meter) for e in items]
+            cap = _water_fill(sizes, excess)
+            final = cap is None
+            cap = SHRINK_FLOOR if cap is None else cap
+            for e, n in zip(items, sizes, strict=True):
+                if n > cap:
+                    shrink_entry(e, cap, v.meter)
+            notes.append(f"phase {phase} cap {cap}")
+            if final:
+                break
+    return notes
+
+
+def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict[str, Any]], prompts: Prompts,
+             policy: dict[str, Any]) -> Projection:
+    """Assemble the messages, enforce the budget, write the manifest. Shrinks ``v``'s thread in place."""
+    limit_raw = v.calibration.raw_limit(settings.budget_tokens - settings.output_reserve)
+    shrink_notes = _shrink(v, limit_raw) if v.fixed_tokens() + v.thread_tokens() > limit_raw else []
+    messages: list[Message] = [{"role": "system", "content": v.system}]
+    sections = {"system": v.meter.text_message(v.system), "pinned": 0, "summary": 0}
+    if v.pinned_text is not None:
+        messages.append({"role": "user", "content": v.pinned_text})
+        sections["pinned"] = v.meter.text_message(v.pinned_text)
+    if v.summary_text is not None:
+        messages.append({"role": "user", "content": v.summary_text})
+        sections["summary"] = v.meter.text_message(v.summary_text)
+    messages.extend(e.message for e in v.thread)
+    sections["thread"] = v.thread_tokens()
+    sections["tools"] = v.tools_tokens
+    tokens = REQUEST_OVERHEAD + sum(sections.values())
+    calibrated = v.calibration.calibrated(tokens)
+    comp = v.compaction
+    manifest = {
+        "model": model,
+        "covered_to": v.covered_to,
+        "compaction_seq": comp.seq if comp else None,
+        "thread_from": v.covered_to + 1,
+        "thread_to": v.end,
+        "thread_events": len(v.thread),
+        "prompt_hashes": dict(prompts.hashes),
+        "policy_hash": sha256_text(canonical(policy)),
+        "tools_hash": tools_hash(tools),
+        "settings": budget_fields(settings),
+        "calibration": v.calibration.ratio,
+        "calibration_seq": v.calibration.seq,
+        "sections": dict(sections),
+        "estimated_tokens": tokens,
+        "calibrated_tokens": calibrated,
+        "shrunk": bool(shrink_notes),
+        "request_hash": request_hash(model, messages, tools),
+    }
+    return Projection(messages=messages, manifest=manifest, tokens=tokens, sections=sections,
+                      shrink_notes=shrink_notes)
+
+
+def build(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
+          tools: list[dict[str, Any]], meter: Meter, model: str = "") -> Projection:
+    """The request the model sees for ``inputs``, within the budget."""
+    v = make_view(inputs, prompts=prompts, settings=settings, policy=policy, tools=tools, meter=meter)
+    return assemble(v, settings, model=model, tools=tools, prompts=prompts, policy=policy)
+
+
+def limit_tokens(settings: ContextSettings) -> int:
+    return settings.budget_tokens - settings.output_reserve
+
+
+def fits(projection: Projection, settings: ContextSettings) -> bool:
+    """Calibrated tokens of messages and tool specs within budget minus output reserve."""
+    return projection.calibrated_tokens <= limit_tokens(settings)
+
+
+def needs_compaction(projection: Projection, settings: ContextSettings) -> bool:
+    return projection.calibrated_tokens > settings.high_water * settings.budget_tokens
+
+
+def request_payload(projection: Projection) -> dict[str, Any]:
+    """The payload of the ``model.request`` event recording this projection."""
+    return {"request_hash": projection.request_hash, "manifest": projection.manifest}
+
+

@@ -1,0 +1,131 @@
+"""The projection's memo: token counts, truncations and rendered thread messages.
+
+A ``ProjectionCache`` is an object its owner keeps (the app keeps one for the
+life of the process) and passes to every projection; nothing is cached at
+module level. Each table is an entry-bounded LRU. A hit always returns exactly
+what computing afresh would, so a cache only changes how fast a request is
+built, never its bytes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any, Generic, TypeVar
+
+from agent.events import Event, render
+from agent.tokens import Tokenizer, message_tokens, text_message_tokens, tools_json
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+COUNT_ENTRIES = 1024     # texts whose token count is kept
+CUT_ENTRIES = 1024       # (text, cap) truncations kept
+RENDER_ENTRIES = 2048    # rendered thread messages kept (a thread is a few hundred at most)
+
+Message = dict[str, Any]
+_Fields = tuple[str, int | None, str, dict[str, Any]]
+
+
+class LRU(Generic[K, V]):
+    """A thread-safe map holding at most ``max_entries`` items, dropping the least recently used."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.max_entries:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class ProjectionCache:
+    """Memo tables shared by successive projections; bounded by entries."""
+
+    def __init__(self, *, counts: int = COUNT_ENTRIES, cuts: int = CUT_ENTRIES, rendered: int = RENDER_ENTRIES) -> None:
+        self.counts: LRU[tuple[int, str], int] = LRU(counts)
+        self.cuts: LRU[tuple[int, str, int], tuple[str, int, int]] = LRU(cuts)
+        self.rendered: LRU[tuple[int, str], tuple[_Fields, Message | None]] = LRU(rendered)
+        self._encodings: dict[int, Any] = {}   # keeps each keyed encoding alive, so its id stays unique
+
+    def meter(self, tokenizer: Tokenizer) -> Meter:
+        """Counting with ``tokenizer`` through this cache."""
+        key = id(tokenizer.encoding)
+        self._encodings.setdefault(key, tokenizer.encoding)
+        return Meter(tokenizer, key, self)
+
+    def render(self, ev: Event) -> Message | None:
+        """``render(ev)``, remembered per row (seq, hash). A hit also needs the fields a renderer reads
+        to be equal, so the result is always exactly ``render(ev)``, even for a row edited behind its hash."""
+        if not ev.hash:
+            return render(ev)
+        key = (ev.seq, ev.hash)
+        fields: _Fields = (ev.kind, ev.tick, ev.ts, ev.payload)
+        hit = self.rendered.get(key)
+        if hit is not None and hit[0] == fields:
+            return None if hit[1] is None else dict(hit[1])
+        msg = render(ev)
+        self.rendered.put(key, (fields, msg))
+        return None if msg is None else dict(msg)
+
+    def clear(self) -> None:
+        self.counts.clear()
+        self.cuts.clear()
+        self.rendered.clear()
+
+
+class Meter:
+    """Token arithmetic (``agent.tokens``) for one tokenizer, remembered in a ``ProjectionCache``."""
+
+    def __init__(self, tokenizer: Tokenizer, key: int, cache: ProjectionCache) -> None:
+        self.tokenizer = tokenizer
+        self._key = key
+        self.cache = cache
+
+    def count(self, text: str) -> int:
+        key = (self._key, text)
+        n = self.cache.counts.get(key)
+        if n is None:
+            n = self.tokenizer.count(text)
+            self.cache.counts.put(key, n)
+        return n
+
+    def cut(self, text: str, cap: int) -> tuple[str, int, int]:
+        """(prefix of ``text`` within ``cap`` tokens, tokens kept, tokens in full)."""
+        key = (self._key, text, cap)
+        hit = self.cache.cuts.get(key)
+        if hit is None:
+            hit = self.tokenizer.cut(text, cap)
+            self.cache.cuts.put(key, hit)
+        return hit
+
+    def message(self, msg: Message) -> int:
+        return message_tokens(msg, self.count)
+
+    def text_message(self, text: str) -> int:
+        return text_message_tokens(text, self.count)
+
+    def tools(self, tools: list[dict[str, Any]]) -> int:
+        return 0 if not tools else self.count(tools_json(tools))
+
+    def render(self, ev: Event) -> Message | None:
+        return self.cache.render(ev)

@@ -1,0 +1,127 @@
+"""The load step: read a projection's inputs from the event log, then build.
+
+Everything the projection reads goes through ``EventLog``'s read API: the newest
+``context.compacted`` and ``context.calibrated`` (through the kind index) and the
+events after the compaction. The cost does not grow with the length of the log.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from agent.config import ContextSettings
+from agent.context.build import Inputs, Projection, build, settings_from_manifest
+from agent.context.cache import Meter, ProjectionCache
+from agent.context.calibration import Calibration, next_ratio
+from agent.errors import UsageError
+from agent.events import Event
+from agent.prompts import Prompts
+from agent.store.log import EventLog, utc_ts
+from agent.tokens import Tokenizer, get_tokenizer
+
+logger = structlog.get_logger(__name__)
+
+
+def tokenizer_for(settings: ContextSettings) -> Tokenizer:
+    return get_tokenizer(settings.encoding, settings.encoding_file, settings.encoding_sha256)
+
+
+def meter_for(settings: ContextSettings, cache: ProjectionCache | None) -> Meter:
+    """A meter for ``settings``' encoding through ``cache`` (a fresh one when None)."""
+    return (cache or ProjectionCache()).meter(tokenizer_for(settings))
+
+
+def _newest(log: EventLog, kind: str, until_seq: int | None) -> Event | None:
+    return next(iter(log.read(0, until_seq=until_seq, kinds=[kind], newest_first=True, limit=1)), None)
+
+
+def load_calibration(log: EventLog, until_seq: int | None, margin: float) -> Calibration:
+    e = _newest(log, "context.calibrated", until_seq)
+    return Calibration(1.0, margin, None) if e is None else Calibration(float(e.payload["ratio"]), margin, e.seq)
+
+
+def load(log: EventLog, until_seq: int | None = None) -> Inputs:
+    """The inputs of a projection as of ``until_seq`` (None = now)."""
+    end = log.last_seq() if until_seq is None else until_seq
+    comp = _newest(log, "context.compacted", end)
+    covered_to = comp.payload["covered_to"] if comp else 0
+    events = list(log.read(covered_to, until_seq=end))
+    cal = load_calibration(log, end, 0.0)
+    return Inputs(end=end, compaction=comp, events=events, ratio=cal.ratio, ratio_seq=cal.seq)
+
+
+def project(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
+            tools: list[dict[str, Any]], until_seq: int | None = None, model: str = "",
+            cache: ProjectionCache | None = None) -> Projection:
+    """The request the model sees at ``until_seq`` (None = now), within the budget."""
+    p = build(load(log, until_seq), prompts=prompts, settings=settings, policy=policy, tools=tools,
+              meter=meter_for(settings, cache), model=model)
+    if p.shrink_notes:
+        logger.warning("context.shrunk", thread_to=p.manifest["thread_to"], notes=p.shrink_notes, tokens=p.tokens,
+                       calibrated=p.calibrated_tokens)
+    return p
+
+
+def update_calibration(log: EventLog, estimated: int, reported: int, *, tick: int | None = None) -> Event | None:
+    """Fold one provider report into the smoothed ratio; append ``context.calibrated``
+    only when the ratio moves by more than 2%. Returns the appended event, if any."""
+    if estimated <= 0 or reported <= 0:
+        return None
+    current = load_calibration(log, None, 0.0)
+    new = next_ratio(current, estimated, reported)
+    if new is None:
+        return None
+    logger.info("context.calibrated", ratio=new, previous=current.ratio, estimated=estimated, reported=reported)
+    return log.append("context.calibrated", {"ratio": float(new)}, "system", tick)
+
+
+# ------------------------------------------------------------------ time travel
+
+
+def parse_time(text: str) -> str:
+    """An operator's time ('2026-11-29 10:05', ISO 8601, 'Z' or offset; naive = UTC) -> log ts."""
+    t = text.strip().replace(" ", "T", 1)
+    if t.endswith("Z"):
+        t = t[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(t)
+    except ValueError as e:
+        raise UsageError(f"{text!r} is not a time; use ISO 8601 such as 2026-11-29T10:05:00Z") from e
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return utc_ts(dt)
+
+
+def seq_at(log: EventLog, at_ts: str) -> int:
+    """The last seq with ts <= at_ts (0 when the log had nothing then)."""
+    e = next(iter(log.read(0, until_ts=at_ts, newest_first=True, limit=1)), None)
+    return e.seq if e else 0
+
+
+def request_of_tick(log: EventLog, tick: int) -> Event:
+    e = next(iter(log.read(0, kinds=["model.request"], tick=tick, newest_first=True, limit=1)), None)
+    if e is None:
+        raise UsageError(f"tick {tick} sent no model request; try --seq or --at, or `fleet-agent log --tick {tick}`")
+    return e
+
+
+def project_at(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
+               tools: list[dict[str, Any]], model: str = "", at_ts: str | None = None, tick: int | None = None,
+               seq: int | None = None, cache: ProjectionCache | None = None) -> Projection:
+    """Time travel: the request as of a time, a tick's last request, or a seq."""
+    if sum(x is not None for x in (at_ts, tick, seq)) > 1:
+        raise UsageError("give at most one of --at, --tick, --seq")
+    until: int | None = None
+    if at_ts is not None:
+        until = seq_at(log, at_ts)
+    elif tick is not None:
+        req = request_of_tick(log, tick)
+        until = int(req.payload["manifest"]["thread_to"])
+        model = req.payload["manifest"].get("model", model)
+        settings = settings_from_manifest(settings, req.payload["manifest"])
+    elif seq is not None:
+        until = seq
+    return project(log, prompts, settings, policy=policy, tools=tools, until_seq=until, model=model, cache=cache)

@@ -1,0 +1,108 @@
+"""The pinned block (directives, memory, knowledge) and the summary block, rendered within their caps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from agent.config import ContextSettings
+from agent.context.cache import Meter
+from agent.events import Event, fence
+
+SHRINK_FLOOR = 48          # never truncate a message's text below this many tokens
+MARKER_COST = 40           # tokens a truncation marker may add
+PINNED_KINDS = ("knowledge.changed", "operator.note", "directive.unpinned", "memory.written", "memory.deleted")
+
+
+def empty_pinned() -> dict[str, Any]:
+    return {"knowledge": {}, "directives": [], "memory": {}}
+
+
+def _fold_knowledge(knowledge: dict[str, str], e: Event) -> None:
+    p = e.payload
+    if p["change"] == "removed":
+        knowledge.pop(p["name"], None)
+    elif p.get("text") is not None:
+        knowledge[p["name"]] = p["text"]
+    else:
+        prev = knowledge.get(p["name"], "")
+        knowledge[p["name"]] = (prev + f"\n[changed at #{e.seq}; read_knowledge('{p['name']}') "
+                                "has the current text]").lstrip("\n")
+
+
+def fold_pinned(pinned: dict[str, Any], events: Iterable[Event]) -> dict[str, Any]:
+    """Apply knowledge, directive and memory events to a pinned snapshot (a new dict)."""
+    knowledge = dict(pinned.get("knowledge") or {})
+    directives = [dict(d) for d in pinned.get("directives") or []]
+    memory = dict(pinned.get("memory") or {})
+    changed = int(pinned.get("changed_seq") or 0)
+    for e in events:
+        p = e.payload
+        if e.kind in PINNED_KINDS and (e.kind != "operator.note" or p.get("pin")):
+            changed = max(changed, e.seq)
+        if e.kind == "knowledge.changed":
+            _fold_knowledge(knowledge, e)
+        elif e.kind == "operator.note" and p.get("pin"):
+            directives.append({"id": e.seq, "by": p["by"], "text": p["text"]})
+        elif e.kind == "directive.unpinned":
+            directives = [d for d in directives if d["id"] != p["directive_id"]]
+        elif e.kind == "memory.written":
+            memory[p["key"]] = p["text"]
+        elif e.kind == "memory.deleted":
+            memory.pop(p["key"], None)
+    return {"knowledge": dict(sorted(knowledge.items())), "directives": directives,
+            "memory": dict(sorted(memory.items())), "changed_seq": changed}
+
+
+def _knowledge_text(text: str, knowledge: dict[str, str], settings: ContextSettings, meter: Meter) -> str:
+    cap = settings.pinned_max_tokens
+    text += "\n## Knowledge files"
+    for name, body in knowledge.items():
+        room = min(settings.knowledge_max_tokens, cap - meter.count(text) - MARKER_COST)
+        if room < SHRINK_FLOOR:
+            text += f"\n### {name}\n[not shown for space; read_knowledge('{name}') has the full text]"
+            continue
+        kept, n, full = meter.cut(body, room)
+        text += f"\n### {name}\n{fence(kept, 'text')}"
+        if n < full:
+            text += f"\n[... truncated at {n} of {full} tokens; read_knowledge('{name}') has the full text]"
+    return text
+
+
+def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings, meter: Meter) -> str | None:
+    """The pinned block's text, or None when it has nothing in it. Directives and memory
+    come first; knowledge files share what is left of ``pinned_max_tokens``."""
+    directives = pinned.get("directives") or []
+    memory = pinned.get("memory") or {}
+    knowledge = pinned.get("knowledge") or {}
+    if not (directives or memory or knowledge):
+        return None
+    # Cite the last event that changed the block, not the compaction: the block's bytes then stay
+    # the same across compactions that change nothing pinned, and the prompt cache keeps it.
+    head = f"[pinned · knowledge, directives, memory as of #{pinned.get('changed_seq') or as_of}]"
+    parts = [head]
+    if directives:
+        parts.append("## Operator directives (standing orders until withdrawn)")
+        parts.extend(f"- [operator directive #{d['id']} · {d['by']}] {d['text']}" for d in directives)
+    if memory:
+        parts.append("## Your memory (remember / forget)")
+        parts.extend(f"- {k}: {v}" for k, v in memory.items())
+    text = "\n".join(parts)
+    cap = settings.pinned_max_tokens
+    if meter.count(text) > cap:
+        kept, _, full = meter.cut(text, max(0, cap - MARKER_COST))
+        text = kept + (f"\n[... pinned block truncated at {cap} of {full} tokens; search_history finds every "
+                       "directive and memory]")
+    if knowledge:
+        text = _knowledge_text(text, knowledge, settings, meter)
+    return text
+
+
+def render_summary(payload: dict[str, Any], settings: ContextSettings, meter: Meter) -> str:
+    a = payload.get("covered_from") or 1
+    b = payload["covered_to"]
+    kept, n, full = meter.cut(payload["summary"], settings.summary_max_tokens)
+    text = f"[summary of #{a}–#{b}]\n{kept}"
+    if n < full:
+        text += f"\n[... summary truncated at {n} of {full} tokens; search_history finds the events it covers]"
+    return text

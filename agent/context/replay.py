@@ -1,0 +1,126 @@
+"""Replay: re-derive recorded model requests from the log and the prompt files, and say why one differs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.config import ContextSettings
+from agent.context.build import (
+    BUDGET_FIELDS,
+    Projection,
+    budget_fields,
+    settings_from_manifest,
+    sha256_text,
+    tools_hash,
+)
+from agent.context.cache import ProjectionCache
+from agent.context.load import project, project_at, request_of_tick
+from agent.events import Event
+from agent.prompts import Prompts
+from agent.store.log import EventLog, canonical
+
+
+@dataclass
+class ReplayResult:
+    seq: int
+    tick: int | None
+    recorded: str
+    derived: str
+    ok: bool
+    reasons: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+@dataclass
+class ReplaySummary:
+    """The outcome of a replay: how many requests were checked, and the mismatches met."""
+
+    checked: int = 0
+    mismatches: list[ReplayResult] = field(default_factory=list)
+
+    @property
+    def first(self) -> ReplayResult | None:
+        return self.mismatches[0] if self.mismatches else None
+
+
+def explain(manifest: dict[str, Any], p: Projection, *, prompts: Prompts, settings: ContextSettings,
+            tools: list[dict[str, Any]], policy: dict[str, Any]) -> list[str]:
+    """Why a re-derived request differs from the recorded one, as far as the manifest can tell."""
+    reasons = []
+    for name, h in sorted((manifest.get("prompt_hashes") or {}).items()):
+        now = prompts.hashes.get(name)
+        if now != h:
+            reasons.append(f"prompt file {name} changed: recorded sha256 {h}, current {now}")
+    if manifest.get("tools_hash") not in (None, tools_hash(tools)):
+        reasons.append(f"tool specs changed: recorded tools_hash {manifest['tools_hash']}, current {tools_hash(tools)}")
+    if manifest.get("policy_hash") not in (None, sha256_text(canonical(policy))):
+        reasons.append("the fleet policy in the system prompt changed: recorded policy_hash "
+                       f"{manifest['policy_hash']}, current {sha256_text(canonical(policy))}")
+    cur = budget_fields(settings)
+    recorded = manifest.get("settings") or {}
+    diff = [k for k in BUDGET_FIELDS if k in recorded and recorded[k] != cur[k]]
+    if diff:
+        reasons.append("context settings differ from today's (replayed with the recorded ones): " + ", ".join(
+            f"{k} {recorded[k]} -> {cur[k]}" for k in diff))
+    for key in ("covered_to", "compaction_seq", "sections"):
+        if key in manifest and manifest[key] != p.manifest[key]:
+            reasons.append(f"{key}: recorded {manifest[key]}, re-derived {p.manifest[key]}")
+    if not reasons:
+        reasons.append("the log up to the request's thread_to renders differently (events changed or "
+                       "rendering code changed); run `fleet-agent log verify`")
+    return reasons
+
+
+def replay(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
+           tools: list[dict[str, Any]], model: str = "", cache: ProjectionCache | None = None
+           ) -> Iterator[ReplayResult]:
+    """Re-derive every recorded request in order, each with the budget settings it recorded."""
+    cache = cache or ProjectionCache()
+    for req in log.read(0, kinds=["model.request"]):
+        manifest = req.payload["manifest"]
+        p = project(log, prompts, settings_from_manifest(settings, manifest), policy=policy, tools=tools,
+                    until_seq=int(manifest["thread_to"]), model=manifest.get("model", model), cache=cache)
+        recorded = req.payload["request_hash"]
+        ok = p.request_hash == recorded
+        yield ReplayResult(req.seq, req.tick, recorded, p.request_hash, ok,
+                           [] if ok else explain(manifest, p, prompts=prompts, settings=settings, tools=tools,
+                                                 policy=policy))
+
+
+def verify(results: Iterator[ReplayResult], *, stop_at_first: bool) -> ReplaySummary:
+    """Count the results and collect mismatches (only the first, with ``stop_at_first``)."""
+    summary = ReplaySummary()
+    for r in results:
+        summary.checked += 1
+        if not r.ok:
+            summary.mismatches.append(r)
+            if stop_at_first:
+                break
+    return summary
+
+
+@dataclass
+class Inspection:
+    """A projected request, and when it is a tick's last request, the recorded one it should equal."""
+
+    projection: Projection
+    recorded: Event | None
+
+    @property
+    def matches(self) -> bool | None:
+        if self.recorded is None:
+            return None
+        return bool(self.recorded.payload["request_hash"] == self.projection.request_hash)
+
+
+def inspect_request(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
+            tools: list[dict[str, Any]], model: str = "", at_ts: str | None = None, tick: int | None = None,
+            seq: int | None = None, cache: ProjectionCache | None = None) -> Inspection:
+    """The request as of a time, a tick's last request (checked against its hash) or a seq."""
+    p = project_at(log, prompts, settings, policy=policy, tools=tools, model=model, at_ts=at_ts, tick=tick,
+                   seq=seq, cache=cache)
+    return Inspection(p, request_of_tick(log, tick) if tick is not None else None)

@@ -1,0 +1,146 @@
+"""The thread: every model-visible event after the summary, each tool call next to its results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.config import ContextSettings
+from agent.context.cache import Message, Meter
+from agent.events import Event, render_tool_content
+
+PLACEHOLDER = "interrupted: no result recorded yet"
+
+
+@dataclass
+class Entry:
+    """One message of the thread and the event it came from."""
+
+    seq: int
+    kind: str
+    tick: int | None
+    message: Message
+    tokens: int
+    text: str | None = None       # the text a shrink may truncate (tool output or user content)
+    tool: tuple[str, bool, bool] | None = None   # (name, ok, recovered) for tool messages
+    late: str | None = None       # call id of a tool result whose call is not in view
+    pinned_directive: bool = False
+    cap: int | None = None        # tokens of ``text`` shown, when it is cut
+
+    def shown(self, meter: Meter) -> int:
+        n = meter.count(self.text or "")
+        return n if self.cap is None else min(n, self.cap)
+
+
+def _tool_output(p: dict[str, Any]) -> str:
+    out = p.get("output") if p["ok"] else (p.get("error") or p.get("output") or "")
+    return out or ""
+
+
+def _tool_message(e: Entry, out: str, marker: str) -> Message:
+    name, ok, recovered = e.tool or ("?", False, False)
+    content = render_tool_content(name, ok, out, recovered) + marker
+    if e.late is not None:
+        return {"role": "user", "content": f"[late tool result · call {e.late}]\n{content}"}
+    return {"role": "tool", "tool_call_id": e.message["tool_call_id"], "content": content}
+
+
+def _cut_text(meter: Meter, text: str, cap: int, seq: int, what: str) -> tuple[str, str]:
+    """(kept text, marker) for ``text`` cut at ``cap`` tokens; marker is '' when nothing was cut."""
+    kept, n, full = meter.cut(text, cap)
+    if n >= full:
+        return text, ""
+    return kept, (f"\n[... {what} truncated: first {n} of {full} tokens shown; the full text is event #{seq} "
+                  "(search_history finds it)]")
+
+
+def shrink_entry(e: Entry, cap: int, meter: Meter) -> None:
+    """Cut ``e``'s text at ``cap`` tokens, with a marker naming the event."""
+    assert e.text is not None
+    if e.tool is not None:
+        kept, marker = _cut_text(meter, e.text, cap, e.seq, "output")
+        e.message = _tool_message(e, kept, marker)
+    else:
+        kept, marker = _cut_text(meter, e.text, cap, e.seq, "message")
+        e.message = {"role": "user", "content": kept + marker}
+    e.cap = cap
+    e.tokens = meter.message(e.message)
+
+
+@dataclass
+class _Threader:
+    """The state of one pass over the events: calls waiting for results, and what waits behind them."""
+
+    settings: ContextSettings
+    meter: Meter
+    out: list[Entry] = field(default_factory=list)
+    buffer: list[Entry] = field(default_factory=list)
+    pending: dict[str, str] = field(default_factory=dict)   # call id -> tool name, in call order
+    pending_seq: int = 0
+
+    def close(self) -> None:
+        """Placeholders for calls without results, then whatever waited behind them."""
+        for cid, name in self.pending.items():
+            e = Entry(self.pending_seq, "placeholder", None,
+                      {"role": "tool", "tool_call_id": cid, "content": render_tool_content(name, False, PLACEHOLDER)},
+                      0, tool=(name, False, False))
+            e.tokens = self.meter.message(e.message)
+            self.out.append(e)
+        self.pending = {}
+        self.out.extend(self.buffer)
+        self.buffer.clear()
+
+    def result(self, ev: Event, tokens: int) -> None:
+        p = ev.payload
+        cid = p["call_id"]
+        e = Entry(ev.seq, ev.kind, ev.tick, {"role": "tool", "tool_call_id": cid}, tokens,
+                  text=_tool_output(p), tool=(p["name"], bool(p["ok"]), bool(p.get("recovered"))))
+        is_late = cid not in self.pending
+        if is_late:
+            e.late = cid
+        if tokens > self.settings.tool_output_max_tokens or is_late:
+            shrink_entry(e, self.settings.tool_output_max_tokens, self.meter)
+        else:
+            msg = self.meter.render(ev)
+            assert msg is not None
+            e.message = msg
+        if is_late:
+            (self.buffer if self.pending else self.out).append(e)
+            return
+        self.out.append(e)
+        del self.pending[cid]
+        if not self.pending:
+            self.close()
+
+    def other(self, ev: Event, tokens: int) -> None:
+        if self.pending and ev.kind in ("model.response", "tick.started"):
+            self.close()
+        msg = self.meter.render(ev)
+        if msg is None:
+            return
+        p = ev.payload
+        entry = Entry(ev.seq, ev.kind, ev.tick, msg, tokens,
+                      text=msg.get("content") if msg["role"] == "user" else None,
+                      pinned_directive=ev.kind == "operator.note" and bool(p.get("pin")))
+        if ev.kind == "model.response":
+            self.out.append(entry)
+            self.pending = {c["id"]: c["name"] for c in p.get("tool_calls") or []}
+            self.pending_seq = ev.seq
+        elif self.pending:
+            self.buffer.append(entry)
+        else:
+            self.out.append(entry)
+
+
+def build_thread(events: list[Event], settings: ContextSettings, meter: Meter) -> list[Entry]:
+    """The thread's messages for ``events`` (seq order), keeping every tool call next to its results."""
+    t = _Threader(settings, meter)
+    for ev in events:
+        if ev.tokens is None:
+            continue
+        if ev.kind == "tool.result":
+            t.result(ev, ev.tokens)
+        else:
+            t.other(ev, ev.tokens)
+    t.close()
+    return t.out

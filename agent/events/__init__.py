@@ -1,0 +1,80 @@
+"""The event vocabulary: every kind, its payload shape per version, and how it renders.
+
+Events are past-tense facts. Each kind (``kinds.py``) has versions 1..N; each
+version has a typed payload class (``payload.py``) and a renderer. A renderer
+turns an event into the chat message the model sees (``None`` = not
+model-visible) and into the text the full-text index holds. Renderings are
+deterministic and frozen per version: the same stored event always renders to
+the same bytes, which is what lets ``replay --verify`` re-derive past requests
+and lets providers' prompt caches hit. Old versions are read through upcasters
+and rendered as they were (``vocabulary.py``); golden files in tests/golden/ pin
+every version's rendering.
+
+Source tags make provenance unmistakable: ``[tick 42 · 2026-11-29 10:05 UTC]``,
+``[operator note · alice]``, ``[alert #12 acked · bob]``,
+``[knowledge edit · gpu-policy.md]``. Tool output is fenced as data.
+"""
+
+from __future__ import annotations
+
+import json
+
+from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
+from agent.events.kinds import VOCABULARY
+from agent.events.payload import FieldSpec, Payload
+from agent.events.rendering import (
+    KNOWLEDGE_DIFF_CHARS,
+    epoch_minute,
+    fence,
+    render_observation,
+    render_tool_content,
+    ts_minute,
+)
+from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, Vocabulary
+
+__all__ = [
+    "AS_NEXT", "KINDS", "KNOWLEDGE_DIFF_CHARS", "SOURCES", "VOCABULARY", "Event", "FieldSpec", "JsonArray",
+    "JsonObject", "Kind", "Message", "Payload", "Renderer", "Upcaster", "Version", "Vocabulary", "epoch_minute",
+    "fence", "kind", "payload_of", "render", "render_observation", "render_tool_content", "search_text",
+    "ts_minute", "upcast",
+]
+
+KINDS: dict[str, Kind] = VOCABULARY.kinds
+"""Every kind by name."""
+
+
+def kind(name: str) -> Kind:
+    """The kind called ``name``; PayloadError (with the nearest name) when there is none."""
+    return VOCABULARY.kind(name)
+
+
+def render(event: Event) -> Message | None:
+    """The chat message the model sees for ``event`` as its stored version renders it, or None if it is
+    not model-visible."""
+    return VOCABULARY.render(event)
+
+
+def upcast(event: Event) -> Event:
+    """``event`` with its payload upgraded to the current version of its kind (the stored row is untouched)."""
+    return VOCABULARY.upcast(event)
+
+
+def payload_of(event: Event) -> Payload:
+    """The typed payload of ``event`` at the current version of its kind."""
+    return VOCABULARY.payload_of(event)
+
+
+_UNSET: Message = {}
+
+
+def search_text(event: Event, msg: Message | None = _UNSET) -> str:
+    """What the full-text index holds for ``event``: its rendering, else its payload's strings.
+    ``msg``: the rendering when the caller already has it."""
+    if msg is _UNSET:
+        msg = render(event)
+    if msg is not None:
+        parts = [msg.get("content") or ""]
+        for c in msg.get("tool_calls") or ():
+            parts.append(f"{c['function']['name']} {c['function']['arguments']}")
+        return "\n".join(parts)
+    return f"{event.kind} " + json.dumps(event.payload, ensure_ascii=False, sort_keys=True)

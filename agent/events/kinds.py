@@ -1,0 +1,380 @@
+"""The vocabulary: every kind, its payload per version, and how each version renders.
+
+Every kind is at version 1. To change a kind, add a version (never edit a
+released one): a new payload class, an upcaster from the previous version, and
+either a new renderer (the rendering changes for new events; old ones keep
+theirs) or ``render=AS_NEXT`` on the previous version (only the payload shape
+changed). Then add a sample for the new version to tests/test_events_golden.py
+and write its golden file (``UPDATE_GOLDEN=1``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.events.event import Event, JsonArray, JsonObject, Message
+from agent.events.payload import Payload
+from agent.events.rendering import KNOWLEDGE_DIFF_CHARS, fence, render_observation, render_tool_content, user
+from agent.events.vocabulary import Version, Vocabulary
+
+VOCABULARY = Vocabulary()
+_define = VOCABULARY.define
+
+
+# ---------------------------------------------------------------- daemon and configuration
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaemonStartedV1(Payload):
+    version: str
+    config_hash: str
+    prompt_hashes: JsonObject
+    pid: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaemonStoppedV1(Payload):
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigLoadedV1(Payload):
+    config_hash: str
+    changed: JsonArray | None = None
+    path: str | None = None
+
+
+_define("daemon.started", "The daemon started.", Version(1, DaemonStartedV1))
+_define("daemon.stopped", "The daemon stopped.", Version(1, DaemonStoppedV1))
+_define("config.loaded", "A configuration was loaded (start or SIGHUP).", Version(1, ConfigLoadedV1))
+
+
+# ---------------------------------------------------------------- ticks
+
+
+@dataclass(frozen=True, kw_only=True)
+class TickStartedV1(Payload):
+    observation: JsonObject
+
+
+def _r_tick_started_v1(e: Event, p: TickStartedV1) -> Message:
+    """``[tick N · time] observation`` then balance, fleet, demand, instances, changes, alerts, errors."""
+    return user(render_observation(e.tick, e.ts, p.observation))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TickCompletedV1(Payload):
+    steps: int
+    usage: JsonObject | None = None
+    actions: JsonArray | None = None
+    duration_ms: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TickFailedV1(Payload):
+    reason: str
+    error_kind: str | None = None
+    steps: int | None = None
+
+
+def _r_tick_failed_v1(e: Event, p: TickFailedV1) -> Message:
+    """``[system · tick N failed] reason``."""
+    return user(f"[system · tick {e.tick} failed] {p.reason}")
+
+
+_define("tick.started", "A tick began; its observation of fleet, balance and demand.",
+        Version(1, TickStartedV1, _r_tick_started_v1))
+_define("tick.completed", "A tick ended normally.", Version(1, TickCompletedV1))
+_define("tick.failed", "A tick ended with an error; the schedule continues.",
+        Version(1, TickFailedV1, _r_tick_failed_v1))
+
+
+# ---------------------------------------------------------------- operator feedback
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorNoteV1(Payload):
+    text: str
+    by: str
+    pin: bool | None = None
+
+
+def _r_note_v1(e: Event, p: OperatorNoteV1) -> Message:
+    """``[operator note · by] text``; pinned: ``[operator directive #seq · by] text``."""
+    if p.pin:
+        return user(f"[operator directive #{e.seq} · {p.by}] {p.text}")
+    return user(f"[operator note · {p.by}] {p.text}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DirectiveUnpinnedV1(Payload):
+    directive_id: int
+    by: str
+
+
+def _r_unpinned_v1(e: Event, p: DirectiveUnpinnedV1) -> Message:
+    """``[operator · by] directive #N withdrawn``."""
+    return user(f"[operator · {p.by}] directive #{p.directive_id} withdrawn")
+
+
+_define("operator.note", "An operator note; pin=true makes it a standing directive.",
+        Version(1, OperatorNoteV1, _r_note_v1))
+_define("directive.unpinned", "An operator withdrew a pinned directive.",
+        Version(1, DirectiveUnpinnedV1, _r_unpinned_v1))
+
+
+# ---------------------------------------------------------------- alerts
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertRaisedV1(Payload):
+    alert_id: int
+    severity: str
+    title: str
+    dedup_key: str
+    raised_by: str
+    detail: str | None = None
+
+
+def _r_alert_raised_v1(e: Event, p: AlertRaisedV1) -> Message | None:
+    """``[alert #N raised · system] severity: title — detail``; nothing when the model raised it (its own
+    tool call and result already say so)."""
+    if p.raised_by == "model":
+        return None
+    detail = f" — {p.detail}" if p.detail else ""
+    return user(f"[alert #{p.alert_id} raised · system] {p.severity}: {p.title}{detail}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertRepeatedV1(Payload):
+    alert_id: int
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertAckedV1(Payload):
+    alert_id: int
+    by: str
+    title: str
+    note: str | None = None
+
+
+def _r_alert_acked_v1(e: Event, p: AlertAckedV1) -> Message:
+    """``[alert #N acked · by] title — note: note``."""
+    note = f" — note: {p.note}" if p.note else ""
+    return user(f"[alert #{p.alert_id} acked · {p.by}] {p.title}{note}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertResolvedV1(Payload):
+    alert_id: int
+    title: str
+    reason: str | None = ""  # absent renders as nothing; an explicit null has always rendered as 'None'
+
+
+def _r_alert_resolved_v1(e: Event, p: AlertResolvedV1) -> Message:
+    """``[alert #N resolved · system] title — reason`` (the dash goes when there is no reason)."""
+    return user(f"[alert #{p.alert_id} resolved · system] {p.title} — {p.reason}".rstrip(" —"))
+
+
+_define("alert.raised", "An alert opened.", Version(1, AlertRaisedV1, _r_alert_raised_v1))
+_define("alert.repeated", "An open alert's condition was seen again (dedup: count, last seen).",
+        Version(1, AlertRepeatedV1))
+_define("alert.acked", "An operator acknowledged an alert.", Version(1, AlertAckedV1, _r_alert_acked_v1))
+_define("alert.resolved", "An alert's condition cleared.", Version(1, AlertResolvedV1, _r_alert_resolved_v1))
+
+
+# ---------------------------------------------------------------- knowledge files
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnowledgeChangedV1(Payload):
+    name: str
+    change: str  # added | changed | removed
+    hash: str | None
+    size: int
+    diff: str | None = None
+    text: str | None = None
+    prev_hash: str | None = None
+
+
+def _r_knowledge_v1(e: Event, p: KnowledgeChangedV1) -> Message:
+    """``[knowledge edit · name] change`` then the fenced full text (added) or diff (changed), each cut at
+    KNOWLEDGE_DIFF_CHARS with a marker naming read_knowledge; removed: ``: the file was deleted``."""
+    head = f"[knowledge edit · {p.name}] {p.change}"
+    if p.change == "removed":
+        return user(f"{head}: the file was deleted")
+    diff = p.diff or ""
+    if len(diff) > KNOWLEDGE_DIFF_CHARS:
+        diff = diff[:KNOWLEDGE_DIFF_CHARS] + f"\n[... diff truncated; read_knowledge('{p.name}') has the full text]"
+    if p.change == "added":
+        text = p.text or ""
+        if len(text) > KNOWLEDGE_DIFF_CHARS:
+            text = text[:KNOWLEDGE_DIFF_CHARS] + f"\n[... truncated; read_knowledge('{p.name}') has the full text]"
+        return user(f"{head}\n{fence(text, 'text')}")
+    return user(f"{head}\n{fence(diff, 'diff')}")
+
+
+_define("knowledge.changed", "A knowledge file was added, changed or removed.",
+        Version(1, KnowledgeChangedV1, _r_knowledge_v1))
+
+
+# ---------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequestV1(Payload):
+    request_hash: str
+    manifest: JsonObject
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponseV1(Payload):
+    text: str
+    tool_calls: JsonArray  # of {"id", "name", "arguments"}
+    usage: JsonObject | None = None
+    latency_ms: float | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    request_seq: int | None = None
+
+
+def _r_response_v1(e: Event, p: ModelResponseV1) -> Message:
+    """The assistant message: text (None when there are tool calls and no text, else "") and tool calls."""
+    msg: Message = {"role": "assistant", "content": p.text or None}
+    if p.tool_calls:
+        msg["tool_calls"] = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in p.tool_calls
+        ]
+    elif msg["content"] is None:
+        msg["content"] = ""
+    return msg
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelFailedV1(Payload):
+    error_kind: str
+    message: str
+    request_seq: int | None = None
+
+
+_define("model.request", "A request about to be sent to the model: its manifest and hash.",
+        Version(1, ModelRequestV1))
+_define("model.response", "The model's answer: text, tool calls, usage.",
+        Version(1, ModelResponseV1, _r_response_v1))
+_define("model.failed", "A model call failed (classified).", Version(1, ModelFailedV1))
+
+
+# ---------------------------------------------------------------- tools and policy
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCalledV1(Payload):
+    call_id: str
+    name: str
+    arguments: str
+    idempotency_key: str | None = None
+    side_effect: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolResultV1(Payload):
+    call_id: str
+    name: str
+    ok: bool
+    output: str | None = None
+    error: str | None = None
+    recovered: bool | None = None
+    effect: JsonObject | None = None
+
+
+def _r_tool_result_v1(e: Event, p: ToolResultV1) -> Message:
+    """A tool message: ``[tool result · name · ok|error( · recovered after restart)]`` and the output
+    (on error: the error, else the output) fenced as data."""
+    out = p.output if p.ok else (p.error or p.output or "")
+    return {
+        "role": "tool",
+        "tool_call_id": p.call_id,
+        "content": render_tool_content(p.name, p.ok, out or "", bool(p.recovered)),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyBlockedV1(Payload):
+    call_id: str
+    name: str
+    rule: str
+    detail: str | None = None
+
+
+_define("tool.called", "A tool call is about to run: the intent, with its idempotency key.",
+        Version(1, ToolCalledV1))
+_define("tool.result", "A tool call's outcome.", Version(1, ToolResultV1, _r_tool_result_v1))
+_define("policy.blocked", "A tool call refused by policy.", Version(1, PolicyBlockedV1))
+
+
+# ---------------------------------------------------------------- memory and context
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryWrittenV1(Payload):
+    key: str
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryDeletedV1(Payload):
+    key: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextCompactedV1(Payload):
+    summary: str
+    covered_to: int
+    method: str  # llm | fallback
+    covered_from: int | None = None
+    first_kept_seq: int | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    model: str | None = None
+    prompt_hash: str | None = None
+    pinned: JsonObject | None = None
+    attempts: JsonArray | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextCalibratedV1(Payload):
+    ratio: float
+
+
+_define("memory.written", "The agent remembered a fact.", Version(1, MemoryWrittenV1))
+_define("memory.deleted", "The agent forgot a fact.", Version(1, MemoryDeletedV1))
+_define("context.compacted", "The oldest thread span was summarised (nothing deleted).",
+        Version(1, ContextCompactedV1))
+_define("context.calibrated", "The ratio of provider-reported to estimated prompt tokens changed.",
+        Version(1, ContextCalibratedV1))
+
+
+# ---------------------------------------------------------------- instances
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceAdoptedV1(Payload):
+    instance_id: int
+    label: str
+    idem_key: str | None = None
+    gpu_name: str | None = None
+    dph: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceGoneV1(Payload):
+    instance_id: int
+    last_status: str | None = None
+
+
+_define("instance.adopted", "An instance carrying one of our idempotency keys was found and recorded as ours.",
+        Version(1, InstanceAdoptedV1))
+_define("instance.gone", "An instance we owned is no longer listed by vast.ai.", Version(1, InstanceGoneV1))

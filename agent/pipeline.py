@@ -1,0 +1,123 @@
+"""One tool call, start to end: validate -> check -> log intent -> call -> log result.
+
+Every call the model makes runs through ``run_tool_call`` and nowhere else:
+
+1. validate: the tool exists and the arguments match its spec, else an error
+   result ("not run: ...") and nothing else happens;
+2. check (an ``Action`` only): its ``check`` returns a policy ``Block`` (logged as
+   ``policy.blocked`` with the result; nothing is sent) or the prepared value;
+3. log intent: ``tool.called``, committed before the call; an action's carries a
+   fresh idempotency key (its instance label), which is what reconcile finds after
+   a crash; in a dry run the action stops here, marked ``dry_run``;
+4. call: the handler, given the prepared value and the key for an action;
+5. log result: ``tool.result``, built by ``result_payload`` (the one builder of
+   that payload, which reconcile uses for the results it recovers).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, TypedDict
+
+import structlog
+
+from agent.errors import FleetAgentError
+from agent.policy import Block
+from agent.store.log import EventLog
+from agent.toolkit import (
+    Action,
+    Args,
+    Outcome,
+    Toolbox,
+    ToolContext,
+    ToolInputError,
+    parse_arguments,
+)
+
+log_ = structlog.get_logger(__name__)
+
+
+class ToolCall(TypedDict):
+    """A call as the tick logs it in ``model.response`` (its id rewritten unique in the log)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+def result_payload(call_id: str, name: str, outcome: Outcome, *, recovered: bool = False) -> dict[str, Any]:
+    """The ``tool.result`` payload of an outcome (``recovered``: settled by reconcile, not run)."""
+    p: dict[str, Any] = {"call_id": call_id, "name": name, "ok": outcome.ok}
+    if recovered:
+        p["recovered"] = True
+    if outcome.ok:
+        p["output"] = outcome.output
+    else:
+        p["error"] = outcome.error or outcome.output or "failed"
+    if outcome.effect:
+        p["effect"] = outcome.effect
+    return p
+
+
+def log_result(log: EventLog, call: ToolCall, outcome: Outcome, tick: int) -> Outcome:
+    log.append("tool.result", result_payload(call["id"], call["name"], outcome), "tool", tick)
+    return outcome
+
+
+def run_tool_call(toolbox: Toolbox, ctx: ToolContext, call: ToolCall, *, dry_run: bool) -> tuple[Outcome, bool]:
+    """Run one call through the pipeline. Returns (outcome, blocked by policy)."""
+    try:
+        tool = toolbox.get(call["name"])
+        args = parse_arguments(tool, call["arguments"])
+    except ToolInputError as e:
+        return log_result(ctx.log, call, Outcome(False, error=f"not run: {e}"), ctx.tick), False
+    try:
+        if isinstance(tool, Action):
+            return _run_action(tool, ctx, call, args, dry_run=dry_run)
+        _log_call(ctx, call, {"side_effect": False})
+        outcome = tool.handler(ctx, args)
+    except FleetAgentError as e:  # vast.ai, the demand queue, the log: the model reads what failed
+        outcome = Outcome(False, error=f"{call['name']} failed: {e}")
+    return log_result(ctx.log, call, outcome, ctx.tick), False
+
+
+def _run_action(tool: Action[Any], ctx: ToolContext, call: ToolCall, args: Args, *,
+                dry_run: bool) -> tuple[Outcome, bool]:
+    prepared = tool.check(ctx, args)
+    if isinstance(prepared, Block):
+        return _blocked(ctx, call, prepared), True
+    if dry_run:
+        _log_call(ctx, call, {"side_effect": False, "dry_run": True})
+        sent = json.dumps(args, sort_keys=True)
+        return log_result(ctx.log, call, Outcome(True, f"dry run: {tool.name} passed policy and was NOT sent "
+                                                       f"({sent})"), ctx.tick), False
+    key = uuid.uuid4().hex[:12]
+    # The intent is committed before the call: after a crash, reconcile finds it.
+    _log_call(ctx, call, {"idempotency_key": key, "side_effect": True})
+    try:
+        outcome = tool.handler(ctx, args, prepared, key)
+    except FleetAgentError as e:
+        outcome = Outcome(False, error=f"{tool.name} failed: {e}")
+    return log_result(ctx.log, call, outcome, ctx.tick), False
+
+
+def _log_call(ctx: ToolContext, call: ToolCall, extra: dict[str, Any]) -> None:
+    ctx.log.append("tool.called", {"call_id": call["id"], "name": call["name"], "arguments": call["arguments"],
+                                   **extra}, "tool", ctx.tick)
+
+
+def _blocked(ctx: ToolContext, call: ToolCall, block: Block) -> Outcome:
+    outcome = Outcome(False, error=block.message(), blocked=(block.rule, block.detail))
+    ctx.log.append_many([
+        ("policy.blocked", {"call_id": call["id"], "name": call["name"], "rule": block.rule,
+                            "detail": block.detail}, "system", ctx.tick),
+        ("tool.result", result_payload(call["id"], call["name"], outcome), "tool", ctx.tick),
+    ])
+    log_.warning("policy.blocked", tick=ctx.tick, tool=call["name"], rule=block.rule, detail=block.detail)
+    return outcome
+
+
+def refuse_call(log: EventLog, call: ToolCall, reason: str, tick: int) -> Outcome:
+    """A call the tick does not run at all (past the per-response limit): its error result only."""
+    return log_result(log, call, Outcome(False, error=f"not run: {reason}"), tick)

@@ -1,0 +1,213 @@
+"""Golden files pin the model-visible rendering of every version of every event kind.
+
+Renderings are history: once an event has been rendered into a request and hashed,
+``replay --verify`` and the providers' prompt caches need the same bytes forever. Each
+file tests/golden/<kind>.v<N>.txt holds representative payloads of that kind and
+version and exactly what they render to (the chat message, and the full-text index
+text). A test fails when a rendering changes, when a version has no golden file or no
+sample, and when a golden file names a version the vocabulary does not have.
+
+To change a rendering on purpose, add a version (agent/events/kinds.py), add its
+samples below, and write the new file deliberately:
+
+    UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_events_golden.py tests/test_events_versions.py
+
+then review the diff of tests/golden/. Files of released versions must not change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.events import VOCABULARY, Event, Vocabulary, search_text
+from agent.events.vocabulary import Kind, Version
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+REGENERATE = "UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_events_golden.py tests/test_events_versions.py"
+
+Case = tuple[str, dict[str, Any]]  # (label, payload)
+
+_OBS = {
+    "time": 1795946700,
+    "balance": 1234.5,
+    "fleet_dph": 2.75,
+    "instances": [
+        {"id": 101, "gpu_name": "RTX_4090", "num_gpus": 2, "status": "running", "age_s": 5400, "dph": 0.9,
+         "host_id": 77, "ours": True},
+        {"id": 102, "gpu_name": "A100", "num_gpus": 1, "status": None, "age_s": 300, "dph": 1.85, "host_id": 12,
+         "ours": False, "status_msg": "pulling image ```evil```"},
+    ],
+    "demand": {"pending": 40, "pending_delta": -3, "running": 6, "completed": 900, "arrival_rate_per_h": 12.4},
+    "changes": ["#102 appeared (provisioning)"],
+    "open_alerts": ["#3 warning: balance below 2 days of spend"],
+    "errors": ["demand: slow answer (2.1 s)"],
+}
+
+SAMPLES: dict[tuple[str, int], list[Case]] = {
+    ("daemon.started", 1): [("start", {"version": "0.9.0", "config_hash": "c0ffee", "pid": 4242,
+                                       "prompt_hashes": {"system.md": "aa11", "summarize.md": "bb22"}})],
+    ("daemon.stopped", 1): [("signal", {"reason": "SIGTERM"})],
+    ("config.loaded", 1): [("reload", {"config_hash": "c0ffee", "changed": ["policy.max_instances"],
+                                       "path": "/etc/fleet-agent/config.yaml"})],
+    ("tick.started", 1): [
+        ("full observation", {"observation": _OBS}),
+        ("empty fleet, demand unavailable", {"observation": {"balance": 10, "instances": [],
+                                                              "demand": None, "demand_error": "timed out"}}),
+    ],
+    ("tick.completed", 1): [("normal", {"steps": 3, "usage": {"prompt_tokens": 9000, "completion_tokens": 250},
+                                        "actions": ["rent_instance"], "duration_ms": 5120.5})],
+    ("tick.failed", 1): [("model down", {"reason": "the model did not answer: HTTP 503", "error_kind": "server",
+                                         "steps": 1})],
+    ("operator.note", 1): [
+        ("note", {"text": "prefer 4090s this week", "by": "alice"}),
+        ("pinned directive", {"text": "never rent on host 12", "by": "bob", "pin": True}),
+    ],
+    ("directive.unpinned", 1): [("withdrawn", {"directive_id": 17, "by": "bob"})],
+    ("alert.raised", 1): [
+        ("by the system", {"alert_id": 3, "severity": "warning", "title": "balance low", "dedup_key": "balance",
+                           "raised_by": "system", "detail": "2 days of spend left"}),
+        ("by the model (not shown)", {"alert_id": 4, "severity": "info", "title": "host flaky",
+                                      "dedup_key": "model:host", "raised_by": "model"}),
+    ],
+    ("alert.repeated", 1): [("again", {"alert_id": 3, "count": 5})],
+    ("alert.acked", 1): [("with a note", {"alert_id": 3, "by": "alice", "title": "balance low",
+                                          "note": "topped up"})],
+    ("alert.resolved", 1): [
+        ("with a reason", {"alert_id": 3, "title": "balance low", "reason": "balance back above 2 days"}),
+        ("without a reason", {"alert_id": 3, "title": "balance low"}),
+    ],
+    ("knowledge.changed", 1): [
+        ("added", {"name": "gpu-policy.md", "change": "added", "hash": "h1", "size": 31,
+                   "text": "# GPUs\nPrefer RTX_4090.\n```\ncode\n```", "diff": ""}),
+        ("changed", {"name": "gpu-policy.md", "change": "changed", "hash": "h2", "prev_hash": "h1", "size": 40,
+                     "diff": "--- a\n+++ b\n@@ -1 +1 @@\n-Prefer RTX_4090.\n+Prefer A100."}),
+        ("removed", {"name": "old.md", "change": "removed", "hash": None, "size": 0, "prev_hash": "h0"}),
+        ("added, too long", {"name": "big.md", "change": "added", "hash": "h3", "size": 6100,
+                             "text": "0123456789" * 610}),
+    ],
+    ("model.request", 1): [("request", {"request_hash": "r" * 16,
+                                        "manifest": {"events": [1, 2, 3], "prompt": "aa11", "compaction_seq": 0}})],
+    ("model.response", 1): [
+        ("text and tool calls", {"text": "Renting one more.", "tool_calls": [
+            {"id": "call_1", "name": "rent_instance", "arguments": "{\"offer_id\": 9}"}],
+            "usage": {"prompt_tokens": 9000}, "latency_ms": 812.0, "finish_reason": "tool_calls",
+            "model": "gpt-x", "provider": "openai", "request_seq": 41}),
+        ("tool calls only", {"text": "", "tool_calls": [
+            {"id": "call_2", "name": "list_instances", "arguments": "{}"}]}),
+        ("text only", {"text": "Nothing to do.", "tool_calls": []}),
+        ("empty", {"text": "", "tool_calls": []}),
+    ],
+    ("model.failed", 1): [("rate limited", {"error_kind": "rate_limit", "message": "429: slow down",
+                                            "request_seq": 41})],
+    ("tool.called", 1): [("rent", {"call_id": "call_1", "name": "rent_instance", "arguments": "{\"offer_id\": 9}",
+                                   "idempotency_key": "fa-7-1", "side_effect": True})],
+    ("tool.result", 1): [
+        ("ok", {"call_id": "call_1", "name": "rent_instance", "ok": True, "output": "rented #103 ``` done",
+                "effect": {"instance_id": 103}}),
+        ("error", {"call_id": "call_2", "name": "destroy_instance", "ok": False, "error": "no such instance",
+                   "output": "ignored"}),
+        ("recovered after restart", {"call_id": "call_3", "name": "rent_instance", "ok": True,
+                                     "output": "already rented as #104", "recovered": True}),
+    ],
+    ("policy.blocked", 1): [("cap", {"call_id": "call_5", "name": "rent_instance", "rule": "max_instances",
+                                     "detail": "3 of 3 running"})],
+    ("memory.written", 1): [("fact", {"key": "host-12", "text": "host 12 fails to pull images"})],
+    ("memory.deleted", 1): [("forget", {"key": "host-12"})],
+    ("context.compacted", 1): [("llm", {"summary": "## Completed actions\n- rented #103", "covered_to": 120,
+                                        "method": "llm", "covered_from": 1, "first_kept_seq": 121,
+                                        "tokens_before": 26000, "tokens_after": 9000, "model": "gpt-x",
+                                        "prompt_hash": "bb22", "pinned": {"memory": {}},
+                                        "attempts": [{"method": "llm", "ok": True}]})],
+    ("context.calibrated", 1): [("ratio", {"ratio": 1.13})],
+    ("instance.adopted", 1): [("adopted", {"instance_id": 104, "label": "fa-7-1", "idem_key": "fa-7-1",
+                                           "gpu_name": "RTX_4090", "dph": 0.45})],
+    ("instance.gone", 1): [("gone", {"instance_id": 101, "last_status": "exited"})],
+}
+
+
+def envelope(kind: str, version: int, payload: dict[str, Any]) -> Event:
+    """A stored event as the log reads it back: the same envelope for every sample."""
+    return Event(seq=42, id="00000000-0000-4000-8000-000000000042", ts="2026-11-29T10:05:12.123456Z", kind=kind,
+                 source="system", tick=7, payload=payload, version=version)
+
+
+def golden_text(vocabulary: Vocabulary, kind: str, version: int, cases: list[Case]) -> str:
+    """The golden file's text: each case's payload, the message it renders to (exact JSON, then the
+    content as the model reads it) and its full-text index text."""
+    out = [f"# {kind} v{version}: pinned rendering. Change it only through a new version; regenerate "
+           f"deliberately with: {REGENERATE}"]
+    for label, payload in cases:
+        e = envelope(kind, version, payload)
+        msg = vocabulary.render(e)
+        out += ["", f"## {label}", "event: seq 42 · tick 7 · ts 2026-11-29T10:05:12.123456Z",
+                "payload: " + json.dumps(payload, ensure_ascii=False, sort_keys=True)]
+        if msg is None:
+            out.append("--- message: none (not model-visible)")
+        else:
+            out += ["--- message", json.dumps(msg, ensure_ascii=False, sort_keys=True, indent=2)]
+            if isinstance(msg.get("content"), str):
+                out += ["--- content", msg["content"]]
+        if vocabulary is VOCABULARY:
+            text = search_text(e, msg)
+            same = msg is not None and text == msg.get("content")
+            out += ["--- search text: the content"] if same else ["--- search text", text]
+    return "\n".join(out) + "\n"
+
+
+def check_golden(path: Path, text: str) -> None:
+    """Compare ``text`` with the golden file (or write it when UPDATE_GOLDEN=1)."""
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return
+    if not path.exists():
+        pytest.fail(f"{path.name} is missing: every version of every kind has a golden file; write it with "
+                    f"{REGENERATE} and review it")
+    want = path.read_text(encoding="utf-8")
+    assert text == want, (f"the rendering pinned in {path.name} changed. Renderings of released versions are "
+                          f"frozen: add a version instead. If this is a new, unreleased version: {REGENERATE}")
+
+
+def golden_path(directory: Path, kind: str, version: int) -> Path:
+    return directory / f"{kind}.v{version}.txt"
+
+
+_VERSIONS: list[tuple[Kind, Version[Any]]] = list(VOCABULARY.versions())
+
+
+@pytest.mark.parametrize(("k", "v"), _VERSIONS, ids=[f"{k.name}.v{v.number}" for k, v in _VERSIONS])
+def test_rendering_matches_golden_file(k: Kind, v: Version[Any]) -> None:
+    """Every version of every kind renders its samples to exactly the bytes in its golden file."""
+    cases = SAMPLES.get((k.name, v.number))
+    assert cases, f"{k.name} v{v.number} has no sample in SAMPLES (tests/test_events_golden.py)"
+    check_golden(golden_path(GOLDEN, k.name, v.number), golden_text(VOCABULARY, k.name, v.number, cases))
+
+
+def test_every_kind_and_version_is_covered() -> None:
+    """Each (kind, version) in the vocabulary has samples and a golden file, and every golden file and
+    sample names a (kind, version) the vocabulary has: a new kind or version cannot go unpinned."""
+    known = {(k.name, v.number) for k, v in _VERSIONS}
+    assert set(SAMPLES) == known
+    files = {p.name for p in GOLDEN.glob("*.txt")}
+    assert files == {golden_path(GOLDEN, n, m).name for n, m in known}
+
+
+@pytest.mark.parametrize(("k", "v"), _VERSIONS, ids=[f"{k.name}.v{v.number}" for k, v in _VERSIONS])
+def test_samples_are_valid_payloads_of_their_version(k: Kind, v: Version[Any]) -> None:
+    """Every sample parses as the payload class of its version, so the golden files show real events."""
+    for _label, payload in SAMPLES[(k.name, v.number)]:
+        typed = v.payload.parse(k.name, payload)
+        assert isinstance(typed, v.payload)
+
+
+def test_golden_files_show_visible_kinds_as_messages() -> None:
+    """A kind visible to the model shows a message in its golden file; an invisible kind says so."""
+    for k, v in _VERSIONS:
+        text = golden_path(GOLDEN, k.name, v.number).read_text(encoding="utf-8")
+        assert ("--- message\n" in text) == v.visible, k.name
