@@ -1,0 +1,38 @@
+"""The operator's side of the conversation: alerts, knowledge files, notes and directives.
+
+One job per module:
+
+    alerts          raise / repeat / resolve / ack, deduplicated by key
+    alert_hook      the operator's notify command, run for each new alert
+    conditions      alerts raised by code from each tick's observation
+    knowledge       knowledge files: scan for changes, read, history
+    knowledge_edit  ``fleet-agent knowledge edit``
+    notes           operator notes and pinned directives
+
+Everything here only appends to the event log (each change in one ``BEGIN IMMEDIATE`` transaction,
+check and append together), so the operator CLI can use it while the daemon runs; the read models
+(``alerts``, ``directives``, ``knowledge``) follow from the events. The names below are the public
+surface callers use (``from agent import feedback``; ``feedback.ack(...)``).
+"""
+
+from agent.feedback.alert_hook import run_alert_hook
+from agent.feedback.alerts import SEVERITIES, ack, raise_alert, resolve_absent, resolve_alert
+from agent.feedback.conditions import check_conditions, note_policy_blocks
+from agent.feedback.knowledge import (
+    MAX_KNOWLEDGE_BYTES,
+    KnowledgeEntry,
+    knowledge_history,
+    knowledge_status,
+    read_knowledge,
+    scan_knowledge,
+    valid_knowledge_name,
+)
+from agent.feedback.knowledge_edit import EditResult, knowledge_edit
+from agent.feedback.notes import MAX_NOTE_CHARS, directives, say, unpin
+
+__all__ = [
+    "MAX_KNOWLEDGE_BYTES", "MAX_NOTE_CHARS", "SEVERITIES", "EditResult", "KnowledgeEntry", "ack", "check_conditions",
+    "directives", "knowledge_edit", "knowledge_history", "knowledge_status", "note_policy_blocks", "raise_alert",
+    "read_knowledge", "resolve_absent", "resolve_alert", "run_alert_hook", "say", "scan_knowledge", "unpin",
+    "valid_knowledge_name",
+]

@@ -1,0 +1,109 @@
+"""Alerts raised by code from each tick's observation. Keys:
+
+    stuck:<instance id>     one of ours not running for longer than alerts.stuck_after
+    dead:<instance id>      one of ours exited / offline / unknown, or its container failed to start
+    balance:low             balance under alerts.low_balance
+    ticks:failing           alerts.failed_ticks ticks failed in a row
+    policy:blocks           alerts.policy_blocks tool calls blocked by policy in one tick
+    model:unreachable       raised and resolved by the tick around the model call
+    knowledge:bad:<name>    a knowledge file that cannot be used (binary, too large, symlink out)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.events import Event
+from agent.feedback.alert_hook import run_alert_hook
+from agent.feedback.alerts import raise_alert, raise_in, resolve_absent_in, resolve_alert
+from agent.store.log import EventLog, Transaction
+from agent.store.queries import FailedRun
+
+KEY_STUCK = "stuck:"
+KEY_DEAD = "dead:"
+KEY_BALANCE = "balance:low"
+KEY_TICKS = "ticks:failing"
+KEY_POLICY = "policy:blocks"
+KEY_MODEL = "model:unreachable"
+DEAD_STATUSES = ("exited", "offline", "unknown")
+OCI_FAILURE = "OCI runtime create failed"
+
+def _is_dead(i: dict[str, Any]) -> bool:
+    return (i.get("status") in DEAD_STATUSES) or OCI_FAILURE in (i.get("status_msg") or "")
+
+
+def _age_text(s: float) -> str:
+    s = int(s)
+    return f"{s // 60}m" if s < 3600 else f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def trailing_failed_ticks(tx: Transaction, cap: int = 1000) -> FailedRun:
+    """How many ticks failed in a row at the end of the log, and the latest reason."""
+    return tx.store.consecutive_failed_ticks(cap)
+
+
+def check_conditions(log: EventLog, settings: Any, observation: dict[str, Any], tick: int) -> None:
+    """Raise, repeat or resolve the code-raised alerts for one tick's observation (one transaction)."""
+    a = settings.alerts
+    new: list[Event] = []
+
+    def up(tx: Transaction, key: str, severity: str, title: str, detail: str = "") -> None:
+        _, e = raise_in(tx, key=key, severity=severity, title=title, detail=detail, raised_by="system", tick=tick)
+        if e is not None:
+            new.append(e)
+
+    with log.transaction() as tx:
+        stuck: set[str] = set()
+        dead: set[str] = set()
+        for i in observation.get("instances") or []:
+            if not i.get("ours", True):
+                continue
+            iid = i.get("id")
+            where = f"{i.get('gpu_name', '?')} x{i.get('num_gpus', 1)} on host {i.get('host_id', '?')}"
+            msg = f"; status message: {i['status_msg']}" if i.get("status_msg") else ""
+            if _is_dead(i):
+                key = f"{KEY_DEAD}{iid}"
+                dead.add(key)
+                up(tx, key, "critical", f"instance #{iid} is {i.get('status') or 'failing'}",
+                   f"{where}, costing ${i.get('dph', 0):.2f}/h{msg}")
+            elif i.get("status") != "running" and float(i.get("age_s") or 0) > float(a.stuck_after):
+                key = f"{KEY_STUCK}{iid}"
+                stuck.add(key)
+                up(tx, key, "warning",
+                   f"instance #{iid} stuck in {i.get('status') or 'provisioning'} for "
+                   f"{_age_text(float(i.get('age_s') or 0))}", f"{where}{msg}")
+        resolve_absent_in(tx, KEY_STUCK, stuck, "the instance is running or gone", tick)
+        resolve_absent_in(tx, KEY_DEAD, dead, "the instance recovered or is gone", tick)
+
+        balance = observation.get("balance")
+        if isinstance(balance, int | float):
+            if balance < a.low_balance:
+                up(tx, KEY_BALANCE, "critical" if balance <= 0 else "warning",
+                   f"balance ${balance:,.2f} is below ${a.low_balance:,.2f}",
+                   f"fleet spends ${observation.get('fleet_dph', 0.0):,.2f}/h")
+            else:
+                resolve_absent_in(tx, KEY_BALANCE, set(), f"balance back to ${balance:,.2f}", tick)
+
+        if a.failed_ticks > 0:
+            run = trailing_failed_ticks(tx, cap=max(a.failed_ticks, 1) * 4 + 100)
+            if run.count >= a.failed_ticks:
+                up(tx, KEY_TICKS, "critical", f"{run.count} ticks failed in a row",
+                   f"latest: {run.latest_reason or '?'}")
+            else:
+                resolve_absent_in(tx, KEY_TICKS, set(), "a tick completed", tick)
+    for e in new:
+        run_alert_hook(settings, e)
+
+
+def note_policy_blocks(log: EventLog, settings: Any, count: int, tick: int | None) -> None:
+    """At a tick's end: alert when ``count`` tool calls were blocked by policy, resolve when fewer."""
+    threshold = settings.alerts.policy_blocks
+    if threshold <= 0:
+        return
+    if count >= threshold:
+        raise_alert(log, key=KEY_POLICY, severity="warning",
+                    title=f"{count} tool calls blocked by policy in one tick",
+                    detail="the agent keeps asking for what policy forbids; check its instructions and the policy",
+                    tick=tick, settings=settings)
+    else:
+        resolve_alert(log, KEY_POLICY, f"{count} blocked in tick {tick}", tick)

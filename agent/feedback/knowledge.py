@@ -1,0 +1,224 @@
+"""Knowledge files: the operator's plain-text notes the agent reads.
+
+Files (``*.md``, ``*.txt``, ``*.yaml``, ``*.yml`` directly in the knowledge directory) are compared by
+sha256 with their latest logged version at every tick start; each change becomes a ``knowledge.changed``
+event carrying the diff and the full new text, so the log alone can say what the agent knew.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agent.events import Event
+from agent.feedback.alert_hook import run_alert_hook
+from agent.feedback.alerts import live_alerts, raise_in, resolve_in
+from agent.store.log import EventLog, Transaction
+from agent.store.queries import KnowledgeVersion
+
+logger = structlog.get_logger(__name__)
+KNOWLEDGE_SUFFIXES = (".md", ".txt", ".yaml", ".yml")
+MAX_KNOWLEDGE_BYTES = 1024 * 1024
+KEY_KNOWLEDGE_BAD = "knowledge:bad:"
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,120}$")
+
+@dataclass(frozen=True)
+class _File:
+    name: str
+    data: bytes | None
+    problem: str | None = None
+
+
+def valid_knowledge_name(name: str) -> bool:
+    return (bool(_NAME.match(name)) and ".." not in name and "/" not in name
+            and name.lower().endswith(KNOWLEDGE_SUFFIXES))
+
+
+def _read_file(path: Path, root: Path) -> _File:
+    name = path.name
+    if path.is_symlink():
+        target = Path(os.path.realpath(path))
+        if not target.is_relative_to(root):
+            return _File(name, None, "is a symlink pointing outside the knowledge directory; refused")
+        if not target.exists():
+            return _File(name, None, "is a broken symlink")
+    try:
+        # O_NONBLOCK: a FIFO named like a knowledge file must not hang the tick in open().
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except IsADirectoryError:
+        return _File(name, None, None)
+    except OSError as e:
+        return _File(name, None, f"cannot be read: {e.strerror}")
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            return _File(name, None, None)
+        if not stat.S_ISREG(mode):
+            return _File(name, None, "is not a regular file (a pipe, socket or device); refused")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_KNOWLEDGE_BYTES + 1)
+    except OSError as e:
+        return _File(name, None, f"cannot be read: {e.strerror}")
+    finally:
+        os.close(fd)
+    if len(data) > MAX_KNOWLEDGE_BYTES:
+        return _File(name, None, f"is larger than {MAX_KNOWLEDGE_BYTES // 1024} KiB; split it")
+    problem = text_problem(data)
+    if problem:
+        return _File(name, None, problem)
+    return _File(name, data)
+
+
+def text_problem(data: bytes) -> str | None:
+    """Why ``data`` is not usable knowledge text, or None."""
+    if b"\0" in data:
+        return "is binary (contains NUL bytes), not text"
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"is not UTF-8 text (bad byte at offset {e.start})"
+    return None
+
+
+def _list_files(kdir: Path) -> dict[str, _File]:
+    root = Path(os.path.realpath(kdir))
+    out: dict[str, _File] = {}
+    try:
+        entries = sorted(os.scandir(kdir), key=lambda d: d.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for d in entries:
+        if d.name.startswith(".") or not d.name.lower().endswith(KNOWLEDGE_SUFFIXES):
+            continue
+        f = _read_file(Path(d.path), root)
+        if f.data is None and f.problem is None:
+            continue  # a directory named like a file: not knowledge
+        out[d.name] = f
+    return out
+
+
+def _latest_versions(tx_or_log: Transaction | EventLog) -> dict[str, KnowledgeVersion]:
+    """name -> each file's newest logged version (its hash is None when it was removed)."""
+    return tx_or_log.store.knowledge_latest()
+
+
+def unified_diff(old: str, new: str, name: str) -> str:
+    return "\n".join(difflib.unified_diff(old.splitlines(), new.splitlines(), f"a/{name}", f"b/{name}",
+                                          n=2, lineterm=""))
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[str] | None = None) -> list[Event]:
+    """Compare the knowledge directory with the log; append one ``knowledge.changed`` per change.
+
+    All changes of one scan commit together. Unusable files are skipped with an
+    alert (``knowledge:bad:<name>``) and the agent keeps their last good version;
+    a missing directory changes nothing. ``only`` limits the scan to those names.
+    """
+    kdir = settings.knowledge_path
+    if not Path(kdir).is_dir():
+        return []
+    files = _list_files(kdir)
+    if only is not None:
+        files = {n: f for n, f in files.items() if n in only}
+    changes: list[Event] = []
+    new_alerts: list[Event] = []
+    with log.transaction() as tx:
+        latest = _latest_versions(tx)
+        bad: set[str] = set()
+        for name, f in files.items():
+            if f.data is None:
+                key = f"{KEY_KNOWLEDGE_BAD}{name}"
+                bad.add(key)
+                _, e = raise_in(tx, key=key, severity="warning", title=f"knowledge file {name} {f.problem}",
+                                 detail="skipped; the agent keeps its last good version. Fix or remove the file.",
+                                 raised_by="system", tick=tick)
+                if e is not None:
+                    new_alerts.append(e)
+                continue
+            h = sha256_hex(f.data)
+            prev = latest.get(name)
+            if prev is not None and prev.hash == h:
+                continue
+            text = f.data.decode("utf-8")
+            if prev is None or prev.hash is None:
+                payload = {"name": name, "change": "added", "hash": h, "prev_hash": None, "size": len(f.data),
+                           "diff": "", "text": text}
+            else:
+                old = tx.store.knowledge_text(name) or ""
+                payload = {"name": name, "change": "changed", "hash": h, "prev_hash": prev.hash,
+                           "size": len(f.data), "diff": unified_diff(old, text, name), "text": text}
+            changes.append(tx.append("knowledge.changed", payload, "operator", tick))
+        for name, k in sorted(latest.items()):
+            if k.hash is None or name in files or (only is not None and name not in only):
+                continue
+            changes.append(tx.append("knowledge.changed", {"name": name, "change": "removed", "hash": None,
+                                                           "prev_hash": k.hash, "size": 0, "diff": "",
+                                                           "text": None},
+                                     "operator", tick))
+        for a in live_alerts(tx, prefix=KEY_KNOWLEDGE_BAD):
+            name = a.dedup_key[len(KEY_KNOWLEDGE_BAD):]
+            if a.dedup_key not in bad and (only is None or name in only):
+                resolve_in(tx, a, "the file is usable again or gone", tick)
+    for e in changes:
+        logger.info("knowledge.changed", name=e.payload["name"], change=e.payload["change"],
+                    size=e.payload["size"], seq=e.seq)
+    for e in new_alerts:
+        run_alert_hook(settings, e)
+    return changes
+
+
+def read_knowledge(log: EventLog, name: str) -> str | None:
+    """The latest full text of knowledge file ``name`` as the log holds it (None: unknown or removed)."""
+    return log.store.knowledge_text(name)
+
+
+def knowledge_history(log: EventLog, name: str) -> list[dict[str, Any]]:
+    """Every logged version of ``name``, oldest first."""
+    return [{"version": k.version, "ts": k.ts, "change": k.change, "size": k.size, "hash": k.hash,
+             "seq": k.seq} for k in log.store.knowledge_versions(name)]
+
+
+@dataclass(frozen=True)
+class KnowledgeEntry:
+    name: str
+    state: str  # current | pending | new | removed | bad
+    size: int | None
+    version: int | None
+    problem: str | None = None
+
+
+def knowledge_status(log: EventLog, settings: Any) -> list[KnowledgeEntry]:
+    """Each knowledge file on disk or in the log, and whether the agent has its current text."""
+    files = _list_files(settings.knowledge_path)
+    latest = _latest_versions(log)
+    out = []
+    for name in sorted(set(files) | set(latest)):
+        f = files.get(name)
+        k = latest.get(name)
+        h, version = (k.hash, k.version) if k is not None else (None, None)
+        if f is None:
+            if h is not None:
+                out.append(KnowledgeEntry(name, "pending", None, version, "deleted on disk; next tick logs it"))
+            else:
+                out.append(KnowledgeEntry(name, "removed", None, version))
+        elif f.data is None:
+            out.append(KnowledgeEntry(name, "bad", None, version, f.problem))
+        elif h is None:
+            out.append(KnowledgeEntry(name, "new", len(f.data), version, "the next tick logs it"))
+        elif sha256_hex(f.data) != h:
+            out.append(KnowledgeEntry(name, "pending", len(f.data), version, "changed on disk; next tick logs it"))
+        else:
+            out.append(KnowledgeEntry(name, "current", len(f.data), version))
+    return out
