@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -166,7 +167,8 @@ def test_a_named_pipe_in_the_knowledge_directory_does_not_hang_the_tick(fast_roo
 cli_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=60)
 
 
-def test_fuzzed_say_ack_and_since_arguments_are_accepted_or_refused_without_half_writes(fast_root):
+def test_fuzzed_say_ack_and_since_arguments_are_accepted_or_refused_without_half_writes(
+        fast_root, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fuzzed strings to `say`, `alerts ack ID --note`, `thread show --since`: exit 0, or a
     non-zero exit with one clear line; a refused write appends nothing, an accepted one
     exactly the events it names; the chain verifies after each."""
@@ -178,7 +180,7 @@ def test_fuzzed_say_ack_and_since_arguments_are_accepted_or_refused_without_half
             feedback.raise_alert(app.log, key=f"fuzz:{n}", severity="warning", title=f"alert {n}")
         app.close()
         cfg = str(fast_root / "config.yaml")
-        os.environ.setdefault("VAST_API_KEY", SIM_KEY)
+        monkeypatch.setenv("VAST_API_KEY", SIM_KEY)
         stats = {"ok": 0, "refused": 0}
 
         def count() -> int:
