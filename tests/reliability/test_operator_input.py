@@ -58,6 +58,7 @@ documents = st.one_of(
 )
 
 
+@pytest.mark.slow
 def test_fuzzed_config_files_are_accepted_or_refused_with_one_line_and_exit_2(tmp_path):
     """YAML documents of random shapes (known keys with wrong types, unknown keys, secrets
     inline, non-mappings) and raw garbage text: `config show` exits 0, or 2 with exactly one
