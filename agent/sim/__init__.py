@@ -22,7 +22,9 @@ The modules, each about one thing:
     faults      fault-injection knobs and draws
     state       the --state file and the /_sim/state snapshot
     simulator   Simulator, which holds the state and ties the above together
-    api         request parsing, the route tables and their handlers
+    replies     Reply and ApiError, what a handler returns or raises
+    api         request parsing, auth, the request log, the vast.ai route table and its handlers
+    admin       the /_sim/ endpoints
     http        SimServer and serve_forever
 """
 

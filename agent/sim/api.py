@@ -2,8 +2,8 @@
 
     handle()  parse, log (credentials redacted), route, turn ApiError into its JSON answer
     ROUTES    the vast.ai endpoints (Bearer or `?api_key=` auth, faults apply)
-    ADMIN     `/_sim/...`: state, the request log, advancing a ManualClock, planting logs,
-              outbidding an instance, setting faults (no auth, never logged, no faults)
+
+`/_sim/...` goes to agent/sim/admin.py (no auth, never logged, no faults).
 
 `/results/...` (log uploads), `GET /demand` (the job queue) and the GPU name list need no auth.
 """
@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from agent.sim import instances
-from agent.sim.clock import ManualClock
+from agent.sim import admin, instances
 from agent.sim.market import GPU_MODELS
 from agent.sim.query import matches, page_offset, page_token, sort_rows
 from agent.sim.replies import ApiError, Reply, as_id, json_reply
@@ -108,7 +107,7 @@ def _authorized(sim: Simulator, headers: dict[str, str], query: dict[str, Any]) 
 def _route(sim: Simulator, method: str, path: str, query: dict[str, Any], headers: dict[str, str],
            body: Any, base_url: str) -> Reply:
     if path.startswith("/_sim/"):
-        return _admin(sim, method, path, query, body if isinstance(body, dict) else {})
+        return admin.handle(sim, method, path, query, body if isinstance(body, dict) else {})
     if path.startswith("/results/") and method == "GET":
         return sim._result(path)
     if path == "/demand" and method == "GET":
@@ -258,77 +257,3 @@ def _find_route(method: str, path: str) -> tuple[Handler, tuple[str, ...]]:
         if all(p in ("*", s) for p, s in zip(pattern, segs, strict=True)):
             return handler, tuple(s for p, s in zip(pattern, segs, strict=True) if p == "*")
     raise ApiError(404, "not_found", f"no such endpoint: {method} {path}")
-
-
-# --- /_sim/ admin ---------------------------------------------------------------------------
-
-AdminHandler = Callable[["Simulator", dict[str, Any], dict[str, Any]], Reply]
-
-
-def _admin_state(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
-    return json_reply(200, sim.state())
-
-
-def _admin_requests(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
-    since = int(query.get("since") or 0)
-    with sim._lock:
-        return json_reply(200, {"requests": sim.requests[since:]})
-
-
-def _admin_advance(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
-    if not isinstance(sim.clock, ManualClock):
-        raise ApiError(409, "not_manual", "advance needs a simulator started with a ManualClock")
-    try:
-        seconds = float(body.get("seconds", 0))
-    except (TypeError, ValueError) as e:
-        raise ApiError(400, "invalid_args", "seconds must be a number") from e
-    if seconds < 0:
-        raise ApiError(400, "invalid_args", "seconds must be >= 0")
-    return json_reply(200, {"now": sim.advance(seconds)})
-
-
-def _admin_plant_logs(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
-    if "instance_id" not in body or not isinstance(body.get("text"), str):
-        raise ApiError(400, "invalid_args", "need instance_id and text")
-    sim.plant_logs(as_id(body["instance_id"]), body["text"])
-    return json_reply(200, {"success": True})
-
-
-def _admin_outbid(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
-    try:
-        sim.outbid(as_id(body.get("instance_id")))
-    except LookupError as e:
-        raise ApiError(404, "no_such_instance", str(e)) from e
-    return json_reply(200, {"success": True})
-
-
-def _admin_set_faults(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
-    with sim._lock:
-        try:
-            sim.faults.update(body)
-        except ValueError as e:
-            raise ApiError(400, "invalid_args", str(e)) from e
-        return json_reply(200, asdict(sim.faults))
-
-
-def _admin_faults(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
-    return json_reply(200, asdict(sim.faults))
-
-
-ADMIN: dict[tuple[str, str], AdminHandler] = {
-    ("GET", "/_sim/state"): _admin_state,
-    ("GET", "/_sim/requests"): _admin_requests,
-    ("POST", "/_sim/advance"): _admin_advance,
-    ("POST", "/_sim/plant_logs"): _admin_plant_logs,
-    ("POST", "/_sim/outbid"): _admin_outbid,
-    ("POST", "/_sim/faults"): _admin_set_faults,
-    ("GET", "/_sim/faults"): _admin_faults,
-}
-
-
-def _admin(sim: Simulator, method: str, path: str, query: dict[str, Any], body: dict[str, Any]) -> Reply:
-    handler = ADMIN.get((method, path))
-    if handler is None:
-        raise ApiError(404, "not_found", f"no such admin endpoint: {method} {path}")
-    return handler(sim, query, body)
-

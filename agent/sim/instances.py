@@ -135,7 +135,7 @@ def storage_per_h(inst: Instance) -> float:
 
 def jobs_per_h(inst: Instance) -> float:
     model = MODEL_BY_NAME.get(inst["gpu_name"])
-    return (model.jobs_per_h_per_gpu if model else 5.0) * inst["num_gpus"]
+    return float((model.jobs_per_h_per_gpu if model else 5.0) * inst["num_gpus"])
 
 
 def advance(seed: int, inst: Instance, t0: float, t1: float) -> tuple[float, list[float]]:

@@ -36,7 +36,7 @@ def _eq(value: Any, arg: Any, key: str) -> bool:
         if key == "geolocation":
             return v == a or v.rsplit(", ", 1)[-1] == a
         return v == a
-    return value == arg
+    return bool(value == arg)
 
 
 def _match_op(value: Any, op: str, arg: Any, key: str) -> bool:
@@ -54,7 +54,7 @@ def _match_op(value: Any, op: str, arg: Any, key: str) -> bool:
     if value is None or a is None:
         return False
     try:
-        return {"gt": value > a, "gte": value >= a, "lt": value < a, "lte": value <= a}[op]
+        return bool({"gt": value > a, "gte": value >= a, "lt": value < a, "lte": value <= a}[op])
     except TypeError:
         return False
 
