@@ -168,6 +168,7 @@ def test_a_named_pipe_in_the_knowledge_directory_does_not_hang_the_tick(fast_roo
 cli_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=60)
 
 
+@pytest.mark.slow
 def test_fuzzed_say_ack_and_since_arguments_are_accepted_or_refused_without_half_writes(
         fast_root, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fuzzed strings to `say`, `alerts ack ID --note`, `thread show --since`: exit 0, or a
