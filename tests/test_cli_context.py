@@ -100,15 +100,3 @@ def test_replay_verify_names_the_changed_prompt_file(tmp_path, capsys):
     assert cli(app, "replay", "--verify", "--json") == 1
     rep = json.loads(capsys.readouterr().out)
     assert rep["ok"] is False and rep["first_mismatch"]["seq"] == first
-
-
-def test_commands_have_help():
-    """Both commands and every option carry help text."""
-    p = argparse.ArgumentParser(prog="fleet-agent")
-    sub = p.add_subparsers(dest="command")
-    cli_context.register(sub)
-    for name, sp in sub.choices.items():
-        assert sp.description, name
-        for a in sp._actions:
-            if a.option_strings and a.dest != "help":
-                assert a.help, (name, a.dest)

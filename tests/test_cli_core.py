@@ -98,6 +98,7 @@ def test_init_creates_everything_and_refuses_to_overwrite(tmp_path):
     assert after == before
 
 
+@pytest.mark.slow
 def test_thread_show_variants(site):
     """'thread show' prints every event readably; --json, --kind (family), --since (seq or time) and --limit
     select and shape the output."""

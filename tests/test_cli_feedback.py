@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -19,7 +18,6 @@ from agent.config import load
 from tests.test_feedback import CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ("alerts", "knowledge", "say", "unpin", "directives")
 
 
 @pytest.fixture
@@ -54,29 +52,6 @@ def count(cfg: Path) -> int:
         return app.log.count()
     finally:
         app.close()
-
-
-def test_every_feedback_command_has_help_and_description():
-    """Every parser these commands add carries help= (in its parent's listing) and a description."""
-    parser = cli.build_parser()
-    top = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    helps = {c.dest: c.help for c in top._choices_actions}
-
-    def walk(name: str, p: argparse.ArgumentParser, help_text: str | None) -> list[str]:
-        missing = [] if help_text and p.description else [name]
-        for a in p._actions:
-            if isinstance(a, argparse._SubParsersAction):
-                sub_helps = {c.dest: c.help for c in a._choices_actions}
-                for n, sp in a.choices.items():
-                    missing += walk(f"{name} {n}", sp, sub_helps.get(n))
-            elif a.help is None and not isinstance(a, argparse._HelpAction):
-                missing.append(f"{name} {a.dest}")
-        return missing
-
-    missing = []
-    for c in COMMANDS:
-        missing += walk(c, top.choices[c], helps.get(c))
-    assert missing == []
 
 
 def test_ack_refusals_exit_1_and_write_nothing(cfg):

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from agent.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,33 +28,37 @@ def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterato
                 yield from walk(sub, path + (name,))
 
 
-def test_every_command_has_help_and_description():
-    """Each command and subcommand has a one-line help in its parent's list and a description of its own."""
-    commands = list(walk(build_parser()))
-    names = {" ".join(p) for p, _, _ in commands}
+COMMANDS = list(walk(build_parser()))
+
+
+def test_the_walk_finds_every_command_group():
+    """The parametrised test below covers the commands of every module that registers some."""
+    names = {" ".join(p) for p, _, _ in COMMANDS}
     assert {"init", "config check", "config show", "log verify", "log export", "log search", "log rebuild",
-            "thread show"} <= names
-    missing = [" ".join(p) for p, h, _ in commands if not h or h == argparse.SUPPRESS]
-    assert missing == [], f"commands without help: {missing}"
-    undescribed = [" ".join(p) for p, _, sub in commands if not (sub.description or "").strip()]
-    assert undescribed == [], f"commands without a description: {undescribed}"
+            "thread show", "sim", "context", "replay", "tick", "alerts ack", "knowledge edit", "say", "unpin",
+            "directives", "run", "status", "doctor", "demo"} <= names
 
 
-def test_every_option_has_help():
-    """Every argument of every command has help text (hidden ones say so with SUPPRESS)."""
-    parsers = [((), build_parser())] + [(p, sub) for p, _, sub in walk(build_parser())]
-    bare = []
-    for path, parser in parsers:
-        for a in parser._actions:
-            if isinstance(a, argparse._SubParsersAction | argparse._HelpAction):
-                continue
-            if not a.help:
-                bare.append(f"{' '.join(path) or 'fleet-agent'} {'/'.join(a.option_strings) or a.dest}")
+@pytest.mark.parametrize(("path", "listed_help", "parser"), [((), "top level", build_parser()), *COMMANDS],
+                         ids=["fleet-agent", *(" ".join(p) for p, _, _ in COMMANDS)])
+def test_command_explains_itself(path: tuple[str, ...], listed_help: str | None, parser: argparse.ArgumentParser,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The command has a one-line help in its parent's list, a description of its own, help text on
+    every argument (hidden ones say so with SUPPRESS), and `--help` prints its usage and exits 0."""
+    assert listed_help and listed_help != argparse.SUPPRESS, "no help in the parent's list"
+    assert (parser.description or "").strip(), "no description"
+    bare = [a.option_strings or a.dest for a in parser._actions
+            if not isinstance(a, argparse._SubParsersAction | argparse._HelpAction) and not a.help]
     assert bare == [], f"arguments without help: {bare}"
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*path, "--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: fleet-agent {' '.join(path)}".rstrip())
 
 
-def test_help_exits_zero():
-    """'fleet-agent --help' (and a subcommand's --help) print usage and exit 0."""
+def test_the_installed_command_answers_help_and_refuses_unknown_commands():
+    """The `fleet-agent` entry point (or `python -m agent.cli`) prints usage for --help and exits 0;
+    an unknown command exits 2 with one line on stderr."""
     exe = shutil.which("fleet-agent", path=str(Path(sys.executable).parent))
     cmd = [exe] if exe else [sys.executable, "-m", "agent.cli"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -144,6 +144,7 @@ def ends_for_every_start(lg: EventLog) -> list[int]:
 # ------------------------------------------------------------------ the daemon as a process
 
 
+@pytest.mark.slow
 def test_ticks_run_and_sighup_reloads_or_refuses(tmp_path, sim_server, daemons):
     """The daemon ticks every second against the simulator; SIGHUP with a valid config appends
     config.loaded naming the changed keys; SIGHUP with an invalid one is refused and ticking goes on;
@@ -177,6 +178,7 @@ def test_ticks_run_and_sighup_reloads_or_refuses(tmp_path, sim_server, daemons):
     lg.close()
 
 
+@pytest.mark.slow
 def test_sigterm_mid_tick_finishes_the_step_and_exits_cleanly(tmp_path, sim_server, daemons):
     """SIGTERM while a model call is in flight: the tick stops after that step (tick.failed
     'stopped', every tool call answered), daemon.stopped is appended, the exit code is 0 and
@@ -208,6 +210,7 @@ def test_sigterm_mid_tick_finishes_the_step_and_exits_cleanly(tmp_path, sim_serv
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+@pytest.mark.slow
 def test_notify_socket_and_the_single_writer_lock(tmp_path, sim_server, daemons):
     """Under a (test) service manager the daemon sends READY=1, STATUS= after its tick and WATCHDOG=1
     keep-alives to NOTIFY_SOCKET; a second daemon on the same data directory exits 1 naming the

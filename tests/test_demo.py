@@ -6,6 +6,8 @@ import io
 import subprocess
 import sys
 
+import pytest
+
 from agent.config import load
 from agent.demo import run_demo
 from agent.store.log import EventLog
@@ -37,6 +39,7 @@ def test_demo_six_ticks_exits_zero_with_every_kind_of_story(tmp_path):
     assert "demo finished" in text and "replay --verify" in text and "BLOCKED" not in text.split("demo finished")[1]
 
 
+@pytest.mark.slow
 def test_demo_commands_it_prints_work(tmp_path):
     """The commands the demo prints at the end run against what it recorded."""
     out = io.StringIO()

@@ -64,8 +64,10 @@ def _agent_or_summariser(body: dict[str, Any]) -> Any:
 
 def test_a_pinned_directive_is_in_every_request_after_several_compactions(make_app, fake_model, sim_clock,
                                                                          tmp_path):
-    """A `say --pin` directive stays in the request verbatim, in the pinned block, after
-    several compactions have summarised the thread it arrived in."""
+    """A `say --pin` directive is in every agent request of twelve ticks (the summariser's
+    requests aside) exactly once and verbatim: as its tagged message until a compaction
+    summarises the thread it arrived in, in the pinned block from then on, through several
+    compactions."""
     (tmp_path / "knowledge").mkdir()
     fake_model.default = _agent_or_summariser
     app = make_app(context={"budget_tokens": 6000, "output_reserve": 500, "high_water": 0.6, "low_water": 0.3,
@@ -77,10 +79,18 @@ def test_a_pinned_directive_is_in_every_request_after_several_compactions(make_a
         sim_clock.advance(300)
     compactions = list(app.log.read(0, kinds=["context.compacted"]))
     assert len(compactions) >= 2
-    pinned_tag = f"[operator directive #{directive.seq} · alice] never rent outside Europe this week"
-    after_second = [r for r in fake_model.chat_requests if r.json.get("tools")][-1].json
-    contents = _contents(after_second)
-    hits = [c for c in contents if "never rent outside Europe this week" in c]
-    assert len(hits) == 1
-    assert hits[0].startswith("[pinned") and pinned_tag.split("] ")[1] in hits[0]
     assert all(e.payload["covered_to"] > directive.seq for e in compactions)
+    tagged = f"[operator directive #{directive.seq} · alice] never rent outside Europe this week"
+    agent_requests = [r.json for r in fake_model.chat_requests if r.json.get("tools")]
+    assert len(agent_requests) == 24  # two per tick: the search, then the answer to its result
+    forms: list[str] = []
+    for n, body in enumerate(agent_requests):
+        hits = [c for c in _contents(body) if "never rent outside Europe this week" in c]
+        assert len(hits) == 1, f"agent request {n}: the directive appears {len(hits)} times"
+        if hits[0] == tagged:
+            forms.append("thread")
+        else:
+            assert hits[0].startswith("[pinned") and tagged.split("] ")[1] in hits[0], f"agent request {n}"
+            forms.append("pinned")
+    first_pinned = forms.index("pinned")
+    assert first_pinned > 0 and forms == ["thread"] * first_pinned + ["pinned"] * (len(forms) - first_pinned)

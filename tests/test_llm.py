@@ -66,8 +66,17 @@ def test_text_reply(fake):
     assert out.tool_calls == ()
     assert out.finish_reason == "stop"
     assert out.model == "fake-model"
-    assert out.latency_ms >= 0
     assert client.name == "openai:fake-model"
+
+
+def test_latency_covers_the_time_the_server_took(fake):
+    """latency_ms measures the whole call: a server that stalls 300 ms before a good answer gives
+    a reply whose latency is at least that (a lower bound only, with 1 ms for timer granularity and
+    rounding: a busy machine may take any amount longer)."""
+    fake.enqueue(hang(0.3, then=reply("late but fine")))
+    out = _client(fake, timeout=30.0).complete(_messages(), TOOLS)
+    assert out.text == "late but fine"
+    assert out.latency_ms >= 299.0
 
 
 def test_several_tool_calls_keep_raw_arguments(fake):

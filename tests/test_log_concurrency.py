@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent.store.log import EventLog
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,6 +30,7 @@ log.close()
 """
 
 
+@pytest.mark.slow
 def test_two_processes_append_concurrently(tmp_path):
     """Two processes each appending 2,000 single-event commits at the same time produce 4,000 (+2 warm-up)
     rows with seqs 1..n, each writer's events in its own order, a chain that verifies, and no error (such as

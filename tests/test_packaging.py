@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".git", ".ruff_cache",
                                "venv", ".venv", ".hypothesis", "tests", "bench")
@@ -54,6 +56,7 @@ def _build_wheel(src: Path, out: Path) -> Path:
     return wheels[0]
 
 
+@pytest.mark.slow
 def test_wheel_ships_data_files_and_works_without_the_repo(tmp_path):
     """The wheel holds agent/schema.sql, agent/config.example.yaml (and agent/prompts/*.md when the repo has
     prompts) as regular files equal to the top-level sources, and an install of it opens a log."""

@@ -31,6 +31,7 @@ def test_ci_runs_the_readme_test_command():
     assert "readme_command.py test" in ci
 
 
+@pytest.mark.slow
 def test_readme_demo_command_runs_in_this_environment(tmp_path):
     """The demo part of the README command (after the install) runs and exits 0."""
     demo = readme_command("demo")

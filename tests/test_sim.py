@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -118,6 +119,15 @@ def test_market_is_deterministic_per_seed() -> None:
     assert a.offers != c.offers
 
 
+def test_a_seed_builds_the_market_it_always_has() -> None:
+    """Seed 7's market and bad hosts are exactly the recorded ones, so saved --state files, seeds
+    named in bug reports and recorded scenarios stay valid. A deliberate change to the market
+    updates the digest here (and says so in the changelog)."""
+    sim = Simulator(seed=7, clock=ManualClock())
+    digest = hashlib.sha256(json.dumps([sim.offers, sim.bad_hosts], sort_keys=True).encode()).hexdigest()
+    assert digest == "5adb594e9c1fe789eca91589b4c1e4e73ccf5b9daf210e793d0a5aeda7228f45"
+
+
 def test_market_has_good_and_bad_offers_for_every_model(sim: Simulator) -> None:
     """Every GPU model has a 1-GPU offer on a good host and on a bad host; all bad behaviours occur."""
     assert set(sim.bad_hosts.values()) == set(BEHAVIOURS)
@@ -192,6 +202,24 @@ def test_destroy_missing_instance_is_404_json(http: httpx.Client, sim_server: Si
     """Destroying an instance that does not exist is a 404 JSON error."""
     resp = http.request("DELETE", f"{sim_server.url}/api/v0/instances/5/", headers=_auth(sim), json={})
     assert resp.status_code == 404 and resp.json()["error"] == "no_such_instance"
+
+
+@pytest.mark.parametrize(("method", "path", "status", "error"), [
+    ("GET", "/api/v0/no_such_thing/", 404, "not_found"),
+    ("GET", "/api/", 404, "not_found"),
+    ("POST", "/api/v0/instances/", 404, "not_found"),  # a known path with another method
+    ("PUT", "/api/v0/asks/not-a-number/", 400, "invalid_args"),
+    ("GET", "/api/v0/instances/not-a-number/", 400, "invalid_args"),
+    ("GET", "/_sim/no_such_thing", 404, "not_found"),
+])
+def test_unknown_endpoints_and_bad_ids_are_json_errors(http: httpx.Client, sim_server: SimServer, sim: Simulator,
+                                                       method: str, path: str, status: int, error: str) -> None:
+    """A path no route matches is a 404 JSON error, an id that is not a number a 400; neither
+    drops the connection."""
+    resp = http.request(method, f"{sim_server.url}{path}", headers=_auth(sim), json={})
+    assert resp.status_code == status
+    assert resp.headers["content-type"] == "application/json"
+    assert resp.json()["success"] is False and resp.json()["error"] == error
 
 
 # --- lifecycle, billing, demand ---------------------------------------------------------------

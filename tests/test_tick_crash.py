@@ -129,6 +129,7 @@ def _rent_result(app: Any) -> Any:
     return res
 
 
+@pytest.mark.slow
 def test_killed_while_rent_is_in_flight_and_not_created(tmp_path, sim, sim_server, make_app, fake_model):
     """Killed after the rent intent is logged while the request is held before vast.ai
     processes it: the next tick records 'not created' (recovered), owns nothing, never re-sends
@@ -157,6 +158,7 @@ def test_killed_while_rent_is_in_flight_and_not_created(tmp_path, sim, sim_serve
     assert app.log.rebuild_check() == []
 
 
+@pytest.mark.slow
 def test_killed_after_vast_created_the_instance_but_before_the_result(tmp_path, sim, sim_server, make_app,
                                                                       fake_model):
     """Killed after vast.ai created the instance but before its answer (so no tool.result):

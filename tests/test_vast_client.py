@@ -14,8 +14,10 @@ from agent.sim import ManualClock, SimServer, Simulator
 
 SECRET = "sk-live-3f9c2a7d1e8b4c6a"
 
-# What the official vastai 1.9.1 CLI sent for the same operations (from
-# /work/shared/vast/cli_requests.json), kept here so the comparison never skips.
+# What the official vastai 1.9.1 CLI sent for the same operations. The recording they come from is
+# tests/data/vast_cli_requests.json: the CLI run against a capture server that logged each request
+# (its "_about" says how); test_recorded_cli_requests_agree_with_embedded_expectations keeps the two equal.
+CLI_RECORDING = Path(__file__).parent / "data" / "vast_cli_requests.json"
 CLI_SEARCH_BODY = {
     "verified": {"eq": True}, "external": {"eq": False}, "rentable": {"eq": True},
     "gpu_name": {"eq": "RTX 4090"}, "num_gpus": {"eq": "1"},
@@ -116,11 +118,8 @@ def test_rent_list_and_instance_calls_match_official_cli(vast: VastClient, sim: 
 
 
 def test_recorded_cli_requests_agree_with_embedded_expectations() -> None:
-    """The expectations above are the ones recorded from the official CLI (checked when the file exists)."""
-    path = Path(__file__).resolve().parents[2] / "shared" / "vast" / "cli_requests.json"
-    if not path.exists():
-        pytest.skip(f"{path} not present; the embedded expectations still run above")
-    cmds = {" ".join(c["argv"]): c["requests"] for c in json.loads(path.read_text())["commands"]}
+    """The expectations above are the ones recorded from the official CLI (tests/data/vast_cli_requests.json)."""
+    cmds = {" ".join(c["argv"]): c["requests"] for c in json.loads(CLI_RECORDING.read_text())["commands"]}
     assert cmds["vastai search offers gpu_name=RTX_4090 num_gpus=1"][0]["body"] == CLI_SEARCH_BODY
     full = [k for k in cmds if k.startswith("vastai search offers gpu_name=RTX_4090 num_gpus=1 reliability")]
     assert cmds[full[0]][0]["body"] == CLI_SEARCH_BODY_FULL

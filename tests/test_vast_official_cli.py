@@ -64,6 +64,7 @@ def _json(proc: subprocess.CompletedProcess[str]):
         pytest.fail(f"not JSON: {proc.stdout[-1000:]!r} / stderr {proc.stderr[-1000:]!r}")
 
 
+@pytest.mark.slow
 def test_official_cli_round_trip(tmp_path: Path) -> None:
     """show instances/user, search with filters, create, show, logs, label, reboot, destroy: all read back right."""
     clock = ManualClock()

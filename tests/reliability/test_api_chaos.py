@@ -7,11 +7,14 @@ an unhandled exception.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.reliability.harness import run_api_chaos
 
 TICKS = 60
 
 
+@pytest.mark.slow
 def test_thirty_percent_api_failures_never_crash_a_tick_and_every_failure_is_an_event(fast_root):
     """60 ticks against a simulator failing ~30% of calls: run_tick never raises, every tick
     ends with exactly one tick.completed or tick.failed (with a reason, never an internal

@@ -9,6 +9,8 @@ import json
 import os
 import time
 
+import pytest
+
 from agent import feedback
 from tests.reliability.harness import check_db, db_path, make_app, running_sim
 
@@ -50,6 +52,7 @@ def run_concurrency(root, zygote, seconds: float) -> dict[str, int]:
                 "stderr": stderr, "notes": notes, "acks": acks, "problems": check_db(db_path(root))}
 
 
+@pytest.mark.slow
 def test_ticks_and_four_operator_processes_share_the_log_without_lock_errors_or_lost_writes(fast_root, zygote):
     """For SECONDS seconds, CLI ticks run back to back while 4 processes each loop `say`,
     `alerts ack`, `thread show`, `alerts list` and `status`: every command exits 0, no

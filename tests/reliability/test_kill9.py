@@ -11,9 +11,12 @@ import dataclasses
 import time
 from typing import Any
 
+import pytest
+
 from tests.reliability.harness import run_kill9
 
 
+@pytest.mark.slow
 def test_kill9_loop_loses_no_event_and_rents_nothing_twice(fast_root, zygote):
     """40 SIGKILLs (half aimed right after a rent or destroy reached the simulator, two of the
     runs through the real console script) with ~20% API faults and ambiguous rents: after
@@ -90,6 +93,7 @@ def install_rent_before_intent() -> None:
                         for t in tools.TOOLS)
 
 
+@pytest.mark.slow
 def test_harness_reports_untracked_instances_when_the_rent_precedes_its_intent(fast_root, zygote):
     """The same loop against the planted variant (rent, then log the intent): kills aimed
     after the rent request leave instances carrying our label that no event knows, and the

@@ -8,6 +8,8 @@ fits the budget.
 
 from __future__ import annotations
 
+import pytest
+
 from agent import context
 from agent.tick import run_tick
 from tests.fakes.openai_server import FakeOpenAI, context_length_error, empty_choices, error, hang, raw, reply
@@ -46,6 +48,7 @@ FAULTS = {
 }
 
 
+@pytest.mark.slow
 def test_every_model_fault_is_logged_and_the_projection_stays_within_budget(fast_root):
     """Each fault in FAULTS, one tick each: run_tick returns, at most
     max_steps model calls per tick, each fault leaves a model.failed event or an error

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -57,6 +58,7 @@ documents = st.one_of(
 )
 
 
+@pytest.mark.slow
 def test_fuzzed_config_files_are_accepted_or_refused_with_one_line_and_exit_2(tmp_path):
     """YAML documents of random shapes (known keys with wrong types, unknown keys, secrets
     inline, non-mappings) and raw garbage text: `config show` exits 0, or 2 with exactly one
@@ -166,7 +168,9 @@ def test_a_named_pipe_in_the_knowledge_directory_does_not_hang_the_tick(fast_roo
 cli_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=60)
 
 
-def test_fuzzed_say_ack_and_since_arguments_are_accepted_or_refused_without_half_writes(fast_root):
+@pytest.mark.slow
+def test_fuzzed_say_ack_and_since_arguments_are_accepted_or_refused_without_half_writes(
+        fast_root, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fuzzed strings to `say`, `alerts ack ID --note`, `thread show --since`: exit 0, or a
     non-zero exit with one clear line; a refused write appends nothing, an accepted one
     exactly the events it names; the chain verifies after each."""
@@ -178,7 +182,7 @@ def test_fuzzed_say_ack_and_since_arguments_are_accepted_or_refused_without_half
             feedback.raise_alert(app.log, key=f"fuzz:{n}", severity="warning", title=f"alert {n}")
         app.close()
         cfg = str(fast_root / "config.yaml")
-        os.environ.setdefault("VAST_API_KEY", SIM_KEY)
+        monkeypatch.setenv("VAST_API_KEY", SIM_KEY)
         stats = {"ok": 0, "refused": 0}
 
         def count() -> int:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from tests.fakes.openai_server import FakeOpenAI, context_length_error, error, hang, reply
 from tests.reliability.harness import chaos_faults, check_db, db_path, running_sim, write_config
 
@@ -26,6 +28,7 @@ def canary_hits(blobs: dict[str, bytes]) -> dict[str, int]:
     return hits
 
 
+@pytest.mark.slow
 def test_canary_keys_never_leave_the_auth_header_under_every_fault(fast_root, zygote):
     """Ticks and operator commands run as separate CLI processes with every fault kind: the
     canaries are absent from the database, its WAL and head file, `log export`, every

@@ -1,0 +1,259 @@
+"""The HTTP API, independent of any server: a request in, a `Reply` out.
+
+    handle()  parse, log (credentials redacted), route, turn ApiError into its JSON answer
+    ROUTES    the vast.ai endpoints (Bearer or `?api_key=` auth, faults apply)
+
+`/_sim/...` goes to agent/sim/admin.py (no auth, never logged, no faults).
+
+`/results/...` (log uploads), `GET /demand` (the job queue) and the GPU name list need no auth.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from agent.sim import admin, instances
+from agent.sim.market import GPU_MODELS
+from agent.sim.query import matches, page_offset, page_token, sort_rows
+from agent.sim.replies import ApiError, Reply, as_id, json_reply
+
+if TYPE_CHECKING:
+    from agent.sim.simulator import Simulator
+
+MAX_LOGGED_REQUESTS = 20_000
+
+
+@dataclass
+class Call:
+    """One authorised /api/ request, as a route handler sees it."""
+
+    query: dict[str, Any]
+    body: dict[str, Any]
+    base_url: str
+    now: float
+    args: tuple[str, ...]  # the path segments the route's "*" matched
+
+
+Handler = Callable[["Simulator", Call], Reply]
+
+
+def handle(sim: Simulator, method: str, target: str, headers: dict[str, str], body: bytes,
+           base_url: str) -> Reply:
+    """Answer one HTTP request. Thread-safe; delays are returned, not slept."""
+    parts = urlsplit(target)
+    path = parts.path
+    query = _parse_query(parts.query)
+    parsed_body = _parse_body(body)
+    record = None if path.startswith("/_sim/") else _log_request(sim, method, path, query, headers, parsed_body)
+    try:
+        reply = _route(sim, method, path, query, headers, parsed_body, base_url)
+    except ApiError as e:
+        reply = json_reply(e.status, {"success": False, "error": e.error, "msg": e.msg})
+    if record is not None:
+        record["status"] = reply.status
+        record["t"] = sim.clock()
+    return reply
+
+
+def _parse_query(raw: str) -> dict[str, Any]:
+    """The last value of each parameter, JSON-decoded when it is JSON (vast sends filters that way)."""
+    query: dict[str, Any] = {}
+    for k, vals in parse_qs(raw, keep_blank_values=True).items():
+        v = vals[-1]
+        try:
+            query[k] = json.loads(v)
+        except ValueError:
+            query[k] = v
+    return query
+
+
+def _parse_body(body: bytes) -> Any:
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace")
+
+
+def _log_request(sim: Simulator, method: str, path: str, query: dict[str, Any], headers: dict[str, str],
+                 body: Any) -> dict[str, Any]:
+    via = "bearer" if headers.get("authorization") else ("query" if "api_key" in query else None)
+    record = {
+        "method": method, "path": path,
+        "query": {k: ("<REDACTED>" if k == "api_key" else v) for k, v in query.items()} or None,
+        "body": body, "auth": via,
+        "headers": {k: ("<REDACTED>" if k == "authorization" else v) for k, v in headers.items()},
+        "status": None, "t": None,
+    }
+    with sim._lock:
+        sim.requests.append(record)
+        if len(sim.requests) > MAX_LOGGED_REQUESTS:
+            del sim.requests[:5_000]
+    return record
+
+
+def _authorized(sim: Simulator, headers: dict[str, str], query: dict[str, Any]) -> bool:
+    auth = headers.get("authorization") or ""
+    if auth.startswith("Bearer ") and auth[7:].strip() == sim.api_key:
+        return True
+    return str(query.get("api_key", "")) == sim.api_key and bool(sim.api_key)
+
+
+def _route(sim: Simulator, method: str, path: str, query: dict[str, Any], headers: dict[str, str],
+           body: Any, base_url: str) -> Reply:
+    if path.startswith("/_sim/"):
+        return admin.handle(sim, method, path, query, body if isinstance(body, dict) else {})
+    if path.startswith("/results/") and method == "GET":
+        return sim._result(path)
+    if path == "/demand" and method == "GET":
+        return json_reply(200, sim.demand())
+    if path == "/api/v0/gpu_names/unique/" and method == "GET":
+        return json_reply(200, {"gpu_names": sorted(m.name for m in GPU_MODELS)})
+    if not path.startswith("/api/"):
+        raise ApiError(404, "not_found", f"no such endpoint: {method} {path}")
+    if not _authorized(sim, headers, query):
+        raise ApiError(401, "auth_error", "Invalid user key")
+    delay = 0.0
+    with sim._lock:
+        fault = sim._draw_fault(path)
+    if fault is not None:
+        if fault.status:
+            return fault
+        delay = fault.delay
+    with sim._lock:
+        now = sim.tick()
+        handler, args = _find_route(method, path)
+        reply = handler(sim, Call(query, body if isinstance(body, dict) else {}, base_url, now, args))
+    reply.delay += delay
+    return reply
+
+
+# --- the vast.ai endpoints ------------------------------------------------------------------
+
+
+def _list_v1(sim: Simulator, c: Call) -> Reply:
+    """GET /api/v1/instances/: filtered, ordered, paginated by token, with label counts."""
+    filters = c.query.get("select_filters") or {}
+    order_by = c.query.get("order_by") or [{"col": "id", "dir": "asc"}]
+    if not isinstance(filters, dict) or not isinstance(order_by, list):
+        raise ApiError(400, "invalid_args", "select_filters must be an object, order_by a list")
+    try:
+        limit = int(c.query.get("limit", 25))
+    except (TypeError, ValueError) as e:
+        raise ApiError(400, "invalid_args", "limit must be an integer") from e
+    limit = max(1, min(limit, 25))
+    token = c.query.get("after_token")
+    offset = page_offset(str(token)) if token else 0
+    rows = [r for r in (sim._public(i) for i in sim._sorted_instances()) if matches(r, filters)]
+    rows = sort_rows(rows, [(o.get("col", "id"), o.get("dir", "asc")) for o in order_by if isinstance(o, dict)])
+    labels: dict[str, int] = {}
+    for r in rows:
+        labels[r.get("label") or ""] = labels.get(r.get("label") or "", 0) + 1
+    page = rows[offset:offset + limit]
+    cols = c.query.get("select_cols")
+    if isinstance(cols, list) and cols and cols != ["*"]:
+        page = [{col: r.get(col) for col in ["id", *cols]} for r in page]
+    more = offset + limit < len(rows)
+    return json_reply(200, {"instances": page, "next_token": page_token(offset + limit) if more else None,
+                            "total_instances": len(rows), "label_counts": labels})
+
+
+def _list_v0(sim: Simulator, c: Call) -> Reply:
+    return json_reply(200, {"instances": [sim._public(i) for i in sim._sorted_instances()]})
+
+
+def _filters(sim: Simulator, c: Call) -> Reply:
+    return json_reply(200, {"filters": instances.filter_values(list(sim.instances.values()))})
+
+
+def _user(sim: Simulator, c: Call) -> Reply:
+    bal = round(sim.balance, 4)
+    return json_reply(200, {
+        "id": 77_000 + sim.seed % 1000, "username": "sim", "email": "fleet@sim.invalid",
+        "fullname": "Simulated Account", "balance": bal, "credit": bal, "can_pay": bal > 0,
+        "has_billing": True, "billing_creditonly": True, "email_verified": True,
+        "host_agreement_accepted": False, "ssh_key": "ssh-ed25519 AAAAsim", "balance_threshold": 0,
+        "balance_threshold_enabled": False, "got_signup_credit": True, "user": "sim",
+    })
+
+
+def _machines(sim: Simulator, c: Call) -> Reply:
+    return json_reply(200, {"machines": []})
+
+
+def _bundles(sim: Simulator, c: Call) -> Reply:
+    return json_reply(200, {"offers": sim.market.search(c.body)})
+
+
+def _search_asks(sim: Simulator, c: Call) -> Reply:
+    return json_reply(200, {"offers": sim.market.search(c.body.get("q") or {})})
+
+
+def _rent(sim: Simulator, c: Call) -> Reply:
+    return sim._rent(as_id(c.args[0]), c.body, c.now)
+
+
+def _destroy_many(sim: Simulator, c: Call) -> Reply:
+    ids = c.body.get("instance_ids") or []
+    for iid in ids:
+        sim._destroy(as_id(iid), c.now)
+    return json_reply(200, {"success": True, "msg": f"destroyed {len(ids)} instances"})
+
+
+def _show(sim: Simulator, c: Call) -> Reply:
+    inst = sim.instances.get(as_id(c.args[0]))
+    return json_reply(200, {"instances": sim._public(inst) if inst else None})
+
+
+def _destroy_one(sim: Simulator, c: Call) -> Reply:
+    iid = as_id(c.args[0])
+    sim._destroy(iid, c.now)
+    return json_reply(200, {"success": True, "msg": f"Instance {iid} destroyed."})
+
+
+def _modify(sim: Simulator, c: Call) -> Reply:
+    inst = sim._get(as_id(c.args[0]))
+    return json_reply(200, instances.modify(sim.seed, inst, c.body, c.now))
+
+
+def _reboot(sim: Simulator, c: Call) -> Reply:
+    inst = sim._get(as_id(c.args[0]))
+    return json_reply(200, instances.reboot(sim.seed, inst, c.now))
+
+
+def _request_logs(sim: Simulator, c: Call) -> Reply:
+    return json_reply(200, sim._request_logs(as_id(c.args[0]), c.body, c.base_url, c.now))
+
+
+# (method, path segments after /api/, handler); "*" matches one segment; the first match wins.
+ROUTES: list[tuple[str, tuple[str, ...], Handler]] = [
+    ("GET", ("v1", "instances"), _list_v1),
+    ("GET", ("v0", "instances"), _list_v0),
+    ("GET", ("v0", "instances", "filters"), _filters),
+    ("GET", ("v0", "users", "current"), _user),
+    ("GET", ("v0", "machines"), _machines),
+    ("POST", ("v0", "bundles"), _bundles),
+    ("PUT", ("v0", "search", "asks"), _search_asks),
+    ("PUT", ("v0", "asks", "*"), _rent),
+    ("DELETE", ("v0", "instances"), _destroy_many),
+    ("GET", ("v0", "instances", "*"), _show),
+    ("DELETE", ("v0", "instances", "*"), _destroy_one),
+    ("PUT", ("v0", "instances", "*"), _modify),
+    ("PUT", ("v0", "instances", "reboot", "*"), _reboot),
+    ("PUT", ("v0", "instances", "request_logs", "*"), _request_logs),
+]
+
+
+def _find_route(method: str, path: str) -> tuple[Handler, tuple[str, ...]]:
+    segs = tuple(s for s in path.split("/") if s)[1:]  # without the leading "api"
+    for m, pattern, handler in ROUTES:
+        if m != method or len(pattern) != len(segs):
+            continue
+        if all(p in ("*", s) for p, s in zip(pattern, segs, strict=True)):
+            return handler, tuple(s for p, s in zip(pattern, segs, strict=True) if p == "*")
+    raise ApiError(404, "not_found", f"no such endpoint: {method} {path}")

@@ -1,0 +1,224 @@
+"""Rented instances: the record, its lifecycle, billing, and the changes a user can make.
+
+An instance is a dict shaped like the vast.ai API's, plus private keys (leading `_`) the
+API never shows: the offer it came from, its host's behaviour, the next scheduled
+transition, when it started running, its cost and jobs so far. Lifecycle: created ->
+loading -> running, unless the host misbehaves (BEHAVIOURS): oci_fail stays `created` with
+the OCI error, stuck_loading never leaves `loading`, exits and offline end a while after
+running. Timings are drawn from RNGs seeded by (seed, instance id, what), so a seed fixes them.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from agent.sim.market import MODEL_BY_NAME, STORAGE_PER_GB_MONTH
+from agent.sim.replies import ApiError
+
+Instance = dict[str, Any]
+
+OCI_MSG = (
+    "Error response from daemon: failed to create task for container: failed to create shim task: "
+    "OCI runtime create failed: runc create failed: unable to start container process: "
+    "error during container init: nvidia-container-cli: initialization error: driver rpc error"
+)
+
+
+def irng(seed: int, iid: int, what: str) -> random.Random:
+    return random.Random(f"{seed}:{iid}:{what}")
+
+
+def new_instance(seed: int, iid: int, offer: dict[str, Any], body: dict[str, Any], now: float,
+                 behaviour: str) -> Instance:
+    """The record of instance `iid` renting `offer` with a rent `body`, booting from `now`."""
+    env = body.get("env") or {}
+    price = body.get("price")
+    disk = float(body.get("disk") or 10.0)
+    ssh_rng = irng(seed, iid, "ssh")
+    inst: Instance = {
+        "id": iid, "label": body.get("label"), "machine_id": offer["machine_id"],
+        "host_id": offer["host_id"], "bundle_id": offer["bundle_id"], "actual_status": None,
+        "intended_status": "running", "cur_state": "running", "next_state": "running",
+        "status_msg": None, "num_gpus": offer["num_gpus"], "gpu_name": offer["gpu_name"],
+        "gpu_ram": offer["gpu_ram"], "gpu_totalram": offer["gpu_total_ram"], "gpu_util": None,
+        "gpu_temp": None, "dph_base": offer["dph_base"],
+        "dph_total": float(price) if price is not None else offer["dph_total"],
+        "is_bid": price is not None, "min_bid": offer["min_bid"],
+        "storage_cost": STORAGE_PER_GB_MONTH, "start_date": float(now),
+        "extra_env": [[str(k), str(v)] for k, v in env.items()],
+        "image_uuid": body.get("image"), "image_args": [], "onstart": body.get("onstart"),
+        "image_runtype": body.get("runtype") or "ssh", "disk_space": disk, "disk_usage": 0.0,
+        "disk_util": 0.0, "volume_info": [], "reliability2": offer["reliability2"],
+        "geolocation": offer["geolocation"], "verification": offer["verification"],
+        "ssh_host": f"ssh{ssh_rng.randint(1, 9)}.vast.ai", "ssh_port": 10_000 + iid % 50_000,
+        "ssh_idx": str(ssh_rng.randint(1, 9)),
+        "public_ipaddr": f"203.0.113.{ssh_rng.randint(2, 250)}", "ports": {},
+        "inet_up": offer["inet_up"], "inet_down": offer["inet_down"], "cpu_ram": offer["cpu_ram"],
+        "cpu_cores_effective": offer["cpu_cores_effective"], "cuda_max_good": offer["cuda_max_good"],
+        "driver_version": offer["driver_version"], "uptime_mins": None, "template_id": None,
+        "template_hash_id": None, "template_name": None, "client_run_time": 0.0,
+        "_offer_id": offer["id"], "_behaviour": behaviour, "_next": None, "_running_since": None,
+        "_cost": 0.0, "_jobs": 0.0,
+    }
+    schedule(inst, now + irng(seed, iid, "boot").uniform(3.0, 12.0), "created")
+    return inst
+
+
+# --- lifecycle ---------------------------------------------------------------------------
+
+
+def schedule(inst: Instance, at: float, status: str) -> None:
+    inst["_next"] = [float(at), status]
+
+
+def transition(seed: int, inst: Instance, status: str, t: float) -> None:
+    """Enter `status` at time t and schedule what follows it for this host's behaviour."""
+    r = irng(seed, inst["id"], f"{status}:{t:.3f}")
+    beh = inst["_behaviour"]
+    inst["_next"] = None
+    inst["actual_status"] = status
+    if status == "created":
+        if beh == "oci_fail":
+            inst["status_msg"] = OCI_MSG
+        else:
+            inst["status_msg"] = "Creating container"
+            schedule(inst, t + r.uniform(5.0, 20.0), "loading")
+    elif status == "loading":
+        inst["status_msg"] = f"Pulling image {inst['image_uuid']}: downloading layers"
+        if beh != "stuck_loading":
+            schedule(inst, t + r.uniform(30.0, 120.0), "running")
+    elif status == "running":
+        inst["status_msg"] = f"success, running {inst['image_uuid']}"
+        inst["_running_since"] = t
+        if beh == "exits":
+            schedule(inst, t + r.uniform(300.0, 1200.0), "exited")
+        elif beh == "offline":
+            schedule(inst, t + r.uniform(600.0, 1800.0), "offline")
+    elif status == "exited":
+        inst["status_msg"] = "container exited with code 137 (out of memory)"
+        inst["_running_since"] = None
+    elif status == "offline":
+        inst["status_msg"] = "host machine is offline: no heartbeat"
+        inst["_running_since"] = None
+
+
+def restart(seed: int, inst: Instance, t: float, msg: str) -> None:
+    """After a start or reboot: loading, then running unless the host misbehaves."""
+    r = irng(seed, inst["id"], f"restart:{t:.3f}")
+    inst["_running_since"] = None
+    inst["intended_status"] = inst["cur_state"] = inst["next_state"] = "running"
+    if inst["_behaviour"] == "oci_fail":
+        inst["actual_status"], inst["status_msg"], inst["_next"] = "created", OCI_MSG, None
+        return
+    inst["actual_status"], inst["status_msg"] = "loading", msg
+    inst["_next"] = None
+    if inst["_behaviour"] != "stuck_loading":
+        schedule(inst, t + r.uniform(10.0, 40.0), "running")
+
+
+def stop(inst: Instance, msg: str, *, intended: bool = True) -> None:
+    """Stopped with `msg`; `intended=False` leaves the user's intended status alone (an outbid)."""
+    inst["actual_status"] = inst["cur_state"] = "stopped"
+    if intended:
+        inst["intended_status"] = "stopped"
+    inst["status_msg"] = msg
+    inst["_next"] = inst["_running_since"] = None
+
+
+# --- billing -----------------------------------------------------------------------------
+
+
+def storage_per_h(inst: Instance) -> float:
+    return float(inst["disk_space"] * inst["storage_cost"] / 730.0)
+
+
+def jobs_per_h(inst: Instance) -> float:
+    model = MODEL_BY_NAME.get(inst["gpu_name"])
+    return float((model.jobs_per_h_per_gpu if model else 5.0) * inst["num_gpus"])
+
+
+def advance(seed: int, inst: Instance, t0: float, t1: float) -> tuple[float, list[float]]:
+    """Bill and transition one instance over [t0, t1]: (its running seconds, the charges in order).
+
+    Running time bills at dph_total, anything else at the storage rate.
+    """
+    t, running, charges = t0, 0.0, []
+    while True:
+        nxt = inst["_next"]
+        seg_end = t1 if nxt is None or nxt[0] >= t1 else max(nxt[0], t)
+        dt = seg_end - t
+        if dt > 0:
+            if inst["actual_status"] == "running":
+                cost = inst["dph_total"] * dt / 3600.0
+                running += dt
+            else:
+                cost = storage_per_h(inst) * dt / 3600.0
+            charges.append(cost)
+            inst["_cost"] += cost
+        t = seg_end
+        if nxt is not None and nxt[0] <= t:
+            transition(seed, inst, nxt[1], nxt[0])
+            continue
+        if t >= t1:
+            return running, charges
+
+
+# --- what the API shows and changes ----------------------------------------------------------
+
+
+def public(seed: int, inst: Instance, now: float, busy: bool) -> dict[str, Any]:
+    """The instance as the API shows it: no private keys; uptime and GPU readings as of now."""
+    out = {k: v for k, v in inst.items() if not k.startswith("_")}
+    since = inst["_running_since"]
+    if since is not None:
+        out["uptime_mins"] = round((now - since) / 60.0, 2)
+        r = irng(seed, inst["id"], f"util:{int(now // 60)}")
+        out["gpu_util"] = round(r.uniform(85, 99) if busy else r.uniform(0, 3), 1)
+        out["gpu_temp"] = round(r.uniform(55, 78) if busy else r.uniform(30, 40), 1)
+    out["client_run_time"] = round(now - inst["start_date"], 1)
+    return out
+
+
+def filter_values(instances: list[Instance]) -> list[dict[str, Any]]:
+    """Counts per (actual_status, verification, gpu_name), for GET /instances/filters."""
+    combos: dict[tuple[Any, ...], int] = {}
+    for inst in instances:
+        k = (inst["actual_status"], inst["verification"], inst["gpu_name"])
+        combos[k] = combos.get(k, 0) + 1
+    return [{"actual_status": a, "verification": v, "gpu_name": g, "count": n}
+            for (a, v, g), n in sorted(combos.items(), key=lambda kv: str(kv[0]))]
+
+
+def modify(seed: int, inst: Instance, body: dict[str, Any], now: float) -> dict[str, Any]:
+    """PUT /instances/{id}/: set the label, stop, or start."""
+    iid = inst["id"]
+    msgs = []
+    if "label" in body:
+        inst["label"] = body["label"]
+        msgs.append("label set")
+    state = body.get("state")
+    if state == "stopped":
+        if inst["actual_status"] in ("offline",):
+            raise ApiError(400, "invalid_state", f"Instance {iid} is offline and cannot be stopped.")
+        inst["next_state"] = "stopped"
+        stop(inst, "stopped by user")
+        msgs.append("stopping")
+    elif state == "running":
+        if inst["actual_status"] in ("exited", "offline"):
+            raise ApiError(400, "invalid_state",
+                           f"Instance {iid} is {inst['actual_status']} and cannot be started.")
+        if inst["actual_status"] == "stopped":
+            restart(seed, inst, now, "starting container")
+        msgs.append("starting")
+    elif state is not None:
+        raise ApiError(400, "invalid_args", f"unknown state {state!r}")
+    return {"success": True, "msg": ", ".join(msgs) or "nothing to change"}
+
+
+def reboot(seed: int, inst: Instance, now: float) -> dict[str, Any]:
+    iid = inst["id"]
+    if inst["actual_status"] in ("offline", "stopped"):
+        raise ApiError(400, "invalid_state", f"Instance {iid} is {inst['actual_status']}; cannot reboot.")
+    restart(seed, inst, now, "rebooting")
+    return {"success": True, "msg": f"Rebooting instance {iid}."}

@@ -1,0 +1,175 @@
+"""The GPU market: offers on hosts, their prices, and which hosts misbehave.
+
+A seed fixes everything: the hosts, their places and reliability, each offer's price and
+hardware, and which 8 of the 24 hosts are bad (each with one of BEHAVIOURS). Every GPU model
+has at least one single-GPU offer on a good host and one on a bad host, and every behaviour
+has a single-GPU offer, so tests can always find what they ask for.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from agent.sim.query import matches, sort_rows
+from agent.sim.replies import ApiError
+
+BEHAVIOURS = ("stuck_loading", "oci_fail", "exits", "offline")
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    gpu_ram_mb: int
+    dph_per_gpu: float
+    dlperf_per_gpu: float
+    jobs_per_h_per_gpu: float
+    cuda: float
+    total_flops: float
+
+
+GPU_MODELS: tuple[GpuModel, ...] = (
+    GpuModel("RTX 3090", 24576, 0.21, 31.0, 4.0, 12.2, 35.6),
+    GpuModel("RTX 4090", 24564, 0.38, 62.0, 8.0, 12.4, 82.6),
+    GpuModel("RTX A6000", 49140, 0.47, 44.0, 6.0, 12.2, 38.7),
+    GpuModel("L40S", 46068, 0.82, 78.0, 10.0, 12.4, 91.6),
+    GpuModel("A100 SXM4", 81920, 1.15, 108.0, 16.0, 12.2, 19.5),
+    GpuModel("H100 SXM", 81559, 2.25, 205.0, 30.0, 12.4, 66.9),
+)
+MODEL_BY_NAME = {m.name: m for m in GPU_MODELS}
+GEOLOCATIONS = (
+    "Texas, US", "California, US", "Virginia, US", "Quebec, CA", "Ontario, CA", "Sweden, SE",
+    "Germany, DE", "Netherlands, NL", "Poland, PL", "Japan, JP", "Taiwan, TW", "Norway, NO",
+)
+STORAGE_PER_GB_MONTH = 0.15
+
+
+class Market:
+    """The offers (by id) and the bad hosts (host id -> behaviour) of one seed."""
+
+    def __init__(self, seed: int) -> None:
+        self.offers: dict[int, dict[str, Any]] = {}
+        self.bad_hosts: dict[int, str] = {}
+        self._build(seed)
+
+    def _build(self, seed: int) -> None:
+        rng = random.Random(f"{seed}:market")
+        hosts = sorted(rng.sample(range(10_000, 99_999), 24))
+        host_geo = {h: rng.choice(GEOLOCATIONS) for h in hosts}
+        host_rel = {h: round(rng.uniform(0.93, 0.999), 4) for h in hosts}
+        for i, h in enumerate(rng.sample(hosts, 8)):
+            self.bad_hosts[h] = BEHAVIOURS[i % len(BEHAVIOURS)]
+        good = [h for h in hosts if h not in self.bad_hosts]
+        bad = sorted(self.bad_hosts)
+        machine_ids = iter(rng.sample(range(10_000, 60_000), 200))
+        offer_ids = iter(rng.sample(range(1_000_000, 9_999_999), 200))
+
+        def add(model: GpuModel, host: int, n: int) -> None:
+            mid, oid = next(machine_ids), next(offer_ids)
+            per_gpu = model.dph_per_gpu * rng.uniform(0.8, 1.35)
+            disk = float(rng.choice([50, 100, 200, 500, 1000]))
+            storage_h = disk * STORAGE_PER_GB_MONTH / 730.0
+            dph = round(per_gpu * n + storage_h * 0.1, 4)
+            rel = round(max(0.8, host_rel[host] - rng.uniform(0.0, 0.02)), 4)
+            dlperf = round(model.dlperf_per_gpu * n * rng.uniform(0.9, 1.05), 2)
+            self.offers[oid] = {
+                "id": oid, "ask_contract_id": oid, "bundle_id": oid + 7, "machine_id": mid,
+                "host_id": host, "num_gpus": n, "gpu_name": model.name, "gpu_ram": model.gpu_ram_mb,
+                "gpu_total_ram": model.gpu_ram_mb * n, "gpu_frac": 1.0, "cpu_name": "AMD EPYC 7763 64-Core",
+                "cpu_cores": 64, "cpu_cores_effective": float(8 * n), "cpu_ram": 64_000 * n,
+                "cpu_ghz": round(rng.uniform(2.4, 3.6), 1), "disk_space": disk, "disk_bw": 2000.0,
+                "disk_name": "nvme", "dph_base": round(per_gpu * n, 4), "dph_total": dph,
+                "min_bid": round(dph * rng.uniform(0.45, 0.7), 4), "storage_cost": STORAGE_PER_GB_MONTH,
+                "inet_down": round(rng.uniform(150, 2500), 1), "inet_up": round(rng.uniform(100, 1500), 1),
+                "inet_down_cost": 0.002, "inet_up_cost": 0.002, "reliability": rel, "reliability2": rel,
+                "verification": "verified", "verified": True, "rentable": True, "rented": False,
+                "external": False, "geolocation": host_geo[host], "cuda_max_good": model.cuda,
+                "driver_version": "550.54.14", "dlperf": dlperf, "dlperf_per_dphtotal": round(dlperf / dph, 2),
+                "score": round(dlperf / dph * rel * 4, 2), "total_flops": round(model.total_flops * n, 1),
+                "pcie_bw": round(rng.uniform(11, 25), 1), "direct_port_count": rng.choice([20, 50, 100]),
+                "duration": float(rng.randint(7, 90) * 86400), "static_ip": rng.random() < 0.5,
+                "is_bid": False, "compute_cap": 890 if "40" in model.name else 800,
+            }
+
+        for model in GPU_MODELS:
+            for _ in range(rng.randint(6, 9)):
+                add(model, rng.choice(hosts), rng.choice([1, 1, 1, 2, 2, 4, 8]))
+            mine = [o for o in self.offers.values() if o["gpu_name"] == model.name and o["num_gpus"] == 1]
+            if not any(o["host_id"] in good for o in mine):
+                add(model, rng.choice(good), 1)
+            if not any(o["host_id"] in self.bad_hosts for o in mine):
+                add(model, rng.choice(bad), 1)
+        for behaviour in BEHAVIOURS:
+            singles = [o for o in self.offers.values() if o["num_gpus"] == 1]
+            if not any(self.bad_hosts.get(o["host_id"]) == behaviour for o in singles):
+                host = next(h for h in bad if self.bad_hosts[h] == behaviour)
+                add(rng.choice(GPU_MODELS), host, 1)
+
+    def find_offer(self, gpu_name: str | None = None, *, good: bool = True, num_gpus: int | None = 1,
+                   behaviour: str | None = None) -> dict[str, Any]:
+        """The cheapest unrented offer matching; `good=False` picks one on a bad host."""
+        rows = sorted(self.offers.values(), key=lambda o: (o["dph_total"], o["id"]))
+        for o in rows:
+            bad = o["host_id"] in self.bad_hosts
+            if o["rented"] or (gpu_name and o["gpu_name"] != gpu_name):
+                continue
+            if num_gpus is not None and o["num_gpus"] != num_gpus:
+                continue
+            if behaviour is not None:
+                if self.bad_hosts.get(o["host_id"]) == behaviour:
+                    return dict(o)
+                continue
+            if bad != (not good):
+                continue
+            return dict(o)
+        raise LookupError(f"no offer for gpu_name={gpu_name} good={good} behaviour={behaviour}")
+
+    def search(self, q: dict[str, Any]) -> list[dict[str, Any]]:
+        """Unrented offers matching the filters in `q`, in its `order` (default best score first)."""
+        if not isinstance(q, dict):
+            raise ApiError(400, "invalid_args", "search body must be an object")
+        special = {"order", "type", "limit", "allocated_storage", "select_cols", "disable_bundling"}
+        filters = {k: v for k, v in q.items() if k not in special}
+        rows = [dict(o) for o in self.offers.values() if not o["rented"]]
+        rows = [r for r in rows if matches(r, filters)]
+        order = q.get("order") or [["score", "desc"]]
+        if not isinstance(order, list):
+            raise ApiError(400, "invalid_args", "order must be a list of [field, direction]")
+        rows = sort_rows(sorted(rows, key=lambda r: r["id"]),
+                         [(o[0], o[1] if len(o) > 1 else "asc") for o in order if o])
+        try:
+            limit = int(q.get("limit") or 64)
+        except (TypeError, ValueError) as e:
+            raise ApiError(400, "invalid_args", "limit must be an integer") from e
+        if q.get("type") == "bid":
+            for r in rows:
+                r["is_bid"] = True
+        return rows[:max(0, min(limit, 1000))]
+
+    def check_rent(self, offer_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        """The offer `body` may rent: image, disk and bid price checked; ApiError (404, 410, 400) if not."""
+        offer = self.offers.get(offer_id)
+        if offer is None:
+            raise ApiError(404, "no_such_ask", f"Instance type by id {offer_id} is not available.")
+        if offer["rented"]:
+            raise ApiError(410, "no_such_ask", f"Offer {offer_id} is no longer available: already rented.")
+        if not body.get("image"):
+            raise ApiError(400, "invalid_args", "image is required")
+        disk = body.get("disk") or 10
+        try:
+            disk = float(disk)
+        except (TypeError, ValueError) as e:
+            raise ApiError(400, "invalid_args", "disk must be a number") from e
+        if disk > offer["disk_space"]:
+            raise ApiError(400, "invalid_args", f"disk {disk} GB exceeds the offer's {offer['disk_space']} GB")
+        price = body.get("price")
+        if price is not None:
+            try:
+                price = float(price)
+            except (TypeError, ValueError) as e:
+                raise ApiError(400, "invalid_args", "price must be a number") from e
+            if price < offer["min_bid"]:
+                raise ApiError(400, "invalid_args",
+                               f"bid price {price} is below the offer's min_bid {offer['min_bid']}")
+        return offer

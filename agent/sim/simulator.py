@@ -1,0 +1,261 @@
+"""The Simulator: one simulated vast.ai account, holding the state the other modules work on.
+
+It owns the market, the instances (live and destroyed), the balance, the job queue, the
+fault knobs and the request log, all behind one lock. Time comes from an injectable clock;
+`tick()` brings billing, lifecycles and the queue up to the clock's now in steps of a
+simulated minute. HTTP requests come in through `handle()` (see agent/sim/api.py).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+from agent.sim import api, instances, state
+from agent.sim.clock import Clock, ManualClock, scaled_wall_clock
+from agent.sim.demand import JobQueue, arrival_rate, step_end
+from agent.sim.faults import Faults, ambiguous_rent, draw_fault
+from agent.sim.instances import Instance
+from agent.sim.logs import LogResults, synthetic_logs, tail_lines
+from agent.sim.market import Market
+from agent.sim.replies import ApiError, Reply, json_reply
+
+
+class Simulator:
+    """The whole simulated vast.ai account: market, instances, billing, demand, faults."""
+
+    def __init__(
+        self,
+        seed: int = 0,
+        speed: float = 1.0,
+        clock: Clock | None = None,
+        api_key: str = "sim-key",
+        state_file: str | None = None,
+        start_balance: float = 500.0,
+    ) -> None:
+        self.seed = seed
+        self.speed = speed
+        self.api_key = api_key
+        self.state_file = state_file
+        self.faults = Faults()
+        self.requests: list[dict[str, Any]] = []
+        self.instances: dict[int, Instance] = {}
+        self.destroyed: dict[int, Instance] = {}
+        self.market = Market(seed)
+        self.offers = self.market.offers
+        self.bad_hosts = self.market.bad_hosts
+        self.balance = float(start_balance)
+        self.queue = JobQueue()
+        self._lock = threading.RLock()
+        self._fault_rng = random.Random(f"{seed}:faults")
+        self._next_id = 21_000_000 + random.Random(f"{seed}:ids").randrange(1000, 9000)
+        self._planted: dict[int, str] = {}
+        self._results = LogResults(seed)
+        saved = state.read(state_file, seed) if state_file else None
+        start = float(saved["now"]) if saved else time.time()
+        self.manual = isinstance(clock, ManualClock)
+        self._clock: Clock = clock if clock is not None else scaled_wall_clock(start, speed)
+        self._last_t = self._clock()
+        if saved:
+            state.restore(self, saved)
+
+    def __repr__(self) -> str:
+        return f"Simulator(seed={self.seed}, instances={len(self.instances)})"
+
+    @property
+    def pending(self) -> float:
+        """Jobs waiting in the queue (tests set it to make demand high or low)."""
+        return self.queue.pending
+
+    @pending.setter
+    def pending(self, value: float) -> None:
+        self.queue.pending = value
+
+    @property
+    def completed(self) -> float:
+        return self.queue.completed
+
+    @completed.setter
+    def completed(self, value: float) -> None:
+        self.queue.completed = value
+
+    # -- time ---------------------------------------------------------------------------
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def now(self) -> float:
+        return self._clock()
+
+    def tick(self) -> float:
+        """Bring every instance, the balance and the queue up to the clock's now."""
+        with self._lock:
+            now = self._clock()
+            self._advance_to(now)
+            return now
+
+    def advance(self, seconds: float) -> float:
+        """Advance a ManualClock and the simulation with it."""
+        if not isinstance(self._clock, ManualClock):
+            raise RuntimeError("advance needs a ManualClock")
+        self._clock.advance(seconds)
+        return self.tick()
+
+    def _advance_to(self, now: float) -> None:
+        t = self._last_t
+        while t < now:
+            end = step_end(t, now)
+            shares: list[tuple[Instance, float]] = []
+            for iid in sorted(self.instances):
+                inst = self.instances[iid]
+                secs, charges = instances.advance(self.seed, inst, t, end)
+                for cost in charges:
+                    self.balance -= cost
+                if secs > 0:
+                    shares.append((inst, secs * instances.jobs_per_h(inst) / 3600.0))
+            capacity = sum(c for _, c in shares)
+            done = self.queue.step(self.arrival_rate(t) * (end - t) / 3600.0, capacity)
+            for inst, c in shares:
+                inst["_jobs"] += done * c / capacity
+            if self.balance <= 0:
+                for inst in self.instances.values():
+                    if inst["actual_status"] in ("running", "loading", "created", None):
+                        instances.stop(inst, "stopped: insufficient credit")
+            t = end
+        self._last_t = max(self._last_t, now)
+
+    # -- market and demand ----------------------------------------------------------------
+
+    def find_offer(self, gpu_name: str | None = None, *, good: bool = True, num_gpus: int | None = 1,
+                   behaviour: str | None = None) -> dict[str, Any]:
+        """The cheapest unrented offer matching; `good=False` picks one on a bad host."""
+        with self._lock:
+            return self.market.find_offer(gpu_name, good=good, num_gpus=num_gpus, behaviour=behaviour)
+
+    def arrival_rate(self, t: float) -> float:
+        """Jobs per hour arriving at simulated time t: a day cycle, bursts, quiet spells."""
+        return arrival_rate(self.seed, t)
+
+    def demand(self) -> dict[str, Any]:
+        with self._lock:
+            now = self.tick()
+            gpus = sum(i["num_gpus"] for i in self.instances.values() if i["actual_status"] == "running")
+            return self.queue.snapshot(now, gpus, self.arrival_rate(now))
+
+    # -- instances ----------------------------------------------------------------------
+
+    def create_instance(self, offer_id: int, *, image: str = "sim/prover:latest", label: str | None = None,
+                        env: dict[str, str] | None = None, onstart: str | None = None, disk: float = 10.0,
+                        price: float | None = None) -> int:
+        """Rent an offer directly (no HTTP), as if through PUT /asks/{id}/; return the instance id."""
+        with self._lock:
+            now = self.tick()
+            offer = self.offers.get(offer_id)
+            if offer is None or offer["rented"]:
+                raise LookupError(f"offer {offer_id} is not available")
+            body = {"image": image, "label": label, "env": env or {}, "onstart": onstart, "disk": disk,
+                    "price": price, "runtype": "ssh"}
+            return int(self._create_instance(offer, body, now)["id"])
+
+    def _create_instance(self, offer: dict[str, Any], body: dict[str, Any], now: float) -> Instance:
+        iid = self._next_id
+        self._next_id += 1 + instances.irng(self.seed, iid, "id").randrange(0, 17)
+        behaviour = self.bad_hosts.get(offer["host_id"], "good")
+        inst = instances.new_instance(self.seed, iid, offer, body, now, behaviour)
+        self.instances[iid] = inst
+        offer["rented"] = True
+        return inst
+
+    def _rent(self, offer_id: int, body: dict[str, Any], now: float) -> Reply:
+        """PUT /asks/{id}/: rent an offer (possibly answered by an ambiguous-rent fault)."""
+        offer = self.market.check_rent(offer_id, body)
+        if self.balance <= 0:
+            raise ApiError(402, "insufficient_credit", "Your account balance is too low to rent.")
+        if not isinstance(body.get("env") or {}, dict):
+            raise ApiError(400, "invalid_args", "env must be an object")
+        inst = self._create_instance(offer, body, now)
+        fault = ambiguous_rent(self.faults, self._fault_rng, inst["id"])
+        return fault or json_reply(200, {"success": True, "new_contract": inst["id"]})
+
+    def _get(self, iid: int) -> Instance:
+        inst = self.instances.get(iid)
+        if inst is None:
+            raise ApiError(404, "no_such_instance", f"Instance {iid} not found.")
+        return inst
+
+    def _destroy(self, iid: int, now: float) -> None:
+        inst = self._get(iid)
+        del self.instances[iid]
+        inst["_destroyed_at"] = now
+        self.destroyed[iid] = inst
+        offer = self.offers.get(inst["_offer_id"])
+        if offer is not None:
+            offer["rented"] = False
+        self._planted.pop(iid, None)
+
+    def outbid(self, instance_id: int) -> None:
+        """An interruptible (bid) instance loses its GPU: stopped, not destroyed; storage still bills."""
+        with self._lock:
+            now = self.tick()
+            inst = self.instances.get(int(instance_id))
+            if inst is None:
+                raise LookupError(f"no instance {instance_id}")
+            instances.stop(inst, "outbid: stopped by a higher bid", intended=False)
+            inst["_outbid_at"] = now
+
+    def _public(self, inst: Instance) -> dict[str, Any]:
+        return instances.public(self.seed, inst, self._clock(), busy=self.pending >= 1)
+
+    def _sorted_instances(self) -> list[Instance]:
+        return [self.instances[i] for i in sorted(self.instances)]
+
+    # -- logs ---------------------------------------------------------------------------
+
+    def plant_logs(self, instance_id: int, text: str) -> None:
+        with self._lock:
+            self._planted[int(instance_id)] = text
+
+    def _request_logs(self, iid: int, body: dict[str, Any], base_url: str, now: float) -> dict[str, Any]:
+        inst = self._get(iid)
+        try:
+            tail = int(body.get("tail") or 1000)
+        except (TypeError, ValueError) as e:
+            raise ApiError(400, "invalid_args", "tail must be a number") from e
+        text = self._planted.get(iid)
+        if text is None:
+            text = synthetic_logs(self.seed, inst, now)
+        token = self._results.put(iid, tail_lines(text, tail))
+        return {"success": True, "result_url": f"{base_url}/results/{token}.txt",
+                "msg": "Logs requested; fetch result_url when ready."}
+
+    def _result(self, path: str) -> Reply:
+        token = path.rsplit("/", 1)[-1].removesuffix(".txt")
+        with self._lock:
+            return self._results.fetch(token)
+
+    # -- faults, HTTP, persistence --------------------------------------------------------
+
+    def _draw_fault(self, path: str) -> Reply | None:
+        return draw_fault(self.faults, self._fault_rng, path, self._clock)
+
+    def handle(self, method: str, target: str, headers: dict[str, str], body: bytes,
+               base_url: str) -> Reply:
+        """Answer one HTTP request. Thread-safe; delays are returned, not slept."""
+        return api.handle(self, method, target, headers, body, base_url)
+
+    def state(self) -> dict[str, Any]:
+        """Everything a test or an operator may want to see, as of now (GET /_sim/state)."""
+        with self._lock:
+            return state.snapshot(self, self.tick())
+
+    def save(self, path: str | None = None) -> None:
+        """Write the state as JSON, atomically (temp file + rename)."""
+        path = path or self.state_file
+        if not path:
+            return
+        with self._lock:
+            data = state.to_saved(self, self.tick())
+        state.write(path, data)
