@@ -334,7 +334,8 @@ def _is_context_length(e: openai.APIStatusError, detail: str) -> bool:
         return False
     code = (e.code or "").lower()
     body = e.body if isinstance(e.body, dict) else {}
-    inner = body.get("error") if isinstance(body.get("error"), dict) else {}
+    err = body.get("error")
+    inner: dict[str, Any] = err if isinstance(err, dict) else {}
     codes = {code, str(inner.get("code") or "").lower()}
     if "context_length_exceeded" in codes:
         return True

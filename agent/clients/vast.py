@@ -314,11 +314,11 @@ class VastClient:
                 delay *= BACKOFF_FACTOR
                 continue
             if resp.status_code in RETRYABLE_STATUS and attempt < attempts:
-                wait = self._retry_wait(resp, delay)
-                if wait is not None:
+                retry_wait = self._retry_wait(resp, delay)
+                if retry_wait is not None:
                     log.warning("vast.retry", method=method, path=api_path, status=resp.status_code,
-                                attempt=attempt, wait_s=round(wait, 3))
-                    self._sleep(wait)
+                                attempt=attempt, wait_s=round(retry_wait, 3))
+                    self._sleep(retry_wait)
                     delay *= BACKOFF_FACTOR
                     continue
             return resp
