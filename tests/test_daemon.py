@@ -233,7 +233,11 @@ def test_notify_socket_and_the_single_writer_lock(tmp_path, sim_server, daemons)
                 lines.extend(sock.recv(4096).split(b"\n"))
 
         until(lambda m: m == b"READY=1")
-        assert until(lambda m: m.startswith(b"STATUS=tick 1 ")).startswith(b"STATUS=tick 1 ok: ")
+        until(lambda m: m.startswith(b"STATUS=tick 1 ok: "))
+        statuses = [m for m in lines if m.startswith(b"STATUS=")]
+        assert statuses[1:3] == [b"STATUS=reconciling with vast.ai before the first tick",
+                                 b"STATUS=tick 1 running since " + statuses[2][-9:]], statuses
+        assert statuses[3].startswith(b"STATUS=tick 1 ok: ") and b"; next " in statuses[3]
         until(lambda m: m == b"WATCHDOG=1")
 
         second = subprocess.run([sys.executable, "-m", "agent.cli", "--config", str(cfg), "run"], cwd=tmp_path,

@@ -47,7 +47,7 @@ def _copy_units(tmp_path: Path) -> Path:
     for name in UNITS:
         text = (SYSTEMD_DIR / name).read_text()
         if not Path(INSTALLED_BINARY).exists():
-            text = text.replace(f"ExecStart={INSTALLED_BINARY} ", f"ExecStart={_stand_in_binary()} ")
+            text = text.replace(f"={INSTALLED_BINARY} ", f"={_stand_in_binary()} ")
         (target / name).write_text(text)
     return target
 
@@ -68,8 +68,10 @@ def test_daemon_unit_has_the_required_settings():
     assert settings["Type"] == ["notify"]
     assert settings["NotifyAccess"] == ["main"]
     assert settings["ExecStart"] == [f"{INSTALLED_BINARY} --config /etc/fleet-agent/config.yaml run"]
-    assert settings["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    assert settings["ExecReload"] == [f"{INSTALLED_BINARY} --config /etc/fleet-agent/config.yaml config check",
+                                      "/bin/kill -HUP $MAINPID"]
     assert settings["Restart"] == ["on-failure"]
+    assert settings["RestartPreventExitStatus"] == ["2"]
     assert settings["WatchdogSec"] == ["120"]
     assert settings["StateDirectory"] == ["fleet-agent"]
     assert settings["StateDirectoryMode"] == ["0700"]
@@ -78,6 +80,8 @@ def test_daemon_unit_has_the_required_settings():
         "model_api_key:/etc/fleet-agent/credentials/model_api_key",
         "vast_api_key:/etc/fleet-agent/credentials/vast_api_key",
     ]
+    # A blank default for each: a missing key file does not fail the start (systemd.exec(5)).
+    assert sorted(settings["SetCredential"]) == ["model_api_key:\\n", "vast_api_key:\\n"]
     assert settings["UMask"] == ["0077"]
     assert settings["CapabilityBoundingSet"] == [""]
     assert "IPAddressDeny" not in settings, "the daemon needs egress to vast.ai and the model endpoint"
@@ -90,6 +94,7 @@ def test_tick_mode_units():
     assert tick["Type"] == ["oneshot"]
     assert tick["ExecStart"] == [f"{INSTALLED_BINARY} --config /etc/fleet-agent/config.yaml tick"]
     lifecycle = {"Type", "NotifyAccess", "ExecStart", "ExecReload", "Restart", "RestartSec", "WatchdogSec",
+                 "RestartPreventExitStatus",
                  "TimeoutStartSec", "TimeoutStopSec", "Description", "Documentation", "WantedBy"}
     shared = {key: value for key, value in daemon.items() if key not in lifecycle}
     assert {key: tick.get(key) for key in shared} == shared
