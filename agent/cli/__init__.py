@@ -22,6 +22,7 @@ from agent.cli import context as context_commands
 from agent.cli import demo as demo_commands
 from agent.cli import feedback as feedback_commands
 from agent.cli import ops as ops_commands
+from agent.cli import output
 from agent.cli import service as service_commands
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event, render
@@ -41,7 +42,7 @@ tagged messages in its conversation.
 
 
 def _print(s: str = "") -> None:
-    sys.stdout.write(s + "\n")
+    output.out(s)
 
 
 # ------------------------------------------------------------------ init
@@ -90,7 +91,7 @@ def cmd_config_check(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_config_show(args: argparse.Namespace, app: App) -> int:
-    _print(json.dumps(app.settings.to_dict(), indent=2, sort_keys=True, default=str))
+    _print(output.json_text(app.settings.to_dict(), indent=2, sort_keys=True, default=str))
     return 0
 
 
@@ -123,7 +124,7 @@ def cmd_log_export(args: argparse.Namespace, app: App) -> int:
 def cmd_log_search(args: argparse.Namespace, app: App) -> int:
     hits = app.log.search(" ".join(args.query), limit=args.limit)
     for e, snip in hits:
-        _print(f"#{e.seq} {e.ts[:19]} {e.kind}: {snip}")
+        _print(f"#{e.seq} {e.ts[:19]} {e.kind}: {output.line(snip)}")
     if not hits:
         _print("no matches")
     return 0
@@ -196,7 +197,7 @@ def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
 
     def show(e: Event) -> None:
         if args.json:
-            _print(json.dumps(e.to_dict(), ensure_ascii=False, sort_keys=True))
+            _print(output.json_text(e.to_dict(), sort_keys=True))
         else:
             tick = f" t{e.tick}" if e.tick is not None else ""
             _print(f"#{e.seq} {e.ts[:19]}Z {e.kind} [{e.source}{tick}]\n  " + describe(e).replace("\n", "\n  "))
@@ -336,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     except FleetAgentError as e:
         from agent.secrets import scrub
 
-        sys.stderr.write(f"fleet-agent: {scrub(str(e))}\n")
+        sys.stderr.write(f"fleet-agent: {output.text(scrub(str(e)))}\n")
         return e.exit_code
     except KeyboardInterrupt:
         return 130

@@ -11,17 +11,18 @@ import dataclasses
 import getpass
 import json
 import os
-import sys
 from typing import Any
 
 from agent import feedback
 from agent.app import App
+from agent.cli import output
+from agent.cli.output import line
 from agent.errors import FleetAgentError
 from agent.events import render
 
 
 def _print(s: str = "") -> None:
-    sys.stdout.write(s + "\n")
+    output.out(s)
 
 
 def invoking_user() -> str:
@@ -48,7 +49,7 @@ def _alerts(app: App, *, all_: bool) -> list[dict[str, Any]]:
 def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
     rows = _alerts(app, all_=args.all)
     if args.json:
-        _print(json.dumps(rows, indent=2, ensure_ascii=False))
+        _print(output.json_text(rows, indent=2))
         return 0
     if not rows:
         _print("no alerts" if args.all else "no open alerts")
@@ -56,7 +57,7 @@ def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
     for a in rows:
         seen = f" ×{a['count']}" if a["count"] > 1 else ""
         _print(f"#{a['id']:<4} {a['severity']:<8} {a['status']:<8} {a['last_ts'][:16].replace('T', ' ')}"
-               f"{seen}  {a['title']}  [{a['dedup_key']}]")
+               f"{seen}  {line(a['title'])}  [{line(a['dedup_key'])}]")
     return 0
 
 
@@ -66,7 +67,7 @@ def cmd_alerts_show(args: argparse.Namespace, app: App) -> int:
         raise FleetAgentError(f"no alert #{args.id}; 'fleet-agent alerts list --all' shows every alert")
     for k, v in dataclasses.asdict(alert).items():
         if v not in (None, ""):
-            _print(f"{k:>10}: {v}")
+            _print(f"{k:>10}: {line(v)}")
     _print("history:")
     for seq in app.log.store.alert_history_seqs(args.id):
         e = app.log.get(seq)
@@ -74,13 +75,13 @@ def cmd_alerts_show(args: argparse.Namespace, app: App) -> int:
             continue
         msg = render(e)
         text = msg["content"] if msg else json.dumps(e.payload, sort_keys=True, ensure_ascii=False)
-        _print(f"  #{e.seq} {e.ts[:19]}Z {e.kind}: {text}")
+        _print(f"  #{e.seq} {e.ts[:19]}Z {e.kind}: {line(text)}")
     return 0
 
 
 def cmd_alerts_ack(args: argparse.Namespace, app: App) -> int:
     e = feedback.ack(app.log, args.id, _by(args), args.note)
-    _print(f"alert #{args.id} acked by {e.payload['by']} (event #{e.seq})")
+    _print(f"alert #{args.id} acked by {line(e.payload['by'])} (event #{e.seq})")
     return 0
 
 
@@ -90,7 +91,7 @@ def cmd_alerts_ack(args: argparse.Namespace, app: App) -> int:
 def cmd_knowledge_list(args: argparse.Namespace, app: App) -> int:
     entries = feedback.knowledge_status(app.log, app.settings)
     if args.json:
-        _print(json.dumps([e.__dict__ for e in entries], indent=2))
+        _print(output.json_text([e.__dict__ for e in entries], indent=2))
         return 0
     if not entries:
         _print(f"no knowledge files in {app.settings.knowledge_path}")
@@ -99,7 +100,7 @@ def cmd_knowledge_list(args: argparse.Namespace, app: App) -> int:
         size = f"{k.size}B" if k.size is not None else "-"
         version = f"v{k.version}" if k.version is not None else "-"
         note = f"  ({k.problem})" if k.problem else ""
-        _print(f"{k.name:<32} {k.state:<8} {version:>5} {size:>9}{note}")
+        _print(f"{line(k.name):<32} {k.state:<8} {version:>5} {size:>9}{line(note)}")
     return 0
 
 
@@ -108,7 +109,7 @@ def cmd_knowledge_show(args: argparse.Namespace, app: App) -> int:
     if text is None:
         raise FleetAgentError(f"the log holds no current version of {args.name!r}; "
                               "'fleet-agent knowledge list' shows the files the agent knows")
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    _print(text[:-1] if text.endswith("\n") else text)
     return 0
 
 
@@ -118,14 +119,14 @@ def cmd_knowledge_edit(args: argparse.Namespace, app: App) -> int:
         _print(f"{r.name}: no changes")
     else:
         seqs = ", ".join(f"#{e.seq}" for e in r.events) or "none"
-        _print(f"{r.name}: {r.status} ({r.path}); logged as event {seqs}")
+        _print(f"{line(r.name)}: {r.status} ({line(r.path)}); logged as event {seqs}")
     return 0
 
 
 def cmd_knowledge_history(args: argparse.Namespace, app: App) -> int:
     versions = feedback.knowledge_history(app.log, args.name)
     if args.json:
-        _print(json.dumps(versions, indent=2))
+        _print(output.json_text(versions, indent=2))
         return 0
     if not versions:
         raise FleetAgentError(f"the log has no versions of {args.name!r}")
@@ -156,12 +157,12 @@ def cmd_unpin(args: argparse.Namespace, app: App) -> int:
 def cmd_directives(args: argparse.Namespace, app: App) -> int:
     ds = feedback.directives(app.log)
     if args.json:
-        _print(json.dumps(ds, indent=2, ensure_ascii=False))
+        _print(output.json_text(ds, indent=2))
         return 0
     if not ds:
         _print("no active directives")
     for d in ds:
-        _print(f"#{d['id']:<5} {d['ts'][:16].replace('T', ' ')} {d['by']}: {d['text']}")
+        _print(f"#{d['id']:<5} {d['ts'][:16].replace('T', ' ')} {line(d['by'])}: {line(d['text'])}")
     return 0
 
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from agent.app import App
+from agent.cli import output
 
 
 def cmd_tick(args: argparse.Namespace, app: App) -> int:
@@ -14,11 +13,11 @@ def cmd_tick(args: argparse.Namespace, app: App) -> int:
 
     r = run_tick(app)
     if args.json:
-        sys.stdout.write(json.dumps(r.__dict__, sort_keys=True) + "\n")
+        output.out(output.json_text(r.__dict__, sort_keys=True))
     else:
         state = "completed" if r.ok else f"FAILED: {r.reason}"
-        sys.stdout.write(f"tick {r.tick} {state} ({r.steps} model steps"
-                         + (f"; {', '.join(r.actions)}" if r.actions else "") + ")\n")
+        output.out(f"tick {r.tick} {state} ({r.steps} model steps"
+                   + (f"; {', '.join(r.actions)}" if r.actions else "") + ")")
     return 0 if r.ok else 1
 
 
