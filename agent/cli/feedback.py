@@ -11,6 +11,7 @@ import dataclasses
 import getpass
 import json
 import os
+import sys
 from typing import Any
 
 from agent import feedback
@@ -139,8 +140,16 @@ def cmd_knowledge_history(args: argparse.Namespace, app: App) -> int:
 # ------------------------------------------------------------------ notes and directives
 
 
+def _note_text(args: argparse.Namespace) -> str:
+    """The note from the arguments, or from standard input for ``say -``."""
+    if args.text != ["-"]:
+        return " ".join(args.text)
+    data = sys.stdin.buffer.read(feedback.MAX_NOTE_CHARS * 4 + 1)
+    return feedback.decode_note(data)
+
+
 def cmd_say(args: argparse.Namespace, app: App) -> int:
-    e = feedback.say(app.log, " ".join(args.text), _by(args), pin=args.pin)
+    e = feedback.say(app.log, _note_text(args), _by(args), pin=args.pin)
     if args.pin:
         _print(f"directive #{e.seq} pinned; 'fleet-agent unpin {e.seq}' withdraws it")
     else:
@@ -230,7 +239,7 @@ def register(sub: Any) -> None:
     s = sub.add_parser("say", help="tell the agent something (--pin: a standing directive)",
                        description="Append an operator note; the agent sees '[operator note · you] TEXT'. "
                        "With --pin it becomes a directive kept in every request until unpinned.")
-    s.add_argument("text", nargs="+", help="what to say")
+    s.add_argument("text", nargs="+", help="what to say ('-': read it from standard input)")
     s.add_argument("--by", help=by_help)
     s.add_argument("--pin", action="store_true", help="make it a standing directive")
     s.set_defaults(func=cmd_say)

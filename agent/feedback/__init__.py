@@ -28,11 +28,11 @@ from agent.feedback.knowledge import (
     valid_knowledge_name,
 )
 from agent.feedback.knowledge_edit import EditResult, knowledge_edit
-from agent.feedback.notes import MAX_NOTE_CHARS, directives, say, unpin
+from agent.feedback.notes import MAX_NOTE_CHARS, decode_note, directives, say, unpin, utf8_text
 
 __all__ = [
     "MAX_KNOWLEDGE_BYTES", "MAX_NOTE_CHARS", "SEVERITIES", "EditResult", "KnowledgeEntry", "ack", "check_conditions",
-    "directives", "knowledge_edit", "knowledge_history", "knowledge_status", "note_policy_blocks", "raise_alert",
-    "read_knowledge", "resolve_absent", "resolve_alert", "run_alert_hook", "say", "scan_knowledge", "unpin",
+    "decode_note", "directives", "knowledge_edit", "knowledge_history", "knowledge_status", "note_policy_blocks", "raise_alert",
+    "read_knowledge", "resolve_absent", "resolve_alert", "run_alert_hook", "say", "scan_knowledge", "unpin", "utf8_text",
     "valid_knowledge_name",
 ]
