@@ -200,6 +200,9 @@ class AlertSettings:
     low_balance: float = 25.0
     failed_ticks: int = 3
     policy_blocks: int = 5
+    # New alerts the model may open in one tick; repeats of live alerts are not counted.
+    max_new_per_tick: int = 3
+    # Runs off the tick's path with a minimal environment (agent/feedback/alert_hook.py).
     notify_command: str | None = None
     notify_timeout: Duration = Duration(10)
 
@@ -635,7 +638,8 @@ def _check_limits(s: Settings, loc: _Loc) -> None:
     for key, v in (("policy.max_instances", s.policy.max_instances),
                    ("policy.max_rents_per_hour", s.policy.max_rents_per_hour),
                    ("policy.max_destroys_per_hour", s.policy.max_destroys_per_hour),
-                   ("vast.max_attempts", s.vast.max_attempts)):
+                   ("vast.max_attempts", s.vast.max_attempts),
+                   ("alerts.max_new_per_tick", s.alerts.max_new_per_tick)):
         if v < 0:
             raise loc.error(key, "must not be negative")
     for key, x in (("policy.max_total_dph", s.policy.max_total_dph),

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from agent.events import Event
-from agent.feedback.alert_hook import run_alert_hook
+from agent.feedback.alert_hook import notify_alert
 from agent.feedback.alerts import live_alerts, raise_in, resolve_in
 from agent.store.log import EventLog, Transaction
 from agent.store.queries import KnowledgeVersion
@@ -175,7 +175,7 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
         logger.info("knowledge.changed", name=e.payload["name"], change=e.payload["change"],
                     size=e.payload["size"], seq=e.seq)
     for e in new_alerts:
-        run_alert_hook(settings, e)
+        notify_alert(settings, e)
     return changes
 
 
