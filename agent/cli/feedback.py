@@ -115,7 +115,7 @@ def cmd_knowledge_show(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_knowledge_edit(args: argparse.Namespace, app: App) -> int:
-    r = feedback.knowledge_edit(app.settings, app.log, args.name, args.editor)
+    r = feedback.knowledge_edit(app.settings, app.log, args.name, args.editor, by=_by(args))
     if r.status == "unchanged":
         _print(f"{r.name}: no changes")
     else:
@@ -225,8 +225,10 @@ def register(sub: Any) -> None:
     s.set_defaults(func=cmd_knowledge_show)
     s = ksub.add_parser("edit", help="edit (or create) a file in $VISUAL/$EDITOR; YAML is checked",
                         description="Edit a copy in $VISUAL or $EDITOR (default vi), then save it atomically. "
-                        "A YAML file that no longer parses is refused and the saved version kept.")
+                        "A YAML file that no longer parses is refused and the saved version kept; so is a save "
+                        "over a change someone else made meanwhile (their change is shown).")
     s.add_argument("name", help="file name, e.g. hosts.md (created if missing)")
+    s.add_argument("--by", help=by_help)
     s.add_argument("--editor", help=argparse.SUPPRESS)
     s.set_defaults(func=cmd_knowledge_edit)
     s = ksub.add_parser("history", help="every logged version of a file",

@@ -22,6 +22,7 @@ from agent.feedback.knowledge import (
     MAX_KNOWLEDGE_BYTES,
     KnowledgeEntry,
     knowledge_history,
+    knowledge_problems,
     knowledge_status,
     read_knowledge,
     scan_knowledge,
@@ -32,7 +33,7 @@ from agent.feedback.notes import MAX_NOTE_CHARS, decode_note, directives, say, u
 
 __all__ = [
     "MAX_KNOWLEDGE_BYTES", "MAX_NOTE_CHARS", "SEVERITIES", "EditResult", "KnowledgeEntry", "ack", "check_conditions",
-    "decode_note", "directives", "drain_alert_hooks", "knowledge_edit", "knowledge_history", "knowledge_status", "note_policy_blocks", "notify_alert", "raise_alert",
-    "read_knowledge", "resolve_absent", "resolve_alert", "run_alert_hook", "say", "scan_knowledge", "unpin", "utf8_text",
-    "valid_knowledge_name",
+    "decode_note", "directives", "drain_alert_hooks", "knowledge_edit", "knowledge_history", "knowledge_problems",
+    "knowledge_status", "note_policy_blocks", "notify_alert", "raise_alert", "read_knowledge", "resolve_absent",
+    "resolve_alert", "run_alert_hook", "say", "scan_knowledge", "unpin", "utf8_text", "valid_knowledge_name",
 ]
