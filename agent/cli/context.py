@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from agent.cli import args as args_
 from agent.cli import output
 from agent.context import parse_time
 from agent.context.replay import ReplayResult, inspect_request, replay, verify
@@ -108,8 +109,8 @@ def register(sub: Any) -> None:
                        "section's tokens and every message.")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--at", metavar="TIME", help="as of this UTC time (ISO 8601, e.g. 2026-11-29T10:05)")
-    g.add_argument("--tick", type=int, metavar="N", help="the last request tick N sent")
-    g.add_argument("--seq", type=int, metavar="S", help="as of event seq S")
+    g.add_argument("--tick", type=args_.count, metavar="N", help="the last request tick N sent")
+    g.add_argument("--seq", type=args_.count, metavar="S", help="as of event seq S")
     s.add_argument("--json", action="store_true", help="print messages and manifest as JSON")
     s.set_defaults(func=cmd_context)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from agent import feedback
 from agent.app import App
+from agent.cli import args as args_
 from agent.cli import output
 from agent.cli.output import line
 from agent.errors import FleetAgentError
@@ -200,12 +201,12 @@ def register(sub: Any) -> None:
     s.set_defaults(func=cmd_alerts_list)
     s = asub.add_parser("show", help="one alert with its history",
                         description="Show one alert's fields and every event about it.")
-    s.add_argument("id", type=int, help="alert number")
+    s.add_argument("id", type=args_.number, help="alert number")
     s.set_defaults(func=cmd_alerts_show)
     s = asub.add_parser("ack", help="acknowledge an open alert (the agent sees the ack and note)",
                         description="Acknowledge an open alert. The agent sees '[alert #N acked · you]' with "
                         "your note. Refuses unknown, acked or resolved alerts.")
-    s.add_argument("id", type=int, help="alert number")
+    s.add_argument("id", type=args_.number, help="alert number")
     s.add_argument("--note", help="a note for the agent, e.g. what you did about it")
     s.add_argument("--by", help=by_help)
     s.set_defaults(func=cmd_alerts_ack)
@@ -248,7 +249,7 @@ def register(sub: Any) -> None:
 
     s = sub.add_parser("unpin", help="withdraw a pinned directive",
                        description="Withdraw a directive; the agent sees that it was withdrawn.")
-    s.add_argument("id", type=int, help="directive number (see 'fleet-agent directives')")
+    s.add_argument("id", type=args_.number, help="directive number (see 'fleet-agent directives')")
     s.add_argument("--by", help=by_help)
     s.set_defaults(func=cmd_unpin)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from agent.errors import FleetAgentError, UsageError
@@ -9,6 +10,7 @@ from agent.events import Event
 from agent.store.log import EventLog
 
 MAX_NOTE_CHARS = 4000
+MAX_NAME_CHARS = 64
 
 def utf8_text(what: str, text: str) -> str:
     """``text`` unchanged if it is valid Unicode; a UsageError naming ``what`` otherwise.
@@ -39,6 +41,9 @@ def operator_name(by: str) -> str:
     by = utf8_text("--by", (by or "").strip())
     if not by:
         raise UsageError("say who you are: --by NAME must not be empty")
+    if len(by) > MAX_NAME_CHARS or any(c in "[]" or unicodedata.category(c)[0] in "CZ" and c != " " for c in by):
+        raise UsageError(f"--by {by!r}: a name is up to {MAX_NAME_CHARS} characters without brackets, "
+                         "line breaks or control characters (it appears in the agent's '[operator note · NAME]' tags)")
     return by
 
 
