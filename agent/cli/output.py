@@ -46,10 +46,18 @@ def text(s: object) -> str:
     return _UNSAFE_TEXT.sub(_visible, str(s))
 
 
+def _json_escape(m: re.Match[str]) -> str:
+    o = ord(m.group())
+    if o > 0xFFFF:  # JSON spells characters beyond the BMP as a surrogate pair
+        o -= 0x10000
+        return f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}"
+    return f"\\u{o:04x}"
+
+
 def json_text(obj: object, **kwargs: object) -> str:
     """``json.dumps(obj, ensure_ascii=False, ...)`` with the invisible characters escaped as ``\\uXXXX``."""
     dumped = json.dumps(obj, ensure_ascii=False, **kwargs)  # type: ignore[arg-type]
-    return _UNSAFE_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", dumped)
+    return _UNSAFE_JSON.sub(_json_escape, dumped)
 
 
 def out(s: str = "") -> None:
