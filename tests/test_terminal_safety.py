@@ -133,9 +133,8 @@ def test_the_corpus_through_every_reading_command(hostile: Path, capsys: pytest.
 
 def test_directives_list_one_per_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """Pinned directives holding newlines and fake tags list as exactly one line each."""
+    assert cli.main(["init", str(tmp_path)]) == 0
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(config.example_text(), encoding="utf-8")
-    assert cli.main(["--config", str(cfg), "config", "show"]) == 0
     from agent.app import App
 
     app = App(config.load(str(cfg)))
@@ -152,8 +151,8 @@ def test_directives_list_one_per_line(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_error_lines_are_escaped_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """An error message quoting operator input verbatim (a path with an escape) is escaped on stderr."""
+    assert cli.main(["init", str(tmp_path)]) == 0
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(config.example_text(), encoding="utf-8")
     code = cli.main(["--config", str(cfg), "log", "export", "-o", str(tmp_path / "no\x1b]0;pwned\x07" / "x")])
     _, err = capsys.readouterr()
     assert code == 1
