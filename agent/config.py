@@ -395,8 +395,9 @@ def _to_python(node: yaml.Node, path: tuple[str, ...], loc: _Loc) -> Any:
 
 
 def _compose(text: str, file: str) -> yaml.Node | None:
-    loader = _NoAliasLoader(text)
+    loader: _NoAliasLoader | None = None
     try:
+        loader = _NoAliasLoader(text)  # the reader checks the characters here already
         return typing.cast("yaml.Node | None", loader.get_single_node())
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
@@ -417,7 +418,8 @@ def _compose(text: str, file: str) -> yaml.Node | None:
         raise ConfigError(f"{file}: not valid YAML: nested too deeply; a config is a few levels of "
                           "key: value, see config.example.yaml") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _parse_yaml(text: str, file: str) -> tuple[dict[str, Any], _Loc]:

@@ -131,7 +131,8 @@ def cmd_knowledge_history(args: argparse.Namespace, app: App) -> int:
         _print(output.json_text(versions, indent=2))
         return 0
     if not versions:
-        raise FleetAgentError(f"the log has no versions of {args.name!r}")
+        raise FleetAgentError(f"the log has no versions of {args.name!r}; "
+                              "'fleet-agent knowledge list' shows the files the agent knows")
     for v in versions:
         h = (v["hash"] or "-")[:12]
         _print(f"v{v['version']:<4} {v['ts'][:19]}Z {v['change']:<8} {v['size']:>9}B {h}  (event #{v['seq']})")

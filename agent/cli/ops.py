@@ -11,6 +11,9 @@ from agent.cli import output
 def cmd_tick(args: argparse.Namespace, app: App) -> int:
     from agent.tick import run_tick
 
+    # The keys first, as `run` does: a missing or unreadable key is a config error, not a failed tick.
+    app.settings.vast_api_key(app.env)
+    app.settings.model_api_key(app.env)
     r = run_tick(app)
     if args.json:
         output.out(output.json_text(r.__dict__, sort_keys=True))
