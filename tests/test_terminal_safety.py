@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
 import pytest
 
 from agent import cli, config, feedback

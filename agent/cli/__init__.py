@@ -179,8 +179,8 @@ def _parse_since(v: str | None) -> tuple[int, str | None]:
     try:
         return 0, _parse_time(v)
     except UsageError:
-        raise UsageError(f"--since {v!r} is neither a seq number nor a time; use a seq number or an ISO time "
-                         "like 2026-11-29T10:05:00Z") from None
+        raise UsageError(f"--since {v!r} is neither a seq number nor an ISO time like 2026-11-29T10:05:00Z; "
+                         "use one of those") from None
 
 
 def _parse_time(v: str) -> str:
