@@ -11,10 +11,12 @@ Search order: ``--config PATH``, ``$FLEET_AGENT_CONFIG``, ``./config.yaml``,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import os
 import re
 import types
@@ -25,11 +27,14 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import structlog
 import yaml
 from apscheduler.triggers.cron import CronTrigger
 
 from agent.errors import ConfigError
 from agent.secrets import Secret
+
+logger = structlog.get_logger(__name__)
 
 SEARCH_PATHS = ("./config.yaml", "/etc/fleet-agent/config.yaml")
 
@@ -195,6 +200,9 @@ class AlertSettings:
     low_balance: float = 25.0
     failed_ticks: int = 3
     policy_blocks: int = 5
+    # New alerts the model may open in one tick; repeats of live alerts are not counted.
+    max_new_per_tick: int = 3
+    # Runs off the tick's path with a minimal environment (agent/feedback/alert_hook.py).
     notify_command: str | None = None
     notify_timeout: Duration = Duration(10)
 
@@ -271,24 +279,50 @@ def find_secret(name: str, ref: SecretRef, settings: Settings,
     """The first of ``ref``'s places that holds a value, or None; an unreadable key file is an error."""
     env = os.environ if env is None else env
     if ref.env and env.get(ref.env):
-        return Secret(env[ref.env].strip(), f"${ref.env}")
+        return Secret(_one_line(name, env[ref.env], f"${ref.env}"), f"${ref.env}")
     if ref.file:
         p = settings.path(ref.file)
-        try:
-            value = p.read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise ConfigError(f"{name}: cannot read the key file {p}: {e.strerror}; "
-                              f"fix the path in {name}_file or the file's permissions") from None
+        _warn_key_file(name, p)
+        value = _read_key(name, p, f"fix the path in {name}_file or the file's permissions")
         if value:
-            return Secret(value, str(p))
+            return Secret(_one_line(name, value, str(p)), str(p))
     cred_dir = env.get("CREDENTIALS_DIRECTORY")
     if ref.credential and cred_dir:
         p = Path(cred_dir) / ref.credential
         if p.is_file():
-            value = p.read_text(encoding="utf-8").strip()
+            value = _read_key(name, p, f"fix the file behind LoadCredential={ref.credential}")
             if value:
-                return Secret(value, f"credential {ref.credential}")
+                return Secret(_one_line(name, value, f"credential {ref.credential}"), f"credential {ref.credential}")
     return None
+
+
+def _read_key(name: str, p: Path, fix: str) -> str:
+    try:
+        return p.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{name}: the key file {p} is not UTF-8 text; write the key alone on one line") from None
+    except OSError as e:
+        raise ConfigError(f"{name}: cannot read the key file {p}: {e.strerror}; {fix}") from None
+
+
+def _one_line(name: str, value: str, where: str) -> str:
+    """``value`` stripped; a key that spans lines is refused (a pasted file, not a key)."""
+    value = value.strip()
+    if "\n" in value or "\r" in value:
+        raise ConfigError(f"{name}: {where} holds several lines; a key is one line: keep only the key")
+    return value
+
+
+def _warn_key_file(name: str, p: Path) -> None:
+    """Warn (never refuse) about a key file others can read, or one reached through a symlink."""
+    with contextlib.suppress(OSError):
+        if p.is_symlink():
+            logger.warning("secret.file_symlink", setting=f"{name}_file", path=str(p),
+                           target=os.path.realpath(p), fix="point the setting at the file itself")
+        mode = p.stat().st_mode
+        if mode & 0o077:
+            logger.warning("secret.file_readable_by_others", setting=f"{name}_file", path=str(p),
+                           mode=f"{mode & 0o777:o}", fix=f"chmod 600 {p}")
 
 
 def _no_key(name: str, ref: SecretRef) -> typing.NoReturn:
@@ -322,12 +356,28 @@ class _Loc:
         return ConfigError(f"{self.at(tuple(dotted.split('.')))}: {dotted}: {msg}")
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without anchors and aliases: a config has no use for them, and nested
+    aliases expand exponentially (a few lines can take minutes, or forever, to load)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise yaml.composer.ComposerError(
+                None, None, "anchors (&name) and aliases (*name) are not allowed in the config; "
+                "write each value out", event.start_mark)
+        return typing.cast("yaml.Node | None", super().compose_node(parent, index))
+
+
+def _scalar(node: yaml.Node) -> Any:
+    return _NoAliasLoader("").construct_object(node, deep=True)
+
+
 def _to_python(node: yaml.Node, path: tuple[str, ...], loc: _Loc) -> Any:
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for k, v in node.value:
-            key = yaml.safe_load(yaml.serialize(k)) if not isinstance(k, yaml.ScalarNode) else k.value
-            key = str(key)
+            key = str(_scalar(k) if not isinstance(k, yaml.ScalarNode) else k.value)
             loc.lines[path + (key,)] = k.start_mark.line + 1
             if key in out:
                 raise ConfigError(f"{loc.file}:{k.start_mark.line + 1}: {'.'.join(path + (key,))}: "
@@ -336,13 +386,19 @@ def _to_python(node: yaml.Node, path: tuple[str, ...], loc: _Loc) -> Any:
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_to_python(v, path + (str(i),), loc) for i, v in enumerate(node.value)]
-    return yaml.safe_load(yaml.serialize(node))
-
-
-def _parse_yaml(text: str, file: str) -> tuple[dict[str, Any], _Loc]:
-    loc = _Loc(file)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        return _scalar(node)
+    except (ValueError, OverflowError) as e:  # e.g. a date like 2026-13-45
+        where = ".".join(path) or "(top level)"
+        raise ConfigError(f"{loc.file}:{node.start_mark.line + 1}: {where}: {node.value!r} cannot be read "
+                          f"({e}); quote it if it is text") from None
+
+
+def _compose(text: str, file: str) -> yaml.Node | None:
+    loader: _NoAliasLoader | None = None
+    try:
+        loader = _NoAliasLoader(text)  # the reader checks the characters here already
+        return typing.cast("yaml.Node | None", loader.get_single_node())
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = f":{mark.line + 1}" if mark else ""
@@ -358,12 +414,32 @@ def _parse_yaml(text: str, file: str) -> tuple[dict[str, Any], _Loc]:
     except yaml.YAMLError as e:
         one_line = " ".join(str(e).split())
         raise ConfigError(f"{file}: not valid YAML: {one_line}") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: not valid YAML: nested too deeply; a config is a few levels of "
+                          "key: value, see config.example.yaml") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _parse_yaml(text: str, file: str) -> tuple[dict[str, Any], _Loc]:
+    loc = _Loc(file)
+    node = _compose(text, file)
     if node is None:
         return {}, loc
     if not isinstance(node, yaml.MappingNode):
         raise ConfigError(f"{file}:{node.start_mark.line + 1}: the top level must be a mapping of settings "
                           "(key: value), see config.example.yaml")
-    return _to_python(node, (), loc), loc
+    try:
+        return _to_python(node, (), loc), loc
+    except RecursionError:
+        raise ConfigError(f"{file}: nested too deeply; a config is a few levels of key: value, "
+                          "see config.example.yaml") from None
+    except yaml.YAMLError as e:  # a scalar PyYAML cannot construct (e.g. a bad timestamp)
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{file}{line}: not valid YAML: {' '.join(str(getattr(e, 'problem', e)).split())}; "
+                          "fix the value there") from None
 
 
 # ------------------------------------------------------------------ validation
@@ -374,6 +450,13 @@ _D = TypeVar("_D")
 
 class _Refused(Exception):
     """A value that does not fit its field's type (``_coerce`` names the key and what was expected)."""
+
+    def __init__(self, why: str = "") -> None:
+        super().__init__(why)
+        self.why = why
+
+
+_NOT_FINITE = "; .nan and .inf are not numbers a setting can hold, write a finite number"
 
 
 def _non_null(t: object) -> object:
@@ -401,7 +484,13 @@ def _is_number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+def _finite(v: object) -> None:
+    if isinstance(v, float) and not math.isfinite(v):
+        raise _Refused(_NOT_FINITE)
+
+
 def _to_duration(v: object) -> Duration:
+    _finite(v)
     if _is_number(v) and typing.cast(float, v) >= 0:
         return Duration(typing.cast(float, v))
     if isinstance(v, str) and (m := _DUR.match(v)):
@@ -422,6 +511,7 @@ def _to_int(v: object) -> int:
 
 
 def _to_float(v: object) -> float:
+    _finite(v)
     if _is_number(v):
         return float(typing.cast(float, v))
     raise _Refused
@@ -470,8 +560,8 @@ def _coerce(value: object, t: object, where: str, key: str) -> object:
     """``value`` as field type ``t``; a ConfigError at ``where`` naming ``key`` when it does not fit."""
     try:
         return _convert(value, t)
-    except _Refused:
-        raise ConfigError(f"{where}: {key}: expected {_type_name(t)}, got {value!r}"[:300]) from None
+    except _Refused as e:
+        raise ConfigError(f"{where}: {key}: expected {_type_name(t)}, got {value!r}"[:300] + e.why) from None
 
 
 def _unknown_key(key: str, path: tuple[str, ...], fields: list[str], loc: _Loc) -> ConfigError:
@@ -550,9 +640,16 @@ def _check_limits(s: Settings, loc: _Loc) -> None:
     for key, v in (("policy.max_instances", s.policy.max_instances),
                    ("policy.max_rents_per_hour", s.policy.max_rents_per_hour),
                    ("policy.max_destroys_per_hour", s.policy.max_destroys_per_hour),
-                   ("vast.max_attempts", s.vast.max_attempts)):
+                   ("vast.max_attempts", s.vast.max_attempts),
+                   ("alerts.max_new_per_tick", s.alerts.max_new_per_tick)):
         if v < 0:
             raise loc.error(key, "must not be negative")
+    for key, x in (("policy.max_total_dph", s.policy.max_total_dph),
+                   ("policy.max_dph_per_instance", s.policy.max_dph_per_instance),
+                   ("alerts.low_balance", s.alerts.low_balance), ("fleet.disk_gb", s.fleet.disk_gb),
+                   ("model.temperature", s.model.temperature)):
+        if x < 0:
+            raise loc.error(key, f"must not be negative (got {x:g}); write 0 or more")
     if not 0 <= s.policy.min_reliability <= 1:
         raise loc.error("policy.min_reliability", "a share between 0 and 1")
     for u, key in ((s.vast.url, "vast.url"), (s.model.base_url, "model.base_url"), (s.demand.url, "demand.url")):

@@ -15,6 +15,8 @@ never interrupted mid-write.
   config is refused (one error log line) and the old one kept; a valid one
   replaces the settings from the next tick on, reschedules when the schedule
   changed, and appends ``config.loaded`` with the dotted keys that differ.
+  The files are read on a worker thread within ``RELOAD_LIMIT_S``; a SIGTERM
+  during a reload abandons it, so stopping never waits on a slow read.
 - systemd: ``READY=1`` once the log is open and the schedule set, before the
   start-up reconcile with vast.ai (it runs in the worker thread ahead of the
   first tick, so a hanging vast.ai neither exceeds the start timeout nor delays
@@ -73,6 +75,8 @@ log = structlog.get_logger(__name__)
 
 JOB_ID = "tick"
 MAIN_LOOP_WAKE_S = 0.5
+# A reload reads the config and prompt files for at most this long before it is refused.
+RELOAD_LIMIT_S = 10.0
 SIGNAL_NAMES: dict[int, str] = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT", signal.SIGHUP: "SIGHUP"}
 
 SignalHandler = Callable[[int, FrameType | None], Any] | int | None
@@ -460,12 +464,38 @@ class Daemon:
         finally:
             self.notifier.ready(self.status_text())
 
+    def _read_config(self) -> tuple[Settings, Prompts]:
+        """The new settings and prompts, read on a worker thread: the main thread keeps watching the
+        signals, gives up at once on SIGTERM/SIGINT (left queued for the main loop) and after
+        ``RELOAD_LIMIT_S`` (a file that never finishes reading must not hold the daemon)."""
+        box: list[tuple[Settings, Prompts] | BaseException] = []
+
+        def read() -> None:
+            try:
+                new = config.load(self.config_path, self.env)
+                new.vast_api_key(self.env)
+                box.append((new, _load_prompts(new)))
+            except BaseException as e:  # noqa: BLE001 - handed to the main thread, which re-raises it
+                box.append(e)
+
+        worker = threading.Thread(target=read, name="config-reload", daemon=True)
+        worker.start()
+        deadline = time.monotonic() + RELOAD_LIMIT_S
+        while worker.is_alive():
+            if any(s != signal.SIGHUP for s in self._signals):
+                raise ConfigError("reload abandoned: a stop signal arrived while the config was being read")
+            if time.monotonic() > deadline:
+                raise ConfigError(f"{self.config_path}: reading the config and prompt files took more than "
+                                  f"{RELOAD_LIMIT_S:g}s; check they are plain files, not pipes or network mounts")
+            worker.join(0.05)
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
     def _reload(self) -> bool:
         old = self.settings
         try:
-            new = config.load(self.config_path, self.env)
-            new.vast_api_key(self.env)
-            prompts = _load_prompts(new)
+            new, prompts = self._read_config()
             if new.data_path != old.data_path:
                 raise ConfigError(f"data_dir: changing it from {old.data_path} to {new.data_path} needs a "
                                   "restart (the daemon holds the lock and the log there)")

@@ -20,6 +20,7 @@ from typing import Any
 from agent import config
 from agent.config import Settings
 from agent.errors import FleetAgentError
+from agent.feedback.knowledge import knowledge_problems
 
 VAST_KEY_FIX = ("check the vast.ai API key (vast.api_key_env / vast.api_key_file / vast.api_key_credential); "
                 "keys are listed at https://cloud.vast.ai/manage-keys/")
@@ -212,6 +213,11 @@ def check_knowledge(s: Settings) -> Check:
     if unreadable:
         return Check("knowledge", False, f"{p}: cannot read {', '.join(sorted(unreadable)[:5])}",
                      "give the service user read access to those files")
+    refused = knowledge_problems(p)
+    if refused:
+        shown = "; ".join(f"{n} {why}" for n, why in sorted(refused.items())[:5])
+        return Check("knowledge", False, f"{p}: {len(refused)} files refused: {shown}",
+                     "fix or remove those files (the agent keeps their last good version meanwhile)")
     return Check("knowledge", True, f"{p}: {len(names)} files readable")
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from agent.app import App
+from agent.cli.output import line
 from agent.store.log import EventLog
 
 log = structlog.get_logger(__name__)
@@ -198,7 +199,7 @@ def format_text(st: dict[str, Any]) -> str:
         since = f" since {_t(d['started_at'])}" if d.get("started_at") else ""
         lines.append(f"daemon: running ({d['holder']}){since}")
     else:
-        extra = f"; last stopped {_t(d['stopped_at'])}: {d.get('stop_reason')}" if d.get("stopped_at") else ""
+        extra = f"; last stopped {_t(d['stopped_at'])}: {line(d.get('stop_reason'))}" if d.get("stopped_at") else ""
         if d.get("stale_holder"):
             extra += f"; the last holder ({d['stale_holder']}) exited without releasing the lock"
         lines.append(f"daemon: not running{extra}")
@@ -211,7 +212,7 @@ def format_text(st: dict[str, Any]) -> str:
                      + (" (running now)" if d["running"] else " (interrupted)"))
     lt = st.get("last_tick")
     if lt:
-        outcome = "ok" if lt["ok"] else f"FAILED ({lt.get('reason')})"
+        outcome = "ok" if lt["ok"] else f"FAILED ({line(lt.get('reason'))})"
         dur = f", {lt['duration_ms'] / 1000:.1f}s" if isinstance(lt.get("duration_ms"), int | float) else ""
         lines.append(f"last tick: #{lt['tick']} {outcome} at {_t(lt['at'])}: {lt.get('steps')} steps, "
                      f"{lt['tokens']:,} tokens ({lt['cached_tokens']:,} cached){dur}")
@@ -224,7 +225,8 @@ def format_text(st: dict[str, Any]) -> str:
                      f"{_money(f['dph'])}/h · balance {_money(f['balance'])}")
         for i in f["instances"]:
             flag = "" if i.get("ours", True) else " NOT-OURS"
-            lines.append(f"  #{i['id']} {i['gpu_name']} x{i['num_gpus']} {i['status']} {_money(i['dph'])}/h{flag}")
+            lines.append(f"  #{line(i['id'])} {line(i['gpu_name'])} x{line(i['num_gpus'])} {line(i['status'])} "
+                         f"{_money(i['dph'])}/h{flag}")
         dm = f.get("demand")
         if isinstance(dm, dict):
             lines.append(f"demand: {dm.get('pending', '?')} pending, {dm.get('running', 0)} running, "
@@ -232,7 +234,7 @@ def format_text(st: dict[str, Any]) -> str:
     alerts = st.get("alerts") or []
     lines.append(f"alerts: {len(alerts)} open")
     for a in alerts:
-        lines.append(f"  #{a['id']} {a['severity']}: {a['title']} (x{a['count']}, last {_t(a['last_ts'])})")
+        lines.append(f"  #{a['id']} {a['severity']}: {line(a['title'])} (x{a['count']}, last {_t(a['last_ts'])})")
     c = st.get("context")
     if c:
         est = " (estimate)" if c.get("method") == "estimate" else ""

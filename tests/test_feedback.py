@@ -274,6 +274,7 @@ def test_notify_command_receives_the_alert_json(app, tmp_path):
     s = with_notify(app, f"{sys.executable} {script} {out}")
     feedback.raise_alert(app.log, key="balance:low", severity="critical", title="broke", detail="$1", settings=s)
     feedback.raise_alert(app.log, key="balance:low", severity="critical", title="broke", settings=s)
+    assert feedback.drain_alert_hooks(30)
     lines = out.read_text().splitlines()
     assert len(lines) == 1
     body = json.loads(lines[0])
@@ -286,11 +287,13 @@ def test_failing_or_missing_notify_command_is_logged_not_raised(app, tmp_path):
     s = with_notify(app, f"{sys.executable} -c \"import sys; sys.stderr.write('boom'); sys.exit(3)\"")
     with capture_logs() as logs:
         assert feedback.raise_alert(app.log, key="a", severity="warning", title="A", settings=s) == (1, True)
+        assert feedback.drain_alert_hooks(30)
     failed = [x for x in logs if x["event"] == "alert.notify_failed"]
     assert failed and failed[0]["status"] == 3 and "boom" in failed[0]["stderr"]
     s = with_notify(app, str(tmp_path / "no-such-command"))
     with capture_logs() as logs:
         assert feedback.raise_alert(app.log, key="b", severity="warning", title="B", settings=s) == (2, True)
+        assert feedback.drain_alert_hooks(30)
     assert [x["error"] for x in logs if x["event"] == "alert.notify_failed"] == ["FileNotFoundError"]
 
 
@@ -312,6 +315,7 @@ def test_hanging_notify_command_is_killed_at_the_timeout(app, tmp_path):
     s = with_notify(app, str(script), timeout=1.0)
     with capture_logs() as logs:
         assert feedback.raise_alert(app.log, key="h", severity="warning", title="H", settings=s) == (1, True)
+        assert feedback.drain_alert_hooks(30)
     assert [x["event"] for x in logs if x["event"].startswith("alert.notify")] == ["alert.notify_timeout"]
     shell, child = (int(x) for x in pids.read_text().split())
     deadline = time.monotonic() + 5

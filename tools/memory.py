@@ -44,10 +44,18 @@ def _read_knowledge(ctx: ToolContext, args: Args) -> Outcome:
     return Outcome(True, text)
 
 
+def _new_alerts_this_tick(ctx: ToolContext) -> int:
+    return sum(1 for e in ctx.log.read(kinds=["alert.raised"], tick=ctx.tick) if e.payload.get("raised_by") == "model")
+
+
 def _raise_alert(ctx: ToolContext, args: Args) -> Outcome:
     from agent.feedback import raise_alert
 
     key = args.get("key") or f"model:{args['title'].strip().lower()[:80]}"
+    cap = ctx.settings.alerts.max_new_per_tick
+    if not ctx.log.store.live_alerts(key=key) and _new_alerts_this_tick(ctx) >= cap:
+        return Outcome(False, error=f"you already opened {cap} new alerts this tick (alerts.max_new_per_tick); "
+                       "put further findings in the detail of an open alert, or raise them next tick")
     alert_id, new = raise_alert(ctx.log, key=key, severity=args["severity"], title=args["title"],
                                 detail=args.get("detail", ""), raised_by="model", tick=ctx.tick,
                                 settings=ctx.settings)

@@ -18,10 +18,12 @@ from typing import NoReturn
 
 from agent import __version__, config, logsetup
 from agent.app import App
+from agent.cli import args as args_
 from agent.cli import context as context_commands
 from agent.cli import demo as demo_commands
 from agent.cli import feedback as feedback_commands
 from agent.cli import ops as ops_commands
+from agent.cli import output
 from agent.cli import service as service_commands
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event, render
@@ -41,7 +43,7 @@ tagged messages in its conversation.
 
 
 def _print(s: str = "") -> None:
-    sys.stdout.write(s + "\n")
+    output.out(s)
 
 
 # ------------------------------------------------------------------ init
@@ -90,7 +92,7 @@ def cmd_config_check(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_config_show(args: argparse.Namespace, app: App) -> int:
-    _print(json.dumps(app.settings.to_dict(), indent=2, sort_keys=True, default=str))
+    _print(output.json_text(app.settings.to_dict(), indent=2, sort_keys=True, default=str))
     return 0
 
 
@@ -123,7 +125,7 @@ def cmd_log_export(args: argparse.Namespace, app: App) -> int:
 def cmd_log_search(args: argparse.Namespace, app: App) -> int:
     hits = app.log.search(" ".join(args.query), limit=args.limit)
     for e, snip in hits:
-        _print(f"#{e.seq} {e.ts[:19]} {e.kind}: {snip}")
+        _print(f"#{e.seq} {e.ts[:19]} {e.kind}: {output.line(snip)}")
     if not hits:
         _print("no matches")
     return 0
@@ -177,7 +179,8 @@ def _parse_since(v: str | None) -> tuple[int, str | None]:
     try:
         return 0, _parse_time(v)
     except UsageError:
-        raise UsageError(f"--since {v!r} is neither a seq number nor an ISO time like 2026-11-29T10:05:00Z") from None
+        raise UsageError(f"--since {v!r} is neither a seq number nor an ISO time like 2026-11-29T10:05:00Z; "
+                         "use one of those") from None
 
 
 def _parse_time(v: str) -> str:
@@ -196,7 +199,7 @@ def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
 
     def show(e: Event) -> None:
         if args.json:
-            _print(json.dumps(e.to_dict(), ensure_ascii=False, sort_keys=True))
+            _print(output.json_text(e.to_dict(), sort_keys=True))
         else:
             tick = f" t{e.tick}" if e.tick is not None else ""
             _print(f"#{e.seq} {e.ts[:19]}Z {e.kind} [{e.source}{tick}]\n  " + describe(e).replace("\n", "\n  "))
@@ -275,13 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_log_verify)
     s = lsub.add_parser("export", help="write events as JSON lines, hashes included",
                         description="Export events (every field) as JSON lines.")
-    s.add_argument("--since", type=int, default=0, help="only events after this seq")
+    s.add_argument("--since", type=args_.count, default=0, help="only events after this seq")
     s.add_argument("-o", "--output", help="file to write (default: stdout)")
     s.set_defaults(func=cmd_log_export)
     s = lsub.add_parser("search", help="full-text search over every event",
                         description="Full-text search over the rendered text of every event, newest first.")
     s.add_argument("query", nargs="+", help="words to find (all must match)")
-    s.add_argument("--limit", type=int, default=20, help="at most this many hits")
+    s.add_argument("--limit", type=args_.number, default=20, help="at most this many hits")
     s.set_defaults(func=cmd_log_search)
     s = lsub.add_parser("rebuild", help="rebuild read models from the log (--check: compare only)",
                         description="Rebuild alerts, memory, directives, ownership, intents and knowledge "
@@ -299,17 +302,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--since", help="a seq number or an ISO time")
     s.add_argument("--until", help="an ISO time")
     s.add_argument("--kind", action="append", help="only this kind, or a family like 'tool.' (repeatable)")
-    s.add_argument("--limit", type=int, help="at most this many events")
+    s.add_argument("--limit", type=args_.number, help="at most this many events")
     s.add_argument("--follow", action="store_true", help="keep printing new events")
-    s.add_argument("--follow-for", type=float, help=argparse.SUPPRESS)
+    s.add_argument("--follow-for", type=args_.positive, help=argparse.SUPPRESS)
     s.add_argument("--json", action="store_true", help="one JSON object per event")
     s.set_defaults(func=cmd_thread_show)
 
     s = sub.add_parser("sim", help="run the vast.ai simulator on 127.0.0.1",
                        description="Serve a vast.ai-compatible API (and GET /demand) on 127.0.0.1.")
-    s.add_argument("--port", type=int, default=18790, help="port (default 18790)")
-    s.add_argument("--seed", type=int, default=0, help="market and fault seed")
-    s.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second")
+    s.add_argument("--port", type=args_.port, default=18790, help="port (default 18790)")
+    s.add_argument("--seed", type=args_.count, default=0, help="market and fault seed")
+    s.add_argument("--speed", type=args_.positive, default=1.0, help="simulated seconds per real second")
     s.add_argument("--state", help="persist state to this file and reload it on start")
     s.add_argument("--api-key", default="sim-key", help="the key clients must send (default sim-key)")
     s.set_defaults(func=cmd_sim, no_config=True)
@@ -325,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace, App | None], int] = args.func
     app: App | None = None
     try:
+        args_.check_utf8(args)
         if getattr(args, "no_config", False):
             logsetup.configure("warning", "auto")
             return handler(args, None)
@@ -336,12 +340,16 @@ def main(argv: list[str] | None = None) -> int:
     except FleetAgentError as e:
         from agent.secrets import scrub
 
-        sys.stderr.write(f"fleet-agent: {scrub(str(e))}\n")
+        sys.stderr.write(f"fleet-agent: {output.text(scrub(str(e)))}\n")
         return e.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a path the operator named: missing directory, no permission, disk full
+        where = f"{e.filename}: " if e.filename else ""
+        sys.stderr.write(f"fleet-agent: {output.text(where)}{e.strerror or e}; check the path and its permissions\n")
+        return 1
     finally:
         if app is not None:
             app.close()

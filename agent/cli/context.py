@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Iterator
 from typing import Any
 
+from agent.cli import args as args_
+from agent.cli import output
 from agent.context import parse_time
 from agent.context.replay import ReplayResult, inspect_request, replay, verify
 
 
 def _out(s: str = "") -> None:
-    sys.stdout.write(s + "\n")
+    output.out(s)
 
 
 def _cache(app: Any) -> Any:
@@ -46,9 +47,9 @@ def cmd_context(args: argparse.Namespace, app: Any) -> int:
                     model=app.settings.model.name, at_ts=at, tick=args.tick, seq=args.seq, cache=_cache(app))
     p, recorded, match = found.projection, found.recorded, found.matches
     if args.json:
-        _out(json.dumps({"messages": p.messages, "manifest": p.manifest, "tokens": p.tokens,
+        _out(output.json_text({"messages": p.messages, "manifest": p.manifest, "tokens": p.tokens,
                          "sections": p.sections, "recorded_request_seq": recorded.seq if recorded else None,
-                         "recorded_hash_matches": match}, ensure_ascii=False, indent=2, sort_keys=True))
+                         "recorded_hash_matches": match}, indent=2, sort_keys=True))
         return 0 if match is not False else 1
     m = p.manifest
     limit = settings.budget_tokens - settings.output_reserve
@@ -108,8 +109,8 @@ def register(sub: Any) -> None:
                        "section's tokens and every message.")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--at", metavar="TIME", help="as of this UTC time (ISO 8601, e.g. 2026-11-29T10:05)")
-    g.add_argument("--tick", type=int, metavar="N", help="the last request tick N sent")
-    g.add_argument("--seq", type=int, metavar="S", help="as of event seq S")
+    g.add_argument("--tick", type=args_.count, metavar="N", help="the last request tick N sent")
+    g.add_argument("--seq", type=args_.count, metavar="S", help="as of event seq S")
     s.add_argument("--json", action="store_true", help="print messages and manifest as JSON")
     s.set_defaults(func=cmd_context)
 

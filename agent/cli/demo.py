@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from agent.cli import args as args_
+
 
 def cmd_demo(args: argparse.Namespace, _app: object) -> int:
     from agent import logsetup
@@ -25,11 +27,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        "provider (or a real OpenAI-compatible model), with an operator who acks an alert, edits "
                        "a knowledge file and pins a directive midway. Exit 0 only if every tick completed and the "
                        "log verifies.")
-    s.add_argument("--ticks", type=int, default=15, help="how many ticks (default 15)")
-    s.add_argument("--speed", type=float, default=600.0,
+    s.add_argument("--ticks", type=args_.number, default=15, help="how many ticks (default 15)")
+    s.add_argument("--speed", type=args_.positive, default=600.0,
                    help="simulated seconds per real second between ticks (default 600: a tick every 0.5 s)")
     s.add_argument("--model-url", help="an OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1")
     s.add_argument("--model", help="the model name at --model-url")
     s.add_argument("--keep", metavar="DIR", help="keep the data and config in DIR (must be empty)")
-    s.add_argument("--seed", type=int, default=11, help="simulator seed (default 11)")
+    s.add_argument("--seed", type=args_.count, default=11, help="simulator seed (default 11)")
     s.set_defaults(func=cmd_demo, no_config=True)

@@ -16,12 +16,15 @@ from typing import Any
 
 from agent import feedback
 from agent.app import App
+from agent.cli import args as args_
+from agent.cli import output
+from agent.cli.output import line
 from agent.errors import FleetAgentError
 from agent.events import render
 
 
 def _print(s: str = "") -> None:
-    sys.stdout.write(s + "\n")
+    output.out(s)
 
 
 def invoking_user() -> str:
@@ -48,7 +51,7 @@ def _alerts(app: App, *, all_: bool) -> list[dict[str, Any]]:
 def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
     rows = _alerts(app, all_=args.all)
     if args.json:
-        _print(json.dumps(rows, indent=2, ensure_ascii=False))
+        _print(output.json_text(rows, indent=2))
         return 0
     if not rows:
         _print("no alerts" if args.all else "no open alerts")
@@ -56,7 +59,7 @@ def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
     for a in rows:
         seen = f" ×{a['count']}" if a["count"] > 1 else ""
         _print(f"#{a['id']:<4} {a['severity']:<8} {a['status']:<8} {a['last_ts'][:16].replace('T', ' ')}"
-               f"{seen}  {a['title']}  [{a['dedup_key']}]")
+               f"{seen}  {line(a['title'])}  [{line(a['dedup_key'])}]")
     return 0
 
 
@@ -66,7 +69,7 @@ def cmd_alerts_show(args: argparse.Namespace, app: App) -> int:
         raise FleetAgentError(f"no alert #{args.id}; 'fleet-agent alerts list --all' shows every alert")
     for k, v in dataclasses.asdict(alert).items():
         if v not in (None, ""):
-            _print(f"{k:>10}: {v}")
+            _print(f"{k:>10}: {line(v)}")
     _print("history:")
     for seq in app.log.store.alert_history_seqs(args.id):
         e = app.log.get(seq)
@@ -74,13 +77,13 @@ def cmd_alerts_show(args: argparse.Namespace, app: App) -> int:
             continue
         msg = render(e)
         text = msg["content"] if msg else json.dumps(e.payload, sort_keys=True, ensure_ascii=False)
-        _print(f"  #{e.seq} {e.ts[:19]}Z {e.kind}: {text}")
+        _print(f"  #{e.seq} {e.ts[:19]}Z {e.kind}: {line(text)}")
     return 0
 
 
 def cmd_alerts_ack(args: argparse.Namespace, app: App) -> int:
     e = feedback.ack(app.log, args.id, _by(args), args.note)
-    _print(f"alert #{args.id} acked by {e.payload['by']} (event #{e.seq})")
+    _print(f"alert #{args.id} acked by {line(e.payload['by'])} (event #{e.seq})")
     return 0
 
 
@@ -90,7 +93,7 @@ def cmd_alerts_ack(args: argparse.Namespace, app: App) -> int:
 def cmd_knowledge_list(args: argparse.Namespace, app: App) -> int:
     entries = feedback.knowledge_status(app.log, app.settings)
     if args.json:
-        _print(json.dumps([e.__dict__ for e in entries], indent=2))
+        _print(output.json_text([e.__dict__ for e in entries], indent=2))
         return 0
     if not entries:
         _print(f"no knowledge files in {app.settings.knowledge_path}")
@@ -99,7 +102,7 @@ def cmd_knowledge_list(args: argparse.Namespace, app: App) -> int:
         size = f"{k.size}B" if k.size is not None else "-"
         version = f"v{k.version}" if k.version is not None else "-"
         note = f"  ({k.problem})" if k.problem else ""
-        _print(f"{k.name:<32} {k.state:<8} {version:>5} {size:>9}{note}")
+        _print(f"{line(k.name):<32} {k.state:<8} {version:>5} {size:>9}{line(note)}")
     return 0
 
 
@@ -108,27 +111,28 @@ def cmd_knowledge_show(args: argparse.Namespace, app: App) -> int:
     if text is None:
         raise FleetAgentError(f"the log holds no current version of {args.name!r}; "
                               "'fleet-agent knowledge list' shows the files the agent knows")
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    _print(text[:-1] if text.endswith("\n") else text)
     return 0
 
 
 def cmd_knowledge_edit(args: argparse.Namespace, app: App) -> int:
-    r = feedback.knowledge_edit(app.settings, app.log, args.name, args.editor)
+    r = feedback.knowledge_edit(app.settings, app.log, args.name, args.editor, by=_by(args))
     if r.status == "unchanged":
         _print(f"{r.name}: no changes")
     else:
         seqs = ", ".join(f"#{e.seq}" for e in r.events) or "none"
-        _print(f"{r.name}: {r.status} ({r.path}); logged as event {seqs}")
+        _print(f"{line(r.name)}: {r.status} ({line(r.path)}); logged as event {seqs}")
     return 0
 
 
 def cmd_knowledge_history(args: argparse.Namespace, app: App) -> int:
     versions = feedback.knowledge_history(app.log, args.name)
     if args.json:
-        _print(json.dumps(versions, indent=2))
+        _print(output.json_text(versions, indent=2))
         return 0
     if not versions:
-        raise FleetAgentError(f"the log has no versions of {args.name!r}")
+        raise FleetAgentError(f"the log has no versions of {args.name!r}; "
+                              "'fleet-agent knowledge list' shows the files the agent knows")
     for v in versions:
         h = (v["hash"] or "-")[:12]
         _print(f"v{v['version']:<4} {v['ts'][:19]}Z {v['change']:<8} {v['size']:>9}B {h}  (event #{v['seq']})")
@@ -138,8 +142,16 @@ def cmd_knowledge_history(args: argparse.Namespace, app: App) -> int:
 # ------------------------------------------------------------------ notes and directives
 
 
+def _note_text(args: argparse.Namespace) -> str:
+    """The note from the arguments, or from standard input for ``say -``."""
+    if args.text != ["-"]:
+        return " ".join(args.text)
+    data = sys.stdin.buffer.read(feedback.MAX_NOTE_CHARS * 4 + 1)
+    return feedback.decode_note(data)
+
+
 def cmd_say(args: argparse.Namespace, app: App) -> int:
-    e = feedback.say(app.log, " ".join(args.text), _by(args), pin=args.pin)
+    e = feedback.say(app.log, _note_text(args), _by(args), pin=args.pin)
     if args.pin:
         _print(f"directive #{e.seq} pinned; 'fleet-agent unpin {e.seq}' withdraws it")
     else:
@@ -156,12 +168,12 @@ def cmd_unpin(args: argparse.Namespace, app: App) -> int:
 def cmd_directives(args: argparse.Namespace, app: App) -> int:
     ds = feedback.directives(app.log)
     if args.json:
-        _print(json.dumps(ds, indent=2, ensure_ascii=False))
+        _print(output.json_text(ds, indent=2))
         return 0
     if not ds:
         _print("no active directives")
     for d in ds:
-        _print(f"#{d['id']:<5} {d['ts'][:16].replace('T', ' ')} {d['by']}: {d['text']}")
+        _print(f"#{d['id']:<5} {d['ts'][:16].replace('T', ' ')} {line(d['by'])}: {line(d['text'])}")
     return 0
 
 
@@ -190,12 +202,12 @@ def register(sub: Any) -> None:
     s.set_defaults(func=cmd_alerts_list)
     s = asub.add_parser("show", help="one alert with its history",
                         description="Show one alert's fields and every event about it.")
-    s.add_argument("id", type=int, help="alert number")
+    s.add_argument("id", type=args_.number, help="alert number")
     s.set_defaults(func=cmd_alerts_show)
     s = asub.add_parser("ack", help="acknowledge an open alert (the agent sees the ack and note)",
                         description="Acknowledge an open alert. The agent sees '[alert #N acked · you]' with "
                         "your note. Refuses unknown, acked or resolved alerts.")
-    s.add_argument("id", type=int, help="alert number")
+    s.add_argument("id", type=args_.number, help="alert number")
     s.add_argument("--note", help="a note for the agent, e.g. what you did about it")
     s.add_argument("--by", help=by_help)
     s.set_defaults(func=cmd_alerts_ack)
@@ -215,8 +227,10 @@ def register(sub: Any) -> None:
     s.set_defaults(func=cmd_knowledge_show)
     s = ksub.add_parser("edit", help="edit (or create) a file in $VISUAL/$EDITOR; YAML is checked",
                         description="Edit a copy in $VISUAL or $EDITOR (default vi), then save it atomically. "
-                        "A YAML file that no longer parses is refused and the saved version kept.")
+                        "A YAML file that no longer parses is refused and the saved version kept; so is a save "
+                        "over a change someone else made meanwhile (their change is shown).")
     s.add_argument("name", help="file name, e.g. hosts.md (created if missing)")
+    s.add_argument("--by", help=by_help)
     s.add_argument("--editor", help=argparse.SUPPRESS)
     s.set_defaults(func=cmd_knowledge_edit)
     s = ksub.add_parser("history", help="every logged version of a file",
@@ -229,14 +243,14 @@ def register(sub: Any) -> None:
     s = sub.add_parser("say", help="tell the agent something (--pin: a standing directive)",
                        description="Append an operator note; the agent sees '[operator note · you] TEXT'. "
                        "With --pin it becomes a directive kept in every request until unpinned.")
-    s.add_argument("text", nargs="+", help="what to say")
+    s.add_argument("text", nargs="+", help="what to say ('-': read it from standard input)")
     s.add_argument("--by", help=by_help)
     s.add_argument("--pin", action="store_true", help="make it a standing directive")
     s.set_defaults(func=cmd_say)
 
     s = sub.add_parser("unpin", help="withdraw a pinned directive",
                        description="Withdraw a directive; the agent sees that it was withdrawn.")
-    s.add_argument("id", type=int, help="directive number (see 'fleet-agent directives')")
+    s.add_argument("id", type=args_.number, help="directive number (see 'fleet-agent directives')")
     s.add_argument("--by", help=by_help)
     s.set_defaults(func=cmd_unpin)
 

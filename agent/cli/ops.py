@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from agent.app import App
+from agent.cli import output
 
 
 def cmd_tick(args: argparse.Namespace, app: App) -> int:
     from agent.tick import run_tick
 
+    # The keys first, as `run` does: a missing or unreadable key is a config error, not a failed tick.
+    app.settings.vast_api_key(app.env)
+    app.settings.model_api_key(app.env)
     r = run_tick(app)
     if args.json:
-        sys.stdout.write(json.dumps(r.__dict__, sort_keys=True) + "\n")
+        output.out(output.json_text(r.__dict__, sort_keys=True))
     else:
         state = "completed" if r.ok else f"FAILED: {r.reason}"
-        sys.stdout.write(f"tick {r.tick} {state} ({r.steps} model steps"
-                         + (f"; {', '.join(r.actions)}" if r.actions else "") + ")\n")
+        output.out(f"tick {r.tick} {state} ({r.steps} model steps"
+                   + (f"; {', '.join(r.actions)}" if r.actions else "") + ")")
     return 0 if r.ok else 1
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from agent.app import App
+from agent.cli import output
 
 
 def _print(s: str = "") -> None:
-    sys.stdout.write(s + "\n")
+    output.out(s)
 
 
 def cmd_run(args: argparse.Namespace, app: App) -> int:
@@ -23,7 +22,7 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
     from agent.status import collect, format_text
 
     st = collect(app)
-    _print(json.dumps(st, indent=2, sort_keys=True, default=str) if args.json else format_text(st))
+    _print(output.json_text(st, indent=2, sort_keys=True, default=str) if args.json else format_text(st))
     return 0
 
 
@@ -32,7 +31,7 @@ def cmd_doctor(args: argparse.Namespace, _app: App | None) -> int:
 
     results = run_checks(args.config)
     if args.json:
-        _print(json.dumps([r.to_dict() for r in results], indent=2))
+        _print(output.json_text([r.to_dict() for r in results], indent=2))
     else:
         for r in results:
             _print(format_line(r))

@@ -205,6 +205,9 @@ class KnowledgeChangedV1(Payload):
     diff: str | None = None
     text: str | None = None
     prev_hash: str | None = None
+    # Who changed it: the operator for ``knowledge edit``, "edited on disk" for a change the scan found.
+    # Not rendered: the model's view of v1 is unchanged.
+    by: str | None = None
 
 
 def _r_knowledge_v1(e: Event, p: KnowledgeChangedV1) -> Message:

@@ -15,24 +15,25 @@ check and append together), so the operator CLI can use it while the daemon runs
 surface callers use (``from agent import feedback``; ``feedback.ack(...)``).
 """
 
-from agent.feedback.alert_hook import run_alert_hook
+from agent.feedback.alert_hook import drain_alert_hooks, notify_alert, run_alert_hook
 from agent.feedback.alerts import SEVERITIES, ack, raise_alert, resolve_absent, resolve_alert
 from agent.feedback.conditions import check_conditions, note_policy_blocks
 from agent.feedback.knowledge import (
     MAX_KNOWLEDGE_BYTES,
     KnowledgeEntry,
     knowledge_history,
+    knowledge_problems,
     knowledge_status,
     read_knowledge,
     scan_knowledge,
     valid_knowledge_name,
 )
 from agent.feedback.knowledge_edit import EditResult, knowledge_edit
-from agent.feedback.notes import MAX_NOTE_CHARS, directives, say, unpin
+from agent.feedback.notes import MAX_NOTE_CHARS, decode_note, directives, say, unpin, utf8_text
 
 __all__ = [
     "MAX_KNOWLEDGE_BYTES", "MAX_NOTE_CHARS", "SEVERITIES", "EditResult", "KnowledgeEntry", "ack", "check_conditions",
-    "directives", "knowledge_edit", "knowledge_history", "knowledge_status", "note_policy_blocks", "raise_alert",
-    "read_knowledge", "resolve_absent", "resolve_alert", "run_alert_hook", "say", "scan_knowledge", "unpin",
-    "valid_knowledge_name",
+    "decode_note", "directives", "drain_alert_hooks", "knowledge_edit", "knowledge_history", "knowledge_problems",
+    "knowledge_status", "note_policy_blocks", "notify_alert", "raise_alert", "read_knowledge", "resolve_absent",
+    "resolve_alert", "run_alert_hook", "say", "scan_knowledge", "unpin", "utf8_text", "valid_knowledge_name",
 ]

@@ -1,18 +1,30 @@
 """The operator's alert hook: ``alerts.notify_command``, run once per new alert with the event as JSON on
 standard input, in its own process group, killed when it overruns its timeout.
 
+Hooks run on a worker thread, one at a time, from a bounded queue (``notify_alert``), so a slow hook
+never stalls the tick that raised the alert. A process that exits waits for the queued hooks (each
+still bounded by ``alerts.notify_timeout``) for at most ``EXIT_DRAIN_S``.
+
+The hook runs with a minimal environment: ``PATH``, ``LANG`` and ``TZ`` from ours (when set), and
+``FLEET_AGENT_ALERT_ID``, ``FLEET_AGENT_SEVERITY``, ``FLEET_AGENT_AGENT_ID`` about the alert. Nothing
+else is inherited: the vast.ai and model keys stay in this process.
+
 (Not to be confused with ``agent.sdnotify``, which speaks systemd's notify protocol.)
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import queue
 import shlex
 import signal
 import subprocess
 import tempfile
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -20,6 +32,85 @@ import structlog
 from agent.events import Event
 
 logger = structlog.get_logger(__name__)
+
+# Variables a hook inherits from the daemon's environment; everything else is left behind.
+INHERITED_ENV = ("PATH", "LANG", "TZ")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+QUEUE_SIZE = 100
+EXIT_DRAIN_S = 30.0
+
+
+def hook_env(settings: Any, event: Event, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a hook: ``INHERITED_ENV`` and the documented ``FLEET_AGENT_*`` variables."""
+    environ = os.environ if environ is None else environ
+    env = {k: environ[k] for k in INHERITED_ENV if environ.get(k)}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env["FLEET_AGENT_ALERT_ID"] = str(event.payload.get("alert_id", ""))
+    env["FLEET_AGENT_SEVERITY"] = str(event.payload.get("severity", ""))
+    env["FLEET_AGENT_AGENT_ID"] = str(getattr(settings, "agent_id", "") or "")
+    return env
+
+
+class HookQueue:
+    """Runs alert hooks one at a time on a worker thread, off the caller's path."""
+
+    def __init__(self, maxsize: int = QUEUE_SIZE) -> None:
+        self._q: queue.Queue[tuple[Any, Event]] = queue.Queue(maxsize)
+        self._lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+
+    def submit(self, settings: Any, event: Event) -> bool:
+        """Queue a hook run; False (logged) when the queue is full."""
+        try:
+            self._q.put_nowait((settings, event))
+        except queue.Full:
+            logger.warning("alert.notify_dropped", alert_id=event.payload.get("alert_id"), queued=self._q.qsize(),
+                           reason="too many hooks waiting; the alert itself is in the log")
+            return False
+        with self._lock:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._run, name="alert-hooks", daemon=True)
+                self._worker.start()
+        return True
+
+    def _run(self) -> None:
+        while True:
+            settings, event = self._q.get()
+            try:
+                run_alert_hook(settings, event)
+            except Exception as e:  # noqa: BLE001 - the worker must outlive any one hook's failure
+                logger.error("alert.notify_failed", alert_id=event.payload.get("alert_id"),
+                             error=type(e).__name__, detail=str(e)[:300])
+            finally:
+                self._q.task_done()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every queued hook has run; False when ``timeout`` passed first."""
+        done = threading.Event()
+
+        def wait() -> None:
+            self._q.join()
+            done.set()
+
+        threading.Thread(target=wait, name="alert-hooks-drain", daemon=True).start()
+        return done.wait(timeout)
+
+
+_QUEUE = HookQueue()
+atexit.register(_QUEUE.drain, EXIT_DRAIN_S)
+
+
+def notify_alert(settings: Any, event: Event) -> None:
+    """Run ``alerts.notify_command`` for ``event`` soon, on the hook worker; returns at once."""
+    if settings is not None and getattr(settings.alerts, "notify_command", None):
+        _QUEUE.submit(settings, event)
+
+
+def drain_alert_hooks(timeout: float | None = None) -> bool:
+    """Wait for the queued alert hooks to finish (True), or until ``timeout`` (False)."""
+    return _QUEUE.drain(timeout)
+
+
 def run_alert_hook(settings: Any, event: Event) -> bool:
     """Run ``alerts.notify_command`` with the new alert as JSON on stdin.
 
@@ -46,7 +137,7 @@ def run_alert_hook(settings: Any, event: Event) -> bool:
     with tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
-                                    start_new_session=True, close_fds=True)
+                                    start_new_session=True, close_fds=True, env=hook_env(settings, event))
         except OSError as e:
             logger.warning("alert.notify_failed", alert_id=alert_id, command=argv[0], error=type(e).__name__,
                         detail=e.strerror)

@@ -13,8 +13,8 @@ from typing import Any
 
 from agent.errors import FleetAgentError
 from agent.events import Event
-from agent.feedback.alert_hook import run_alert_hook
-from agent.feedback.notes import operator_name
+from agent.feedback.alert_hook import notify_alert
+from agent.feedback.notes import operator_name, utf8_text
 from agent.store.log import EventLog, Transaction
 from agent.store.queries import Alert
 
@@ -74,7 +74,7 @@ def raise_alert(log: EventLog, *, key: str, severity: str, title: str, detail: s
         alert_id, event = raise_in(tx, key=key, severity=severity, title=title, detail=detail,
                                     raised_by=raised_by, tick=tick)
     if event is not None and settings is not None:
-        run_alert_hook(settings, event)
+        notify_alert(settings, event)
     return alert_id, event is not None
 
 
@@ -97,7 +97,7 @@ def resolve_absent(log: EventLog, prefix: str, still_present: set[str], tick: in
 def ack(log: EventLog, alert_id: int, by: str, note: str | None) -> Event:
     """Acknowledge open alert ``alert_id``; refuses (writing nothing) if it is unknown or not open."""
     by = operator_name(by)
-    note = (note or "").strip() or None
+    note = utf8_text("--note", (note or "").strip()) or None
     with log.transaction() as tx:
         a = tx.store.alert(alert_id)
         if a is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.events import Event
-from agent.feedback.alert_hook import run_alert_hook
+from agent.feedback.alert_hook import notify_alert
 from agent.feedback.alerts import raise_alert, raise_in, resolve_absent_in, resolve_alert
 from agent.store.log import EventLog, Transaction
 from agent.store.queries import FailedRun
@@ -92,7 +92,7 @@ def check_conditions(log: EventLog, settings: Any, observation: dict[str, Any], 
             else:
                 resolve_absent_in(tx, KEY_TICKS, set(), "a tick completed", tick)
     for e in new:
-        run_alert_hook(settings, e)
+        notify_alert(settings, e)
 
 
 def note_policy_blocks(log: EventLog, settings: Any, count: int, tick: int | None) -> None:

@@ -7,11 +7,13 @@ event carrying the diff and the full new text, so the log alone can say what the
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import os
 import re
 import stat
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from typing import Any
 import structlog
 
 from agent.events import Event
-from agent.feedback.alert_hook import run_alert_hook
+from agent.feedback.alert_hook import notify_alert
 from agent.feedback.alerts import live_alerts, raise_in, resolve_in
 from agent.store.log import EventLog, Transaction
 from agent.store.queries import KnowledgeVersion
@@ -28,6 +30,8 @@ logger = structlog.get_logger(__name__)
 KNOWLEDGE_SUFFIXES = (".md", ".txt", ".yaml", ".yml")
 MAX_KNOWLEDGE_BYTES = 1024 * 1024
 KEY_KNOWLEDGE_BAD = "knowledge:bad:"
+# ``knowledge.changed``'s ``by`` for a change the scan found (an edit outside ``knowledge edit``).
+EDITED_ON_DISK = "edited on disk"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,120}$")
 
 @dataclass(frozen=True)
@@ -42,7 +46,9 @@ def valid_knowledge_name(name: str) -> bool:
             and name.lower().endswith(KNOWLEDGE_SUFFIXES))
 
 
-def _read_file(path: Path, root: Path) -> _File:
+def _read_file(path: Path, root: Path, links_inside: Counter[tuple[int, int]] | None = None) -> _File:
+    """The file's bytes, or why it is refused. ``links_inside``: how many names each (device, inode)
+    has in the directory; a file with more links than that is also reachable from outside it."""
     name = path.name
     if path.is_symlink():
         target = Path(os.path.realpath(path))
@@ -63,6 +69,10 @@ def _read_file(path: Path, root: Path) -> _File:
             return _File(name, None, None)
         if not stat.S_ISREG(mode):
             return _File(name, None, "is not a regular file (a pipe, socket or device); refused")
+        st = os.fstat(fd)
+        if links_inside is not None and st.st_nlink > links_inside[(st.st_dev, st.st_ino)]:
+            return _File(name, None, "is a hard link to a file outside the knowledge directory; refused "
+                         "(copy the text into a file of its own)")
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(MAX_KNOWLEDGE_BYTES + 1)
     except OSError as e:
@@ -88,6 +98,16 @@ def text_problem(data: bytes) -> str | None:
     return None
 
 
+def _inodes(entries: list[os.DirEntry[str]]) -> Counter[tuple[int, int]]:
+    """(device, inode) -> how many names in the directory point at it."""
+    links: Counter[tuple[int, int]] = Counter()
+    for d in entries:
+        with contextlib.suppress(OSError):
+            st = d.stat(follow_symlinks=False)
+            links[(st.st_dev, st.st_ino)] += 1
+    return links
+
+
 def _list_files(kdir: Path) -> dict[str, _File]:
     root = Path(os.path.realpath(kdir))
     out: dict[str, _File] = {}
@@ -95,10 +115,11 @@ def _list_files(kdir: Path) -> dict[str, _File]:
         entries = sorted(os.scandir(kdir), key=lambda d: d.name)
     except (FileNotFoundError, NotADirectoryError):
         return out
+    links = _inodes(entries)
     for d in entries:
         if d.name.startswith(".") or not d.name.lower().endswith(KNOWLEDGE_SUFFIXES):
             continue
-        f = _read_file(Path(d.path), root)
+        f = _read_file(Path(d.path), root, links)
         if f.data is None and f.problem is None:
             continue  # a directory named like a file: not knowledge
         out[d.name] = f
@@ -119,10 +140,17 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[str] | None = None) -> list[Event]:
+def knowledge_problems(kdir: Path) -> dict[str, str]:
+    """name -> why the scan refuses it, for every knowledge file in ``kdir`` the agent cannot use."""
+    return {name: f.problem for name, f in _list_files(kdir).items() if f.problem is not None}
+
+
+def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[str] | None = None,
+                   by: str | None = None) -> list[Event]:
     """Compare the knowledge directory with the log; append one ``knowledge.changed`` per change.
 
-    All changes of one scan commit together. Unusable files are skipped with an
+    ``by`` says who made the changes (``knowledge edit`` passes the operator); a change found
+    otherwise is recorded as ``EDITED_ON_DISK``. All changes of one scan commit together. Unusable files are skipped with an
     alert (``knowledge:bad:<name>``) and the agent keeps their last good version;
     a missing directory changes nothing. ``only`` limits the scan to those names.
     """
@@ -159,13 +187,14 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
                 old = tx.store.knowledge_text(name) or ""
                 payload = {"name": name, "change": "changed", "hash": h, "prev_hash": prev.hash,
                            "size": len(f.data), "diff": unified_diff(old, text, name), "text": text}
+            payload["by"] = by or EDITED_ON_DISK
             changes.append(tx.append("knowledge.changed", payload, "operator", tick))
         for name, k in sorted(latest.items()):
             if k.hash is None or name in files or (only is not None and name not in only):
                 continue
             changes.append(tx.append("knowledge.changed", {"name": name, "change": "removed", "hash": None,
                                                            "prev_hash": k.hash, "size": 0, "diff": "",
-                                                           "text": None},
+                                                           "text": None, "by": by or EDITED_ON_DISK},
                                      "operator", tick))
         for a in live_alerts(tx, prefix=KEY_KNOWLEDGE_BAD):
             name = a.dedup_key[len(KEY_KNOWLEDGE_BAD):]
@@ -175,7 +204,7 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
         logger.info("knowledge.changed", name=e.payload["name"], change=e.payload["change"],
                     size=e.payload["size"], seq=e.seq)
     for e in new_alerts:
-        run_alert_hook(settings, e)
+        notify_alert(settings, e)
     return changes
 
 

@@ -1,0 +1,300 @@
+"""Every bad input gets one clear line, never a traceback: every CLI command against a corpus of bad
+configs, bad key files and bad arguments. Each run must exit 1 or 2, raise nothing past ``main``, say
+what is wrong and how to fix it, and leave the log, the config and the knowledge files as they were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent import cli, config, feedback
+from agent.app import App
+
+# One valid invocation of every command that reads the config.
+COMMANDS: list[list[str]] = [
+    ["config", "check"], ["config", "show"], ["log", "verify"], ["log", "export"], ["log", "search", "x"],
+    ["log", "rebuild", "--check"], ["thread", "show"], ["context"], ["replay"], ["tick"], ["run"],
+    ["alerts", "list"], ["alerts", "show", "1"], ["alerts", "ack", "1"], ["knowledge", "list"],
+    ["knowledge", "show", "notes.md"], ["knowledge", "edit", "notes.md", "--editor", "true"],
+    ["knowledge", "history", "notes.md"], ["say", "hi"], ["unpin", "1"], ["directives"], ["status"], ["doctor"],
+]
+
+ALIAS_BOMB = "\n".join(['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]'] +
+                       [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)])
+BAD_CONFIGS: dict[str, str | bytes] = {
+    "alias bomb": ALIAS_BOMB + "\n",
+    "anchor and merge key": "base: &b {max_instances: 2}\npolicy:\n  <<: *b\n",
+    "nan money cap": "policy:\n  max_total_dph: .nan\n",
+    "inf money cap": "policy:\n  max_dph_per_instance: .inf\n",
+    "negative money cap": "policy:\n  max_total_dph: -5\n",
+    "negative low balance": "alerts:\n  low_balance: -1\n",
+    "infinite duration": "schedule:\n  interval: .inf\n",
+    "overflowing float": "schedule:\n  tick_timeout: 1e400\n",
+    "bad cron": 'schedule:\n  cron: "99 * * * *"\n',
+    "cron with 3 fields": 'schedule:\n  cron: "* * *"\n',
+    "unclosed flow": "schedule: [not, closed\n",
+    "tab indentation": "policy:\n\tmax_instances: 3\n",
+    "top level is a list": "- a\n- b\n",
+    "top level is a string": "just text\n",
+    "unknown key": "polcy:\n  max_instances: 3\n",
+    "secret in the config": "vast:\n  api_key: abc123\n",
+    "wrong type": "policy:\n  max_instances: lots\n",
+    "bool for an int": "policy:\n  max_instances: true\n",
+    "negative int": "policy:\n  max_instances: -2\n",
+    "section is a list": "policy: [1, 2]\n",
+    "deep nesting": "a: " + "[" * 3000 + "\n",
+    "impossible date": "agent_id: 2026-13-45\n",
+    "not utf-8": b"agent_id: \xff\xfe\n",
+    "nul byte": "agent_id: a\x00b\n",
+    "duplicate key": "agent_id: a\nagent_id: b\n",
+    "bad url": "vast:\n  url: ftp://example.com\n",
+    "bad agent id": "agent_id: Fleet One!\n",
+    "bad enum": "logging:\n  level: loud\n",
+}
+
+# Words an error uses to say how to fix it.
+FIX_WORDS = ("fix", "use ", "write", "remove", "quote", "set ", "did you mean", "valid keys", "keep", "expected",
+             "must", "save", "create", "copy", "run ", "see ", "check", "name where", "needs", "give", "merge",
+             "try", "say ", "put ", "edit", "a name is", "no such", "between", "'fleet-agent ", "--help", "of 1 or more",
+             "of 0 or more", "go together")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    """An initialised fleet directory with one alert, one note, one directive and one knowledge file."""
+    assert cli.main(["init", str(tmp_path)]) == 0
+    (tmp_path / "knowledge" / "notes.md").write_text("# notes\n", encoding="utf-8")
+    app = App(config.load(str(tmp_path / "config.yaml")))
+    try:
+        feedback.scan_knowledge(app.log, app.settings, None)
+        feedback.raise_alert(app.log, key="balance:low", severity="warning", title="balance low")
+        feedback.say(app.log, "keep costs down", "alice", pin=True)
+    finally:
+        app.close()
+    yield tmp_path
+
+
+def snapshot(root: Path) -> dict[str, object]:
+    """What a bad input must not change: every file outside the database (hashed), and the log's length
+    and head."""
+    files = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and ".db" not in p.name and p.name != "lock":
+            files[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    app = App(config.load(str(root / "config.yaml")))
+    try:
+        head = app.log.last_seq()
+        last = app.log.get(head) if head else None
+        return {"files": files, "events": app.log.count(), "head": last.hash if last else None}
+    finally:
+        app.close()
+
+
+class Tally:
+    """Runs and tracebacks, for the figures this suite reports."""
+
+    runs = 0
+    tracebacks: list[str] = []
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str], stdin: bytes | None = None) -> tuple[int, str]:
+    """``fleet-agent ARGV`` in this process: (exit code, stdout + stderr). An exception that escapes
+    ``main`` is a traceback the operator would see: it is recorded and fails the test."""
+    Tally.runs += 1
+    old = sys.stdin
+    if stdin is not None:
+        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin))
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 2
+    except Exception as e:  # noqa: BLE001 - exactly what this suite hunts for
+        Tally.tracebacks.append(f"{argv!r}: {type(e).__name__}: {e}")
+        raise AssertionError(f"traceback for {argv!r}: {type(e).__name__}: {e}") from e
+    finally:
+        sys.stdin = old
+    out, err = capsys.readouterr()
+    return code, out + err
+
+
+def assert_refused(code: int, text: str, argv: list[str], *, names: str | None = None) -> None:
+    assert code in (1, 2), (argv, code, text)
+    assert "Traceback" not in text, (argv, text)
+    lowered = text.lower()
+    assert any(w in lowered for w in FIX_WORDS), (argv, text)
+    if names is not None:
+        assert names in text, (argv, names, text)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_every_command_refuses_a_bad_config_in_one_line(case: str, home: Path, capsys: pytest.CaptureFixture[str]):
+    """A bad config (alias bomb, .nan/.inf/negative caps, bad cron, broken YAML, wrong types...) makes
+    every command exit 2 (doctor: 1, as a failed check) with a line naming the file and how to fix it,
+    never a traceback, and nothing is written anywhere."""
+    bad = home / "bad.yaml"
+    body = BAD_CONFIGS[case]
+    if isinstance(body, bytes):
+        bad.write_bytes(body)
+    else:
+        bad.write_text(body, encoding="utf-8")
+    before = snapshot(home)
+    for cmd in COMMANDS:
+        argv = ["--config", str(bad), *cmd]
+        code, text = run_cli(argv, capsys)
+        assert_refused(code, text, argv, names="bad.yaml")
+        if cmd != ["doctor"]:
+            assert code == 2, (argv, text)
+            assert len(text.strip().splitlines()) == 1, (argv, text)
+    assert snapshot(home) == before
+
+
+def test_config_errors_name_the_key(home: Path):
+    """.nan, .inf and negative money caps are refused naming the key; aliases are refused outright;
+    a section whose keys are all commented out means its defaults."""
+    for body, key in ((BAD_CONFIGS["nan money cap"], "policy.max_total_dph"),
+                      (BAD_CONFIGS["inf money cap"], "policy.max_dph_per_instance"),
+                      (BAD_CONFIGS["negative money cap"], "policy.max_total_dph"),
+                      (BAD_CONFIGS["bad cron"], "schedule.cron")):
+        with pytest.raises(config.ConfigError, match=key.replace(".", r"\.")):
+            config.parse(str(body), "c.yaml")
+    with pytest.raises(config.ConfigError, match="aliases"):
+        config.parse(ALIAS_BOMB, "c.yaml")
+    s = config.parse("policy:\n  # max_instances: 3\n  # dry_run: true\nalerts:\n", "c.yaml")
+    assert s.policy == config.PolicySettings() and s.alerts == config.AlertSettings()
+
+
+KEY_FILES: dict[str, bytes | None] = {
+    "several lines": b"line-one-key\nline-two-key\n",
+    "not utf-8": b"\xff\xfe\xfd\n",
+    "a directory": None,
+    "missing": b"",
+}
+
+
+@pytest.mark.parametrize("case", sorted(KEY_FILES))
+def test_a_bad_key_file_is_one_line(case: str, home: Path, capsys: pytest.CaptureFixture[str]):
+    """A key file that holds several lines, is not UTF-8, is a directory or is missing: config check,
+    tick and run exit 2 with one line naming the file and the fix; nothing is written."""
+    key = home / "vast.key"
+    body = KEY_FILES[case]
+    if case == "a directory":
+        key.mkdir()
+    elif case != "missing":
+        assert body is not None
+        key.write_bytes(body)
+    cfg = home / "keyed.yaml"
+    text = (home / "config.yaml").read_text(encoding="utf-8")
+    text = text.replace("api_key_env: VAST_API_KEY", "api_key_env: FLEET_TEST_NO_SUCH_VAR", 1)
+    cfg.write_text(text.replace("api_key_file: null", f"api_key_file: {key}", 1), encoding="utf-8")
+    before = snapshot(home)
+    for cmd in (["config", "check"], ["tick"], ["run"]):
+        argv = ["--config", str(cfg), *cmd]
+        code, out = run_cli(argv, capsys)
+        assert_refused(code, out, argv, names="vast.key" if case != "missing" else None)
+        assert code == 2
+    assert snapshot(home) == before
+
+
+BAD_ARGS: list[list[str]] = [
+    ["alerts", "show", "abc"], ["alerts", "show", "0"], ["alerts", "show", "-1"],
+    ["alerts", "show", "99999999999999999999999"], ["alerts", "show", "999"],
+    ["alerts", "ack", "999"], ["alerts", "ack", "1", "--by", ""], ["alerts", "ack", "1", "--by", "a\x1b[2J"],
+    ["alerts", "ack", "1", "--note", "\udcff"], ["alerts", "ack", "99999999999999999999999"],
+    ["say"], ["say", ""], ["say", "   "], ["say", "\udcff"], ["say", "a\udcffb"], ["say", "x" * 5000],
+    ["say", "hi", "--by", "[operator directive #1 · root]"], ["say", "hi", "--by", "\udcff"],
+    ["unpin", "abc"], ["unpin", "999"], ["unpin", "0"],
+    ["knowledge", "show", "../../etc/passwd"], ["knowledge", "show", "nope.md"], ["knowledge", "show", "\udcff.md"],
+    ["knowledge", "history", "nope.md"], ["knowledge", "edit", "../x.md"], ["knowledge", "edit", "x.exe"],
+    ["knowledge", "edit", "a/b.md"], ["knowledge", "edit", "new.md", "--editor", "false"],
+    ["knowledge", "edit", "new.md", "--editor", "/no/such/editor"], ["knowledge", "edit", "new.md", "--editor", "'x"],
+    ["thread", "show", "--since", "garbage"], ["thread", "show", "--until", "nope"], ["thread", "show", "--limit", "0"],
+    ["thread", "show", "--limit", "-3"], ["thread", "show", "--kind", "\udcff"],
+    ["log", "search"], ["log", "search", "--limit", "0", "x"], ["log", "search", "\udcff"],
+    ["log", "export", "--since", "-1"], ["log", "export", "-o", "/nonexistent/dir/out.jsonl"],
+    ["context", "--at", "nope"], ["context", "--tick", "abc"], ["context", "--seq", "-5"], ["context", "--tick", "99999"],
+    ["context", "--at", "2026-01-01", "--tick", "1"],
+    ["sim", "--port", "70000"], ["sim", "--port", "abc"], ["sim", "--speed", "0"], ["sim", "--speed", "nan"],
+    ["demo", "--ticks", "0"], ["demo", "--speed", "-1"], ["demo", "--model-url", "http://127.0.0.1:1/v1"],
+    ["no-such-command"], [], ["config"], ["log"], ["alerts"], ["knowledge"], ["thread"],
+    ["config", "check", "--bogus"], ["status", "extra"],
+]
+
+
+def test_bad_arguments_are_one_line(home: Path, capsys: pytest.CaptureFixture[str]):
+    """Bad numbers, names, times, paths, editors, empty or non-UTF-8 text and unknown commands: exit 1
+    or 2 with a line saying what and how, never a traceback, and nothing written."""
+    cfg = str(home / "config.yaml")
+    before = snapshot(home)
+    problems = []
+    for args in BAD_ARGS:
+        argv = ["--config", cfg, *args]
+        code, text = run_cli(argv, capsys)
+        try:
+            assert_refused(code, text, argv)
+            assert snapshot(home) == before, argv
+        except AssertionError as e:
+            problems.append(str(e)[:400])
+    assert not problems, "\n".join(problems)
+    assert not (home / "knowledge" / "new.md").exists()
+
+
+@pytest.mark.parametrize(("stdin", "why"), [(b"\xff\xfe not utf-8", "not valid UTF-8"), (b"", "empty"),
+                                            (b"  \n\n", "empty"), (b"x" * 20000, "limit")])
+def test_say_dash_refuses_bad_stdin(stdin: bytes, why: str, home: Path, capsys: pytest.CaptureFixture[str]):
+    """'say -' with a note on stdin that is not UTF-8, empty or too long exits 2 naming why; nothing is logged."""
+    before = snapshot(home)
+    code, text = run_cli(["--config", str(home / "config.yaml"), "say", "-"], capsys, stdin=stdin)
+    assert code == 2 and why in text and "Traceback" not in text
+    assert snapshot(home) == before
+
+
+def test_say_dash_reads_the_note_from_stdin(home: Path, capsys: pytest.CaptureFixture[str]):
+    """'say -' records the note read from standard input, UTF-8 and newlines intact."""
+    code, text = run_cli(["--config", str(home / "config.yaml"), "say", "-", "--by", "bob"], capsys,
+                         stdin="prefer 4090s\nnot 3090s — ever\n".encode())
+    assert code == 0, text
+    app = App(config.load(str(home / "config.yaml")))
+    try:
+        note = list(app.log.read(kinds=["operator.note"]))[-1]
+    finally:
+        app.close()
+    assert note.payload["text"] == "prefer 4090s\nnot 3090s — ever" and note.payload["by"] == "bob"
+
+
+def test_a_missing_or_odd_config_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """--config naming a missing file or a directory: exit 2, one line with the fix."""
+    for path in (tmp_path / "nope.yaml", tmp_path):
+        for cmd in COMMANDS:
+            argv = ["--config", str(path), *cmd]
+            code, text = run_cli(argv, capsys)
+            assert_refused(code, text, argv)
+
+
+def test_no_tracebacks_through_the_real_console_script(home: Path):
+    """The installed command, in a child process, with non-UTF-8 arguments and a hostile config: stderr
+    never holds a Python traceback."""
+    exe = Path(sys.executable).parent / "fleet-agent"
+    argv0 = [str(exe)] if exe.exists() else [sys.executable, "-m", "agent.cli"]
+    bad = home / "bomb.yaml"
+    bad.write_text(ALIAS_BOMB + "\n", encoding="utf-8")
+    cases = [[os.fsencode("say"), b"\xff\xfe"], [b"--config", os.fsencode(bad), b"status"],
+             [b"log", b"search", b"\xff"], [b"alerts", b"ack", b"99999999999999999999999"],
+             [b"log", b"export", b"-o", b"/nonexistent/x"]]
+    for case in cases:
+        args = case if case[0] == b"--config" else [b"--config", os.fsencode(home / "config.yaml"), *case]
+        p = subprocess.run([*map(os.fsencode, argv0), *args], capture_output=True, timeout=120)
+        assert p.returncode in (1, 2), (case, p.stderr)
+        assert b"Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, (case, p.stderr)
+
+
+def test_figures():
+    """The suite's figures: runs and tracebacks (0) so far in this process."""
+    assert Tally.tracebacks == []
