@@ -360,13 +360,13 @@ class _NoAliasLoader(yaml.SafeLoader):
     """PyYAML's safe loader without anchors and aliases: a config has no use for them, and nested
     aliases expand exponentially (a few lines can take minutes, or forever, to load)."""
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
-        event = self.peek_event()
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in PyYAML's stubs
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise yaml.composer.ComposerError(
                 None, None, "anchors (&name) and aliases (*name) are not allowed in the config; "
                 "write each value out", event.start_mark)
-        return typing.cast("yaml.Node | None", super().compose_node(parent, index))
+        return super().compose_node(parent, index)
 
 
 def _scalar(node: yaml.Node) -> Any:
@@ -398,7 +398,7 @@ def _compose(text: str, file: str) -> yaml.Node | None:
     loader: _NoAliasLoader | None = None
     try:
         loader = _NoAliasLoader(text)  # the reader checks the characters here already
-        return typing.cast("yaml.Node | None", loader.get_single_node())
+        return loader.get_single_node()
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = f":{mark.line + 1}" if mark else ""
