@@ -40,7 +40,7 @@ from agent.context import (
     needs_compaction,
     render_pinned,
 )
-from agent.events import Event, render, render_observation
+from agent.events import KINDS, Event, render, render_observation
 from agent.prompts import Prompts, render_summarize
 from agent.store.log import EventLog
 from agent.tokens import MESSAGE_OVERHEAD
@@ -498,7 +498,7 @@ def compaction_payload(p: Plan, summary: str, method: str, attempts: list[dict[s
     }
     v = p.view
     compacted = Event(seq=v.end + 1, id="", ts="", kind="context.compacted", source="system", tick=None,
-                      payload=payload)
+                      payload=payload, version=KINDS["context.compacted"].version)
     after = make_view(Inputs(end=v.end, compaction=compacted,
                              events=[e for e in v.events if e.seq > p.covered_to],
                              ratio=v.calibration.ratio, ratio_seq=v.calibration.seq),
