@@ -16,7 +16,7 @@ CURRENT = KINDS["context.compacted"].version
 """The rendering of the pinned block and the summary follows the version of the ``context.compacted`` event
 that carries them. v1: as first released. v2: the agent's memory under ``[memory · written by the agent]``
 with key and text written ``inline``, knowledge file names ``inline``, the summary (model-written) through
-``data``: nothing the model or vast.ai wrote can spell a source tag there."""
+``data`` inside a fence: nothing the model or vast.ai wrote can spell a source tag there."""
 
 
 def empty_pinned() -> dict[str, Any]:
@@ -114,14 +114,16 @@ def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings,
 
 
 def render_summary(payload: dict[str, Any], settings: ContextSettings, meter: Meter, version: int = CURRENT) -> str:
-    """``[summary of #a–#b]`` and the summary cut at ``summary_max_tokens``; from v2 the summary (the
-    summariser's words) goes through ``data``, so it cannot spell a source tag."""
+    """``[summary of #a–#b]`` and the summary cut at ``summary_max_tokens``. From v2 the summary (the
+    summariser's words, which quote untrusted text) is fenced and goes through ``data``: it cannot spell a
+    source tag, and no fence it opens or closes reaches outside the renderer's."""
     a = payload.get("covered_from") or 1
     b = payload["covered_to"]
     kept, n, full = meter.cut(payload["summary"], settings.summary_max_tokens)
     if version >= 2:
-        kept = data(kept)
-    text = f"[summary of #{a}–#{b}]\n{kept}"
+        text = f"[summary of #{a}–#{b}]\n{fence(data(kept), 'summary')}"
+    else:
+        text = f"[summary of #{a}–#{b}]\n{kept}"
     if n < full:
         text += f"\n[... summary truncated at {n} of {full} tokens; search_history finds the events it covers]"
     return text
