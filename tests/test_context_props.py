@@ -193,13 +193,14 @@ def test_request_bytes_of_a_fixed_run_are_pinned(tmp_path):
     often) equal the ones recorded before the projection became a package: what the model sees, and
     therefore replay of every older log, did not change. A change here is a change to the requests.
     The digests moved once on purpose, when tick.started, tool.result, alert.*, knowledge.changed and
-    context.compacted gained version 2 renderings (escaped untrusted text, the agent's memory labelled as
-    the agent's): new events of this run render under those; logs written before keep their bytes."""
+    context.compacted gained version 2 renderings (escaped untrusted text, a fenced summary, the agent's
+    memory labelled as the agent's): new events of this run render under those; logs written before keep
+    their bytes."""
     reqs, comps, digest = _golden_run(tmp_path, [400, 200, 650], S)
     assert (len(reqs), comps) == (27, [34, 61, 87, 110])
-    assert digest == "6a9f52ebae9c82b2e54f86e991f5c57551383775fffb63649bd922331bb01c89"
+    assert digest == "97420d75d37ec8cce64fd9a7fec3651ccee6588b49d1d03a5e0318deb58c39f9"
     tight = replace(S, budget_tokens=3000, output_reserve=300, tool_output_max_tokens=900)
     reqs, comps, digest = _golden_run(tmp_path, [700, 650, 690], tight)
     assert (len(reqs), sum(e.payload["manifest"]["shrunk"] for e in reqs)) == (27, 8)
     assert comps == [16, 22, 33, 46, 51, 62, 70, 80, 85, 94, 103, 115, 124]
-    assert digest == "030024c2a2c690d91156c59aa8de2e851097c3558006fe028440a527e30371db"
+    assert digest == "7324d5769017e67ff75e8968e48ba67a100d4acc9ba187c0832c344d171e78fb"
