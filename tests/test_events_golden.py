@@ -125,6 +125,10 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
                                         "prompt_hash": "bb22", "pinned": {"memory": {}},
                                         "attempts": [{"method": "llm", "ok": True}]})],
     ("context.calibrated", 1): [("ratio", {"ratio": 1.13})],
+    ("input.recorded", 1): [
+        ("a prompt file", {"name": "system.md", "sha256": "aa11", "content": "# Charter\n{policy}\n"}),
+        ("the policy", {"name": "policy", "sha256": "cc33", "content": {"allowed_gpus": ["RTX_4090"]}}),
+    ],
     ("instance.adopted", 1): [("adopted", {"instance_id": 104, "label": "fa-7-1", "idem_key": "fa-7-1",
                                            "gpu_name": "RTX_4090", "dph": 0.45})],
     ("instance.gone", 1): [("gone", {"instance_id": 101, "last_status": "exited"})],

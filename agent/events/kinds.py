@@ -425,6 +425,16 @@ _define("context.compacted", "The oldest thread span was summarised (nothing del
         "block and the summary it carries render with the agent's memory labelled as the agent's and every "
         "string the model wrote escaped (agent.context.pinned).",
         Version(1, ContextCompactedV1), Version(2, ContextCompactedV1, upcast=_same_shape))
+@dataclass(frozen=True, kw_only=True)
+class InputRecordedV1(Payload):
+    name: str       # system.md | summarize.md | policy | tools
+    sha256: str     # the hash request manifests name it by
+    content: object  # the prompt's text, the policy object or the list of tool schemas
+
+
+_define("input.recorded", "A model-visible input that is not an event (a prompt file, the policy, the tool "
+        "schemas), logged in full the first time its hash appears; replay reads it back by that hash.",
+        Version(1, InputRecordedV1))
 _define("context.calibrated", "The ratio of provider-reported to estimated prompt tokens changed.",
         Version(1, ContextCalibratedV1))
 
