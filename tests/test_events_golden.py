@@ -125,6 +125,10 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
                                         "prompt_hash": "bb22", "pinned": {"memory": {}},
                                         "attempts": [{"method": "llm", "ok": True}]})],
     ("context.calibrated", 1): [("ratio", {"ratio": 1.13})],
+    ("summary.request", 1): [("first try", {"request_hash": "s" * 16, "manifest": {"end": 120, "force": False,
+                                                                              "base_hash": "s" * 16}})],
+    ("summary.response", 1): [("answered", {"request_seq": 121, "text": "## Fleet state and commitments\n- ok"}),
+                              ("failed", {"request_seq": 123, "error": "LLMError: HTTP 503"})],
     ("input.recorded", 1): [
         ("a prompt file", {"name": "system.md", "sha256": "aa11", "content": "# Charter\n{policy}\n"}),
         ("the policy", {"name": "policy", "sha256": "cc33", "content": {"allowed_gpus": ["RTX_4090"]}}),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ import pytest
 from agent.compaction import compact
 from agent.context import project, request_payload
 from agent.context.inputs import KIND, record_inputs, recorded
+from agent.context.replay import replay_summaries
 from agent.events import Event, Message
 from agent.events.kinds import VOCABULARY, TickStartedV1
 from agent.events.rendering import render_observation, user
@@ -45,12 +47,25 @@ def make_app(tmp_path: Path) -> SimpleNamespace:
     return app
 
 
-def drive(app: SimpleNamespace, ticks: list[dict[str, Any]]) -> None:
+@dataclass
+class Answer:
+    text: str
+
+
+class Summariser:
+    """A summariser that answers every request with the same short summary (the check may reject it)."""
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Answer:
+        return Answer("## Fleet state and commitments\n- instance 1000 owned; alert #3 open\n## Decisions and why\n"
+                      "- none")
+
+
+def drive(app: SimpleNamespace, ticks: list[dict[str, Any]], summariser: Summariser | None = None) -> None:
     """``ticks`` through the log, each request recorded as the tick records it, with the app's inputs now."""
 
     def step(log: EventLog, n: int, state: dict[str, Any], requests: list[Any]) -> None:
-        compact(log, app.prompts, S, policy=app.policy, tools=TOOLS, summarizer=None, tick=n, open_alert_ids=[3],
-                owned_instance_ids=[1000])
+        compact(log, app.prompts, S, policy=app.policy, tools=TOOLS, summarizer=summariser, tick=n,
+                open_alert_ids=[3], owned_instance_ids=[1000], model_name="m")
         p = project(log, app.prompts, S, policy=app.policy, tools=TOOLS, model="m")
         record_inputs(log, app.prompts, app.policy, TOOLS, n)
         log.append("model.request", request_payload(p), "system", n)
@@ -157,3 +172,27 @@ def test_replay_still_fails_on_a_tampered_event(tmp_path: Path, capsys: pytest.C
     app.log = EventLog(tmp_path / "fleet.db", clock=Clock())
     code, out = verify(app, capsys)
     assert code == 1 and "does not match" in out
+
+
+def test_summariser_requests_are_logged_and_replayed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every summariser call is logged as a request (hash and manifest) and a response; replay re-plans
+    each from the log and its recorded inputs, also after summarize.md is edited, and a tampered event
+    in the span it summarised makes it differ."""
+    app = make_app(tmp_path)
+    drive(app, TICKS, Summariser())
+    reqs = list(app.log.read(0, kinds=["summary.request"]))
+    responses = list(app.log.read(0, kinds=["summary.response"]))
+    assert reqs and [r.payload["request_seq"] for r in responses] == [r.seq for r in reqs]
+    f = app.prompts_dir / "summarize.md"
+    f.write_text("Summarise in one line.\n")
+    app.prompts = load_prompts(app.prompts_dir)
+    code, out = verify(app, capsys)
+    assert (code, out) == (0, f"replay: {requests(app) + len(reqs)} requests re-derived, every hash matches\n")
+    first = reqs[0].payload["manifest"]
+    note = next(e for e in app.log.read(0, kinds=["tool.result"]) if e.seq <= first["end"])
+    app.log.close()
+    with Tamper(tmp_path / "fleet.db") as t:
+        t.rechain(note.seq, lambda payload: payload.replace("gpu", "GPU", 1))
+    app.log = EventLog(tmp_path / "fleet.db", clock=Clock())
+    results = list(replay_summaries(app.log, app.prompts, S, policy=app.policy, tools=TOOLS))
+    assert not results[0].ok

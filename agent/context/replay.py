@@ -100,6 +100,31 @@ def replay(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy
                                                  tools=then.tools, policy=then.policy))
 
 
+def replay_summaries(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
+                     tools: list[dict[str, Any]], cache: ProjectionCache | None = None) -> Iterator[ReplayResult]:
+    """Re-plan every logged summariser request from the log as it stood, with the inputs it recorded, and
+    check its hash. A retry adds the rejected answer and the reason to the first request; its first
+    request (``base_hash``) is what is re-derived."""
+    from agent.compaction import Plan, plan
+    from agent.context.build import request_hash
+    from agent.context.load import load, meter_for
+
+    cache = cache or ProjectionCache()
+    texts = recorded(log)
+    for req in log.read(0, kinds=["summary.request"]):
+        m = req.payload["manifest"]
+        then = in_force(m, texts, prompts=prompts, policy=policy, tools=tools)
+        s = settings_from_manifest(settings, m)
+        p = plan(load(log, int(m["end"])), prompts=then.prompts, settings=s, policy=then.policy, tools=then.tools,
+                 meter=meter_for(s, cache), open_alert_ids=list(m["open_alert_ids"]),
+                 owned_instance_ids=list(m["owned_instance_ids"]), model_name=str(m["model"]), force=bool(m["force"]))
+        derived = request_hash(str(m["model"]), p.messages, []) if isinstance(p, Plan) else f"no plan: {p}"
+        ok = derived == m["base_hash"]
+        yield ReplayResult(req.seq, req.tick, str(m["base_hash"]), derived, ok,
+                           [] if ok else ["the summariser's request re-plans differently (events, inputs or "
+                                          "rendering code changed); run `fleet-agent log verify`"])
+
+
 def verify(results: Iterator[ReplayResult], *, stop_at_first: bool) -> ReplaySummary:
     """Count the results and collect mismatches (only the first, with ``stop_at_first``)."""
     summary = ReplaySummary()

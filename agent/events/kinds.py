@@ -435,6 +435,22 @@ class InputRecordedV1(Payload):
 _define("input.recorded", "A model-visible input that is not an event (a prompt file, the policy, the tool "
         "schemas), logged in full the first time its hash appears; replay reads it back by that hash.",
         Version(1, InputRecordedV1))
+@dataclass(frozen=True, kw_only=True)
+class SummaryRequestV1(Payload):
+    request_hash: str
+    manifest: JsonObject
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryResponseV1(Payload):
+    request_seq: int
+    text: str | None = None
+    error: str | None = None
+
+
+_define("summary.request", "A request about to be sent to the summariser: its hash and what re-plans it.",
+        Version(1, SummaryRequestV1))
+_define("summary.response", "The summariser's answer (or the error it failed with).", Version(1, SummaryResponseV1))
 _define("context.calibrated", "The ratio of provider-reported to estimated prompt tokens changed.",
         Version(1, ContextCalibratedV1))
 
