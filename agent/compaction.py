@@ -32,6 +32,7 @@ from agent.context import (
     ProjectionCache,
     View,
     assemble,
+    budget_fields,
     empty_pinned,
     fold_pinned,
     load,
@@ -39,10 +40,14 @@ from agent.context import (
     meter_for,
     needs_compaction,
     render_pinned,
+    request_hash,
+    sha256_text,
+    tools_hash,
 )
-from agent.events import Event, render, render_observation
+from agent.context.inputs import record_inputs
+from agent.events import KINDS, Event, render, render_observation
 from agent.prompts import Prompts, render_summarize
-from agent.store.log import EventLog
+from agent.store.log import EventLog, canonical
 from agent.tokens import MESSAGE_OVERHEAD
 
 logger = structlog.get_logger(__name__)
@@ -498,13 +503,48 @@ def compaction_payload(p: Plan, summary: str, method: str, attempts: list[dict[s
     }
     v = p.view
     compacted = Event(seq=v.end + 1, id="", ts="", kind="context.compacted", source="system", tick=None,
-                      payload=payload)
+                      payload=payload, version=KINDS["context.compacted"].version)
     after = make_view(Inputs(end=v.end, compaction=compacted,
                              events=[e for e in v.events if e.seq > p.covered_to],
                              ratio=v.calibration.ratio, ratio_seq=v.calibration.seq),
                       prompts=prompts, settings=settings, policy=policy, tools=tools, meter=v.meter)
     payload["tokens_after"] = after.fixed_tokens() + after.thread_tokens()
     return payload
+
+
+def summary_manifest(p: Plan, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
+                     tools: list[dict[str, Any]], model_name: str, force: bool) -> dict[str, Any]:
+    """What replay needs to re-plan this compaction: the log position, the ids it was told to mention, and
+    the hashes of its inputs (agent.context.inputs)."""
+    return {"end": p.view.end, "force": force, "model": model_name, "open_alert_ids": p.alerts,
+            "owned_instance_ids": p.owned, "prompt_hashes": dict(prompts.hashes),
+            "policy_hash": sha256_text(canonical(policy)), "tools_hash": tools_hash(tools),
+            "settings": budget_fields(settings), "base_hash": request_hash(model_name, p.messages, [])}
+
+
+@dataclass
+class RecordedSummarizer:
+    """A summariser whose every call is logged like the agent's: ``summary.request`` (the request's hash
+    and the manifest replay re-plans it from) before, ``summary.response`` after."""
+
+    inner: Summarizer
+    log: EventLog
+    tick: int | None
+    manifest: dict[str, Any]
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        model = str(self.manifest["model"])
+        req = self.log.append("summary.request", {"request_hash": request_hash(model, messages, tools),
+                                                  "manifest": self.manifest}, "system", self.tick)
+        try:
+            reply = self.inner.complete(messages, tools)
+        except Exception as e:
+            self.log.append("summary.response", {"request_seq": req.seq, "text": None,
+                                                 "error": f"{type(e).__name__}: {str(e)[:300]}"}, "model", self.tick)
+            raise
+        self.log.append("summary.response", {"request_seq": req.seq, "text": getattr(reply, "text", "") or ""},
+                        "model", self.tick)
+        return reply
 
 
 def compact(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
@@ -521,6 +561,10 @@ def compact(log: EventLog, prompts: Prompts, settings: ContextSettings, *, polic
     if isinstance(p, str):
         logger.warning("context.compaction_skipped", reason=p)
         return None
+    if summarizer is not None:
+        summarizer = RecordedSummarizer(summarizer, log, tick, summary_manifest(
+            p, prompts=prompts, settings=settings, policy=policy, tools=tools, model_name=model_name, force=force))
+        record_inputs(log, prompts, policy, tools, tick)
     summary, method, attempts = summarise(p, summarizer, settings.summary_max_tokens)
     payload = compaction_payload(p, summary, method, attempts, prompts=prompts, settings=settings, policy=policy,
                                  tools=tools, model_name=model_name)

@@ -18,6 +18,7 @@ from agent import compaction, context, feedback
 from agent.app import App
 from agent.clients.demand import DemandError
 from agent.clients.vast import Instance, VastError
+from agent.context.inputs import record_inputs
 from agent.errors import FleetAgentError
 from agent.llm import LLMError, ModelReply
 from agent.lock import FleetLock
@@ -215,6 +216,7 @@ def _ask(run: _Run, model: _Model, stop: threading.Event, deadline: float) -> li
         return run.fail(f"time budget of {run.app.settings.schedule.tick_timeout:.0f}s used up", "timeout")
     log = run.app.log
     proj = _project(run, model)
+    record_inputs(log, run.app.prompts, model.policy, model.tools, run.tick)
     req = log.append("model.request", context.request_payload(proj), "system", run.tick)
     run.steps += 1
     try:

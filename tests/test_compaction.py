@@ -63,16 +63,18 @@ def tick_starts(log) -> list[int]:
 
 
 def test_llm_summary_accepted_and_payload_complete(tmp_path):
-    """A good LLM summary is stored with every payload field; only one event is appended; cut at a tick start."""
+    """A good LLM summary is stored with every payload field; one context.compacted is appended, after the
+    summariser call logged as a request and a response (and its inputs, the first time); cut at a tick start."""
     log = open_log(tmp_path / "a.db")
     log.append("operator.note", {"text": "never rent A100", "by": "alice", "pin": True}, "operator", None)
     log.append("memory.written", {"key": "host 7", "text": "flaky disks"}, "model", None)
     fill(log)
     count = log.count()
-    head = log.last_seq()
     s = ScriptedSummarizer(GOOD)
     ev = run_compact(log, s, model_name="summ-1")
-    assert ev is not None and log.count() == count + 1
+    assert ev is not None
+    added = [e.kind for e in log.read(count)]
+    assert added == ["input.recorded"] * 4 + ["summary.request", "summary.response", "context.compacted"]
     p = ev.payload
     assert set(p) >= {"summary", "covered_from", "covered_to", "first_kept_seq", "tokens_before", "tokens_after",
                       "method", "model", "prompt_hash", "pinned", "attempts"}
@@ -95,7 +97,7 @@ def test_llm_summary_accepted_and_payload_complete(tmp_path):
     assert after.messages[2]["content"].startswith(f"[summary of #1–#{p['covered_to']}]")
     assert after.messages[3]["content"].startswith("[tick ")
     assert fits(after, SMALL) and not needs_compaction(after, SMALL)
-    assert log.last_seq() == head + 1
+    assert log.last_seq() == ev.seq
 
 
 def test_summariser_sees_full_payloads_not_the_display_cut(tmp_path):

@@ -9,6 +9,7 @@ request hash; `--verify` stops at the first mismatch and says why.
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from agent.cli import args as args_
 from agent.cli import output
 from agent.context import parse_time
-from agent.context.replay import ReplayResult, inspect_request, replay, verify
+from agent.context.replay import ReplayResult, inspect_request, replay, replay_summaries, verify
 
 
 def _out(s: str = "") -> None:
@@ -80,8 +81,12 @@ def _printed(results: Iterator[ReplayResult], as_json: bool) -> Iterator[ReplayR
 
 
 def cmd_replay(args: argparse.Namespace, app: Any) -> int:
-    results = replay(app.log, app.prompts, app.settings.context, policy=app.policy_dict(), tools=app.tool_specs(),
-                     model=app.settings.model.name, cache=_cache(app))
+    cache = _cache(app)
+    agent_requests = replay(app.log, app.prompts, app.settings.context, policy=app.policy_dict(),
+                            tools=app.tool_specs(), model=app.settings.model.name, cache=cache)
+    summariser_requests = replay_summaries(app.log, app.prompts, app.settings.context, policy=app.policy_dict(),
+                                           tools=app.tool_specs(), cache=cache)
+    results = heapq.merge(agent_requests, summariser_requests, key=lambda r: r.seq)
     summary = verify(results if args.verify else _printed(results, args.json), stop_at_first=args.verify)
     first, total, bad = summary.first, summary.checked, len(summary.mismatches)
     if args.json and args.verify:

@@ -137,8 +137,9 @@ def make_view(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, po
     covered_to = inputs.covered_to
     pinned_text = summary_text = None
     if comp is not None:
-        pinned_text = render_pinned(comp.payload.get("pinned") or empty_pinned(), covered_to, settings, meter)
-        summary_text = render_summary(comp.payload, settings, meter)
+        pinned_text = render_pinned(comp.payload.get("pinned") or empty_pinned(), covered_to, settings, meter,
+                                    version=comp.version)
+        summary_text = render_summary(comp.payload, settings, meter, version=comp.version)
     return View(end=inputs.end, compaction=comp, covered_to=covered_to, system=render_system(prompts, policy),
                 pinned_text=pinned_text, summary_text=summary_text, events=inputs.events,
                 thread=build_thread(inputs.events, settings, meter), tools_tokens=meter.tools(tools),

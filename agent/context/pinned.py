@@ -7,11 +7,16 @@ from typing import Any
 
 from agent.config import ContextSettings
 from agent.context.cache import Meter
-from agent.events import Event, fence
+from agent.events import KINDS, Event, data, fence, inline
 
 SHRINK_FLOOR = 48          # never truncate a message's text below this many tokens
 MARKER_COST = 40           # tokens a truncation marker may add
 PINNED_KINDS = ("knowledge.changed", "operator.note", "directive.unpinned", "memory.written", "memory.deleted")
+CURRENT = KINDS["context.compacted"].version
+"""The rendering of the pinned block and the summary follows the version of the ``context.compacted`` event
+that carries them. v1: as first released. v2: the agent's memory under ``[memory · written by the agent]``
+with key and text written ``inline``, knowledge file names ``inline``, the summary (model-written) through
+``data`` inside a fence: nothing the model or vast.ai wrote can spell a source tag there."""
 
 
 def empty_pinned() -> dict[str, Any]:
@@ -54,10 +59,12 @@ def fold_pinned(pinned: dict[str, Any], events: Iterable[Event]) -> dict[str, An
             "memory": dict(sorted(memory.items())), "changed_seq": changed}
 
 
-def _knowledge_text(text: str, knowledge: dict[str, str], settings: ContextSettings, meter: Meter) -> str:
+def _knowledge_text(text: str, knowledge: dict[str, str], settings: ContextSettings, meter: Meter,
+                    version: int) -> str:
     cap = settings.pinned_max_tokens
     text += "\n## Knowledge files"
-    for name, body in knowledge.items():
+    for raw, body in knowledge.items():
+        name = inline(raw) if version >= 2 else raw
         room = min(settings.knowledge_max_tokens, cap - meter.count(text) - MARKER_COST)
         if room < SHRINK_FLOOR:
             text += f"\n### {name}\n[not shown for space; read_knowledge('{name}') has the full text]"
@@ -69,9 +76,18 @@ def _knowledge_text(text: str, knowledge: dict[str, str], settings: ContextSetti
     return text
 
 
-def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings, meter: Meter) -> str | None:
+def _memory_lines(memory: dict[str, str], version: int) -> list[str]:
+    if version >= 2:
+        return ["## Your memory (remember / forget; your own words, not an operator's)",
+                *(f"- [memory · written by the agent] {inline(k)}: {inline(v)}" for k, v in memory.items())]
+    return ["## Your memory (remember / forget)", *(f"- {k}: {v}" for k, v in memory.items())]
+
+
+def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings, meter: Meter,
+                  version: int = CURRENT) -> str | None:
     """The pinned block's text, or None when it has nothing in it. Directives and memory
-    come first; knowledge files share what is left of ``pinned_max_tokens``."""
+    come first; knowledge files share what is left of ``pinned_max_tokens``. ``version``: that of the
+    ``context.compacted`` event carrying the block."""
     directives = pinned.get("directives") or []
     memory = pinned.get("memory") or {}
     knowledge = pinned.get("knowledge") or {}
@@ -85,8 +101,7 @@ def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings,
         parts.append("## Operator directives (standing orders until withdrawn)")
         parts.extend(f"- [operator directive #{d['id']} · {d['by']}] {d['text']}" for d in directives)
     if memory:
-        parts.append("## Your memory (remember / forget)")
-        parts.extend(f"- {k}: {v}" for k, v in memory.items())
+        parts.extend(_memory_lines(memory, version))
     text = "\n".join(parts)
     cap = settings.pinned_max_tokens
     if meter.count(text) > cap:
@@ -94,15 +109,21 @@ def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings,
         text = kept + (f"\n[... pinned block truncated at {cap} of {full} tokens; search_history finds every "
                        "directive and memory]")
     if knowledge:
-        text = _knowledge_text(text, knowledge, settings, meter)
+        text = _knowledge_text(text, knowledge, settings, meter, version)
     return text
 
 
-def render_summary(payload: dict[str, Any], settings: ContextSettings, meter: Meter) -> str:
+def render_summary(payload: dict[str, Any], settings: ContextSettings, meter: Meter, version: int = CURRENT) -> str:
+    """``[summary of #a–#b]`` and the summary cut at ``summary_max_tokens``. From v2 the summary (the
+    summariser's words, which quote untrusted text) is fenced and goes through ``data``: it cannot spell a
+    source tag, and no fence it opens or closes reaches outside the renderer's."""
     a = payload.get("covered_from") or 1
     b = payload["covered_to"]
     kept, n, full = meter.cut(payload["summary"], settings.summary_max_tokens)
-    text = f"[summary of #{a}–#{b}]\n{kept}"
+    if version >= 2:
+        text = f"[summary of #{a}–#{b}]\n{fence(data(kept), 'summary')}"
+    else:
+        text = f"[summary of #{a}–#{b}]\n{kept}"
     if n < full:
         text += f"\n[... summary truncated at {n} of {full} tokens; search_history finds the events it covers]"
     return text

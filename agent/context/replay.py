@@ -1,4 +1,8 @@
-"""Replay: re-derive recorded model requests from the log and the prompt files, and say why one differs."""
+"""Replay: re-derive recorded model requests from the log, and say why one differs.
+
+The prompts, policy and tool schemas a request was built from are read back from the log by the hashes
+its manifest names (``input.recorded``, agent.context.inputs); only a log written before those were
+recorded falls back to today's files and config."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from agent.context.build import (
     tools_hash,
 )
 from agent.context.cache import ProjectionCache
+from agent.context.inputs import in_force, recorded
 from agent.context.load import project, project_at, request_of_tick
 from agent.events import Event
 from agent.prompts import Prompts
@@ -78,17 +83,46 @@ def explain(manifest: dict[str, Any], p: Projection, *, prompts: Prompts, settin
 def replay(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
            tools: list[dict[str, Any]], model: str = "", cache: ProjectionCache | None = None
            ) -> Iterator[ReplayResult]:
-    """Re-derive every recorded request in order, each with the budget settings it recorded."""
+    """Re-derive every recorded request in order, each with the budget settings and the inputs (prompts,
+    policy, tools) it recorded; today's are used only for inputs the log does not hold."""
     cache = cache or ProjectionCache()
+    texts = recorded(log)
     for req in log.read(0, kinds=["model.request"]):
         manifest = req.payload["manifest"]
-        p = project(log, prompts, settings_from_manifest(settings, manifest), policy=policy, tools=tools,
-                    until_seq=int(manifest["thread_to"]), model=manifest.get("model", model), cache=cache)
-        recorded = req.payload["request_hash"]
-        ok = p.request_hash == recorded
-        yield ReplayResult(req.seq, req.tick, recorded, p.request_hash, ok,
-                           [] if ok else explain(manifest, p, prompts=prompts, settings=settings, tools=tools,
-                                                 policy=policy))
+        then = in_force(manifest, texts, prompts=prompts, policy=policy, tools=tools)
+        p = project(log, then.prompts, settings_from_manifest(settings, manifest), policy=then.policy,
+                    tools=then.tools, until_seq=int(manifest["thread_to"]), model=manifest.get("model", model),
+                    cache=cache)
+        recorded_hash = req.payload["request_hash"]
+        ok = p.request_hash == recorded_hash
+        yield ReplayResult(req.seq, req.tick, recorded_hash, p.request_hash, ok,
+                           [] if ok else explain(manifest, p, prompts=then.prompts, settings=settings,
+                                                 tools=then.tools, policy=then.policy))
+
+
+def replay_summaries(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
+                     tools: list[dict[str, Any]], cache: ProjectionCache | None = None) -> Iterator[ReplayResult]:
+    """Re-plan every logged summariser request from the log as it stood, with the inputs it recorded, and
+    check its hash. A retry adds the rejected answer and the reason to the first request; its first
+    request (``base_hash``) is what is re-derived."""
+    from agent.compaction import Plan, plan
+    from agent.context.build import request_hash
+    from agent.context.load import load, meter_for
+
+    cache = cache or ProjectionCache()
+    texts = recorded(log)
+    for req in log.read(0, kinds=["summary.request"]):
+        m = req.payload["manifest"]
+        then = in_force(m, texts, prompts=prompts, policy=policy, tools=tools)
+        s = settings_from_manifest(settings, m)
+        p = plan(load(log, int(m["end"])), prompts=then.prompts, settings=s, policy=then.policy, tools=then.tools,
+                 meter=meter_for(s, cache), open_alert_ids=list(m["open_alert_ids"]),
+                 owned_instance_ids=list(m["owned_instance_ids"]), model_name=str(m["model"]), force=bool(m["force"]))
+        derived = request_hash(str(m["model"]), p.messages, []) if isinstance(p, Plan) else f"no plan: {p}"
+        ok = derived == m["base_hash"]
+        yield ReplayResult(req.seq, req.tick, str(m["base_hash"]), derived, ok,
+                           [] if ok else ["the summariser's request re-plans differently (events, inputs or "
+                                          "rendering code changed); run `fleet-agent log verify`"])
 
 
 def verify(results: Iterator[ReplayResult], *, stop_at_first: bool) -> ReplaySummary:

@@ -7,7 +7,7 @@ from typing import Any
 
 from agent.config import ContextSettings
 from agent.context.cache import Message, Meter
-from agent.events import Event, render_tool_content
+from agent.events import KINDS, Event, render_tool_content
 
 PLACEHOLDER = "interrupted: no result recorded yet"
 
@@ -26,6 +26,7 @@ class Entry:
     late: str | None = None       # call id of a tool result whose call is not in view
     pinned_directive: bool = False
     cap: int | None = None        # tokens of ``text`` shown, when it is cut
+    version: int = 1              # the stored version of a tool result: it picks the rendering
 
     def shown(self, meter: Meter) -> int:
         n = meter.count(self.text or "")
@@ -39,7 +40,7 @@ def _tool_output(p: dict[str, Any]) -> str:
 
 def _tool_message(e: Entry, out: str, marker: str) -> Message:
     name, ok, recovered = e.tool or ("?", False, False)
-    content = render_tool_content(name, ok, out, recovered) + marker
+    content = render_tool_content(name, ok, out, recovered, version=e.version) + marker
     if e.late is not None:
         return {"role": "user", "content": f"[late tool result · call {e.late}]\n{content}"}
     return {"role": "tool", "tool_call_id": e.message["tool_call_id"], "content": content}
@@ -80,10 +81,11 @@ class _Threader:
 
     def close(self) -> None:
         """Placeholders for calls without results, then whatever waited behind them."""
+        version = KINDS["tool.result"].version
         for cid, name in self.pending.items():
-            e = Entry(self.pending_seq, "placeholder", None,
-                      {"role": "tool", "tool_call_id": cid, "content": render_tool_content(name, False, PLACEHOLDER)},
-                      0, tool=(name, False, False))
+            content = render_tool_content(name, False, PLACEHOLDER, version=version)
+            e = Entry(self.pending_seq, "placeholder", None, {"role": "tool", "tool_call_id": cid, "content": content},
+                      0, tool=(name, False, False), version=version)
             e.tokens = self.meter.message(e.message)
             self.out.append(e)
         self.pending = {}
@@ -94,7 +96,7 @@ class _Threader:
         p = ev.payload
         cid = p["call_id"]
         e = Entry(ev.seq, ev.kind, ev.tick, {"role": "tool", "tool_call_id": cid}, tokens,
-                  text=_tool_output(p), tool=(p["name"], bool(p["ok"]), bool(p.get("recovered"))))
+                  text=_tool_output(p), tool=(p["name"], bool(p["ok"]), bool(p.get("recovered"))), version=ev.version)
         is_late = cid not in self.pending
         if is_late:
             e.late = cid

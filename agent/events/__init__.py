@@ -24,8 +24,10 @@ from agent.events.kinds import VOCABULARY
 from agent.events.payload import FieldSpec, Payload
 from agent.events.rendering import (
     KNOWLEDGE_DIFF_CHARS,
+    data,
     epoch_minute,
     fence,
+    inline,
     render_observation,
     render_tool_content,
     ts_minute,
@@ -34,8 +36,8 @@ from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, 
 
 __all__ = [
     "AS_NEXT", "KINDS", "KNOWLEDGE_DIFF_CHARS", "SOURCES", "VOCABULARY", "Event", "FieldSpec", "JsonArray",
-    "JsonObject", "Kind", "Message", "Payload", "Renderer", "Upcaster", "Version", "Vocabulary", "epoch_minute",
-    "fence", "kind", "payload_of", "render", "render_observation", "render_tool_content", "search_text",
+    "JsonObject", "Kind", "Message", "Payload", "Renderer", "Upcaster", "Version", "Vocabulary", "data",
+    "epoch_minute", "fence", "inline", "kind", "payload_of", "render", "render_observation", "render_tool_content", "search_text",
     "ts_minute", "upcast",
 ]
 

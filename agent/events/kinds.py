@@ -14,11 +14,23 @@ from dataclasses import dataclass
 
 from agent.events.event import Event, JsonArray, JsonObject, Message
 from agent.events.payload import Payload
-from agent.events.rendering import KNOWLEDGE_DIFF_CHARS, fence, render_observation, render_tool_content, user
+from agent.events.rendering import (
+    KNOWLEDGE_DIFF_CHARS,
+    fence,
+    inline,
+    render_observation,
+    render_tool_content,
+    user,
+)
 from agent.events.vocabulary import Version, Vocabulary
 
 VOCABULARY = Vocabulary()
 _define = VOCABULARY.define
+
+
+def _same_shape(p: JsonObject) -> JsonObject:
+    """The upcaster of a version that changed only the rendering: the payload is unchanged."""
+    return p
 
 
 # ---------------------------------------------------------------- daemon and configuration
@@ -91,11 +103,24 @@ def _r_tick_failed_v1(e: Event, p: TickFailedV1) -> Message:
     return user(f"[system · tick {e.tick} failed] {p.reason}")
 
 
+def _r_tick_started_v2(e: Event, p: TickStartedV1) -> Message:
+    """As v1, but every value from vast.ai, the demand source or an alert title is written ``inline``: one
+    line, brackets and control characters escaped, so none can spell a source tag or start a line."""
+    return user(render_observation(e.tick, e.ts, p.observation, inline))
+
+
 _define("tick.started", "A tick began; its observation of fleet, balance and demand.",
-        Version(1, TickStartedV1, _r_tick_started_v1))
+        Version(1, TickStartedV1, _r_tick_started_v1),
+        Version(2, TickStartedV1, _r_tick_started_v2, upcast=_same_shape))
 _define("tick.completed", "A tick ended normally.", Version(1, TickCompletedV1))
+def _r_tick_failed_v2(e: Event, p: TickFailedV1) -> Message:
+    """``[system · tick N failed] reason``, the reason (which quotes vast.ai and model errors) ``inline``."""
+    return user(f"[system · tick {e.tick} failed] {inline(p.reason)}")
+
+
 _define("tick.failed", "A tick ended with an error; the schedule continues.",
-        Version(1, TickFailedV1, _r_tick_failed_v1))
+        Version(1, TickFailedV1, _r_tick_failed_v1),
+        Version(2, TickFailedV1, _r_tick_failed_v2, upcast=_same_shape))
 
 
 # ---------------------------------------------------------------- operator feedback
@@ -186,11 +211,33 @@ def _r_alert_resolved_v1(e: Event, p: AlertResolvedV1) -> Message:
     return user(f"[alert #{p.alert_id} resolved · system] {p.title} — {p.reason}".rstrip(" —"))
 
 
-_define("alert.raised", "An alert opened.", Version(1, AlertRaisedV1, _r_alert_raised_v1))
+def _r_alert_raised_v2(e: Event, p: AlertRaisedV1) -> Message | None:
+    """As v1 with severity, title and detail written ``inline``."""
+    if p.raised_by == "model":
+        return None
+    detail = f" — {inline(p.detail)}" if p.detail else ""
+    return user(f"[alert #{p.alert_id} raised · system] {inline(p.severity)}: {inline(p.title)}{detail}")
+
+
+_define("alert.raised", "An alert opened.", Version(1, AlertRaisedV1, _r_alert_raised_v1),
+        Version(2, AlertRaisedV1, _r_alert_raised_v2, upcast=_same_shape))
 _define("alert.repeated", "An open alert's condition was seen again (dedup: count, last seen).",
         Version(1, AlertRepeatedV1))
-_define("alert.acked", "An operator acknowledged an alert.", Version(1, AlertAckedV1, _r_alert_acked_v1))
-_define("alert.resolved", "An alert's condition cleared.", Version(1, AlertResolvedV1, _r_alert_resolved_v1))
+def _r_alert_acked_v2(e: Event, p: AlertAckedV1) -> Message:
+    """As v1, the title (which the model may have written) ``inline``; the note is the operator's own text."""
+    note = f" — note: {p.note}" if p.note else ""
+    return user(f"[alert #{p.alert_id} acked · {p.by}] {inline(p.title)}{note}")
+
+
+def _r_alert_resolved_v2(e: Event, p: AlertResolvedV1) -> Message:
+    """As v1 with title and reason written ``inline``."""
+    return user(f"[alert #{p.alert_id} resolved · system] {inline(p.title)} — {inline(p.reason)}".rstrip(" —"))
+
+
+_define("alert.acked", "An operator acknowledged an alert.", Version(1, AlertAckedV1, _r_alert_acked_v1),
+        Version(2, AlertAckedV1, _r_alert_acked_v2, upcast=_same_shape))
+_define("alert.resolved", "An alert's condition cleared.", Version(1, AlertResolvedV1, _r_alert_resolved_v1),
+        Version(2, AlertResolvedV1, _r_alert_resolved_v2, upcast=_same_shape))
 
 
 # ---------------------------------------------------------------- knowledge files
@@ -210,25 +257,36 @@ class KnowledgeChangedV1(Payload):
     by: str | None = None
 
 
-def _r_knowledge_v1(e: Event, p: KnowledgeChangedV1) -> Message:
-    """``[knowledge edit · name] change`` then the fenced full text (added) or diff (changed), each cut at
-    KNOWLEDGE_DIFF_CHARS with a marker naming read_knowledge; removed: ``: the file was deleted``."""
-    head = f"[knowledge edit · {p.name}] {p.change}"
+def _knowledge(e: Event, p: KnowledgeChangedV1, name: str) -> Message:
+    head = f"[knowledge edit · {name}] {p.change}"
     if p.change == "removed":
         return user(f"{head}: the file was deleted")
     diff = p.diff or ""
     if len(diff) > KNOWLEDGE_DIFF_CHARS:
-        diff = diff[:KNOWLEDGE_DIFF_CHARS] + f"\n[... diff truncated; read_knowledge('{p.name}') has the full text]"
+        diff = diff[:KNOWLEDGE_DIFF_CHARS] + f"\n[... diff truncated; read_knowledge('{name}') has the full text]"
     if p.change == "added":
         text = p.text or ""
         if len(text) > KNOWLEDGE_DIFF_CHARS:
-            text = text[:KNOWLEDGE_DIFF_CHARS] + f"\n[... truncated; read_knowledge('{p.name}') has the full text]"
+            text = text[:KNOWLEDGE_DIFF_CHARS] + f"\n[... truncated; read_knowledge('{name}') has the full text]"
         return user(f"{head}\n{fence(text, 'text')}")
     return user(f"{head}\n{fence(diff, 'diff')}")
 
 
+def _r_knowledge_v1(e: Event, p: KnowledgeChangedV1) -> Message:
+    """``[knowledge edit · name] change`` then the fenced full text (added) or diff (changed), each cut at
+    KNOWLEDGE_DIFF_CHARS with a marker naming read_knowledge; removed: ``: the file was deleted``."""
+    return _knowledge(e, p, p.name)
+
+
+def _r_knowledge_v2(e: Event, p: KnowledgeChangedV1) -> Message:
+    """As v1 with the file name written ``inline``. The text is the operator's own, fenced as before (the
+    fence is longer than any backtick run in it, so the text cannot close it)."""
+    return _knowledge(e, p, inline(p.name))
+
+
 _define("knowledge.changed", "A knowledge file was added, changed or removed.",
-        Version(1, KnowledgeChangedV1, _r_knowledge_v1))
+        Version(1, KnowledgeChangedV1, _r_knowledge_v1),
+        Version(2, KnowledgeChangedV1, _r_knowledge_v2, upcast=_same_shape))
 
 
 # ---------------------------------------------------------------- the model
@@ -323,7 +381,19 @@ class PolicyBlockedV1(Payload):
 
 _define("tool.called", "A tool call is about to run: the intent, with its idempotency key.",
         Version(1, ToolCalledV1))
-_define("tool.result", "A tool call's outcome.", Version(1, ToolResultV1, _r_tool_result_v1))
+def _r_tool_result_v2(e: Event, p: ToolResultV1) -> Message:
+    """As v1, the name written ``inline`` and the output through ``data`` (brackets, control and separator
+    characters escaped) inside the fence: a tool's output cannot spell a source tag."""
+    out = p.output if p.ok else (p.error or p.output or "")
+    return {
+        "role": "tool",
+        "tool_call_id": p.call_id,
+        "content": render_tool_content(p.name, p.ok, out or "", bool(p.recovered), version=2),
+    }
+
+
+_define("tool.result", "A tool call's outcome.", Version(1, ToolResultV1, _r_tool_result_v1),
+        Version(2, ToolResultV1, _r_tool_result_v2, upcast=_same_shape))
 _define("policy.blocked", "A tool call refused by policy.", Version(1, PolicyBlockedV1))
 
 
@@ -363,8 +433,36 @@ class ContextCalibratedV1(Payload):
 
 _define("memory.written", "The agent remembered a fact.", Version(1, MemoryWrittenV1))
 _define("memory.deleted", "The agent forgot a fact.", Version(1, MemoryDeletedV1))
-_define("context.compacted", "The oldest thread span was summarised (nothing deleted).",
-        Version(1, ContextCompactedV1))
+_define("context.compacted", "The oldest thread span was summarised (nothing deleted). From v2 the pinned "
+        "block and the summary it carries render with the agent's memory labelled as the agent's and every "
+        "string the model wrote escaped (agent.context.pinned).",
+        Version(1, ContextCompactedV1), Version(2, ContextCompactedV1, upcast=_same_shape))
+@dataclass(frozen=True, kw_only=True)
+class InputRecordedV1(Payload):
+    name: str       # system.md | summarize.md | policy | tools
+    sha256: str     # the hash request manifests name it by
+    content: object  # the prompt's text, the policy object or the list of tool schemas
+
+
+_define("input.recorded", "A model-visible input that is not an event (a prompt file, the policy, the tool "
+        "schemas), logged in full the first time its hash appears; replay reads it back by that hash.",
+        Version(1, InputRecordedV1))
+@dataclass(frozen=True, kw_only=True)
+class SummaryRequestV1(Payload):
+    request_hash: str
+    manifest: JsonObject
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryResponseV1(Payload):
+    request_seq: int
+    text: str | None = None
+    error: str | None = None
+
+
+_define("summary.request", "A request about to be sent to the summariser: its hash and what re-plans it.",
+        Version(1, SummaryRequestV1))
+_define("summary.response", "The summariser's answer (or the error it failed with).", Version(1, SummaryResponseV1))
 _define("context.calibrated", "The ratio of provider-reported to estimated prompt tokens changed.",
         Version(1, ContextCalibratedV1))
 

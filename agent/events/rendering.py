@@ -9,6 +9,8 @@ behaviour for old versions before changing one.
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from agent.events.event import JsonObject, Message
@@ -33,6 +35,49 @@ def fence(text: str, info: str = "data") -> str:
     return f"{ticks}{info}\n{text}\n{ticks}"
 
 
+# Characters escaped in text the agent does not author (the model's, vast.ai's, the demand source's, a
+# tool's): brackets (no source tag can be spelled), every control and format character (ANSI escapes,
+# zero-width and direction marks), and the Unicode line and paragraph separators (U+0085, U+2028,
+# U+2029), which some readers take for a line break. Non-ASCII characters are tested one by one.
+_SUSPECT = re.compile(r"[\x00-\x1f\x7f\[\]]|[^\x00-\x7f]")
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(c: str) -> str:
+    if c in _NAMED:
+        return _NAMED[c]
+    n = ord(c)
+    return f"\\u{n:04x}" if n <= 0xFFFF else f"\\U{n:08x}"
+
+
+def _escaper(keep: str) -> Callable[[re.Match[str]], str]:
+    def sub(m: re.Match[str]) -> str:
+        c = m.group(0)
+        if c in keep:
+            return c
+        if c in "[]" or ord(c) < 0x80 or unicodedata.category(c) in _UNSAFE_CATEGORIES:
+            return _escape_char(c)
+        return c
+    return sub
+
+
+_INLINE_SUB = _escaper("")
+_DATA_SUB = _escaper("\n\t")
+
+
+def inline(value: object) -> str:
+    """``value`` as one line of data inside a renderer-written line: newlines, every control, format and
+    separator character and both brackets written as escapes (``\\n``, ``\\u005b``), so it cannot start
+    a line, spell a source tag or open or close a fence. Text without such characters is unchanged."""
+    return _SUSPECT.sub(_INLINE_SUB, str(value))
+
+
+def data(text: str) -> str:
+    """``text`` as lines of data inside a fence: like ``inline`` but line breaks (``\\n``) and tabs kept."""
+    return _SUSPECT.sub(_DATA_SUB, text)
+
+
 def user(text: str) -> Message:
     return {"role": "user", "content": text}
 
@@ -50,56 +95,66 @@ def age(seconds: object) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def _instance_line(i: JsonObject) -> str:
+Quote = Callable[[object], str]
+"""How a renderer writes a value it did not author: ``str`` (version 1 renderings) or ``inline``."""
+
+
+def _instance_line(i: JsonObject, q: Quote = str) -> str:
     flag = "" if i.get("ours", True) else " NOT-OURS"
-    msg = f" — {i['status_msg']}" if i.get("status_msg") else ""
-    return (f"  #{i.get('id')} {i.get('gpu_name')} x{i.get('num_gpus', 1)} {i.get('status') or 'provisioning'} "
-            f"{age(i.get('age_s'))} {money(i.get('dph'))}/h host {i.get('host_id')}{flag}{msg}")
+    msg = f" — {q(i['status_msg'])}" if i.get("status_msg") else ""
+    return (f"  #{q(i.get('id'))} {q(i.get('gpu_name'))} x{q(i.get('num_gpus', 1))} "
+            f"{q(i.get('status') or 'provisioning')} {age(i.get('age_s'))} {money(i.get('dph'))}/h "
+            f"host {q(i.get('host_id'))}{flag}{msg}")
 
 
-def _demand_line(obs: JsonObject) -> str | None:
+def _demand_line(obs: JsonObject, q: Quote = str) -> str | None:
     d = obs.get("demand")
     if isinstance(d, dict):
         rate = d.get("arrival_rate_per_h")
         rate_txt = f", arriving ~{rate:.0f}/h" if isinstance(rate, int | float) else ""
         delta = d.get("pending_delta")
         delta_txt = f" ({delta:+d} since last tick)" if isinstance(delta, int) else ""
-        return (f"demand: {d.get('pending', '?')} pending{delta_txt}, {d.get('running', 0)} running, "
-                f"{d.get('completed', '?')} completed{rate_txt}")
+        return (f"demand: {q(d.get('pending', '?'))} pending{delta_txt}, {q(d.get('running', 0))} running, "
+                f"{q(d.get('completed', '?'))} completed{rate_txt}")
     if d is None and "demand_error" in obs:
-        return f"demand: unavailable ({obs['demand_error']})"
+        return f"demand: unavailable ({q(obs['demand_error'])})"
     return None
 
 
-def render_observation(tick: int | None, ts: str, obs: JsonObject) -> str:
-    """The compact, deterministic text of one tick's observation."""
+def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = str) -> str:
+    """The compact, deterministic text of one tick's observation. ``q`` writes every value that came from
+    vast.ai, the demand source or the log (``str`` in version 1; ``inline`` from version 2 on)."""
     when = epoch_minute(obs["time"]) if isinstance(obs.get("time"), int | float) else ts_minute(ts)
     lines = [f"[tick {tick} · {when}] observation"]
     insts = obs.get("instances") or []
     states: dict[str, int] = {}
     for i in insts:
         states[i.get("status") or "provisioning"] = states.get(i.get("status") or "provisioning", 0) + 1
-    state_txt = ", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none"
+    state_txt = ", ".join(f"{n} {q(s)}" for s, n in sorted(states.items())) or "none"
     lines.append(
         f"balance {money(obs.get('balance'))} · fleet {len(insts)} instances ({state_txt}) · "
         f"{money(obs.get('fleet_dph', 0.0))}/h"
     )
-    demand = _demand_line(obs)
+    demand = _demand_line(obs, q)
     if demand is not None:
         lines.append(demand)
     if insts:
         lines.append("instances:")
-        lines.extend(_instance_line(i) for i in insts)
+        lines.extend(_instance_line(i, q) for i in insts)
     for key, title in (("changes", "changes since last tick"), ("open_alerts", "open alerts"), ("errors", "errors")):
         items = obs.get(key) or []
         if items:
             lines.append(f"{title}:")
-            lines.extend(f"  {x}" for x in items)
+            lines.extend(f"  {q(x)}" for x in items)
     return "\n".join(lines)
 
 
-def render_tool_content(name: str, ok: bool, output: str, recovered: bool = False) -> str:
+def render_tool_content(name: str, ok: bool, output: str, recovered: bool = False, version: int = 1) -> str:
+    """``[tool result · name · ok|error]`` and the output fenced as data. From version 2 on the name is
+    written ``inline`` and the output through ``data``: nothing in it can spell a tag or break a line."""
     status = "ok" if ok else "error"
     if recovered:
         status += " · recovered after restart"
+    if version >= 2:
+        return f"[tool result · {inline(name)} · {status}]\n{fence(data(output))}"
     return f"[tool result · {name} · {status}]\n{fence(output)}"

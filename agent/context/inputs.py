@@ -1,0 +1,80 @@
+"""What a request is made of besides events, logged once by content hash so replay never needs today's files.
+
+A request is a function of the log and of four inputs that live outside it: the prompt files (the
+system prompt's charter and the summariser's instructions), the fleet policy rendered into the system
+prompt, and the tool schemas. Each is logged as an ``input.recorded`` event carrying its full content the
+first time its sha256 appears; a request's manifest already names each by hash. ``replay --verify`` looks
+the hashes up here and re-derives the request from what was in force then, so editing prompts/, changing
+the policy or upgrading fleet-agent does not break it, while a tampered event still does.
+
+Hashes are those the manifest records: ``prompt_hashes`` (sha256 of each file's bytes), ``policy_hash``
+and ``tools_hash`` (sha256 of the canonical JSON).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agent.context.build import sha256_text, tools_hash
+from agent.prompts import Prompts
+from agent.store.log import EventLog, canonical
+
+KIND = "input.recorded"
+
+
+def _inputs(prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    texts = {"system.md": prompts.system, "summarize.md": prompts.summarize}
+    out: list[dict[str, Any]] = [{"name": name, "sha256": prompts.hashes[name], "content": texts[name]}
+                                 for name in sorted(texts) if name in prompts.hashes]
+    out.append({"name": "policy", "sha256": sha256_text(canonical(policy)), "content": policy})
+    out.append({"name": "tools", "sha256": tools_hash(tools), "content": tools})
+    return out
+
+
+def recorded(log: EventLog, until_seq: int | None = None) -> dict[str, Any]:
+    """Every recorded input's content by its sha256 (up to ``until_seq``)."""
+    return {e.payload["sha256"]: e.payload["content"] for e in log.read(0, until_seq=until_seq, kinds=[KIND])}
+
+
+def record_inputs(log: EventLog, prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]],
+                  tick: int | None) -> int:
+    """Log each input whose hash the log has not seen yet; returns how many were logged."""
+    seen = {e.payload["sha256"] for e in log.read(0, kinds=[KIND])}
+    new = [i for i in _inputs(prompts, policy, tools) if i["sha256"] not in seen]
+    if new:
+        log.append_many((KIND, i, "system", tick) for i in new)
+    return len(new)
+
+
+@dataclass(frozen=True)
+class InForce:
+    """The inputs a past request was built from: the recorded ones where the log has them, else today's."""
+
+    prompts: Prompts
+    policy: dict[str, Any]
+    tools: list[dict[str, Any]]
+    from_log: tuple[str, ...]   # which inputs came from the log
+
+
+def in_force(manifest: dict[str, Any], texts: dict[str, Any], *, prompts: Prompts, policy: dict[str, Any],
+             tools: list[dict[str, Any]]) -> InForce:
+    """The inputs of the request ``manifest`` describes, looked up by hash in ``texts`` (``recorded``)."""
+    used: list[str] = []
+    hashes = dict(manifest.get("prompt_hashes") or {})
+    files = {"system.md": prompts.system, "summarize.md": prompts.summarize}
+    for name in files:
+        h = hashes.get(name)
+        if h is not None and h in texts:
+            files[name] = texts[h]
+            used.append(name)
+    if used:
+        prompts = Prompts(system=files["system.md"], summarize=files["summarize.md"],
+                          hashes={**prompts.hashes, **{k: hashes[k] for k in used}})
+    if manifest.get("policy_hash") in texts:
+        policy = texts[manifest["policy_hash"]]
+        used.append("policy")
+    if manifest.get("tools_hash") in texts:
+        tools = texts[manifest["tools_hash"]]
+        used.append("tools")
+    return InForce(prompts, policy, tools, tuple(used))
