@@ -65,6 +65,11 @@ def _step(log: Any, n: int, state: dict[str, Any], requests: list[Any]) -> None:
     requests.append((p, dict(state["directives"]), dict(state["memory"]), state["tick_seq"], n))
 
 
+def _last_seq(log: Any) -> int:
+    """The seq of the event just appended (the step's ``model.request``)."""
+    return int(log.events[-1].seq if hasattr(log, "events") else log.last_seq())
+
+
 def run(log: Any, ticks: list[dict[str, Any]], step: Callable[..., None] = _step) -> list[Any]:
     """Drive ``ticks`` through ``log`` (anything with append and append_many); ``step`` compacts if needed,
     projects and records the request. Returns (projection, directives, memory, tick seq, tick) per request."""
@@ -78,7 +83,7 @@ def run(log: Any, ticks: list[dict[str, Any]], step: Callable[..., None] = _step
                  for i in range(len(spec["outputs"]))]
         if spec["feedback"] == "memory":
             calls.append({"id": f"c{n}_m", "name": "remember", "arguments": json.dumps({"key": f"k{n}"})})
-        log.append("model.response", {"text": "", "tool_calls": calls}, "model", n)
+        log.append("model.response", {"text": "", "tool_calls": calls, "request_seq": _last_seq(log)}, "model", n)
         if spec["crash"]:
             continue  # the tick died mid-call: no results, no final answer
         for c, k in zip(calls, spec["outputs"], strict=False):
@@ -92,7 +97,8 @@ def run(log: Any, ticks: list[dict[str, Any]], step: Callable[..., None] = _step
             ])
             state["memory"][f"k{n}"] = f"fact {n}"
         step(log, n, state, requests)
-        log.append("model.response", {"text": f"Tick {n} done.", "tool_calls": []}, "model", n)
+        log.append("model.response", {"text": f"Tick {n} done.", "tool_calls": [], "request_seq": _last_seq(log)},
+                   "model", n)
         log.append("tick.completed", {"steps": 2}, "scheduler", n)
     return requests
 
@@ -191,12 +197,14 @@ def _golden_run(tmp_path: Path, outputs: list[int], s: ContextSettings) -> tuple
 def test_request_bytes_of_a_fixed_run_are_pinned(tmp_path):
     """The request hashes of two fixed runs (one roomy, one tight enough to shrink outputs and compact
     often) equal the ones recorded before the projection became a package: what the model sees, and
-    therefore replay of every older log, did not change. A change here is a change to the requests."""
+    therefore replay of every older log, did not change. A change here is a change to the requests.
+    (Re-pinned when compaction stopped cutting past the newest event of an answered request: the cuts,
+    not the renderings, moved.)"""
     reqs, comps, digest = _golden_run(tmp_path, [400, 200, 650], S)
     assert (len(reqs), comps) == (27, [34, 61, 87, 110])
-    assert digest == "3be56d27b42b1c8334cc1c9627bd0ec2858576f03d7666e5121dcef76bbbbc9c"
+    assert digest == "f56d2f15e69785ca883d933aa06a64853d2e91c8d8d38616e7452796b8a43a28"
     tight = replace(S, budget_tokens=3000, output_reserve=300, tool_output_max_tokens=900)
     reqs, comps, digest = _golden_run(tmp_path, [700, 650, 690], tight)
     assert (len(reqs), sum(e.payload["manifest"]["shrunk"] for e in reqs)) == (27, 8)
-    assert comps == [16, 22, 33, 46, 51, 62, 70, 80, 85, 94, 103, 115, 124]
-    assert digest == "8b5b465a030cee5cb8e00f95536214a61a2d22ebd28890e32ebd6cd59b500c29"
+    assert comps == [16, 22, 28, 34, 47, 52, 58, 64, 72, 82, 87, 96, 101, 106, 114, 119, 123, 129, 134]
+    assert digest == "09350d7756104934444482a4beb689ef6dcb26e7567380f7ed310290c9c3cc72"
