@@ -55,18 +55,38 @@ def fold_pinned(pinned: dict[str, Any], events: Iterable[Event]) -> dict[str, An
 
 
 def _knowledge_text(text: str, knowledge: dict[str, str], settings: ContextSettings, meter: Meter) -> str:
+    """The knowledge files within what is left of ``pinned_max_tokens``: full (each cut at
+    ``knowledge_max_tokens``) while there is room, then by name only, then a count of the rest."""
     cap = settings.pinned_max_tokens
     text += "\n## Knowledge files"
-    for name, body in knowledge.items():
-        room = min(settings.knowledge_max_tokens, cap - meter.count(text) - MARKER_COST)
+    used = meter.count(text)
+    names = list(knowledge)
+    for i, name in enumerate(names):
+        room = min(settings.knowledge_max_tokens, cap - used - MARKER_COST)
         if room < SHRINK_FLOOR:
-            text += f"\n### {name}\n[not shown for space; read_knowledge('{name}') has the full text]"
-            continue
-        kept, n, full = meter.cut(body, room)
-        text += f"\n### {name}\n{fence(kept, 'text')}"
+            return text + _names_only(names[i:], cap - used - MARKER_COST, meter)
+        kept, n, full = meter.cut(knowledge[name], room)
+        part = f"\n### {name}\n{fence(kept, 'text')}"
         if n < full:
-            text += f"\n[... truncated at {n} of {full} tokens; read_knowledge('{name}') has the full text]"
+            part += f"\n[... truncated at {n} of {full} tokens; read_knowledge('{name}') has the full text]"
+        text += part
+        used += meter.count(part)
     return text
+
+
+def _names_only(names: list[str], room: int, meter: Meter) -> str:
+    """``names`` listed while they fit ``room`` tokens, then one marker for the rest."""
+    out = ""
+    used = 0
+    for i, name in enumerate(names):
+        line = f"\n### {name}\n[not shown for space; read_knowledge('{name}') has the full text]"
+        n = meter.count(line)
+        if used + n > room:
+            return out + (f"\n[... {len(names) - i:,} more knowledge files not listed for space; "
+                          "`fleet-agent knowledge status` lists every file, read_knowledge(name) reads one]")
+        out += line
+        used += n
+    return out
 
 
 def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings, meter: Meter) -> str | None:

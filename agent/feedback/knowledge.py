@@ -12,6 +12,8 @@ import hashlib
 import os
 import re
 import stat
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,14 @@ class _File:
     name: str
     data: bytes | None
     problem: str | None = None
+    hash: str | None = None     # sha256 of the text: read now, or remembered for an unchanged stat
+
+
+Reader = Callable[[Path, Path], _File]
+StatKey = tuple[int, int, int]   # (size, mtime_ns, inode)
+StatMemo = dict[str, tuple[StatKey, str]]
+"""name -> the stat and sha256 of its last good read; a scan re-reads only files whose stat moved."""
+RACY_NS = 2_000_000_000   # a file modified this recently may change again within its mtime: not remembered
 
 
 def valid_knowledge_name(name: str) -> bool:
@@ -88,7 +98,23 @@ def text_problem(data: bytes) -> str | None:
     return None
 
 
-def _list_files(kdir: Path) -> dict[str, _File]:
+def _stat_key(d: os.DirEntry[str]) -> StatKey | None:
+    """(size, mtime_ns, inode) of a regular, non-symlink entry settled for a while; None otherwise."""
+    try:
+        if d.is_symlink():
+            return None
+        st = d.stat(follow_symlinks=False)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or time.time_ns() - st.st_mtime_ns < RACY_NS:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _list_files(kdir: Path, memo: StatMemo | None = None, read: Reader | None = None) -> dict[str, _File]:
+    """Every knowledge file, read (through ``read``) unless ``memo`` holds its unchanged stat:
+    then only its remembered hash, and a scan costs O(changed files)."""
+    read = read or _read_file
     root = Path(os.path.realpath(kdir))
     out: dict[str, _File] = {}
     try:
@@ -98,11 +124,34 @@ def _list_files(kdir: Path) -> dict[str, _File]:
     for d in entries:
         if d.name.startswith(".") or not d.name.lower().endswith(KNOWLEDGE_SUFFIXES):
             continue
-        f = _read_file(Path(d.path), root)
+        key = _stat_key(d) if memo is not None else None
+        hit = memo.get(d.name) if memo is not None else None
+        if key is not None and hit is not None and hit[0] == key:
+            out[d.name] = _File(d.name, None, None, hit[1])
+            continue
+        f = read(Path(d.path), root)
         if f.data is None and f.problem is None:
             continue  # a directory named like a file: not knowledge
+        if f.data is not None:
+            f = _File(f.name, f.data, None, sha256_hex(f.data))
+        if memo is not None:
+            if key is not None and f.hash is not None:
+                memo[d.name] = (key, f.hash)
+            else:
+                memo.pop(d.name, None)
         out[d.name] = f
+    if memo is not None:
+        for name in set(memo) - set(out):
+            del memo[name]
     return out
+
+
+def _text_of(f: _File, kdir: Path, read: Reader | None) -> _File:
+    """``f`` with its data, read now when only its remembered hash was known."""
+    if f.data is not None or f.hash is None:
+        return f
+    g = (read or _read_file)(Path(kdir) / f.name, Path(os.path.realpath(kdir)))
+    return _File(g.name, g.data, g.problem, sha256_hex(g.data) if g.data is not None else None)
 
 
 def _latest_versions(tx_or_log: Transaction | EventLog) -> dict[str, KnowledgeVersion]:
@@ -119,17 +168,20 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[str] | None = None) -> list[Event]:
+def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[str] | None = None,
+                   memo: StatMemo | None = None, read: Reader | None = None) -> list[Event]:
     """Compare the knowledge directory with the log; append one ``knowledge.changed`` per change.
 
     All changes of one scan commit together. Unusable files are skipped with an
     alert (``knowledge:bad:<name>``) and the agent keeps their last good version;
     a missing directory changes nothing. ``only`` limits the scan to those names.
+    With ``memo`` (kept by the caller between scans) a file whose size, mtime and
+    inode did not move is not read again; ``read`` reads one file (a test hook).
     """
     kdir = settings.knowledge_path
     if not Path(kdir).is_dir():
         return []
-    files = _list_files(kdir)
+    files = _list_files(kdir, memo, read)
     if only is not None:
         files = {n: f for n, f in files.items() if n in only}
     changes: list[Event] = []
@@ -138,6 +190,10 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
         latest = _latest_versions(tx)
         bad: set[str] = set()
         for name, f in files.items():
+            prev = latest.get(name)
+            if f.hash is not None and prev is not None and prev.hash == f.hash:
+                continue
+            f = _text_of(f, kdir, read)
             if f.data is None:
                 key = f"{KEY_KNOWLEDGE_BAD}{name}"
                 bad.add(key)
@@ -147,8 +203,7 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
                 if e is not None:
                     new_alerts.append(e)
                 continue
-            h = sha256_hex(f.data)
-            prev = latest.get(name)
+            h = f.hash or sha256_hex(f.data)
             if prev is not None and prev.hash == h:
                 continue
             text = f.data.decode("utf-8")
