@@ -16,6 +16,11 @@ from tests.test_context_props import S
 FLOOD = 3000
 
 
+def _settings(kdir: Path) -> SimpleNamespace:
+    """What the scanner reads of the settings: the directory, the context caps, the alert hook."""
+    return SimpleNamespace(knowledge_path=kdir, context=S, alerts=SimpleNamespace(notify_command=None))
+
+
 def _write_many(kdir: Path, n: int) -> None:
     past = time.time() - 60
     for i in range(n):
@@ -42,13 +47,12 @@ def test_a_scan_reads_only_the_files_whose_stat_moved(tmp_path):
     kdir.mkdir()
     _write_many(kdir, FLOOD)
     log = open_log(tmp_path / "a.db")
-    settings = SimpleNamespace(knowledge_path=kdir)
     memo: StatMemo = {}
     first = CountingReader()
-    assert len(scan_knowledge(log, settings, 1, memo=memo, read=first)) == FLOOD
+    assert len(scan_knowledge(log, _settings(kdir), 1, memo=memo, read=first)) == FLOOD
     assert len(first.reads) == FLOOD
     again = CountingReader()
-    assert scan_knowledge(log, settings, 2, memo=memo, read=again) == []
+    assert scan_knowledge(log, _settings(kdir), 2, memo=memo, read=again) == []
     assert again.reads == []
     past = time.time() - 30
     for i in (5, 77, 2999):
@@ -56,7 +60,7 @@ def test_a_scan_reads_only_the_files_whose_stat_moved(tmp_path):
         p.write_text(f"# note {i}\n- host {i} is flaky\n", encoding="utf-8")
         os.utime(p, (past, past))
     third = CountingReader()
-    changed = scan_knowledge(log, settings, 3, memo=memo, read=third)
+    changed = scan_knowledge(log, _settings(kdir), 3, memo=memo, read=third)
     assert sorted(third.reads) == ["note-00005.md", "note-00077.md", "note-02999.md"]
     assert sorted(e.payload["name"] for e in changed) == sorted(third.reads)
     log.close()
@@ -74,9 +78,12 @@ def test_3000_knowledge_files_added_then_removed_stay_within_budget(tmp_path):
     kdir.mkdir()
     _write_many(kdir, FLOOD)
     log = open_log(tmp_path / "a.db")
-    settings = SimpleNamespace(knowledge_path=kdir)
     tick_start(log, 1)
-    scan_knowledge(log, settings, 1)
+    scan_knowledge(log, _settings(kdir), 1)
+    alerts = [e.payload["title"] for e in log.read(0, kinds=["alert.raised"])]
+    assert alerts == ["knowledge: 3,000 files, ~24k tokens, over pinned_max_tokens "
+                      f"{S.pinned_max_tokens:,}; the pinned block shows the files that fit in name order, "
+                      "the others by name only"]
     p = proj(log)
     assert fits(p, S) and "[tick 1 · " in _text(p)
     assert "[knowledge edit · 3,000 files] 3,000 added" in _text(p)
@@ -86,7 +93,8 @@ def test_3000_knowledge_files_added_then_removed_stay_within_budget(tmp_path):
     for f in kdir.iterdir():
         f.unlink()
     tick_start(log, 2)
-    scan_knowledge(log, settings, 2)
+    scan_knowledge(log, _settings(kdir), 2)
+    assert [e.payload["alert_id"] for e in log.read(0, kinds=["alert.resolved"])] == [1]
     p = proj(log)
     assert fits(p, S) and "[tick 2 · " in _text(p)
     assert "[knowledge edit · 3,000 files] 3,000 removed" in _text(p)
@@ -173,3 +181,23 @@ def test_a_long_text_is_cut_from_its_head_exactly_as_from_the_whole():
     meter = ProjectionCache().meter(tok)
     for cap in (0, 48, 600, 8000):
         assert meter.cut(text, cap) == tok.cut(text, cap)
+
+
+def test_a_note_or_ack_note_over_the_limit_is_refused_naming_it(tmp_path):
+    """A 10 MB note (and an over-long ack note) is refused with an error naming the limit; nothing is written."""
+    from agent import feedback
+    from agent.errors import FleetAgentError
+
+    log = open_log(tmp_path / "a.db")
+    alert_id, _ = feedback.raise_alert(log, key="t:x", severity="warning", title="stuck")
+    head = log.last_seq()
+    for attempt in (lambda: feedback.say(log, "x" * 10_000_000, "alice"),
+                    lambda: feedback.ack(log, alert_id, "bob", "y" * (MAX_NOTE_CHARS + 1))):
+        try:
+            attempt()
+        except FleetAgentError as e:
+            assert f"the limit is {MAX_NOTE_CHARS}" in str(e)
+        else:
+            raise AssertionError("accepted")
+    assert log.last_seq() == head
+    log.close()

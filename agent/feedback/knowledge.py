@@ -146,6 +146,11 @@ def _list_files(kdir: Path, memo: StatMemo | None = None, read: Reader | None = 
     return out
 
 
+def _logged(f: _File, prev: KnowledgeVersion | None) -> bool:
+    """Whether ``f``'s remembered hash is the version the log already holds (no read needed)."""
+    return f.hash is not None and prev is not None and prev.hash == f.hash
+
+
 def _text_of(f: _File, kdir: Path, read: Reader | None) -> _File:
     """``f`` with its data, read now when only its remembered hash was known."""
     if f.data is not None or f.hash is None:
@@ -189,10 +194,9 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
     with log.transaction() as tx:
         latest = _latest_versions(tx)
         bad: set[str] = set()
-        for name, f in files.items():
+        moved = {n: f for n, f in files.items() if not _logged(f, latest.get(n))}
+        for name, f in moved.items():
             prev = latest.get(name)
-            if f.hash is not None and prev is not None and prev.hash == f.hash:
-                continue
             f = _text_of(f, kdir, read)
             if f.data is None:
                 key = f"{KEY_KNOWLEDGE_BAD}{name}"
@@ -222,6 +226,7 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
                                                            "prev_hash": k.hash, "size": 0, "diff": "",
                                                            "text": None},
                                      "operator", tick))
+        new_alerts.extend(_check_size(tx, settings, tick) if changes else [])
         for a in live_alerts(tx, prefix=KEY_KNOWLEDGE_BAD):
             name = a.dedup_key[len(KEY_KNOWLEDGE_BAD):]
             if a.dedup_key not in bad and (only is None or name in only):
@@ -232,6 +237,34 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
     for e in new_alerts:
         run_alert_hook(settings, e)
     return changes
+
+
+KEY_KNOWLEDGE_SIZE = "knowledge:over_pinned"
+CHARS_PER_TOKEN = 4   # a rough estimate, for the alert only: the projection counts real tokens
+
+
+def _check_size(tx: Transaction, settings: Any, tick: int | None) -> list[Event]:
+    """Raise once (resolve when it passes) an alert when the knowledge files cannot all be shown in
+    the pinned block: how many, how big, what the agent sees instead and how to see the rest."""
+    cap = getattr(getattr(settings, "context", None), "pinned_max_tokens", None)
+    if cap is None:
+        return []
+    live = [k for k in tx.store.knowledge_latest().values() if k.hash is not None]
+    tokens = sum(k.size for k in live) // CHARS_PER_TOKEN
+    alerts = live_alerts(tx, key=KEY_KNOWLEDGE_SIZE)
+    if tokens <= cap:
+        for a in alerts:
+            resolve_in(tx, a, "the knowledge files fit the pinned block again", tick)
+        return []
+    if alerts:
+        return []
+    title = (f"knowledge: {len(live):,} files, ~{tokens / 1000:,.0f}k tokens, over pinned_max_tokens {cap:,}; "
+             "the pinned block shows the files that fit in name order, the others by name only")
+    _, e = raise_in(tx, key=KEY_KNOWLEDGE_SIZE, severity="warning", title=title,
+                    detail="`fleet-agent knowledge status` lists every file; the agent reads any of them with "
+                    "read_knowledge(name). Merge or remove files, or raise context.pinned_max_tokens.",
+                    raised_by="system", tick=tick)
+    return [e] if e is not None else []
 
 
 def read_knowledge(log: EventLog, name: str) -> str | None:
