@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.config import Settings
 from agent.context.cache import ProjectionCache
+from agent.feedback.knowledge import StatMemo
 from agent.store.log import EventLog
 
 if TYPE_CHECKING:  # the clients and the model SDK load only when a command uses them
@@ -101,6 +102,11 @@ class App:
     def projection_cache(self) -> ProjectionCache:
         """Token counts and rendered messages shared by every projection this process makes."""
         return ProjectionCache()
+
+    @cached_property
+    def knowledge_memo(self) -> StatMemo:
+        """The stat and hash of each knowledge file as last read: a tick re-reads only changed files."""
+        return {}
 
     @property
     def prompts(self) -> Prompts:

@@ -1,8 +1,8 @@
 """Compaction: fold the oldest span of the thread into the rolling summary.
 
 When the projected request passes the high-water mark, the thread is cut at a
-tick boundary (never between a tool call and its result, never inside the
-newest tick) so the kept part, with the system prompt, the pinned block and a
+tick boundary (never between a tool call and its result, never past the newest
+event of a request the model answered, so nothing it has not seen is evicted) so the kept part, with the system prompt, the pinned block and a
 summary at its cap, fits under the low-water mark. The evicted span, rendered
 from the full event payloads, is summarised together with the previous summary
 by the model (prompts/summarize.md). The summary is checked mechanically: it
@@ -45,6 +45,7 @@ from agent.context import (
     tools_hash,
 )
 from agent.context.inputs import record_inputs
+from agent.context.seen import seen_to
 from agent.events import KINDS, Event, render, render_observation
 from agent.prompts import Prompts, render_summarize
 from agent.store.log import EventLog, canonical
@@ -91,9 +92,23 @@ def _call_spans(events: list[Event]) -> list[tuple[int, int]]:
     return spans
 
 
-def choose_cut(v: View, settings: ContextSettings) -> Cut | None:
-    """The earliest tick boundary whose kept thread fits under low water (else the latest valid one)."""
+def cut_candidates(v: View) -> list[int]:
+    """Where a cut may fall: tick boundaries up to the newest event the model has seen (in a request
+    it answered), then, as a last resort, just past that event; never inside the newest tick. Nothing
+    the model has not seen is ever evicted, so unseen operator feedback wins over older, seen context."""
     ticks = [e.seq for e in v.events if e.kind == "tick.started"]
+    limit = seen_to(v.events, v.covered_to) + 1
+    if ticks:
+        limit = min(limit, ticks[-1])   # never inside the newest tick: its observation stays
+    out = [c for c in ticks if c <= limit]
+    if limit > v.covered_to + 1 and (not out or out[-1] != limit):
+        out.append(limit)
+    return out
+
+
+def choose_cut(v: View, settings: ContextSettings) -> Cut | None:
+    """The earliest allowed boundary whose kept thread fits under low water (else the latest valid one)."""
+    ticks = cut_candidates(v)
     spans = _call_spans(v.events)
     base = (v.compaction.payload.get("pinned") if v.compaction else None) or empty_pinned()
     # system, summary and pinned messages, each with its overhead

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent import config, feedback
+from agent import context as ctxmod
 from agent.app import App
-from agent.events import Event
+from agent.context.seen import OPERATOR_KINDS
+from agent.events import Event, render
 from agent.sim import ManualClock, SimServer, Simulator
 
 SIM_KEY = "demo-sim-key"
@@ -162,7 +164,6 @@ def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = N
                   f"{settings.model.name if model_url else 'the built-in rules provider (not an LLM)'}\n"
                   f"context budget {settings.context.budget_tokens} tokens; data in {root}\n\n")
         spinner = Spinner(out, tty)
-        from agent import context as ctxmod
         from agent.tick import run_tick
 
         last_seq = app.log.last_seq()
@@ -204,6 +205,8 @@ def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = N
                   f"compactions {totals.compactions} · request tokens {totals.request_tokens}"
                   + (f" (provider-reported {totals.prompt_tokens})" if totals.prompt_tokens else "") + "\n")
         out.write(f"  operator: {'; '.join(totals.operator) or 'none'}\n")
+        seen, total = operator_inputs_seen(app)
+        out.write(f"  operator inputs seen by the model: {seen}/{total}\n")
         out.write(f"  log: {verify.checked} events, chain {'verifies' if verify.ok else 'BROKEN: ' + str(verify.reason)}\n\n")
         c = f"fleet-agent --config {cfg}"
         mid = max(1, ticks // 2)
@@ -221,6 +224,29 @@ def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = N
         if app is not None:
             app.close()
         server.stop()
+
+
+def operator_inputs_seen(app: App) -> tuple[int, int]:
+    """(seen, total): operator inputs (acks, notes, directives, unpins, knowledge edits) whose rendered
+    text appears verbatim in a request the model answered, re-projected from the log."""
+    log, s = app.log, app.settings
+    inputs = [e for e in log.read(0, kinds=list(OPERATOR_KINDS))]
+    answered = {int(e.payload["request_seq"]) for e in log.read(0, kinds=["model.response"])
+                if isinstance(e.payload.get("request_seq"), int)}
+    requests = [e for e in log.read(0, kinds=["model.request"]) if e.seq in answered]
+    seen = 0
+    for ev in inputs:
+        msg = render(ev)
+        req = next((r for r in requests if r.payload["manifest"]["covered_to"] < ev.seq
+                    <= r.payload["manifest"]["thread_to"]), None)
+        if msg is None or req is None:
+            continue
+        m = req.payload["manifest"]
+        proj = ctxmod.project(log, app.prompts, ctxmod.settings_from_manifest(s.context, m),
+                              policy=app.policy_dict(), tools=app.tool_specs(), model=m.get("model", ""),
+                              until_seq=int(m["thread_to"]), cache=app.projection_cache)
+        seen += any(x.get("content") == msg["content"] for x in proj.messages)
+    return seen, len(inputs)
 
 
 def _observation(app: App) -> dict[str, Any]:

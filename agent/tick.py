@@ -202,7 +202,7 @@ def _start(run: _Run) -> ToolContext | TickResult:
         return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
     obs = observe(app, ctx, tick)
     log.append("tick.started", {"observation": obs}, "scheduler", tick)
-    feedback.scan_knowledge(log, s, tick)
+    feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
     feedback.check_conditions(log, s, obs, tick)
     return ctx
 

@@ -15,6 +15,8 @@ Figures:
 - directive_retention of directives planted over many ticks (ours vs baselines);
 - compactions per 100 ticks and summary sizes (fallback summariser: deterministic);
 - RSS after projecting each log, before any replay;
+- ``flood``: real ticks with 3,000 knowledge files added at once, then deleted
+  (``--flood N`` runs only this): the largest request and each tick's time;
 - ``aims``: each figure against the aim of the context design.
 
 Synthetic logs are shaped like real ticks (~1,500 tokens each: an observation,
@@ -409,14 +411,69 @@ def aims(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def flood(files: int, budget: int = 30_000) -> dict[str, Any]:
+    """Real ticks (simulator, rules provider) with ``files`` knowledge files added at once, left alone
+    for a tick, then all deleted: the largest request (calibrated tokens) and each tick's wall time."""
+    import tempfile
+
+    from agent import config
+    from agent.app import App
+    from agent.demo import SIM_KEY, START, TICK_SECONDS, demo_config
+    from agent.sim import ManualClock, SimServer, Simulator
+    from agent.tick import run_tick
+
+    root = Path(tempfile.mkdtemp(prefix="fleet-agent-flood-"))
+    clock = ManualClock(START)
+    server = SimServer(Simulator(seed=11, clock=clock, api_key=SIM_KEY)).start()
+    kdir = root / "knowledge"
+    kdir.mkdir()
+    (root / "vast_api_key").write_text(SIM_KEY + "\n", encoding="utf-8")
+    os.chmod(root / "vast_api_key", 0o600)
+    cfg = root / "config.yaml"
+    cfg.write_text(demo_config(root, server.url, model_url=None, model=None, budget=budget), encoding="utf-8")
+    app = App(config.load(str(cfg)), clock=clock)
+    past = time.time() - 60
+    steps: list[tuple[str, Any]] = [("baseline", None), ("added", "add"), ("unchanged", None), ("removed", "rm"),
+                                    ("after", None)]
+    ticks: dict[str, float] = {}
+    try:
+        for label, action in steps:
+            if action == "add":
+                for i in range(files):
+                    f = kdir / f"note-{i:05d}.md"
+                    f.write_text(f"# note {i}\n- host {10_000 + i} is fine\n", encoding="utf-8")
+                    os.utime(f, (past, past))
+            elif action == "rm":
+                for f in kdir.iterdir():
+                    f.unlink()
+            t = time.perf_counter()
+            r = run_tick(app)
+            ticks[label] = round(time.perf_counter() - t, 2)
+            if not r.ok:
+                ticks[label + "_failed"] = r.reason  # type: ignore[assignment]
+            clock.advance(TICK_SECONDS)
+        reqs = list(app.log.read(0, kinds=["model.request"]))
+        return {"files": files, "budget_tokens": budget,
+                "limit_tokens": budget - app.settings.context.output_reserve,
+                "max_request_tokens": max(int(e.payload["manifest"]["calibrated_tokens"]) for e in reqs),
+                "requests": len(reqs), "tick_s": ticks}
+    finally:
+        app.close()
+        server.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
+    ap.add_argument("--flood", type=int, metavar="FILES", help="only the flood scenario with FILES knowledge files")
     ap.add_argument("--build", nargs=2, metavar=("N", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING + 10))
     if args.build:
         build(Path(args.build[1]), int(args.build[0]))
+        return
+    if args.flood:
+        print(json.dumps({"flood": flood(args.flood)}, sort_keys=True))
         return
     prompts = load_prompts(None)
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000, 1_000_000]
@@ -437,6 +494,7 @@ def main() -> None:
     finally:
         for suffix in ("", "-wal", "-shm", ".head"):
             Path(str(conv) + suffix).unlink(missing_ok=True)
+    result["flood"] = flood(300 if args.quick else 3000)
     result["aims"] = aims(result)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -73,8 +73,9 @@ def tool_step(log: EventLog, n: int, outputs: list[int], *, text: str = "", with
     """One model response with len(outputs) tool calls and (optionally) their results."""
     calls = [{"id": f"call_{n}_{i}", "name": "search_offers", "arguments": json.dumps({"gpu": "RTX_4090", "i": i})}
              for i in range(len(outputs))]
+    req = asked(log, n)
     items: list[tuple[str, dict[str, Any], str, int | None]] = [
-        ("model.response", {"text": text, "tool_calls": calls}, "model", n)]
+        ("model.response", {"text": text, "tool_calls": calls, "request_seq": req.seq}, "model", n)]
     if with_results:
         for c, k in zip(calls, outputs, strict=True):
             items.append(("tool.called", {"call_id": c["id"], "name": c["name"], "arguments": c["arguments"]},
@@ -84,9 +85,19 @@ def tool_step(log: EventLog, n: int, outputs: list[int], *, text: str = "", with
     return log.append_many(items)
 
 
+def asked(log: EventLog, n: int) -> Event:
+    """The ``model.request`` a tick logs before each model step (its thread reaches the newest event);
+    the one just logged, when the caller logged it."""
+    last = log.get(log.last_seq())
+    if last is not None and last.kind == "model.request":
+        return last
+    return log.append("model.request", {"request_hash": "", "manifest": {"thread_to": log.last_seq()}}, "system", n)
+
+
 def final_text(log: EventLog, n: int, text: str | None = None) -> Event:
+    req = asked(log, n)
     return log.append("model.response", {"text": text or f"Tick {n}: demand steady, fleet unchanged.",
-                                         "tool_calls": []}, "model", n)
+                                         "tool_calls": [], "request_seq": req.seq}, "model", n)
 
 
 def simple_tick(log: EventLog, n: int, outputs: tuple[int, ...] = (120, 120)) -> None:

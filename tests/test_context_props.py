@@ -66,6 +66,11 @@ def _step(log: Any, n: int, state: dict[str, Any], requests: list[Any]) -> None:
     requests.append((p, dict(state["directives"]), dict(state["memory"]), state["tick_seq"], n))
 
 
+def _last_seq(log: Any) -> int:
+    """The seq of the event just appended (the step's ``model.request``)."""
+    return int(log.events[-1].seq if hasattr(log, "events") else log.last_seq())
+
+
 def run(log: Any, ticks: list[dict[str, Any]], step: Callable[..., None] = _step) -> list[Any]:
     """Drive ``ticks`` through ``log`` (anything with append and append_many); ``step`` compacts if needed,
     projects and records the request. Returns (projection, directives, memory, tick seq, tick) per request."""
@@ -79,7 +84,7 @@ def run(log: Any, ticks: list[dict[str, Any]], step: Callable[..., None] = _step
                  for i in range(len(spec["outputs"]))]
         if spec["feedback"] == "memory":
             calls.append({"id": f"c{n}_m", "name": "remember", "arguments": json.dumps({"key": f"k{n}"})})
-        log.append("model.response", {"text": "", "tool_calls": calls}, "model", n)
+        log.append("model.response", {"text": "", "tool_calls": calls, "request_seq": _last_seq(log)}, "model", n)
         if spec["crash"]:
             continue  # the tick died mid-call: no results, no final answer
         for c, k in zip(calls, spec["outputs"], strict=False):
@@ -93,7 +98,8 @@ def run(log: Any, ticks: list[dict[str, Any]], step: Callable[..., None] = _step
             ])
             state["memory"][f"k{n}"] = f"fact {n}"
         step(log, n, state, requests)
-        log.append("model.response", {"text": f"Tick {n} done.", "tool_calls": []}, "model", n)
+        log.append("model.response", {"text": f"Tick {n} done.", "tool_calls": [], "request_seq": _last_seq(log)},
+                   "model", n)
         log.append("tick.completed", {"steps": 2}, "scheduler", n)
     return requests
 
@@ -197,12 +203,14 @@ def test_request_bytes_of_a_fixed_run_are_pinned(tmp_path):
     The digests moved once on purpose, when tick.started, tool.result, alert.*, knowledge.changed and
     context.compacted gained version 2 renderings (escaped untrusted text, a fenced summary, the agent's
     memory labelled as the agent's): new events of this run render under those; logs written before keep
-    their bytes."""
+    their bytes.
+    They moved again when compaction stopped cutting past the newest event of an answered request (the
+    cuts, not the renderings, moved)."""
     reqs, comps, digest = _golden_run(tmp_path, [400, 200, 650], S)
     assert (len(reqs), comps) == (27, [34, 61, 87, 110])
-    assert digest == "97420d75d37ec8cce64fd9a7fec3651ccee6588b49d1d03a5e0318deb58c39f9"
+    assert digest == "35a7e23e6818c9eabc13028e2e2972a221b1d4a30b952401db89ae387d8f2926"
     tight = replace(S, budget_tokens=3000, output_reserve=300, tool_output_max_tokens=900)
     reqs, comps, digest = _golden_run(tmp_path, [700, 650, 690], tight)
     assert (len(reqs), sum(e.payload["manifest"]["shrunk"] for e in reqs)) == (27, 8)
-    assert comps == [16, 22, 33, 46, 51, 62, 70, 80, 85, 94, 103, 115, 124]
-    assert digest == "7324d5769017e67ff75e8968e48ba67a100d4acc9ba187c0832c344d171e78fb"
+    assert comps == [16, 22, 28, 34, 47, 52, 58, 64, 72, 82, 87, 91, 97, 102, 107, 115, 120, 124, 130, 135]
+    assert digest == "4075aa209e280cd64ff3008e9e5d052875ad0f61b69edcef7227cd2283bfe0d0"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 
@@ -15,7 +16,8 @@ from agent.store.log import EventLog
 
 def test_demo_six_ticks_exits_zero_with_every_kind_of_story(tmp_path):
     """`demo --ticks 6` completes every tick, its log verifies, and it shows a rent,
-    an operator ack, a knowledge edit, a pinned directive and a compaction."""
+    an operator ack, a knowledge edit, a pinned directive and a compaction; and every operator input
+    reached the model verbatim ("operator inputs seen by the model: N/N")."""
     out = io.StringIO()
     rc = run_demo(ticks=6, speed=1e9, keep=str(tmp_path / "d"), out=out)
     text = out.getvalue()
@@ -36,6 +38,8 @@ def test_demo_six_ticks_exits_zero_with_every_kind_of_story(tmp_path):
         assert log.rebuild_check() == []
     finally:
         log.close()
+    seen = re.search(r"operator inputs seen by the model: (\d+)/(\d+)", text)
+    assert seen and seen.group(1) == seen.group(2) and int(seen.group(2)) >= 3, text
     assert "demo finished" in text and "replay --verify" in text and "BLOCKED" not in text.split("demo finished")[1]
 
 

@@ -171,14 +171,19 @@ def _is_tool_text(e: Entry) -> bool:
 
 
 def _is_user_text(e: Entry) -> bool:
-    return e.tool is None and e.text is not None and not e.pinned_directive
+    return e.tool is None and e.text is not None and not e.pinned_directive and not e.operator
+
+
+def _is_operator_text(e: Entry) -> bool:
+    return e.tool is None and e.text is not None and not e.pinned_directive and e.operator
 
 
 def _shrink(v: View, limit_raw: int) -> list[str]:
-    """Truncate the thread's largest texts (tool outputs first) until it fits ``limit_raw``.
-    Deterministic: the result depends only on the view and the limit. Returns notes."""
+    """Truncate the thread's largest texts (tool outputs, then observations and the like, operator
+    feedback last) until it fits ``limit_raw``. Deterministic: the result depends only on the view and
+    the limit. Returns notes."""
     notes: list[str] = []
-    for phase, pick in enumerate((_is_tool_text, _is_user_text)):
+    for phase, pick in enumerate((_is_tool_text, _is_user_text, _is_operator_text)):
         for _ in range(6):
             excess = v.fixed_tokens() + v.thread_tokens() - limit_raw
             if excess <= 0:
@@ -197,11 +202,47 @@ def _shrink(v: View, limit_raw: int) -> list[str]:
     return notes
 
 
+def _droppable(thread: list[Entry]) -> int:
+    """How many entries at the head of ``thread`` may go: everything before the newest tick's
+    observation, never splitting a tool call from its results."""
+    newest = max((i for i, e in enumerate(thread) if e.kind == "tick.started"), default=len(thread) - 1)
+    n = 0
+    for i in range(newest):
+        if thread[i + 1].message["role"] != "tool":
+            n = i + 1
+    return n
+
+
+def _drop_oldest(v: View, limit_raw: int) -> str:
+    """The last resort when truncating every text is not enough: leave out the oldest thread messages
+    (never the newest tick's) behind one marker naming them and where to read them."""
+    room = _droppable(v.thread)
+    dropped = 0
+    marker: Entry | None = None
+    while dropped < room:
+        dropped += 1
+        while dropped < room and v.thread[dropped].message["role"] == "tool":
+            dropped += 1
+        gone = v.thread[:dropped]
+        text = (f"[... {len(gone):,} earlier messages (#{gone[0].seq}–#{gone[-1].seq}) not shown for space; "
+                "`fleet-agent thread show` and search_history have them]")
+        msg: Message = {"role": "user", "content": text}
+        marker = Entry(gone[0].seq, "omitted", None, msg, v.meter.message(msg))
+        kept = sum(e.tokens for e in v.thread[dropped:]) + marker.tokens
+        if v.fixed_tokens() + kept <= limit_raw:
+            break
+    if marker is not None:
+        v.thread[:dropped] = [marker]
+    return f"dropped {dropped} oldest messages"
+
+
 def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict[str, Any]], prompts: Prompts,
              policy: dict[str, Any]) -> Projection:
     """Assemble the messages, enforce the budget, write the manifest. Shrinks ``v``'s thread in place."""
     limit_raw = v.calibration.raw_limit(settings.budget_tokens - settings.output_reserve)
     shrink_notes = _shrink(v, limit_raw) if v.fixed_tokens() + v.thread_tokens() > limit_raw else []
+    if v.fixed_tokens() + v.thread_tokens() > limit_raw:
+        shrink_notes.append(_drop_oldest(v, limit_raw))
     messages: list[Message] = [{"role": "system", "content": v.system}]
     sections = {"system": v.meter.text_message(v.system), "pinned": 0, "summary": 0}
     if v.pinned_text is not None:

@@ -93,6 +93,10 @@ class ProjectionCache:
         self.rendered.clear()
 
 
+LONG_TEXT = 200_000   # characters: a text this long is cut from a tokenization of its head
+HEAD_SLACK = 8192
+
+
 class Meter:
     """Token arithmetic (``agent.tokens``) for one tokenizer, remembered in a ``ProjectionCache``."""
 
@@ -114,9 +118,20 @@ class Meter:
         key = (self._key, text, cap)
         hit = self.cache.cuts.get(key)
         if hit is None:
-            hit = self.tokenizer.cut(text, cap)
+            hit = self._cut_long(text, cap) or self.tokenizer.cut(text, cap)
             self.cache.cuts.put(key, hit)
         return hit
+
+    def _cut_long(self, text: str, cap: int) -> tuple[str, int, int] | None:
+        """The cut of a very long text from a tokenization of its head only (the same tokens: the
+        encoder splits text into short pieces first, and the head ends far past the cap), with the
+        full count remembered once; None when the text is short or the head does not reach the cap."""
+        if len(text) < LONG_TEXT or cap < 0:
+            return None
+        ids = self.tokenizer.encoding.encode_ordinary(text[: cap * 16 + HEAD_SLACK])
+        if len(ids) < cap + 256:
+            return None
+        return self.tokenizer.encoding.decode(ids[:cap]), cap, self.count(text)
 
     def message(self, msg: Message) -> int:
         return message_tokens(msg, self.count)

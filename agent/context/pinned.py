@@ -61,10 +61,33 @@ def fold_pinned(pinned: dict[str, Any], events: Iterable[Event]) -> dict[str, An
 
 def _knowledge_text(text: str, knowledge: dict[str, str], settings: ContextSettings, meter: Meter,
                     version: int) -> str:
+    """The knowledge files within what is left of ``pinned_max_tokens``. From v2: full (each cut at
+    ``knowledge_max_tokens``) while there is room, then by name only while names fit, then a count of the
+    rest, names written ``inline``. v1 (as first released) listed every name past the room."""
+    if version < 2:
+        return _knowledge_text_v1(text, knowledge, settings, meter)
     cap = settings.pinned_max_tokens
     text += "\n## Knowledge files"
-    for raw, body in knowledge.items():
-        name = inline(raw) if version >= 2 else raw
+    used = meter.count(text)
+    names = list(knowledge)
+    for i, raw in enumerate(names):
+        name = inline(raw)
+        room = min(settings.knowledge_max_tokens, cap - used - MARKER_COST)
+        if room < SHRINK_FLOOR:
+            return text + _names_only([inline(n) for n in names[i:]], cap - used - MARKER_COST, meter)
+        kept, n, full = meter.cut(knowledge[raw], room)
+        part = f"\n### {name}\n{fence(kept, 'text')}"
+        if n < full:
+            part += f"\n[... truncated at {n} of {full} tokens; read_knowledge('{name}') has the full text]"
+        text += part
+        used += meter.count(part)
+    return text
+
+
+def _knowledge_text_v1(text: str, knowledge: dict[str, str], settings: ContextSettings, meter: Meter) -> str:
+    cap = settings.pinned_max_tokens
+    text += "\n## Knowledge files"
+    for name, body in knowledge.items():
         room = min(settings.knowledge_max_tokens, cap - meter.count(text) - MARKER_COST)
         if room < SHRINK_FLOOR:
             text += f"\n### {name}\n[not shown for space; read_knowledge('{name}') has the full text]"
@@ -74,6 +97,21 @@ def _knowledge_text(text: str, knowledge: dict[str, str], settings: ContextSetti
         if n < full:
             text += f"\n[... truncated at {n} of {full} tokens; read_knowledge('{name}') has the full text]"
     return text
+
+
+def _names_only(names: list[str], room: int, meter: Meter) -> str:
+    """``names`` listed while they fit ``room`` tokens, then one marker for the rest."""
+    out = ""
+    used = 0
+    for i, name in enumerate(names):
+        line = f"\n### {name}\n[not shown for space; read_knowledge('{name}') has the full text]"
+        n = meter.count(line)
+        if used + n > room:
+            return out + (f"\n[... {len(names) - i:,} more knowledge files not listed for space; "
+                          "`fleet-agent knowledge status` lists every file, read_knowledge(name) reads one]")
+        out += line
+        used += n
+    return out
 
 
 def _memory_lines(memory: dict[str, str], version: int) -> list[str]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from agent.config import ContextSettings
 from agent.context.cache import Message, Meter
+from agent.context.seen import OPERATOR_KINDS
 from agent.events import KINDS, Event, render_tool_content
 
 PLACEHOLDER = "interrupted: no result recorded yet"
@@ -27,6 +28,7 @@ class Entry:
     pinned_directive: bool = False
     cap: int | None = None        # tokens of ``text`` shown, when it is cut
     version: int = 1              # the stored version of a tool result: it picks the rendering
+    operator: bool = False        # operator feedback: shrunk only when nothing else is left to cut
 
     def shown(self, meter: Meter) -> int:
         n = meter.count(self.text or "")
@@ -123,26 +125,91 @@ class _Threader:
         p = ev.payload
         entry = Entry(ev.seq, ev.kind, ev.tick, msg, tokens,
                       text=msg.get("content") if msg["role"] == "user" else None,
-                      pinned_directive=ev.kind == "operator.note" and bool(p.get("pin")))
+                      pinned_directive=ev.kind == "operator.note" and bool(p.get("pin")),
+                      operator=ev.kind in OPERATOR_KINDS)
         if ev.kind == "model.response":
             self.out.append(entry)
             self.pending = {c["id"]: c["name"] for c in p.get("tool_calls") or []}
             self.pending_seq = ev.seq
-        elif self.pending:
-            self.buffer.append(entry)
         else:
-            self.out.append(entry)
+            self.add(entry)
+
+    def add(self, entry: Entry) -> None:
+        """A user message: after the pending calls' results, when calls are pending."""
+        (self.buffer if self.pending else self.out).append(entry)
 
 
-def build_thread(events: list[Event], settings: ContextSettings, meter: Meter) -> list[Entry]:
-    """The thread's messages for ``events`` (seq order), keeping every tool call next to its results."""
-    t = _Threader(settings, meter)
+COLLAPSE_AT = 8   # more knowledge changes than this in one tick become one message with a per-file list
+
+
+def _size(n: int) -> str:
+    return f"{n:,} B" if n < 10_000 else f"{n // 1024:,} KiB"
+
+
+def collapse_knowledge(run: list[Event], settings: ContextSettings, meter: Meter) -> Entry:
+    """One message for many ``knowledge.changed`` events of one tick: the counts, then one line per
+    file while they fit ``knowledge_max_tokens``, then a marker saying how many are left out and where."""
+    counts = {c: sum(1 for e in run if e.payload["change"] == c) for c in ("added", "changed", "removed")}
+    head = (f"[knowledge edit · {len(run):,} files] " + ", ".join(f"{n:,} {c}" for c, n in counts.items() if n)
+            + " at once; one line per file (read_knowledge(name) has each file's text)")
+    lines = [head]
+    used = meter.count(head)
+    shown = 0
+    for e in run:
+        p = e.payload
+        line = f"- {p['change']} {p['name']}" + (f" ({_size(int(p.get('size') or 0))})" if p.get("text") else "") \
+            + f" #{e.seq}"
+        n = meter.count(line) + 1
+        if used + n > settings.knowledge_max_tokens:
+            break
+        lines.append(line)
+        used += n
+        shown += 1
+    if shown < len(run):
+        lines.append(f"[... {len(run) - shown:,} more files not listed for space (#{run[shown].seq}–#{run[-1].seq}); "
+                     "`fleet-agent knowledge status` lists every file, `fleet-agent thread show --kind knowledge.` "
+                     "every change]")
+    msg: Message = {"role": "user", "content": "\n".join(lines)}
+    return Entry(run[0].seq, "knowledge.collapsed", run[0].tick, msg, meter.message(msg), operator=True)
+
+
+def _runs(events: list[Event]) -> list[Event | list[Event]]:
+    """``events`` with each run of more than COLLAPSE_AT consecutive knowledge changes of one tick grouped."""
+    out: list[Event | list[Event]] = []
+    run: list[Event] = []
+
+    def flush() -> None:
+        if len(run) > COLLAPSE_AT:
+            out.append(list(run))
+        else:
+            out.extend(run)
+        run.clear()
+
     for ev in events:
         if ev.tokens is None:
             continue
-        if ev.kind == "tool.result":
-            t.result(ev, ev.tokens)
+        if ev.kind == "knowledge.changed" and (not run or run[-1].tick == ev.tick):
+            run.append(ev)
+            continue
+        flush()
+        if ev.kind == "knowledge.changed":
+            run.append(ev)
         else:
-            t.other(ev, ev.tokens)
+            out.append(ev)
+    flush()
+    return out
+
+
+def build_thread(events: list[Event], settings: ContextSettings, meter: Meter) -> list[Entry]:
+    """The thread's messages for ``events`` (seq order), keeping every tool call next to its results;
+    a flood of knowledge changes in one tick is one message."""
+    t = _Threader(settings, meter)
+    for ev in _runs(events):
+        if isinstance(ev, list):
+            t.add(collapse_knowledge(ev, settings, meter))
+        elif ev.kind == "tool.result":
+            t.result(ev, ev.tokens or 0)
+        else:
+            t.other(ev, ev.tokens or 0)
     t.close()
     return t.out

@@ -14,7 +14,7 @@ from typing import Any
 from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.feedback.alert_hook import notify_alert
-from agent.feedback.notes import operator_name, utf8_text
+from agent.feedback.notes import MAX_NOTE_CHARS, operator_name, utf8_text
 from agent.store.log import EventLog, Transaction
 from agent.store.queries import Alert
 
@@ -98,6 +98,9 @@ def ack(log: EventLog, alert_id: int, by: str, note: str | None) -> Event:
     """Acknowledge open alert ``alert_id``; refuses (writing nothing) if it is unknown or not open."""
     by = operator_name(by)
     note = utf8_text("--note", (note or "").strip()) or None
+    if note is not None and len(note) > MAX_NOTE_CHARS:
+        raise FleetAgentError(f"the ack note is {len(note)} characters; the limit is {MAX_NOTE_CHARS} "
+                              "(put long material in a knowledge file)")
     with log.transaction() as tx:
         a = tx.store.alert(alert_id)
         if a is None:

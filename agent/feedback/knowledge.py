@@ -13,7 +13,9 @@ import hashlib
 import os
 import re
 import stat
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,14 @@ class _File:
     name: str
     data: bytes | None
     problem: str | None = None
+    hash: str | None = None     # sha256 of the text: read now, or remembered for an unchanged stat
+
+
+Reader = Callable[[Path, Path, "Counter[tuple[int, int]] | None"], _File]  # (path, root, links inside)
+StatKey = tuple[int, int, int, int]   # (size, mtime_ns, inode, links): a new hard link re-reads the file
+StatMemo = dict[str, tuple[StatKey, str]]
+"""name -> the stat and sha256 of its last good read; a scan re-reads only files whose stat moved."""
+RACY_NS = 2_000_000_000   # a file modified this recently may change again within its mtime: not remembered
 
 
 def valid_knowledge_name(name: str) -> bool:
@@ -108,7 +118,23 @@ def _inodes(entries: list[os.DirEntry[str]]) -> Counter[tuple[int, int]]:
     return links
 
 
-def _list_files(kdir: Path) -> dict[str, _File]:
+def _stat_key(d: os.DirEntry[str]) -> StatKey | None:
+    """(size, mtime_ns, inode, links) of a regular, non-symlink entry settled for a while; None otherwise."""
+    try:
+        if d.is_symlink():
+            return None
+        st = d.stat(follow_symlinks=False)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or time.time_ns() - st.st_mtime_ns < RACY_NS:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_nlink)
+
+
+def _list_files(kdir: Path, memo: StatMemo | None = None, read: Reader | None = None) -> dict[str, _File]:
+    """Every knowledge file, read (through ``read``) unless ``memo`` holds its unchanged stat:
+    then only its remembered hash, and a scan costs O(changed files)."""
+    read = read or _read_file
     root = Path(os.path.realpath(kdir))
     out: dict[str, _File] = {}
     try:
@@ -119,11 +145,39 @@ def _list_files(kdir: Path) -> dict[str, _File]:
     for d in entries:
         if d.name.startswith(".") or not d.name.lower().endswith(KNOWLEDGE_SUFFIXES):
             continue
-        f = _read_file(Path(d.path), root, links)
+        key = _stat_key(d) if memo is not None else None
+        hit = memo.get(d.name) if memo is not None else None
+        if key is not None and hit is not None and hit[0] == key:
+            out[d.name] = _File(d.name, None, None, hit[1])
+            continue
+        f = read(Path(d.path), root, links)
         if f.data is None and f.problem is None:
             continue  # a directory named like a file: not knowledge
+        if f.data is not None:
+            f = _File(f.name, f.data, None, sha256_hex(f.data))
+        if memo is not None:
+            if key is not None and f.hash is not None:
+                memo[d.name] = (key, f.hash)
+            else:
+                memo.pop(d.name, None)
         out[d.name] = f
+    if memo is not None:
+        for name in set(memo) - set(out):
+            del memo[name]
     return out
+
+
+def _logged(f: _File, prev: KnowledgeVersion | None) -> bool:
+    """Whether ``f``'s remembered hash is the version the log already holds (no read needed)."""
+    return f.hash is not None and prev is not None and prev.hash == f.hash
+
+
+def _text_of(f: _File, kdir: Path, read: Reader | None) -> _File:
+    """``f`` with its data, read now when only its remembered hash was known."""
+    if f.data is not None or f.hash is None:
+        return f
+    g = (read or _read_file)(Path(kdir) / f.name, Path(os.path.realpath(kdir)), None)
+    return _File(g.name, g.data, g.problem, sha256_hex(g.data) if g.data is not None else None)
 
 
 def _latest_versions(tx_or_log: Transaction | EventLog) -> dict[str, KnowledgeVersion]:
@@ -146,18 +200,20 @@ def knowledge_problems(kdir: Path) -> dict[str, str]:
 
 
 def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[str] | None = None,
-                   by: str | None = None) -> list[Event]:
+                   by: str | None = None, memo: StatMemo | None = None, read: Reader | None = None) -> list[Event]:
     """Compare the knowledge directory with the log; append one ``knowledge.changed`` per change.
 
     ``by`` says who made the changes (``knowledge edit`` passes the operator); a change found
     otherwise is recorded as ``EDITED_ON_DISK``. All changes of one scan commit together. Unusable files are skipped with an
     alert (``knowledge:bad:<name>``) and the agent keeps their last good version;
     a missing directory changes nothing. ``only`` limits the scan to those names.
+    With ``memo`` (kept by the caller between scans) a file whose size, mtime and
+    inode did not move is not read again; ``read`` reads one file (a test hook).
     """
     kdir = settings.knowledge_path
     if not Path(kdir).is_dir():
         return []
-    files = _list_files(kdir)
+    files = _list_files(kdir, memo, read)
     if only is not None:
         files = {n: f for n, f in files.items() if n in only}
     changes: list[Event] = []
@@ -165,7 +221,10 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
     with log.transaction() as tx:
         latest = _latest_versions(tx)
         bad: set[str] = set()
-        for name, f in files.items():
+        moved = {n: f for n, f in files.items() if not _logged(f, latest.get(n))}
+        for name, f in moved.items():
+            prev = latest.get(name)
+            f = _text_of(f, kdir, read)
             if f.data is None:
                 key = f"{KEY_KNOWLEDGE_BAD}{name}"
                 bad.add(key)
@@ -175,8 +234,7 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
                 if e is not None:
                     new_alerts.append(e)
                 continue
-            h = sha256_hex(f.data)
-            prev = latest.get(name)
+            h = f.hash or sha256_hex(f.data)
             if prev is not None and prev.hash == h:
                 continue
             text = f.data.decode("utf-8")
@@ -196,6 +254,7 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
                                                            "prev_hash": k.hash, "size": 0, "diff": "",
                                                            "text": None, "by": by or EDITED_ON_DISK},
                                      "operator", tick))
+        new_alerts.extend(_check_size(tx, settings, tick) if changes else [])
         for a in live_alerts(tx, prefix=KEY_KNOWLEDGE_BAD):
             name = a.dedup_key[len(KEY_KNOWLEDGE_BAD):]
             if a.dedup_key not in bad and (only is None or name in only):
@@ -206,6 +265,34 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
     for e in new_alerts:
         notify_alert(settings, e)
     return changes
+
+
+KEY_KNOWLEDGE_SIZE = "knowledge:over_pinned"
+CHARS_PER_TOKEN = 4   # a rough estimate, for the alert only: the projection counts real tokens
+
+
+def _check_size(tx: Transaction, settings: Any, tick: int | None) -> list[Event]:
+    """Raise once (resolve when it passes) an alert when the knowledge files cannot all be shown in
+    the pinned block: how many, how big, what the agent sees instead and how to see the rest."""
+    cap = getattr(getattr(settings, "context", None), "pinned_max_tokens", None)
+    if cap is None:
+        return []
+    live = [k for k in tx.store.knowledge_latest().values() if k.hash is not None]
+    tokens = sum(k.size for k in live) // CHARS_PER_TOKEN
+    alerts = live_alerts(tx, key=KEY_KNOWLEDGE_SIZE)
+    if tokens <= cap:
+        for a in alerts:
+            resolve_in(tx, a, "the knowledge files fit the pinned block again", tick)
+        return []
+    if alerts:
+        return []
+    title = (f"knowledge: {len(live):,} files, ~{tokens / 1000:,.0f}k tokens, over pinned_max_tokens {cap:,}; "
+             "the pinned block shows the files that fit in name order, the others by name only")
+    _, e = raise_in(tx, key=KEY_KNOWLEDGE_SIZE, severity="warning", title=title,
+                    detail="`fleet-agent knowledge status` lists every file; the agent reads any of them with "
+                    "read_knowledge(name). Merge or remove files, or raise context.pinned_max_tokens.",
+                    raised_by="system", tick=tick)
+    return [e] if e is not None else []
 
 
 def read_knowledge(log: EventLog, name: str) -> str | None:
