@@ -12,6 +12,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import httpx
+
+from agent.clients.vast import VastClient
 from agent.sim import Simulator
 from agent.tick import run_tick
 from tests.conftest import events_of, good_offer, rent_puts, tool_messages, within_policy
@@ -232,3 +235,35 @@ def test_the_caps_count_this_ticks_rents_even_when_vast_reuses_an_id(sim, make_a
     assert run_tick(app).ok
     assert len(sim.instances) == 1
     assert [e.payload["rule"] for e in events_of(app, "policy.blocked", 3)] == ["max_instances"]
+
+
+class _RefusedOnce(httpx.BaseTransport):
+    """Real HTTP to the simulator, except that the first connection is refused before anything is sent."""
+
+    def __init__(self) -> None:
+        self.real = httpx.HTTPTransport()
+        self.refused = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if not self.refused:
+            self.refused += 1
+            raise httpx.ConnectError("connection refused", request=request)
+        return self.real.handle_request(request)
+
+
+def test_a_side_effect_is_sent_again_only_when_the_connection_was_refused(sim, sim_server):
+    """A reboot whose first connection is refused (nothing reached vast.ai) is sent again and lands
+    once; a destroy sent for an instance already gone answers 404, which counts as done."""
+    offer = good_offer_any(sim)
+    iid = sim.create_instance(offer["id"], label="x")
+    transport = _RefusedOnce()
+    with VastClient(sim_server.url, sim.api_key, transport=transport, sleep=lambda s: None) as vast:
+        vast.reboot(iid)
+        assert transport.refused == 1 and len(_requests(sim, "PUT", "/reboot/")) == 1
+        assert vast.destroy(iid) is True
+        assert vast.destroy(iid) is True  # already gone: 404 is done
+    assert len(_requests(sim, "DELETE", "/instances/")) == 2 and iid not in sim.instances
+
+
+def good_offer_any(sim: Simulator) -> dict[str, Any]:
+    return next(o for o in sorted(sim.offers.values(), key=lambda o: o["id"]) if not o["rented"])

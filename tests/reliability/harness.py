@@ -740,6 +740,7 @@ class KillReport:
     audit: dict[str, int] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     rent_requests: int = 0
+    api_requests: int = 0
     final_tick_rc: int | None = None
     kills_after_by_tool: dict[str, int] = field(default_factory=dict)
     monitor: dict[str, Any] = field(default_factory=dict)
@@ -855,6 +856,7 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
             rep.events = len(watch.pairs)
             rep.audit = asdict(audit_rentals(sim, db_path(root)))
             rep.faults = dict(sim.fault_counts)
+            rep.api_requests = sum(1 for r in list(sim.requests) if r["path"].startswith("/api/"))
             rep.rent_requests = sum(1 for r in list(sim.requests)
                                     if r["method"] == "PUT" and r["path"].startswith("/api/v0/asks/"))
     finally:
