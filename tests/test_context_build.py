@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -86,6 +87,7 @@ def _text(p: Projection) -> str:
     return "\n".join(m.get("content") or "" for m in p.messages)
 
 
+@pytest.mark.slow
 @BUILD
 @given(runs, st.sampled_from([S, TIGHT]))
 def test_build_fits_keeps_newest_tick_and_pinned_items_and_pairs_calls(ticks, s):
@@ -107,6 +109,7 @@ def test_build_fits_keeps_newest_tick_and_pinned_items_and_pairs_calls(ticks, s)
             assert f"{key}: {body}" in text
 
 
+@pytest.mark.slow
 @BUILD
 @given(runs, st.floats(0, 1), st.sampled_from([S, TIGHT]))
 def test_build_as_of_seq_equals_building_the_truncated_list(ticks, where, s):
@@ -120,6 +123,7 @@ def test_build_as_of_seq_equals_building_the_truncated_list(ticks, where, s):
     assert as_of.manifest == cut.manifest
 
 
+@pytest.mark.slow
 @BUILD
 @given(runs)
 def test_build_is_the_same_with_a_cold_cache(ticks):

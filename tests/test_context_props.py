@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -145,6 +146,7 @@ def test_every_request_fits_pairs_calls_keeps_newest_tick_and_pinned_items(ticks
         log.close()
 
 
+@pytest.mark.slow
 @PROPS
 @given(runs, st.floats(0, 1))
 def test_as_of_time_equals_projecting_the_truncated_log(ticks, where):

@@ -22,7 +22,7 @@ def test_readme_has_exactly_the_two_quickstart_commands():
     """The Quickstart gives one demo command and one test command, each installing what it needs."""
     demo, test = readme_command("demo"), readme_command("test")
     assert "pip install" in demo and demo.endswith("fleet-agent demo")
-    assert "pip install" in test and "pytest" in test and "ruff check" in test
+    assert "pip install" in test and "pytest" in test and "ruff check" in test and "mypy" in test
 
 
 def test_ci_runs_the_readme_test_command():

@@ -283,116 +283,120 @@ class FakeOpenAI:
         return body
 
 
-def _make_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        wbufsize = -1  # headers and body leave in one write: no Nagle / delayed-ACK stalls
-        disable_nagle_algorithm = True
+class _Handler(BaseHTTPRequestHandler):
+    """One fake server's request handler; ``fake`` is set on the subclass ``_make_handler`` makes."""
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            pass
+    fake: FakeOpenAI
+    protocol_version = "HTTP/1.1"
+    wbufsize = -1  # headers and body leave in one write: no Nagle / delayed-ACK stalls
+    disable_nagle_algorithm = True
 
-        # plumbing ------------------------------------------------------------
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
 
-        def _read(self) -> tuple[bytes, Any, bool]:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw_body = self.rfile.read(length) if length else b""
-            try:
-                parsed = json.loads(raw_body) if raw_body else None
-            except ValueError:
-                parsed = None
-            auth = self.headers.get("Authorization")
-            auth_ok = fake.api_key is None or auth == f"Bearer {fake.api_key}"
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            if "authorization" in headers:
-                headers["authorization"] = "Bearer <redacted>"
-            fake._record(
-                RecordedRequest(
-                    method=self.command,
-                    path=self.path,
-                    raw=raw_body,
-                    json=parsed,
-                    headers=headers,
-                    auth_ok=auth_ok,
-                )
+    # plumbing ------------------------------------------------------------
+
+    def _read(self) -> tuple[bytes, Any, bool]:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw_body = self.rfile.read(length) if length else b""
+        try:
+            parsed = json.loads(raw_body) if raw_body else None
+        except ValueError:
+            parsed = None
+        auth = self.headers.get("Authorization")
+        auth_ok = self.fake.api_key is None or auth == f"Bearer {self.fake.api_key}"
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        if "authorization" in headers:
+            headers["authorization"] = "Bearer <redacted>"
+        self.fake._record(
+            RecordedRequest(
+                method=self.command,
+                path=self.path,
+                raw=raw_body,
+                json=parsed,
+                headers=headers,
+                auth_ok=auth_ok,
             )
-            return raw_body, parsed, auth_ok
+        )
+        return raw_body, parsed, auth_ok
 
-        def _send(self, status: int, body: Any, headers: tuple[tuple[str, str], ...] = ()) -> None:
-            if isinstance(body, bytes):
-                data, ctype = body, "application/octet-stream"
-            elif isinstance(body, str):
-                data, ctype = body.encode(), "text/plain; charset=utf-8"
-            else:
-                data, ctype = json.dumps(body).encode(), "application/json"
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                if status >= 400 and fake.retry_after_ms is not None:
-                    self.send_header("retry-after-ms", str(fake.retry_after_ms))
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-                self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                # The client gave up (a timeout test); nothing left to tell it.
-                self.close_connection = True
+    def _send(self, status: int, body: Any, headers: tuple[tuple[str, str], ...] = ()) -> None:
+        if isinstance(body, bytes):
+            data, ctype = body, "application/octet-stream"
+        elif isinstance(body, str):
+            data, ctype = body.encode(), "text/plain; charset=utf-8"
+        else:
+            data, ctype = json.dumps(body).encode(), "application/json"
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            if status >= 400 and self.fake.retry_after_ms is not None:
+                self.send_header("retry-after-ms", str(self.fake.retry_after_ms))
+            for k, v in headers:
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up (a timeout test); nothing left to tell it.
+            self.close_connection = True
 
-        def _unauthorized(self) -> None:
-            self._send(
-                401,
-                {
-                    "error": {
-                        "message": "Incorrect API key provided.",
-                        "type": "invalid_request_error",
-                        "code": "invalid_api_key",
-                    }
-                },
-            )
+    def _unauthorized(self) -> None:
+        self._send(
+            401,
+            {
+                "error": {
+                    "message": "Incorrect API key provided.",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            },
+        )
 
-        # routes ----------------------------------------------------------------
+    # routes ----------------------------------------------------------------
 
-        def do_GET(self) -> None:  # noqa: N802 - stdlib naming
-            _, _, auth_ok = self._read()
-            if not auth_ok:
-                self._unauthorized()
-                return
-            if self.path.rstrip("/").endswith("/models"):
-                ids = fake.models or (fake.model,)
-                data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in ids]
-                self._send(200, {"object": "list", "data": data})
-                return
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        _, _, auth_ok = self._read()
+        if not auth_ok:
+            self._unauthorized()
+            return
+        if self.path.rstrip("/").endswith("/models"):
+            ids = self.fake.models or (self.fake.model,)
+            data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in ids]
+            self._send(200, {"object": "list", "data": data})
+            return
+        self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        raw_body, body, auth_ok = self._read()
+        if not auth_ok:
+            self._unauthorized()
+            return
+        if not self.path.rstrip("/").endswith("/chat/completions"):
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            return
+        if body is None:
+            self._send(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+            return
+        usage = self.fake._usage_for(raw_body, body)
+        step = self.fake._next_step(body)
+        self._answer(step, usage)
 
-        def do_POST(self) -> None:  # noqa: N802 - stdlib naming
-            raw_body, body, auth_ok = self._read()
-            if not auth_ok:
-                self._unauthorized()
-                return
-            if not self.path.rstrip("/").endswith("/chat/completions"):
-                self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
-                return
-            if body is None:
-                self._send(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
-                return
-            usage = fake._usage_for(raw_body, body)
-            step = fake._next_step(body)
-            self._answer(step, usage)
+    def _answer(self, step: Step, usage: dict[str, Any]) -> None:
+        if step.kind == "hang":
+            self.fake._stopping.wait(step.seconds)
+            self._answer(step.then or reply("late reply"), usage)
+        elif step.kind == "error":
+            self._send(step.status, step.body, step.headers)
+        elif step.kind == "raw":
+            self._send(step.status, step.body)
+        else:
+            self._send(200, self.fake.completion_body(step, usage))
 
-        def _answer(self, step: Step, usage: dict[str, Any]) -> None:
-            if step.kind == "hang":
-                fake._stopping.wait(step.seconds)
-                self._answer(step.then or reply("late reply"), usage)
-            elif step.kind == "error":
-                self._send(step.status, step.body, step.headers)
-            elif step.kind == "raw":
-                self._send(step.status, step.body)
-            else:
-                self._send(200, fake.completion_body(step, usage))
 
-    return Handler
+def _make_handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
+    return type("Handler", (_Handler,), {"fake": fake})
 
 
 def iter_tool_names(request: RecordedRequest) -> Iterator[str]:

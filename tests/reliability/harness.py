@@ -188,10 +188,48 @@ def tool_context(app: Any, tick: int) -> Any:
     return ctx
 
 
-def policy_violations(sim: Simulator, settings: Any, foreign: set[int]) -> list[str]:
-    """Everything that reached the simulator outside policy (see PolicySettings / FleetSettings)."""
+def _rent_violations(offer: dict[str, Any], body: dict[str, Any], oid: int, settings: Any, base: str) -> list[str]:
+    """What is wrong with one rent request that reached the simulator."""
     from agent.policy import norm_gpu
 
+    p, f = settings.policy, settings.fleet
+    out: list[str] = []
+    if norm_gpu(offer.get("gpu_name")) not in {norm_gpu(g) for g in p.allowed_gpus}:
+        out.append(f"rent of {offer.get('gpu_name')} (offer {oid})")
+    if (offer.get("dph_total") or 0) > p.max_dph_per_instance:
+        out.append(f"rent at ${offer.get('dph_total')}/h (offer {oid})")
+    if (offer.get("reliability") or 0) < p.min_reliability:
+        out.append(f"rent at reliability {offer.get('reliability')} (offer {oid})")
+    if (body.get("image"), body.get("onstart"), body.get("env") or {}, float(body.get("disk") or 0)) != \
+            (f.image, f.onstart, dict(f.env), float(f.disk_gb)):
+        out.append(f"rent off the template: {body.get('image')!r} {body.get('onstart')!r} {body.get('env')!r}")
+    if not str(body.get("label") or "").startswith(base):
+        out.append(f"rent without our label: {body.get('label')!r}")
+    return out
+
+
+def _over_hourly_cap(name: str, times: list[float | None], cap: int) -> list[str]:
+    ts = sorted(t for t in times if t is not None)
+    for i, t in enumerate(ts):
+        n = sum(1 for u in ts[i:] if u < t + 3600)
+        if n > cap:
+            return [f"{n} {name} within an hour > {cap}"]
+    return []
+
+
+def _fleet_violations(live: list[dict[str, Any]], settings: Any, base: str) -> list[str]:
+    p = settings.policy
+    ours = [i for i in live if str(i.get("label") or "").startswith(base)]
+    out: list[str] = []
+    if len(ours) > p.max_instances:
+        out.append(f"{len(ours)} live instances > {p.max_instances}")
+    if sum(i["dph_total"] for i in ours) > p.max_total_dph + 1e-6:
+        out.append(f"fleet at ${sum(i['dph_total'] for i in ours):.3f}/h > {p.max_total_dph}")
+    return out
+
+
+def policy_violations(sim: Simulator, settings: Any, foreign: set[int]) -> list[str]:
+    """Everything that reached the simulator outside policy (see PolicySettings / FleetSettings)."""
     p, f = settings.policy, settings.fleet
     base = f"{f.label_prefix}{settings.agent_id}-"
     out: list[str] = []
@@ -199,26 +237,14 @@ def policy_violations(sim: Simulator, settings: Any, foreign: set[int]) -> list[
         reqs = list(sim.requests)
         every = {**sim.destroyed, **sim.instances}
         live = list(sim.instances.values())
-    allowed = {norm_gpu(g) for g in p.allowed_gpus}
     rents, destroys = [], []
     for r in reqs:
         path = r["path"]
         if r["method"] == "PUT" and path.startswith("/api/v0/asks/"):
             oid = int(path.rstrip("/").rsplit("/", 1)[-1])
-            offer = sim.offers.get(oid) or {}
-            b = r["body"] if isinstance(r["body"], dict) else {}
             rents.append(r["t"])
-            if norm_gpu(offer.get("gpu_name")) not in allowed:
-                out.append(f"rent of {offer.get('gpu_name')} (offer {oid})")
-            if (offer.get("dph_total") or 0) > p.max_dph_per_instance:
-                out.append(f"rent at ${offer.get('dph_total')}/h (offer {oid})")
-            if (offer.get("reliability") or 0) < p.min_reliability:
-                out.append(f"rent at reliability {offer.get('reliability')} (offer {oid})")
-            if (b.get("image"), b.get("onstart"), b.get("env") or {}, float(b.get("disk") or 0)) != \
-                    (f.image, f.onstart, dict(f.env), float(f.disk_gb)):
-                out.append(f"rent off the template: {b.get('image')!r} {b.get('onstart')!r} {b.get('env')!r}")
-            if not str(b.get("label") or "").startswith(base):
-                out.append(f"rent without our label: {b.get('label')!r}")
+            body = r["body"] if isinstance(r["body"], dict) else {}
+            out += _rent_violations(sim.offers.get(oid) or {}, body, oid, settings, base)
         elif r["method"] == "DELETE" or (r["method"] == "PUT" and path.startswith("/api/v0/instances/")
                                          and "request_logs" not in path):
             iid = int(path.rstrip("/").rsplit("/", 1)[-1])
@@ -227,18 +253,9 @@ def policy_violations(sim: Simulator, settings: Any, foreign: set[int]) -> list[
                 out.append(f"{r['method']} {path} on an instance not ours ({label!r})")
             if r["method"] == "DELETE":
                 destroys.append(r["t"])
-    ours = [i for i in live if str(i.get("label") or "").startswith(base)]
-    if len(ours) > p.max_instances:
-        out.append(f"{len(ours)} live instances > {p.max_instances}")
-    if sum(i["dph_total"] for i in ours) > p.max_total_dph + 1e-6:
-        out.append(f"fleet at ${sum(i['dph_total'] for i in ours):.3f}/h > {p.max_total_dph}")
-    for name, times, cap in (("rents", rents, p.max_rents_per_hour), ("destroys", destroys, p.max_destroys_per_hour)):
-        times = sorted(t for t in times if t is not None)
-        for i, t in enumerate(times):
-            n = sum(1 for u in times[i:] if u < t + 3600)
-            if n > cap:
-                out.append(f"{n} {name} within an hour > {cap}")
-                break
+    out += _fleet_violations(live, settings, base)
+    out += _over_hourly_cap("rents", rents, p.max_rents_per_hour)
+    out += _over_hourly_cap("destroys", destroys, p.max_destroys_per_hour)
     missing = sorted(foreign - set(sim.instances))
     if missing:
         out.append(f"foreign instances gone: {missing}")
