@@ -15,10 +15,17 @@ never interrupted mid-write.
   config is refused (one error log line) and the old one kept; a valid one
   replaces the settings from the next tick on, reschedules when the schedule
   changed, and appends ``config.loaded`` with the dotted keys that differ.
-- systemd: ``READY=1`` once scheduling, ``STATUS=`` after each tick,
-  ``WATCHDOG=1`` from a thread while healthy (withheld when the scheduler thread
-  died or a tick overran ``tick_timeout + stop_deadline``, so systemd restarts
-  the service), ``RELOADING=1``/``READY=1`` around a reload, ``STOPPING=1``.
+- systemd: ``READY=1`` once the log is open and the schedule set, before the
+  start-up reconcile with vast.ai (it runs in the worker thread ahead of the
+  first tick, so a hanging vast.ai neither exceeds the start timeout nor delays
+  SIGTERM); ``STATUS=`` while reconciling, "tick N running" during a tick, the
+  outcome and next run time after it; ``WATCHDOG=1`` from a thread while healthy
+  (withheld when the scheduler thread died or a tick overran ``tick_timeout +
+  stop_deadline``, so systemd restarts the service); ``RELOADING=1``/``READY=1``
+  around a reload (the status then shows the new next run time, or that the
+  reload was refused); ``STOPPING=1``, after which nothing more is sent.
+- A refused reload is appended as ``config.refused`` and stays in ``STATUS=``
+  until a reload succeeds.
 
 The daemon holds the single-writer lock for its whole life and appends its own
 events through a connection of its own, so they never share a transaction
@@ -58,6 +65,7 @@ from agent.errors import ConfigError, FleetAgentError
 from agent.lock import FleetLock
 from agent.prompts import Prompts, load_prompts
 from agent.sdnotify import SystemdNotifier
+from agent.secrets import scrub
 from agent.store.log import EventLog
 from agent.tick import reconcile_at_start, run_tick
 
@@ -183,7 +191,10 @@ class Daemon:
         self._wake_r, self._wake_w = -1, -1
         self._watchdog_stop = threading.Event()
         self._withheld: str | None = None
-        self._last_status = ""
+        self._reconciled = reconcile_fn is None  # the start-up reconcile ran (or there is none)
+        self._activity: str | None = None  # what the worker does now ("tick 4 running since ...")
+        self._summary: str | None = None  # the last tick's outcome, for STATUS=
+        self._reload_problem: str | None = None  # why the last reload was refused, until one succeeds
 
     # -------------------------------------------------------------- lifecycle
 
@@ -207,10 +218,10 @@ class Daemon:
                      data_dir=str(s.data_path), schedule=schedule_text(s.schedule),
                      config_hash=s.config_hash()[:12])
             old_handlers = self._install_signals()
-            self._reconcile()
-            self.scheduler = self._start_scheduler(trigger)
+            # Ready before the worker starts: its start-up reconcile may wait on vast.ai for long.
             self.notifier.ready(f"running; {schedule_text(s.schedule)}; first tick now")
             watchdog = self._start_watchdog()
+            self.scheduler = self._start_scheduler(trigger)
             try:
                 code, reason = self._main_loop()
                 code, reason = self._shutdown(code, reason)
@@ -234,13 +245,19 @@ class Daemon:
         # single-writer lock, so the tick must not take it.
         return App(settings, env=self.env, prompts=prompts, lock_held=True)
 
-    def _reconcile(self) -> None:
-        if self.reconcile_fn is None or self.app is None:
+    def _reconcile(self, app: App) -> None:
+        """The start-up reconcile (worker thread, ahead of the first tick)."""
+        self._reconciled = True
+        if self.reconcile_fn is None:
             return
+        self._activity = "reconciling with vast.ai before the first tick"
+        self._publish()
         try:
-            self.reconcile_fn(self.app)
+            self.reconcile_fn(app)
         except Exception as e:  # noqa: BLE001 - the first tick reconciles again; starting matters more
             log.error("daemon.reconcile_failed", error=type(e).__name__, detail=str(e)[:300])
+        finally:
+            self._activity = None
 
     def _start_scheduler(self, trigger: BaseTrigger) -> BackgroundScheduler:
         sch = self.settings.schedule
@@ -271,7 +288,9 @@ class Daemon:
 
     def _shutdown(self, code: int, reason: str) -> tuple[int, str]:
         """Stop scheduling, ask the running tick to stop, wait up to ``stop_deadline``."""
-        self.notifier.stopping()
+        # The last notification: no WATCHDOG=1 or STATUS= follows it.
+        self.notifier.stopping(f"stopping ({reason}); a running tick gets "
+                               f"{float(self.settings.schedule.stop_deadline):g}s to finish")
         log.info("daemon.stopping", reason=reason)
         if self.scheduler is not None:
             with contextlib.suppress(Exception):  # a scheduler that died cannot be paused; stopping anyway
@@ -282,7 +301,8 @@ class Daemon:
         if not self._idle.wait(deadline):
             tick = self._current_tick()
             log.error("daemon.tick_abandoned", tick=tick, stop_deadline_s=deadline)
-            reason += f"; tick {tick} still running after the {deadline:g}s stop deadline"
+            what = f"tick {tick}" if tick is not None else "the start-up reconcile"
+            reason += f"; {what} still running after the {deadline:g}s stop deadline"
         if self.scheduler is not None:
             with contextlib.suppress(Exception):  # shutting down a dead scheduler raises; nothing to stop
                 self.scheduler.shutdown(wait=False)
@@ -332,21 +352,44 @@ class Daemon:
             if self._pending is not None:
                 self._swap_app()
         try:
+            if not self._reconciled:
+                assert self.app is not None
+                self._reconcile(self.app)
+                with self._state:
+                    if self.stop_event.is_set():
+                        return
+                    self._tick_started = time.monotonic()  # the tick's own time budget starts now
+                    if self._pending is not None:
+                        self._swap_app()
             app = self.app
             assert app is not None
+            self._announce_tick(app)
             try:
                 result = self.tick_fn(app, stop=self.stop_event)
             except Exception as e:
                 # A tick that raises must not stop the schedule: close it in the log, then let the
                 # EVENT_JOB_ERROR listener log the traceback.
                 self._close_dangling_tick(app, e)
-                self._status(f"tick crashed: {type(e).__name__}")
+                self._activity = None
+                self._summary = f"tick crashed: {type(e).__name__}"
+                self._publish()
                 raise
             self._report(result)
         finally:
             with self._state:
+                self._activity = None
                 self._tick_started = None
                 self._idle.set()
+
+    def _announce_tick(self, app: App) -> None:
+        """STATUS= "tick N running since HH:MM:SSZ" while the tick runs."""
+        try:
+            n: int | None = app.log.store.next_tick_number()
+        except FleetAgentError:
+            n = None
+        since = datetime.now(UTC).strftime("%H:%M:%SZ")
+        self._activity = f"tick {n} running since {since}" if n is not None else f"a tick running since {since}"
+        self._publish()
 
     def _report(self, result: TickReport) -> None:
         tokens, _cached = _usage_tokens(result.usage)
@@ -354,8 +397,10 @@ class Daemon:
         # The canonical per-tick line is agent.tick's "tick"; this only adds the schedule.
         log.debug("daemon.next_run", tick=result.tick, next_run=nxt)
         outcome = "ok" if result.ok else f"failed ({result.reason})" if result.reason else "failed"
-        self._status(f"tick {result.tick} {outcome}: {result.steps} steps, {tokens} tokens, "
-                     f"{float(result.duration_ms) / 1000:.1f}s" + (f"; next {nxt}" if nxt else ""))
+        self._summary = (f"tick {result.tick} {outcome}: {result.steps} steps, {tokens} tokens, "
+                         f"{float(result.duration_ms) / 1000:.1f}s")
+        self._activity = None
+        self._publish()
 
     def _close_dangling_tick(self, app: App, exc: BaseException) -> None:
         """A tick that raised may have left ``tick.started`` without an end; append ``tick.failed``."""
@@ -376,9 +421,21 @@ class Daemon:
         elif event.code == EVENT_JOB_MAX_INSTANCES:
             log.warning("tick.skipped", why="the previous tick is still running")
 
-    def _status(self, text: str) -> None:
-        self._last_status = text
-        self.notifier.status(text)
+    def status_text(self) -> str:
+        """The ``STATUS=`` line: what runs now, else the last outcome and the next run time;
+        then a refused reload, until a reload succeeds."""
+        text = self._activity
+        if text is None:
+            text = self._summary or f"running; {schedule_text(self.settings.schedule)}"
+            nxt = self._next_run()
+            if nxt:
+                text += f"; next {nxt}"
+        if self._reload_problem:
+            text += f"; {self._reload_problem}"
+        return text
+
+    def _publish(self) -> None:
+        self.notifier.status(self.status_text())
 
     def _next_run(self) -> str | None:
         if self.scheduler is None:
@@ -401,7 +458,7 @@ class Daemon:
         try:
             return self._reload()
         finally:
-            self.notifier.ready(self._last_status or None)
+            self.notifier.ready(self.status_text())
 
     def _reload(self) -> bool:
         old = self.settings
@@ -414,9 +471,9 @@ class Daemon:
                                   "restart (the daemon holds the lock and the log there)")
             trigger = make_trigger(new.schedule)
         except FleetAgentError as e:
-            log.error("config.reload_refused", path=self.config_path, error=str(e)[:500],
-                      kept_config_hash=old.config_hash()[:12])
+            self._refuse_reload(e)
             return False
+        self._reload_problem = None
         changed = changed_keys(old, new)
         changed += [f"prompts/{name}" for name, h in sorted(prompts.hashes.items())
                     if self._prompt_hashes.get(name) != h]
@@ -439,6 +496,21 @@ class Daemon:
         log.info("config.loaded", path=self.config_path, changed=changed, config_hash=new.config_hash()[:12],
                  schedule=schedule_text(new.schedule))
         return True
+
+    def _refuse_reload(self, e: FleetAgentError) -> None:
+        """Log, append ``config.refused`` and keep it in ``STATUS=``; the old settings stay."""
+        error = scrub(str(e))[:500]
+        kept = self.settings.config_hash()
+        log.error("config.reload_refused", path=self.config_path, error=error, kept_config_hash=kept[:12])
+        at = datetime.now(UTC).strftime("%H:%M:%SZ")
+        self._reload_problem = f"reload refused at {at}, kept config {kept[:12]}: {error[:200]}"
+        assert self.events is not None
+        try:
+            self.events.append("config.refused", {"error": error, "kept_config_hash": kept,
+                                                  "path": str(self.config_path) if self.config_path else None},
+                               "system")
+        except FleetAgentError as append_error:
+            log.error("daemon.refused_event_failed", error=str(append_error)[:300])
 
     def _swap_app(self) -> None:
         """Use the pending settings from now on (caller holds ``_state``; no tick is mid-way)."""

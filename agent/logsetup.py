@@ -1,13 +1,22 @@
 """structlog setup: JSON lines when stdout is not a TTY (journald), readable on a TTY.
 
+Under systemd, when stderr is the journal stream (``JOURNAL_STREAM`` names its
+device and inode), every line starts with a syslog priority prefix (``<4>`` for
+a warning, ``<3>`` for an error), which journald strips and stores as the
+entry's priority: ``journalctl -p warning -u fleet-agent`` then shows exactly
+the warnings and worse.
+
 A redaction processor scrubs every known secret and any value under a key that
 names a credential, wherever it appears. Tracebacks never carry local variables.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -49,8 +58,37 @@ class _Stderr:
     def isatty(self) -> bool:
         return sys.stderr.isatty()
 
+    def fileno(self) -> int:
+        return sys.stderr.fileno()
 
-def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> None:
+
+# structlog method name -> syslog priority (sd-daemon(3): <0> emerg ... <7> debug).
+PRIORITIES: dict[str, int] = {"critical": 2, "fatal": 2, "exception": 3, "error": 3, "warning": 4, "warn": 4,
+                              "notice": 5, "info": 6, "msg": 6, "debug": 7}
+
+
+def is_journal_stream(stream: Any, env: Mapping[str, str] | None = None) -> bool:
+    """True when ``stream`` is the journald stream systemd connected: ``JOURNAL_STREAM`` is
+    ``device:inode`` of it (systemd.exec(5)). A stream redirected elsewhere does not match."""
+    value = (os.environ if env is None else env).get("JOURNAL_STREAM", "")
+    try:
+        dev, ino = (int(part) for part in value.split(":"))
+        st = os.fstat(stream.fileno())
+    except (ValueError, OSError, AttributeError, io.UnsupportedOperation):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
+
+
+def syslog_prefix(_logger: Any, method_name: str, rendered: str) -> str:
+    """Prefix each rendered line with its syslog priority, as journald reads it."""
+    prefix = f"<{PRIORITIES.get(method_name, 6)}>"
+    return "\n".join(prefix + line for line in rendered.split("\n"))
+
+
+def configure(level: str = "info", fmt: str = "auto", stream: Any = None,
+              env: Mapping[str, str] | None = None) -> None:
+    """Log to ``stream`` (stderr): ``json``, ``console`` or ``auto`` (console on a TTY).
+    On the journal stream each line carries its syslog priority prefix."""
     stream = stream or _Stderr()
     if fmt == "auto":
         fmt = "console" if getattr(stream, "isatty", lambda: False)() else "json"
@@ -73,6 +111,8 @@ def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> Non
             redact,
             structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback),
         ]
+    if is_journal_stream(stream, env):
+        renderer.append(syslog_prefix)
     structlog.configure(
         processors=shared + renderer,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),

@@ -8,6 +8,9 @@ separated ``KEY=value`` assignments to it: ``READY=1`` once it serves,
 ``WatchdogSec=`` is set, ``RELOADING=1`` and ``STOPPING=1`` around reloads and
 shutdown.
 
+Once ``STOPPING=1`` has gone out, nothing more is sent (no late ``WATCHDOG=1``
+or ``STATUS=`` from another thread): sends are serialised, so "after" is exact.
+
 Outside systemd (``NOTIFY_SOCKET`` unset) every method is a no-op. A failed send
 is logged and swallowed: losing a status line must never stop the daemon; if
 keep-alives keep failing, systemd's watchdog restarts the service, which is the
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,6 +56,14 @@ def _clean(value: object) -> str:
     return str(value).replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
 
 
+class _SendState:
+    """Mutable state shared by the copies of one notifier: the send lock and whether it stopped."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stopped = False
+
+
 @dataclass(frozen=True)
 class SystemdNotifier:
     """Talks to the service manager through ``NOTIFY_SOCKET``.
@@ -64,6 +76,7 @@ class SystemdNotifier:
     watchdog_usec: int | None = None
     watchdog_pid: int | None = None
     pid: int = field(default_factory=os.getpid)
+    _sent: _SendState = field(default_factory=_SendState, init=False, repr=False, compare=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *, pid: int | None = None) -> SystemdNotifier:
@@ -111,9 +124,16 @@ class SystemdNotifier:
         """Keep-alive: ``WATCHDOG=1``."""
         return self.send(WATCHDOG=1)
 
-    def stopping(self) -> bool:
-        """Shutdown began: ``STOPPING=1``."""
-        return self.send(STOPPING=1)
+    def stopping(self, status: str | None = None) -> bool:
+        """Shutdown began: ``STOPPING=1`` (with ``STATUS=`` when given); the last message sent."""
+        if status is None:
+            return self.send(STOPPING=1)
+        return self.send(STOPPING=1, STATUS=status)
+
+    @property
+    def stopped(self) -> bool:
+        """True once ``STOPPING=1`` was sent; every later send is dropped."""
+        return self._sent.stopped
 
     def reloading(self) -> bool:
         """Reload began: ``RELOADING=1`` with ``MONOTONIC_USEC`` (CLOCK_MONOTONIC).
@@ -128,7 +148,8 @@ class SystemdNotifier:
 
         Keys must be upper-case assignment names (``READY``, ``STATUS``, ...);
         values are made single-line. Returns False (and logs) on any socket
-        error; never raises for one.
+        error; never raises for one. After ``STOPPING=1`` returns False and
+        sends nothing.
         """
         for key in fields:
             if not _KEY.match(key):
@@ -136,7 +157,12 @@ class SystemdNotifier:
         if not self.enabled or not fields:
             return False
         message = "\n".join(f"{key}={_clean(value)}" for key, value in fields.items())
-        return self._send_bytes(message.encode("utf-8"))
+        with self._sent.lock:
+            if self._sent.stopped:
+                return False
+            if "STOPPING" in fields:
+                self._sent.stopped = True
+            return self._send_bytes(message.encode("utf-8"))
 
     def _address(self) -> str | bytes:
         assert self.socket_path is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -233,7 +234,11 @@ def test_notify_socket_and_the_single_writer_lock(tmp_path, sim_server, daemons)
                 lines.extend(sock.recv(4096).split(b"\n"))
 
         until(lambda m: m == b"READY=1")
-        assert until(lambda m: m.startswith(b"STATUS=tick 1 ")).startswith(b"STATUS=tick 1 ok: ")
+        until(lambda m: m.startswith(b"STATUS=tick 1 ok: "))
+        statuses = [m for m in lines if m.startswith(b"STATUS=")]
+        assert statuses[1:3] == [b"STATUS=reconciling with vast.ai before the first tick",
+                                 b"STATUS=tick 1 running since " + statuses[2][-9:]], statuses
+        assert statuses[3].startswith(b"STATUS=tick 1 ok: ") and b"; next " in statuses[3]
         until(lambda m: m == b"WATCHDOG=1")
 
         second = subprocess.run([sys.executable, "-m", "agent.cli", "--config", str(cfg), "run"], cwd=tmp_path,
@@ -386,3 +391,129 @@ def test_triggers_follow_interval_or_cron():
     assert t.interval.total_seconds() == 90 and t.jitter == 5
     c = make_trigger(config.parse("schedule: {cron: '*/5 * * * *'}\n").schedule)
     assert str(c.timezone) == "UTC" and "minute='*/5'" in str(c)
+
+
+# ------------------------------------------------------------------ systemd notifications
+
+
+class NotifyListener:
+    """A datagram socket standing in for systemd's NOTIFY_SOCKET; keeps every message in order."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(WAIT_S)
+        self.messages: list[bytes] = []
+        self._seen = 0
+
+    def next_matching(self, pred: Callable[[bytes], bool]) -> bytes:
+        """The next message (after the last one returned) for which ``pred`` holds."""
+        while True:
+            while self._seen < len(self.messages):
+                m = self.messages[self._seen]
+                self._seen += 1
+                if pred(m):
+                    return m
+            self.messages.append(self.sock.recv(4096))
+
+    def drain(self) -> list[bytes]:
+        """Every message already queued (sends are synchronous, so after the sender is done: all)."""
+        self.sock.setblocking(False)
+        try:
+            while True:
+                self.messages.append(self.sock.recv(4096))
+        except BlockingIOError:
+            return self.messages
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _fields(message: bytes) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in message.decode().split("\n"))
+
+
+@pytest.mark.slow
+def test_ready_comes_before_a_hanging_start_up_reconcile(tmp_path, daemons):
+    """With vast.ai accepting connections and never answering, the daemon still sends READY=1 (then
+    STATUS= 'reconciling') while the start-up reconcile waits, so systemd's start timeout cannot hit;
+    SIGTERM during that reconcile is honoured within stop_deadline (exit 0, daemon.stopped naming the
+    reconcile), and nothing is sent after STOPPING=1."""
+    hanging = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    hanging.bind(("127.0.0.1", 0))
+    hanging.listen(16)  # the kernel accepts; nobody ever answers
+    notify = NotifyListener(tmp_path / "notify.sock")
+    try:
+        cfg = write_config(tmp_path, f"http://127.0.0.1:{hanging.getsockname()[1]}", interval="1h",
+                           stop_deadline="1s")
+        cfg.write_text(cfg.read_text().replace("timeout: 5s", "timeout: 600s"), encoding="utf-8")
+        d = start_daemon(tmp_path, cfg, env=env_for(NOTIFY_SOCKET=str(notify.path), WATCHDOG_USEC="200000"))
+        daemons.append(d)
+        ready = notify.next_matching(lambda m: b"READY=1" in m.split(b"\n"))
+        assert _fields(ready)["STATUS"].startswith("running; every 3600s")
+        notify.next_matching(lambda m: m == b"STATUS=reconciling with vast.ai before the first tick")
+        assert "reconcile.deferred" not in d.stderr() and "daemon.reconcile_failed" not in d.stderr()
+        assert d.kinds("tick.started") == []
+
+        d.popen.send_signal(signal.SIGTERM)
+        assert d.popen.wait(timeout=WAIT_S) == 0, d.stderr()
+        messages = notify.drain()
+    finally:
+        notify.close()
+        hanging.close()
+    stopping = [i for i, m in enumerate(messages) if b"STOPPING=1" in m.split(b"\n")]
+    assert stopping == [len(messages) - 1], messages
+    with EventLog(d.db) as lg:
+        stopped = [e.payload["reason"] for e in lg.read(0, kinds=["daemon.stopped"])]
+    assert stopped == ["SIGTERM; the start-up reconcile still running after the 1s stop deadline"]
+
+
+def test_status_during_ticks_and_reloads_and_silence_after_stopping(tmp_path, sim_server):
+    """STATUS= says 'tick N running' while a tick runs and shows its outcome with the next run time after;
+    a reload that changes the schedule re-announces READY=1 with the new next run time; a refused reload
+    appends config.refused (the error names the file) and keeps 'reload refused' in STATUS=; once
+    STOPPING=1 is sent no WATCHDOG=1 or STATUS= follows, however busy the keep-alive thread is."""
+    gate = threading.Event()
+    notify = NotifyListener(tmp_path / "n.sock")
+    cfg_path = tmp_path / "config.yaml"
+
+    def tick(app, *, stop=None):
+        return stand_in_tick(app, stop=stop, gate=gate if app.log.store.next_tick_number() == 1 else None)
+
+    def script(lg: EventLog) -> bool:
+        running = notify.next_matching(lambda m: m.startswith(b"STATUS=tick 1 running since "))
+        assert re.fullmatch(rb"STATUS=tick 1 running since \d\d:\d\d:\d\dZ", running)
+        gate.set()
+        done = notify.next_matching(lambda m: m.startswith(b"STATUS=tick 1 ok: "))
+        old_next = _fields(done)["STATUS"].rsplit("; next ", 1)[1]
+
+        write_config(tmp_path, sim_server.url, interval="2h")
+        os.kill(os.getpid(), signal.SIGHUP)
+        notify.next_matching(lambda m: m.startswith(b"RELOADING=1\n"))
+        reloaded = _fields(notify.next_matching(lambda m: m.startswith(b"READY=1\n")))["STATUS"]
+        assert reloaded.startswith("tick 1 ok: ") and "refused" not in reloaded
+        new_next = reloaded.rsplit("; next ", 1)[1]
+        assert re.fullmatch(r"\d\d:\d\d:\d\dZ", new_next) and new_next != old_next
+
+        cfg_path.write_text("schedule: [not, a, mapping\n", encoding="utf-8")
+        os.kill(os.getpid(), signal.SIGHUP)
+        refused = _fields(notify.next_matching(lambda m: m.startswith(b"READY=1\n")))["STATUS"]
+        assert refused.startswith("tick 1 ok: ") and "; reload refused at " in refused
+        assert str(cfg_path) in refused
+        events = wait_for(lambda: list(lg.read(0, kinds=["config.refused"])), "config.refused")
+        assert str(cfg_path) in events[0].payload["error"] and events[0].payload["path"] == str(cfg_path)
+        return True
+
+    try:
+        with capture_logs():
+            code = _in_process(tmp_path, sim_server.url, tick, script,
+                               env={"VAST_API_KEY": "sim-key", "NOTIFY_SOCKET": str(notify.path),
+                                    "WATCHDOG_USEC": "40000"}, interval="1h")
+        assert code == 0
+        messages = notify.drain()
+    finally:
+        notify.close()
+    stopping = [i for i, m in enumerate(messages) if b"STOPPING=1" in m.split(b"\n")]
+    assert stopping == [len(messages) - 1], messages[-5:]
+    assert messages.count(b"WATCHDOG=1") > 0

@@ -55,6 +55,9 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
     ("daemon.stopped", 1): [("signal", {"reason": "SIGTERM"})],
     ("config.loaded", 1): [("reload", {"config_hash": "c0ffee", "changed": ["policy.max_instances"],
                                        "path": "/etc/fleet-agent/config.yaml"})],
+    ("config.refused", 1): [("bad yaml", {"error": "/etc/fleet-agent/config.yaml, line 3: schedule: expected a "
+                                                   "mapping; fix the indentation",
+                                          "kept_config_hash": "c0ffee", "path": "/etc/fleet-agent/config.yaml"})],
     ("tick.started", 1): [
         ("full observation", {"observation": _OBS}),
         ("empty fleet, demand unavailable", {"observation": {"balance": 10, "instances": [],

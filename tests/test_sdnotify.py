@@ -141,3 +141,19 @@ def test_bad_field_name_is_a_programming_error(listener):
     _, path = listener
     with pytest.raises(ValueError, match="upper case"):
         SystemdNotifier.from_env({"NOTIFY_SOCKET": path}).send(ready=1)
+
+
+def test_nothing_is_sent_after_stopping(listener):
+    """After STOPPING=1 (with its STATUS=) every later send is dropped, from any copy of the notifier:
+    the next datagram the socket holds is a marker sent by an unrelated notifier."""
+    sock, path = listener
+    notifier = SystemdNotifier.from_env({"NOTIFY_SOCKET": path})
+    assert notifier.stopping("stopping (SIGTERM)")
+    assert sock.recv(4096) == b"STOPPING=1\nSTATUS=stopping (SIGTERM)"
+    assert notifier.stopped
+    assert notifier.watchdog() is False
+    assert notifier.status("tick 3 ok") is False
+    assert notifier.ready() is False
+    assert notifier.stopping() is False
+    assert SystemdNotifier.from_env({"NOTIFY_SOCKET": path}).status("marker")
+    assert sock.recv(4096) == b"STATUS=marker"

@@ -44,9 +44,18 @@ class ConfigLoadedV1(Payload):
     path: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class ConfigRefusedV1(Payload):
+    error: str
+    kept_config_hash: str
+    path: str | None = None
+
+
 _define("daemon.started", "The daemon started.", Version(1, DaemonStartedV1))
 _define("daemon.stopped", "The daemon stopped.", Version(1, DaemonStoppedV1))
 _define("config.loaded", "A configuration was loaded (start or SIGHUP).", Version(1, ConfigLoadedV1))
+_define("config.refused", "A reload (SIGHUP) was refused; the previous configuration stays in force.",
+        Version(1, ConfigRefusedV1))
 
 
 # ---------------------------------------------------------------- ticks

@@ -492,11 +492,15 @@ def zygote_main() -> None:  # pragma: no cover - runs in its own process
             os._exit(code)
 
 
+MIN_ROUNDS = 5  # rounds an operator worker runs however long they take
+
+
 def worker_main(argv: list[str]) -> int:  # pragma: no cover - runs in a forked child
     """An operator process: notes, acks and reads through the CLI in a loop.
 
     argv: [config, results file, worker index, seconds, workers]. Each write is recorded
-    as a JSON line (op, text or alert id, exit code) so the test can find it in the log.
+    as a JSON line (op, text or alert id, exit code) so the test can find it in the log. A worker
+    runs for ``seconds`` and at least ``MIN_ROUNDS`` rounds, so a slow machine still exercises it.
     """
     import io
 
@@ -506,7 +510,7 @@ def worker_main(argv: list[str]) -> int:  # pragma: no cover - runs in a forked 
     deadline = time.monotonic() + seconds
     n = 0
     with open(results, "w", encoding="utf-8") as out:
-        while time.monotonic() < deadline:
+        while n < MIN_ROUNDS or time.monotonic() < deadline:
             n += 1
             text = f"note w{idx}-{n}"
             rc = _quiet(agent.cli.main, ["--config", cfg, "say", "--by", f"w{idx}", text], io)

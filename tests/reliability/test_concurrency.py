@@ -12,10 +12,11 @@ import time
 import pytest
 
 from agent import feedback
-from tests.reliability.harness import check_db, db_path, make_app, running_sim
+from tests.reliability.harness import MIN_ROUNDS, check_db, db_path, make_app, running_sim
 
 SECONDS = float(os.environ.get("RELIABILITY_CONCURRENCY_SECONDS", "12"))
 WORKERS = 4
+MIN_TICKS = 3  # ticks run however long they take, so a slow machine still overlaps them with the workers
 
 
 def run_concurrency(root, zygote, seconds: float) -> dict[str, int]:
@@ -32,7 +33,7 @@ def run_concurrency(root, zygote, seconds: float) -> dict[str, int]:
         ticks, tick_errors = 0, []
         sim.pending = 300.0
         end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        while ticks < MIN_TICKS or time.monotonic() < end:
             pid = zygote.spawn(["--config", cfg, "tick"], root / "t.out", root / "t.err", env=env)
             rc = zygote.wait(pid)
             ticks += 1
@@ -66,7 +67,7 @@ def test_ticks_and_four_operator_processes_share_the_log_without_lock_errors_or_
     assert [x for x in r["records"] if x["rc"] != 0] == []
     wrote_notes = [x["text"] for x in r["records"] if x["op"] == "note"]
     wrote_acks = [x["alert"] for x in r["records"] if x["op"] == "ack"]
-    assert len(wrote_notes) >= WORKERS * 5 and r["ticks"] >= 3
+    assert len(wrote_notes) >= WORKERS * MIN_ROUNDS  # every worker ran its rounds to the end
     assert sorted(r["notes"]) == sorted(wrote_notes)
     assert sorted(r["acks"]) == sorted(wrote_acks)
     assert r["problems"] == []
