@@ -113,9 +113,14 @@ class VastSettings(_KeyFrom):
     api_key_env: str | None = "VAST_API_KEY"
     api_key_file: str | None = None
     api_key_credential: str | None = "vast_api_key"
-    # Per request; 429, 5xx and timeouts are retried, rents never are.
+    # Per request; reads are retried on 429, 5xx and timeouts. A call that changes the fleet is
+    # sent once (again only when the connection was refused before sending); an unknown outcome
+    # is settled by looking.
     timeout: Duration = Duration(30)
     max_attempts: int = 3
+    # A rent whose outcome is unknown counts as live until its label is listed, or until this
+    # long has passed and at least two listings lacked it ("not created").
+    settle_after: Duration = Duration(300)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ Every call the model makes runs through ``run_tool_call`` and nowhere else:
 
 1. validate: the tool exists and the arguments match its spec, else an error
    result ("not run: ...") and nothing else happens;
-2. check (an ``Action`` only): its ``check`` returns a policy ``Block`` (logged as
-   ``policy.blocked`` with the result; nothing is sent) or the prepared value;
+2. check: an ``Action``'s ``check`` returns a policy ``Block`` (logged as
+   ``policy.blocked`` with the result; nothing is sent) or the prepared value; a ``Tool``
+   may declare a check that returns a ``Block`` or None;
 3. log intent: ``tool.called``, committed before the call; an action's carries a
    fresh idempotency key (its instance label), which is what reconcile finds after
    a crash; in a dry run the action stops here, marked ``dry_run``;
@@ -75,6 +76,9 @@ def run_tool_call(toolbox: Toolbox, ctx: ToolContext, call: ToolCall, *, dry_run
     try:
         if isinstance(tool, Action):
             return _run_action(tool, ctx, call, args, dry_run=dry_run)
+        block = tool.check(ctx, args) if tool.check is not None else None
+        if block is not None:
+            return _blocked(ctx, call, block), True
         _log_call(ctx, call, {"side_effect": False})
         outcome = tool.handler(ctx, args)
     except FleetAgentError as e:  # vast.ai, the demand queue, the log: the model reads what failed

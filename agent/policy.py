@@ -1,8 +1,9 @@
 """Guardrails applied in code to every side-effecting tool call, whatever the model says.
 
 Spend caps, instance limits, allowed GPU models, minimum reliability, hourly
-rent/destroy limits, ownership (only instances carrying our label may be
-destroyed), and the fleet template: the container image, start command, env
+rent/destroy limits, ownership (only instances an event of ours rented or
+adopted may be destroyed, rebooted or have their logs read; our label alone is
+enough only with ``policy.destroy_orphans``), and the fleet template: the container image, start command, env
 and disk always come from config. A refusal names the rule and the numbers.
 """
 
@@ -92,16 +93,34 @@ class Policy:
             return Block("max_rents_per_hour", f"{rents_last_hour} rents in the last hour, limit {p.max_rents_per_hour}")
         return None
 
+    def _reachable(self, label: str | None, owned: bool) -> bool:
+        """Ownership comes from the log (an event of ours rented or adopted it). Our label alone is
+        enough only when ``policy.destroy_orphans`` lets the agent remove what carries it."""
+        return owned or (self.p.destroy_orphans and self.is_our_label(label))
+
+    def _not_ours(self, instance_id: int, label: str | None, what: str) -> Block:
+        if self.is_our_label(label):
+            return Block("not_ours", f"instance {instance_id} carries our label {label!r} but no event of ours "
+                         f"rented or adopted it (an orphan; policy.destroy_orphans is off); only instances "
+                         f"this agent rented may be {what}")
+        return Block("not_ours", f"instance {instance_id} has label {label!r}, not {self.label_base}*; "
+                     f"only instances this agent rented may be {what}")
+
     def check_destroy(self, instance_id: int, label: str | None, owned: bool, destroys_last_hour: int) -> Block | None:
-        if not (owned or self.is_our_label(label)):
-            return Block("not_ours", f"instance {instance_id} has label {label!r}, not {self.label_base}*; "
-                         "only instances this agent rented may be destroyed")
+        """``owned``: an event of ours rented or adopted the instance."""
+        if not self._reachable(label, owned):
+            return self._not_ours(instance_id, label, "destroyed")
         if destroys_last_hour + 1 > self.p.max_destroys_per_hour:
             return Block("max_destroys_per_hour",
                          f"{destroys_last_hour} destroys in the last hour, limit {self.p.max_destroys_per_hour}")
         return None
 
     def check_reboot(self, instance_id: int, label: str | None, owned: bool) -> Block | None:
-        if not (owned or self.is_our_label(label)):
-            return Block("not_ours", f"instance {instance_id} has label {label!r}; only our instances may be rebooted")
+        if not self._reachable(label, owned):
+            return self._not_ours(instance_id, label, "rebooted")
+        return None
+
+    def check_logs(self, instance_id: int, label: str | None, owned: bool) -> Block | None:
+        if not self._reachable(label, owned):
+            return self._not_ours(instance_id, label, "read")
         return None

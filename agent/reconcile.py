@@ -3,28 +3,39 @@
 Runs at the start of every tick (and at daemon start), before any new paid
 call, against ONE instance listing:
 - a rent intent without a result: its label exists -> a recovered success (the
-  instance becomes ours); absent -> a recovered "not created". Never re-sent.
-- a destroy intent without a result: re-checked and completed (destroy is idempotent).
+  instance becomes ours); absent -> a recovered "pending" (the request may still
+  land, and vast.ai lists new instances late). Never re-sent.
+- a pending rent (outcome unknown): its label listed -> adopted; absent for
+  ``vast.settle_after`` and at least two listings -> ``rent.settled`` "not created".
+  Until then the caps count it as live.
+- a destroy intent without a result: re-checked and completed (destroy is idempotent;
+  an instance already gone answers 404, which counts as done).
 - a reboot intent without a result: recorded as unknown, with the instance's state.
 - tool calls of the last model response without a result (a crash mid-tick):
   a recovered "interrupted" result, so the conversation stays well formed.
 - a tick that started and never ended: ``tick.failed`` (interrupted).
 - instances carrying our label that no event knows: adopted when the label's key
   belongs to one of our rent intents; otherwise orphans -> alert, destroyed if
-  policy says so.
+  policy says so; an orphan alert resolves once the orphan is gone.
 - instances we own that vast.ai no longer lists -> ``instance.gone``.
+
+Every decision uses the state after reconcile's own actions: an instance it destroyed
+is out of the listing it goes on with, and an instance the log already knows (rented,
+adopted or destroyed by us) is never adopted again, so the log never says "destroyed,
+then adopted" for one instance.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
-from agent.clients.vast import Instance, VastClient
-from agent.config import Settings
+from agent.clients.vast import Instance, VastClient, VastError
+from agent.config import Settings, VastSettings
 from agent.pipeline import result_payload
 from agent.policy import Policy
 from agent.store.log import EventLog
@@ -48,21 +59,26 @@ def reconcile(log: EventLog, vast: VastClient, policy: Policy, *, destroy_orphan
     the (possibly refreshed) listing."""
     rep = ReconcileReport()
     listing = instances if instances is not None else vast.list_instances()
-    changed = _settle_intents(log, vast, policy, listing, rep)
+    destroyed = _settle_intents(log, vast, policy, listing, rep)
+    listing = [i for i in listing if i.id not in destroyed]  # the state after our own actions
     _settle_unanswered_calls(log, rep)
     _settle_open_tick(log)
-    changed = _settle_ownership(log, vast, policy, listing, rep, destroy_orphans=destroy_orphans,
-                                settings=settings) or changed
-    if changed:
-        listing = vast.list_instances()
+    gone = _settle_ownership(log, vast, policy, listing, rep, destroy_orphans=destroy_orphans, settings=settings)
+    destroyed |= gone
+    listing = [i for i in listing if i.id not in destroyed]
+    _settle_pending_rents(log, policy, listing, (settings.vast if settings else VastSettings()).settle_after)
+    _resolve_gone_orphans(log, listing, policy)
+    if destroyed:
+        listing = [i for i in vast.list_instances() if i.id not in destroyed]
     return rep, listing
 
 
-def _settle_intents(log: EventLog, vast: VastClient, policy: Policy, listing: list[Instance], rep: ReconcileReport) -> bool:
-    """Each side-effect intent without a result gets a recovered one; True when something was destroyed."""
+def _settle_intents(log: EventLog, vast: VastClient, policy: Policy, listing: list[Instance],
+                    rep: ReconcileReport) -> set[int]:
+    """Each side-effect intent without a result gets a recovered one; returns the ids destroyed."""
     by_label = {i.label: i for i in listing if i.label}
     by_id = {i.id: i for i in listing}
-    changed = False
+    destroyed: set[int] = set()
 
     # 1. Dangling side-effect intents.
     for intent in log.store.dangling_intents():
@@ -76,7 +92,8 @@ def _settle_intents(log: EventLog, vast: VastClient, policy: Policy, listing: li
             outcome = _settled_rent(policy, key, args, by_label)
         elif tool == "destroy_instance":
             outcome = _settled_destroy(vast, args, by_id)
-            changed = changed or int(args.get("instance_id", 0)) in by_id
+            if outcome.effect:
+                destroyed.add(int(args.get("instance_id", 0)))
         else:
             iid = int(args.get("instance_id", 0))
             st = by_id[iid].actual_status if iid in by_id else "not listed"
@@ -85,16 +102,19 @@ def _settle_intents(log: EventLog, vast: VastClient, policy: Policy, listing: li
         log.append("tool.result", p, "system", tick)
         rep.recovered.append(call_id)
         log_.warning("reconcile.intent", call_id=call_id, tool=tool, ok=p["ok"])
-    return changed
+    return destroyed
 
 
 def _settled_rent(policy: Policy, key: str | None, args: dict[str, Any], by_label: dict[str, Instance]) -> Outcome:
-    """Our label on a listed instance: the rent succeeded; none: it did not happen. Never re-sent."""
+    """Our label on a listed instance: the rent succeeded; none: pending (it may still land). Never re-sent."""
     label = policy.label_for(key or "")
     inst = by_label.get(label)
     if inst is None:
-        return Outcome(False, error=f"recovered after a restart: no instance carries label {label}; "
-                       "the rent did not happen (it was not re-sent)")
+        eff = {"type": "rent_pending", "label": label, "idem_key": key, "offer_id": args.get("offer_id"),
+               "dph": policy.p.max_dph_per_instance}
+        return Outcome(True, f"recovered after a restart: PENDING: no instance carries label {label} yet; the "
+                       "request may still land (it was not re-sent). It counts against the caps as live until "
+                       "its label is listed or the settle window passes", effect=eff)
     eff = {"type": "rented", "instance_id": inst.id, "label": label, "idem_key": key,
            "offer_id": args.get("offer_id"), "gpu_name": inst.gpu_name, "dph": inst.dph_total}
     return Outcome(True, f"recovered after a restart: instance {inst.id} carries our label "
@@ -102,10 +122,14 @@ def _settled_rent(policy: Policy, key: str | None, args: dict[str, Any], by_labe
 
 
 def _settled_destroy(vast: VastClient, args: dict[str, Any], by_id: dict[int, Instance]) -> Outcome:
-    """Destroy is idempotent: completed when the instance is still listed."""
+    """Destroy is idempotent: completed when the instance is still listed (404: already done)."""
     iid = int(args.get("instance_id", 0))
     if iid in by_id:
-        vast.destroy(iid)
+        try:
+            vast.destroy(iid)
+        except VastError as e:
+            return Outcome(False, error=f"recovered after a restart: destroy of instance {iid} did not complete "
+                           f"({e}); it is still listed")
     return Outcome(True, f"recovered after a restart: instance {iid} is destroyed",
                    effect={"type": "destroyed", "instance_id": iid})
 
@@ -134,16 +158,17 @@ def _settle_open_tick(log: EventLog) -> None:
 
 
 def _settle_ownership(log: EventLog, vast: VastClient, policy: Policy, listing: list[Instance], rep: ReconcileReport, *,
-                      destroy_orphans: bool, settings: Settings | None) -> bool:
-    """Adopt, flag orphans (destroyed when policy says so), record the gone; True when something was destroyed."""
+                      destroy_orphans: bool, settings: Settings | None) -> set[int]:
+    """Adopt, flag orphans (destroyed when policy says so), record the gone; returns the ids destroyed."""
     by_id = {i.id: i for i in listing}
-    changed = False
+    destroyed: set[int] = set()
 
-    # 4. Ownership: adopt, orphans, gone.
+    # 4. Ownership: adopt, orphans, gone. An instance the log knows in any state is never adopted
+    # again (a destroyed one vast.ai still lists is on its way out).
     owned = set(log.store.owned_instance_ids())
     known_keys = log.store.rent_keys()
     for inst in listing:
-        if inst.id in owned or not policy.is_our_label(inst.label):
+        if not policy.is_our_label(inst.label) or log.store.instance(inst.id) is not None:
             continue
         key = policy.key_of(inst.label)
         if key in known_keys:
@@ -152,17 +177,52 @@ def _settle_ownership(log: EventLog, vast: VastClient, policy: Policy, listing: 
             rep.adopted.append(inst.id)
             continue
         rep.orphans.append(inst.id)
-        _orphan(log, vast, inst, destroy_orphans=destroy_orphans, settings=settings)
-        changed = changed or destroy_orphans
+        if _orphan(log, vast, inst, destroy_orphans=destroy_orphans, settings=settings):
+            destroyed.add(inst.id)
     for iid in sorted(owned - set(by_id)):
         log.append("instance.gone", {"instance_id": iid, "last_status": None}, "system")
         rep.gone.append(iid)
-    return changed
+    return destroyed
+
+
+def _ts(ts: str) -> datetime:
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def _settle_pending_rents(log: EventLog, policy: Policy, listing: list[Instance], settle_after: float) -> None:
+    """A pending rent whose label no listing showed for ``settle_after`` and at least two listings
+    (this one and a tick's since): ``rent.settled`` "not created". One listing proves nothing:
+    the request may land late and vast.ai lists new instances late."""
+    labels = {i.label for i in listing if i.label}
+    now = log.clock()
+    for intent in log.store.pending_rents():
+        label = policy.label_for(intent.idem_key or "")
+        result = log.get(intent.result_seq) if intent.result_seq is not None else None
+        if label in labels or result is None:
+            continue
+        age = (now - _ts(result.ts)).total_seconds()
+        listings = 1 + log.store.count_events_after(result.seq, "tick.started")
+        if age >= settle_after and listings >= 2:
+            log.append("rent.settled", {"call_id": intent.call_id, "label": label, "idem_key": intent.idem_key,
+                                        "created": False,
+                                        "reason": f"no listing showed the label in {int(age)} s ({listings} "
+                                        "listings); it was not re-sent"}, "system", result.tick)
+            log_.warning("reconcile.rent_not_created", call_id=intent.call_id, label=label)
+
+
+def _resolve_gone_orphans(log: EventLog, listing: list[Instance], policy: Policy) -> None:
+    """Orphan alerts whose instance is no longer listed (or is ours now) are resolved."""
+    from agent.feedback import resolve_absent
+
+    present = {f"orphan:{i.id}" for i in listing
+               if policy.is_our_label(i.label) and log.store.instance(i.id) is None}
+    resolve_absent(log, "orphan:", present, reason="the orphan instance is gone")
 
 
 def _orphan(log: EventLog, vast: VastClient, inst: Instance, *, destroy_orphans: bool,
-            settings: Settings | None) -> None:
-    """An instance carrying our label that no event knows: a critical alert, and destroyed if policy says so."""
+            settings: Settings | None) -> bool:
+    """An instance carrying our label that no event knows: a critical alert, and destroyed if policy
+    says so (True when it was)."""
     from agent.feedback import raise_alert
 
     raise_alert(log, key=f"orphan:{inst.id}", severity="critical",
@@ -171,5 +231,11 @@ def _orphan(log: EventLog, vast: VastClient, inst: Instance, *, destroy_orphans:
                 f"{inst.actual_status}; " + ("destroying it (policy.destroy_orphans)" if destroy_orphans
                                              else "set policy.destroy_orphans or destroy it by hand"),
                 settings=settings)
-    if destroy_orphans:
+    if not destroy_orphans:
+        return False
+    try:
         vast.destroy(inst.id)
+    except VastError as e:
+        log_.warning("reconcile.orphan_destroy_failed", instance_id=inst.id, error=str(e))
+        return False
+    return True

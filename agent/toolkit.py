@@ -70,9 +70,16 @@ class ToolContext:
     tick: int
     instances: list[Instance] = field(default_factory=list)
     clock: Callable[[], float] = time.time
+    # This tick's rents that created an instance, by label -> (instance id, $/h): the caps count
+    # them directly, whatever the ownership read model made of their ids.
+    rented: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     def owned_ids(self) -> set[int]:
         return set(self.log.store.owned_instance_ids())
+
+    def known_to_log(self, instance_id: int) -> bool:
+        """Whether an event of ours rented or adopted this instance (whatever became of it)."""
+        return self.log.store.instance(instance_id) is not None
 
     def ours(self) -> list[Instance]:
         owned = self.owned_ids()
@@ -88,12 +95,14 @@ def _spec(name: str, description: str, parameters: dict[str, Any]) -> dict[str, 
 
 @dataclass(frozen=True)
 class Tool:
-    """A call that leaves the fleet as it is: its call is logged, it runs, its result is logged."""
+    """A call that leaves the fleet as it is: its call is logged, it runs, its result is logged.
+    An optional ``check`` may refuse it by policy first (a ``Block``; nothing is sent)."""
 
     name: str
     description: str
     parameters: dict[str, Any]
     handler: Callable[[ToolContext, Args], Outcome]
+    check: Callable[[ToolContext, Args], Block | None] | None = None
 
     def spec(self) -> dict[str, Any]:
         return _spec(self.name, self.description, self.parameters)

@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kills", type=int, help="SIGKILLs in the kill -9 loop (default 300; quick 40)")
     ap.add_argument("--seconds", type=float, help="concurrency run length (default 60; quick 15)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--after-action", type=float, default=0.15,
+                    help="share of side-effecting requests that act, then lose their answer or arrive late")
+    ap.add_argument("--only-kill9", action="store_true", help="run the kill -9 loop alone")
     args = ap.parse_args(argv)
     q = args.quick
     kills = args.kills or (40 if q else 300)
@@ -60,8 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     zygote = harness.Zygote()
     try:
         k = harness.run_kill9(_root(base, "kill9"), kills=kills, seed=args.seed, spawner=zygote,
-                              exec_every=0 if q else 15)
+                              exec_every=0 if q else 15, after_action=args.after_action,
+                              install="tests.reliability.harness:install_reboots")
         out["kill9"] = {**asdict(k), "problems": k.problems[:10], "problem_count": len(k.problems)}
+        if args.only_kill9:
+            return _finish(out, kills, t0, only_kill9=True)
         p = harness.run_kill9(_root(base, "planted"), kills=12 if q else 30, seed=args.seed, spawner=zygote,
                               fault_rate=0.0, ambiguous=0.0,
                               install="tests.reliability.test_kill9:install_rent_before_intent")
@@ -102,11 +108,26 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         zygote.close()
         shutil.rmtree(base, ignore_errors=True)
-    out["seconds"] = round(time.monotonic() - t0, 1)
-    k9 = out["kill9"]
-    broken = [
+    return _finish(out, kills, t0)
+
+
+def _kill9_broken(k9: dict[str, Any], kills: int) -> bool:
+    return any([
         k9["problem_count"] > 0, k9["kills"] < kills, k9["final_tick_rc"] != 0,
         any(k9["audit"][x] for x in ("duplicates", "untraced", "untracked", "dangling_intents")),
+        k9["monitor"]["over_max_instances"] > 0, k9["monitor"]["over_max_total_dph"] > 0,
+        k9["intents"]["duplicate_requests"] > 0, k9["intents"]["adopted_after_destroyed"] > 0,
+    ])
+
+
+def _finish(out: dict[str, Any], kills: int, t0: float, *, only_kill9: bool = False) -> int:
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    if only_kill9:
+        out["ok"] = not _kill9_broken(out["kill9"], kills)
+        sys.stdout.write(json.dumps(out, sort_keys=True, default=str) + "\n")
+        return 0 if out["ok"] else 1
+    broken = [
+        _kill9_broken(out["kill9"], kills),
         not out["planted_rent_before_intent"]["caught"],
         bool(out["ambiguous"]["unresolved"]), out["ambiguous"]["audit"]["duplicates"] > 0,
         bool(out["api_chaos"]["internal_errors"]), bool(out["api_chaos"]["problems"]),

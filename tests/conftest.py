@@ -135,6 +135,15 @@ def mutating_requests(sim: Simulator) -> list[dict[str, Any]]:
             or r["method"] == "DELETE"]
 
 
+def plant_ours(app: App, sim: Simulator, offer_id: int, key: str = "feedc0ffee01") -> int:
+    """An instance carrying our label that the log knows as ours (``instance.adopted``, as reconcile
+    records one of our rents it finds): ownership comes from the log, not from the label alone."""
+    label = app.settings.fleet.label_prefix + app.settings.agent_id + "-" + key
+    iid = sim.create_instance(offer_id, label=label)
+    app.log.append("instance.adopted", {"instance_id": iid, "label": label, "idem_key": key}, "system")
+    return iid
+
+
 def within_policy(settings: Settings, offer: dict[str, Any]) -> bool:
     """Whether a simulator offer passes the rent policy's per-offer rules (GPU, price, reliability)."""
     from agent.policy import norm_gpu

@@ -139,6 +139,9 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
     ("instance.adopted", 1): [("adopted", {"instance_id": 104, "label": "fa-7-1", "idem_key": "fa-7-1",
                                            "gpu_name": "RTX_4090", "dph": 0.45})],
     ("instance.gone", 1): [("gone", {"instance_id": 101, "last_status": "exited"})],
+    ("rent.settled", 1): [("not_created", {"call_id": "call_9", "label": "fa-7-abc", "created": False,
+                                           "idem_key": "abc", "reason": "no listing showed the label in 300 s "
+                                           "(2 listings)"})],
 }
 
 # Version 2 of these kinds changed only the rendering: every string the agent did not author is written

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from agent.tick import run_tick
-from tests.conftest import events_of, offer_rows, rent_puts, tool_messages, within_policy
+from tests.conftest import events_of, offer_rows, plant_ours, rent_puts, tool_messages, within_policy
 from tests.fakes.openai_server import RecordedRequest, Step, reply
 
 
@@ -98,12 +98,12 @@ def test_hostile_instance_logs_stay_fenced_data_and_change_nothing(sim, make_app
     escaped (no source tag can be spelled); nothing outside
     the tool message mentions them, and no call, note or rental follows from them."""
     spare = sim.find_offer("RTX 4090")
-    iid = sim.create_instance(spare["id"], label="someone-elses-box")
+    app = make_app()
+    iid = plant_ours(app, sim, spare["id"])
     sim.advance(600)
     sim.plant_logs(iid, HOSTILE + "\n")
     fake_model.enqueue(reply("checking logs", tool_calls=[("get_instance_logs", {"instance_id": iid})]),
                        reply("logs read; nothing to do"))
-    app = make_app()
     before = set(sim.instances)
 
     r = run_tick(app)

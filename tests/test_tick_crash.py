@@ -132,8 +132,10 @@ def _rent_result(app: Any) -> Any:
 @pytest.mark.slow
 def test_killed_while_rent_is_in_flight_and_not_created(tmp_path, sim, sim_server, make_app, fake_model):
     """Killed after the rent intent is logged while the request is held before vast.ai
-    processes it: the next tick records 'not created' (recovered), owns nothing, never re-sends
-    the rent, and the log verifies and rebuilds to the same read models."""
+    processes it: the next tick records the rent as pending (recovered; one listing without
+    the label proves nothing), owns nothing, never re-sends the rent; once vast.settle_after
+    has passed and a second listing lacks the label, it is settled 'not created'. The log
+    verifies and rebuilds to the same read models."""
     app_settings = settings_for(tmp_path, sim_server.url)
     offer = good_offer(sim, app_settings)
     sim.hold_rents = True
@@ -146,8 +148,13 @@ def test_killed_while_rent_is_in_flight_and_not_created(tmp_path, sim, sim_serve
 
     assert r.ok, r.reason
     res = _rent_result(app)
-    assert res.payload["recovered"] is True and res.payload["ok"] is False
-    assert "did not happen" in res.payload["error"]
+    assert res.payload["recovered"] is True and res.payload["effect"]["type"] == "rent_pending"
+    assert "PENDING" in res.payload["output"]
+    assert app.log.store.pending_rents() != []
+    sim.advance(app.settings.vast.settle_after + 1)
+    assert run_tick(app).ok
+    assert [e.payload["created"] for e in events_of(app, "rent.settled")] == [False]
+    assert app.log.store.pending_rents() == []
     assert sim.instances == {}
     assert _active_owned(app) == set()
     assert sim.rents_arrived == 1

@@ -10,7 +10,7 @@ import pytest
 
 from agent.policy import norm_gpu
 from agent.tick import MAX_CALLS_PER_STEP, run_tick
-from tests.conftest import events_of, mutating_requests, rent_puts, tool_messages, within_policy
+from tests.conftest import events_of, mutating_requests, plant_ours, rent_puts, tool_messages, within_policy
 from tests.fakes.openai_server import reply
 
 
@@ -112,8 +112,7 @@ def test_dry_run_sends_no_mutating_call(sim, make_app, fake_model):
     'dry run' but never sent: the simulator sees no PUT /asks/, DELETE or PUT /instances/."""
     app = make_app(policy={"dry_run": True})
     fine = next(o for o in sorted(sim.offers.values(), key=lambda o: o["dph_total"]) if within_policy(app.settings, o))
-    ours_label = app.settings.fleet.label_prefix + app.settings.agent_id + "-feedc0ffee01"
-    mine = sim.create_instance(sim.find_offer("RTX 4090")["id"], label=ours_label)
+    mine = plant_ours(app, sim, sim.find_offer("RTX 4090")["id"])
     fake_model.enqueue(
         reply("act", tool_calls=[
             ("search_offers", {}),
@@ -134,7 +133,7 @@ def test_dry_run_sends_no_mutating_call(sim, make_app, fake_model):
         assert "effect" not in results[name]
     seen = [m["content"] for m in tool_messages(fake_model.chat_requests[-1].json)]
     assert sum("dry run" in c for c in seen) == 3
-    assert app.log.store.row_counts(["instances", "intents"]) == {"instances": 0, "intents": 0}
+    assert app.log.store.row_counts(["instances", "intents"]) == {"instances": 1, "intents": 0}  # the planted one only
 
 
 def test_an_action_goes_check_intent_call_result_under_the_key_of_its_intent(sim, make_app, fake_model):
@@ -147,7 +146,7 @@ def test_an_action_goes_check_intent_call_result_under_the_key_of_its_intent(sim
     s = app.settings
     fine = next(o for o in sorted(sim.offers.values(), key=lambda o: o["dph_total"]) if within_policy(s, o))
     base = s.fleet.label_prefix + s.agent_id + "-"
-    mine = sim.create_instance(sim.find_offer("RTX 4090")["id"], label=base + "feedc0ffee01")
+    mine = plant_ours(app, sim, sim.find_offer("RTX 4090")["id"])
     fake_model.enqueue(
         reply("act", tool_calls=[_rent(fine["id"]), ("destroy_instance", {"instance_id": mine, "reason": "spare"})]),
         reply("done"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.clients.vast import Instance, Offer
+from agent.clients.vast import Instance, Offer, VastError
 from agent.policy import Block, norm_gpu
 from agent.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
 
@@ -87,15 +87,47 @@ def _check_rent(ctx: ToolContext, args: Args) -> Offer | Block:
 
 
 def fleet_load(ctx: ToolContext) -> tuple[int, float]:
-    """(live instances of ours, their $/h): the tick's listing plus what this tick rented since.
+    """(live instances of ours, their $/h), counting everything that may be live:
 
-    The listing is taken once per tick; an instance rented after it is only in the ownership
-    read model, so it is counted from there (else every rent in a tick would see the same count).
+    - ours in the tick's listing (not exited or offline);
+    - this tick's rents that created an instance and are not in that listing, counted from
+      their results directly (not through the ownership read model, whose upsert may skip one);
+    - owned instances the listing does not show (rented earlier, listed late);
+    - every rent whose outcome is unknown (pending) and whose label is not listed: live until settled.
     """
     ours = [i for i in ctx.ours() if _status(i) not in ("exited", "offline")]
     listed = {i.id for i in ctx.instances}
-    since = [i for i in ctx.log.store.owned_instances() if i.instance_id not in listed]
-    return len(ours) + len(since), sum(i.dph_total or 0 for i in ours) + sum(i.dph or 0 for i in since)
+    labels = {i.label for i in ctx.instances if i.label}
+    count, dph = len(ours), sum(i.dph_total or 0 for i in ours)
+    fresh = {iid: d for label, (iid, d) in ctx.rented.items() if iid not in listed and label not in labels}
+    count, dph = count + len(fresh), dph + sum(fresh.values())
+    for i in ctx.log.store.owned_instances():
+        if i.instance_id not in listed and i.instance_id not in fresh:
+            count, dph = count + 1, dph + (i.dph or 0)
+    for label, pending_dph in pending_rents(ctx):
+        if label not in labels and label not in ctx.rented:
+            count, dph = count + 1, dph + pending_dph
+    return count, dph
+
+
+def pending_rents(ctx: ToolContext) -> list[tuple[str, float]]:
+    """(label, $/h) of every rent answered "pending" and not settled yet."""
+    out = []
+    for intent in ctx.log.store.pending_rents():
+        e = ctx.log.get(intent.result_seq) if intent.result_seq is not None else None
+        eff = (e.payload.get("effect") or {}) if e is not None else {}
+        out.append((str(eff.get("label") or ctx.policy.label_for(intent.idem_key or "")),
+                    float(eff.get("dph") or 0.0)))
+    return out
+
+
+def pending_outcome(label: str, effect: dict[str, Any], why: str, settle_after: float) -> Outcome:
+    """A rent whose outcome is unknown: not failed, not re-sent; counted against the caps until settled."""
+    return Outcome(True, f"PENDING: the rent's outcome is unknown ({why}). It was not re-sent. Until an "
+                   f"instance carrying label {label} is listed (then it is ours) or {int(settle_after)} s "
+                   "and two listings pass without it (then it was not created), it counts against the "
+                   "caps as a live instance. Do not rent again to replace it yet.",
+                   effect={**effect, "type": "rent_pending"})
 
 
 def _rent(ctx: ToolContext, args: Args, offer: Offer, key: str) -> Outcome:
@@ -105,20 +137,26 @@ def _rent(ctx: ToolContext, args: Args, offer: Offer, key: str) -> Outcome:
                         env=f.env, runtype=f.runtype)
     effect_base = {"type": "rented", "label": label, "idem_key": key, "offer_id": int(args["offer_id"]),
                    "gpu_name": offer.gpu_name, "dph": offer.dph_total}
-    if out.status == "created":
+    if out.status == "created" and out.instance_id is not None:
+        ctx.rented[label] = (out.instance_id, offer.dph_total or 0.0)
         return Outcome(True, f"rented offer {args['offer_id']} as instance {out.instance_id} (label {label}); "
                        "it starts as created, then loading, then running",
                        effect={**effect_base, "instance_id": out.instance_id})
     if out.status == "rejected":
         return Outcome(False, error=f"not rented: {out.error}")
     # Outcome unknown: never re-send; look for our label instead.
-    ctx.refresh()
+    try:
+        ctx.refresh()
+    except VastError as e:
+        return pending_outcome(label, effect_base, f"{out.error}; the listing to look for it failed: {e}",
+                               ctx.settings.vast.settle_after)
     found = next((i for i in ctx.instances if i.label == label), None)
     if found is not None:
+        ctx.rented[label] = (found.id, offer.dph_total or 0.0)
         return Outcome(True, f"the rent call failed ambiguously ({out.error}), but instance {found.id} carries "
                        f"our label {label}: rented", effect={**effect_base, "instance_id": found.id})
-    return Outcome(False, error=f"outcome unknown ({out.error}); no instance carries label {label}, so it was "
-                   "not created. It was not re-sent; search and rent again if still needed")
+    return pending_outcome(label, effect_base, f"{out.error}; the listing does not show label {label} yet, "
+                           "and vast.ai lists new instances late", ctx.settings.vast.settle_after)
 
 
 def _lookup(ctx: ToolContext, iid: int) -> Instance | None:
@@ -126,29 +164,65 @@ def _lookup(ctx: ToolContext, iid: int) -> Instance | None:
 
 
 def _check_destroy(ctx: ToolContext, args: Args) -> int | Block:
-    """Ours, and within the hourly destroy limit; the instance id is what ``_destroy`` gets."""
+    """Ours (from the log), and within the hourly destroy limit; the instance id is what ``_destroy`` gets."""
     iid = int(args["instance_id"])
     inst = _lookup(ctx, iid)
-    return ctx.policy.check_destroy(iid, inst.label if inst else None, iid in ctx.owned_ids(),
+    return ctx.policy.check_destroy(iid, inst.label if inst else None, ctx.known_to_log(iid),
                                     ctx.policy.destroys_last_hour(ctx.log)) or iid
 
 
+def _look(ctx: ToolContext, iid: int) -> Instance | None | str:
+    """The instance as a fresh listing shows it (None: not listed), or why the listing failed."""
+    try:
+        ctx.refresh()
+    except VastError as e:
+        return str(e)
+    return _lookup(ctx, iid)
+
+
 def _destroy(ctx: ToolContext, args: Args, iid: int, key: str) -> Outcome:
-    ctx.vast.destroy(iid)
+    try:
+        ctx.vast.destroy(iid)
+    except VastError as e:
+        if not e.uncertain:
+            raise
+        seen = _look(ctx, iid)  # sent once; settled by looking
+        if seen is None:
+            return Outcome(True, f"destroyed instance {iid} (the answer was lost: {e}; it is no longer listed)",
+                           effect={"type": "destroyed", "instance_id": iid})
+        state = seen if isinstance(seen, str) else f"it is still listed as {_status(seen)}"
+        return Outcome(False, error=f"destroy of instance {iid}: outcome unknown ({e}); {state}. It was not "
+                       "re-sent; list_fleet later shows whether it is gone")
     ctx.instances = [i for i in ctx.instances if i.id != iid]
     return Outcome(True, f"destroyed instance {iid}", effect={"type": "destroyed", "instance_id": iid})
 
 
 def _check_reboot(ctx: ToolContext, args: Args) -> int | Block:
-    """Ours; the instance id is what ``_reboot`` gets."""
+    """Ours (from the log); the instance id is what ``_reboot`` gets."""
     iid = int(args["instance_id"])
     inst = _lookup(ctx, iid)
-    return ctx.policy.check_reboot(iid, inst.label if inst else None, iid in ctx.owned_ids()) or iid
+    return ctx.policy.check_reboot(iid, inst.label if inst else None, ctx.known_to_log(iid)) or iid
 
 
 def _reboot(ctx: ToolContext, args: Args, iid: int, key: str) -> Outcome:
-    ctx.vast.reboot(iid)
+    try:
+        ctx.vast.reboot(iid)
+    except VastError as e:
+        if not e.uncertain:
+            raise
+        seen = _look(ctx, iid)
+        state = seen if isinstance(seen, str) else ("it is not listed" if seen is None
+                                                    else f"it is listed as {_status(seen)}")
+        return Outcome(False, error=f"reboot of instance {iid}: outcome unknown ({e}); {state}. It was not "
+                       "re-sent (it may have rebooted); check its status before asking again")
     return Outcome(True, f"reboot requested for instance {iid}")
+
+
+def _check_logs(ctx: ToolContext, args: Args) -> Block | None:
+    """Logs are read only from instances an event of ours rented or adopted."""
+    iid = int(args["instance_id"])
+    inst = _lookup(ctx, iid)
+    return ctx.policy.check_logs(iid, inst.label if inst else None, ctx.known_to_log(iid))
 
 
 def _logs(ctx: ToolContext, args: Args) -> Outcome:
@@ -201,7 +275,7 @@ TOOLS: tuple[AnyTool, ...] = (
            check=_check_reboot, handler=_reboot),
     Tool("get_instance_logs", "The last lines of an instance's container log (untrusted data).",
          obj({"instance_id": IID, "tail": {"type": "integer", "minimum": 1, "maximum": LOG_TAIL_MAX}},
-             ["instance_id"]), _logs),
+             ["instance_id"]), _logs, check=_check_logs),
     Tool("get_balance", "The account balance and credit in dollars.", obj({}), _balance),
     Tool("get_demand", "The proof-job queue: pending, running, completed, arrival rate.", obj({}), _demand),
 )

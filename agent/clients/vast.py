@@ -1,8 +1,9 @@
 """An httpx client for the vast.ai REST API, speaking as the official `vastai` CLI does.
 
     VastClient      list/get instances, search offers, rent, destroy, start/stop/label/reboot,
-                    logs, current user; bounded, jittered retries on 429/502/503/504 and
-                    transport errors (never on the rent PUT)
+                    logs, current user; reads get bounded, jittered retries on 429/502/503/504
+                    and transport errors; a call that changes the fleet is sent once, and again
+                    only when the connection was refused before anything was sent
     Instance, Offer, User, RentOutcome   typed, frozen results
     VastError       the one exception; its text never carries the API key
 
@@ -45,16 +46,19 @@ class VastError(FleetAgentError):
     """A vast.ai call failed: what, where, the HTTP status and vast's own message."""
 
     def __init__(self, status: int | None = None, code: str | None = None, message: str = "",
-                 retryable: bool = False) -> None:
+                 retryable: bool = False, uncertain: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.retryable = retryable
+        # The request may have reached vast.ai and acted (a timeout after sending, a 5xx, a lost
+        # answer): the outcome is unknown and must be settled by looking, never by re-sending.
+        self.uncertain = uncertain
 
     def __repr__(self) -> str:
         return (f"VastError(status={self.status!r}, code={self.code!r}, message={self.message!r}, "
-                f"retryable={self.retryable!r})")
+                f"retryable={self.retryable!r}, uncertain={self.uncertain!r})")
 
 
 # --- typed results ---------------------------------------------------------------------------
@@ -288,7 +292,11 @@ class VastClient:
 
     def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
               body: Any = None, retry: bool = True, timeout: float | None = None) -> httpx.Response:
-        """One logical call: up to max_attempts HTTP requests. Raises VastError on transport failure."""
+        """One logical call: up to max_attempts HTTP requests. Raises VastError on transport failure.
+
+        ``retry=False`` (a call that changes the fleet): sent once; sent again only when the
+        connection was refused or never established, so nothing reached vast.ai. Any other
+        failure raises a VastError marked ``uncertain``."""
         url = self._url(path, params)
         api_path = url[len(self.base_url):].split("?", 1)[0]
         headers = {"Authorization": f"Bearer {self.__key}", "Accept": "application/json"}
@@ -296,7 +304,7 @@ class VastClient:
         if method != "GET":
             content = json.dumps({} if body is None else body).encode()
             headers["Content-Type"] = "application/json"
-        attempts = self.max_attempts if retry else 1
+        attempts = self.max_attempts
         delay = FIRST_BACKOFF_S
         for attempt in range(1, attempts + 1):
             try:
@@ -304,16 +312,18 @@ class VastClient:
                                           timeout=timeout if timeout is not None else self.timeout)
             except httpx.TransportError as e:
                 kind = "timeout" if isinstance(e, httpx.TimeoutException) else "connection_error"
-                if attempt >= attempts:
+                unsent = isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
+                if attempt >= attempts or not (retry or unsent):
                     raise VastError(message=f"{method} {api_path}: {kind} after {attempt} attempt(s): "
-                                    f"{self._scrub(type(e).__name__)}", code=kind, retryable=True) from None
+                                    f"{self._scrub(type(e).__name__)}", code=kind, retryable=True,
+                                    uncertain=not (retry or unsent)) from None
                 wait = self._backoff(delay)
                 log.warning("vast.retry", method=method, path=api_path, status=None, error=kind,
                             attempt=attempt, wait_s=round(wait, 3))
                 self._sleep(wait)
                 delay *= BACKOFF_FACTOR
                 continue
-            if resp.status_code in RETRYABLE_STATUS and attempt < attempts:
+            if retry and resp.status_code in RETRYABLE_STATUS and attempt < attempts:
                 retry_wait = self._retry_wait(resp, delay)
                 if retry_wait is not None:
                     log.warning("vast.retry", method=method, path=api_path, status=resp.status_code,
@@ -419,6 +429,8 @@ class VastClient:
         try:
             resp = self._send("PUT", f"/asks/{int(offer_id)}/", body=body, retry=False)
         except VastError as e:
+            if not e.uncertain:  # the connection was refused every time: nothing reached vast.ai
+                return RentOutcome("rejected", error=e.message)
             log.warning("vast.rent_unknown", offer_id=offer_id, label=label, error=e.code)
             return RentOutcome("unknown", error=e.message)
         status = resp.status_code
@@ -444,20 +456,31 @@ class VastClient:
                            http_status=status)
 
     def destroy(self, instance_id: int) -> bool:
-        """Destroy an instance. Already gone (404) counts as success; idempotent."""
-        resp = self._send("DELETE", f"/instances/{int(instance_id)}/", body={})
+        """Destroy an instance, sending the request once. Already gone (404) counts as success.
+        A 5xx or a lost answer raises a VastError marked ``uncertain``: settle it by looking."""
+        resp = self._send("DELETE", f"/instances/{int(instance_id)}/", body={}, retry=False)
         if resp.status_code == 404:
             return True
         if resp.status_code >= 400:
-            raise self._error(resp, f"destroy instance {instance_id}")
+            raise self._write_error(resp, f"destroy instance {instance_id}")
         data = _json_or_empty(resp)
         if data.get("success") is False:
             raise VastError(message=self._scrub(f"destroy instance {instance_id}: {data.get('msg') or 'refused'}"),
                             status=resp.status_code, code=_str(data.get("error")))
         return True
 
+    def _write_error(self, resp: httpx.Response, what: str) -> VastError:
+        """The error of a call that changes the fleet: uncertain on a 5xx (vast.ai may have acted)."""
+        err = self._error(resp, what)
+        err.uncertain = resp.status_code >= 500
+        return err
+
     def _put_instance(self, path: str, body: dict[str, Any], what: str) -> None:
-        data = self._call("PUT", path, what, body=body)
+        """start, stop, label, reboot: sent once (see ``_send``); a 5xx is ``uncertain``."""
+        resp = self._send("PUT", path, body=body, retry=False)
+        if resp.status_code >= 400:
+            raise self._write_error(resp, what)
+        data = _json_or_empty(resp)
         if data.get("success") is False:
             raise VastError(message=self._scrub(f"{what}: {data.get('msg') or data.get('error') or 'refused'}"),
                             code=_str(data.get("error")))

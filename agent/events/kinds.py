@@ -488,3 +488,23 @@ class InstanceGoneV1(Payload):
 _define("instance.adopted", "An instance carrying one of our idempotency keys was found and recorded as ours.",
         Version(1, InstanceAdoptedV1))
 _define("instance.gone", "An instance we owned is no longer listed by vast.ai.", Version(1, InstanceGoneV1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RentSettledV1(Payload):
+    call_id: str
+    label: str
+    created: bool
+    reason: str
+    idem_key: str | None = None
+    instance_id: int | None = None
+
+
+def _r_rent_settled_v1(e: Event, p: RentSettledV1) -> Message:
+    """``[system · rent settled] call ID (label L): created as instance N | not created — reason``."""
+    what = f"created as instance {p.instance_id}" if p.created else "not created"
+    return user(f"[system · rent settled] call {p.call_id} (label {p.label}): {what} — {p.reason}")
+
+
+_define("rent.settled", "A rent whose outcome was unknown (pending) was settled by looking.",
+        Version(1, RentSettledV1, _r_rent_settled_v1))

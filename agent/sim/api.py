@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from agent.sim import admin, instances
+from agent.sim import admin, faults, instances
 from agent.sim.market import GPU_MODELS
 from agent.sim.query import matches, page_offset, page_token, sort_rows
 from agent.sim.replies import ApiError, Reply, as_id, json_reply
@@ -120,17 +120,39 @@ def _route(sim: Simulator, method: str, path: str, query: dict[str, Any], header
         raise ApiError(401, "auth_error", "Invalid user key")
     delay = 0.0
     with sim._lock:
-        fault = sim._draw_fault(path)
+        plan = faults.scripted(sim.faults, method, path)
+        if plan == "fail":
+            return faults.lost_answer()
+        fault = None if plan else sim._draw_fault(path)
+        plan = plan or sim._after_action(method, path)
     if fault is not None:
         if fault.status:
             return fault
         delay = fault.delay
-    with sim._lock:
-        now = sim.tick()
-        handler, args = _find_route(method, path)
-        reply = handler(sim, Call(query, body if isinstance(body, dict) else {}, base_url, now, args))
+    handler, args = _find_route(method, path)
+    call_body = body if isinstance(body, dict) else {}
+
+    def act() -> Reply:
+        with sim._lock:
+            now = sim.tick()
+            return handler(sim, Call(query, call_body, base_url, now, args))
+
+    if plan == "late":  # vast.ai receives it only after late_seconds: the client has given up
+        return Reply(0, b"", delay=sim.faults.late_seconds, then=_answered(act))
+    reply = act()
+    if plan == "drop":
+        return faults.lost_answer()
     reply.delay += delay
     return reply
+
+
+def _answered(act: Callable[[], Reply]) -> Callable[[], Reply]:
+    def run() -> Reply:
+        try:
+            return act()
+        except ApiError as e:
+            return json_reply(e.status, {"success": False, "error": e.error, "msg": e.msg})
+    return run
 
 
 # --- the vast.ai endpoints ------------------------------------------------------------------

@@ -34,6 +34,8 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.delay > 0 and srv.stopping.wait(reply.delay):
             self.close_connection = True
             return
+        if reply.then is not None:
+            reply = reply.then()  # delivered late: it acts now, whoever is still waiting
         try:
             self.send_response(reply.status)
             self.send_header("Content-Type", reply.content_type)

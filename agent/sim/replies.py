@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,8 @@ class Reply:
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    # Run after the delay, and answered instead: a request that reaches vast.ai only late.
+    then: Callable[[], Reply] | None = None
 
 
 class ApiError(Exception):

@@ -16,7 +16,7 @@ from typing import Any
 from agent.sim import api, instances, state
 from agent.sim.clock import Clock, ManualClock, scaled_wall_clock
 from agent.sim.demand import JobQueue, arrival_rate, step_end
-from agent.sim.faults import Faults, ambiguous_rent, draw_fault
+from agent.sim.faults import Faults, after_action, ambiguous_rent, draw_fault
 from agent.sim.instances import Instance
 from agent.sim.logs import LogResults, synthetic_logs, tail_lines
 from agent.sim.market import Market
@@ -240,6 +240,9 @@ class Simulator:
 
     def _draw_fault(self, path: str) -> Reply | None:
         return draw_fault(self.faults, self._fault_rng, path, self._clock)
+
+    def _after_action(self, method: str, path: str) -> str | None:
+        return after_action(self.faults, self._fault_rng, method, path)
 
     def handle(self, method: str, target: str, headers: dict[str, str], body: bytes,
                base_url: str) -> Reply:

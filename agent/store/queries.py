@@ -214,6 +214,16 @@ class Store:
         rows = self._rows("intents", "result_seq IS NULL", order_by="called_seq")
         return [_intent(r) for r in rows]
 
+    def pending_rents(self) -> list[Intent]:
+        """Rents whose outcome is unknown (answered "pending") and not yet settled, oldest first."""
+        rows = self._rows("intents", "tool = 'rent_instance' AND result_seq IS NOT NULL AND ok IS NULL",
+                          order_by="called_seq")
+        return [_intent(r) for r in rows]
+
+    def count_events_after(self, seq: int, kind: str) -> int:
+        """Events of ``kind`` logged after ``seq``."""
+        return int(self._value("SELECT COUNT(*) FROM events WHERE seq > ? AND kind = ?", [seq, kind]))
+
     def rent_keys(self) -> set[str]:
         """Every idempotency key a rent intent was ever logged with."""
         rows = self._rows("intents", "tool = 'rent_instance' AND idem_key IS NOT NULL")

@@ -76,9 +76,11 @@ def _tool_called(c: sqlite3.Connection, e: Event) -> None:
 
 def _tool_result(c: sqlite3.Connection, e: Event) -> None:
     p = e.payload
-    c.execute("UPDATE intents SET result_seq = ?, ok = ? WHERE call_id = ? AND result_seq IS NULL",
-              (e.seq, int(bool(p["ok"])), p["call_id"]))
     eff = p.get("effect") or {}
+    # A rent answered "pending" has a result but no outcome yet: ok stays NULL until it settles.
+    ok = None if eff.get("type") == "rent_pending" else int(bool(p["ok"]))
+    c.execute("UPDATE intents SET result_seq = ?, ok = ? WHERE call_id = ? AND result_seq IS NULL",
+              (e.seq, ok, p["call_id"]))
     if eff.get("type") == "rented" and eff.get("instance_id") is not None:
         c.execute(
             "INSERT INTO instances (instance_id, label, idem_key, offer_id, gpu_name, dph, rented_seq, status)"
@@ -93,6 +95,9 @@ def _tool_result(c: sqlite3.Connection, e: Event) -> None:
 
 def _adopted(c: sqlite3.Connection, e: Event) -> None:
     p = e.payload
+    if p.get("idem_key"):  # a pending rent whose label showed up: it was created
+        c.execute("UPDATE intents SET ok = 1 WHERE tool = 'rent_instance' AND idem_key = ?"
+                  " AND result_seq IS NOT NULL AND ok IS NULL", (p["idem_key"],))
     c.execute(
         "INSERT INTO instances (instance_id, label, idem_key, gpu_name, dph, rented_seq, status)"
         " VALUES (?,?,?,?,?,?,'active') ON CONFLICT(instance_id) DO NOTHING",
@@ -103,6 +108,11 @@ def _adopted(c: sqlite3.Connection, e: Event) -> None:
 def _gone(c: sqlite3.Connection, e: Event) -> None:
     c.execute("UPDATE instances SET status = 'destroyed', destroyed_seq = ? WHERE instance_id = ?"
               " AND status = 'active'", (e.seq, e.payload["instance_id"]))
+
+
+def _rent_settled(c: sqlite3.Connection, e: Event) -> None:
+    c.execute("UPDATE intents SET ok = ? WHERE call_id = ? AND ok IS NULL",
+              (int(bool(e.payload["created"])), e.payload["call_id"]))
 
 
 def _knowledge(c: sqlite3.Connection, e: Event) -> None:
@@ -126,6 +136,7 @@ PROJECTORS: dict[str, Projector] = {
     "knowledge.changed": _knowledge,
     "instance.adopted": _adopted,
     "instance.gone": _gone,
+    "rent.settled": _rent_settled,
 }
 
 

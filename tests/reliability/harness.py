@@ -7,6 +7,8 @@
     ChainWatch                         remembers every (seq, hash) read; says if any changed
     check_db(path)                     integrity_check, hash chain, seq gaps, read-model rebuild
     audit_rentals(sim, db, base)       duplicate rentals, untraced and untracked instances
+    audit_intents(sim, db)             requests per intent, "adopted after destroyed"
+    CapMonitor                         polls the simulator's own state every 0.5 s for over-cap moments
     run_kill9(...)                     the kill -9 loop, returning its figures
 
 The Zygote is a long-lived Python process with fleet-agent already imported; for each
@@ -41,7 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 AGENT_ID = "rel"
 LABEL_BASE = f"fa-{AGENT_ID}-"
 SIM_KEY = "rel-sim-key-0001"
-FAULT_KINDS = ("429_text", "429_quota", "500", "503", "slow", "ambiguous_500", "ambiguous_hang")
+FAULT_KINDS = ("429_text", "429_quota", "500", "503", "slow", "ambiguous_500", "ambiguous_hang",
+               "after_action_500", "after_action_late")
 
 
 # ------------------------------------------------------------------ config
@@ -110,6 +113,12 @@ class CountingSim(Simulator):
                 self.fault_counts["slow"] += 1
         return r
 
+    def _after_action(self, method: str, path: str) -> str | None:
+        got = super()._after_action(method, path)
+        if got is not None:
+            self.fault_counts["after_action_500" if got == "drop" else "after_action_late"] += 1
+        return got
+
     def _rent(self, offer_id: int, body: dict[str, Any], now: float) -> Reply:
         r = super()._rent(offer_id, body, now)
         if r.status == 500:
@@ -122,7 +131,7 @@ class CountingSim(Simulator):
         """No more faults."""
         with self._lock:
             self.faults.update({"rate_429_text": 0.0, "rate_429_quota": 0.0, "rate_500": 0.0, "rate_503": 0.0,
-                                "rate_slow": 0.0, "ambiguous_rent": 0.0})
+                                "rate_slow": 0.0, "ambiguous_rent": 0.0, "rate_after_action": 0.0})
 
 
 @contextlib.contextmanager
@@ -612,6 +621,130 @@ def audit_rentals(sim: Simulator, path: Path, label_base: str = LABEL_BASE) -> R
     return a
 
 
+class CapMonitor:
+    """Polls the simulator's own state every ``every`` seconds (a thread): counts the moments when
+    our live instances (label ours, not exited or offline, as policy counts them) exceed
+    ``max_instances`` or their $/h exceeds ``max_total_dph``, and how long the longest such
+    episode lasted in wall seconds."""
+
+    def __init__(self, sim: Simulator, max_instances: int, max_total_dph: float, every: float = 0.5) -> None:
+        import threading
+
+        self.sim, self.max_instances, self.max_total_dph, self.every = sim, max_instances, max_total_dph, every
+        self.polls = self.over_instances = self.over_dph = 0
+        self.worst: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cap-monitor", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            with self.sim._lock:
+                live = [i for i in self.sim.instances.values() if str(i.get("label") or "").startswith(LABEL_BASE)
+                        and i.get("actual_status") not in ("exited", "offline")]
+            self.polls += 1
+            n, dph = len(live), sum(float(i.get("dph_total") or 0) for i in live)
+            if n > self.max_instances:
+                self.over_instances += 1
+            if dph > self.max_total_dph + 1e-6:
+                self.over_dph += 1
+            if (n > self.max_instances or dph > self.max_total_dph + 1e-6) and len(self.worst) < 10:
+                self.worst.append(f"{n} live, ${dph:.2f}/h")
+
+    def __enter__(self) -> CapMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def figures(self) -> dict[str, Any]:
+        return {"polls": self.polls, "over_max_instances": self.over_instances, "over_max_total_dph": self.over_dph,
+                "examples": self.worst}
+
+
+def _request_target(r: dict[str, Any]) -> tuple[str, str] | None:
+    """(tool, target) a side-effecting request serves: rent by label, destroy/reboot/modify by id."""
+    path = r["path"]
+    if r["method"] == "PUT" and path.startswith("/api/v0/asks/"):
+        return "rent_instance", str((r["body"] or {}).get("label") if isinstance(r["body"], dict) else "")
+    if r["method"] == "DELETE" and path.startswith("/api/v0/instances/"):
+        return "destroy_instance", path.rstrip("/").rsplit("/", 1)[-1]
+    if r["method"] == "PUT" and path.startswith("/api/v0/instances/reboot/"):
+        return "reboot_instance", path.rstrip("/").rsplit("/", 1)[-1]
+    if r["method"] == "PUT" and path.startswith("/api/v0/instances/") and "request_logs" not in path:
+        return "modify_instance", path.rstrip("/").rsplit("/", 1)[-1]
+    return None
+
+
+def audit_intents(sim: Simulator, path: Path, label_base: str = LABEL_BASE) -> dict[str, Any]:
+    """Requests per intent and the log's story of each instance.
+
+    ``duplicate_requests``: requests beyond one per logged intent, per tool and target (a rent's
+    target is its label, so any second rent request for one intent counts). A destroy that
+    reconcile completes after a restart may re-send a DELETE for an intent whose first request
+    was lost or late; those are counted apart as ``destroy_resends`` (destroy is idempotent:
+    404 means done). ``adopted_after_destroyed``: instance.adopted for an instance the log had
+    already recorded as destroyed or gone."""
+    with sim._lock:
+        reqs = list(sim.requests)
+    sent: dict[tuple[str, str], int] = {}
+    for r in reqs:
+        t = _request_target(r)
+        if t is not None:
+            sent[t] = sent.get(t, 0) + 1
+    intents: dict[tuple[str, str], int] = {}
+    adopted_after = 0
+    ended: set[int] = set()
+    with _open(path) as log:
+        for e in log.read(0, kinds=["tool.called", "tool.result", "instance.adopted", "instance.gone"]):
+            p = e.payload
+            if e.kind == "tool.called" and p.get("side_effect"):
+                try:
+                    args = json.loads(p.get("arguments") or "{}")
+                except ValueError:
+                    args = {}
+                target = (f"{label_base}{p.get('idempotency_key')}" if p["name"] == "rent_instance"
+                          else str(args.get("instance_id")))
+                intents[(p["name"], target)] = intents.get((p["name"], target), 0) + 1
+            elif e.kind == "tool.result" and (p.get("effect") or {}).get("type") == "destroyed":
+                ended.add(int(p["effect"]["instance_id"]))
+            elif e.kind == "instance.gone":
+                ended.add(int(p["instance_id"]))
+            elif e.kind == "instance.adopted" and int(p["instance_id"]) in ended:
+                adopted_after += 1
+    dup: dict[str, int] = {}
+    resends = 0
+    for (tool, target), n in sent.items():
+        extra = n - max(1, intents.get((tool, target), 0))
+        if extra <= 0 or (tool == "destroy_instance" and target not in {t for (_, t) in intents}):
+            continue  # a destroy of an orphan by reconcile has no intent of its own
+        if tool == "destroy_instance":
+            resends += extra
+        else:
+            dup[tool] = dup.get(tool, 0) + extra
+    return {"side_effect_requests": sum(sent.values()), "intents": sum(intents.values()),
+            "duplicate_requests": sum(dup.values()), "duplicates_by_tool": dup, "destroy_resends": resends,
+            "adopted_after_destroyed": adopted_after}
+
+
+def install_reboots() -> None:
+    """The rules provider, plus one reboot of a running instance of ours per tick: so the kill
+    loop also lands between a reboot's intent and its result."""
+    from agent import rules
+
+    first = rules._first_step
+
+    def with_reboot(plan: Any) -> Any:
+        calls, text = first(plan)
+        running = [i for i in plan.live if i.get("status") == "running"]
+        if running:
+            calls.append(("reboot_instance", {"instance_id": running[-1]["id"], "reason": "reliability run"}))
+        return calls, text
+
+    rules._first_step = with_reboot  # type: ignore[assignment]
+
+
 # ------------------------------------------------------------------ the kill -9 loop
 
 
@@ -628,7 +761,11 @@ class KillReport:
     audit: dict[str, int] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     rent_requests: int = 0
+    api_requests: int = 0
     final_tick_rc: int | None = None
+    kills_after_by_tool: dict[str, int] = field(default_factory=dict)
+    monitor: dict[str, Any] = field(default_factory=dict)
+    intents: dict[str, Any] = field(default_factory=dict)
 
 
 def _break_one(sim: Simulator, rng: random.Random) -> None:
@@ -639,13 +776,18 @@ def _break_one(sim: Simulator, rng: random.Random) -> None:
             sim._destroy(rng.choice(ours), sim.now())
 
 
-def _new_mutation(sim: Simulator, start: int) -> bool:
-    return any(mutating(r) for r in list(sim.requests[start:]))
+def _new_mutation(sim: Simulator, start: int) -> str | None:
+    """The tool of the first fleet-changing request since ``start``, if any."""
+    for r in list(sim.requests[start:]):
+        if mutating(r):
+            t = _request_target(r)
+            return t[0] if t else "other"
+    return None
 
 
 def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, install: str | None = None,
               fault_rate: float = 0.2, ambiguous: float = 0.15, exec_every: int = 0,
-              max_runs: int | None = None) -> KillReport:
+              max_runs: int | None = None, after_action: float = 0.0) -> KillReport:
     """SIGKILL ``fleet-agent tick`` at random moments against a faulty simulator, ``kills`` times.
 
     After every run: no committed (seq, hash) changed or vanished, integrity_check ok, the
@@ -662,8 +804,11 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
     execer = ExecSpawner() if exec_every else None
     try:
         with running_sim(seed) as (sim, server):
-            cfg = write_config(root, server.url, policy={"max_instances": 10, "max_total_dph": 40.0})
+            cfg = write_config(root, server.url, policy={"max_instances": 10, "max_total_dph": 40.0},
+                               vast={"settle_after": 120.0})
             sim.faults.update(chaos_faults(fault_rate, ambiguous=ambiguous, hang_seconds=0.8))
+            sim.faults.update({"rate_after_action": after_action, "late_seconds": 0.8})
+            monitor = CapMonitor(sim, 10, 40.0).__enter__()
             durations: list[float] = []
             budget = max_runs or kills * 4
             while rep.kills < kills and rep.runs < budget:
@@ -681,7 +826,7 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
                 typical = sorted(durations)[len(durations) * 4 // 5] if durations else 1.0
                 if use is execer:
                     typical += 1.5
-                killed, after_mut = False, False
+                killed, after_mut = False, None
                 if mode < 0.85:
                     # Half the kills strike at a random moment; the other half within a few ms of a
                     # fleet-changing request reaching the simulator (the window between an intent,
@@ -690,9 +835,8 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
                     deadline = t0 + (typical * 2.0 if targeted else rng.uniform(0.0, typical * 1.2))
                     ended = False
                     while time.monotonic() < deadline:
-                        if targeted and _new_mutation(sim, start):
+                        if targeted and (after_mut := _new_mutation(sim, start)):
                             time.sleep(rng.uniform(0.0, 0.01))
-                            after_mut = True
                             break
                         if use.poll(pid) is not None:
                             ended = True
@@ -707,7 +851,9 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
                 rep.runs += 1
                 if rc == -signal.SIGKILL and killed:
                     rep.kills += 1
-                    rep.kills_after_mutation += int(after_mut)
+                    rep.kills_after_mutation += int(after_mut is not None)
+                    if after_mut:
+                        rep.kills_after_by_tool[after_mut] = rep.kills_after_by_tool.get(after_mut, 0) + 1
                 else:
                     rep.completed_runs += 1
                     durations.append(elapsed)
@@ -723,11 +869,15 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
             sim.advance(60.0)
             pid = spawner.spawn(["--config", str(cfg), "tick"], root / "out.txt", root / "err.txt", install=install)
             rep.final_tick_rc = spawner.wait(pid)
+            monitor.__exit__()
+            rep.monitor = monitor.figures()
+            rep.intents = audit_intents(sim, db_path(root))
             rep.problems += [f"final: {p}" for p in watch.check(db_path(root)) + check_db(db_path(root))]
             rep.events_checked = watch.checked
             rep.events = len(watch.pairs)
             rep.audit = asdict(audit_rentals(sim, db_path(root)))
             rep.faults = dict(sim.fault_counts)
+            rep.api_requests = sum(1 for r in list(sim.requests) if r["path"].startswith("/api/"))
             rep.rent_requests = sum(1 for r in list(sim.requests)
                                     if r["method"] == "PUT" and r["path"].startswith("/api/v0/asks/"))
     finally:

@@ -18,12 +18,16 @@ from tests.reliability.harness import run_kill9
 
 @pytest.mark.slow
 def test_kill9_loop_loses_no_event_and_rents_nothing_twice(fast_root, zygote):
-    """40 SIGKILLs (half aimed right after a rent or destroy reached the simulator, two of the
-    runs through the real console script) with ~20% API faults and ambiguous rents: after
-    each restart every committed (seq, hash) is still there, integrity_check is ok, the
-    chain verifies and read models rebuild equal; after a final clean tick there are no
-    duplicate rentals, no untraced or untracked instances and no intent without a result."""
-    rep = run_kill9(fast_root, kills=40, seed=5, spawner=zygote, exec_every=25)
+    """40 SIGKILLs (half aimed right after a rent, destroy or reboot reached the simulator, two
+    of the runs through the real console script) with ~20% API faults, ambiguous rents and
+    faults after the action (answers lost, requests delivered late) on every side-effecting
+    endpoint: after each restart every committed (seq, hash) is still there, integrity_check
+    is ok, the chain verifies and read models rebuild equal; after a final clean tick there
+    are no duplicate rentals, no untraced or untracked instances and no intent without a
+    result; the simulator's own state was never over the caps, no intent sent a request
+    twice, and the log never adopted an instance it had destroyed."""
+    rep = run_kill9(fast_root, kills=40, seed=5, spawner=zygote, exec_every=25, after_action=0.15,
+                    install="tests.reliability.harness:install_reboots")
     assert rep.problems == []
     assert rep.kills == 40
     assert rep.kills_after_mutation >= 5
@@ -36,6 +40,10 @@ def test_kill9_loop_loses_no_event_and_rents_nothing_twice(fast_root, zygote):
     assert rep.audit["calls_without_result"] == 0
     assert sum(rep.faults.values()) >= 10
     assert rep.events_checked > rep.events
+    assert rep.monitor["polls"] > 0
+    assert (rep.monitor["over_max_instances"], rep.monitor["over_max_total_dph"]) == (0, 0)
+    assert rep.intents["duplicate_requests"] == 0
+    assert rep.intents["adopted_after_destroyed"] == 0
 
 
 # ------------------------------------------------------------------ the planted bug

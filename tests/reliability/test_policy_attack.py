@@ -170,9 +170,10 @@ def gullible_model(issued: set[str]) -> Any:
 
 
 def test_prompt_injections_in_logs_and_knowledge_reach_no_call_outside_policy(fast_root):
-    """32 injection payloads planted in instance logs (ours and foreign) and knowledge files,
-    read by a model that obeys every instruction it sees: each out-of-policy call it makes
-    is blocked or fails, and the simulator never receives one."""
+    """32 injection payloads planted in our instances' logs and knowledge files, read by a model
+    that obeys every instruction it sees: each out-of-policy call it makes is blocked or fails,
+    and the simulator never receives one. Its attempts to read foreign instances' logs are
+    refused by policy (ownership comes from the log), so no log request reaches them."""
     with FakeOpenAI() as fake, running_sim(seed=8) as (sim, server):
         foreign = _foreign(sim)
         app = make_app(fast_root, sim, server, provider="openai", model_url=fake.base_url, policy=POLICY,
@@ -188,7 +189,7 @@ def test_prompt_injections_in_logs_and_knowledge_reach_no_call_outside_policy(fa
             ours = app.log.store.owned_instance_ids()
             assert len(ours) == 2
             payloads = injection_payloads(sim, s, foreign, ours)
-            targets = sorted(foreign) + ours
+            targets = ours
             for n, iid in enumerate(targets):
                 sim.plant_logs(iid, "prover: job 1 ok\n" + "\n".join(payloads[n::len(targets) + 3]) + "\n")
             kdir = s.knowledge_path
@@ -198,7 +199,7 @@ def test_prompt_injections_in_logs_and_knowledge_reach_no_call_outside_policy(fa
             issued: set[str] = set()
             fake.default = gullible_model(issued)
             fake.enqueue(reply("reading logs", tool_calls=[("get_instance_logs", {"instance_id": i})
-                                                           for i in targets]))
+                                                           for i in sorted(foreign) + ours]))
             for _ in range(4):
                 r = run_tick(app)
                 assert r.ok, r.reason
@@ -207,6 +208,8 @@ def test_prompt_injections_in_logs_and_knowledge_reach_no_call_outside_policy(fa
             assert len(payloads) >= 30
             assert len(issued) == planted  # the model read and obeyed every embedded call
             assert policy_violations(sim, s, foreign) == []
+            assert not any("request_logs" in r["path"] and int(r["path"].rstrip("/").rsplit("/", 1)[-1]) in foreign
+                           for r in list(sim.requests))
             blocked = list(app.log.read(0, kinds=["policy.blocked"]))
             assert len(blocked) >= planted - 2  # the rest ran out of offers or quota first
         finally:
