@@ -248,7 +248,7 @@ class Settings:
 
     @property
     def db_path(self) -> Path:
-        return self.data_path / "fleet-agent.store.db"
+        return self.data_path / "fleet-agent.db"
 
     @property
     def knowledge_path(self) -> Path:

@@ -271,3 +271,10 @@ def test_example_names_every_setting():
     want = _fields(Settings)
     assert "schedule.interval" in want and "alerts.notify_timeout" in want
     assert sorted(keys(data)) == sorted(want)
+
+
+def test_the_database_keeps_its_file_name_across_upgrades(tmp_path):
+    """The database file is `<data_dir>/fleet-agent.db` (with `.head` beside it): an upgrade that renamed
+    it would leave every operator's history behind and refuse to start."""
+    s = config.parse(f"data_dir: {tmp_path}\n", str(tmp_path / "config.yaml"))
+    assert s.db_path == tmp_path / "fleet-agent.db"

@@ -122,7 +122,7 @@ def start_daemon(root: Path, cfg: Path, env: dict[str, str] | None = None, name:
     err = root / f"{name}.stderr"
     p = subprocess.Popen([sys.executable, "-m", "agent.cli", "--config", str(cfg), "run"], cwd=root,
                          env=env or env_for(), stdout=subprocess.DEVNULL, stderr=err.open("w"))
-    return Proc(p, err, root / "data" / "fleet-agent.store.db")
+    return Proc(p, err, root / "data" / "fleet-agent.db")
 
 
 @pytest.fixture
@@ -284,7 +284,7 @@ def _in_process(tmp_path: Path, sim_url: str, tick_fn: Callable[..., Any], until
     """Run run_daemon in this (main) thread; a helper thread sends SIGTERM once ``until(log)`` holds."""
     cfg = write_config(tmp_path, sim_url, **cfg_kw)
     settings = config.load(str(cfg))
-    db = tmp_path / "data" / "fleet-agent.store.db"
+    db = tmp_path / "data" / "fleet-agent.db"
     problems: list[BaseException] = []
 
     def stopper() -> None:
@@ -318,13 +318,13 @@ def test_a_crashing_tick_does_not_stop_the_schedule(tmp_path, sim_server):
     with capture_logs() as logs:
         code = _in_process(tmp_path, sim_server.url, tick, two_ticks)
     assert code == 0
-    with EventLog(tmp_path / "data" / "fleet-agent.store.db") as lg:
+    with EventLog(tmp_path / "data" / "fleet-agent.db") as lg:
         failed = list(lg.read(0, kinds=["tick.failed"]))
         assert [(e.tick, e.payload["error_kind"]) for e in failed] == [(1, "crash")]
         assert "boom in tick 1" in failed[0].payload["reason"]
         assert ends_for_every_start(lg) == []
     assert any(x["event"] == "tick.crashed" for x in logs)
-    with EventLog(tmp_path / "data" / "fleet-agent.store.db") as lg:
+    with EventLog(tmp_path / "data" / "fleet-agent.db") as lg:
         assert [e.tick for e in lg.read(0, kinds=["tick.completed"])][:1] == [2]
 
 
@@ -370,7 +370,7 @@ def test_a_bad_cron_is_refused_before_the_daemon_starts(tmp_path):
     with capture_logs() as logs, pytest.raises(ConfigError, match=r"schedule\.cron: '99 \* \* \* \*'"):
         run_daemon(bad, config_path=str(cfg), tick_fn=stand_in_tick, env={"VAST_API_KEY": "sim-key"})
     assert [x["event"] for x in logs if x["event"].startswith("daemon.")] == []
-    assert not (tmp_path / "data" / "fleet-agent.store.db").exists()
+    assert not (tmp_path / "data" / "fleet-agent.db").exists()
 
 
 # ------------------------------------------------------------------ pure parts

@@ -252,7 +252,7 @@ def test_doctor_missing_pieces(tmp_path, capsys, sim_server, monkeypatch):
     assert "FAIL secrets" in out and "set $TEST_VAST_KEY" in out
     assert "FAIL database" in out and "fleet-agent init" in out
     assert "FAIL knowledge" in out and "mkdir -p" in out
-    assert not (tmp_path / "data" / "fleet-agent.store.db").exists()
+    assert not (tmp_path / "data" / "fleet-agent.db").exists()
 
     cfg.write_text("schedule:\n  intervall: 5m\n", encoding="utf-8")
     code, out = run_cli(capsys, "--config", str(cfg), "doctor")

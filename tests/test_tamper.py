@@ -29,7 +29,7 @@ def setup(tmp_path):
     """A config in tmp_path and a log of N events; yields (config, db path, a Tamper on the file)."""
     cfg = tmp_path / "config.yaml"
     cfg.write_text("data_dir: ./data\nknowledge_dir: ./knowledge\n")
-    db = tmp_path / "data" / "fleet-agent.store.db"
+    db = tmp_path / "data" / "fleet-agent.db"
     with EventLog(db) as log:
         for i in range(1, N + 1):
             log.append("operator.note", {"text": f"note {i}", "by": "alice"}, "operator", tick=i)

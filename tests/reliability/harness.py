@@ -89,7 +89,7 @@ def write_config(root: Path, sim_url: str, *, key: str = SIM_KEY, **kw: Any) -> 
 
 
 def db_path(root: Path) -> Path:
-    return root / "data" / "fleet-agent.store.db"
+    return root / "data" / "fleet-agent.db"
 
 
 # ------------------------------------------------------------------ the simulator
