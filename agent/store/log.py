@@ -196,6 +196,7 @@ class EventLog:
         self._tokenizer: Tokenizer | None = None
         self.head_file = Path(head_file) if head_file else self.path.with_name(self.path.name + ".head")
         self.checkpoint_file = self.path.with_name(self.path.name + ".verified")
+        self._opened_ident = self._file_ident()  # the file this connection reads (follow notices a move)
         self.readonly = readonly
         self._head_fd: int | None = None
         self._store: Store | None = None
@@ -335,6 +336,7 @@ class EventLog:
         """Yield events as they are appended (by this or any other process) until ``stop()``."""
         last = since
         ks = list(kinds) if kinds else None
+        ident = self._opened_ident
         while not stop():
             got = False
             for e in self.read(last, kinds=None):
@@ -343,7 +345,18 @@ class EventLog:
                 if ks is None or e.kind in ks:
                     yield e
             if not got:
+                if self._file_ident() != ident:
+                    raise LogError(f"the database {self.path} was moved or replaced while following it; "
+                                   "put it back (or run again against the new one)")
                 time.sleep(poll)
+
+    def _file_ident(self) -> tuple[int, int] | None:
+        """(device, inode) of the database file now; None when nothing is at its path."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
 
     def search(self, query: str, *, limit: int = 20, until_seq: int | None = None) -> list[tuple[Event, str]]:
         """Full-text search over every event's rendered text, newest first."""
@@ -421,16 +434,19 @@ class EventLog:
         if cp is None or cp[0] == 0:
             return self._walk(conn, 0, GENESIS)
         seq, h = cp
-        row = conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
+        row = conn.execute(f"SELECT {_COLS} FROM events WHERE seq = ?", (seq,)).fetchone()
         if row is None:
             last = conn.execute(_HEAD_SQL).fetchone()
             end = last[0] if last else 0
             return VerifyReport(False, 0, end, min(seq, end + 1),
                                 f"the verified checkpoint records seq {seq} but the log ends at {end}: "
                                 "events were truncated or deleted")
-        if row[0] != h:
+        if row[10] != h:
             return VerifyReport(False, 0, seq, seq,
                                 f"seq {seq}: hash differs from the verified checkpoint: history was rewritten")
+        bad = _bad_row(row, seq - 1, row[9])  # the checkpoint row's own content still matches its hash
+        if bad is not None:
+            return VerifyReport(False, 0, seq - 1, bad[0], bad[1])
         return self._walk(conn, seq, h, since=seq)
 
     def _walk(self, conn: sqlite3.Connection, prev_seq: int, prev_hash: str, *, since: int = 0) -> VerifyReport:
