@@ -236,7 +236,7 @@ def test_commands_refuse_a_foreign_or_gutted_database(site: tuple[Path, Path], t
     events table dropped are each refused with one line saying what is wrong."""
     cfg, db = site
     with Tamper(db) as t:
-        t.conn.execute("DROP TABLE events")
+        t.drop_table("events")
     r = cli(cfg, "thread", "show")
     assert r.returncode == 1 and "has no events table" in one_line_error(r)
 
@@ -249,7 +249,7 @@ def test_commands_refuse_a_foreign_or_gutted_database(site: tuple[Path, Path], t
 
     db.unlink()
     with Tamper(db) as t:  # a plain SQLite file with a table of its own
-        t.conn.execute("CREATE TABLE photos (id INTEGER)")
+        t.create_table("photos")
     r = cli(cfg, "say", "hi")
     assert r.returncode == 1 and "is not a fleet-agent database" in one_line_error(r)
 
