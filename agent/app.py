@@ -11,11 +11,14 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.config import Settings
 from agent.context.cache import ProjectionCache
+from agent.errors import LogError
 from agent.feedback.knowledge import StatMemo
+from agent.store.db import check_database_file
 from agent.store.log import EventLog
 
 if TYPE_CHECKING:  # the clients and the model SDK load only when a command uses them
@@ -95,8 +98,26 @@ class App:
             # and observations share one notion of time (wall time in production).
             self._log = EventLog(self.settings.db_path, encoding=c.encoding, encoding_file=c.encoding_file,
                                  encoding_sha256=c.encoding_sha256,
-                                 clock=lambda: datetime.fromtimestamp(self.clock(), UTC))
+                                 clock=lambda: datetime.fromtimestamp(self.clock(), UTC), create=False)
         return self._log
+
+    def init_database(self, *, exist_ok: bool = False) -> Path:
+        """Create the data directory (0700) and the database (0600, migrated): the only way a database
+        comes to exist (``fleet-agent init``, the demo, the tests). Every other use opens an existing one.
+
+        An existing database is refused unless ``exist_ok``; then it must be a sound one (not empty)."""
+        p = self.settings.db_path
+        if p.exists() or p.is_symlink():
+            if not exist_ok:
+                raise LogError(f"{p} already exists; init refuses to touch an existing database "
+                               "(use it as it is, or move it away first)")
+            check_database_file(p)
+        try:
+            EventLog(p, create=True).close()
+        except OSError as e:
+            raise LogError(f"cannot create the database {p}: {e.strerror}; create the data directory "
+                           "writable by the user running fleet-agent, or set data_dir") from None
+        return p
 
     @cached_property
     def projection_cache(self) -> ProjectionCache:

@@ -63,11 +63,12 @@ from apscheduler.triggers.interval import IntervalTrigger
 from agent import __version__, config, logsetup
 from agent.app import App
 from agent.config import Settings
-from agent.errors import ConfigError, FleetAgentError
+from agent.errors import ChainBroken, ConfigError, FleetAgentError
 from agent.lock import FleetLock
 from agent.prompts import Prompts, load_prompts
 from agent.sdnotify import SystemdNotifier
 from agent.secrets import scrub
+from agent.store.db import check_database_file
 from agent.store.log import EventLog
 from agent.tick import reconcile_at_start, run_tick
 
@@ -199,6 +200,7 @@ class Daemon:
         self._activity: str | None = None  # what the worker does now ("tick 4 running since ...")
         self._summary: str | None = None  # the last tick's outcome, for STATUS=
         self._reload_problem: str | None = None  # why the last reload was refused, until one succeeds
+        self._broken: str | None = None  # why the log was refused mid-run
 
     # -------------------------------------------------------------- lifecycle
 
@@ -208,12 +210,18 @@ class Daemon:
         s.vast_api_key(self.env)  # fail fast (exit 2) when the key cannot be found
         prompts = _load_prompts(s)
         trigger = make_trigger(s.schedule)
+        check_database_file(s.db_path)  # only init creates one; refuse before the lock file is made
         self.lock.acquire()
         old_handlers: dict[int, SignalHandler] = {}
         try:
             self.app = self._make_app(s, prompts)
             self.events = EventLog(s.db_path, encoding=s.context.encoding, encoding_file=s.context.encoding_file,
-                                   encoding_sha256=s.context.encoding_sha256)
+                                   encoding_sha256=s.context.encoding_sha256, create=False)
+            verified = self.events.check_before_append()  # ChainBroken (exit 1) before the first append
+            log.info("log.verified", since_seq=verified.since, checked=verified.checked,
+                     head=f"{verified.head_seq}:{verified.head_hash}")
+            for w in verified.warnings:
+                log.warning("log.verify_warning", warning=w)
             self._prompt_hashes = dict(prompts.hashes)
             self.events.append("daemon.started", {
                 "version": __version__, "config_hash": s.config_hash(), "prompt_hashes": self._prompt_hashes,
@@ -284,6 +292,8 @@ class Daemon:
                 signum = self._signals.pop(0)
                 if signum == signal.SIGHUP:
                     self.reload()
+                elif self._broken is not None:
+                    return 1, "the event log fails verification"
                 else:
                     return 0, SIGNAL_NAMES.get(signum, f"signal {signum}")
             if not self._scheduler_alive():
@@ -314,6 +324,8 @@ class Daemon:
 
     def _append_stopped(self, reason: str) -> None:
         assert self.events is not None
+        if self._broken is not None:
+            return  # nothing is appended to a log that does not verify
         try:
             self.events.append("daemon.stopped", {"reason": reason}, "system")
         except FleetAgentError as e:
@@ -370,6 +382,9 @@ class Daemon:
             self._announce_tick(app)
             try:
                 result = self.tick_fn(app, stop=self.stop_event)
+            except ChainBroken as e:
+                self._refuse_log(str(e))
+                return
             except Exception as e:
                 # A tick that raises must not stop the schedule: close it in the log, then let the
                 # EVENT_JOB_ERROR listener log the traceback.
@@ -394,6 +409,14 @@ class Daemon:
         since = datetime.now(UTC).strftime("%H:%M:%SZ")
         self._activity = f"tick {n} running since {since}" if n is not None else f"a tick running since {since}"
         self._publish()
+
+    def _refuse_log(self, why: str) -> None:
+        """The log failed verification mid-run: append nothing more, stop with exit 1."""
+        log.error("log.verify_failed", error=why[:500])
+        self._broken = why
+        self._activity = "stopping: the event log fails verification"
+        self._publish()
+        self._on_signal(signal.SIGTERM, None)
 
     def _report(self, result: TickReport) -> None:
         tokens, _cached = _usage_tokens(result.usage)

@@ -158,6 +158,7 @@ def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = N
                        encoding="utf-8")
         settings = config.load(str(cfg))
         app = App(settings, clock=clock)
+        app.init_database()  # as 'fleet-agent init' does
         totals = Totals()
         out.write(f"fleet-agent demo: simulator at {server.url} (seed {seed}), {ticks} ticks of "
                   f"{TICK_SECONDS / 60:.0f} simulated minutes, model: "

@@ -4,7 +4,8 @@
     ├── ConfigError            bad or missing settings (exit 2); names file, line, key, fix
     ├── UsageError             bad command-line input (exit 2)
     ├── LogError               the event log refused or failed an operation (exit 1)
-    │   └── PayloadError       an event payload does not match its kind's shape
+    │   ├── PayloadError       an event payload does not match its kind's shape
+    │   └── ChainBroken        the log fails verification; nothing may be appended to it
     ├── LockError              another process holds the single-writer lock (exit 1)
     ├── LLMError               a model call failed; ``kind`` and ``retryable`` say how (agent/llm.py)
     ├── VastError              a vast.ai call failed: HTTP status, vast's code and message
@@ -41,6 +42,10 @@ class LogError(FleetAgentError):
 
 
 class PayloadError(LogError):
+    pass
+
+
+class ChainBroken(LogError):
     pass
 
 

@@ -30,8 +30,12 @@ class FleetLock:
             return "unknown"
 
     def acquire(self, *, wait: float = 0.0) -> FleetLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise LockError(f"cannot open the lock file {self.path}: {e.strerror}; the data directory must be "
+                            "writable by the user running fleet-agent") from None
         deadline = time.monotonic() + wait
         while True:
             try:

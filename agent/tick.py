@@ -106,11 +106,16 @@ def _normalise_calls(reply: ModelReply, tick: int, step: int) -> list[ToolCall]:
 
 
 def run_tick(app: App, *, stop: threading.Event | None = None) -> TickResult:
-    """Run one tick end to end; never raises for ordinary failures (returns ok=False)."""
+    """Run one tick end to end; never raises for ordinary failures (returns ok=False).
+
+    Before anything is appended the log is verified since its last checkpoint; a log that
+    fails raises ``ChainBroken`` and the tick does not start."""
+    log = app.log  # refuses a missing, empty or foreign database before the lock file is made
     lock = None
     if not getattr(app, "lock_held", False):
         lock = FleetLock(app.settings.data_path).acquire(wait=5.0)
     try:
+        log.check_before_append()  # ChainBroken: nothing is appended to a log that does not verify
         return _run(app, stop or threading.Event())
     finally:
         if lock is not None:
@@ -280,7 +285,8 @@ def _complete(run: _Run) -> TickResult:
     dur = (time.monotonic() - run.t0) * 1000
     log.append("tick.completed", {"steps": run.steps, "usage": run.usage, "actions": run.actions,
                                   "duration_ms": dur}, "system", tick)
-    log_.info("tick", tick=tick, ok=True, steps=run.steps, actions=run.actions, duration_ms=round(dur), **run.usage)
+    log_.info("tick", tick=tick, ok=True, steps=run.steps, actions=run.actions, duration_ms=round(dur),
+              head=_head(app=run.app), **run.usage)
     return TickResult(tick, True, None, run.steps, run.usage, dur, run.actions)
 
 
@@ -303,8 +309,19 @@ def _fail(app: App, tick: int, reason: str, kind: str, steps: int, usage: dict[s
         app.log.append("tick.failed", {"reason": reason, "error_kind": kind, "steps": steps}, "system", tick)
     except FleetAgentError:
         log_.exception("tick.failed_unlogged", tick=tick)
-    log_.warning("tick", tick=tick, ok=False, reason=reason, steps=steps, duration_ms=round(dur), **usage)
+    log_.warning("tick", tick=tick, ok=False, reason=reason, steps=steps, duration_ms=round(dur), head=_head(app=app),
+                 **usage)
     return TickResult(tick, False, reason, steps, usage, dur)
+
+
+def _head(*, app: App) -> str | None:
+    """The log's head as SEQ:HASH: the canonical 'tick' line carries it, so the journal keeps a copy
+    outside the data directory ('fleet-agent log verify --head SEQ:HASH' checks against it)."""
+    try:
+        seq, h = app.log.head()
+    except FleetAgentError:
+        return None
+    return f"{seq}:{h}"
 
 
 def reconcile_at_start(app: App) -> None:

@@ -57,6 +57,15 @@ def settings_for(tmp_path: Path, sim_url: str, *, model_url: str | None = None, 
     return dataclasses.replace(s, **top)
 
 
+def init_database(cfg: Path) -> Path:
+    """Create the database the config at ``cfg`` names, through the path 'fleet-agent init' takes."""
+    app = App(config.load(str(cfg)))
+    try:
+        return app.init_database(exist_ok=True)
+    finally:
+        app.close()
+
+
 @pytest.fixture
 def fake_model() -> Iterator[FakeOpenAI]:
     with FakeOpenAI() as fake:
@@ -85,6 +94,7 @@ def make_app(tmp_path: Path, sim: Simulator, sim_server: SimServer, sim_clock: M
             url = fake.base_url
         s = settings_for(tmp_path, sim_server.url, model_url=url, provider=provider, demand=demand, **sections)
         app = App(s, env={"VAST_API_KEY": sim.api_key}, clock=sim_clock, provider=chat)
+        app.init_database(exist_ok=True)  # the first App creates it, as 'fleet-agent init' does
         apps.append(app)
         return app
 

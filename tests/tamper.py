@@ -117,6 +117,14 @@ class Tamper:
             prev = h
         self.conn.execute("COMMIT")
 
+    def drop_table(self, table: str) -> None:
+        """Drop ``table`` (the events themselves, say)."""
+        self.conn.execute(f'DROP TABLE "{table}"')
+
+    def create_table(self, table: str) -> None:
+        """A table of something else, as another program's database would hold."""
+        self.conn.execute(f'CREATE TABLE "{table}" (id INTEGER)')
+
     def edit_read_model(self, table: str, **columns: Any) -> None:
         """Overwrite columns in every row of read-model ``table`` (the log no longer implies it)."""
         sets = ", ".join(f"{c} = ?" for c in columns)

@@ -15,6 +15,7 @@ import pytest
 from agent import cli, feedback
 from agent.app import App
 from agent.config import load
+from tests.conftest import init_database
 from tests.test_feedback import CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,6 +26,7 @@ def cfg(tmp_path: Path) -> Path:
     p = tmp_path / "config.yaml"
     p.write_text(CONFIG, encoding="utf-8")
     (tmp_path / "knowledge").mkdir()
+    init_database(p)
     return p
 
 

@@ -24,6 +24,7 @@ from agent.daemon import changed_keys, make_trigger, run_daemon
 from agent.errors import ConfigError
 from agent.sim import SimServer, Simulator
 from agent.store.log import EventLog
+from tests.conftest import init_database
 from tests.fakes.openai_server import FakeOpenAI, hang, reply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +69,7 @@ vast:
 model:
   {model}
 """, encoding="utf-8")
+    init_database(cfg)
     return cfg
 
 
@@ -363,14 +365,16 @@ def test_watchdog_is_withheld_while_a_tick_overruns(tmp_path, sim_server):
 
 def test_a_bad_cron_is_refused_before_the_daemon_starts(tmp_path):
     """Settings built in code with an impossible cron expression are refused with a ConfigError naming
-    schedule.cron before the daemon logs or appends anything: no daemon.started, no database."""
+    schedule.cron before the daemon logs or appends anything: no daemon.started, no lock file."""
     cfg = write_config(tmp_path, "http://127.0.0.1:9")
     settings = config.load(str(cfg))
     bad = dataclasses.replace(settings, schedule=dataclasses.replace(settings.schedule, cron="99 * * * *"))
     with capture_logs() as logs, pytest.raises(ConfigError, match=r"schedule\.cron: '99 \* \* \* \*'"):
         run_daemon(bad, config_path=str(cfg), tick_fn=stand_in_tick, env={"VAST_API_KEY": "sim-key"})
     assert [x["event"] for x in logs if x["event"].startswith("daemon.")] == []
-    assert not (tmp_path / "data" / "fleet-agent.db").exists()
+    with EventLog(tmp_path / "data" / "fleet-agent.db", readonly=True) as lg:
+        assert lg.count() == 0
+    assert not (tmp_path / "data" / "fleet-agent.lock").exists()
 
 
 # ------------------------------------------------------------------ pure parts

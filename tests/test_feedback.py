@@ -32,7 +32,9 @@ alerts:
 def make_app(tmp_path: Path, extra: str = "") -> App:
     cfg = tmp_path / "config.yaml"
     cfg.write_text(CONFIG + extra, encoding="utf-8")
-    return App(config.load(str(cfg)))
+    app = App(config.load(str(cfg)))
+    app.init_database(exist_ok=True)
+    return app
 
 
 @pytest.fixture

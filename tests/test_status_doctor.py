@@ -63,7 +63,7 @@ model:
 {model_block}
 """, encoding="utf-8")
     app = App(config.load(str(cfg)))
-    _ = app.log
+    app.init_database()
     app.close()
     return cfg
 

@@ -43,6 +43,7 @@ from agent.sim import ManualClock
 a = json.loads(sys.argv[1])
 s = settings_for(Path(a["tmp"]), a["sim_url"], model_url=a["model_url"])
 app = App(s, env={"VAST_API_KEY": a["key"]}, clock=ManualClock(a["now"]))
+app.init_database(exist_ok=True)
 run_tick(app)
 """
 

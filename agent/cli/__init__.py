@@ -50,33 +50,60 @@ def _print(s: str = "") -> None:
 
 
 def cmd_init(args: argparse.Namespace, _app: App | None) -> int:
-    root = Path(args.dir).resolve()
+    """Create a config (from the example), the data directory, the database and the knowledge directory;
+    with ``--config FILE`` and no DIR, what an existing config names (the config is left as it is)."""
+    try:
+        if args.config and args.dir is None:
+            return _init_from(Path(args.config))
+        return _init_dir(Path(args.dir or ".").resolve())
+    except OSError as e:
+        where = e.filename or "the directory"
+        raise FleetAgentError(f"init: cannot create {where}: {e.strerror}; choose a directory the user running "
+                              "fleet-agent can write, or create it with that owner first") from None
+
+
+def _init_dir(root: Path) -> int:
     cfg = root / "config.yaml"
     if cfg.exists():
         raise FleetAgentError(f"{cfg} already exists; init refuses to overwrite it "
                               "(remove it, or pass another directory)")
-    root.mkdir(parents=True, exist_ok=True)
     text = config.example_text()
     settings = config.parse(text, str(cfg))
+    if settings.db_path.exists():
+        raise FleetAgentError(f"{settings.db_path} already exists; init refuses to touch an existing database "
+                              "(use --config with a config that names it, or pass another directory)")
+    root.mkdir(parents=True, exist_ok=True)
     tmp = cfg.with_suffix(".yaml.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.chmod(tmp, 0o600)
     os.replace(tmp, cfg)
+    _print(f"created {cfg}")
+    _init_data(settings)
+    _print(f"next: set VAST_API_KEY, edit {cfg}, then 'fleet-agent --config {cfg} doctor'")
+    return 0
+
+
+def _init_from(cfg: Path) -> int:
+    settings = config.load(str(cfg))
+    _init_data(settings)
+    _print(f"next: 'fleet-agent --config {cfg} doctor'")
+    return 0
+
+
+def _init_data(settings: config.Settings) -> None:
+    """The database (refusing an existing one) and the knowledge directory with its example file."""
+    app = App(settings)
+    try:
+        app.init_database()
+    finally:
+        app.close()
+    _print(f"created {settings.db_path}")
     kdir = settings.knowledge_path
     kdir.mkdir(parents=True, exist_ok=True)
     example = kdir / "fleet-notes.md"
     if not example.exists():
         example.write_text(EXAMPLE_KNOWLEDGE, encoding="utf-8")
-    app = App(settings)
-    try:
-        _ = app.log  # creates the data dir (0700) and the database (0600), applies migrations
-    finally:
-        app.close()
-    _print(f"created {cfg}")
-    _print(f"created {settings.db_path}")
-    _print(f"created {example}")
-    _print(f"next: set VAST_API_KEY, edit {cfg}, then 'fleet-agent --config {cfg} doctor'")
-    return 0
+        _print(f"created {example}")
 
 
 # ------------------------------------------------------------------ config
@@ -99,15 +126,37 @@ def cmd_config_show(args: argparse.Namespace, app: App) -> int:
 # ------------------------------------------------------------------ log
 
 
+def _parse_anchor(v: str | None) -> tuple[int, str] | None:
+    if v is None:
+        return None
+    seq, _, h = v.partition(":")
+    h = h.strip().lower()
+    if not seq.strip().isdigit() or len(h) != 64 or any(c not in "0123456789abcdef" for c in h):
+        raise UsageError(f"--head {v!r} is not SEQ:HASH (a seq number and a 64-hex-digit hash, as the daemon's "
+                         "'tick' log line prints them in head=)")
+    return int(seq), h
+
+
 def cmd_log_verify(args: argparse.Namespace, app: App) -> int:
-    r = app.log.verify()
+    anchor = _parse_anchor(args.head)
+    r = app.log.verify(anchor=anchor)
+    complete = r.ok and not r.warnings
     if args.json:
-        _print(json.dumps(r.__dict__))
-    elif r.ok:
-        _print(f"ok: {r.checked} events, chain verifies up to seq {r.head_seq}")
-    else:
+        _print(json.dumps({**r.__dict__, "warnings": list(r.warnings)}))
+        return 0 if complete else 1
+    for w in r.warnings:
+        _print(f"WARNING: {w}")
+    if not r.ok:
         _print(f"FAILED at seq {r.first_bad_seq}: {r.reason}")
-    return 0 if r.ok else 1
+    elif r.warnings:
+        _print(f"incomplete: the chain links up to seq {r.head_seq} ({r.checked} events), but the head file is "
+               f"missing; check against a head recorded elsewhere with --head SEQ:HASH (the daemon logs "
+               f"head= on every 'tick' line)")
+    else:
+        against = f" and matches the recorded head {anchor[0]}" if anchor else ""
+        _print(f"ok: {r.checked} events, chain verifies up to seq {r.head_seq}{against} "
+               f"(head {r.head_seq}:{r.head_hash})")
+    return 0 if complete else 1
 
 
 def cmd_log_export(args: argparse.Namespace, app: App) -> int:
@@ -254,8 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("init", help="create a config, data dir, database and knowledge dir",
                        description="Create DIR/config.yaml (from config.example.yaml), the data directory and "
-                       "database, and a knowledge directory with one example file. Refuses to overwrite.")
-    s.add_argument("dir", nargs="?", default=".", help="where to create them (default: .)")
+                       "database, and a knowledge directory with one example file. With --config FILE and no "
+                       "DIR: create the data directory, database and knowledge directory FILE names. Only init "
+                       "creates a database; every other command refuses a missing or empty one. Refuses to "
+                       "overwrite.")
+    s.add_argument("dir", nargs="?", default=None, help="where to create them (default: .)")
     s.set_defaults(func=cmd_init, no_config=True)
 
     c = sub.add_parser("config", help="check or show the configuration", description="Check or show settings.")
@@ -275,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = lsub.add_parser("verify", help="walk the hash chain; exit 1 naming the first bad seq",
                         description="Verify the hash chain and the head file; report the first bad seq.")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.add_argument("--head", metavar="SEQ:HASH", help="also check the log holds this head, recorded elsewhere "
+                   "(the daemon logs it as head= on every 'tick' line)")
     s.set_defaults(func=cmd_log_verify)
     s = lsub.add_parser("export", help="write events as JSON lines, hashes included",
                         description="Export events (every field) as JSON lines.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 MIN_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_MS = 30_000
 
-__all__ = ["sqlite3", "connect", "database", "migrations", "applied_migrations", "immediate", "sqlite_version"]
+__all__ = ["sqlite3", "connect", "check_database_file", "database", "migrations", "applied_migrations", "immediate", "sqlite_version"]
 
 
 def sqlite_version() -> tuple[int, int, int]:
@@ -45,19 +46,79 @@ def migrations() -> list[tuple[str, str]]:
     return [(parts[i], parts[i + 1]) for i in range(1, len(parts), 2)]
 
 
-def _ensure_private(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not path.exists():
+def _ensure_private(path: Path, *, create: bool) -> None:
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if create and not path.exists():
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
         os.close(fd)
     if os.stat(path).st_mode & 0o777 != 0o600:
         os.chmod(path, 0o600)
 
 
-def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> sqlite3.Connection:
+SQLITE_HEADER = b"SQLite format 3\x00"
+_INIT_HINT = "run 'fleet-agent init' to create one, or point data_dir at the existing data directory"
+
+
+def check_database_file(path: str | os.PathLike[str]) -> None:
+    """Refuse a database file that is missing, empty (0 bytes) or not SQLite, before anything opens it.
+
+    Opening a missing or empty file with SQLite would silently start a new history; only
+    ``fleet-agent init`` creates a database (``connect(create=True)``)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise LogError(f"no database at {p}; {_INIT_HINT}") from None
+    except OSError as e:
+        raise LogError(f"cannot read the database {p}: {e.strerror}; check the data directory belongs to "
+                       "the user running fleet-agent") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise LogError(f"{p} is not a regular file; point data_dir at fleet-agent's data directory")
+    if st.st_size == 0:
+        wal = p.with_name(p.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            return  # a live database whose pages are all still in the write-ahead log
+        raise LogError(f"the database {p} is empty (0 bytes): its history is gone; restore it from a backup, "
+                       "or remove it and run 'fleet-agent init' to start a new log")
+    _check_header(p)
+
+
+def _check_header(p: Path) -> None:
+    try:
+        with open(p, "rb") as f:
+            magic = f.read(len(SQLITE_HEADER))
+    except OSError as e:
+        raise LogError(f"cannot read the database {p}: {e.strerror}; check the data directory belongs to "
+                       "the user running fleet-agent") from None
+    if magic != SQLITE_HEADER:
+        raise LogError(f"{p} is not a SQLite database; point data_dir at fleet-agent's data directory, "
+                       "or restore the database from a backup")
+
+
+def _check_schema(conn: sqlite3.Connection, p: Path, *, create: bool) -> None:
+    """Refuse a SQLite file that is not fleet-agent's, or whose event log is gone."""
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        done = {r[0] for r in conn.execute("SELECT name FROM _migrations")} if "_migrations" in tables else set()
+    except sqlite3.DatabaseError:
+        return  # a damaged file: the first real query says so, and quick_check (doctor) reports it
+    if not tables and create:
+        return  # a new database: the migrations create everything
+    if "_migrations" not in tables:
+        what = "holds no tables" if not tables else "is not a fleet-agent database (it has no _migrations table)"
+        raise LogError(f"{p} {what}; point data_dir at fleet-agent's data directory, or run "
+                       "'fleet-agent init' in a new one")
+    if "events" not in tables and migrations()[0][0] in done:
+        raise LogError(f"{p} has no events table: the event log was dropped; restore the database from a backup")
+
+
+def connect(path: str | os.PathLike[str], *, readonly: bool = False, create: bool = False) -> sqlite3.Connection:
     """A connection in autocommit mode with WAL, synchronous=FULL and a long busy timeout.
 
-    Pending migrations are applied (each in its own transaction) unless ``readonly``.
+    Only ``create=True`` (``fleet-agent init``) may make a new database file; otherwise a
+    missing, empty or foreign file is refused with ``LogError``. Pending migrations are
+    applied (each in its own transaction) unless ``readonly``.
     """
     if sqlite_version() < MIN_SQLITE:
         raise LogError(
@@ -65,15 +126,18 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> sqlite3.
             "install pysqlite3>=0.6.1 (bundles SQLite >= 3.51.3)"
         )
     p = Path(path)
-    if readonly and not p.exists():
-        raise LogError(f"no database at {p}; run 'fleet-agent init' first")
+    if create and not readonly:
+        if p.exists() and p.stat().st_size > 0:
+            _check_header(p)
+    else:
+        check_database_file(p)
     try:
         if readonly:
             conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
         else:
             old = os.umask(0o077)
             try:
-                _ensure_private(p)
+                _ensure_private(p, create=create)
                 conn = sqlite3.connect(str(p), isolation_level=None, check_same_thread=False)
             finally:
                 os.umask(old)
@@ -83,6 +147,7 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> sqlite3.
                        "belongs to the user running fleet-agent") from e
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _check_schema(conn, p, create=create and not readonly)
         if not readonly:
             conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")

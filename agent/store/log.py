@@ -11,6 +11,8 @@ reordering shows up in ``verify()``; a head file kept beside the database lets
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent import events as ev
-from agent.errors import LogError, PayloadError
+from agent.errors import ChainBroken, LogError, PayloadError
 from agent.events import Event
 from agent.store import readmodels
 from agent.store.db import connect, immediate, sqlite3
@@ -92,11 +94,48 @@ def _parse_head(data: bytes) -> tuple[int, str] | None:
 
 @dataclass(frozen=True)
 class VerifyReport:
+    """What a verification found: ``head_seq``/``head_hash`` is where the chain verified up to
+    (from ``since``, 0 for a full walk); ``warnings`` are gaps in what could be checked."""
+
     ok: bool
     checked: int
     head_seq: int
     first_bad_seq: int | None = None
     reason: str | None = None
+    head_hash: str = GENESIS
+    since: int = 0
+    warnings: tuple[str, ...] = ()
+
+
+def _bad_row(r: tuple[Any, ...], prev_seq: int, prev_hash: str) -> tuple[int, str] | None:
+    """(seq, reason) when row ``r`` does not follow (prev_seq, prev_hash) or does not match its hash."""
+    seq = r[0]
+    if seq != prev_seq + 1:
+        return prev_seq + 1, f"seq {prev_seq + 1} is missing (next row is {seq}): a row was deleted"
+    if r[9] != prev_hash:
+        return seq, (f"seq {seq}: prev_hash does not match the hash of seq {prev_seq}: "
+                     "rows were reordered, replaced or deleted")
+    try:
+        want = row_hash(seq, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9])
+    except (PayloadError, TypeError):  # a value no append could have written (NaN, a blob)
+        want = None
+    if want != r[10]:
+        return seq, f"seq {seq}: content does not match its hash: the row was edited"
+    return None
+
+
+def _anchor_mismatch(conn: sqlite3.Connection, rec: tuple[int, str], end: int, what: str) -> tuple[int, str] | None:
+    """(seq, reason) when the chain ending at ``end`` does not hold ``rec`` = (seq, hash) recorded in ``what``."""
+    hseq, hhash = rec
+    if hseq > end:
+        return end + 1, (f"{what} records seq {hseq} but the log ends at {end}: "
+                         "the newest events were truncated")
+    row = conn.execute("SELECT hash FROM events WHERE seq = ?", (hseq,)).fetchone()
+    if hseq > 0 and (row is None or row[0] != hhash):
+        return hseq, f"seq {hseq}: hash differs from {what}'s record: history was rewritten"
+    if hseq == 0 and hhash != GENESIS:
+        return 0, f"{what} records seq 0 with a hash other than the genesis hash"
+    return None
 
 
 class Transaction:
@@ -146,13 +185,18 @@ class EventLog:
 
     def __init__(self, path: str | os.PathLike[str], *, encoding: str = "cl100k_base", encoding_file: str | None = None,
                  encoding_sha256: str | None = None, clock: Callable[[], datetime] | None = None,
-                 readonly: bool = False, head_file: str | os.PathLike[str] | None = None) -> None:
+                 readonly: bool = False, head_file: str | os.PathLike[str] | None = None,
+                 create: bool = True) -> None:
+        """Open the log at ``path``. With ``create=False`` (every command but ``init``, and the daemon)
+        a missing, empty or foreign database is refused instead of starting a new history."""
         self.path = Path(path)
-        self.conn = connect(self.path, readonly=readonly)
+        self.conn = connect(self.path, readonly=readonly, create=create and not readonly)
         self.clock = clock or (lambda: datetime.now(UTC))
         self._enc = (encoding, encoding_file, encoding_sha256)
         self._tokenizer: Tokenizer | None = None
         self.head_file = Path(head_file) if head_file else self.path.with_name(self.path.name + ".head")
+        self.checkpoint_file = self.path.with_name(self.path.name + ".verified")
+        self._opened_ident = self._file_ident()  # the file this connection reads (follow notices a move)
         self.readonly = readonly
         self._head_fd: int | None = None
         self._store: Store | None = None
@@ -292,6 +336,7 @@ class EventLog:
         """Yield events as they are appended (by this or any other process) until ``stop()``."""
         last = since
         ks = list(kinds) if kinds else None
+        ident = self._opened_ident
         while not stop():
             got = False
             for e in self.read(last, kinds=None):
@@ -300,7 +345,18 @@ class EventLog:
                 if ks is None or e.kind in ks:
                     yield e
             if not got:
+                if self._file_ident() != ident:
+                    raise LogError(f"the database {self.path} was moved or replaced while following it; "
+                                   "put it back (or run again against the new one)")
                 time.sleep(poll)
+
+    def _file_ident(self) -> tuple[int, int] | None:
+        """(device, inode) of the database file now; None when nothing is at its path."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
 
     def search(self, query: str, *, limit: int = 20, until_seq: int | None = None) -> list[tuple[Event, str]]:
         """Full-text search over every event's rendered text, newest first."""
@@ -327,54 +383,125 @@ class EventLog:
 
     # ------------------------------------------------------------------ checking
 
-    def verify(self) -> VerifyReport:
-        """Walk the chain from the start; report the first row whose link or hash is wrong."""
+    def verify(self, *, anchor: tuple[int, str] | None = None) -> VerifyReport:
+        """Walk the chain from the start; report the first row whose link or hash is wrong.
+
+        The head file (and ``anchor``, a (seq, hash) recorded elsewhere, when given) must name a
+        row of the chain with that hash: otherwise the newest events were truncated or history
+        was rewritten. A missing head file is reported in ``warnings``."""
         # Read the head file first, then walk on a fresh connection: the head file is written
         # after each commit, so every seq it names is in the snapshot the walk reads, even while
         # another process appends (and whatever statement this log's own connection has open).
         head = self._read_head()
         conn = connect(self.path, readonly=True)
         try:
-            return self._walk(conn, head)
+            r = self._walk(conn, 0, GENESIS)
+            r = self._check_anchors(conn, r, head, anchor)
         finally:
             conn.close()
+        return r
 
-    def _walk(self, conn: sqlite3.Connection, head: tuple[int, str] | None) -> VerifyReport:
-        prev_seq, prev_hash, checked = 0, GENESIS, 0
-        cur = conn.execute(f"SELECT {_COLS} FROM events ORDER BY seq")
+    def verify_since_checkpoint(self) -> VerifyReport:
+        """Verify only what the last verification did not cover (fast at start-up, whatever the size).
+
+        The checkpoint file beside the database records the (seq, hash) a previous verification
+        reached; the row at that seq must still carry that hash, then the events after it are
+        walked. A clean result moves the checkpoint to the head (best effort)."""
+        head, cp = self._read_head(), self._read_checkpoint()
+        conn = connect(self.path, readonly=True)
+        try:
+            r = self._from_checkpoint(conn, cp)
+            r = self._check_anchors(conn, r, head, None)
+        finally:
+            conn.close()
+        if r.ok and (cp is None or r.head_seq > cp[0]):
+            self._write_checkpoint(r.head_seq, r.head_hash)
+        return r
+
+    def check_before_append(self) -> VerifyReport:
+        """``verify_since_checkpoint``, raising ``ChainBroken`` (one line: the seq and the fix) on failure.
+
+        ``run`` and ``tick`` call this before their first append: nothing is added to a log
+        that does not verify."""
+        r = self.verify_since_checkpoint()
+        if not r.ok:
+            raise ChainBroken(f"the event log {self.path} fails verification at seq {r.first_bad_seq}: {r.reason}; "
+                              "nothing was appended. Run 'fleet-agent log verify' for the report, then restore the "
+                              "database (and its .head file) from a backup")
+        return r
+
+    def _from_checkpoint(self, conn: sqlite3.Connection, cp: tuple[int, str] | None) -> VerifyReport:
+        if cp is None or cp[0] == 0:
+            return self._walk(conn, 0, GENESIS)
+        seq, h = cp
+        row = conn.execute(f"SELECT {_COLS} FROM events WHERE seq = ?", (seq,)).fetchone()
+        if row is None:
+            last = conn.execute(_HEAD_SQL).fetchone()
+            end = last[0] if last else 0
+            return VerifyReport(False, 0, end, min(seq, end + 1),
+                                f"the verified checkpoint records seq {seq} but the log ends at {end}: "
+                                "events were truncated or deleted")
+        if row[10] != h:
+            return VerifyReport(False, 0, seq, seq,
+                                f"seq {seq}: hash differs from the verified checkpoint: history was rewritten")
+        bad = _bad_row(row, seq - 1, row[9])  # the checkpoint row's own content still matches its hash
+        if bad is not None:
+            return VerifyReport(False, 0, seq - 1, bad[0], bad[1])
+        return self._walk(conn, seq, h, since=seq)
+
+    def _walk(self, conn: sqlite3.Connection, prev_seq: int, prev_hash: str, *, since: int = 0) -> VerifyReport:
+        checked = 0
+        cur = conn.execute(f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq", (since,))
         while True:
             rows = cur.fetchmany(2000)
             if not rows:
                 break
             for r in rows:
-                seq = r[0]
-                if seq != prev_seq + 1:
-                    return VerifyReport(False, checked, prev_seq, prev_seq + 1,
-                                        f"seq {prev_seq + 1} is missing (next row is {seq}): a row was deleted")
-                if r[9] != prev_hash:
-                    return VerifyReport(False, checked, prev_seq, seq,
-                                        f"seq {seq}: prev_hash does not match the hash of seq {prev_seq}: "
-                                        "rows were reordered, replaced or deleted")
-                try:
-                    want = row_hash(seq, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9])
-                except (PayloadError, TypeError):  # a value no append could have written (NaN, a blob)
-                    want = None
-                if want != r[10]:
-                    return VerifyReport(False, checked, prev_seq, seq,
-                                        f"seq {seq}: content does not match its hash: the row was edited")
-                prev_seq, prev_hash = seq, r[10]
+                bad = _bad_row(r, prev_seq, prev_hash)
+                if bad is not None:
+                    return VerifyReport(False, checked, prev_seq, bad[0], bad[1], head_hash=prev_hash, since=since)
+                prev_seq, prev_hash = r[0], r[10]
                 checked += 1
-        if head is not None:
-            hseq, hhash = head
-            if hseq > prev_seq:
-                return VerifyReport(False, checked, prev_seq, prev_seq + 1,
-                                    f"the head file records seq {hseq} but the log ends at {prev_seq}: "
-                                    "the newest events were truncated")
-            row = conn.execute("SELECT hash FROM events WHERE seq = ?", (hseq,)).fetchone()
-            if row and row[0] != hhash:
-                return VerifyReport(False, checked, prev_seq, hseq,
-                                    f"seq {hseq}: hash differs from the head file's record: history was rewritten")
-        return VerifyReport(True, checked, prev_seq)
+        return VerifyReport(True, checked, prev_seq, head_hash=prev_hash, since=since)
+
+    def _check_anchors(self, conn: sqlite3.Connection, r: VerifyReport, head: tuple[int, str] | None,
+                       anchor: tuple[int, str] | None) -> VerifyReport:
+        """The walked chain against the head file and an operator's recorded head."""
+        if not r.ok:
+            return r
+        for rec, what in ((head, "the head file"), (anchor, "the recorded head")):
+            if rec is None:
+                continue
+            bad = _anchor_mismatch(conn, rec, r.head_seq, what)
+            if bad is not None:
+                return dataclasses.replace(r, ok=False, first_bad_seq=bad[0], reason=bad[1])
+        if head is None and r.head_seq > 0:
+            return dataclasses.replace(r, warnings=(f"no head file at {self.head_file}: deleting the newest events "
+                                                    "cannot be detected without one",))
+        return r
+
+    def _read_checkpoint(self) -> tuple[int, str] | None:
+        try:
+            return _parse_head(self.checkpoint_file.read_bytes())
+        except OSError:
+            return None
+
+    def _write_checkpoint(self, seq: int, h: str) -> bool:
+        """Record a verified (seq, hash) beside the database, atomically; False when it cannot be written."""
+        tmp = self.checkpoint_file.with_name(self.checkpoint_file.name + f".{os.getpid()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, f"{seq} {h}\n".encode("ascii"))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.checkpoint_file)
+            return True
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            return False
 
     def export(self, out: IO[str], since: int = 0) -> int:
         """Write every event with seq > since as JSON lines, every field included."""

@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from agent.sim import ManualClock, Reply, SimServer, Simulator
+from tests.conftest import init_database
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_ID = "rel"
@@ -85,6 +86,7 @@ def write_config(root: Path, sim_url: str, *, key: str = SIM_KEY, **kw: Any) -> 
         os.chmod(kf, 0o600)
     cfg = root / "config.yaml"
     cfg.write_text(yaml.safe_dump(d, sort_keys=False), encoding="utf-8")
+    init_database(cfg)
     return cfg
 
 
