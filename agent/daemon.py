@@ -469,6 +469,11 @@ class Daemon:
             return None
         job = self.scheduler.get_job(JOB_ID)
         t = getattr(job, "next_run_time", None)
+        now = datetime.now(UTC)
+        if job is not None and t is not None and t <= now:
+            # APScheduler stores a job's next run time only after it handed the run to the worker: a tick
+            # that ends quickly can finish first. Ask the trigger what follows the run that just happened.
+            t = job.trigger.get_next_fire_time(t, now)
         return t.astimezone(UTC).strftime("%H:%M:%SZ") if t else None
 
     def _current_tick(self) -> int | None:
