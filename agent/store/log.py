@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from json.encoder import encode_basestring as _json_str
 from pathlib import Path
 from typing import IO, Any
@@ -148,14 +149,11 @@ class Transaction:
         self._seq: int = row[0] if row else 0
         self._hash: str = row[1] if row else GENESIS
         self.appended: list[Event] = []
-        self._store: Store | None = None
 
-    @property
+    @cached_property
     def store(self) -> Store:
         """The queries, inside this transaction: they see what it appended so far."""
-        if self._store is None:
-            self._store = Store(self.conn)
-        return self._store
+        return Store(self.conn)
 
     def append(self, kind: str, payload: dict[str, Any], source: str, tick: int | None = None) -> Event:
         k = ev.kind(kind)
@@ -199,14 +197,11 @@ class EventLog:
         self._opened_ident = self._file_ident()  # the file this connection reads (follow notices a move)
         self.readonly = readonly
         self._head_fd: int | None = None
-        self._store: Store | None = None
 
-    @property
+    @cached_property
     def store(self) -> Store:
         """Every query against the log's read models (and the few against the events themselves)."""
-        if self._store is None:
-            self._store = Store(self.conn)
-        return self._store
+        return Store(self.conn)
 
     @property
     def in_transaction(self) -> bool:
