@@ -388,3 +388,12 @@ def test_no_raw_sql_outside_the_store():
                 continue
             offenders += [f"{rel}:{line}: {what}" for line, what in raw_sql(path.read_text(encoding="utf-8"))]
     assert offenders == [], "raw SQL outside agent/store:\n" + "\n".join(offenders)
+
+
+def test_recorded_input_hashes_are_those_logged_in_full(log: EventLog):
+    """The hashes of request inputs already logged (each once, with its full content), so a tick can
+    tell which ones are new without decoding their texts."""
+    assert log.store.recorded_input_hashes() == set()
+    log.append("input.recorded", {"name": "system.md", "sha256": "a" * 64, "content": "You run a fleet."}, "system")
+    log.append("input.recorded", {"name": "policy", "sha256": "b" * 64, "content": {"max_instances": 4}}, "system")
+    assert log.store.recorded_input_hashes() == {"a" * 64, "b" * 64}

@@ -40,7 +40,7 @@ def recorded(log: EventLog, until_seq: int | None = None) -> dict[str, Any]:
 def record_inputs(log: EventLog, prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]],
                   tick: int | None) -> int:
     """Log each input whose hash the log has not seen yet; returns how many were logged."""
-    seen = {e.payload["sha256"] for e in log.read(0, kinds=[KIND])}
+    seen = log.store.recorded_input_hashes()  # hashes only: the texts are not decoded at every step
     new = [i for i in _inputs(prompts, policy, tools) if i["sha256"] not in seen]
     if new:
         log.append_many((KIND, i, "system", tick) for i in new)

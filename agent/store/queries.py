@@ -254,6 +254,11 @@ class Store:
 
     # ------------------------------------------------------------------ knowledge
 
+    def recorded_input_hashes(self) -> set[str]:
+        """The sha256 of every request input (prompt, policy, tool schemas) already logged in full."""
+        rows = self._query("SELECT json_extract(payload, '$.sha256') AS h FROM events WHERE kind = 'input.recorded'")
+        return {str(r["h"]) for r in rows}
+
     def knowledge_names(self) -> list[str]:
         """Every knowledge file name the log has seen (removed ones included), sorted."""
         return [str(r["name"]) for r in self._query("SELECT DISTINCT name FROM knowledge ORDER BY name")]
