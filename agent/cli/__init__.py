@@ -22,6 +22,7 @@ from agent.cli import args as args_
 from agent.cli import context as context_commands
 from agent.cli import demo as demo_commands
 from agent.cli import feedback as feedback_commands
+from agent.cli import fork as fork_commands
 from agent.cli import ops as ops_commands
 from agent.cli import output
 from agent.cli import service as service_commands
@@ -29,7 +30,8 @@ from agent.errors import FleetAgentError, UsageError
 from agent.events import Event, render
 
 # Command groups beyond the core ones below, each a module with register(sub), in help order.
-COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, service_commands, demo_commands)
+COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, fork_commands, service_commands,
+                  demo_commands)
 
 EXAMPLE_KNOWLEDGE = """\
 # Fleet notes
