@@ -35,14 +35,15 @@ class ForkOrigin:
     def __init__(self, fork_dir: Path) -> None:
         cfg = fork_dir / "config.yaml"
         if not cfg.is_file():
-            raise UsageError(f"{fork_dir} is not a fork directory (no config.yaml); pass the directory "
+            raise UsageError(f"{fork_dir} is not a fork directory (no config.yaml); give the directory "
                              "`fleet-agent fork` printed")
         s = config.load(str(cfg))
         self.log = EventLog(s.db_path, readonly=True, create=False)
         started = next(iter(self.log.read(0, kinds=["fork.started"], limit=1)), None)
         if started is None:
             self.log.close()
-            raise UsageError(f"{fork_dir} holds a log that is not a fork (no fork.started event)")
+            raise UsageError(f"{fork_dir} holds a log that is not a fork (no fork.started event); give the "
+                             "directory `fleet-agent fork` printed")
         self.started = started.payload
         self.started_seq = started.seq
         self.ticks = sorted({e.tick for e in self.log.read(started.seq, kinds=["tick.started"]) if e.tick is not None})
