@@ -139,3 +139,20 @@ def test_training_examples_are_what_the_model_was_sent_blocked_marked_overridden
     assert "exported 3 examples (0 with policy-blocked calls), left out 1 overridden" in cap.err
     kept = [json.loads(x)["metadata"]["response_seq"] for x in cap.out.splitlines()]
     assert kept == [ex["metadata"]["response_seq"] for ex in examples if ex is not b]
+
+
+def test_a_request_that_no_longer_re_derives_is_left_out_and_the_export_exits_1(fleet, tmp_path, capsys):
+    """An example is only ever what the model was sent: when an event inside a request's context was
+    edited, that request re-derives to another hash, its example is left out, the command names the count
+    and the way to see why, and exits 1."""
+    from tests.tamper import Tamper
+
+    app, cfg = fleet
+    started = next(e for e in _events(app) if e["kind"] == "tick.started" and e["tick"] == 2)
+    with Tamper(app.settings.db_path) as t:
+        t.replace_in_payload(started["seq"], '"balance"', '"balancE"')
+    out = tmp_path / "t.jsonl"
+    assert main(["--config", str(cfg), "log", "export", "--training", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "exported 2 examples" in err and "2 requests did not re-derive (run 'fleet-agent replay --verify')" in err
+    assert [json.loads(x)["metadata"]["tick"] for x in out.read_text().splitlines()] == [1, 1]

@@ -180,3 +180,49 @@ def test_at_a_time_between_ticks_forks_where_the_next_tick_starts(origin):
     finally:
         log.close()
     assert (by_time.seq, by_time.first_tick) == (by_tick.seq, 3) == (t2.seq, 3)
+
+
+def test_at_a_time_inside_a_tick_forks_before_that_tick(sim_clock, make_app, fake_model):
+    """--at a time while a tick was running (its model was thinking) moves back to that tick's start, so a
+    fork never begins between a tick's observation and its decisions."""
+    from agent.fork import fork_point, open_origin
+
+    app = make_app()
+
+    def slow(_request: dict[str, Any]) -> Any:
+        sim_clock.advance(120)  # the model takes two minutes to answer
+        return reply("done")
+
+    fake_model.enqueue(reply("nothing"))
+    assert run_tick(app).ok
+    sim_clock.advance(300)
+    fake_model.enqueue(slow)
+    assert run_tick(app).ok
+    req = events_of(app, "model.request", 2)[0]
+    done = events_of(app, "tick.completed", 2)[0]
+    assert done.ts > req.ts
+    log = open_origin(app.settings)
+    try:
+        p = fork_point(log, Where(at=req.ts))
+        first = next(log.read(0, tick=2, limit=1))
+    finally:
+        log.close()
+    assert (p.seq, p.first_tick) == (first.seq - 1, 2)
+
+
+def test_prompt_dir_change_reaches_the_fork_and_not_the_origin(origin, tmp_path, fake_model):
+    """--prompt-dir DIR: the fork's requests carry DIR's system prompt (the origin's carried the one in force
+    then); the fork's input.recorded logs the new prompt by hash, so replay --verify holds on the fork."""
+    app, offers = origin
+    pdir = tmp_path / "prompts"
+    pdir.mkdir()
+    (pdir / "system.md").write_text("# Charter\n\nTRY THIS: never rent more than one instance per tick.\n",
+                                    encoding="utf-8")
+    (pdir / "summarize.md").write_text(app.prompts.summarize, encoding="utf-8")
+    fake_model.enqueue(*_tick3(offers))
+    r = make_fork(app.settings, Where(tick=3), Change(prompt_dir=pdir, model=(fake_model.base_url, "m")),
+                  ticks=1, out=tmp_path / "p")
+    assert r.ticks[0].ok
+    assert "TRY THIS" in fake_model.chat_requests[-1].json["messages"][0]["content"]
+    assert all("TRY THIS" not in req.json["messages"][0]["content"] for req in fake_model.chat_requests[:-2])
+    assert main(["--config", str(r.config), "replay", "--verify"]) == 0
