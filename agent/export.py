@@ -114,9 +114,9 @@ def atomic_file(path: Path, *, binary: bool = False) -> Iterator[Path]:
     """A temporary path beside ``path``, renamed over it only when the block succeeds."""
     path = path.resolve()
     if path.is_dir():
-        raise UsageError(f"-o {path} is a directory; name a file to write")
+        raise ExportError(f"-o {path} is a directory; name a file to write")
     if not path.parent.is_dir():
-        raise UsageError(f"-o {path}: the directory {path.parent} does not exist; create it or write elsewhere")
+        raise ExportError(f"-o {path}: the directory {path.parent} does not exist; create it or write elsewhere")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
     try:
