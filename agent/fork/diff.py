@@ -124,6 +124,30 @@ def _pair(label: str, a: str, b: str) -> list[str]:
     return [f"  {label:<8} original  {a}", f"  {'':<8} fork      {b}"]
 
 
+def _block(label: str, a: list[Decision] | None, b: list[Decision] | None) -> list[str]:
+    """A step whose calls do not line up: the original's calls, then the fork's."""
+    lines = []
+    for who, calls in (("original", a), ("fork", b)):
+        shown = ["(no step)"] if calls is None else [d.show() for d in calls] or ["(no tool call)"]
+        for text in shown:
+            lines.append(f"  {label:<8} {who:<9} {text}")
+            label = ""
+    return lines
+
+
+def _step(n: int, a: list[Decision] | None, b: list[Decision] | None) -> list[str]:
+    label = f"step {n + 1}"
+    if a is None or b is None or len(a) != len(b) or not a:
+        if a is not None and b is not None and not a and not b:
+            return _pair(label, "(no tool call)", "(no tool call)")
+        return _block(label, a, b)
+    lines: list[str] = []
+    for m, (da, db) in enumerate(zip(a, b, strict=True)):
+        same = da.key == db.key
+        lines += _pair(label if m == 0 else "", da.show(detail=not same), db.show(detail=not same))
+    return lines
+
+
 def render(diffs: list[TickDiff]) -> list[str]:
     """Readable lines: per tick, each step's decisions side by side ('same' when they agree)."""
     lines: list[str] = []
@@ -131,13 +155,7 @@ def render(diffs: list[TickDiff]) -> list[str]:
         lines.append(f"tick {d.tick}: {'same decisions' if d.same else 'DIFFERENT'}")
         a, b = d.original.steps, d.fork.steps
         for n in range(max(len(a), len(b))):
-            sa = a[n] if n < len(a) else []
-            sb = b[n] if n < len(b) else []
-            for m in range(max(len(sa), len(sb), 1)):
-                same = m < len(sa) and m < len(sb) and sa[m].key == sb[m].key
-                da = sa[m].show(detail=not same) if m < len(sa) else ("(no step)" if n >= len(a) else "(no call)")
-                db = sb[m].show(detail=not same) if m < len(sb) else ("(no step)" if n >= len(b) else "(no call)")
-                lines += _pair(f"step {n + 1}" if m == 0 else "", da, db)
+            lines += _step(n, a[n] if n < len(a) else None, b[n] if n < len(b) else None)
         lines += _pair("alerts", "; ".join(d.original.alerts) or "none", "; ".join(d.fork.alerts) or "none")
         lines += _pair("end", d.original.end, d.fork.end)
     return lines
