@@ -147,10 +147,13 @@ def test_fork_and_fork_diff_commands_print_the_decisions_side_by_side(origin, tm
     (["--tick", "3", "--set", "policy.max_instnces=2"], "no setting policy.max_instnces; settings there:"),
     (["--tick", "3", "--set", "policy.max_instances=-1"], "policy.max_instances: must not be negative"),
     (["--tick", "3", "--set", "max_instances"], "is not KEY=VALUE"),
+    (["--tick", "3", "--set", "vast.url=https://console.vast.ai"], "a fork keeps its own vast.url"),
+    (["--tick", "3", "--set", "data_dir=/tmp"], "a fork keeps its own data_dir"),
     (["--tick", "3"], "fork needs a change to try"),
     (["--tick", "3", "--at", "2026-01-01T00:00Z", "--rules"], "exactly one of --tick N or --at TIME"),
     (["--at", "yesterday", "--rules"], "'yesterday' is not a time"),
-], ids=["no-such-tick", "unknown-key", "bad-value", "no-equals", "no-change", "both", "bad-time"])
+], ids=["no-such-tick", "unknown-key", "bad-value", "no-equals", "real-vast", "real-data", "no-change", "both",
+        "bad-time"])
 def test_a_bad_fork_request_is_one_line_exit_2_and_leaves_nothing(origin, tmp_path, capsys, argv, message):
     """Each bad request is refused with one line naming what is wrong and how to fix it (exit 2); the
     --out directory stays empty and the origin's files are untouched."""

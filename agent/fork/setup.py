@@ -58,8 +58,17 @@ def parse_set(item: str) -> tuple[list[str], Any]:
     return [k.strip() for k in key.split(".")], value
 
 
+# What a fork may not change: where it keeps its log, and what it talks to (only its own simulator;
+# a fork never reaches the real fleet, the real queue or an operator's pager).
+FIXED = ("data_dir", "knowledge_dir", "vast", "demand", "alerts.notify_command", "alerts.notify_timeout")
+
+
 def apply_set(d: dict[str, Any], item: str) -> None:
     path, value = parse_set(item)
+    dotted = ".".join(path)
+    if any(dotted == f or dotted.startswith(f + ".") for f in FIXED):
+        raise UsageError(f"--set {item!r}: a fork keeps its own {dotted} (its directory and its simulator; it "
+                         "never reaches the real fleet); change a policy, context, model or fleet setting instead")
     node: Any = d
     for n, k in enumerate(path):
         if not isinstance(node, dict) or k not in node:
