@@ -54,18 +54,21 @@ def origin(sim_clock, make_app, fake_model) -> tuple[App, list[dict[str, Any]]]:
 
 
 def test_fork_at_a_tick_with_a_lower_cap_refuses_the_rent_and_leaves_the_origin_byte_identical(
-        origin, tmp_path, fake_model):
+        origin, sim, tmp_path, fake_model):
     """Forking at tick 3 with policy.max_instances=2 re-runs tick 3 from the context as it was: the same
     answers from the model now rent one offer and have the second refused by max_instances (the original
     rented both). The fork's log starts with the origin's events row for row, then fork.started names the
-    origin (fleet, seq, hash, head); the origin database, head and checkpoint files are byte-identical."""
+    origin (fleet, seq, hash, head); the origin database, head and checkpoint files are byte-identical, and
+    the origin's vast.ai (here its simulator) receives not one request."""
     app, offers = origin
     before = _digest(app.settings.data_path)
+    calls_before = len(sim.requests)
     fake_model.enqueue(*_tick3(offers))
     r = make_fork(app.settings, Where(tick=3), Change(sets=("policy.max_instances=2",),
                                                       model=(fake_model.base_url, "scripted")),
                   ticks=1, out=tmp_path / "what-if")
     assert _digest(app.settings.data_path) == before
+    assert len(sim.requests) == calls_before
     assert [t.ok for t in r.ticks] == [True]
 
     # The model saw the changed policy, in a request whose prefix is the origin's context at the fork point.
