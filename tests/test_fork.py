@@ -232,3 +232,63 @@ def test_prompt_dir_change_reaches_the_fork_and_not_the_origin(origin, tmp_path,
     assert "TRY THIS" in fake_model.chat_requests[-1].json["messages"][0]["content"]
     assert all("TRY THIS" not in req.json["messages"][0]["content"] for req in fake_model.chat_requests[:-2])
     assert main(["--config", str(r.config), "replay", "--verify"]) == 0
+
+
+def test_the_simulator_is_seeded_with_what_the_origin_logged(origin):
+    """The fork's simulator holds the instances the origin observed at the fork point (same ids, labels,
+    GPUs, statuses and prices), its balance and queue, and every offer the model was shown, with the ones
+    a logged rent took marked rented; new instances get ids above the seeded ones."""
+    from agent.fork import fork_point, open_origin
+    from agent.fork.seed import seeded_simulator
+
+    app, offers = origin
+    log = open_origin(app.settings)
+    try:
+        p = fork_point(log, Where(tick=3))
+        sim, clock, seeded = seeded_simulator(log, p.seq, p.observation, seed=0, time=p.time, api_key="k")
+    finally:
+        log.close()
+    obs = p.observation
+    assert clock() == obs["time"] and seeded.instances == len(obs["instances"]) == 1
+    listed = {i["id"]: i for i in sim.state()["instances"]}
+    for i in obs["instances"]:
+        got = listed[i["id"]]
+        assert (got["label"], got["gpu_name"], got["num_gpus"], got["host_id"], got["actual_status"] or "provisioning",
+                got["dph_total"]) == (i["label"], i["gpu_name"], i["num_gpus"], i["host_id"], i["status"], i["dph"])
+    assert sim.balance == obs["balance"] and sim.pending == obs["demand"]["pending"]
+    assert [sim.offers[o["id"]]["rented"] for o in offers] == [True, False, False]
+    assert all(sim.offers[o["id"]]["dph_total"] == o["dph"] and sim.offers[o["id"]]["host_id"] == o["host"]
+               for o in offers)
+    new = sim.create_instance(offers[1]["id"], label="x")
+    assert new > max(listed)
+
+
+def test_a_prefix_is_copied_only_whole_and_only_into_an_empty_log(origin, tmp_path):
+    """EventLog.adopt copies another log's events row for row (the chain verifies, the read models match a
+    rebuild); a row whose content does not match its hash is refused with nothing written, and a log that
+    already holds events takes no prefix."""
+    import dataclasses
+
+    from agent.errors import ChainBroken, LogError
+
+    app, _ = origin
+    src = EventLog(app.settings.db_path, readonly=True)
+    try:
+        events = list(src.read(0, until_seq=20))
+        dst = EventLog(tmp_path / "a.db", create=True)
+        try:
+            assert dst.adopt(events) == 20 and dst.verify().ok and dst.rebuild_check() == []
+            with pytest.raises(LogError, match="already holds events"):
+                dst.adopt(events)
+        finally:
+            dst.close()
+        edited = [dataclasses.replace(e, payload={**e.payload, "x": 1}) if e.seq == 12 else e for e in events]
+        other = EventLog(tmp_path / "b.db", create=True)
+        try:
+            with pytest.raises(ChainBroken, match="seq 12: content does not match its hash"):
+                other.adopt(edited)
+            assert other.last_seq() == 0
+        finally:
+            other.close()
+    finally:
+        src.close()
