@@ -19,7 +19,7 @@ from agent.fork import Change, Where, diff_fork, make_fork
 from agent.store.log import EventLog
 from agent.tick import run_tick
 from tests.conftest import events_of, offer_rows
-from tests.fakes.openai_server import reply
+from tests.fakes.openai_server import FakeOpenAI, reply
 
 
 def _digest(data_dir: Path) -> dict[str, str]:
@@ -292,3 +292,19 @@ def test_a_prefix_is_copied_only_whole_and_only_into_an_empty_log(origin, tmp_pa
             other.close()
     finally:
         src.close()
+
+
+def test_a_model_named_on_the_command_line_never_gets_the_configured_key(origin, tmp_path):
+    """--model URL NAME for another server than the configured one is sent $FLEET_AGENT_FORK_MODEL_KEY,
+    never the key configured for the fleet's own model server: a server that wants the configured key is
+    refused it (the fork's tick fails on auth), and accepts the key given for forks."""
+    app, _ = origin
+    secret = "sk-configured-canary-1234"
+    with FakeOpenAI(api_key=secret) as other:
+        r = make_fork(app.settings, Where(tick=3), Change(model=(other.base_url, "other")), ticks=1,
+                      out=tmp_path / "k1", env={"OPENAI_API_KEY": secret})
+        assert not r.ticks[0].ok and "auth" in (r.ticks[0].reason or "")
+        assert other.requests and not any(q.auth_ok for q in other.requests)
+        r = make_fork(app.settings, Where(tick=3), Change(model=(other.base_url, "other")), ticks=1,
+                      out=tmp_path / "k2", env={"OPENAI_API_KEY": secret, "FLEET_AGENT_FORK_MODEL_KEY": secret})
+        assert r.ticks[0].ok and other.requests[-1].auth_ok

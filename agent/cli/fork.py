@@ -79,7 +79,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="change a setting in the fork, e.g. policy.max_instances=4 (repeatable)")
     s.add_argument("--prompt-dir", metavar="DIR", help="prompt files (system.md, summarize.md) to try instead")
-    s.add_argument("--model", nargs=2, metavar=("URL", "NAME"), help="an OpenAI-compatible model server and model")
+    s.add_argument("--model", nargs=2, metavar=("URL", "NAME"), help="an OpenAI-compatible model server and model "
+                   "(its key, if it needs one, from $FLEET_AGENT_FORK_MODEL_KEY: the configured key goes only to "
+                   "the configured server)")
     s.add_argument("--rules", action="store_true", help="decide with the built-in rules provider")
     s.add_argument("--same", action="store_true", help="re-run without a change (how repeatable is the model?)")
     s.add_argument("--ticks", type=args_.number, default=1, help="how many ticks to run (default 1)")

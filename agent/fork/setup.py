@@ -102,10 +102,17 @@ def _policy_into(d: dict[str, Any], policy: dict[str, Any]) -> None:
     d["fleet"].update({k: tmpl[k] for k in ("image", "disk_gb", "label_prefix") if k in tmpl})
 
 
+# The key sent to a model server named with --model (another server than the configured one never gets
+# the configured key).
+FORK_MODEL_KEY_ENV = "FLEET_AGENT_FORK_MODEL_KEY"
+
+
 def _model_into(d: dict[str, Any], change: Change) -> None:
     if change.rules:
         d["model"]["provider"] = "rules"
     elif change.model is not None:
+        if change.model[0] != d["model"]["base_url"]:
+            d["model"].update({"api_key_env": FORK_MODEL_KEY_ENV, "api_key_file": None, "api_key_credential": None})
         d["model"].update({"provider": "openai", "base_url": change.model[0], "name": change.model[1]})
 
 
