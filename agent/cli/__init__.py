@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -111,9 +111,13 @@ def _init_data(settings: config.Settings) -> None:
 
 def cmd_config_check(args: argparse.Namespace, app: App) -> int:
     s = app.settings
-    s.vast_api_key(app.env)
-    if s.model.provider == "openai":
-        s.model_api_key(app.env)
+    vast = s.vast_api_key(app.env)
+    model = s.model_api_key(app.env) if s.model.provider == "openai" else None
+    if args.json:
+        _print(output.json_text({"ok": True, "path": str(s.source_path), "config_hash": s.config_hash(),
+                                 "vast_key_from": vast.origin, "model_key_from": model.origin if model else None},
+                                sort_keys=True))
+        return 0
     _print(f"{s.source_path}: ok (config hash {s.config_hash()[:12]})")
     return 0
 
@@ -159,10 +163,24 @@ def cmd_log_verify(args: argparse.Namespace, app: App) -> int:
     return 0 if complete else 1
 
 
+def first_event_ts(app: App) -> str | None:
+    e = next(iter(app.log.read(0, limit=1)), None)
+    return e.ts if e else None
+
+
+def not_before_first(app: App, ts: str | None, flag: str) -> None:
+    """Refuse a time before the log's first event: it would show an empty history, not an answer."""
+    first = first_event_ts(app)
+    if ts is not None and first is not None and ts < first:
+        raise UsageError(f"{flag} {ts[:19]}Z is before the first event ({first[:19]}Z); the log holds nothing "
+                         "then: use a later time ('fleet-agent thread show --limit 1' shows the first event)")
+
+
 def cmd_log_export(args: argparse.Namespace, app: App) -> int:
+    since, since_ts = args_.seq_or_when(args.since, "--since") if args.since is not None else (0, None)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     try:
-        n = app.log.export(out, since=args.since)
+        n = app.log.export(out, since=since, since_ts=since_ts)
     finally:
         if out is not sys.stdout:
             out.close()
@@ -173,6 +191,10 @@ def cmd_log_export(args: argparse.Namespace, app: App) -> int:
 
 def cmd_log_search(args: argparse.Namespace, app: App) -> int:
     hits = app.log.search(" ".join(args.query), limit=args.limit)
+    if args.json:
+        _print(output.json_text([{"seq": e.seq, "ts": e.ts, "kind": e.kind, "tick": e.tick, "snippet": snip}
+                                 for e, snip in hits], indent=2))
+        return 0
     for e, snip in hits:
         _print(f"#{e.seq} {e.ts[:19]} {e.kind}: {output.line(snip)}")
     if not hits:
@@ -183,10 +205,15 @@ def cmd_log_search(args: argparse.Namespace, app: App) -> int:
 def cmd_log_rebuild(args: argparse.Namespace, app: App) -> int:
     if args.check:
         diffs = app.log.rebuild_check()
+        if args.json:
+            _print(output.json_text({"ok": not diffs, "differences": diffs}, indent=2))
+            return 0 if not diffs else 1
         for d in diffs:
             _print(d)
         _print("read models match the log" if not diffs else f"{len(diffs)} differences")
         return 0 if not diffs else 1
+    if args.json:
+        raise UsageError("log rebuild: --json goes with --check (a rebuild changes the read models; it is not a read)")
     app.log.rebuild()
     _print("read models rebuilt from the log")
     return 0
@@ -220,31 +247,41 @@ def describe(e: Event) -> str:
     return json.dumps(p, sort_keys=True, ensure_ascii=False)[:400]
 
 
-def _parse_since(v: str | None) -> tuple[int, str | None]:
-    if v is None:
-        return 0, None
-    if v.isdigit():
-        return int(v), None
-    try:
-        return 0, _parse_time(v)
-    except UsageError:
-        raise UsageError(f"--since {v!r} is neither a seq number nor an ISO time like 2026-11-29T10:05:00Z; "
-                         "use one of those") from None
+def _wanted(kinds: list[str] | None) -> Callable[[Event], bool]:
+    def wanted(e: Event) -> bool:
+        return kinds is None or any(e.kind == k or e.kind.startswith(k.rstrip(".*") + ".") for k in kinds)
+    return wanted
 
 
-def _parse_time(v: str) -> str:
-    from agent.context import parse_time
+def _thread_range(args: argparse.Namespace, app: App) -> tuple[int, str | None, str | None]:
+    """``thread show``'s (since seq, since ts, until ts), each checked against the log."""
+    since, since_ts = args_.seq_or_when(args.since, "--since") if args.since is not None else (0, None)
+    until_ts = args_.parse_when(args.until) if args.until else None
+    not_before_first(app, until_ts, "--until")
+    last = app.log.last_seq()
+    if since > last and not args.follow:
+        raise UsageError(f"--since {since}: the log ends at seq {last}; use a smaller seq")
+    return since, since_ts, until_ts
 
-    return parse_time(v)
+
+def _thread_events(args: argparse.Namespace, app: App) -> Iterator[Event]:
+    """The events ``thread show`` reads before following, in seq order: every event in the range (the
+    caller filters by kind), or with --tail only the newest N wanted ones."""
+    since, since_ts, until_ts = _thread_range(args, app)
+    if args.tail is None:
+        yield from app.log.read(since, since_ts=since_ts, until_ts=until_ts)
+        return
+    wanted, picked = _wanted(args.kind or None), []
+    for e in app.log.read(since, since_ts=since_ts, until_ts=until_ts, newest_first=True):
+        if wanted(e):
+            picked.append(e)
+            if len(picked) >= args.tail:
+                break
+    yield from reversed(picked)
 
 
 def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
-    since, since_ts = _parse_since(args.since)
-    until_ts = _parse_time(args.until) if args.until else None
-    kinds = args.kind or None
-
-    def wanted(e: Event) -> bool:
-        return kinds is None or any(e.kind == k or e.kind.startswith(k.rstrip(".*") + ".") for k in kinds)
+    wanted = _wanted(args.kind or None)
 
     def show(e: Event) -> None:
         if args.json:
@@ -254,9 +291,10 @@ def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
             _print(f"#{e.seq} {e.ts[:19]}Z {e.kind} [{e.source}{tick}]\n  " + describe(e).replace("\n", "\n  "))
 
     n = 0
-    last = since
-    for e in app.log.read(since, since_ts=since_ts, until_ts=until_ts):
-        last = e.seq
+    since = args_.seq_or_when(args.since, "--since")[0] if args.since is not None else 0
+    last = app.log.last_seq() if args.tail is not None else since
+    for e in _thread_events(args, app):
+        last = max(last, e.seq)
         if wanted(e):
             show(e)
             n += 1
@@ -315,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     csub.required = True
     s = csub.add_parser("check", help="validate the config and find the secrets (never printed)",
                         description="Validate the config file and check the secrets can be found.")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_config_check)
     s = csub.add_parser("show", help="print the effective settings (no secrets)",
                         description="Print the effective settings as JSON; secrets are never part of them.")
@@ -332,18 +371,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_log_verify)
     s = lsub.add_parser("export", help="write events as JSON lines, hashes included",
                         description="Export events (every field) as JSON lines.")
-    s.add_argument("--since", type=args_.count, default=0, help="only events after this seq")
+    s.add_argument("--since", help="only events after this seq, or from this time (ISO 8601, now, 2h ago, "
+                   "yesterday 15:45)")
     s.add_argument("-o", "--output", help="file to write (default: stdout)")
     s.set_defaults(func=cmd_log_export)
     s = lsub.add_parser("search", help="full-text search over every event",
                         description="Full-text search over the rendered text of every event, newest first.")
     s.add_argument("query", nargs="+", help="words to find (all must match)")
     s.add_argument("--limit", type=args_.number, default=20, help="at most this many hits")
+    s.add_argument("--json", action="store_true", help="print the hits as JSON")
     s.set_defaults(func=cmd_log_search)
     s = lsub.add_parser("rebuild", help="rebuild read models from the log (--check: compare only)",
                         description="Rebuild alerts, memory, directives, ownership, intents and knowledge "
                         "versions from the log alone.")
     s.add_argument("--check", action="store_true", help="only compare with the live tables; exit 1 on difference")
+    s.add_argument("--json", action="store_true", help="with --check: print the differences as JSON")
     s.set_defaults(func=cmd_log_rebuild)
 
     t = sub.add_parser("thread", help="read the conversation and everything around it",
@@ -353,10 +395,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = tsub.add_parser("show", help="print events readably (or --json), optionally following new ones",
                         description="Print events: every tick, model answer, tool call and result, operator "
                         "message. --follow keeps printing events other processes append.")
-    s.add_argument("--since", help="a seq number or an ISO time")
-    s.add_argument("--until", help="an ISO time")
+    s.add_argument("--since", help="after this seq, or from this time: ISO 8601, now, 10m, 2h ago, yesterday 15:45")
+    s.add_argument("--until", help="up to this time (same forms as --since, no seq)")
     s.add_argument("--kind", action="append", help="only this kind, or a family like 'tool.' (repeatable)")
-    s.add_argument("--limit", type=args_.number, help="at most this many events")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--limit", type=args_.number, help="at most this many events (the oldest)")
+    g.add_argument("--tail", type=args_.number, metavar="N", help="the newest N events")
     s.add_argument("--follow", action="store_true", help="keep printing new events")
     s.add_argument("--follow-for", type=args_.positive, help=argparse.SUPPRESS)
     s.add_argument("--json", action="store_true", help="one JSON object per event")

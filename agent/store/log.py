@@ -498,10 +498,10 @@ class EventLog:
                 tmp.unlink()
             return False
 
-    def export(self, out: IO[str], since: int = 0) -> int:
-        """Write every event with seq > since as JSON lines, every field included."""
+    def export(self, out: IO[str], since: int = 0, since_ts: str | None = None) -> int:
+        """Write every event with seq > since (and ts >= since_ts) as JSON lines, every field included."""
         n = 0
-        for e in self.read(since):
+        for e in self.read(since, since_ts=since_ts):
             out.write(json.dumps(e.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
             n += 1
         return n
