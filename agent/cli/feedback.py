@@ -63,21 +63,32 @@ def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
     return 0
 
 
-def cmd_alerts_show(args: argparse.Namespace, app: App) -> int:
-    alert = app.log.store.alert(args.id)
-    if alert is None:
-        raise FleetAgentError(f"no alert #{args.id}; 'fleet-agent alerts list --all' shows every alert")
-    for k, v in dataclasses.asdict(alert).items():
-        if v not in (None, ""):
-            _print(f"{k:>10}: {line(v)}")
-    _print("history:")
-    for seq in app.log.store.alert_history_seqs(args.id):
+def _alert_history(app: App, alert_id: int) -> list[dict[str, Any]]:
+    out = []
+    for seq in app.log.store.alert_history_seqs(alert_id):
         e = app.log.get(seq)
         if e is None:
             continue
         msg = render(e)
         text = msg["content"] if msg else json.dumps(e.payload, sort_keys=True, ensure_ascii=False)
-        _print(f"  #{e.seq} {e.ts[:19]}Z {e.kind}: {line(text)}")
+        out.append({"seq": e.seq, "ts": e.ts, "kind": e.kind, "text": text})
+    return out
+
+
+def cmd_alerts_show(args: argparse.Namespace, app: App) -> int:
+    alert = app.log.store.alert(args.id)
+    if alert is None:
+        raise FleetAgentError(f"no alert #{args.id}; 'fleet-agent alerts list --all' shows every alert")
+    history = _alert_history(app, args.id)
+    if args.json:
+        _print(output.json_text({**dataclasses.asdict(alert), "history": history}, indent=2))
+        return 0
+    for k, v in dataclasses.asdict(alert).items():
+        if v not in (None, ""):
+            _print(f"{k:>10}: {line(v)}")
+    _print("history:")
+    for h in history:
+        _print(f"  #{h['seq']} {h['ts'][:19]}Z {h['kind']}: {line(h['text'])}")
     return 0
 
 
@@ -111,6 +122,12 @@ def cmd_knowledge_show(args: argparse.Namespace, app: App) -> int:
     if text is None:
         raise FleetAgentError(f"the log holds no current version of {args.name!r}; "
                               "'fleet-agent knowledge list' shows the files the agent knows")
+    if args.json:
+        latest = app.log.store.knowledge_latest().get(args.name)
+        _print(output.json_text({"name": args.name, "version": latest.version if latest else None,
+                                 "hash": latest.hash if latest else None, "seq": latest.seq if latest else None,
+                                 "ts": latest.ts if latest else None, "text": text}, indent=2))
+        return 0
     _print(text[:-1] if text.endswith("\n") else text)
     return 0
 
@@ -203,6 +220,7 @@ def register(sub: Any) -> None:
     s = asub.add_parser("show", help="one alert with its history",
                         description="Show one alert's fields and every event about it.")
     s.add_argument("id", type=args_.number, help="alert number")
+    s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_alerts_show)
     s = asub.add_parser("ack", help="acknowledge an open alert (the agent sees the ack and note)",
                         description="Acknowledge an open alert. The agent sees '[alert #N acked · you]' with "
@@ -224,6 +242,7 @@ def register(sub: Any) -> None:
     s = ksub.add_parser("show", help="print the text the agent knows for a file",
                         description="Print the latest version of a knowledge file as the log holds it.")
     s.add_argument("name", help="file name, e.g. hosts.md")
+    s.add_argument("--json", action="store_true", help="print JSON (the text with its version and hash)")
     s.set_defaults(func=cmd_knowledge_show)
     s = ksub.add_parser("edit", help="edit (or create) a file in $VISUAL/$EDITOR; YAML is checked",
                         description="Edit a copy in $VISUAL or $EDITOR (default vi), then save it atomically. "
