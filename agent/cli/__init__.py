@@ -19,6 +19,7 @@ from typing import NoReturn
 from agent import __version__, config, logsetup
 from agent.app import App
 from agent.cli import args as args_
+from agent.cli import backup as backup_commands
 from agent.cli import context as context_commands
 from agent.cli import demo as demo_commands
 from agent.cli import feedback as feedback_commands
@@ -29,7 +30,8 @@ from agent.errors import FleetAgentError, UsageError
 from agent.events import Event, render
 
 # Command groups beyond the core ones below, each a module with register(sub), in help order.
-COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, service_commands, demo_commands)
+COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, service_commands, backup_commands,
+                  demo_commands)
 
 EXAMPLE_KNOWLEDGE = """\
 # Fleet notes

@@ -422,7 +422,7 @@ class EventLog:
         if not r.ok:
             raise ChainBroken(f"the event log {self.path} fails verification at seq {r.first_bad_seq}: {r.reason}; "
                               "nothing was appended. Run 'fleet-agent log verify' for the report, then restore the "
-                              "database (and its .head file) from a backup")
+                              "database from a backup with 'fleet-agent restore BACKUP' (a copy 'fleet-agent backup PATH' wrote)")
         return r
 
     def _from_checkpoint(self, conn: sqlite3.Connection, cp: tuple[int, str] | None) -> VerifyReport:
