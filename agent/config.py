@@ -210,6 +210,8 @@ class AlertSettings:
     # Runs off the tick's path with a minimal environment (agent/feedback/alert_hook.py).
     notify_command: str | None = None
     notify_timeout: Duration = Duration(10)
+    # An open alert nobody acked is notified again this long after its last notification.
+    repeat_after: Duration = Duration(4 * 3600)
 
 
 @dataclass(frozen=True)

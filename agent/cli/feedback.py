@@ -19,8 +19,9 @@ from agent.app import App
 from agent.cli import args as args_
 from agent.cli import output
 from agent.cli.output import line
-from agent.errors import FleetAgentError
+from agent.errors import FleetAgentError, UsageError
 from agent.events import render
+from agent.store.log import utc_ts
 
 
 def _print(s: str = "") -> None:
@@ -94,7 +95,46 @@ def cmd_alerts_show(args: argparse.Namespace, app: App) -> int:
 
 def cmd_alerts_ack(args: argparse.Namespace, app: App) -> int:
     e = feedback.ack(app.log, args.id, _by(args), args.note)
+    if e is None:
+        a = app.log.store.alert(args.id)
+        _print(f"alert #{args.id} was already acked by {line(a.acked_by if a else '?')}; nothing to do")
+        return 0
     _print(f"alert #{args.id} acked by {line(e.payload['by'])} (event #{e.seq})")
+    return 0
+
+
+def cmd_alerts_silence(args: argparse.Namespace, app: App) -> int:
+    if (args.id is None) == (args.key is None):
+        raise UsageError("alerts silence: give an alert number or --key PATTERN (one of them)")
+    e = feedback.silence(app.log, by=_by(args), reason=args.reason, seconds=args.for_, alert_id=args.id,
+                         key_pattern=args.key)
+    what = f"alert #{args.id}" if args.id is not None else f"alerts with key {line(args.key)}"
+    _print(f"silence #{e.seq}: {what} notify nobody until {e.payload['until'][:16].replace('T', ' ')} UTC; "
+           f"'fleet-agent alerts unsilence {e.seq}' lifts it")
+    return 0
+
+
+def cmd_alerts_silences(args: argparse.Namespace, app: App) -> int:
+    now = utc_ts(app.log.clock())
+    rows = []
+    for s in app.log.store.silences(now_ts=None if args.all else now):
+        state = "lifted" if s.lifted_seq is not None else "expired" if s.until_ts <= now else "active"
+        rows.append({**dataclasses.asdict(s), "state": state})
+    if args.json:
+        _print(output.json_text(rows, indent=2))
+        return 0
+    if not rows:
+        _print("no silences" if args.all else "no active silences")
+    for r in rows:
+        what = f"alert #{r['alert_id']}" if r["alert_id"] is not None else f"key {line(r['key_pattern'])}"
+        _print(f"#{r['id']:<5} {r['state']:<8} until {r['until_ts'][:16].replace('T', ' ')}  {what}  "
+               f"by {line(r['by'])}: {line(r['reason'])}")
+    return 0
+
+
+def cmd_alerts_unsilence(args: argparse.Namespace, app: App) -> int:
+    e = feedback.unsilence(app.log, args.id, _by(args))
+    _print(f"silence #{args.id} lifted (event #{e.seq})")
     return 0
 
 
@@ -208,7 +248,7 @@ def _sub(parent: Any, dest: str) -> Any:
 def register(sub: Any) -> None:
     by_help = "who you are (default: $SUDO_USER or your login name)"
 
-    al = sub.add_parser("alerts", help="list, show and ack alerts",
+    al = sub.add_parser("alerts", help="list, show, ack and silence alerts",
                         description="Alerts raised by the agent or by code; acking one tells the agent an "
                         "operator has seen it.")
     asub = _sub(al, "alerts_command")
@@ -224,11 +264,33 @@ def register(sub: Any) -> None:
     s.set_defaults(func=cmd_alerts_show)
     s = asub.add_parser("ack", help="acknowledge an open alert (the agent sees the ack and note)",
                         description="Acknowledge an open alert. The agent sees '[alert #N acked · you]' with "
-                        "your note. Refuses unknown, acked or resolved alerts.")
+                        "your note. Acking an acked alert changes nothing (exit 0); unknown or resolved alerts are "
+                        "refused.")
     s.add_argument("id", type=args_.number, help="alert number")
     s.add_argument("--note", help="a note for the agent, e.g. what you did about it")
     s.add_argument("--by", help=by_help)
     s.set_defaults(func=cmd_alerts_ack)
+    s = asub.add_parser("silence", help="stop an alert (or alerts by key pattern) notifying for a while",
+                        description="Silence one alert, or every alert whose key matches a glob (--key 'stuck:*'), "
+                        "for a duration: a silenced alert runs no notify command; the agent still sees it, "
+                        "marked silenced, and sees the silence as '[alert silence #N · you]'.")
+    s.add_argument("id", nargs="?", type=args_.number, help="alert number (or use --key)")
+    s.add_argument("--key", metavar="PATTERN", help="silence alerts whose key matches this glob, now and later")
+    s.add_argument("--for", dest="for_", type=args_.span, required=True, metavar="DURATION",
+                   help="how long: 30m, 2h, 3d, 1w")
+    s.add_argument("--reason", required=True, help="why (the agent and other operators see it)")
+    s.add_argument("--by", help=by_help)
+    s.set_defaults(func=cmd_alerts_silence)
+    s = asub.add_parser("silences", help="list silences in force (--all: every silence)",
+                        description="Silences in force, with what they cover, until when, who and why.")
+    s.add_argument("--all", action="store_true", help="include expired and lifted silences")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_alerts_silences)
+    s = asub.add_parser("unsilence", help="lift a silence before it expires",
+                        description="Lift a silence now; the agent sees '[alert silence #N lifted · you]'.")
+    s.add_argument("id", type=args_.number, help="silence number (see 'fleet-agent alerts silences')")
+    s.add_argument("--by", help=by_help)
+    s.set_defaults(func=cmd_alerts_unsilence)
 
     kn = sub.add_parser("knowledge", help="list, show, edit knowledge files and their history",
                         description="Knowledge files (*.md, *.txt, *.yaml) in the knowledge directory steer "
