@@ -186,6 +186,8 @@ SAMPLES.update({
              "status": "open", "detail": ""}]})],
     ("alert.retitled", 1): [("balance moved", {"alert_id": 2, "title": "balance $9.00 is below $25.00",
                                                 "previous": "balance $12.00 is below $25.00"})],
+    ("config.applied", 1): [("start", {"config_hash": "a" * 64, "path": "/etc/fleet-agent/config.yaml",
+                                       "settings": {"policy.max_instances": 8, "schedule.interval": 300.0}})],
     ("config.changed", 1): [("two keys", {"config_hash": "b" * 64, "previous_hash": "a" * 64,
                                           "path": "/etc/fleet-agent/config.yaml", "changes": [
                                               {"key": "policy.max_instances", "old": 8, "new": 4},

@@ -129,6 +129,34 @@ def cmd_config_show(args: argparse.Namespace, app: App) -> int:
     return 0
 
 
+def cmd_config_diff(args: argparse.Namespace, app: App) -> int:
+    """The config file against the configuration the daemon last put in force (start or reload)."""
+    from agent.daemon import effective
+
+    rec = next(iter(app.log.read(0, kinds=["config.applied", "config.changed"], newest_first=True, limit=1)), None)
+    file = effective(app.settings)
+    if rec is None or rec.payload.get("settings") is None:
+        if args.json:
+            _print(output.json_text({"in_force": None, "differences": None}, sort_keys=True))
+        else:
+            _print("no configuration in force is recorded yet (the daemon records it when it starts or reloads)")
+        return 0
+    force = rec.payload["settings"]
+    diffs = [{"key": k, "in_force": force.get(k), "file": file.get(k)} for k in sorted(force.keys() | file.keys())
+             if force.get(k) != file.get(k)]
+    since = {"seq": rec.seq, "ts": rec.ts, "kind": rec.kind, "config_hash": rec.payload.get("config_hash")}
+    if args.json:
+        _print(output.json_text({"in_force": since, "file": str(app.settings.source_path), "differences": diffs},
+                                indent=2, sort_keys=True))
+        return 1 if diffs else 0
+    _print(f"in force since {rec.ts[:19]}Z ({rec.kind}, event #{rec.seq}) vs {app.settings.source_path}:")
+    for d in diffs:
+        _print(f"  {d['key']}: {json.dumps(d['in_force'])} (in force) -> {json.dumps(d['file'])} (file)")
+    _print("  no differences" if not diffs else
+           f"{len(diffs)} differences; 'systemctl reload fleet-agent' (SIGHUP) puts the file in force")
+    return 1 if diffs else 0
+
+
 # ------------------------------------------------------------------ log
 
 
@@ -360,6 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = csub.add_parser("show", help="print the effective settings (no secrets)",
                         description="Print the effective settings as JSON; secrets are never part of them.")
     s.set_defaults(func=cmd_config_show)
+    s = csub.add_parser("diff", help="the config file against the configuration in force (exit 1 on difference)",
+                        description="Compare the config file with the configuration the daemon last put in force "
+                        "(recorded in the log at start and at each reload): each differing key with its value in "
+                        "force and in the file. Exit 1 when they differ.")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_config_diff)
 
     lg = sub.add_parser("log", help="verify, export, search or rebuild from the event log",
                         description="Operate on the append-only event log.")

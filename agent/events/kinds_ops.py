@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.events.event import Event, JsonArray, Message
+from agent.events.event import Event, JsonArray, JsonObject, Message
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import Payload
 from agent.events.rendering import inline, ts_minute, user
@@ -90,9 +90,19 @@ _define("alert.retitled", "A live alert that tracks a value (balance, policy blo
 class ConfigChangedV1(Payload):
     config_hash: str
     previous_hash: str
-    changes: JsonArray  # [{key, old, new}], secrets never among them
+    changes: JsonArray  # [{key, old, new}], secrets never among them (the file holds none)
+    path: str | None = None
+    settings: JsonObject | None = None  # every dotted key now in force ('fleet-agent config diff' reads it)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigAppliedV1(Payload):
+    config_hash: str
+    settings: JsonObject  # every dotted key in force (no secrets: the file names where keys come from)
     path: str | None = None
 
 
 _define("config.changed", "A reload (SIGHUP) put a new configuration in force: old -> new for each changed key.",
         Version(1, ConfigChangedV1))
+_define("config.applied", "The daemon started with this effective configuration (every non-secret setting).",
+        Version(1, ConfigAppliedV1))
