@@ -20,6 +20,7 @@ from agent import __version__, config, logsetup
 from agent.app import App
 from agent.cli import args as args_
 from agent.cli import backup as backup_commands
+from agent.cli import completion as completion_commands
 from agent.cli import context as context_commands
 from agent.cli import demo as demo_commands
 from agent.cli import feedback as feedback_commands
@@ -31,7 +32,7 @@ from agent.events import Event, render
 
 # Command groups beyond the core ones below, each a module with register(sub), in help order.
 COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, service_commands, backup_commands,
-                  demo_commands)
+                  demo_commands, completion_commands)
 
 EXAMPLE_KNOWLEDGE = """\
 # Fleet notes
