@@ -94,9 +94,9 @@ def cmd_replay(args: argparse.Namespace, app: Any) -> int:
     results = heapq.merge(agent_requests, summariser_requests, key=lambda r: r.seq)
     summary = verify(results if args.verify else _printed(results, args.json), stop_at_first=args.verify)
     first, total, bad = summary.first, summary.checked, len(summary.mismatches)
-    if args.json and args.verify:
-        _out(json.dumps({"ok": bad == 0, "checked": total, "first_mismatch": first.to_dict() if first else None},
-                        sort_keys=True))
+    if args.json:  # with --verify the only line; else the last, after one line per request
+        _out(json.dumps({"ok": bad == 0, "checked": total, "mismatches": bad,
+                         "first_mismatch": first.to_dict() if first else None}, sort_keys=True))
     elif first is None:
         _out(f"replay: {total} requests re-derived, every hash matches")
     else:
