@@ -657,6 +657,9 @@ def _check_limits(s: Settings, loc: _Loc) -> None:
                    ("model.temperature", s.model.temperature)):
         if x < 0:
             raise loc.error(key, f"must not be negative (got {x:g}); write 0 or more")
+    if float(s.alerts.repeat_after) < 60:
+        raise loc.error("alerts.repeat_after", f"must be at least 1m (got {float(s.alerts.repeat_after):g}s); an "
+                        "unacked alert is notified again this long after its last notification, e.g. 4h")
     if not 0 <= s.policy.min_reliability <= 1:
         raise loc.error("policy.min_reliability", "a share between 0 and 1")
     for u, key in ((s.vast.url, "vast.url"), (s.model.base_url, "model.base_url"), (s.demand.url, "demand.url")):

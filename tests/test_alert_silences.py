@@ -113,6 +113,9 @@ def test_silenced_alerts_notify_nobody_and_the_model_sees_them_marked(app, hook,
     rows = json.loads(capsys.readouterr().out)
     assert [(r["id"], r["key_pattern"], r["state"]) for r in rows] == [(sid, "stuck:*", "active")]
     assert rows[0]["until_ts"].endswith("Z")
+    assert cli.main(["--config", cfg, "alerts", "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [f"#{sid})" in ln for ln in listed] == [True, False]  # the stuck alert (#1), then the balance one
     assert cli.main(["--config", cfg, "alerts", "unsilence", str(sid), "--by", "alice"]) == 0
     assert render(app.log.get(app.log.last_seq()))["content"] == f"[alert silence #{sid} lifted · alice]"
     feedback.dispatch_notifications(app.log, s)

@@ -46,7 +46,16 @@ def _by(args: argparse.Namespace) -> str:
 # ------------------------------------------------------------------ alerts
 
 def _alerts(app: App, *, all_: bool) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(a) for a in app.log.store.alerts(all_=all_)]
+    """The alerts as dicts; ``silenced_until`` / ``silence_id`` name a silence in force over it (else null)."""
+    from agent.feedback.alerts import silenced_by
+
+    silences = app.log.store.silences(now_ts=utc_ts(app.log.clock()))
+    out = []
+    for a in app.log.store.alerts(all_=all_):
+        s = silenced_by(silences, a) if a.status != "resolved" else None
+        out.append({**dataclasses.asdict(a), "silenced_until": s.until_ts if s else None,
+                    "silence_id": s.id if s else None})
+    return out
 
 
 def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
@@ -59,8 +68,9 @@ def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
         return 0
     for a in rows:
         seen = f" ×{a['count']}" if a["count"] > 1 else ""
+        quiet = f"  (silenced until {a['silenced_until'][11:16]} UTC, #{a['silence_id']})" if a["silence_id"] else ""
         _print(f"#{a['id']:<4} {a['severity']:<8} {a['status']:<8} {a['last_ts'][:16].replace('T', ' ')}"
-               f"{seen}  {line(a['title'])}  [{line(a['dedup_key'])}]")
+               f"{seen}  {line(a['title'])}  [{line(a['dedup_key'])}]{quiet}")
     return 0
 
 
