@@ -62,6 +62,8 @@ def test_alerts_opened_together_are_one_notification_per_key_prefix(app, hook): 
                                                                                 ("stuck", "opened", 2)]
     stuck = next(n for n in got if n["group"] == "stuck")
     assert [a["dedup_key"] for a in stuck["alerts"]] == ["stuck:5", "stuck:6"] and stuck["alert_id"] == 1
+    second = [app.log.get(q).kind for q in app.log.store.alert_history_seqs(2)]
+    assert second == ["alert.raised", "alert.notified"]  # the group's notification is in each alert's history
     feedback.check_conditions(app.log, s, o, 2)
     assert len(read()) == 2
 

@@ -208,9 +208,12 @@ class Store:
         return int(self._value("SELECT COALESCE(MAX(id), 0) + 1 FROM alerts"))
 
     def alert_history_seqs(self, alert_id: int) -> list[int]:
-        """The seqs of every event about alert ``alert_id`` (raised, repeated, acked, resolved), in order."""
+        """The seqs of every event about alert ``alert_id`` (raised, repeated, retitled, acked, resolved, and
+        the notifications that name it, first or not), in order."""
         rows = self._query("SELECT seq FROM events WHERE kind LIKE 'alert.%'"
-                           " AND json_extract(payload, '$.alert_id') = ? ORDER BY seq", [alert_id])
+                           " AND (json_extract(payload, '$.alert_id') = ? OR (kind = 'alert.notified' AND EXISTS ("
+                           "SELECT 1 FROM json_each(payload, '$.alerts') j"
+                           " WHERE json_extract(j.value, '$.alert_id') = ?))) ORDER BY seq", [alert_id, alert_id])
         return [int(r["seq"]) for r in rows]
 
     # ------------------------------------------------------------------ instances and intents
