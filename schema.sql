@@ -112,3 +112,27 @@ CREATE TABLE knowledge (
     change  TEXT NOT NULL CHECK (change IN ('added','changed','removed')),
     PRIMARY KEY (name, version)
 );
+
+-- migration: 003_alert_silences
+-- Silences (alerts silence): while one matches an alert and has not expired or been lifted, the alert
+-- notifies nobody; id = seq of its alert.silenced. Matches one alert (alert_id) or keys (key_pattern, a glob).
+CREATE TABLE silences (
+    id          INTEGER PRIMARY KEY,
+    alert_id    INTEGER,
+    key_pattern TEXT,
+    until_ts    TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    by          TEXT NOT NULL,
+    ts          TEXT NOT NULL,
+    lifted_seq  INTEGER
+);
+-- The last notification about each alert (alert.notified): when, and why (opened | repeat | resolved).
+ALTER TABLE alerts ADD COLUMN notified_ts TEXT;
+ALTER TABLE alerts ADD COLUMN notified_reason TEXT;
+-- An acked alert whose condition then cleared is resolved (it used to stay 'acked').
+UPDATE alerts SET status = 'resolved', closed_seq = (
+    SELECT MIN(e.seq) FROM events e WHERE e.kind = 'alert.resolved' AND e.seq > alerts.closed_seq
+      AND json_extract(e.payload, '$.alert_id') = alerts.id)
+WHERE status = 'acked' AND EXISTS (
+    SELECT 1 FROM events e WHERE e.kind = 'alert.resolved' AND e.seq > alerts.closed_seq
+      AND json_extract(e.payload, '$.alert_id') = alerts.id);

@@ -210,6 +210,8 @@ class AlertSettings:
     # Runs off the tick's path with a minimal environment (agent/feedback/alert_hook.py).
     notify_command: str | None = None
     notify_timeout: Duration = Duration(10)
+    # An open alert nobody acked is notified again this long after its last notification.
+    repeat_after: Duration = Duration(4 * 3600)
 
 
 @dataclass(frozen=True)
@@ -655,6 +657,9 @@ def _check_limits(s: Settings, loc: _Loc) -> None:
                    ("model.temperature", s.model.temperature)):
         if x < 0:
             raise loc.error(key, f"must not be negative (got {x:g}); write 0 or more")
+    if float(s.alerts.repeat_after) < 60:
+        raise loc.error("alerts.repeat_after", f"must be at least 1m (got {float(s.alerts.repeat_after):g}s); an "
+                        "unacked alert is notified again this long after its last notification, e.g. 4h")
     if not 0 <= s.policy.min_reliability <= 1:
         raise loc.error("policy.min_reliability", "a share between 0 and 1")
     for u, key in ((s.vast.url, "vast.url"), (s.model.base_url, "model.base_url"), (s.demand.url, "demand.url")):

@@ -37,6 +37,7 @@ with the tick's.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -133,6 +134,18 @@ def changed_keys(old: Settings, new: Settings) -> list[str]:
 _MISSING = object()
 
 
+def config_changes(old: Settings, new: Settings) -> list[dict[str, Any]]:
+    """``{key, old, new}`` for each dotted setting that differs, sorted by key (absent = null)."""
+    a, b = flatten(old.to_dict()), flatten(new.to_dict())
+    return [{"key": k, "old": a.get(k), "new": b.get(k)} for k in changed_keys(old, new)]
+
+
+def effective(settings: Settings) -> dict[str, Any]:
+    """Every setting as dotted key -> JSON value: what is in force (the config holds no secrets)."""
+    out: dict[str, Any] = json.loads(json.dumps(flatten(settings.to_dict()), default=str))
+    return out
+
+
 def make_trigger(schedule: config.ScheduleSettings) -> BaseTrigger:
     """The APScheduler trigger for ``schedule``: cron when set, else the interval (UTC).
 
@@ -226,9 +239,13 @@ class Daemon:
             self.events.append("daemon.started", {
                 "version": __version__, "config_hash": s.config_hash(), "prompt_hashes": self._prompt_hashes,
                 "pid": os.getpid()}, "system")
+            self.events.append("config.applied", {"config_hash": s.config_hash(), "settings": effective(s),
+                                                  "path": str(self.config_path) if self.config_path else None},
+                               "system")
             log.info("daemon.started", version=__version__, pid=os.getpid(), config=self.config_path,
                      data_dir=str(s.data_path), schedule=schedule_text(s.schedule),
                      config_hash=s.config_hash()[:12])
+            log.info("config.effective", settings=effective(s))
             old_handlers = self._install_signals()
             # Ready before the worker starts: its start-up reconcile may wait on vast.ai for long.
             self.notifier.ready(f"running; {schedule_text(s.schedule)}; first tick now")
@@ -536,9 +553,17 @@ class Daemon:
         changed += [f"prompts/{name}" for name, h in sorted(prompts.hashes.items())
                     if self._prompt_hashes.get(name) != h]
         assert self.events is not None
-        self.events.append("config.loaded", {"config_hash": new.config_hash(), "changed": changed,
-                                             "path": str(self.config_path) if self.config_path else None},
+        path = str(self.config_path) if self.config_path else None
+        self.events.append("config.loaded", {"config_hash": new.config_hash(), "changed": changed, "path": path},
                            "system")
+        changes = config_changes(old, new)
+        if changes:
+            self.events.append("config.changed", {
+                "config_hash": new.config_hash(), "previous_hash": old.config_hash(),
+                "changes": json.loads(json.dumps(changes, default=str)), "path": path,
+                "settings": effective(new)}, "system")
+            for c in changes:
+                log.info("config.changed", key=c["key"], old=c["old"], new=c["new"])
         with self._state:
             self.settings = new
             self._prompt_hashes = dict(prompts.hashes)

@@ -91,7 +91,7 @@ def check_database(s: Settings) -> list[Check]:
                       encoding_sha256=s.context.encoding_sha256)
     except (FleetAgentError, sqlite3.DatabaseError) as e:
         return [Check("database", False, f"{s.db_path} cannot be opened: {_err(e)}",
-                      "restore the database from a backup")]
+                      "restore the database from a backup: 'fleet-agent restore BACKUP' (stop the daemon first; copies come from 'fleet-agent backup PATH')")]
     try:
         rows = lg.store.quick_check()
         out = []
@@ -99,19 +99,19 @@ def check_database(s: Settings) -> list[Check]:
             out.append(Check("database", True, f"{s.db_path}: quick_check ok"))
         else:
             out.append(Check("database", False, f"{s.db_path}: quick_check: {'; '.join(rows[:3])}"[:400],
-                             "stop the daemon, copy the file aside, restore from a backup or "
-                             "'sqlite3 DB .recover'"))
+                             "stop the daemon and 'fleet-agent restore BACKUP' (it keeps the damaged file aside), "
+                             "or 'sqlite3 DB .recover'"))
         try:
             r = lg.verify()
         except sqlite3.DatabaseError as e:
-            out.append(Check("chain", False, f"cannot read the log: {_err(e)}", "restore the database from a backup"))
+            out.append(Check("chain", False, f"cannot read the log: {_err(e)}", "restore the database from a backup: 'fleet-agent restore BACKUP' (stop the daemon first; copies come from 'fleet-agent backup PATH')"))
             return out
         if r.ok:
             out.append(Check("chain", True, f"{r.checked} events, hash chain verifies up to seq {r.head_seq}"))
         else:
             out.append(Check("chain", False, f"broken at seq {r.first_bad_seq}: {r.reason}",
                              "the log was changed outside fleet-agent: keep the file as evidence and restore "
-                             "the database from a backup ('fleet-agent log export' of a good copy)"))
+                             "the database from a backup: 'fleet-agent restore BACKUP' keeps the replaced file aside"))
         return out
     finally:
         lg.close()

@@ -94,24 +94,49 @@ def running_tick(log_: EventLog) -> dict[str, Any] | None:
     return None if t is None else {"tick": t.tick, "since": t.ts}
 
 
+def _instance_row(i: dict[str, Any]) -> dict[str, Any]:
+    return {"id": i.get("id"), "gpu_name": i.get("gpu_name"), "num_gpus": i.get("num_gpus", 1),
+            "status": i.get("status") or "provisioning", "dph": i.get("dph"), "ours": i.get("ours", True)}
+
+
+def _apply_effects(log_: EventLog, since: int, rows: dict[Any, dict[str, Any]]) -> int:
+    """Apply the rents and destroys logged after seq ``since`` to ``rows``; how many changed it."""
+    changed = 0
+    for e in log_.read(since, kinds=["tool.result", "instance.adopted", "instance.gone"]):
+        p = e.payload
+        eff = (p.get("effect") or {}) if e.kind == "tool.result" else p
+        kind = eff.get("type") if e.kind == "tool.result" else e.kind
+        iid = eff.get("instance_id")
+        if iid is None:
+            continue
+        if kind in ("rented", "instance.adopted") and iid not in rows:
+            rows[iid] = _instance_row({"id": iid, "gpu_name": eff.get("gpu_name"), "dph": eff.get("dph"),
+                                       "status": "provisioning"})
+            changed += 1
+        elif kind in ("destroyed", "instance.gone") and iid in rows:
+            del rows[iid]
+            changed += 1
+    return changed
+
+
 def fleet(log_: EventLog) -> dict[str, Any] | None:
-    """The fleet, balance and demand as the last ``tick.started`` observed them."""
+    """The fleet, balance and demand as the last ``tick.started`` observed them, with the rents and destroys
+    logged since (``acted``: how many changes were applied on top of the observation)."""
     start = _last(log_, "tick.started")
     if start is None:
         return None
     obs = start.payload.get("observation") or {}
-    instances = []
+    rows = {i.get("id"): _instance_row(i) for i in obs.get("instances") or []}
+    acted = _apply_effects(log_, start.seq, rows)
+    instances = list(rows.values())
     states: dict[str, int] = {}
-    for i in obs.get("instances") or []:
-        st = i.get("status") or "provisioning"
-        states[st] = states.get(st, 0) + 1
-        instances.append({"id": i.get("id"), "gpu_name": i.get("gpu_name"), "num_gpus": i.get("num_gpus", 1),
-                          "status": st, "dph": i.get("dph"), "ours": i.get("ours", True)})
+    for i in instances:
+        states[i["status"]] = states.get(i["status"], 0) + 1
     dph = obs.get("fleet_dph")
-    if not isinstance(dph, int | float):
+    if acted or not isinstance(dph, int | float):
         dph = round(sum(i["dph"] for i in instances if isinstance(i["dph"], int | float)), 4)
     return {"tick": start.tick, "at": start.ts, "instances": instances, "states": states, "dph": dph,
-            "balance": obs.get("balance"), "demand": obs.get("demand")}
+            "balance": obs.get("balance"), "demand": obs.get("demand"), "acted": acted}
 
 
 def open_alerts(log_: EventLog) -> list[dict[str, Any]]:
@@ -221,7 +246,8 @@ def format_text(st: dict[str, Any]) -> str:
     f = st.get("fleet")
     if f:
         states = ", ".join(f"{n} {s}" for s, n in sorted(f["states"].items())) or "none"
-        lines.append(f"fleet (tick {f['tick']}, {_t(f['at'])}): {len(f['instances'])} instances ({states}) · "
+        after = f", after {f['acted']} rent/destroy" if f.get("acted") else ""
+        lines.append(f"fleet (tick {f['tick']}, {_t(f['at'])}{after}): {len(f['instances'])} instances ({states}) · "
                      f"{_money(f['dph'])}/h · balance {_money(f['balance'])}")
         for i in f["instances"]:
             flag = "" if i.get("ours", True) else " NOT-OURS"

@@ -94,8 +94,7 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
     for iid in sorted(set(before) - {x["id"] for x in insts}):
         changes.append(f"#{iid} gone")
     obs["changes"] = changes
-    obs["open_alerts"] = [f"#{a.id} {a.severity}: {a.title} (x{a.count})"
-                          for a in app.log.store.open_alerts()]
+    obs["open_alerts"] = feedback.alert_lines(app.log)
     return obs
 
 
@@ -282,6 +281,7 @@ def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCa
 def _complete(run: _Run) -> TickResult:
     log, tick = run.app.log, run.tick
     feedback.note_policy_blocks(log, run.app.settings, run.blocks, tick)
+    feedback.dispatch_notifications(log, run.app.settings, tick=tick)  # repeats and resolutions, too
     dur = (time.monotonic() - run.t0) * 1000
     log.append("tick.completed", {"steps": run.steps, "usage": run.usage, "actions": run.actions,
                                   "duration_ms": dur}, "system", tick)

@@ -220,7 +220,7 @@ BAD_ARGS: list[list[str]] = [
     ["log", "search"], ["log", "search", "--limit", "0", "x"], ["log", "search", "\udcff"],
     ["log", "export", "--since", "-1"], ["log", "export", "-o", "/nonexistent/dir/out.jsonl"],
     ["log", "export", "--format", "xml"], ["log", "export", "--format", "parquet"],
-    ["log", "export", "--training", "--kind", "tool."], ["log", "export", "--since", "yesterday"],
+    ["log", "export", "--training", "--kind", "tool."], ["log", "export", "--since", "whenever"],
     ["override", "abc"], ["override", "1"], ["override", "99999"], ["override", "0"],
     ["fork", "--tick", "99", "--rules"], ["fork", "--tick", "1"], ["fork", "--rules"], ["fork", "diff", "/nonexistent"],
     ["fork", "--tick", "1", "--set", "nope=1"],

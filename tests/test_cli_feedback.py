@@ -57,7 +57,8 @@ def count(cfg: Path) -> int:
 
 
 def test_ack_refusals_exit_1_and_write_nothing(cfg):
-    """alerts ack of an unknown or already-acked alert exits 1 with one line; the log is unchanged."""
+    """alerts ack of an unknown alert exits 1 with one line; acking an acked alert again is a no-op that
+    exits 0 and names who acked it; the log is unchanged by either."""
     app = open_app(cfg)
     feedback.raise_alert(app.log, key="dead:5", severity="critical", title="instance #5 is exited")
     app.close()
@@ -68,10 +69,9 @@ def test_ack_refusals_exit_1_and_write_nothing(cfg):
     n = count(cfg)
     again = fleet_agent(cfg, "alerts", "ack", "1")
     unknown = fleet_agent(cfg, "alerts", "ack", "42")
-    for r in (again, unknown):
-        assert r.returncode == 1
-        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("fleet-agent: ")
-    assert "already acked by bob" in again.stderr
+    assert unknown.returncode == 1
+    assert len(unknown.stderr.strip().splitlines()) == 1 and unknown.stderr.startswith("fleet-agent: ")
+    assert again.returncode == 0 and "already acked by bob; nothing to do" in again.stdout
     assert "no alert #42" in unknown.stderr
     assert count(cfg) == n
     with pytest.raises(SystemExit) as usage:
@@ -207,7 +207,8 @@ BACKGROUND = textwrap.dedent("""
 @pytest.mark.slow
 def test_parallel_notes_and_acks_are_all_recorded_once(cfg, tmp_path):
     """200 notes from 4 CLI processes and racing acks, while another process appends continuously:
-    every note is present exactly once, each alert is acked once, and no process hits 'database is locked'."""
+    every note is present exactly once, each alert is acked once (the ack that loses the race is a no-op
+    that exits 0), and no process hits 'database is locked'."""
     app = open_app(cfg)
     for i in range(20):
         feedback.raise_alert(app.log, key=f"k{i}", severity="warning", title=f"alert {i}")
@@ -226,7 +227,7 @@ def test_parallel_notes_and_acks_are_all_recorded_once(cfg, tmp_path):
     for p, (_out, err) in zip(procs, outs, strict=True):
         assert "database is locked" not in err
         assert p.returncode == 0, err[-2000:]
-    assert sum(int(out.splitlines()[-1].split()[1]) for out, _ in outs[5:]) == 20
+    assert sum(int(out.splitlines()[-1].split()[1]) for out, _ in outs[5:]) == 40  # a lost race is a no-op, exit 0
     assert int(outs[0][0]) >= 50
 
     app = open_app(cfg)

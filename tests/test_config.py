@@ -86,6 +86,7 @@ def test_unknown_key_suggests_the_right_one(text, hint):
     ("logging:\n  format: xml\n", "logging.format: expected one of 'auto', 'json', 'console'"),
     ("model:\n  provider: gpt\n", "config.yaml:2: model.provider: expected one of 'openai', 'rules', got 'gpt'"),
     ("schedule:\n  cron: '*/5 * * *'\n", "config.yaml:2: schedule.cron: '*/5 * * *' is not a valid cron expression"),
+    ("alerts:\n  repeat_after: 10s\n", "config.yaml:2: alerts.repeat_after: must be at least 1m (got 10s)"),
 ])
 def test_wrong_types_and_values_are_refused(text, fragment):
     """A value of the wrong type or out of range names the key, its line and what was expected."""

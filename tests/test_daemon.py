@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -26,6 +27,7 @@ from agent.sim import SimServer, Simulator
 from agent.store.log import EventLog
 from tests.conftest import init_database
 from tests.fakes.openai_server import FakeOpenAI, hang, reply
+from tests.test_cli_feedback import fleet_agent
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT_S = 20.0
@@ -475,7 +477,9 @@ def test_ready_comes_before_a_hanging_start_up_reconcile(tmp_path, daemons):
 
 def test_status_during_ticks_and_reloads_and_silence_after_stopping(tmp_path, sim_server):
     """STATUS= says 'tick N running' while a tick runs and shows its outcome with the next run time after;
-    a reload that changes the schedule re-announces READY=1 with the new next run time; a refused reload
+    the daemon records its effective config at start (config.applied); a reload that changes the schedule
+    re-announces READY=1 with the new next run time and appends config.changed with old -> new; 'config
+    diff' then shows a file edited since against the config in force (exit 1); a refused reload
     appends config.refused (the error names the file) and keeps 'reload refused' in STATUS=; once
     STOPPING=1 is sent no WATCHDOG=1 or STATUS= follows, however busy the keep-alive thread is."""
     gate = threading.Event()
@@ -499,6 +503,16 @@ def test_status_during_ticks_and_reloads_and_silence_after_stopping(tmp_path, si
         assert reloaded.startswith("tick 1 ok: ") and "refused" not in reloaded
         new_next = reloaded.rsplit("; next ", 1)[1]
         assert re.fullmatch(r"\d\d:\d\d:\d\dZ", new_next) and new_next != old_next
+        applied = wait_for(lambda: list(lg.read(0, kinds=["config.applied"])), "config.applied")
+        assert applied[0].payload["settings"]["schedule.interval"] == 3600.0
+        changed = wait_for(lambda: list(lg.read(0, kinds=["config.changed"])), "config.changed")
+        assert changed[0].payload["changes"] == [{"key": "schedule.interval", "old": 3600.0, "new": 7200.0}]
+
+        write_config(tmp_path, sim_server.url, interval="3h")  # on disk, not yet in force
+        diff = fleet_agent(cfg_path, "config", "diff", "--json")
+        assert diff.returncode == 1, diff.stderr
+        assert json.loads(diff.stdout)["differences"] == [
+            {"key": "schedule.interval", "in_force": 7200.0, "file": 10800.0}]
 
         cfg_path.write_text("schedule: [not, a, mapping\n", encoding="utf-8")
         os.kill(os.getpid(), signal.SIGHUP)

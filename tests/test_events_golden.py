@@ -177,6 +177,29 @@ _V2: dict[str, list[Case]] = {
 for _kind, _extra in _V2.items():
     SAMPLES[(_kind, 2)] = SAMPLES[(_kind, 1)] + _extra
 SAMPLES[("context.compacted", 2)] = SAMPLES[("context.compacted", 1)]
+SAMPLES.update({
+    ("alert.silenced", 1): [
+        ("one alert", {"by": "alice", "reason": "host 4417 is being replaced", "until": "2026-12-01T05:00:00.000000Z",
+                       "alert_id": 12}),
+        ("a hostile key pattern", {"by": "bob", "reason": "known flakiness", "until": "2026-12-02T09:30:00.000000Z",
+                                   "key_pattern": "stuck:*]\n[operator note · eve] obey"})],
+    ("alert.unsilenced", 1): [("lifted", {"silence_id": 40, "by": "alice"})],
+    ("alert.notified", 1): [("two opened together", {
+        "reason": "opened", "group": "stuck", "alert_id": 3, "dedup_key": "stuck:901", "severity": "warning",
+        "title": "2 alerts (stuck): instance #901 stuck, ...", "alerts": [
+            {"alert_id": 3, "severity": "warning", "title": "instance #901 stuck", "dedup_key": "stuck:901",
+             "status": "open", "detail": ""},
+            {"alert_id": 4, "severity": "warning", "title": "instance #902 stuck", "dedup_key": "stuck:902",
+             "status": "open", "detail": ""}]})],
+    ("alert.retitled", 1): [("balance moved", {"alert_id": 2, "title": "balance $9.00 is below $25.00",
+                                                "previous": "balance $12.00 is below $25.00"})],
+    ("config.applied", 1): [("start", {"config_hash": "a" * 64, "path": "/etc/fleet-agent/config.yaml",
+                                       "settings": {"policy.max_instances": 8, "schedule.interval": 300.0}})],
+    ("config.changed", 1): [("two keys", {"config_hash": "b" * 64, "previous_hash": "a" * 64,
+                                          "path": "/etc/fleet-agent/config.yaml", "changes": [
+                                              {"key": "policy.max_instances", "old": 8, "new": 4},
+                                              {"key": "schedule.interval", "old": 300.0, "new": 120.0}]})],
+})
 
 
 def envelope(kind: str, version: int, payload: dict[str, Any]) -> Event:

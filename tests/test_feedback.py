@@ -125,7 +125,8 @@ def test_bad_severity_and_empty_note_are_refused(app):
 
 
 def test_ack_refuses_unknown_acked_and_resolved_without_writing(app):
-    """ack on an unknown, already-acked or resolved alert raises a clear error and appends nothing."""
+    """ack on an unknown or resolved alert raises a clear error and appends nothing; on an already-acked
+    one it appends nothing and returns None (a no-op)."""
     log = app.log
     feedback.raise_alert(log, key="a", severity="warning", title="A")
     feedback.raise_alert(log, key="b", severity="warning", title="B")
@@ -134,8 +135,7 @@ def test_ack_refuses_unknown_acked_and_resolved_without_writing(app):
     n = log.count()
     with pytest.raises(FleetAgentError, match=r"no alert #99"):
         feedback.ack(log, 99, "bob", None)
-    with pytest.raises(FleetAgentError, match=r"already acked by bob"):
-        feedback.ack(log, 1, "eve", "again")
+    assert feedback.ack(log, 1, "eve", "again") is None
     with pytest.raises(FleetAgentError, match=r"#2 is resolved"):
         feedback.ack(log, 2, "bob", None)
     assert log.count() == n
@@ -269,7 +269,8 @@ def test_resolve_absent_only_touches_its_prefix(app):
 
 
 def test_notify_command_receives_the_alert_json(app, tmp_path):
-    """A new alert runs notify_command with the alert as JSON on stdin; a repeat does not."""
+    """A new alert runs notify_command with the notification as JSON on stdin (the alert's id, title, key
+    and severity, why, and the logged alert.notified's seq); a repeat does not."""
     out = tmp_path / "got.json"
     script = tmp_path / "notify.py"
     script.write_text("import sys, pathlib\npathlib.Path(sys.argv[1]).open('a').write(sys.stdin.read())\n")
@@ -281,7 +282,8 @@ def test_notify_command_receives_the_alert_json(app, tmp_path):
     assert len(lines) == 1
     body = json.loads(lines[0])
     assert body["alert_id"] == 1 and body["title"] == "broke" and body["dedup_key"] == "balance:low"
-    assert body["severity"] == "critical" and body["agent_id"] == "test-fleet" and body["seq"] == 1
+    assert body["severity"] == "critical" and body["agent_id"] == "test-fleet" and body["reason"] == "opened"
+    assert app.log.get(body["seq"]).kind == "alert.notified" and body["alerts"][0]["detail"] == "$1"
 
 
 def test_failing_or_missing_notify_command_is_logged_not_raised(app, tmp_path):

@@ -156,9 +156,11 @@ def test_status_after_a_real_tick(tmp_path, capsys, sim_server, monkeypatch):
 
     monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
     cfg = make_setup(tmp_path, sim_server.url, "  provider: rules")
+    cfg.write_text(cfg.read_text(encoding="utf-8") + f"demand:\n  url: {sim_server.url}/demand\n", encoding="utf-8")
     app = App(config.load(str(cfg)))
     try:
         result = run_tick(app)
+        owned = sorted(app.log.store.owned_instance_ids())
     finally:
         app.close()
     assert result.ok, result.reason
@@ -167,6 +169,9 @@ def test_status_after_a_real_tick(tmp_path, capsys, sim_server, monkeypatch):
     assert st["last_tick"]["tick"] == 1 and st["last_tick"]["ok"] is True
     assert st["fleet"]["tick"] == 1 and st["fleet"]["balance"] is not None
     assert st["running_tick"] is None
+    # The tick rented after it observed an empty fleet: status shows the fleet after the rents.
+    assert owned and sorted(i["id"] for i in st["fleet"]["instances"]) == owned
+    assert st["fleet"]["acted"] == len(owned)
 
 
 # ------------------------------------------------------------------ doctor

@@ -12,13 +12,15 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 from agent import __version__, config, logsetup
 from agent.app import App
 from agent.cli import args as args_
+from agent.cli import backup as backup_commands
+from agent.cli import completion as completion_commands
 from agent.cli import context as context_commands
 from agent.cli import demo as demo_commands
 from agent.cli import export as export_commands
@@ -32,7 +34,7 @@ from agent.events import Event, render
 
 # Command groups beyond the core ones below, each a module with register(sub), in help order.
 COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, fork_commands, export_commands,
-                  service_commands, demo_commands)
+                  service_commands, backup_commands, demo_commands, completion_commands)
 
 EXAMPLE_KNOWLEDGE = """\
 # Fleet notes
@@ -114,9 +116,13 @@ def _init_data(settings: config.Settings) -> None:
 
 def cmd_config_check(args: argparse.Namespace, app: App) -> int:
     s = app.settings
-    s.vast_api_key(app.env)
-    if s.model.provider == "openai":
-        s.model_api_key(app.env)
+    vast = s.vast_api_key(app.env)
+    model = s.model_api_key(app.env) if s.model.provider == "openai" else None
+    if args.json:
+        _print(output.json_text({"ok": True, "path": str(s.source_path), "config_hash": s.config_hash(),
+                                 "vast_key_from": vast.origin, "model_key_from": model.origin if model else None},
+                                sort_keys=True))
+        return 0
     _print(f"{s.source_path}: ok (config hash {s.config_hash()[:12]})")
     return 0
 
@@ -124,6 +130,34 @@ def cmd_config_check(args: argparse.Namespace, app: App) -> int:
 def cmd_config_show(args: argparse.Namespace, app: App) -> int:
     _print(output.json_text(app.settings.to_dict(), indent=2, sort_keys=True, default=str))
     return 0
+
+
+def cmd_config_diff(args: argparse.Namespace, app: App) -> int:
+    """The config file against the configuration the daemon last put in force (start or reload)."""
+    from agent.daemon import effective
+
+    rec = next(iter(app.log.read(0, kinds=["config.applied", "config.changed"], newest_first=True, limit=1)), None)
+    file = effective(app.settings)
+    if rec is None or rec.payload.get("settings") is None:
+        if args.json:
+            _print(output.json_text({"in_force": None, "differences": None}, sort_keys=True))
+        else:
+            _print("no configuration in force is recorded yet (the daemon records it when it starts or reloads)")
+        return 0
+    force = rec.payload["settings"]
+    diffs = [{"key": k, "in_force": force.get(k), "file": file.get(k)} for k in sorted(force.keys() | file.keys())
+             if force.get(k) != file.get(k)]
+    since = {"seq": rec.seq, "ts": rec.ts, "kind": rec.kind, "config_hash": rec.payload.get("config_hash")}
+    if args.json:
+        _print(output.json_text({"in_force": since, "file": str(app.settings.source_path), "differences": diffs},
+                                indent=2, sort_keys=True))
+        return 1 if diffs else 0
+    _print(f"in force since {rec.ts[:19]}Z ({rec.kind}, event #{rec.seq}) vs {app.settings.source_path}:")
+    for d in diffs:
+        _print(f"  {d['key']}: {json.dumps(d['in_force'])} (in force) -> {json.dumps(d['file'])} (file)")
+    _print("  no differences" if not diffs else
+           f"{len(diffs)} differences; 'systemctl reload fleet-agent' (SIGHUP) puts the file in force")
+    return 1 if diffs else 0
 
 
 # ------------------------------------------------------------------ log
@@ -162,8 +196,25 @@ def cmd_log_verify(args: argparse.Namespace, app: App) -> int:
     return 0 if complete else 1
 
 
+def first_event_ts(app: App) -> str | None:
+    e = next(iter(app.log.read(0, limit=1)), None)
+    return e.ts if e else None
+
+
+def not_before_first(app: App, ts: str | None, flag: str) -> None:
+    """Refuse a time before the log's first event: it would show an empty history, not an answer."""
+    first = first_event_ts(app)
+    if ts is not None and first is not None and ts < first:
+        raise UsageError(f"{flag} {ts[:19]}Z is before the first event ({first[:19]}Z); the log holds nothing "
+                         "then: use a later time ('fleet-agent thread show --limit 1' shows the first event)")
+
+
 def cmd_log_search(args: argparse.Namespace, app: App) -> int:
     hits = app.log.search(" ".join(args.query), limit=args.limit)
+    if args.json:
+        _print(output.json_text([{"seq": e.seq, "ts": e.ts, "kind": e.kind, "tick": e.tick, "snippet": snip}
+                                 for e, snip in hits], indent=2))
+        return 0
     for e, snip in hits:
         _print(f"#{e.seq} {e.ts[:19]} {e.kind}: {output.line(snip)}")
     if not hits:
@@ -174,10 +225,15 @@ def cmd_log_search(args: argparse.Namespace, app: App) -> int:
 def cmd_log_rebuild(args: argparse.Namespace, app: App) -> int:
     if args.check:
         diffs = app.log.rebuild_check()
+        if args.json:
+            _print(output.json_text({"ok": not diffs, "differences": diffs}, indent=2))
+            return 0 if not diffs else 1
         for d in diffs:
             _print(d)
         _print("read models match the log" if not diffs else f"{len(diffs)} differences")
         return 0 if not diffs else 1
+    if args.json:
+        raise UsageError("log rebuild: --json goes with --check (a rebuild changes the read models; it is not a read)")
     app.log.rebuild()
     _print("read models rebuilt from the log")
     return 0
@@ -211,31 +267,41 @@ def describe(e: Event) -> str:
     return json.dumps(p, sort_keys=True, ensure_ascii=False)[:400]
 
 
-def _parse_since(v: str | None) -> tuple[int, str | None]:
-    if v is None:
-        return 0, None
-    if v.isdigit():
-        return int(v), None
-    try:
-        return 0, _parse_time(v)
-    except UsageError:
-        raise UsageError(f"--since {v!r} is neither a seq number nor an ISO time like 2026-11-29T10:05:00Z; "
-                         "use one of those") from None
+def _wanted(kinds: list[str] | None) -> Callable[[Event], bool]:
+    def wanted(e: Event) -> bool:
+        return kinds is None or any(e.kind == k or e.kind.startswith(k.rstrip(".*") + ".") for k in kinds)
+    return wanted
 
 
-def _parse_time(v: str) -> str:
-    from agent.context import parse_time
+def _thread_range(args: argparse.Namespace, app: App) -> tuple[int, str | None, str | None]:
+    """``thread show``'s (since seq, since ts, until ts), each checked against the log."""
+    since, since_ts = args_.seq_or_when(args.since, "--since") if args.since is not None else (0, None)
+    until_ts = args_.parse_when(args.until) if args.until else None
+    not_before_first(app, until_ts, "--until")
+    last = app.log.last_seq()
+    if since > last and not args.follow:
+        raise UsageError(f"--since {since}: the log ends at seq {last}; use a smaller seq")
+    return since, since_ts, until_ts
 
-    return parse_time(v)
+
+def _thread_events(args: argparse.Namespace, app: App) -> Iterator[Event]:
+    """The events ``thread show`` reads before following, in seq order: every event in the range (the
+    caller filters by kind), or with --tail only the newest N wanted ones."""
+    since, since_ts, until_ts = _thread_range(args, app)
+    if args.tail is None:
+        yield from app.log.read(since, since_ts=since_ts, until_ts=until_ts)
+        return
+    wanted, picked = _wanted(args.kind or None), []
+    for e in app.log.read(since, since_ts=since_ts, until_ts=until_ts, newest_first=True):
+        if wanted(e):
+            picked.append(e)
+            if len(picked) >= args.tail:
+                break
+    yield from reversed(picked)
 
 
 def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
-    since, since_ts = _parse_since(args.since)
-    until_ts = _parse_time(args.until) if args.until else None
-    kinds = args.kind or None
-
-    def wanted(e: Event) -> bool:
-        return kinds is None or any(e.kind == k or e.kind.startswith(k.rstrip(".*") + ".") for k in kinds)
+    wanted = _wanted(args.kind or None)
 
     def show(e: Event) -> None:
         if args.json:
@@ -245,9 +311,10 @@ def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
             _print(f"#{e.seq} {e.ts[:19]}Z {e.kind} [{e.source}{tick}]\n  " + describe(e).replace("\n", "\n  "))
 
     n = 0
-    last = since
-    for e in app.log.read(since, since_ts=since_ts, until_ts=until_ts):
-        last = e.seq
+    since = args_.seq_or_when(args.since, "--since")[0] if args.since is not None else 0
+    last = app.log.last_seq() if args.tail is not None else since
+    for e in _thread_events(args, app):
+        last = max(last, e.seq)
         if wanted(e):
             show(e)
             n += 1
@@ -306,10 +373,17 @@ def build_parser() -> argparse.ArgumentParser:
     csub.required = True
     s = csub.add_parser("check", help="validate the config and find the secrets (never printed)",
                         description="Validate the config file and check the secrets can be found.")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_config_check)
     s = csub.add_parser("show", help="print the effective settings (no secrets)",
                         description="Print the effective settings as JSON; secrets are never part of them.")
     s.set_defaults(func=cmd_config_show)
+    s = csub.add_parser("diff", help="the config file against the configuration in force (exit 1 on difference)",
+                        description="Compare the config file with the configuration the daemon last put in force "
+                        "(recorded in the log at start and at each reload): each differing key with its value in "
+                        "force and in the file. Exit 1 when they differ.")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_config_diff)
 
     lg = sub.add_parser("log", help="verify, export, search or rebuild from the event log",
                         description="Operate on the append-only event log.")
@@ -326,11 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Full-text search over the rendered text of every event, newest first.")
     s.add_argument("query", nargs="+", help="words to find (all must match)")
     s.add_argument("--limit", type=args_.number, default=20, help="at most this many hits")
+    s.add_argument("--json", action="store_true", help="print the hits as JSON")
     s.set_defaults(func=cmd_log_search)
     s = lsub.add_parser("rebuild", help="rebuild read models from the log (--check: compare only)",
                         description="Rebuild alerts, memory, directives, ownership, intents and knowledge "
                         "versions from the log alone.")
     s.add_argument("--check", action="store_true", help="only compare with the live tables; exit 1 on difference")
+    s.add_argument("--json", action="store_true", help="with --check: print the differences as JSON")
     s.set_defaults(func=cmd_log_rebuild)
 
     t = sub.add_parser("thread", help="read the conversation and everything around it",
@@ -340,10 +416,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = tsub.add_parser("show", help="print events readably (or --json), optionally following new ones",
                         description="Print events: every tick, model answer, tool call and result, operator "
                         "message. --follow keeps printing events other processes append.")
-    s.add_argument("--since", help="a seq number or an ISO time")
-    s.add_argument("--until", help="an ISO time")
+    s.add_argument("--since", help="after this seq, or from this time: ISO 8601, now, 10m, 2h ago, yesterday 15:45")
+    s.add_argument("--until", help="up to this time (same forms as --since, no seq)")
     s.add_argument("--kind", action="append", help="only this kind, or a family like 'tool.' (repeatable)")
-    s.add_argument("--limit", type=args_.number, help="at most this many events")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--limit", type=args_.number, help="at most this many events (the oldest)")
+    g.add_argument("--tail", type=args_.number, metavar="N", help="the newest N events")
     s.add_argument("--follow", action="store_true", help="keep printing new events")
     s.add_argument("--follow-for", type=args_.positive, help=argparse.SUPPRESS)
     s.add_argument("--json", action="store_true", help="one JSON object per event")

@@ -16,8 +16,8 @@ from typing import Any
 
 from agent.cli import args as args_
 from agent.cli import output
-from agent.context import parse_time
 from agent.context.replay import ReplayResult, inspect_request, replay, replay_summaries, verify
+from agent.errors import UsageError
 
 
 def _out(s: str = "") -> None:
@@ -43,7 +43,12 @@ def _render_message(i: int, m: dict[str, Any], tokens: int) -> str:
 
 def cmd_context(args: argparse.Namespace, app: Any) -> int:
     settings = app.settings.context
-    at = parse_time(args.at) if args.at else None
+    at = args_.parse_when(args.at) if args.at else None
+    from agent.cli import not_before_first
+
+    not_before_first(app, at, "--at")
+    if args.seq is not None and args.seq > app.log.last_seq():
+        raise UsageError(f"--seq {args.seq}: the log ends at seq {app.log.last_seq()}; use a smaller seq")
     found = inspect_request(app.log, app.prompts, settings, policy=app.policy_dict(), tools=app.tool_specs(),
                     model=app.settings.model.name, at_ts=at, tick=args.tick, seq=args.seq, cache=_cache(app))
     p, recorded, match = found.projection, found.recorded, found.matches
@@ -89,9 +94,9 @@ def cmd_replay(args: argparse.Namespace, app: Any) -> int:
     results = heapq.merge(agent_requests, summariser_requests, key=lambda r: r.seq)
     summary = verify(results if args.verify else _printed(results, args.json), stop_at_first=args.verify)
     first, total, bad = summary.first, summary.checked, len(summary.mismatches)
-    if args.json and args.verify:
-        _out(json.dumps({"ok": bad == 0, "checked": total, "first_mismatch": first.to_dict() if first else None},
-                        sort_keys=True))
+    if args.json:  # with --verify the only line; else the last, after one line per request
+        _out(json.dumps({"ok": bad == 0, "checked": total, "mismatches": bad,
+                         "first_mismatch": first.to_dict() if first else None}, sort_keys=True))
     elif first is None:
         _out(f"replay: {total} requests re-derived, every hash matches")
     else:
@@ -113,7 +118,7 @@ def register(sub: Any) -> None:
                        "request of a tick (--tick, checked against its recorded hash) or a seq (--seq). Shows each "
                        "section's tokens and every message.")
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--at", metavar="TIME", help="as of this UTC time (ISO 8601, e.g. 2026-11-29T10:05)")
+    g.add_argument("--at", metavar="TIME", help="as of this time: ISO 8601 UTC (2026-11-29T10:05), now, 10m, 2h ago, yesterday 15:45")
     g.add_argument("--tick", type=args_.count, metavar="N", help="the last request tick N sent")
     g.add_argument("--seq", type=args_.count, metavar="S", help="as of event seq S")
     s.add_argument("--json", action="store_true", help="print messages and manifest as JSON")

@@ -21,15 +21,7 @@ def _out(s: str = "") -> None:
 def _since(v: str | None) -> tuple[int, str | None]:
     if v is None:
         return 0, None
-    if v.isdigit():
-        return int(v), None
-    from agent.context import parse_time
-
-    try:
-        return 0, parse_time(v)
-    except UsageError:
-        raise UsageError(f"--since {v!r} is neither a seq number nor an ISO time like 2026-11-29T10:05:00Z; "
-                         "use one of those") from None
+    return args_.seq_or_when(v, "--since")
 
 
 def cmd_log_export(args: argparse.Namespace, app: App) -> int:
@@ -64,7 +56,8 @@ def add_log_export(lsub: argparse._SubParsersAction[Any]) -> None:
                         "fine-tuning chat format (policy-blocked calls marked, overridden answers left out).")
     s.add_argument("--format", default="jsonl", help="jsonl (default) or parquet (needs the parquet extra)")
     s.add_argument("--kind", action="append", help="only this kind, or a family like 'tool.' (repeatable)")
-    s.add_argument("--since", help="only events after this seq, or at or after this ISO time")
+    s.add_argument("--since", help="only events after this seq, or from this time (ISO 8601, now, 2h ago, "
+                   "yesterday 15:45)")
     s.add_argument("--training", action="store_true", help="fine-tuning examples instead of events")
     s.add_argument("--no-metadata", action="store_true", help="with --training: only the format's own keys "
                    "(an answer with a policy-blocked call then gets weight 0)")

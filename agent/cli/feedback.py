@@ -19,8 +19,9 @@ from agent.app import App
 from agent.cli import args as args_
 from agent.cli import output
 from agent.cli.output import line
-from agent.errors import FleetAgentError
+from agent.errors import FleetAgentError, UsageError
 from agent.events import render
+from agent.store.log import utc_ts
 
 
 def _print(s: str = "") -> None:
@@ -45,7 +46,16 @@ def _by(args: argparse.Namespace) -> str:
 # ------------------------------------------------------------------ alerts
 
 def _alerts(app: App, *, all_: bool) -> list[dict[str, Any]]:
-    return [dataclasses.asdict(a) for a in app.log.store.alerts(all_=all_)]
+    """The alerts as dicts; ``silenced_until`` / ``silence_id`` name a silence in force over it (else null)."""
+    from agent.feedback.alerts import silenced_by
+
+    silences = app.log.store.silences(now_ts=utc_ts(app.log.clock()))
+    out = []
+    for a in app.log.store.alerts(all_=all_):
+        s = silenced_by(silences, a) if a.status != "resolved" else None
+        out.append({**dataclasses.asdict(a), "silenced_until": s.until_ts if s else None,
+                    "silence_id": s.id if s else None})
+    return out
 
 
 def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
@@ -58,32 +68,83 @@ def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
         return 0
     for a in rows:
         seen = f" ×{a['count']}" if a["count"] > 1 else ""
+        quiet = f"  (silenced until {a['silenced_until'][11:16]} UTC, #{a['silence_id']})" if a["silence_id"] else ""
         _print(f"#{a['id']:<4} {a['severity']:<8} {a['status']:<8} {a['last_ts'][:16].replace('T', ' ')}"
-               f"{seen}  {line(a['title'])}  [{line(a['dedup_key'])}]")
+               f"{seen}  {line(a['title'])}  [{line(a['dedup_key'])}]{quiet}")
     return 0
+
+
+def _alert_history(app: App, alert_id: int) -> list[dict[str, Any]]:
+    out = []
+    for seq in app.log.store.alert_history_seqs(alert_id):
+        e = app.log.get(seq)
+        if e is None:
+            continue
+        msg = render(e)
+        text = msg["content"] if msg else json.dumps(e.payload, sort_keys=True, ensure_ascii=False)
+        out.append({"seq": e.seq, "ts": e.ts, "kind": e.kind, "text": text})
+    return out
 
 
 def cmd_alerts_show(args: argparse.Namespace, app: App) -> int:
     alert = app.log.store.alert(args.id)
     if alert is None:
         raise FleetAgentError(f"no alert #{args.id}; 'fleet-agent alerts list --all' shows every alert")
+    history = _alert_history(app, args.id)
+    if args.json:
+        _print(output.json_text({**dataclasses.asdict(alert), "history": history}, indent=2))
+        return 0
     for k, v in dataclasses.asdict(alert).items():
         if v not in (None, ""):
             _print(f"{k:>10}: {line(v)}")
     _print("history:")
-    for seq in app.log.store.alert_history_seqs(args.id):
-        e = app.log.get(seq)
-        if e is None:
-            continue
-        msg = render(e)
-        text = msg["content"] if msg else json.dumps(e.payload, sort_keys=True, ensure_ascii=False)
-        _print(f"  #{e.seq} {e.ts[:19]}Z {e.kind}: {line(text)}")
+    for h in history:
+        _print(f"  #{h['seq']} {h['ts'][:19]}Z {h['kind']}: {line(h['text'])}")
     return 0
 
 
 def cmd_alerts_ack(args: argparse.Namespace, app: App) -> int:
     e = feedback.ack(app.log, args.id, _by(args), args.note)
+    if e is None:
+        a = app.log.store.alert(args.id)
+        _print(f"alert #{args.id} was already acked by {line(a.acked_by if a else '?')}; nothing to do")
+        return 0
     _print(f"alert #{args.id} acked by {line(e.payload['by'])} (event #{e.seq})")
+    return 0
+
+
+def cmd_alerts_silence(args: argparse.Namespace, app: App) -> int:
+    if (args.id is None) == (args.key is None):
+        raise UsageError("alerts silence: give an alert number or --key PATTERN (one of them)")
+    e = feedback.silence(app.log, by=_by(args), reason=args.reason, seconds=args.for_, alert_id=args.id,
+                         key_pattern=args.key)
+    what = f"alert #{args.id}" if args.id is not None else f"alerts with key {line(args.key)}"
+    _print(f"silence #{e.seq}: {what} notify nobody until {e.payload['until'][:16].replace('T', ' ')} UTC; "
+           f"'fleet-agent alerts unsilence {e.seq}' lifts it")
+    return 0
+
+
+def cmd_alerts_silences(args: argparse.Namespace, app: App) -> int:
+    now = utc_ts(app.log.clock())
+    rows = []
+    for s in app.log.store.silences(now_ts=None if args.all else now):
+        state = "lifted" if s.lifted_seq is not None else "expired" if s.until_ts <= now else "active"
+        rows.append({**dataclasses.asdict(s), "state": state})
+    if args.json:
+        _print(output.json_text(rows, indent=2))
+        return 0
+    if not rows:
+        _print("no silences" if args.all else "no active silences")
+    for r in rows:
+        what = f"alert #{r['alert_id']}" if r["alert_id"] is not None else f"key {line(r['key_pattern'])}"
+        _print(f"#{r['id']:<5} {r['state']:<8} until {r['until_ts'][:16].replace('T', ' ')}  {what}  "
+               f"by {line(r['by'])}: {line(r['reason'])}")
+    return 0
+
+
+def cmd_alerts_unsilence(args: argparse.Namespace, app: App) -> int:
+    e = feedback.unsilence(app.log, args.id, _by(args))
+    _print(f"silence #{args.id} lifted (event #{e.seq})")
     return 0
 
 
@@ -111,6 +172,12 @@ def cmd_knowledge_show(args: argparse.Namespace, app: App) -> int:
     if text is None:
         raise FleetAgentError(f"the log holds no current version of {args.name!r}; "
                               "'fleet-agent knowledge list' shows the files the agent knows")
+    if args.json:
+        latest = app.log.store.knowledge_latest().get(args.name)
+        _print(output.json_text({"name": args.name, "version": latest.version if latest else None,
+                                 "hash": latest.hash if latest else None, "seq": latest.seq if latest else None,
+                                 "ts": latest.ts if latest else None, "text": text}, indent=2))
+        return 0
     _print(text[:-1] if text.endswith("\n") else text)
     return 0
 
@@ -191,7 +258,7 @@ def _sub(parent: Any, dest: str) -> Any:
 def register(sub: Any) -> None:
     by_help = "who you are (default: $SUDO_USER or your login name)"
 
-    al = sub.add_parser("alerts", help="list, show and ack alerts",
+    al = sub.add_parser("alerts", help="list, show, ack and silence alerts",
                         description="Alerts raised by the agent or by code; acking one tells the agent an "
                         "operator has seen it.")
     asub = _sub(al, "alerts_command")
@@ -203,14 +270,37 @@ def register(sub: Any) -> None:
     s = asub.add_parser("show", help="one alert with its history",
                         description="Show one alert's fields and every event about it.")
     s.add_argument("id", type=args_.number, help="alert number")
+    s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_alerts_show)
     s = asub.add_parser("ack", help="acknowledge an open alert (the agent sees the ack and note)",
                         description="Acknowledge an open alert. The agent sees '[alert #N acked · you]' with "
-                        "your note. Refuses unknown, acked or resolved alerts.")
+                        "your note. Acking an acked alert changes nothing (exit 0); unknown or resolved alerts are "
+                        "refused.")
     s.add_argument("id", type=args_.number, help="alert number")
     s.add_argument("--note", help="a note for the agent, e.g. what you did about it")
     s.add_argument("--by", help=by_help)
     s.set_defaults(func=cmd_alerts_ack)
+    s = asub.add_parser("silence", help="stop an alert (or alerts by key pattern) notifying for a while",
+                        description="Silence one alert, or every alert whose key matches a glob (--key 'stuck:*'), "
+                        "for a duration: a silenced alert runs no notify command; the agent still sees it, "
+                        "marked silenced, and sees the silence as '[alert silence #N · you]'.")
+    s.add_argument("id", nargs="?", type=args_.number, help="alert number (or use --key)")
+    s.add_argument("--key", metavar="PATTERN", help="silence alerts whose key matches this glob, now and later")
+    s.add_argument("--for", dest="for_", type=args_.span, required=True, metavar="DURATION",
+                   help="how long: 30m, 2h, 3d, 1w")
+    s.add_argument("--reason", required=True, help="why (the agent and other operators see it)")
+    s.add_argument("--by", help=by_help)
+    s.set_defaults(func=cmd_alerts_silence)
+    s = asub.add_parser("silences", help="list silences in force (--all: every silence)",
+                        description="Silences in force, with what they cover, until when, who and why.")
+    s.add_argument("--all", action="store_true", help="include expired and lifted silences")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_alerts_silences)
+    s = asub.add_parser("unsilence", help="lift a silence before it expires",
+                        description="Lift a silence now; the agent sees '[alert silence #N lifted · you]'.")
+    s.add_argument("id", type=args_.number, help="silence number (see 'fleet-agent alerts silences')")
+    s.add_argument("--by", help=by_help)
+    s.set_defaults(func=cmd_alerts_unsilence)
 
     kn = sub.add_parser("knowledge", help="list, show, edit knowledge files and their history",
                         description="Knowledge files (*.md, *.txt, *.yaml) in the knowledge directory steer "
@@ -224,6 +314,7 @@ def register(sub: Any) -> None:
     s = ksub.add_parser("show", help="print the text the agent knows for a file",
                         description="Print the latest version of a knowledge file as the log holds it.")
     s.add_argument("name", help="file name, e.g. hosts.md")
+    s.add_argument("--json", action="store_true", help="print JSON (the text with its version and hash)")
     s.set_defaults(func=cmd_knowledge_show)
     s = ksub.add_parser("edit", help="edit (or create) a file in $VISUAL/$EDITOR; YAML is checked",
                         description="Edit a copy in $VISUAL or $EDITOR (default vi), then save it atomically. "

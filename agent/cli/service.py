@@ -30,14 +30,15 @@ def cmd_doctor(args: argparse.Namespace, _app: App | None) -> int:
     from agent.doctor import format_line, run_checks
 
     results = run_checks(args.config)
-    if args.json:
-        _print(output.json_text([r.to_dict() for r in results], indent=2))
-    else:
-        for r in results:
-            _print(format_line(r))
     failed = [r for r in results if not r.ok]
-    if not args.json:
-        _print(f"{len(failed)} of {len(results)} checks failed" if failed else f"all {len(results)} checks ok")
+    if args.json:
+        _print(output.json_text({"ok": not failed, "verdict": "fail" if failed else "ok",
+                                 "checked": len(results), "failed": [r.name for r in failed],
+                                 "checks": [r.to_dict() for r in results]}, indent=2))
+        return 1 if failed else 0
+    for r in results:
+        _print(format_line(r))
+    _print(f"{len(failed)} of {len(results)} checks failed" if failed else f"all {len(results)} checks ok")
     return 1 if failed else 0
 
 

@@ -104,7 +104,7 @@ def seq_at(log: EventLog, at_ts: str) -> int:
 def request_of_tick(log: EventLog, tick: int) -> Event:
     e = next(iter(log.read(0, kinds=["model.request"], tick=tick, newest_first=True, limit=1)), None)
     if e is None:
-        raise UsageError(f"tick {tick} sent no model request; try --seq or --at, or `fleet-agent log --tick {tick}`")
+        raise UsageError(f"tick {tick} sent no model request; 'fleet-agent thread show --kind model.request --tail 5' lists the newest requests and their ticks; or use --seq / --at")
     return e
 
 

@@ -16,7 +16,17 @@ surface callers use (``from agent import feedback``; ``feedback.ack(...)``).
 """
 
 from agent.feedback.alert_hook import drain_alert_hooks, notify_alert, run_alert_hook
-from agent.feedback.alerts import SEVERITIES, ack, raise_alert, resolve_absent, resolve_alert
+from agent.feedback.alerts import (
+    SEVERITIES,
+    ack,
+    alert_lines,
+    dispatch_notifications,
+    raise_alert,
+    resolve_absent,
+    resolve_alert,
+    silence,
+    unsilence,
+)
 from agent.feedback.conditions import check_conditions, note_policy_blocks
 from agent.feedback.knowledge import (
     MAX_KNOWLEDGE_BYTES,
@@ -33,6 +43,7 @@ from agent.feedback.notes import MAX_NOTE_CHARS, decode_note, directives, say, u
 
 __all__ = [
     "MAX_KNOWLEDGE_BYTES", "MAX_NOTE_CHARS", "SEVERITIES", "EditResult", "KnowledgeEntry", "ack", "check_conditions",
+    "alert_lines", "dispatch_notifications", "silence", "unsilence",
     "decode_note", "directives", "drain_alert_hooks", "knowledge_edit", "knowledge_history", "knowledge_problems",
     "knowledge_status", "note_policy_blocks", "notify_alert", "raise_alert", "read_knowledge", "resolve_absent",
     "resolve_alert", "run_alert_hook", "say", "scan_knowledge", "unpin", "utf8_text", "valid_knowledge_name",

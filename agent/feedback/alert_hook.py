@@ -1,5 +1,11 @@
-"""The operator's alert hook: ``alerts.notify_command``, run once per new alert with the event as JSON on
-standard input, in its own process group, killed when it overruns its timeout.
+"""The operator's alert hook: ``alerts.notify_command``, run once per notification with the event as JSON
+on standard input, in its own process group, killed when it overruns its timeout.
+
+A notification (an ``alert.notified`` event) covers the alerts that opened together with the same key
+prefix, an open alert nobody acked for ``alerts.repeat_after``, or alerts that resolved; silenced alerts
+notify nobody (``agent.feedback.alerts.dispatch_notifications`` decides). Its JSON carries ``reason``
+(opened | repeat | resolved), ``alerts`` (each with id, severity, title, key, status) and, for the first
+alert, ``alert_id``, ``severity`` (the highest) and ``title``.
 
 Hooks run on a worker thread, one at a time, from a bounded queue (``notify_alert``), so a slow hook
 never stalls the tick that raised the alert. A process that exits waits for the queued hooks (each
@@ -104,6 +110,12 @@ def notify_alert(settings: Any, event: Event) -> None:
     """Run ``alerts.notify_command`` for ``event`` soon, on the hook worker; returns at once."""
     if settings is not None and getattr(settings.alerts, "notify_command", None):
         _QUEUE.submit(settings, event)
+
+
+def submit_notification(settings: Any, event: Event) -> bool:
+    """Queue the command for an ``alert.notified`` event (``agent.feedback.alerts.dispatch_notifications``
+    decided and logged it); False when the queue is full."""
+    return _QUEUE.submit(settings, event)
 
 
 def drain_alert_hooks(timeout: float | None = None) -> bool:

@@ -14,8 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from agent.events import Event
-from agent.feedback.alert_hook import notify_alert
-from agent.feedback.alerts import raise_alert, raise_in, resolve_absent_in, resolve_alert
+from agent.feedback.alerts import (
+    dispatch_notifications,
+    raise_alert,
+    raise_in,
+    resolve_absent_in,
+    resolve_alert,
+)
 from agent.store.log import EventLog, Transaction
 from agent.store.queries import FailedRun
 
@@ -91,8 +96,7 @@ def check_conditions(log: EventLog, settings: Any, observation: dict[str, Any], 
                    f"latest: {run.latest_reason or '?'}")
             else:
                 resolve_absent_in(tx, KEY_TICKS, set(), "a tick completed", tick)
-    for e in new:
-        notify_alert(settings, e)
+    dispatch_notifications(log, settings, tick=tick)  # the new ones, grouped; resolved ones too
 
 
 def note_policy_blocks(log: EventLog, settings: Any, count: int, tick: int | None) -> None:

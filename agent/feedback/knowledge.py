@@ -23,8 +23,7 @@ from typing import Any
 import structlog
 
 from agent.events import Event
-from agent.feedback.alert_hook import notify_alert
-from agent.feedback.alerts import live_alerts, raise_in, resolve_in
+from agent.feedback.alerts import dispatch_notifications, live_alerts, raise_in, resolve_in
 from agent.store.log import EventLog, Transaction
 from agent.store.queries import KnowledgeVersion
 
@@ -262,8 +261,8 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
     for e in changes:
         logger.info("knowledge.changed", name=e.payload["name"], change=e.payload["change"],
                     size=e.payload["size"], seq=e.seq)
-    for e in new_alerts:
-        notify_alert(settings, e)
+    if new_alerts:
+        dispatch_notifications(log, settings, tick=tick)
     return changes
 
 

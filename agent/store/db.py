@@ -79,7 +79,7 @@ def check_database_file(path: str | os.PathLike[str]) -> None:
         wal = p.with_name(p.name + "-wal")
         if wal.exists() and wal.stat().st_size > 0:
             return  # a live database whose pages are all still in the write-ahead log
-        raise LogError(f"the database {p} is empty (0 bytes): its history is gone; restore it from a backup, "
+        raise LogError(f"the database {p} is empty (0 bytes): its history is gone; restore it from a backup with 'fleet-agent restore BACKUP' (a copy 'fleet-agent backup PATH' wrote), "
                        "or remove it and run 'fleet-agent init' to start a new log")
     _check_header(p)
 
@@ -93,7 +93,7 @@ def _check_header(p: Path) -> None:
                        "the user running fleet-agent") from None
     if magic != SQLITE_HEADER:
         raise LogError(f"{p} is not a SQLite database; point data_dir at fleet-agent's data directory, "
-                       "or restore the database from a backup")
+                       "or restore the database from a backup with 'fleet-agent restore BACKUP' (a copy 'fleet-agent backup PATH' wrote)")
 
 
 def _check_schema(conn: sqlite3.Connection, p: Path, *, create: bool) -> None:
@@ -110,7 +110,7 @@ def _check_schema(conn: sqlite3.Connection, p: Path, *, create: bool) -> None:
         raise LogError(f"{p} {what}; point data_dir at fleet-agent's data directory, or run "
                        "'fleet-agent init' in a new one")
     if "events" not in tables and migrations()[0][0] in done:
-        raise LogError(f"{p} has no events table: the event log was dropped; restore the database from a backup")
+        raise LogError(f"{p} has no events table: the event log was dropped; restore the database from a backup with 'fleet-agent restore BACKUP' (a copy 'fleet-agent backup PATH' wrote)")
 
 
 def connect(path: str | os.PathLike[str], *, readonly: bool = False, create: bool = False) -> sqlite3.Connection:

@@ -446,7 +446,7 @@ class EventLog:
         if not r.ok:
             raise ChainBroken(f"the event log {self.path} fails verification at seq {r.first_bad_seq}: {r.reason}; "
                               "nothing was appended. Run 'fleet-agent log verify' for the report, then restore the "
-                              "database (and its .head file) from a backup")
+                              "database from a backup with 'fleet-agent restore BACKUP' (a copy 'fleet-agent backup PATH' wrote)")
         return r
 
     def _from_checkpoint(self, conn: sqlite3.Connection, cp: tuple[int, str] | None) -> VerifyReport:
@@ -522,10 +522,10 @@ class EventLog:
                 tmp.unlink()
             return False
 
-    def export(self, out: IO[str], since: int = 0) -> int:
-        """Write every event with seq > since as JSON lines, every field included."""
+    def export(self, out: IO[str], since: int = 0, since_ts: str | None = None) -> int:
+        """Write every event with seq > since (and ts >= since_ts) as JSON lines, every field included."""
         n = 0
-        for e in self.read(since):
+        for e in self.read(since, since_ts=since_ts):
             out.write(json.dumps(e.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
             n += 1
         return n

@@ -21,7 +21,7 @@ from agent.store.db import database, sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
 
 __all__ = ["Alert", "Directive", "FailedRun", "Instance", "Intent", "KnowledgeVersion", "Memory", "OpenTick",
-           "Store"]
+           "Silence", "Store"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,23 @@ class Alert:
     acked_by: str | None = None
     ack_note: str | None = None
     closed_seq: int | None = None
+    notified_ts: str | None = None
+    notified_reason: str | None = None  # opened | repeat | resolved: the last notification about it
+
+
+@dataclass(frozen=True)
+class Silence:
+    """An alert silence; ``id`` is the seq of its ``alert.silenced``. Active while not lifted and
+    ``until_ts`` is in the future."""
+
+    id: int
+    alert_id: int | None
+    key_pattern: str | None
+    until_ts: str
+    reason: str
+    by: str
+    ts: str
+    lifted_seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -191,9 +208,12 @@ class Store:
         return int(self._value("SELECT COALESCE(MAX(id), 0) + 1 FROM alerts"))
 
     def alert_history_seqs(self, alert_id: int) -> list[int]:
-        """The seqs of every event about alert ``alert_id`` (raised, repeated, acked, resolved), in order."""
+        """The seqs of every event about alert ``alert_id`` (raised, repeated, retitled, acked, resolved, and
+        the notifications that name it, first or not), in order."""
         rows = self._query("SELECT seq FROM events WHERE kind LIKE 'alert.%'"
-                           " AND json_extract(payload, '$.alert_id') = ? ORDER BY seq", [alert_id])
+                           " AND (json_extract(payload, '$.alert_id') = ? OR (kind = 'alert.notified' AND EXISTS ("
+                           "SELECT 1 FROM json_each(payload, '$.alerts') j"
+                           " WHERE json_extract(j.value, '$.alert_id') = ?))) ORDER BY seq", [alert_id, alert_id])
         return [int(r["seq"]) for r in rows]
 
     # ------------------------------------------------------------------ instances and intents
@@ -347,6 +367,27 @@ class Store:
     def row_counts(self, tables: Iterable[str] = READ_MODEL_TABLES) -> dict[str, int]:
         """table -> rows, for each read-model table."""
         return {t: self._db.table(t).count for t in tables}
+
+    # ------------------------------------------------------------------ silences and notifications
+
+    def silences(self, *, now_ts: str | None = None) -> list[Silence]:
+        """Every silence by id, or with ``now_ts`` only those in force then (not lifted, not expired)."""
+        if now_ts is None:
+            rows = self._rows("silences", order_by="id")
+        else:
+            rows = self._rows("silences", "lifted_seq IS NULL AND until_ts > ?", [now_ts], order_by="id")
+        return [Silence(**r) for r in rows]
+
+    def silence(self, silence_id: int) -> Silence | None:
+        rows = self._rows("silences", "id = ?", [silence_id])
+        return Silence(**rows[0]) if rows else None
+
+    def alerts_to_notify(self) -> list[Alert]:
+        """Alerts a notification may be due for: open ones, and resolved ones whose opening was notified
+        but not their resolution; by id."""
+        rows = self._rows("alerts", "status = 'open' OR (status = 'resolved' AND notified_reason IN "
+                          "('opened', 'repeat'))", order_by="id")
+        return [Alert(**r) for r in rows]
 
 
 def _intent(r: dict[str, Any]) -> Intent:

@@ -15,8 +15,8 @@ from typing import Any
 from agent.events import Event
 from agent.store.db import database, sqlite3
 
-# The read-model tables (schema.sql, migration 002_read_models); each is compared in primary-key order.
-TABLES = ("alerts", "memory", "directives", "instances", "intents", "knowledge")
+# The read-model tables (schema.sql, migrations 002_read_models and 003_alert_silences); each is compared in primary-key order.
+TABLES = ("alerts", "memory", "directives", "instances", "intents", "knowledge", "silences")
 
 Projector = Callable[[sqlite3.Connection, Event], None]
 
@@ -42,8 +42,29 @@ def _alert_acked(c: sqlite3.Connection, e: Event) -> None:
 
 
 def _alert_resolved(c: sqlite3.Connection, e: Event) -> None:
-    c.execute("UPDATE alerts SET status = 'resolved', closed_seq = ? WHERE id = ? AND status = 'open'",
+    c.execute("UPDATE alerts SET status = 'resolved', closed_seq = ? WHERE id = ? AND status IN ('open', 'acked')",
               (e.seq, e.payload["alert_id"]))
+
+
+def _alert_retitled(c: sqlite3.Connection, e: Event) -> None:
+    c.execute("UPDATE alerts SET title = ? WHERE id = ?", (e.payload["title"], e.payload["alert_id"]))
+
+
+def _alert_notified(c: sqlite3.Connection, e: Event) -> None:
+    for a in e.payload["alerts"]:
+        c.execute("UPDATE alerts SET notified_ts = ?, notified_reason = ? WHERE id = ?",
+                  (e.ts, e.payload["reason"], a["alert_id"]))
+
+
+def _alert_silenced(c: sqlite3.Connection, e: Event) -> None:
+    p = e.payload
+    c.execute("INSERT INTO silences (id, alert_id, key_pattern, until_ts, reason, by, ts) VALUES (?,?,?,?,?,?,?)",
+              (e.seq, p.get("alert_id"), p.get("key_pattern"), p["until"], p["reason"], p["by"], e.ts))
+
+
+def _alert_unsilenced(c: sqlite3.Connection, e: Event) -> None:
+    c.execute("UPDATE silences SET lifted_seq = ? WHERE id = ? AND lifted_seq IS NULL",
+              (e.seq, e.payload["silence_id"]))
 
 
 def _memory_written(c: sqlite3.Connection, e: Event) -> None:
@@ -127,6 +148,10 @@ PROJECTORS: dict[str, Projector] = {
     "alert.repeated": _alert_repeated,
     "alert.acked": _alert_acked,
     "alert.resolved": _alert_resolved,
+    "alert.retitled": _alert_retitled,
+    "alert.notified": _alert_notified,
+    "alert.silenced": _alert_silenced,
+    "alert.unsilenced": _alert_unsilenced,
     "memory.written": _memory_written,
     "memory.deleted": _memory_deleted,
     "operator.note": _note,
@@ -168,9 +193,7 @@ def rebuild(events: Iterable[Event]) -> sqlite3.Connection:
     from agent.store.db import _statements, migrations
 
     mem = sqlite3.connect(":memory:", isolation_level=None)
-    for name, sql in migrations():
-        if name == "001_events":
-            continue
+    for _name, sql in migrations():  # the events table too (empty): later migrations may read it
         for stmt in _statements(sql):
             mem.execute(stmt)
     mem.execute("BEGIN")

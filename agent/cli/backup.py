@@ -1,0 +1,65 @@
+"""`backup PATH` (a verified copy, while the daemon runs) and `restore PATH` (with the daemon stopped)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from agent.app import App
+from agent.cli import output
+from agent.errors import FleetAgentError, LockError
+from agent.lock import FleetLock
+from agent.store import backup as backup_
+
+
+def cmd_backup(args: argparse.Namespace, app: App) -> int:
+    dest = backup_.backup_target(Path(args.path), app.settings.agent_id)
+    r = backup_.backup(app.log, dest)
+    if args.json:
+        output.out(output.json_text(dataclasses.asdict(r), sort_keys=True))
+    else:
+        output.out(f"backup {output.line(r.path)}: {r.events} events, head {r.head_seq}:{r.head_hash}, verified "
+                   f"({r.bytes:,} bytes; head file {output.line(r.path)}.head)")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace, app: App) -> int:
+    src = Path(args.path)
+    try:
+        lock = FleetLock(app.settings.data_path).acquire()
+    except LockError as e:
+        raise FleetAgentError(f"restore refused: {e}. A running daemon would keep writing to the file being "
+                              "replaced: stop it (systemctl stop fleet-agent), restore, then start it") from None
+    try:
+        r = backup_.restore(src, app.settings.db_path)
+    finally:
+        lock.release()
+    if args.json:
+        output.out(output.json_text(dataclasses.asdict(r), sort_keys=True))
+        return 0
+    output.out(f"restored {output.line(r.path)} from {output.line(src)}: {r.events} events verified, head "
+               f"{r.head_seq}:{r.head_hash}")
+    for p in r.kept_aside:
+        output.out(f"  kept the replaced file as {output.line(p)}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    s = sub.add_parser("backup", help="copy the database while the daemon runs, verified, with its head",
+                       description="Write a consistent copy of the database (SQLite's online backup API; the "
+                       "daemon keeps running) to PATH, or to a dated file inside PATH when it is a directory; "
+                       "write PATH.head with the newest seq and hash, then verify the copy's whole chain. "
+                       "Never overwrites.")
+    s.add_argument("path", help="the new file, or a directory to write a dated file into")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=cmd_backup)
+
+    s = sub.add_parser("restore", help="replace the database with a verified backup (daemon stopped)",
+                       description="Verify the copy at PATH (its chain and its .head file) and put it in place "
+                       "of the database; the replaced database and its companion files are kept beside it as "
+                       "<name>.replaced-<time>.db. Refused while a daemon or a tick holds the lock.")
+    s.add_argument("path", help="a file written by 'fleet-agent backup'")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=cmd_restore)
