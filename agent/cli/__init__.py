@@ -25,11 +25,13 @@ from agent.cli import feedback as feedback_commands
 from agent.cli import ops as ops_commands
 from agent.cli import output
 from agent.cli import service as service_commands
+from agent.cli import web as web_commands
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event, render
 
 # Command groups beyond the core ones below, each a module with register(sub), in help order.
-COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, service_commands, demo_commands)
+COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, service_commands, demo_commands,
+                  web_commands)
 
 EXAMPLE_KNOWLEDGE = """\
 # Fleet notes

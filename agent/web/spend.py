@@ -1,0 +1,76 @@
+"""Spend today and this month, and the spend-rate series the overview charts, from the log alone.
+
+Each tick's observation records what our fleet costs per hour (``fleet_dph``). Between two observations
+the fleet is taken to have cost the earlier one's rate; the newest rate runs until ``now``, capped at
+``MAX_GAP_S`` after its observation (a stopped daemon observes nothing, and a guess must not grow forever).
+This is an estimate from what the agent saw, not vast.ai's invoice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from agent.store.log import utc_ts
+from agent.store.queries import Store
+
+MAX_GAP_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Spend:
+    today: float
+    month: float
+
+
+def _t(ts: str) -> float:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def _iso(t: float) -> str:
+    return utc_ts(datetime.fromtimestamp(t, UTC))
+
+
+def integrate(points: list[tuple[float, float]], start: float, end: float) -> float:
+    """Dollars spent in [start, end] given (time, $/h) observations, oldest first (see the module doc)."""
+    total = 0.0
+    for i, (t, rate) in enumerate(points):
+        nxt = points[i + 1][0] if i + 1 < len(points) else min(end, t + MAX_GAP_S)
+        nxt = min(nxt, t + MAX_GAP_S)
+        a, b = max(t, start), min(nxt, end)
+        if b > a:
+            total += rate * (b - a) / 3600
+    return total
+
+
+def month_start(now: float) -> float:
+    d = datetime.fromtimestamp(now, UTC)
+    return datetime(d.year, d.month, 1, tzinfo=UTC).timestamp()
+
+
+def day_start(now: float) -> float:
+    d = datetime.fromtimestamp(now, UTC)
+    return datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()
+
+
+def rate_points(store: Store, since: float) -> list[tuple[float, float]]:
+    """(unix time, fleet $/h) of each observation since ``since`` (and the one before it, which was still
+    in force then), oldest first."""
+    lead = since - MAX_GAP_S
+    return [(_t(ts), dph) for ts, dph, _bal in store.fleet_rate_series(_iso(lead)) if dph is not None]
+
+
+def series(store: Store, now: float, hours: float) -> list[tuple[float, float]]:
+    """The (unix time, $/h) points of the last ``hours``, oldest first."""
+    start = window_start(now, hours)
+    return [(t, r) for t, r in rate_points(store, start) if t >= start]
+
+
+def spend(store: Store, now: float) -> Spend:
+    m, d = month_start(now), day_start(now)
+    points = rate_points(store, m)
+    return Spend(today=round(integrate(points, d, now), 4), month=round(integrate(points, m, now), 4))
+
+
+def window_start(now: float, hours: float) -> float:
+    return (datetime.fromtimestamp(now, UTC) - timedelta(hours=hours)).timestamp()
