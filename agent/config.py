@@ -700,10 +700,11 @@ def _check_limits(s: Settings, loc: _Loc) -> None:
 
 
 def split_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port); ValueError saying what is wrong."""
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 = any free port, logged at start) -> (host, port);
+    ValueError saying what is wrong."""
     host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{listen!r} is not HOST:PORT with a port from 1 to 65535")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{listen!r} is not HOST:PORT with a port from 0 (any free port) to 65535")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port)
