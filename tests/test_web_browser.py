@@ -58,7 +58,7 @@ def _context_hash(root: Path, cfg: Path, tick: int) -> str:
 
 @pytest.mark.skipif(not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
                     reason="Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
-def test_browser_overview_ack_and_time_travel_against_a_running_daemon(tmp_path, sim_server, daemons):
+def test_browser_overview_ack_and_time_travel_against_a_running_daemon(tmp_path, sim_server, daemons):  # noqa: F811
     """Open the overview of a running daemon, log in, ack an alert with a note (acked in the page and an
     alert.acked event in the log with the token's name), open time travel at tick 3 and find the request hash
     `fleet-agent context --tick 3 --json` prints, with "hash matches"; screenshot every page."""
