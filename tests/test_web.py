@@ -281,3 +281,52 @@ def test_config_refuses_a_non_loopback_listen_without_a_token(tmp_path: Path):
     assert config.parse("http:\n  listen: null\n", "c.yaml").http.listen is None
     with pytest.raises(ConfigError, match="not HOST:PORT"):
         config.parse("http:\n  listen: localhost\n", "c.yaml")
+
+
+def test_fleet_agent_web_serves_metrics_and_health_from_the_log_alone(fleet, tmp_path):
+    """`fleet-agent web --listen 127.0.0.1:0` (no daemon) prints its URL, serves /metrics that parse and
+    /healthz, and exits on SIGINT."""
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+    import yaml
+
+    from tests.test_daemon import env_for, wait_for
+
+    s = fleet.settings
+    cfg = tmp_path / "web.yaml"
+    cfg.write_text(yaml.safe_dump({"agent_id": s.agent_id, "data_dir": str(s.data_path),
+                                   "knowledge_dir": str(s.knowledge_path), "vast": {"url": s.vast.url},
+                                   "model": {"provider": "rules"}}), encoding="utf-8")
+    out = tmp_path / "web.out"
+    p = subprocess.Popen([sys.executable, "-m", "agent.cli", "--config", str(cfg), "web", "--listen", "127.0.0.1:0"],
+                         env=env_for(), stdout=out.open("w"), stderr=subprocess.STDOUT)
+    try:
+        m = wait_for(lambda: re.search(r"serving (http://127\.0\.0\.1:\d+)", out.read_text()), "the URL")
+        url = m.group(1)
+        r = httpx.get(url + "/metrics", timeout=10)
+        fams = {f.name for f in text_string_to_metric_families(r.text)}
+        assert "fleet_agent_ticks" in fams
+        # The fixture's ticks ran on the simulator's clock, long ago in wall time: no recent tick.
+        r = httpx.get(url + "/healthz", timeout=10)
+        assert r.status_code == 503 and "3 intervals" in r.text
+        assert httpx.get(url + "/", timeout=10).status_code == 200
+    finally:
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=20) == 0, out.read_text()
+
+
+def test_the_web_command_refuses_a_public_listen_without_a_token(fleet, tmp_path, capsys):
+    """`fleet-agent web --listen 0.0.0.0:PORT` with no token configured exits 2 naming the fix; nothing listens."""
+    import yaml
+
+    from agent.cli import main
+
+    s = fleet.settings
+    cfg = tmp_path / "web.yaml"
+    cfg.write_text(yaml.safe_dump({"data_dir": str(s.data_path), "vast": {"url": s.vast.url}}), encoding="utf-8")
+    assert main(["--config", str(cfg), "web", "--listen", "0.0.0.0:0"]) == 2
+    err = capsys.readouterr().err
+    assert "reachable beyond this machine" in err and "http.token_file" in err

@@ -36,10 +36,7 @@ def cmd_web(args: argparse.Namespace, app: Any) -> int:
         output.out(f"WARNING: the event log fails verification at {problem}; /healthz answers 503")
     output.out(f"serving {server.url} (metrics {server.url}/metrics, health {server.url}/healthz); "
                f"writes {'need the token' if console.auth.enabled else 'are off (no token configured)'}")
-    try:
-        server.serve()
-    finally:
-        console.close()
+    server.serve()  # closes the console when it stops
     return 0
 
 

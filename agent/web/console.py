@@ -128,6 +128,10 @@ class Console:
             if self.daemon is not None:
                 d.update(self.daemon())
             fl = status.fleet(lg)
+            if fl is not None:  # the observation's own rows: they carry host and age too
+                start = next(lg.read(0, kinds=["tick.started"], newest_first=True, limit=1))
+                fl["instances"] = [{"status": "provisioning", **i}
+                                   for i in start.payload.get("observation", {}).get("instances") or []]
             return {
                 "daemon": d, "last_tick": status.last_tick(lg), "running_tick": status.running_tick(lg),
                 "fleet": fl, "since": instance_since(lg, fl), "alerts": lg.store.open_alerts(),

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 
@@ -61,9 +62,18 @@ class WebServer:
         return self
 
     def serve(self) -> None:
-        """Serve in the foreground until SIGINT/SIGTERM."""
-        log.info("http.listening", url=self.url, writes="token" if self.console.auth.enabled else "off")
-        self.server.run(sockets=[self.sock])
+        """Serve in the foreground until SIGINT/SIGTERM, then stop cleanly (the caller exits 0)."""
+        stop = threading.Event()
+        old = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.start()
+            while not stop.wait(0.5):
+                if self._thread is not None and not self._thread.is_alive():
+                    break
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+            self.stop()
 
     def stop(self) -> None:
         self.server.should_exit = True
