@@ -330,3 +330,45 @@ def test_the_web_command_refuses_a_public_listen_without_a_token(fleet, tmp_path
     assert main(["--config", str(cfg), "web", "--listen", "0.0.0.0:0"]) == 2
     err = capsys.readouterr().err
     assert "reachable beyond this machine" in err and "http.token_file" in err
+
+
+def test_the_daemon_serves_metrics_and_health_and_ticks_on_when_the_port_is_taken(tmp_path):
+    """The daemon process serves /healthz (200 once a tick ran) and /metrics at http.listen; a second
+    daemon config whose port is taken logs http.unavailable and still ticks (the console is not worth
+    stopping the fleet for)."""
+    import socket
+
+    import httpx
+
+    from agent.sim import SimServer, Simulator
+    from tests.test_daemon import start_daemon, wait_for, write_config
+
+    server = SimServer(Simulator(seed=7)).start()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    procs = []
+    try:
+        roots = [tmp_path / "a", tmp_path / "b"]
+        for root, listen in zip(roots, ["127.0.0.1:0", f"127.0.0.1:{taken.getsockname()[1]}"], strict=True):
+            root.mkdir()
+            cfg = write_config(root, server.url, interval="2s")
+            with cfg.open("a", encoding="utf-8") as f:
+                f.write(f"http:\n  listen: {listen}\n")
+            procs.append(start_daemon(root, cfg))
+        a, b = procs
+        url = wait_for(lambda: re.search(r'"url": "(http://127\.0\.0\.1:\d+)"', a.stderr()), "the URL").group(1)
+        wait_for(lambda: a.kinds("tick.completed"), "a tick")
+        r = httpx.get(url + "/healthz", timeout=10)
+        assert r.status_code == 200, r.text
+        fams = {f.name: f for f in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text)}
+        assert fams["fleet_agent_ticks"].samples
+        wait_for(lambda: '"http.unavailable"' in b.stderr() and b.kinds("tick.completed"), "b ticking without HTTP")
+        assert "cannot listen on" in b.stderr()
+        assert a.stop() == 0 and b.stop() == 0
+    finally:
+        for p in procs:
+            if p.popen.poll() is None:
+                p.popen.kill()
+        taken.close()
+        server.stop()
