@@ -372,3 +372,35 @@ def test_the_daemon_serves_metrics_and_health_and_ticks_on_when_the_port_is_take
                 p.popen.kill()
         taken.close()
         server.stop()
+
+
+def test_live_thread_updates_return_only_newer_events(client, fleet):
+    """The thread page polls /thread/new?after=SEQ: it returns the events appended after SEQ (a note sent
+    meanwhile) and the next poll's cursor, and nothing older."""
+    head = fleet.log.last_seq()
+    page = client.get("/thread").text
+    assert f'hx-get="/thread/new?after={head}"' in page and 'hx-trigger="every 3s"' in page
+    feedback.say(fleet.log, "spot prices fall tonight", "bob")
+    r = client.get(f"/thread/new?after={head}").text
+    assert "spot prices fall tonight" in r and f'id="e{head + 1}"' in r and f'id="e{head}"' not in r
+    assert f'hx-get="/thread/new?after={head + 1}"' in r
+
+
+def test_the_token_comes_from_a_systemd_credential_and_a_missing_one_is_an_error(tmp_path):
+    """`http.token_credential` reads $CREDENTIALS_DIRECTORY/NAME; a configured token that is absent, or too
+    short, is a ConfigError naming where it was looked for, never the value."""
+    from agent import config
+    from agent.errors import ConfigError
+
+    s = config.parse("http:\n  token_credential: web_token\n", str(tmp_path / "c.yaml"))
+    (tmp_path / "creds").mkdir()
+    with pytest.raises(ConfigError, match="no token found in the credential web_token"):
+        s.http_token({"CREDENTIALS_DIRECTORY": str(tmp_path / "creds")})
+    (tmp_path / "creds" / "web_token").write_text("short\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="shorter than 16") as e:
+        s.http_token({"CREDENTIALS_DIRECTORY": str(tmp_path / "creds")})
+    assert "short\n" not in str(e.value) and "'short'" not in str(e.value)
+    (tmp_path / "creds" / "web_token").write_text(TOKEN + "\n", encoding="utf-8")
+    token = s.http_token({"CREDENTIALS_DIRECTORY": str(tmp_path / "creds")})
+    assert token is not None and token.reveal() == TOKEN and TOKEN not in repr(token)
+    assert config.parse("", "c.yaml").http_token({}) is None
