@@ -404,3 +404,16 @@ def test_the_token_comes_from_a_systemd_credential_and_a_missing_one_is_an_error
     token = s.http_token({"CREDENTIALS_DIRECTORY": str(tmp_path / "creds")})
     assert token is not None and token.reveal() == TOKEN and TOKEN not in repr(token)
     assert config.parse("", "c.yaml").http_token({}) is None
+
+
+def test_spend_integrates_observed_rates_and_caps_a_silent_gap():
+    """Each observed $/h holds until the next observation, clipped to the window, and for at most an hour
+    after the last one (a stopped daemon's last rate does not bill forever)."""
+    from agent.web.spend import MAX_GAP_S, in_window, integrate
+
+    points = [(0.0, 3.6), (3600.0, 7.2)]
+    assert integrate(points, 0, 5400) == pytest.approx(3.6 + 3.6)
+    assert integrate(points, 1800, 5400) == pytest.approx(1.8 + 3.6)
+    assert integrate(points, 0, 3600 + 10 * MAX_GAP_S) == pytest.approx(3.6 + 7.2)
+    assert in_window(points, 1800) == points
+    assert in_window([(0.0, 1.0), (10.0, 2.0), (20.0, 3.0)], 15) == [(10.0, 2.0), (20.0, 3.0)]

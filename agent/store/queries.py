@@ -399,10 +399,6 @@ class Store:
                         list(kinds))
         return None if v is None else str(v)
 
-    def event_kinds(self) -> list[str]:
-        """Every kind the log holds, sorted."""
-        return [str(r["kind"]) for r in self._query("SELECT DISTINCT kind FROM events ORDER BY kind")]
-
     def tick_request_seqs(self, tick: int) -> list[int]:
         """The seqs of the model requests tick ``tick`` sent, in order."""
         rows = self._query("SELECT seq FROM events WHERE kind = 'model.request' AND tick = ? ORDER BY seq", [tick])

@@ -60,16 +60,24 @@ def rate_points(store: Store, since: float) -> list[tuple[float, float]]:
     return [(_t(ts), dph) for ts, dph, _bal in store.fleet_rate_series(_iso(lead)) if dph is not None]
 
 
-def series(store: Store, now: float, hours: float) -> list[tuple[float, float]]:
-    """The (unix time, $/h) points of the last ``hours``, oldest first."""
-    start = window_start(now, hours)
-    return [(t, r) for t, r in rate_points(store, start) if t >= start]
+def in_window(points: list[tuple[float, float]], start: float) -> list[tuple[float, float]]:
+    """The points at or after ``start``, led by the one in force at ``start`` (drawn from ``start``)."""
+    before = [p for p in points if p[0] < start][-1:]
+    return before + [p for p in points if p[0] >= start]
 
 
-def spend(store: Store, now: float) -> Spend:
+def spend(store: Store, now: float, points: list[tuple[float, float]] | None = None) -> Spend:
+    """Spend today and this month; ``points`` when the caller already read them from the month's start."""
     m, d = month_start(now), day_start(now)
-    points = rate_points(store, m)
+    points = rate_points(store, m) if points is None else points
     return Spend(today=round(integrate(points, d, now), 4), month=round(integrate(points, m, now), 4))
+
+
+def overview(store: Store, now: float) -> tuple[Spend, list[tuple[float, float]], list[tuple[float, float]]]:
+    """Spend, and the 24 h and 7 d series, from one read of the observations."""
+    week = window_start(now, 24 * 7)
+    points = rate_points(store, min(month_start(now), week))
+    return spend(store, now, points), in_window(points, window_start(now, 24)), in_window(points, week)
 
 
 def window_start(now: float, hours: float) -> float:
