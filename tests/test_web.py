@@ -82,11 +82,17 @@ def test_metrics_parse_and_count_what_the_log_holds(client, fleet):
     assert samples[("fleet_agent_alerts_open", (("severity", "warning"),))] == 1
     assert samples[("fleet_agent_tick_duration_seconds_count", ())] == 3
     assert samples[("fleet_agent_request_budget_tokens", ())] == fleet.settings.context.budget_tokens
+    results = list(fleet.log.read(0, kinds=["tool.result"]))
+    ok_searches = sum(1 for e in results if e.payload["name"] == "search_offers" and e.payload["ok"])
+    assert samples[("fleet_agent_tool_calls_total", (("outcome", "ok"), ("tool", "search_offers")))] == ok_searches > 0
+    blocks = len(list(fleet.log.read(0, kinds=["policy.blocked"])))
+    assert sum(v for (n, _l), v in samples.items() if n == "fleet_agent_policy_blocks_total") == blocks
     for needed in ("fleet_agent_model_tokens", "fleet_agent_compactions", "fleet_agent_tool_calls",
                    "fleet_agent_policy_blocks", "fleet_agent_fleet_instances", "fleet_agent_fleet_dollars_per_hour",
                    "fleet_agent_balance_dollars", "fleet_agent_spend_today_dollars", "fleet_agent_spend_month_dollars",
                    "fleet_agent_log_size_bytes", "fleet_agent_last_tick_timestamp_seconds",
-                   "fleet_agent_model_idle_ticks", "fleet_agent_ticks_failed", "fleet_agent_request_tokens"):
+                   "fleet_agent_model_idle_ticks", "fleet_agent_policy_max_dollars_per_hour",
+                   "fleet_agent_ticks_failed", "fleet_agent_request_tokens"):
         assert needed in fams, needed
     ids = {str(i) for i in fleet.log.store.owned_instance_ids()}
     assert all(v not in ids for (_n, labels) in samples for _k, v in labels)
