@@ -385,12 +385,19 @@ class Store:
                            " WHERE kind = 'tick.completed' AND seq > ? AND seq <= ? ORDER BY seq", [since, until])
         return [float(r["d"]) for r in rows if isinstance(r["d"], int | float)]
 
-    def fleet_rate_series(self, since_ts: str) -> list[tuple[str, float | None, float | None]]:
-        """(ts, fleet $/h, balance) of every tick's observation at or after ``since_ts``, oldest first."""
-        rows = self._query("SELECT ts, json_extract(payload, '$.observation.fleet_dph') AS dph,"
-                           " json_extract(payload, '$.observation.balance') AS bal FROM events"
-                           " WHERE kind = 'tick.started' AND ts >= ? ORDER BY seq", [since_ts])
-        return [(str(r["ts"]), _num(r["dph"]), _num(r["bal"])) for r in rows]
+    def fleet_rates(self, *, after_seq: int, since_ts: str) -> list[tuple[int, str, float | None]]:
+        """(seq, ts, fleet $/h) of every tick's observation after ``after_seq`` and at or after ``since_ts``,
+        oldest first. With no ``after_seq`` the time bound becomes a seq bound first, so only tick.started rows
+        are read; ``since_ts`` is not applied after that (callers drop older points themselves)."""
+        if after_seq == 0:
+            # Through the ts index (MIN(seq) ... WHERE ts >= ? would walk the table from seq 1).
+            first = self._value("SELECT seq FROM events WHERE ts >= ? ORDER BY ts LIMIT 1", [since_ts])
+            if first is None:
+                return []
+            after_seq = int(first) - 1
+        rows = self._query("SELECT seq, ts, json_extract(payload, '$.observation.fleet_dph') AS dph FROM events"
+                           " WHERE kind = 'tick.started' AND seq > ? ORDER BY seq", [after_seq])
+        return [(int(r["seq"]), str(r["ts"]), _num(r["dph"])) for r in rows]
 
     def last_event_ts(self, kinds: Sequence[str]) -> str | None:
         """The ts of the newest event of any of ``kinds``."""

@@ -63,6 +63,7 @@ class Console:
         self.lock = threading.RLock()
         self.registry = registry_for(self)
         self._tool_names: set[str] | None = None
+        self.rates = spend.Rates()  # the observed $/h, read incrementally (under ``lock``)
 
     def close(self) -> None:
         self.app.close()
@@ -100,7 +101,7 @@ class Console:
                 request_tokens=int(req.payload["manifest"].get("calibrated_tokens", 0)) if req else None,
                 budget_tokens=self.settings.context.budget_tokens, instances_by_status=dict(fl.get("states") or {}),
                 fleet_dph=_num(fl.get("dph")), dph_cap=self.settings.policy.max_total_dph, balance=_num(fl.get("balance")),
-                spend=spend.spend(store, self.clock()), alerts_by_severity=sev)
+                spend=spend.overview(self.rates, store, self.clock())[0], alerts_by_severity=sev)
 
     def health(self) -> tuple[bool, str]:
         """(healthy, why): the log verified at start and the newest tick is younger than 3 intervals."""
@@ -128,7 +129,7 @@ class Console:
             if self.daemon is not None:
                 d.update(self.daemon())
             fl = status.fleet(lg)
-            money, day, week = spend.overview(lg.store, now)
+            money, day, week = spend.overview(self.rates, lg.store, now)
             if fl is not None:  # the observation's own rows: they carry host and age too
                 start = next(lg.read(0, kinds=["tick.started"], newest_first=True, limit=1))
                 fl["instances"] = [{"status": "provisioning", **i}

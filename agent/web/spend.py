@@ -53,11 +53,24 @@ def day_start(now: float) -> float:
     return datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()
 
 
-def rate_points(store: Store, since: float) -> list[tuple[float, float]]:
-    """(unix time, fleet $/h) of each observation since ``since`` (and the one before it, which was still
-    in force then), oldest first."""
-    lead = since - MAX_GAP_S
-    return [(_t(ts), dph) for ts, dph, _bal in store.fleet_rate_series(_iso(lead)) if dph is not None]
+class Rates:
+    """The observed (unix time, $/h) points a console keeps: each call reads only the observations logged
+    since the previous one, and drops those older than any window still needs."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[float, float]] = []
+        self.seq = 0
+
+    def since(self, store: Store, start: float) -> list[tuple[float, float]]:
+        """Every point from the one in force at ``start`` on (``start`` must not move backwards)."""
+        lead = start - MAX_GAP_S
+        for seq, ts, dph in store.fleet_rates(after_seq=self.seq, since_ts=_iso(lead)):
+            self.seq = seq
+            if dph is not None:
+                self.points.append((_t(ts), dph))
+        keep = next((i for i, p in enumerate(self.points) if p[0] >= lead), len(self.points))
+        del self.points[:keep]
+        return list(self.points)
 
 
 def in_window(points: list[tuple[float, float]], start: float) -> list[tuple[float, float]]:
@@ -66,18 +79,18 @@ def in_window(points: list[tuple[float, float]], start: float) -> list[tuple[flo
     return before + [p for p in points if p[0] >= start]
 
 
-def spend(store: Store, now: float, points: list[tuple[float, float]] | None = None) -> Spend:
-    """Spend today and this month; ``points`` when the caller already read them from the month's start."""
+def spend(points: list[tuple[float, float]], now: float) -> Spend:
+    """Spend today and this month from points reaching back to the month's start."""
     m, d = month_start(now), day_start(now)
-    points = rate_points(store, m) if points is None else points
     return Spend(today=round(integrate(points, d, now), 4), month=round(integrate(points, m, now), 4))
 
 
-def overview(store: Store, now: float) -> tuple[Spend, list[tuple[float, float]], list[tuple[float, float]]]:
-    """Spend, and the 24 h and 7 d series, from one read of the observations."""
+def overview(rates: Rates, store: Store, now: float) -> tuple[Spend, list[tuple[float, float]],
+                                                             list[tuple[float, float]]]:
+    """Spend, and the 24 h and 7 d series, from the observations."""
     week = window_start(now, 24 * 7)
-    points = rate_points(store, min(month_start(now), week))
-    return spend(store, now, points), in_window(points, window_start(now, 24)), in_window(points, week)
+    points = rates.since(store, min(month_start(now), week))
+    return spend(points, now), in_window(points, window_start(now, 24)), in_window(points, week)
 
 
 def window_start(now: float, hours: float) -> float:
