@@ -423,3 +423,18 @@ def test_spend_integrates_observed_rates_and_caps_a_silent_gap():
     assert integrate(points, 0, 3600 + 10 * MAX_GAP_S) == pytest.approx(3.6 + 7.2)
     assert in_window(points, 1800) == points
     assert in_window([(0.0, 1.0), (10.0, 2.0), (20.0, 3.0)], 15) == [(10.0, 2.0), (20.0, 3.0)]
+
+
+def test_rates_read_each_observation_once_and_match_a_fresh_read(fleet, sim_clock):
+    """The console's observed-$/h cache adds exactly the new tick's observation on the next read, and holds
+    what a fresh read of the log gives."""
+    from agent.web.spend import Rates
+
+    rates = Rates()
+    start = sim_clock() - 86400
+    first = rates.since(fleet.log.store, start)
+    assert len(first) == 3
+    _ticks(fleet, sim_clock, 1)
+    second = rates.since(fleet.log.store, start)
+    assert second[:3] == first and len(second) == 4
+    assert Rates().since(fleet.log.store, start) == second
