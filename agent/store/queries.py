@@ -412,8 +412,9 @@ class Store:
         return [int(r["seq"]) for r in rows]
 
     def latest_tick(self) -> int | None:
-        """The highest tick number that started."""
-        v = self._value("SELECT MAX(tick) FROM events WHERE kind = 'tick.started'")
+        """The tick of the newest ``tick.started`` (tick numbers grow with seq; this reads one index entry
+        where MAX(tick) would read every tick.started row)."""
+        v = self._value("SELECT tick FROM events WHERE kind = 'tick.started' ORDER BY seq DESC LIMIT 1")
         return None if v is None else int(v)
 
     def events_page(self, *, before: int | None, after: int, kinds: Sequence[str], limit: int) -> list[int]:

@@ -62,7 +62,7 @@ class Console:
         self.start_problem = start_problem
         self.lock = threading.RLock()
         self.registry = registry_for(self)
-        self._tool_names: set[str] | None = None
+        self._tool_specs: list[dict[str, Any]] | None = None
         self.rates = spend.Rates()  # the observed $/h, read incrementally (under ``lock``)
 
     def close(self) -> None:
@@ -72,11 +72,14 @@ class Console:
     def log(self) -> Any:
         return self.app.log
 
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The installed tools' specs, found once (entry points do not change while a process runs)."""
+        if self._tool_specs is None:
+            self._tool_specs = self.app.tool_specs()
+        return self._tool_specs
+
     def tool_names(self) -> set[str]:
-        if self._tool_names is None:
-            self._tool_names = {s["function"]["name"] if "function" in s else s.get("name", "")
-                                for s in self.app.tool_specs()}
-        return self._tool_names
+        return {s["function"]["name"] if "function" in s else s.get("name", "") for s in self.tool_specs()}
 
     # ------------------------------------------------------------------ metrics and health
 
@@ -201,7 +204,7 @@ class Console:
                     seq = lg.last_seq()
                     tick = None
             found = inspect_request(lg, a.prompts, self.settings.context, policy=a.policy_dict(),
-                                    tools=a.tool_specs(), model=self.settings.model.name, at_ts=at, tick=tick,
+                                    tools=self.tool_specs(), model=self.settings.model.name, at_ts=at, tick=tick,
                                     seq=seq, cache=a.projection_cache)
             p = found.projection
             tok = lg.tokenizer
