@@ -142,6 +142,13 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
     ("rent.settled", 1): [("not_created", {"call_id": "call_9", "label": "fa-7-abc", "created": False,
                                            "idem_key": "abc", "reason": "no listing showed the label in 300 s "
                                            "(2 listings)"})],
+    ("fork.started", 1): [("policy change", {
+        "origin_fleet": "fleet-1", "origin_db": "/var/lib/fleet-agent/fleet-agent.db", "origin_seq": 410,
+        "origin_hash": "ab" * 32, "origin_head_seq": 900, "origin_head_hash": "cd" * 32, "at": "tick 42",
+        "changes": ["policy.max_instances=4"], "model": "rules", "ticks": 3,
+        "seeded": {"instances": 3, "offers": 10, "rented_offers": 4, "balance": 212.5, "time": 1795946700}})],
+    ("response.overridden", 1): [("with a note", {"response_seq": 77, "by": "alice",
+                                                  "note": "destroyed it by hand: wrong host"})],
 }
 
 # Version 2 of these kinds changed only the rendering: every string the agent did not author is written
