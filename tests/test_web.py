@@ -310,7 +310,8 @@ def test_fleet_agent_web_serves_metrics_and_health_from_the_log_alone(fleet, tmp
     p = subprocess.Popen([sys.executable, "-m", "agent.cli", "--config", str(cfg), "web", "--listen", "127.0.0.1:0"],
                          env=env_for(), stdout=out.open("w"), stderr=subprocess.STDOUT)
     try:
-        m = wait_for(lambda: re.search(r"serving (http://127\.0\.0\.1:\d+)", out.read_text()), "the URL")
+        m = wait_for(lambda: re.search(r"serving (http://127\.0\.0\.1:\d+)", out.read_text()), "the URL",
+                     timeout=90)
         url = m.group(1)
         r = httpx.get(url + "/metrics", timeout=10)
         fams = {f.name for f in text_string_to_metric_families(r.text)}
@@ -363,13 +364,15 @@ def test_the_daemon_serves_metrics_and_health_and_ticks_on_when_the_port_is_take
                 f.write(f"http:\n  listen: {listen}\n")
             procs.append(start_daemon(root, cfg))
         a, b = procs
-        url = wait_for(lambda: re.search(r'"url": "(http://127\.0\.0\.1:\d+)"', a.stderr()), "the URL").group(1)
-        wait_for(lambda: a.kinds("tick.completed"), "a tick")
+        url = wait_for(lambda: re.search(r'"url": "(http://127\.0\.0\.1:\d+)"', a.stderr()), "the URL",
+                       timeout=90).group(1)
+        wait_for(lambda: a.kinds("tick.completed"), "a tick", timeout=90)
         r = httpx.get(url + "/healthz", timeout=10)
         assert r.status_code == 200, r.text
         fams = {f.name: f for f in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=10).text)}
         assert fams["fleet_agent_ticks"].samples
-        wait_for(lambda: '"http.unavailable"' in b.stderr() and b.kinds("tick.completed"), "b ticking without HTTP")
+        wait_for(lambda: '"http.unavailable"' in b.stderr() and b.kinds("tick.completed"), "b ticking without HTTP",
+                 timeout=90)
         assert "cannot listen on" in b.stderr()
         assert a.stop() == 0 and b.stop() == 0
     finally:

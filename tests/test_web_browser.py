@@ -76,9 +76,9 @@ def test_browser_overview_ack_and_time_travel_against_a_running_daemon(tmp_path,
                                               title="host <b>4417</b> keeps failing", raised_by="operator")
     d = start_daemon(tmp_path, cfg)
     daemons.append(d)
-    m = wait_for(lambda: re.search(r'"url": "(http://127\.0\.0\.1:\d+)"', d.stderr()), "the console's URL")
+    m = wait_for(lambda: re.search(r'"url": "(http://127\.0\.0\.1:\d+)"', d.stderr()), "the console's URL", timeout=90)
     url = m.group(1)
-    wait_for(lambda: len(d.kinds("tick.completed")) >= 3, "three ticks")
+    wait_for(lambda: len(d.kinds("tick.completed")) >= 3, "three ticks", timeout=90)
 
     shots = tmp_path / "screenshots"
     shots.mkdir()

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import structlog
+
 from agent import config, feedback, status
 from agent.app import App
 from agent.config import Settings
@@ -24,7 +26,7 @@ from agent.events import KINDS, Event, render
 from agent.prompts import Prompts
 from agent.web import charts, spend
 from agent.web.auth import Auth
-from agent.web.metrics import State, Totals, db_bytes, fold, registry_for
+from agent.web.metrics import LogCollector, State, Totals, db_bytes, fold, registry_for
 
 TICK_KINDS = ("tick.started", "tick.completed", "tick.failed")
 PAGE = 100
@@ -61,12 +63,21 @@ class Console:
         self.daemon = daemon
         self.start_problem = start_problem
         self.lock = threading.RLock()
-        self.registry = registry_for(self)
+        self.collector = LogCollector(self)
+        self.registry = registry_for(self.collector)
         self._tool_specs: list[dict[str, Any]] | None = None
         self.rates = spend.Rates()  # the observed $/h, read incrementally (under ``lock``)
 
     def close(self) -> None:
-        self.app.close()
+        with self.lock:
+            self.app.close()
+
+    def warm(self) -> None:
+        """Fold the whole log into the metrics now (seconds at 10^6 events), so the first scrape is fast."""
+        try:
+            list(self.collector.collect())
+        except Exception as e:  # noqa: BLE001 - a warm-up that fails leaves the fold to the first scrape
+            structlog.get_logger(__name__).warning("http.metrics_warmup_failed", error=type(e).__name__)
 
     @property
     def log(self) -> Any:

@@ -184,10 +184,10 @@ class LogCollector(Collector):
             yield from gauge_metrics(state)
 
 
-def registry_for(console: Any) -> CollectorRegistry:
+def registry_for(collector: LogCollector) -> CollectorRegistry:
     """A registry of its own (never the global one) holding the log collector."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(LogCollector(console))
+    reg.register(collector)
     return reg
 
 

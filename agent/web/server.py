@@ -58,6 +58,7 @@ class WebServer:
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="http",
                                         daemon=True)
         self._thread.start()
+        threading.Thread(target=self.console.warm, name="http-metrics-warmup", daemon=True).start()
         log.info("http.listening", url=self.url, writes="token" if self.console.auth.enabled else "off")
         return self
 
