@@ -215,6 +215,25 @@ class AlertSettings:
 
 
 @dataclass(frozen=True)
+class HttpSettings:
+    """``http:`` the metrics, health and console endpoint the daemon (and ``fleet-agent web``) serves."""
+
+    # HOST:PORT to listen on; null = no HTTP endpoint.
+    listen: str | None = "127.0.0.1:9464"
+    # Writes (ack, note) need this token, as a bearer header or through the login form. Without one the
+    # console is read-only; listening beyond loopback without one is refused.
+    token_file: str | None = None
+    token_credential: str | None = None
+    # The operator name recorded on every action taken with the token.
+    token_name: str = "web"
+
+    @property
+    def token_ref(self) -> SecretRef:
+        """Where the token comes from: the file, else the systemd credential (never the environment)."""
+        return SecretRef(None, self.token_file, self.token_credential)
+
+
+@dataclass(frozen=True)
 class Settings:
     """The whole configuration file, validated; paths resolve against the file's directory."""
 
@@ -231,6 +250,7 @@ class Settings:
     fleet: FleetSettings = field(default_factory=FleetSettings)
     policy: PolicySettings = field(default_factory=PolicySettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
     # Where this came from (not a YAML key).
     source_path: str | None = field(default=None, compare=False, metadata={"internal": True})
 
@@ -276,6 +296,23 @@ class Settings:
     def model_api_key(self, env: typing.Mapping[str, str] | None = None) -> Secret | None:
         """The model server's key, or None (many local servers need none)."""
         return find_secret("model.api_key", self.model.key_ref, self, env)
+
+    def http_token(self, env: typing.Mapping[str, str] | None = None) -> Secret | None:
+        """The console's write token: None when none is configured; a ConfigError when one is configured
+        and cannot be found (a console that should accept writes must not silently refuse them all)."""
+        ref = self.http.token_ref
+        if ref.file is None and ref.credential is None:
+            return None
+        token = find_secret("http.token", ref, self, env)
+        if token is None:
+            where = " or ".join(x for x in (f"the file {self.path(ref.file)}" if ref.file else "",
+                                            f"the credential {ref.credential}" if ref.credential else "") if x)
+            raise ConfigError(f"http.token: no token found in {where}; write the token there "
+                              "(one line), or set http.token_file and http.token_credential to null")
+        if len(token.reveal()) < 16:
+            raise ConfigError(f"http.token: the token from {token.origin} is shorter than 16 characters; "
+                              "use a long random one, e.g. from 'openssl rand -hex 32'")
+        return token
 
 
 # ------------------------------------------------------------------ secrets
@@ -667,12 +704,51 @@ def _check_limits(s: Settings, loc: _Loc) -> None:
             raise loc.error(key, "must start with http:// or https://")
 
 
+def split_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 = any free port, logged at start) -> (host, port);
+    ValueError saying what is wrong."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{listen!r} is not HOST:PORT with a port from 0 (any free port) to 65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_http(h: HttpSettings, loc: _Loc) -> None:
+    if h.listen is not None:
+        try:
+            host, _port = split_listen(h.listen)
+        except ValueError as e:
+            raise loc.error("http.listen", f"{e}; write e.g. 127.0.0.1:9464, or null for no endpoint") from None
+        if not is_loopback(host) and h.token_file is None and h.token_credential is None:
+            raise loc.error("http.listen", f"{host} is reachable beyond this machine and no token is set; set "
+                            "http.token_file or http.token_credential, or listen on 127.0.0.1")
+    if not h.token_name.strip() or len(h.token_name) > 64 or any(
+            c in "[]" or not c.isprintable() for c in h.token_name):
+        raise loc.error("http.token_name", "a name of 1-64 printable characters without brackets "
+                        "(it is recorded as the operator on every action)")
+
+
 def _check(s: Settings, loc: _Loc) -> None:
     """Rules across values that types alone cannot state; the first broken one is raised."""
     _check_names(s, loc)
     _check_context(s.context, loc)
     _check_schedule(s.schedule, loc)
     _check_limits(s, loc)
+    _check_http(s.http, loc)
 
 
 def parse(text: str, file: str = "<config>") -> Settings:

@@ -211,6 +211,7 @@ class Daemon:
         self._withheld: str | None = None
         self._reconciled = reconcile_fn is None  # the start-up reconcile ran (or there is none)
         self._activity: str | None = None  # what the worker does now ("tick 4 running since ...")
+        self._web: Any = None  # the HTTP endpoint (agent.web.WebServer), when http.listen is set
         self._summary: str | None = None  # the last tick's outcome, for STATUS=
         self._reload_problem: str | None = None  # why the last reload was refused, until one succeeds
         self._broken: str | None = None  # why the log was refused mid-run
@@ -246,6 +247,7 @@ class Daemon:
                      data_dir=str(s.data_path), schedule=schedule_text(s.schedule),
                      config_hash=s.config_hash()[:12])
             log.info("config.effective", settings=effective(s))
+            self._web = self._start_web(s, prompts)
             old_handlers = self._install_signals()
             # Ready before the worker starts: its start-up reconcile may wait on vast.ai for long.
             self.notifier.ready(f"running; {schedule_text(s.schedule)}; first tick now")
@@ -262,12 +264,29 @@ class Daemon:
             log.info("daemon.stopped", reason=reason, exit_code=code)
             return code
         finally:
+            if self._web is not None:
+                self._web.stop()
             self._restore_signals(old_handlers)
             if self.events is not None:
                 self.events.close()
             if self._idle.is_set() and self.app is not None:
                 self.app.close()
             self.lock.release()
+
+    def _start_web(self, s: Settings, prompts: Prompts) -> Any:
+        """Metrics, health and the console from this process (``http.listen``), on a connection of their
+        own. A console that cannot start is logged and the daemon ticks on without it."""
+        if s.http.listen is None:
+            return None
+        from agent.web import Console, WebServer
+
+        try:
+            console = Console(s, env=self.env, prompts=prompts,
+                              daemon=lambda: {"status": self.status_text(), "next_run": self._next_run()})
+            return WebServer(console, s.http.listen).start()
+        except FleetAgentError as e:
+            log.error("http.unavailable", error=scrub(str(e))[:300])
+            return None
 
     def _make_app(self, settings: Settings, prompts: Prompts) -> App:
         # The prompts read at start or reload, not re-read mid-run; the daemon holds the

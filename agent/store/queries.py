@@ -154,6 +154,28 @@ _INTENTS_SINCE = ("SELECT COUNT(*) FROM intents i JOIN events e ON e.seq = i.cal
                   "WHERE i.tool = ? AND e.ts >= ?")
 
 
+# What metrics count, grouped by kind and up to two labels, with the model's token sums.
+_METRIC_TOTALS = """
+SELECT kind,
+  CASE kind WHEN 'tick.failed' THEN COALESCE(json_extract(payload, '$.error_kind'), 'other')
+            WHEN 'tool.result' THEN json_extract(payload, '$.name')
+            WHEN 'policy.blocked' THEN json_extract(payload, '$.rule')
+            WHEN 'context.compacted' THEN json_extract(payload, '$.method') END AS a,
+  CASE kind WHEN 'tool.result' THEN CASE WHEN json_extract(payload, '$.ok') THEN 'ok' ELSE 'error' END
+            WHEN 'policy.blocked' THEN json_extract(payload, '$.name') END AS b,
+  COUNT(*) AS n,
+  SUM(CASE WHEN kind = 'model.response' THEN json_extract(payload, '$.usage.prompt_tokens') END) AS prompt,
+  SUM(CASE WHEN kind = 'model.response' THEN json_extract(payload, '$.usage.cached_tokens') END) AS cached,
+  SUM(CASE WHEN kind = 'model.response' THEN json_extract(payload, '$.usage.completion_tokens') END) AS completion,
+  SUM(CASE WHEN kind = 'tick.completed' AND COALESCE(json_array_length(payload, '$.actions'), 0) = 0
+           THEN 1 ELSE 0 END) AS idle
+FROM events
+WHERE seq > ? AND seq <= ? AND kind IN ('tick.completed', 'tick.failed', 'model.response', 'tool.result',
+                                        'policy.blocked', 'context.compacted')
+GROUP BY kind, a, b
+"""
+
+
 class Store:
     """The queries against one connection: the log's own, or the one an append transaction holds open."""
 
@@ -388,6 +410,74 @@ class Store:
         rows = self._rows("alerts", "status = 'open' OR (status = 'resolved' AND notified_reason IN "
                           "('opened', 'repeat'))", order_by="id")
         return [Alert(**r) for r in rows]
+    # ------------------------------------------------------------------ the console and metrics
+
+    def metric_totals(self, since: int, until: int) -> list[dict[str, Any]]:
+        """Counts and token sums of the events in (since, until] that metrics count, grouped by kind and
+        by one or two labels: the failure kind of a failed tick, a tool's name and outcome, a policy rule,
+        a compaction's method. Sums: prompt, cached and completion tokens of model responses; ticks
+        whose model took no action (``idle``)."""
+        return self._query(_METRIC_TOTALS, [since, until])
+
+    def tick_durations(self, since: int, until: int) -> list[float]:
+        """The ``duration_ms`` of every completed tick in (since, until], in order."""
+        rows = self._query("SELECT json_extract(payload, '$.duration_ms') AS d FROM events"
+                           " WHERE kind = 'tick.completed' AND seq > ? AND seq <= ? ORDER BY seq", [since, until])
+        return [float(r["d"]) for r in rows if isinstance(r["d"], int | float)]
+
+    def fleet_rates(self, *, after_seq: int, since_ts: str) -> list[tuple[int, str, float | None]]:
+        """(seq, ts, fleet $/h) of every tick's observation after ``after_seq`` and at or after ``since_ts``,
+        oldest first. With no ``after_seq`` the time bound becomes a seq bound first, so only tick.started rows
+        are read; ``since_ts`` is not applied after that (callers drop older points themselves)."""
+        if after_seq == 0:
+            # Through the ts index (MIN(seq) ... WHERE ts >= ? would walk the table from seq 1).
+            first = self._value("SELECT seq FROM events WHERE ts >= ? ORDER BY ts LIMIT 1", [since_ts])
+            if first is None:
+                return []
+            after_seq = int(first) - 1
+        rows = self._query("SELECT seq, ts, json_extract(payload, '$.observation.fleet_dph') AS dph FROM events"
+                           " WHERE kind = 'tick.started' AND seq > ? ORDER BY seq", [after_seq])
+        return [(int(r["seq"]), str(r["ts"]), _num(r["dph"])) for r in rows]
+
+    def last_event_ts(self, kinds: Sequence[str]) -> str | None:
+        """The ts of the newest event of any of ``kinds``."""
+        marks = ",".join("?" * len(kinds))
+        v = self._value(f"SELECT ts FROM events WHERE seq = (SELECT MAX(seq) FROM events WHERE kind IN ({marks}))",
+                        list(kinds))
+        return None if v is None else str(v)
+
+    def tick_request_seqs(self, tick: int) -> list[int]:
+        """The seqs of the model requests tick ``tick`` sent, in order."""
+        rows = self._query("SELECT seq FROM events WHERE kind = 'model.request' AND tick = ? ORDER BY seq", [tick])
+        return [int(r["seq"]) for r in rows]
+
+    def latest_tick(self) -> int | None:
+        """The tick of the newest ``tick.started`` (tick numbers grow with seq; this reads one index entry
+        where MAX(tick) would read every tick.started row)."""
+        v = self._value("SELECT tick FROM events WHERE kind = 'tick.started' ORDER BY seq DESC LIMIT 1")
+        return None if v is None else int(v)
+
+    def events_page(self, *, before: int | None, after: int, kinds: Sequence[str], limit: int) -> list[int]:
+        """Seqs for one page of the timeline: newest first below ``before`` (or the newest), above ``after``,
+        of the given kind prefixes (``tool.`` matches every tool kind) or all kinds."""
+        where: list[str] = ["seq > ?"]
+        args: list[Any] = [after]
+        if before is not None:
+            where.append("seq < ?")
+            args.append(before)
+        if kinds:
+            where.append("(" + " OR ".join("kind = ? OR substr(kind, 1, ?) = ?" for _ in kinds) + ")")
+            for k in kinds:
+                prefix = k.rstrip("*").rstrip(".") + "."
+                args += [k, len(prefix), prefix]
+        rows = self._query(f"SELECT seq FROM events WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
+                           [*args, limit])
+        return [int(r["seq"]) for r in rows]
+
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def _intent(r: dict[str, Any]) -> Intent:
