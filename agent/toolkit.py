@@ -73,6 +73,8 @@ class ToolContext:
     # This tick's rents that created an instance, by label -> (instance id, $/h): the caps count
     # them directly, whatever the ownership read model made of their ids.
     rented: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # Who runs these calls when an operator does (a manual destroy), else None: the model.
+    operator: str | None = None
 
     def owned_ids(self) -> set[int]:
         return set(self.log.store.owned_instance_ids())

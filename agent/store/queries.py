@@ -21,7 +21,7 @@ from agent.store.db import database, sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
 
 __all__ = ["Alert", "Directive", "FailedRun", "Instance", "Intent", "KnowledgeVersion", "Memory", "OpenTick",
-           "Store"]
+           "Rental", "Store"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,18 @@ class OpenTick:
     tick: int
     seq: int  # of its tick.started
     ts: str
+
+
+@dataclass(frozen=True)
+class Rental:
+    """An instance of ours with the times its rent and its end were logged (``end_ts`` None: live)."""
+
+    instance_id: int
+    gpu_name: str | None
+    dph: float | None
+    label: str
+    start_ts: str
+    end_ts: str | None = None
 
 
 @dataclass(frozen=True)
@@ -347,6 +359,28 @@ class Store:
     def row_counts(self, tables: Iterable[str] = READ_MODEL_TABLES) -> dict[str, int]:
         """table -> rows, for each read-model table."""
         return {t: self._db.table(t).count for t in tables}
+
+    # ------------------------------------------------------------------ money and steering
+
+    def rentals(self) -> list[Rental]:
+        """Every instance this agent rented or adopted, with when its rent (or adoption) and its end
+        (destroy result or ``instance.gone``) were logged; by id."""
+        rows = self._query(
+            "SELECT i.instance_id, i.gpu_name, i.dph, i.label, s.ts AS start_ts, d.ts AS end_ts"
+            " FROM instances i JOIN events s ON s.seq = i.rented_seq"
+            " LEFT JOIN events d ON d.seq = i.destroyed_seq ORDER BY i.instance_id")
+        return [Rental(**r) for r in rows]
+
+    def host_failures_since(self, host_id: int, ts: str) -> int:
+        """``host.failed`` events for ``host_id`` logged at or after ``ts``."""
+        return int(self._value("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= ?"
+                               " AND json_extract(payload, '$.host_id') = ?", [ts, host_id]))
+
+    def host_failure_logged(self, instance_id: int, status: str) -> bool:
+        """Whether a ``host.failed`` for this instance entering ``status`` is already logged."""
+        return self._value("SELECT 1 FROM events WHERE kind = 'host.failed'"
+                           " AND json_extract(payload, '$.instance_id') = ?"
+                           " AND json_extract(payload, '$.status') = ? LIMIT 1", [instance_id, status]) is not None
 
 
 def _intent(r: dict[str, Any]) -> Intent:
