@@ -65,7 +65,7 @@ def result_payload(call_id: str, name: str, outcome: Outcome, *, recovered: bool
     return p
 
 
-def log_result(log: EventLog, call: ToolCall, outcome: Outcome, tick: int) -> Outcome:
+def log_result(log: EventLog, call: ToolCall, outcome: Outcome, tick: int | None) -> Outcome:
     log.append("tool.result", result_payload(call["id"], call["name"], outcome), "tool", tick)
     return outcome
 

@@ -383,3 +383,18 @@ def note_host_failures(log: EventLog, settings: Settings, obs: dict[str, Any], t
                              detail=why, tick=tick, settings=settings)
         excluded.append(hid)
     return excluded
+
+
+def note_in_force(log: EventLog, tick: int | None) -> Event | None:
+    """At a tick's start, while a pause or an override is in force, restate them to the agent."""
+    p = paused(log)
+    ovs = active_overrides(log)
+    if p is None and not ovs:
+        return None
+    payload: dict[str, Any] = {
+        "paused": None if p is None else {"id": p.id, "by": p.by, "reason": p.reason, "since": p.ts,
+                                          "until": p.until},
+        "overrides": [{"id": o.id, "key": o.key, "value": o.value, "by": o.by, "until": o.until}
+                      for o in sorted(ovs.values(), key=lambda o: o.id)],
+    }
+    return log.append("steering.in_force", payload, "system", tick)

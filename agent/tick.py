@@ -209,6 +209,7 @@ def _start(run: _Run) -> ToolContext | TickResult:
         return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
     obs = observe(app, ctx, tick)
     log.append("tick.started", {"observation": obs}, "scheduler", tick)
+    steering.note_in_force(log, tick)
     feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
     feedback.check_conditions(log, s, obs, tick)
     steering.note_host_failures(log, s, obs, tick)

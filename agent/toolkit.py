@@ -67,7 +67,7 @@ class ToolContext:
     vast: VastClient
     demand: DemandClient | None
     policy: Policy
-    tick: int
+    tick: int | None  # None: an operator's manual action, outside any tick
     instances: list[Instance] = field(default_factory=list)
     clock: Callable[[], float] = time.time
     # This tick's rents that created an instance, by label -> (instance id, $/h): the caps count

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.events.event import Event, JsonArray, Message
+from agent.events.event import Event, JsonArray, JsonObject, Message
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import Payload
 from agent.events.rendering import inline, ts_minute, user
@@ -200,3 +200,31 @@ _define("operator.destroy", "An operator asked to destroy an instance (the tool 
         Version(1, OperatorDestroyV1, _r_operator_destroy_v1))
 _define("operator.drain", "An operator drained the fleet: every instance of ours destroyed, then a pause.",
         Version(1, OperatorDrainV1, _r_operator_drain_v1))
+
+
+# ---------------------------------------------------------------- what binds, restated each tick
+
+
+@dataclass(frozen=True, kw_only=True)
+class SteeringInForceV1(Payload):
+    paused: JsonObject | None = None  # {"id", "by", "reason", "since", "until"}
+    overrides: JsonArray | None = None  # of {"id", "key", "value", "by", "until"}
+
+
+def _r_steering_v1(e: Event, p: SteeringInForceV1) -> Message:
+    """``[system · steering in force]`` then one line for the pause (who, since, until, why) and one
+    ``[policy override #N · by] key value until TIME UTC`` line per override in force."""
+    lines = ["[system · steering in force] operator steering that binds this tick, enforced in code:"]
+    if p.paused:
+        x = p.paused
+        lines.append(f"- PAUSED (#{x.get('id')} · {inline(x.get('by'))}) since {ts_minute(str(x.get('since')))} "
+                     f"{_until(x.get('until'), 'until resumed')}: no rent, destroy or reboot runs"
+                     f"{_why(x.get('reason'))}")
+    for o in p.overrides or []:
+        lines.append(f"- [policy override #{o.get('id')} · {inline(o.get('by'))}] {inline(o.get('key'))} "
+                     f"{_value(o.get('value'))} {_until(o.get('until'), 'until reset')}")
+    return user("\n".join(lines))
+
+
+_define("steering.in_force", "At a tick's start: the pause and the policy overrides in force, restated so the "
+        "agent sees them whatever compaction summarised.", Version(1, SteeringInForceV1, _r_steering_v1))
