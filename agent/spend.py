@@ -7,8 +7,9 @@ while it lives. That is what vast.ai bills at most: it charges only storage whil
 boots, so the log's figure is an upper bound within a boot's minutes.
 
 Periods are UTC: the day from 00:00, the week from Monday 00:00, the month from the 1st.
-``policy.max_daily_spend`` / ``policy.max_monthly_spend`` refuse a rent when the spend so far plus
-what the new instance would cost by the period's end exceeds the budget; an alert opens at 80 %.
+``policy.max_daily_spend`` / ``policy.max_monthly_spend`` refuse a rent when the spend so far, plus
+what the live fleet and the new instance would cost by the period's end, exceeds the budget; an
+alert opens when the spend so far reaches 80 %.
 """
 
 from __future__ import annotations
@@ -92,22 +93,24 @@ _BUDGETS = (("max_daily_spend", "today", "today"), ("max_monthly_spend", "month"
 
 def budget_block(log: EventLog, policy: PolicySettings, new_dph: float) -> Block | None:
     """A Block when renting at ``new_dph`` would take a period's spend past its budget: the spend so
-    far plus what the new instance would cost by the period's end."""
+    far, plus what the live fleet costs by the period's end, plus what the new instance would add."""
     budgets = [(k, name, what, getattr(policy, k)) for k, name, what in _BUDGETS if getattr(policy, k) is not None]
     if not budgets:
         return None
     now = log.clock()
     rentals = log.store.rentals()
+    live_dph = sum(float(r.dph or 0.0) for r in rentals if r.end_ts is None)
     ps = periods(now)
     for key, name, what, budget in budgets:
         p = ps[name]
         so_far = spent(rentals, p, now)
         hours = (p.end - now).total_seconds() / 3600
-        add = new_dph * hours
-        if so_far + add > budget + 1e-9:
-            return Block(key, f"${so_far:.2f} spent {what} + ${add:.2f} this instance would add by "
-                         f"{utc_ts(p.end)[:16].replace('T', ' ')} UTC (${new_dph:.3f}/h x {hours:.1f} h) = "
-                         f"${so_far + add:.2f} > budget ${budget:.2f}")
+        fleet, add = live_dph * hours, new_dph * hours
+        if so_far + fleet + add > budget + 1e-9:
+            end = utc_ts(p.end)[:16].replace("T", " ")
+            return Block(key, f"${so_far:.2f} spent {what} + ${fleet:.2f} the live fleet costs by {end} UTC + "
+                         f"${add:.2f} this instance would add (${new_dph:.3f}/h x {hours:.1f} h) = "
+                         f"${so_far + fleet + add:.2f} > budget ${budget:.2f}")
     return None
 
 
