@@ -1,10 +1,11 @@
 """Money from the log: what the fleet spent, and the budgets enforced before every rent.
 
 Spend is computed from the log's own rental history: each instance of ours costs its $/h (the
-offer's ``dph_total``, which vast.ai prices with the storage rented) from the moment its rent
-(or adoption) was logged until its destroy result or ``instance.gone`` was logged, or until now
-while it lives. That is what vast.ai bills at most: it charges only storage while an instance
-boots, so the log's figure is an upper bound within a boot's minutes.
+offer's ``dph_total``, which vast.ai prices with the storage rented) between its rent (or
+adoption) and its destroy result or ``instance.gone`` (or now, while it lives), for the time the
+ticks' observations saw it running: vast.ai bills the $/h only while an instance runs (storage
+otherwise), so an instance stuck loading or whose container never started costs next to
+nothing. ``segments`` says how the time between two observations is counted.
 
 Periods are UTC: the day from 00:00, the week from Monday 00:00, the month from the 1st.
 ``policy.max_daily_spend`` / ``policy.max_monthly_spend`` refuse a rent when the spend so far, plus
@@ -48,44 +49,93 @@ def periods(now: datetime) -> dict[str, Period]:
             "month": Period("month", month, next_month)}
 
 
-def cost(r: Rental, t0: datetime, t1: datetime, now: datetime) -> float:
-    """What rental ``r`` cost between ``t0`` and ``t1`` (nothing after ``now``)."""
-    start = max(_dt(r.start_ts), t0)
-    end = min(_dt(r.end_ts) if r.end_ts else now, t1, now)
-    secs = (end - start).total_seconds()
-    return max(0.0, secs) * float(r.dph or 0.0) / 3600.0
+Segment = tuple[datetime, datetime, float]  # (from, to, share of the $/h billed)
 
 
-def spent(rentals: list[Rental], p: Period, now: datetime) -> float:
-    return sum(cost(r, p.start, p.end, now) for r in rentals)
+def segments(r: Rental, seen: list[tuple[str, bool]], now: datetime) -> list[Segment]:
+    """When rental ``r`` billed its $/h, from the ticks' observations of it (``seen``: ts, running).
+
+    vast.ai bills an instance's $/h while it runs and only its storage otherwise. Between two
+    observations that both saw it running it billed throughout; between two that did not, nothing
+    (storage aside); across a change, half the interval (the change happened in between). From the rent
+    to the first observation, half if that saw it running; from the last observation to its end, all if
+    it was running. An instance no tick observed bills from its rent to its end (an upper bound)."""
+    start = _dt(r.start_ts)
+    end = _dt(r.end_ts) if r.end_ts else now
+    pts = [(t, run) for t, run in ((_dt(ts), run) for ts, run in seen) if start <= t <= end]
+    if not pts:
+        return [(start, end, 1.0)]
+    out: list[Segment] = [(start, pts[0][0], 0.5 if pts[0][1] else 0.0)]
+    for (a, ra), (b, rb) in zip(pts, pts[1:], strict=False):
+        out.append((a, b, 1.0 if ra and rb else 0.5 if ra != rb else 0.0))
+    out.append((pts[-1][0], end, 1.0 if pts[-1][1] else 0.0))
+    return out
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The rentals of ours and when each billed, as of ``now``."""
+
+    now: datetime
+    rentals: list[Rental]
+    billed: dict[int, list[Segment]]
+
+    @classmethod
+    def of(cls, log: EventLog, since: datetime | None = None) -> Ledger:
+        """From the log; observations from ``since`` on (None: all), enough for periods after it."""
+        now = log.clock()
+        rentals = log.store.rentals()
+        seen = log.store.observed_running(utc_ts(since) if since else "")
+        return cls(now, rentals, {r.instance_id: segments(r, seen.get(r.instance_id, []), now) for r in rentals})
+
+    def cost(self, r: Rental, t0: datetime, t1: datetime) -> float:
+        """What rental ``r`` cost between ``t0`` and ``t1`` (nothing after now)."""
+        total = 0.0
+        for a, b, share in self.billed[r.instance_id]:
+            lo, hi = max(a, t0), min(b, t1, self.now)
+            if hi > lo and share:
+                total += (hi - lo).total_seconds() * share
+        return total * float(r.dph or 0.0) / 3600.0
+
+    def spent(self, p: Period) -> float:
+        return sum(self.cost(r, p.start, p.end) for r in self.rentals)
+
+    def live_dph(self) -> float:
+        return sum(float(r.dph or 0.0) for r in self.rentals if r.end_ts is None)
 
 
 def report(log: EventLog) -> dict[str, Any]:
     """Spend today, this week, this month, per instance and per GPU model, and the live run rate."""
-    now = log.clock()
-    rentals = log.store.rentals()
+    led = Ledger.of(log)
+    now = led.now
     ps = periods(now)
     per: dict[str, Any] = {name: {"start": utc_ts(p.start), "end": utc_ts(p.end),
-                                  "spent": round(spent(rentals, p, now), 4)} for name, p in ps.items()}
+                                  "spent": round(led.spent(p), 4)} for name, p in ps.items()}
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    month = ps["month"]
     instances = []
     by_gpu: dict[str, dict[str, Any]] = {}
     grand = 0.0
-    for r in rentals:
-        total = cost(r, epoch, now, now)
+    for r in led.rentals:
+        total = led.cost(r, epoch, now)
+        in_month = led.cost(r, month.start, month.end)
         grand += total
         end = _dt(r.end_ts) if r.end_ts else now
         instances.append({"instance_id": r.instance_id, "gpu_name": r.gpu_name, "dph": r.dph, "label": r.label,
                           "start": r.start_ts, "end": r.end_ts, "live": r.end_ts is None,
                           "hours": round(max(0.0, (end - _dt(r.start_ts)).total_seconds()) / 3600, 4),
-                          "spent": round(total, 4), "month": round(cost(r, ps["month"].start, ps["month"].end, now), 4)})
+                          "spent": round(total, 4), "month": round(in_month, 4)})
         g = by_gpu.setdefault(r.gpu_name or "?", {"instances": 0, "spent": 0.0, "month": 0.0})
         g["instances"] += 1
         g["spent"] = round(g["spent"] + total, 4)
-        g["month"] = round(g["month"] + cost(r, ps["month"].start, ps["month"].end, now), 4)
+        g["month"] = round(g["month"] + in_month, 4)
     return {"as_of": utc_ts(now), "periods": per, "total": round(grand, 4),
-            "run_rate_dph": round(sum(float(r.dph or 0) for r in rentals if r.end_ts is None), 4),
-            "instances": instances, "by_gpu": dict(sorted(by_gpu.items()))}
+            "run_rate_dph": round(led.live_dph(), 4), "instances": instances, "by_gpu": dict(sorted(by_gpu.items()))}
+
+
+def _window(ps: dict[str, Period]) -> datetime:
+    """Where observations must start for the day's and the month's spend (a day of margin)."""
+    return min(ps["today"].start, ps["month"].start) - timedelta(days=1)
 
 
 _BUDGETS = (("max_daily_spend", "today", "today"), ("max_monthly_spend", "month", "this month"))
@@ -97,13 +147,12 @@ def budget_block(log: EventLog, policy: PolicySettings, new_dph: float) -> Block
     budgets = [(k, name, what, getattr(policy, k)) for k, name, what in _BUDGETS if getattr(policy, k) is not None]
     if not budgets:
         return None
-    now = log.clock()
-    rentals = log.store.rentals()
-    live_dph = sum(float(r.dph or 0.0) for r in rentals if r.end_ts is None)
-    ps = periods(now)
+    ps = periods(log.clock())
+    led = Ledger.of(log, since=_window(ps))
+    now, live_dph = led.now, led.live_dph()
     for key, name, what, budget in budgets:
         p = ps[name]
-        so_far = spent(rentals, p, now)
+        so_far = led.spent(p)
         hours = (p.end - now).total_seconds() / 3600
         fleet, add = live_dph * hours, new_dph * hours
         if so_far + fleet + add > budget + 1e-9:
@@ -118,13 +167,15 @@ def check_budgets(log: EventLog, settings: Settings, policy: PolicySettings, tic
     """Open an alert when a period's spend reaches 80 % of its budget; resolve it when it is below."""
     from agent import feedback
 
-    now = log.clock()
-    rentals = log.store.rentals()
-    ps = periods(now)
+    if policy.max_daily_spend is None and policy.max_monthly_spend is None and not log.store.live_alerts(
+            prefix="spend:"):
+        return
+    ps = periods(log.clock())
+    led = Ledger.of(log, since=_window(ps))
     for key, name, what in _BUDGETS:
         budget = getattr(policy, key)
         akey = f"spend:{name}"
-        so_far = spent(rentals, ps[name], now)
+        so_far = led.spent(ps[name])
         if budget is not None and so_far >= ALERT_SHARE * budget:
             share = so_far / budget if budget > 0 else 1.0
             feedback.raise_alert(log, key=akey, severity="warning" if share < 1 else "critical",

@@ -31,23 +31,23 @@ def _cli(app: Any, *argv: str) -> int:
 
 
 def test_spend_agrees_with_the_simulators_billing_within_one_percent(sim, make_app, fake_model, capsys):
-    """Three instances rented through ticks, one destroyed after 2 h, the others run 6 h: the log's spend
-    (each rent to its destroy at $/h) is within 1 % of what the simulator billed, in total and per GPU
-    model, and `spend --json` prints the same figures."""
+    """Three instances rented through ticks every 5 minutes, one destroyed after an hour, the others run
+    4 h: the log's spend (each at its $/h while the ticks saw it running) is within 1 % of what the
+    simulator billed in total (within 5 % per GPU model, where a boot weighs more), and `spend --json` prints the same figures."""
     app = make_app(policy={"max_rents_per_hour": 100})
     offers = _good_offers(sim, app.settings, 3)
     fake_model.enqueue(reply("rent", tool_calls=[_rent(o["id"]) for o in offers]), reply("done"))
     assert run_tick(app).ok
     ours = sorted(sim.instances)
     assert len(ours) == 3
-    sim.advance(2 * 3600)
-    fake_model.enqueue(reply("one less", tool_calls=[("destroy_instance", {"instance_id": ours[0],
-                                                                           "reason": "scripted"})]), reply("ok"))
-    assert run_tick(app).ok
+    for n in range(1, 48):
+        sim.advance(300)
+        if n == 12:
+            fake_model.enqueue(reply("one less", tool_calls=[("destroy_instance", {"instance_id": ours[0],
+                                                                                   "reason": "scripted"})]))
+        fake_model.enqueue(reply("ok"))
+        assert run_tick(app).ok
     assert ours[0] not in sim.instances
-    sim.advance(4 * 3600)
-    fake_model.enqueue(reply("nothing"))
-    assert run_tick(app).ok
 
     billed = sim.billing()
     rep = spend.report(app.log)
@@ -58,15 +58,15 @@ def test_spend_agrees_with_the_simulators_billing_within_one_percent(sim, make_a
     for iid in ours:
         g = sim.destroyed.get(iid, sim.instances.get(iid))["gpu_name"]
         by_gpu[g] = by_gpu.get(g, 0.0) + billed[iid]
-    for g, v in by_gpu.items():
-        assert abs(rep["by_gpu"][g]["spent"] - v) / v < 0.01
+    for g, v in by_gpu.items():  # one model may hold only the instance that ran an hour: a boot's share is larger
+        assert abs(rep["by_gpu"][g]["spent"] - v) / v < 0.05
     capsys.readouterr()
     assert _cli(app, "spend", "--json") == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["total"] == rep["total"]
     assert {i["instance_id"] for i in shown["instances"]} == set(ours)
     assert [i["live"] for i in shown["instances"]] == [False, True, True]
-    # The simulator's clock started at 15:06 UTC: 6 h later it is still the same day, week and month.
+    # The simulator's clock started at 15:06 UTC: 4 h later it is still the same day, week and month.
     assert shown["periods"]["today"]["spent"] == shown["periods"]["month"]["spent"] == shown["total"]
     assert _cli(app, "spend") == 0
     text = capsys.readouterr().out
@@ -104,6 +104,9 @@ def test_monthly_budget_alert_opens_at_eighty_percent_and_resolves_when_the_mont
     hours_to_80 = 0.8 * budget / offer["dph_total"]
     app = make_app(policy={"max_monthly_spend": budget})
     fake_model.enqueue(reply("rent", tool_calls=[_rent(offer["id"])]), reply("done"))
+    assert run_tick(app).ok
+    sim.advance(600)  # the next tick sees it running
+    fake_model.enqueue(reply("nothing"))
     assert run_tick(app).ok
     sim.advance(hours_to_80 * 0.9 * 3600)
     fake_model.enqueue(reply("nothing"))

@@ -259,6 +259,7 @@ def test_drain_pauses_then_destroys_all_of_ours_and_leaves_others(sim, make_app,
     foreign = sim.create_instance(c["id"], label="someone-else")
     assert _cli(app, "drain", "--yes", "--reason", "end of campaign") == 0
     assert sorted(sim.instances) == [foreign]
+    assert sorted(e.payload["instance_id"] for e in events_of(app, "operator.destroy")) == sorted(ours)
     assert steering.paused(app.log) is not None
     kinds = [e.kind for e in app.log.read(0) if e.kind in ("operator.drain", "fleet.paused", "operator.destroy")]
     assert kinds == ["operator.drain", "fleet.paused", "operator.destroy", "operator.destroy"]

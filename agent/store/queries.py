@@ -371,6 +371,20 @@ class Store:
             " LEFT JOIN events d ON d.seq = i.destroyed_seq ORDER BY i.instance_id")
         return [Rental(**r) for r in rows]
 
+    def observed_running(self, since_ts: str) -> dict[int, list[tuple[str, bool]]]:
+        """instance id -> (tick ts, whether it was running) for each tick observation of an instance of
+        ours at or after ``since_ts``, in log order."""
+        rows = self._query(
+            "SELECT e.ts AS ts, json_extract(j.value, '$.id') AS id, json_extract(j.value, '$.status') AS status"
+            " FROM events e, json_each(e.payload, '$.observation.instances') j"
+            " WHERE e.kind = 'tick.started' AND e.ts >= ? AND json_extract(j.value, '$.ours') = 1"
+            " ORDER BY e.seq", [since_ts])
+        out: dict[int, list[tuple[str, bool]]] = {}
+        for r in rows:
+            if isinstance(r["id"], int):
+                out.setdefault(r["id"], []).append((str(r["ts"]), r["status"] == "running"))
+        return out
+
     def host_failures_since(self, host_id: int, ts: str) -> int:
         """``host.failed`` events for ``host_id`` logged at or after ``ts``."""
         return int(self._value("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= ?"
