@@ -25,8 +25,8 @@ def cmd_spend(args: argparse.Namespace, app: App) -> int:
     per = rep["periods"]
     day = f" of {_m(p.max_daily_spend)}" if p.max_daily_spend is not None else ""
     mon = f" of {_m(p.max_monthly_spend)}" if p.max_monthly_spend is not None else ""
-    output.out(f"spend as of {rep['as_of'][:16].replace('T', ' ')} UTC (from the log: $/h incl. storage, rent to "
-               "destroy)")
+    output.out(f"spend as of {rep['as_of'][:16].replace('T', ' ')} UTC (from the log: $/h incl. storage, while "
+               "the ticks saw it running)")
     output.out(f"  today       {_m(per['today']['spent'])}{day}")
     output.out(f"  this week   {_m(per['week']['spent'])}")
     output.out(f"  this month  {_m(per['month']['spent'])}{mon}")
@@ -48,7 +48,7 @@ def cmd_spend(args: argparse.Namespace, app: App) -> int:
 def register(sub: Any) -> None:
     s = sub.add_parser("spend", help="spend today, this week, this month, per instance and GPU model",
                        description="Spend computed from the log's own rental history: each instance of ours at "
-                       "its $/h (storage included) from its rent to its destroy. UTC day, week from Monday, "
+                       "its $/h (storage included) for the time the ticks saw it running, between its rent and its destroy. UTC day, week from Monday, "
                        "calendar month.")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_spend)
