@@ -332,7 +332,8 @@ def _head(*, app: App) -> str | None:
 def reconcile_at_start(app: App) -> None:
     """At daemon start: settle dangling intents before the first tick acts."""
     try:
-        reconcile(app.log, app.vast(), Policy(app.settings), destroy_orphans=app.settings.policy.destroy_orphans,
+        orphans = app.settings.policy.destroy_orphans and steering.paused(app.log) is None
+        reconcile(app.log, app.vast(), Policy(app.settings), destroy_orphans=orphans,
                   settings=app.settings)
     except VastError as e:
         log_.warning("reconcile.deferred", reason=str(e))

@@ -319,3 +319,21 @@ def test_excluding_an_already_excluded_host_changes_nothing(make_app):
     assert app.log.last_seq() == before
     with pytest.raises(FleetAgentError):
         steering.include_host(app.log, app.settings, 78, by="x", reason=None)
+
+
+def test_a_pause_stops_reconcile_from_destroying_orphans_too(sim, make_app, fake_model):
+    """With policy.destroy_orphans, an orphan carrying our label is only alerted on while paused; after
+    `resume` the next tick's reconcile destroys it."""
+    app = make_app(policy={"destroy_orphans": True})
+    s = app.settings
+    offer = _good_offers(sim, s, 1)[0]
+    iid = sim.create_instance(offer["id"], label=f"{s.fleet.label_prefix}{s.agent_id}-0rphan0000001")
+    steering.pause(app.log, by="alice", reason="investigating", until=None)
+    fake_model.enqueue(reply("ok"))
+    assert run_tick(app).ok
+    assert iid in sim.instances and mutating_requests(sim) == []
+    assert app.log.store.live_alerts(key=f"orphan:{iid}")
+    steering.resume(app.log, by="alice", reason=None)
+    fake_model.enqueue(reply("ok"))
+    assert run_tick(app).ok
+    assert iid not in sim.instances
