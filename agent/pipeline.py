@@ -74,9 +74,11 @@ def bind_steering(ctx: ToolContext) -> None:
     """Check the call against the policy in force now: the config with the operator's unexpired
     overrides applied (read from the log at every call, so an override set while a tick runs binds
     its next call)."""
-    effective = steering.effective_policy(ctx.settings, ctx.log)
+    if ctx.configured is None:
+        ctx.configured = ctx.settings
+    effective = steering.effective_policy(ctx.configured, ctx.log)
     if effective != ctx.settings.policy:
-        ctx.settings = dataclasses.replace(ctx.settings, policy=effective)
+        ctx.settings = dataclasses.replace(ctx.configured, policy=effective)
         ctx.policy = Policy(ctx.settings)
 
 

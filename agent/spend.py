@@ -72,6 +72,28 @@ def segments(r: Rental, seen: list[tuple[str, bool]], now: datetime) -> list[Seg
     return out
 
 
+_SEEN: dict[tuple[str, str, str], dict[int, list[tuple[str, bool]]]] = {}
+
+
+def _observations(log: EventLog, since_ts: str) -> dict[int, list[tuple[str, bool]]]:
+    """The ticks' observations of our instances since ``since_ts``; they change only when a tick starts,
+    so every rent check of one tick reads them once."""
+    last = next(iter(log.read(0, kinds=["tick.started"], newest_first=True, limit=1)), None)
+    key = (str(log.path), since_ts, last.id if last is not None else "")
+    if key not in _SEEN:
+        if len(_SEEN) > 8:
+            _SEEN.clear()
+        _SEEN[key] = log.store.observed_running(since_ts)
+    return _SEEN[key]
+
+
+def month_to_date(log: EventLog) -> dict[str, float]:
+    """Spend today and this month (what ``status`` shows), from a month's observations."""
+    ps = periods(log.clock())
+    led = Ledger.of(log, since=_window(ps))
+    return {"today": round(led.spent(ps["today"]), 4), "month": round(led.spent(ps["month"]), 4)}
+
+
 @dataclass(frozen=True)
 class Ledger:
     """The rentals of ours and when each billed, as of ``now``."""
@@ -85,7 +107,7 @@ class Ledger:
         """From the log; observations from ``since`` on (None: all), enough for periods after it."""
         now = log.clock()
         rentals = log.store.rentals()
-        seen = log.store.observed_running(utc_ts(since) if since else "")
+        seen = _observations(log, utc_ts(since) if since else "")
         return cls(now, rentals, {r.instance_id: segments(r, seen.get(r.instance_id, []), now) for r in rentals})
 
     def cost(self, r: Rental, t0: datetime, t1: datetime) -> float:

@@ -169,14 +169,14 @@ def steering_state(app: App) -> dict[str, Any]:
 
     lg = app.log
     p = steering.paused(lg)
-    rep = spend.report(lg)
+    mtd = spend.month_to_date(lg)
     return {
         "paused": None if p is None else {"id": p.id, "by": p.by, "reason": p.reason, "since": p.ts,
                                           "until": p.until},
         "overrides": [{"id": o.id, "key": o.key, "value": o.value, "by": o.by, "reason": o.reason, "until": o.until}
                       for o in steering.active_overrides(lg).values()],
         "excluded_hosts": sorted(steering.excluded_hosts(app.settings, lg)),
-        "spend": {"today": rep["periods"]["today"]["spent"], "month": rep["periods"]["month"]["spent"],
+        "spend": {"today": mtd["today"], "month": mtd["month"],
                   "max_daily_spend": app.settings.policy.max_daily_spend,
                   "max_monthly_spend": app.settings.policy.max_monthly_spend},
     }

@@ -75,6 +75,8 @@ class ToolContext:
     rented: dict[str, tuple[int, float]] = field(default_factory=dict)
     # Who runs these calls when an operator does (a manual destroy), else None: the model.
     operator: str | None = None
+    # The settings as configured; ``settings`` holds them with the operator's overrides applied.
+    configured: Settings | None = None
 
     def owned_ids(self) -> set[int]:
         return set(self.log.store.owned_instance_ids())

@@ -153,6 +153,8 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
     ("policy.override_ended", 1): [
         ("expired", {"override_id": 51, "key": "max_instances", "how": "expired", "by": "system",
                      "config_value": 8}),
+        ("reset_to_off", {"override_id": 53, "key": "max_daily_spend", "how": "reset", "by": "bob",
+                          "config_value": None}),
         ("replaced", {"override_id": 52, "key": "max_total_dph", "how": "replaced", "by": "alice",
                       "config_value": 12.5, "reason": _FORGED_M})],
     ("fleet.paused", 1): [

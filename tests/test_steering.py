@@ -337,3 +337,34 @@ def test_a_pause_stops_reconcile_from_destroying_orphans_too(sim, make_app, fake
     fake_model.enqueue(reply("ok"))
     assert run_tick(app).ok
     assert iid not in sim.instances
+
+
+def test_an_override_set_or_reset_while_a_tick_runs_binds_its_next_call(sim, make_app):
+    """The pipeline reads the overrides at every call: one set between two calls of the same context
+    refuses the second, and its reset lets the third through (overrides never compound)."""
+    from agent.pipeline import run_tool_call
+    from agent.policy import Policy
+    from agent.toolkit import ToolContext, load_tools
+
+    app = make_app(policy={"max_rents_per_hour": 100})
+    a, b, c = _good_offers(sim, app.settings, 3)
+    ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None,
+                      policy=Policy(app.settings), tick=1)
+    ctx.refresh()
+    tools = load_tools()
+
+    def rent(n: int, offer: dict[str, Any]) -> tuple[Any, bool]:
+        call = {"id": f"c{n}", "name": "rent_instance",
+                "arguments": json.dumps({"offer_id": offer["id"], "reason": "s"})}
+        return run_tool_call(tools, ctx, call, dry_run=False)  # type: ignore[arg-type]
+
+    assert rent(1, a)[0].ok
+    steering.set_override(app.log, app.settings, "max_instances", "1", by="alice", reason="r", until=None)
+    steering.set_override(app.log, app.settings, "max_total_dph", "11", by="alice", reason="r", until=None)
+    out, blocked = rent(2, b)
+    assert blocked and out.blocked[0] == "max_instances"
+    steering.reset_override(app.log, app.settings, "max_instances", by="alice", reason=None)
+    assert rent(3, c)[0].ok
+    assert ctx.settings.policy.max_instances == app.settings.policy.max_instances
+    assert ctx.settings.policy.max_total_dph == 11
+    assert len(rent_puts(sim)) == 2

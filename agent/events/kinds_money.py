@@ -28,6 +28,8 @@ def _why(reason: str | None) -> str:
 
 
 def _value(v: object) -> str:
+    if v is None:
+        return "off"
     if isinstance(v, list):
         return ", ".join(inline(x) for x in v)
     if isinstance(v, float):
