@@ -127,6 +127,7 @@ def test_pause_refuses_every_side_effect_while_ticks_still_observe(sim, make_app
     assert len(rent_puts(sim)) == 1
     with pytest.raises(UsageError):
         _cli(app, "resume")
+    assert _cli(app, "replay", "--verify") == 0  # every request re-derives from the log, steering included
 
 
 def test_a_timed_pause_ends_by_itself_with_an_event(sim, make_app, fake_model):
