@@ -50,10 +50,11 @@ def periods(now: datetime) -> dict[str, Period]:
 
 
 Segment = tuple[datetime, datetime, float]  # (from, to, share of the $/h billed)
+Run = tuple[datetime, datetime, bool]  # consecutive observations in one state: (first, last, running)
 
 
-def segments(r: Rental, seen: list[tuple[str, bool]], now: datetime) -> list[Segment]:
-    """When rental ``r`` billed its $/h, from the ticks' observations of it (``seen``: ts, running).
+def segments(r: Rental, runs: list[Run], now: datetime) -> list[Segment]:
+    """When rental ``r`` billed its $/h, from the ticks' observations of it (``runs``).
 
     vast.ai bills an instance's $/h while it runs and only its storage otherwise. Between two
     observations that both saw it running it billed throughout; between two that did not, nothing
@@ -62,28 +63,48 @@ def segments(r: Rental, seen: list[tuple[str, bool]], now: datetime) -> list[Seg
     it was running. An instance no tick observed bills from its rent to its end (an upper bound)."""
     start = _dt(r.start_ts)
     end = _dt(r.end_ts) if r.end_ts else now
-    pts = [(t, run) for t, run in ((_dt(ts), run) for ts, run in seen) if start <= t <= end]
-    if not pts:
+    rs = [(max(a, start), min(b, end), run) for a, b, run in runs if b >= start and a <= end]
+    if not rs:
         return [(start, end, 1.0)]
-    out: list[Segment] = [(start, pts[0][0], 0.5 if pts[0][1] else 0.0)]
-    for (a, ra), (b, rb) in zip(pts, pts[1:], strict=False):
-        out.append((a, b, 1.0 if ra and rb else 0.5 if ra != rb else 0.0))
-    out.append((pts[-1][0], end, 1.0 if pts[-1][1] else 0.0))
+    out: list[Segment] = [(start, rs[0][0], 0.5 if rs[0][2] else 0.0)]
+    for i, (a, b, run) in enumerate(rs):
+        if i:
+            out.append((rs[i - 1][1], a, 0.5))  # the state changed in between
+        out.append((a, b, 1.0 if run else 0.0))
+    out.append((rs[-1][1], end, 1.0 if rs[-1][2] else 0.0))
     return out
 
 
-_SEEN: dict[tuple[str, str, str], dict[int, list[tuple[str, bool]]]] = {}
+def runs_of(seen: list[tuple[str, bool]]) -> list[Run]:
+    """Observations (ts, running), in order, folded into runs of one state (two timestamps parsed per run)."""
+    out: list[Run] = []
+    first = last = ""
+    state = False
+    for ts, run in seen:
+        if first and run == state:
+            last = ts
+            continue
+        if first:
+            out.append((_dt(first), _dt(last), state))
+        first = last = ts
+        state = run
+    if first:
+        out.append((_dt(first), _dt(last), state))
+    return out
 
 
-def _observations(log: EventLog, since_ts: str) -> dict[int, list[tuple[str, bool]]]:
-    """The ticks' observations of our instances since ``since_ts``; they change only when a tick starts,
-    so every rent check of one tick reads them once."""
+_SEEN: dict[tuple[str, str, str], dict[int, list[Run]]] = {}
+
+
+def _observations(log: EventLog, since_ts: str) -> dict[int, list[Run]]:
+    """The ticks' observations of our instances since ``since_ts``, as runs; they change only when a tick
+    starts, so every rent check of one tick reads them once."""
     last = next(iter(log.read(0, kinds=["tick.started"], newest_first=True, limit=1)), None)
     key = (str(log.path), since_ts, last.id if last is not None else "")
     if key not in _SEEN:
         if len(_SEEN) > 8:
             _SEEN.clear()
-        _SEEN[key] = log.store.observed_running(since_ts)
+        _SEEN[key] = {iid: runs_of(seen) for iid, seen in log.store.observed_running(since_ts).items()}
     return _SEEN[key]
 
 
