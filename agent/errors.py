@@ -14,8 +14,10 @@
     │                          (agent/clients/demand.py)
     ├── ToolInputError         the model's tool call cannot run as written; the message goes
     │                          back to the model (agent/toolkit.py)
-    └── ToolsNotInstalled      no tools under the fleet_agent.tools entry point: reinstall
-                               (agent/toolkit.py)
+    ├── ToolsNotInstalled      no tools under the fleet_agent.tools entry point: reinstall
+    │                          (agent/toolkit.py)
+    └── ExportError            an export cannot be written as asked: Parquet without pyarrow, an
+                               output path that is not a file (agent/export.py)
 
 Every message says what is wrong, where, and how to fix it, and never carries a
 secret. The errors defined next to the code that raises them are drawn here too,

@@ -36,7 +36,7 @@ def test_the_walk_finds_every_command_group():
     names = {" ".join(p) for p, _, _ in COMMANDS}
     assert {"init", "config check", "config show", "log verify", "log export", "log search", "log rebuild",
             "thread show", "sim", "context", "replay", "tick", "alerts ack", "knowledge edit", "say", "unpin",
-            "directives", "run", "status", "doctor", "demo"} <= names
+            "directives", "run", "status", "doctor", "demo", "fork", "fork diff", "override"} <= names
 
 
 @pytest.mark.parametrize(("path", "listed_help", "parser"), [((), "top level", build_parser()), *COMMANDS],

@@ -184,6 +184,13 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
                                  "until": None}]}),
         ("override_only", {"overrides": [{"id": 53, "key": "max_daily_spend", "value": 50.0, "by": "bob",
                                           "until": None}]})],
+    ("fork.started", 1): [("policy change", {
+        "origin_fleet": "fleet-1", "origin_db": "/var/lib/fleet-agent/fleet-agent.db", "origin_seq": 410,
+        "origin_hash": "ab" * 32, "origin_head_seq": 900, "origin_head_hash": "cd" * 32, "at": "tick 42",
+        "changes": ["policy.max_instances=4"], "model": "rules", "ticks": 3,
+        "seeded": {"instances": 3, "offers": 10, "rented_offers": 4, "balance": 212.5, "time": 1795946700}})],
+    ("response.overridden", 1): [("with a note", {"response_seq": 77, "by": "alice",
+                                                  "note": "destroyed it by hand: wrong host"})],
 }
 
 # Version 2 of these kinds changed only the rendering: every string the agent did not author is written

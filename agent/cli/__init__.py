@@ -21,7 +21,9 @@ from agent.app import App
 from agent.cli import args as args_
 from agent.cli import context as context_commands
 from agent.cli import demo as demo_commands
+from agent.cli import export as export_commands
 from agent.cli import feedback as feedback_commands
+from agent.cli import fork as fork_commands
 from agent.cli import hosts as hosts_commands
 from agent.cli import manual as manual_commands
 from agent.cli import ops as ops_commands
@@ -35,7 +37,8 @@ from agent.events import Event, render
 
 # Command groups beyond the core ones below, each a module with register(sub), in help order.
 COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, policy_commands, pause_commands,
-                  hosts_commands, manual_commands, spend_commands, service_commands, demo_commands)
+                  hosts_commands, manual_commands, spend_commands, fork_commands, export_commands,
+                  service_commands, demo_commands)
 
 EXAMPLE_KNOWLEDGE = """\
 # Fleet notes
@@ -163,18 +166,6 @@ def cmd_log_verify(args: argparse.Namespace, app: App) -> int:
         _print(f"ok: {r.checked} events, chain verifies up to seq {r.head_seq}{against} "
                f"(head {r.head_seq}:{r.head_hash})")
     return 0 if complete else 1
-
-
-def cmd_log_export(args: argparse.Namespace, app: App) -> int:
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
-    try:
-        n = app.log.export(out, since=args.since)
-    finally:
-        if out is not sys.stdout:
-            out.close()
-    if args.output:
-        _print(f"exported {n} events to {args.output}")
-    return 0
 
 
 def cmd_log_search(args: argparse.Namespace, app: App) -> int:
@@ -336,11 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--head", metavar="SEQ:HASH", help="also check the log holds this head, recorded elsewhere "
                    "(the daemon logs it as head= on every 'tick' line)")
     s.set_defaults(func=cmd_log_verify)
-    s = lsub.add_parser("export", help="write events as JSON lines, hashes included",
-                        description="Export events (every field) as JSON lines.")
-    s.add_argument("--since", type=args_.count, default=0, help="only events after this seq")
-    s.add_argument("-o", "--output", help="file to write (default: stdout)")
-    s.set_defaults(func=cmd_log_export)
+    export_commands.add_log_export(lsub)
     s = lsub.add_parser("search", help="full-text search over every event",
                         description="Full-text search over the rendered text of every event, newest first.")
     s.add_argument("query", nargs="+", help="words to find (all must match)")

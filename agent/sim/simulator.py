@@ -160,6 +160,11 @@ class Simulator:
                     "price": price, "runtype": "ssh"}
             return int(self._create_instance(offer, body, now)["id"])
 
+    def reserve_ids(self, above: int) -> None:
+        """New instances get ids above ``above`` (a simulator seeded with instances it did not create)."""
+        with self._lock:
+            self._next_id = max(self._next_id, int(above) + 1)
+
     def _create_instance(self, offer: dict[str, Any], body: dict[str, Any], now: float) -> Instance:
         iid = self._next_id
         self._next_id += 1 + instances.irng(self.seed, iid, "id").randrange(0, 17)

@@ -250,6 +250,30 @@ class EventLog:
         with self.transaction() as tx:
             return [tx.append(k, p, s, t) for k, p, s, t in items]
 
+    def adopt(self, events: Iterable[Event]) -> int:
+        """Copy another log's events into this empty log row for row: same seq, id, ts, payload and
+        hash, so this log's chain is that log's prefix (``fork``). Each row must link to the one
+        before and match its hash, or nothing is written (``ChainBroken``). Read models and the
+        search index are built as for appended events. Returns how many were copied."""
+        with self.transaction() as tx:
+            if tx._seq != 0:
+                raise LogError(f"{self.path} already holds events; a prefix can only be copied into a new log")
+            prev_seq, prev_hash = 0, GENESIS
+            for e in events:
+                payload_json = canonical(e.payload)
+                row = (e.seq, e.id, e.ts, e.kind, e.version, e.source, e.tick, payload_json, e.tokens,
+                       e.prev_hash, e.hash)
+                bad = _bad_row(row, prev_seq, prev_hash)
+                if bad is not None:
+                    raise ChainBroken(f"cannot copy the origin's events: {bad[1]}")
+                self.conn.execute(_INSERT_EVENT, row)
+                self.conn.execute(_INSERT_FTS, (e.seq, ev.search_text(e), e.kind))
+                readmodels.apply(self.conn, e)
+                prev_seq, prev_hash = e.seq, e.hash
+                tx._seq, tx._hash = e.seq, e.hash
+                tx.appended.append(e)
+        return len(tx.appended)
+
     def _write_head(self, e: Event) -> None:
         """Record the newest seq and hash outside the database (truncation evidence).
 

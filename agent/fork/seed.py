@@ -1,0 +1,144 @@
+"""A simulator seeded from what the origin log recorded at the fork point.
+
+The instances (id, label, GPU, status, price, age, host) and the balance come from the observation the
+origin logged; the demand queue from its demand figures; the offers from every ``search_offers`` table
+the origin's model was shown up to the fork point (the newest row of each offer wins), on top of the
+simulator's own seeded market. Offers a logged rent took are marked rented. What the log does not hold
+(other offers, host behaviour) comes from the simulator's seed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agent.events import Event
+from agent.sim import ManualClock, Simulator
+from agent.sim import instances as sim_instances
+from agent.store.log import EventLog
+
+DEFAULT_BALANCE = 500.0
+_STATUSES = ("created", "loading", "running", "exited", "offline")
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """What the simulator was seeded with (recorded in ``fork.started``)."""
+
+    instances: int
+    offers: int
+    rented_offers: int
+    balance: float
+    time: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def logged_offers(events: list[Event]) -> dict[int, dict[str, Any]]:
+    """Offer rows from ``search_offers`` results: id -> {gpu_name, num_gpus, dph_total, reliability, host_id,
+    geolocation}; a later table's row replaces an earlier one."""
+    out: dict[int, dict[str, Any]] = {}
+    for e in events:
+        p = e.payload
+        if e.kind != "tool.result" or p.get("name") != "search_offers" or not p.get("ok"):
+            continue
+        for line in str(p.get("output") or "").splitlines():
+            row = _offer_row(line)
+            if row is not None:
+                out[row["id"]] = row
+    return out
+
+
+def _offer_row(line: str) -> dict[str, Any] | None:
+    parts = [x.strip() for x in line.split("|")]
+    if len(parts) < 6 or not parts[0].isdigit():
+        return None
+    gpu, _, n = parts[1].rpartition(" x")
+    try:
+        return {"id": int(parts[0]), "gpu_name": gpu or parts[1], "num_gpus": int(n) if n.isdigit() else 1,
+                "dph_total": float(parts[2]), "reliability": float(parts[3]),
+                "host_id": int(parts[4]) if parts[4].isdigit() else 0, "geolocation": parts[5]}
+    except ValueError:
+        return None
+
+
+def rented_offer_ids(events: list[Event]) -> set[int]:
+    """Offers a logged rent_instance call took (its result was ok)."""
+    args: dict[str, int] = {}
+    out: set[int] = set()
+    for e in events:
+        p = e.payload
+        if e.kind == "tool.called" and p.get("name") == "rent_instance":
+            try:
+                args[p["call_id"]] = int(json.loads(p["arguments"] or "{}").get("offer_id"))
+            except (ValueError, TypeError, AttributeError):
+                continue
+        elif e.kind == "tool.result" and p.get("name") == "rent_instance" and p.get("ok") and p["call_id"] in args:
+            out.add(args[p["call_id"]])
+    return out
+
+
+def _template(sim: Simulator, gpu_name: str) -> dict[str, Any]:
+    same = [o for o in sim.offers.values() if o["gpu_name"] == gpu_name]
+    return dict(min(same or sim.offers.values(), key=lambda o: o["id"]))
+
+
+def _offer(sim: Simulator, row: dict[str, Any]) -> dict[str, Any]:
+    o = _template(sim, row["gpu_name"])
+    n = row["num_gpus"]
+    o.update({"id": row["id"], "ask_contract_id": row["id"], "bundle_id": row["id"] + 7,
+              "gpu_name": row["gpu_name"], "num_gpus": n, "gpu_total_ram": o["gpu_ram"] * n,
+              "dph_total": row["dph_total"], "dph_base": row["dph_total"], "min_bid": round(row["dph_total"] * 0.5, 4),
+              "reliability": row["reliability"], "reliability2": row["reliability"], "host_id": row["host_id"],
+              "geolocation": row["geolocation"], "rented": False})
+    return o
+
+
+def _place(sim: Simulator, obs_inst: dict[str, Any], now: float, offer_id: int) -> None:
+    """One observed instance, as the origin saw it, on a synthetic (rented) offer of its own."""
+    offer = _offer(sim, {"id": offer_id, "gpu_name": obs_inst.get("gpu_name") or "?",
+                         "num_gpus": int(obs_inst.get("num_gpus") or 1), "dph_total": float(obs_inst.get("dph") or 0.0),
+                         "reliability": 0.99, "host_id": int(obs_inst.get("host_id") or 0), "geolocation": "?"})
+    offer["rented"] = True
+    sim.offers[offer_id] = offer
+    behaviour = sim.bad_hosts.get(offer["host_id"], "good")
+    iid = int(obs_inst["id"])
+    inst = sim_instances.new_instance(sim.seed, iid, offer, {"label": obs_inst.get("label") or None, "disk": 10.0},
+                                      now, behaviour)
+    inst["start_date"] = now - float(obs_inst.get("age_s") or 0.0)
+    status = obs_inst.get("status")
+    if status in _STATUSES:
+        sim_instances.transition(sim.seed, inst, str(status), now)
+    elif status == "stopped":
+        sim_instances.stop(inst, "stopped")
+    sim.instances[iid] = inst
+
+
+def seeded_simulator(origin: EventLog, seq: int, observation: dict[str, Any], *, seed: int, time: float,
+                     api_key: str) -> tuple[Simulator, ManualClock, Seeded]:
+    """A simulator on a manual clock at ``time`` holding what the origin logged up to ``seq``."""
+    clock = ManualClock(time)
+    balance = observation.get("balance")
+    sim = Simulator(seed=seed, clock=clock, api_key=api_key,
+                    start_balance=float(balance) if isinstance(balance, int | float) else DEFAULT_BALANCE)
+    events = list(origin.read(0, until_seq=seq, kinds=["tool.called", "tool.result"]))
+    offers = logged_offers(events)
+    for row in offers.values():
+        sim.offers[row["id"]] = _offer(sim, row)
+    taken = rented_offer_ids(events)
+    for oid in taken:
+        if oid in sim.offers:
+            sim.offers[oid]["rented"] = True
+    insts = [i for i in observation.get("instances") or [] if isinstance(i.get("id"), int)]
+    spare = max([*sim.offers, 0]) + 1
+    for n, i in enumerate(insts):
+        _place(sim, i, time, spare + n)
+    sim.reserve_ids(max([i["id"] for i in insts], default=0))
+    demand = observation.get("demand") or {}
+    if isinstance(demand.get("pending"), int | float):
+        sim.pending = float(demand["pending"])
+    if isinstance(demand.get("completed"), int | float):
+        sim.completed = float(demand["completed"])
+    return sim, clock, Seeded(len(insts), len(offers), len(taken), sim.balance, time)
