@@ -195,6 +195,13 @@ class PolicySettings:
     # Instances with our label that no event knows about: destroyed, or (false) only alerted on.
     destroy_orphans: bool = False
     dry_run: bool = False
+    # Spend budgets in dollars per UTC day / calendar month, from the log's rental history (None: off).
+    max_daily_spend: float | None = None
+    max_monthly_spend: float | None = None
+    # vast.ai host ids never rented on; operators and the model add more through the log.
+    excluded_hosts: list[int] = field(default_factory=list)
+    # A host whose instances of ours failed twice within a day is excluded for this long (0: never).
+    host_failure_exclusion: Duration = Duration(86400)
 
 
 @dataclass(frozen=True)
@@ -516,6 +523,8 @@ def _type_name(t: object) -> str:
         return f"{_type_name(_non_null(t))} or null"
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(t))
+    if t == list[int]:
+        return "a list of host ids (whole numbers above 0)"
     if origin is list:
         return "a list of strings"
     if origin is dict:
@@ -573,6 +582,12 @@ def _to_str_list(v: object) -> list[str]:
     raise _Refused
 
 
+def _to_int_list(v: object) -> list[int]:
+    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+        return list(v)
+    raise _Refused
+
+
 def _to_str_map(v: object) -> dict[str, str]:
     if isinstance(v, dict) and all(_is_number(x) or isinstance(x, str) for x in v.values()):
         return {str(k): str(x) for k, x in v.items()}
@@ -582,7 +597,7 @@ def _to_str_map(v: object) -> dict[str, str]:
 # Field type (or its generic origin) -> the function that checks and converts a YAML value for it.
 _CONVERT: dict[object, Callable[[object], object]] = {
     Duration: _to_duration, bool: _to_bool, int: _to_int, float: _to_float, str: _to_str,
-    list: _to_str_list, dict: _to_str_map,
+    list: _to_str_list, dict: _to_str_map, list[int]: _to_int_list,
 }
 
 
@@ -697,6 +712,10 @@ def _check_limits(s: Settings, loc: _Loc) -> None:
     if float(s.alerts.repeat_after) < 60:
         raise loc.error("alerts.repeat_after", f"must be at least 1m (got {float(s.alerts.repeat_after):g}s); an "
                         "unacked alert is notified again this long after its last notification, e.g. 4h")
+    for key, b in (("policy.max_daily_spend", s.policy.max_daily_spend),
+                   ("policy.max_monthly_spend", s.policy.max_monthly_spend)):
+        if b is not None and b < 0:
+            raise loc.error(key, f"must not be negative (got {b:g}); write dollars, or null for no budget")
     if not 0 <= s.policy.min_reliability <= 1:
         raise loc.error("policy.min_reliability", "a share between 0 and 1")
     for u, key in ((s.vast.url, "vast.url"), (s.model.base_url, "model.base_url"), (s.demand.url, "demand.url")):

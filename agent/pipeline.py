@@ -4,6 +4,8 @@ Every call the model makes runs through ``run_tool_call`` and nowhere else:
 
 1. validate: the tool exists and the arguments match its spec, else an error
    result ("not run: ...") and nothing else happens;
+1b. steer: the policy in force is the config with the operator's unexpired overrides
+   (agent.steering); while the fleet is paused an ``Action`` is refused (``paused``);
 2. check: an ``Action``'s ``check`` returns a policy ``Block`` (logged as
    ``policy.blocked`` with the result; nothing is sent) or the prepared value; a ``Tool``
    may declare a check that returns a ``Block`` or None;
@@ -17,14 +19,16 @@ Every call the model makes runs through ``run_tool_call`` and nowhere else:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from typing import Any, TypedDict
 
 import structlog
 
+from agent import steering
 from agent.errors import FleetAgentError
-from agent.policy import Block
+from agent.policy import Block, Policy
 from agent.store.log import EventLog
 from agent.toolkit import (
     Action,
@@ -61,9 +65,32 @@ def result_payload(call_id: str, name: str, outcome: Outcome, *, recovered: bool
     return p
 
 
-def log_result(log: EventLog, call: ToolCall, outcome: Outcome, tick: int) -> Outcome:
+def log_result(log: EventLog, call: ToolCall, outcome: Outcome, tick: int | None) -> Outcome:
     log.append("tool.result", result_payload(call["id"], call["name"], outcome), "tool", tick)
     return outcome
+
+
+def bind_steering(ctx: ToolContext) -> None:
+    """Check the call against the policy in force now: the config with the operator's unexpired
+    overrides applied (read from the log at every call, so an override set while a tick runs binds
+    its next call)."""
+    if ctx.configured is None:
+        ctx.configured = ctx.settings
+    effective = steering.effective_policy(ctx.configured, ctx.log)
+    if effective != ctx.settings.policy:
+        ctx.settings = dataclasses.replace(ctx.configured, policy=effective)
+        ctx.policy = Policy(ctx.settings)
+
+
+def pause_block(ctx: ToolContext) -> Block | None:
+    """While the fleet is paused no side-effecting call runs (an operator's own destroy does)."""
+    if ctx.operator is not None:
+        return None
+    p = steering.paused(ctx.log)
+    if p is None:
+        return None
+    return Block("paused", f"{p.describe()}; nothing that changes the fleet runs until an operator runs "
+                 "'fleet-agent resume' or the pause ends")
 
 
 def run_tool_call(toolbox: Toolbox, ctx: ToolContext, call: ToolCall, *, dry_run: bool) -> tuple[Outcome, bool]:
@@ -74,7 +101,11 @@ def run_tool_call(toolbox: Toolbox, ctx: ToolContext, call: ToolCall, *, dry_run
     except ToolInputError as e:
         return log_result(ctx.log, call, Outcome(False, error=f"not run: {e}"), ctx.tick), False
     try:
+        bind_steering(ctx)
         if isinstance(tool, Action):
+            block = pause_block(ctx)
+            if block is not None:
+                return _blocked(ctx, call, block), True
             return _run_action(tool, ctx, call, args, dry_run=dry_run)
         block = tool.check(ctx, args) if tool.check is not None else None
         if block is not None:
@@ -98,7 +129,8 @@ def _run_action(tool: Action[Any], ctx: ToolContext, call: ToolCall, args: Args,
                                                        f"({sent})"), ctx.tick), False
     key = uuid.uuid4().hex[:12]
     # The intent is committed before the call: after a crash, reconcile finds it.
-    _log_call(ctx, call, {"idempotency_key": key, "side_effect": True})
+    who = {"by": ctx.operator} if ctx.operator else {}
+    _log_call(ctx, call, {"idempotency_key": key, "side_effect": True, **who})
     try:
         outcome = tool.handler(ctx, args, prepared, key)
     except FleetAgentError as e:

@@ -1,6 +1,6 @@
 """Guardrails applied in code to every side-effecting tool call, whatever the model says.
 
-Spend caps, instance limits, allowed GPU models, minimum reliability, hourly
+Spend caps, spend budgets (agent.spend), excluded hosts (agent.steering), instance limits, allowed GPU models, minimum reliability, hourly
 rent/destroy limits, ownership (only instances an event of ours rented or
 adopted may be destroyed, rebooted or have their logs read; our label alone is
 enough only with ``policy.destroy_orphans``), and the fleet template: the container image, start command, env
@@ -92,6 +92,18 @@ class Policy:
         if rents_last_hour + 1 > p.max_rents_per_hour:
             return Block("max_rents_per_hour", f"{rents_last_hour} rents in the last hour, limit {p.max_rents_per_hour}")
         return None
+
+    def check_money_and_host(self, log: EventLog, offer: Any) -> Block | None:
+        """Rents on an excluded host (config or log), and rents that would pass a spend budget."""
+        from agent import spend, steering
+
+        x = steering.excluded_hosts(self.s, log).get(offer.host_id) if offer.host_id is not None else None
+        if x is not None:
+            until = f" until {x.until[:16].replace('T', ' ')} UTC" if x.until else ""
+            return Block("excluded_hosts", f"host {offer.host_id} is excluded{until} by {x.by} ({x.source}): "
+                         f"{x.reason}; choose an offer on another host")
+        dph = offer.dph_total if offer.dph_total is not None else 0.0
+        return spend.budget_block(log, self.p, dph)
 
     def _reachable(self, label: str | None, owned: bool) -> bool:
         """Ownership comes from the log (an event of ours rented or adopted it). Our label alone is

@@ -187,6 +187,48 @@ def daemon_events(log_: EventLog) -> dict[str, Any]:
     return out
 
 
+def steering_state(app: App) -> dict[str, Any]:
+    """Whether the fleet is paused (by whom, why, until when), the policy overrides in force, the
+    excluded hosts, and the spend today and this month."""
+    from agent import spend, steering
+
+    lg = app.log
+    p = steering.paused(lg)
+    mtd = spend.month_to_date(lg)
+    return {
+        "paused": None if p is None else {"id": p.id, "by": p.by, "reason": p.reason, "since": p.ts,
+                                          "until": p.until},
+        "overrides": [{"id": o.id, "key": o.key, "value": o.value, "by": o.by, "reason": o.reason, "until": o.until}
+                      for o in steering.active_overrides(lg).values()],
+        "excluded_hosts": sorted(steering.excluded_hosts(app.settings, lg)),
+        "spend": {"today": mtd["today"], "month": mtd["month"],
+                  "max_daily_spend": app.settings.policy.max_daily_spend,
+                  "max_monthly_spend": app.settings.policy.max_monthly_spend},
+    }
+
+
+def _steering_lines(sv: dict[str, Any]) -> list[str]:
+    lines = []
+    p = sv.get("paused")
+    if p:
+        until = f" until {_t(p['until'])}" if p.get("until") else " until resumed"
+        lines.append(f"PAUSED by {line(p['by'])} since {_t(p['since'])}{until}: {line(p['reason'])} "
+                     "(no rent, destroy or reboot runs; 'fleet-agent resume' ends it)")
+    for o in sv.get("overrides") or []:
+        v = ", ".join(o["value"]) if isinstance(o["value"], list) else o["value"]
+        until = f"until {_t(o['until'])}" if o.get("until") else "until reset"
+        lines.append(f"policy override #{o['id']}: {line(o['key'])} {line(v)} {until} (by {line(o['by'])}: "
+                     f"{line(o['reason'])})")
+    if sv.get("excluded_hosts"):
+        lines.append("excluded hosts: " + ", ".join(str(h) for h in sv["excluded_hosts"]))
+    sp = sv.get("spend") or {}
+    if sp:
+        day = f" of {_money(sp['max_daily_spend'])}" if sp.get("max_daily_spend") is not None else ""
+        mon = f" of {_money(sp['max_monthly_spend'])}" if sp.get("max_monthly_spend") is not None else ""
+        lines.append(f"spend: {_money(sp['today'])}{day} today, {_money(sp['month'])}{mon} this month")
+    return lines
+
+
 def collect(app: App) -> dict[str, Any]:
     """Everything ``status`` shows, as a JSON-able dict."""
     s = app.settings
@@ -201,6 +243,7 @@ def collect(app: App) -> dict[str, Any]:
     st["running_tick"] = running_tick(lg)
     st["fleet"] = fleet(lg)
     st["alerts"] = open_alerts(lg)
+    st["steering"] = steering_state(app)
     st["context"] = context_size(app)
     st["events"] = lg.last_seq()
     return st
@@ -257,6 +300,7 @@ def format_text(st: dict[str, Any]) -> str:
         if isinstance(dm, dict):
             lines.append(f"demand: {dm.get('pending', '?')} pending, {dm.get('running', 0)} running, "
                          f"{dm.get('completed', '?')} completed")
+    lines.extend(_steering_lines(st.get("steering") or {}))
     alerts = st.get("alerts") or []
     lines.append(f"alerts: {len(alerts)} open")
     for a in alerts:

@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from agent import compaction, context, feedback
+from agent import compaction, context, feedback, spend, steering
 from agent.app import App
 from agent.clients.demand import DemandError
 from agent.clients.vast import Instance, VastError
@@ -200,14 +200,19 @@ def _start(run: _Run) -> ToolContext | TickResult:
     policy = Policy(s)
     ctx = ToolContext(settings=s, log=log, vast=app.vast(), demand=app.demand(), policy=policy, tick=tick,
                       clock=app.clock)
+    steering.expire(log, s, tick)
+    orphans = s.policy.destroy_orphans and steering.paused(log) is None  # a pause stops every side effect
     try:
-        _, ctx.instances = reconcile(log, ctx.vast, policy, destroy_orphans=s.policy.destroy_orphans, settings=s)
+        _, ctx.instances = reconcile(log, ctx.vast, policy, destroy_orphans=orphans, settings=s)
     except VastError as e:
         return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
     obs = observe(app, ctx, tick)
     log.append("tick.started", {"observation": obs}, "scheduler", tick)
+    steering.note_in_force(log, tick)
     feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
     feedback.check_conditions(log, s, obs, tick)
+    steering.note_host_failures(log, s, obs, tick)
+    spend.check_budgets(log, s, steering.effective_policy(s, log), tick)
     return ctx
 
 
@@ -327,7 +332,8 @@ def _head(*, app: App) -> str | None:
 def reconcile_at_start(app: App) -> None:
     """At daemon start: settle dangling intents before the first tick acts."""
     try:
-        reconcile(app.log, app.vast(), Policy(app.settings), destroy_orphans=app.settings.policy.destroy_orphans,
+        orphans = app.settings.policy.destroy_orphans and steering.paused(app.log) is None
+        reconcile(app.log, app.vast(), Policy(app.settings), destroy_orphans=orphans,
                   settings=app.settings)
     except VastError as e:
         log_.warning("reconcile.deferred", reason=str(e))

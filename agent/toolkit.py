@@ -67,12 +67,16 @@ class ToolContext:
     vast: VastClient
     demand: DemandClient | None
     policy: Policy
-    tick: int
+    tick: int | None  # None: an operator's manual action, outside any tick
     instances: list[Instance] = field(default_factory=list)
     clock: Callable[[], float] = time.time
     # This tick's rents that created an instance, by label -> (instance id, $/h): the caps count
     # them directly, whatever the ownership read model made of their ids.
     rented: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # Who runs these calls when an operator does (a manual destroy), else None: the model.
+    operator: str | None = None
+    # The settings as configured; ``settings`` holds them with the operator's overrides applied.
+    configured: Settings | None = None
 
     def owned_ids(self) -> set[int]:
         return set(self.log.store.owned_instance_ids())

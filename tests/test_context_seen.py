@@ -23,11 +23,13 @@ SETTINGS = {"budget_tokens": 6000, "output_reserve": 500, "high_water": 0.6, "lo
 
 
 def _agent(body: dict[str, Any]) -> Any:
-    """Search offers once per tick, then stop; as a summariser (no tools), a short text."""
+    """Search offers once per tick, then stop; as a summariser (no tools), a short text. The closing
+    answer's length varies with the conversation's, so the context grows unevenly from tick to tick and
+    some tick ends past high water whatever the fixed part of the request (prompt, tools, policy) weighs."""
     if not body.get("tools"):
         return reply("## Fleet state and commitments\nnothing notable")
     if body["messages"][-1]["role"] == "tool":
-        return reply("fleet looks fine")
+        return reply("fleet looks fine " + words(len(body["messages"]), len(body["messages"]) * 7 % 60))
     return reply("checking the market", tool_calls=[("search_offers", {"limit": 50})])
 
 
@@ -48,7 +50,7 @@ def test_feedback_between_ticks_at_high_water_reaches_the_next_request_verbatim(
     (kdir / "hosts.md").write_text("# Hosts\n- all hosts allowed\n", encoding="utf-8")
     fake_model.default = _agent
     app = make_app(context=SETTINGS)
-    for _ in range(30):
+    for _ in range(60):
         assert run_tick(app).ok
         sim_clock.advance(300)
         if _over_high_water(app):

@@ -39,6 +39,10 @@ READS: list[tuple[tuple[str, ...], str]] = [
     (("knowledge", "show", "notes.md"), "json"),
     (("knowledge", "history", "notes.md"), "json"),
     (("directives",), "json"),
+    (("policy", "show"), "json"),
+    (("hosts", "list"), "json"),
+    (("spend",), "json"),
+    (("instances",), "json"),
 ]
 # Commands with --json that change something: covered by their own tests.
 WRITES = {"tick", "backup", "restore"}

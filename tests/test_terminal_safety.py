@@ -158,3 +158,24 @@ def test_error_lines_are_escaped_too(tmp_path: Path, capsys: pytest.CaptureFixtu
     _, err = capsys.readouterr()
     assert code == 1
     assert "\x1b" not in err and "\x07" not in err and "no^[]0;pwned^G" in err
+
+
+def test_the_corpus_through_the_steering_and_money_commands(hostile: Path, sim, sim_server, monkeypatch,
+                                                           capsys: pytest.CaptureFixture[str]):
+    """instances (labels, GPU names and status messages from vast.ai), spend, policy show, hosts list
+    and status with hostile operator reasons, text and --json: nothing unsafe reaches stdout, and
+    `instances` prints one line per instance."""
+    cfg = hostile.with_name("config-sim.yaml")
+    cfg.write_text(hostile.read_text(encoding="utf-8").replace("https://console.vast.ai", sim_server.url),
+                   encoding="utf-8")
+    monkeypatch.setenv("VAST_API_KEY", sim.api_key)
+    reason = next(p for p in PAYLOADS if "\x1b" in p and _encodable(p) and len(p) < 400)
+    for argv in (["policy", "set", "max_instances", "2", "--reason", reason, "--by", reason],
+                 ["hosts", "exclude", "77", "--reason", reason], ["pause", "--reason", reason]):
+        _run(capsys, cfg, *argv)
+    rows = _run(capsys, cfg, "instances").splitlines()
+    assert len(rows) == 1 + len(sim.instances) >= 4
+    _run(capsys, cfg, "instances", "--json")
+    for argv in (["spend"], ["spend", "--json"], ["policy", "show"], ["policy", "show", "--json"],
+                 ["hosts", "list"], ["hosts", "list", "--json"], ["status"], ["thread", "show"]):
+        _run(capsys, cfg, *argv)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent import steering
 from agent.clients.vast import Instance, Offer, VastError
 from agent.policy import Block, norm_gpu
 from agent.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
@@ -58,13 +59,17 @@ def _offer_query(ctx: ToolContext, args: Args) -> dict[str, Any]:
 def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     limit = min(int(args.get("limit", ctx.settings.fleet.search_limit)), 25)
     offers = ctx.vast.search_offers(_offer_query(ctx, args), limit=limit, order=[("dph_total", "asc")])
+    excluded = steering.excluded_hosts(ctx.settings, ctx.log)
+    left_out = [o for o in offers if o.host_id in excluded]
+    offers = [o for o in offers if o.host_id not in excluded]
+    note = f"\n({len(left_out)} offers on excluded hosts left out)" if left_out else ""
     if not offers:
-        return Outcome(True, "no offers match (filters: allowed GPUs, price and reliability caps from policy)")
+        return Outcome(True, "no offers match (filters: allowed GPUs, price and reliability caps from policy)" + note)
     rows = ["offer_id | gpu | $/h | reliability | host | location"]
     for o in offers[:limit]:
         rows.append(f"{o.id} | {o.gpu_name} x{o.num_gpus or 1} | {o.dph_total or 0:.3f} | "
                     f"{o.reliability or 0:.3f} | {o.host_id} | {o.geolocation or '?'}")
-    return Outcome(True, "\n".join(rows))
+    return Outcome(True, "\n".join(rows) + note)
 
 
 def find_offer(ctx: ToolContext, offer_id: int) -> Offer | None:
@@ -83,7 +88,8 @@ def _check_rent(ctx: ToolContext, args: Args) -> Offer | Block:
         return Block("offer_unavailable", f"offer {args['offer_id']} is not on the market (rented or gone); "
                      "search again")
     count, fleet_dph = fleet_load(ctx)
-    return pol.check_rent(offer, count, fleet_dph, pol.rents_last_hour(ctx.log)) or offer
+    return (pol.check_rent(offer, count, fleet_dph, pol.rents_last_hour(ctx.log))
+            or pol.check_money_and_host(ctx.log, offer) or offer)
 
 
 def fleet_load(ctx: ToolContext) -> tuple[int, float]:
@@ -235,6 +241,21 @@ def _logs(ctx: ToolContext, args: Args) -> Outcome:
                    f"last {tail} lines:\n{text}")
 
 
+def _exclude_host(ctx: ToolContext, args: Args) -> Outcome:
+    """The model may exclude a host (never include one: that is the operator's, ``hosts include``)."""
+    hid = int(args["host_id"])
+    hours = float(args.get("hours") or ctx.settings.policy.host_failure_exclusion / 3600 or 24)
+    current = steering.excluded_hosts(ctx.settings, ctx.log).get(hid)
+    if current is not None and (current.until is None or current.until >= steering.since(ctx.log, -hours)):
+        end = f"until {current.until[:16].replace('T', ' ')} UTC" if current.until else "with no end"
+        return Outcome(True, f"host {hid} is already excluded {end} (by {current.by}); nothing changed")
+    until = steering.since(ctx.log, -hours)
+    steering.exclude_host(ctx.log, hid, by="model", reason=str(args["reason"]), source="model", until=until,
+                          tick=ctx.tick)
+    return Outcome(True, f"host {hid} excluded until {until[:16].replace('T', ' ')} UTC: rents on it are refused "
+                   "and search_offers leaves it out; only an operator can include it again")
+
+
 def _balance(ctx: ToolContext, args: Args) -> Outcome:
     u = ctx.vast.current_user()
     return Outcome(True, json.dumps({"balance": u.balance, "credit": u.credit}, sort_keys=True))
@@ -276,6 +297,10 @@ TOOLS: tuple[AnyTool, ...] = (
     Tool("get_instance_logs", "The last lines of an instance's container log (untrusted data).",
          obj({"instance_id": IID, "tail": {"type": "integer", "minimum": 1, "maximum": LOG_TAIL_MAX}},
              ["instance_id"]), _logs, check=_check_logs),
+    Tool("exclude_host", "Exclude a vast.ai host from rents for some hours (e.g. its instances keep failing). "
+         "Rents on it are then refused and search_offers leaves it out. Only an operator can include it again.",
+         obj({"host_id": IID, "reason": REASON, "hours": {"type": "number", "minimum": 1, "maximum": 720}},
+             ["host_id", "reason"]), _exclude_host),
     Tool("get_balance", "The account balance and credit in dollars.", obj({}), _balance),
     Tool("get_demand", "The proof-job queue: pending, running, completed, arrival rate.", obj({}), _demand),
 )

@@ -26,15 +26,21 @@ from agent.cli import demo as demo_commands
 from agent.cli import export as export_commands
 from agent.cli import feedback as feedback_commands
 from agent.cli import fork as fork_commands
+from agent.cli import hosts as hosts_commands
+from agent.cli import manual as manual_commands
 from agent.cli import ops as ops_commands
 from agent.cli import output
+from agent.cli import pause as pause_commands
+from agent.cli import policy as policy_commands
 from agent.cli import service as service_commands
+from agent.cli import spend as spend_commands
 from agent.cli import web as web_commands
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event, render
 
 # Command groups beyond the core ones below, each a module with register(sub), in help order.
-COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, fork_commands, export_commands,
+COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, policy_commands, pause_commands,
+                  hosts_commands, manual_commands, spend_commands, fork_commands, export_commands,
                   service_commands, backup_commands, demo_commands, completion_commands, web_commands)
 
 EXAMPLE_KNOWLEDGE = """\

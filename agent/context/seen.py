@@ -11,7 +11,10 @@ from collections.abc import Iterable
 
 from agent.events import Event
 
-OPERATOR_KINDS = ("alert.acked", "knowledge.changed", "operator.note", "directive.unpinned")
+OPERATOR_KINDS = ("alert.acked", "knowledge.changed", "operator.note", "directive.unpinned",
+                  # steering: overrides, pause, host inclusion, manual destroys (agent.steering, agent.manual)
+                  "policy.overridden", "policy.override_ended", "fleet.paused", "fleet.resumed", "host.included",
+                  "operator.destroy", "operator.drain")
 
 
 def seen_to(events: Iterable[Event], floor: int = 0) -> int:

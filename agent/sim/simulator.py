@@ -191,6 +191,13 @@ class Simulator:
             raise ApiError(404, "no_such_instance", f"Instance {iid} not found.")
         return inst
 
+    def billing(self) -> dict[int, float]:
+        """Dollars charged so far per instance, live and destroyed (running at dph_total, the rest at
+        the storage rate), as of the clock's now: what the account's invoice would list."""
+        with self._lock:
+            self.tick()
+            return {iid: float(i["_cost"]) for iid, i in sorted({**self.destroyed, **self.instances}.items())}
+
     def _destroy(self, iid: int, now: float) -> None:
         inst = self._get(iid)
         del self.instances[iid]

@@ -21,7 +21,7 @@ from agent.store.db import database, sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
 
 __all__ = ["Alert", "Directive", "FailedRun", "Instance", "Intent", "KnowledgeVersion", "Memory", "OpenTick",
-           "Silence", "Store"]
+           "Rental", "Silence", "Store"]
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,18 @@ class OpenTick:
     tick: int
     seq: int  # of its tick.started
     ts: str
+
+
+@dataclass(frozen=True)
+class Rental:
+    """An instance of ours with the times its rent and its end were logged (``end_ts`` None: live)."""
+
+    instance_id: int
+    gpu_name: str | None
+    dph: float | None
+    label: str
+    start_ts: str
+    end_ts: str | None = None
 
 
 @dataclass(frozen=True)
@@ -474,6 +486,42 @@ class Store:
                            [*args, limit])
         return [int(r["seq"]) for r in rows]
 
+
+    # ------------------------------------------------------------------ money and steering
+
+    def rentals(self) -> list[Rental]:
+        """Every instance this agent rented or adopted, with when its rent (or adoption) and its end
+        (destroy result or ``instance.gone``) were logged; by id."""
+        rows = self._query(
+            "SELECT i.instance_id, i.gpu_name, i.dph, i.label, s.ts AS start_ts, d.ts AS end_ts"
+            " FROM instances i JOIN events s ON s.seq = i.rented_seq"
+            " LEFT JOIN events d ON d.seq = i.destroyed_seq ORDER BY i.instance_id")
+        return [Rental(**r) for r in rows]
+
+    def observed_running(self, since_ts: str) -> dict[int, list[tuple[str, bool]]]:
+        """instance id -> (tick ts, whether it was running) for each tick observation of an instance of
+        ours at or after ``since_ts``, in log order."""
+        rows = self._query(
+            "SELECT e.ts AS ts, json_extract(j.value, '$.id') AS id, json_extract(j.value, '$.status') AS status"
+            " FROM events e, json_each(e.payload, '$.observation.instances') j"
+            " WHERE e.kind = 'tick.started' AND e.ts >= ? AND json_extract(j.value, '$.ours') = 1"
+            " ORDER BY e.seq", [since_ts])
+        out: dict[int, list[tuple[str, bool]]] = {}
+        for r in rows:
+            if isinstance(r["id"], int):
+                out.setdefault(r["id"], []).append((str(r["ts"]), r["status"] == "running"))
+        return out
+
+    def host_failures_since(self, host_id: int, ts: str) -> int:
+        """``host.failed`` events for ``host_id`` logged at or after ``ts``."""
+        return int(self._value("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= ?"
+                               " AND json_extract(payload, '$.host_id') = ?", [ts, host_id]))
+
+    def host_failure_logged(self, instance_id: int, status: str) -> bool:
+        """Whether a ``host.failed`` for this instance entering ``status`` is already logged."""
+        return self._value("SELECT 1 FROM events WHERE kind = 'host.failed'"
+                           " AND json_extract(payload, '$.instance_id') = ?"
+                           " AND json_extract(payload, '$.status') = ? LIMIT 1", [instance_id, status]) is not None
 
 
 def _num(v: Any) -> float | None:

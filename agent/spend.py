@@ -1,0 +1,229 @@
+"""Money from the log: what the fleet spent, and the budgets enforced before every rent.
+
+Spend is computed from the log's own rental history: each instance of ours costs its $/h (the
+offer's ``dph_total``, which vast.ai prices with the storage rented) between its rent (or
+adoption) and its destroy result or ``instance.gone`` (or now, while it lives), for the time the
+ticks' observations saw it running: vast.ai bills the $/h only while an instance runs (storage
+otherwise), so an instance stuck loading or whose container never started costs next to
+nothing. ``segments`` says how the time between two observations is counted.
+
+Periods are UTC: the day from 00:00, the week from Monday 00:00, the month from the 1st.
+``policy.max_daily_spend`` / ``policy.max_monthly_spend`` refuse a rent when the spend so far, plus
+what the live fleet and the new instance would cost by the period's end, exceeds the budget; an
+alert opens when the spend so far reaches 80 %.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from agent.config import PolicySettings, Settings
+from agent.policy import Block
+from agent.store.log import EventLog, utc_ts
+from agent.store.queries import Rental
+
+ALERT_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class Period:
+    name: str  # today | week | month
+    start: datetime
+    end: datetime
+
+
+def _dt(ts: str) -> datetime:
+    return datetime.fromisoformat(ts[:-1] if ts.endswith("Z") else ts).replace(tzinfo=UTC)
+
+
+def periods(now: datetime) -> dict[str, Period]:
+    """The UTC day, week (from Monday) and calendar month that hold ``now``."""
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    week = day - timedelta(days=day.weekday())
+    month = day.replace(day=1)
+    next_month = (month + timedelta(days=32)).replace(day=1)
+    return {"today": Period("today", day, day + timedelta(days=1)),
+            "week": Period("week", week, week + timedelta(days=7)),
+            "month": Period("month", month, next_month)}
+
+
+Segment = tuple[datetime, datetime, float]  # (from, to, share of the $/h billed)
+Run = tuple[datetime, datetime, bool]  # consecutive observations in one state: (first, last, running)
+
+
+def segments(r: Rental, runs: list[Run], now: datetime) -> list[Segment]:
+    """When rental ``r`` billed its $/h, from the ticks' observations of it (``runs``).
+
+    vast.ai bills an instance's $/h while it runs and only its storage otherwise. Between two
+    observations that both saw it running it billed throughout; between two that did not, nothing
+    (storage aside); across a change, half the interval (the change happened in between). From the rent
+    to the first observation, half if that saw it running; from the last observation to its end, all if
+    it was running. An instance no tick observed bills from its rent to its end (an upper bound)."""
+    start = _dt(r.start_ts)
+    end = _dt(r.end_ts) if r.end_ts else now
+    rs = [(max(a, start), min(b, end), run) for a, b, run in runs if b >= start and a <= end]
+    if not rs:
+        return [(start, end, 1.0)]
+    out: list[Segment] = [(start, rs[0][0], 0.5 if rs[0][2] else 0.0)]
+    for i, (a, b, run) in enumerate(rs):
+        if i:
+            out.append((rs[i - 1][1], a, 0.5))  # the state changed in between
+        out.append((a, b, 1.0 if run else 0.0))
+    out.append((rs[-1][1], end, 1.0 if rs[-1][2] else 0.0))
+    return out
+
+
+def runs_of(seen: list[tuple[str, bool]]) -> list[Run]:
+    """Observations (ts, running), in order, folded into runs of one state (two timestamps parsed per run)."""
+    out: list[Run] = []
+    first = last = ""
+    state = False
+    for ts, run in seen:
+        if first and run == state:
+            last = ts
+            continue
+        if first:
+            out.append((_dt(first), _dt(last), state))
+        first = last = ts
+        state = run
+    if first:
+        out.append((_dt(first), _dt(last), state))
+    return out
+
+
+_SEEN: dict[tuple[str, str, str], dict[int, list[Run]]] = {}
+
+
+def _observations(log: EventLog, since_ts: str) -> dict[int, list[Run]]:
+    """The ticks' observations of our instances since ``since_ts``, as runs; they change only when a tick
+    starts, so every rent check of one tick reads them once."""
+    last = next(iter(log.read(0, kinds=["tick.started"], newest_first=True, limit=1)), None)
+    key = (str(log.path), since_ts, last.id if last is not None else "")
+    if key not in _SEEN:
+        if len(_SEEN) > 8:
+            _SEEN.clear()
+        _SEEN[key] = {iid: runs_of(seen) for iid, seen in log.store.observed_running(since_ts).items()}
+    return _SEEN[key]
+
+
+def month_to_date(log: EventLog) -> dict[str, float]:
+    """Spend today and this month (what ``status`` shows), from a month's observations."""
+    ps = periods(log.clock())
+    led = Ledger.of(log, since=_window(ps))
+    return {"today": round(led.spent(ps["today"]), 4), "month": round(led.spent(ps["month"]), 4)}
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The rentals of ours and when each billed, as of ``now``."""
+
+    now: datetime
+    rentals: list[Rental]
+    billed: dict[int, list[Segment]]
+
+    @classmethod
+    def of(cls, log: EventLog, since: datetime | None = None) -> Ledger:
+        """From the log; observations from ``since`` on (None: all), enough for periods after it."""
+        now = log.clock()
+        rentals = log.store.rentals()
+        seen = _observations(log, utc_ts(since) if since else "")
+        return cls(now, rentals, {r.instance_id: segments(r, seen.get(r.instance_id, []), now) for r in rentals})
+
+    def cost(self, r: Rental, t0: datetime, t1: datetime) -> float:
+        """What rental ``r`` cost between ``t0`` and ``t1`` (nothing after now)."""
+        total = 0.0
+        for a, b, share in self.billed[r.instance_id]:
+            lo, hi = max(a, t0), min(b, t1, self.now)
+            if hi > lo and share:
+                total += (hi - lo).total_seconds() * share
+        return total * float(r.dph or 0.0) / 3600.0
+
+    def spent(self, p: Period) -> float:
+        return sum(self.cost(r, p.start, p.end) for r in self.rentals)
+
+    def live_dph(self) -> float:
+        return sum(float(r.dph or 0.0) for r in self.rentals if r.end_ts is None)
+
+
+def report(log: EventLog) -> dict[str, Any]:
+    """Spend today, this week, this month, per instance and per GPU model, and the live run rate."""
+    led = Ledger.of(log)
+    now = led.now
+    ps = periods(now)
+    per: dict[str, Any] = {name: {"start": utc_ts(p.start), "end": utc_ts(p.end),
+                                  "spent": round(led.spent(p), 4)} for name, p in ps.items()}
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    month = ps["month"]
+    instances = []
+    by_gpu: dict[str, dict[str, Any]] = {}
+    grand = 0.0
+    for r in led.rentals:
+        total = led.cost(r, epoch, now)
+        in_month = led.cost(r, month.start, month.end)
+        grand += total
+        end = _dt(r.end_ts) if r.end_ts else now
+        instances.append({"instance_id": r.instance_id, "gpu_name": r.gpu_name, "dph": r.dph, "label": r.label,
+                          "start": r.start_ts, "end": r.end_ts, "live": r.end_ts is None,
+                          "hours": round(max(0.0, (end - _dt(r.start_ts)).total_seconds()) / 3600, 4),
+                          "spent": round(total, 4), "month": round(in_month, 4)})
+        g = by_gpu.setdefault(r.gpu_name or "?", {"instances": 0, "spent": 0.0, "month": 0.0})
+        g["instances"] += 1
+        g["spent"] = round(g["spent"] + total, 4)
+        g["month"] = round(g["month"] + in_month, 4)
+    return {"as_of": utc_ts(now), "periods": per, "total": round(grand, 4),
+            "run_rate_dph": round(led.live_dph(), 4), "instances": instances, "by_gpu": dict(sorted(by_gpu.items()))}
+
+
+def _window(ps: dict[str, Period]) -> datetime:
+    """Where observations must start for the day's and the month's spend (a day of margin)."""
+    return min(ps["today"].start, ps["month"].start) - timedelta(days=1)
+
+
+_BUDGETS = (("max_daily_spend", "today", "today"), ("max_monthly_spend", "month", "this month"))
+
+
+def budget_block(log: EventLog, policy: PolicySettings, new_dph: float) -> Block | None:
+    """A Block when renting at ``new_dph`` would take a period's spend past its budget: the spend so
+    far, plus what the live fleet costs by the period's end, plus what the new instance would add."""
+    budgets = [(k, name, what, getattr(policy, k)) for k, name, what in _BUDGETS if getattr(policy, k) is not None]
+    if not budgets:
+        return None
+    ps = periods(log.clock())
+    led = Ledger.of(log, since=_window(ps))
+    now, live_dph = led.now, led.live_dph()
+    for key, name, what, budget in budgets:
+        p = ps[name]
+        so_far = led.spent(p)
+        hours = (p.end - now).total_seconds() / 3600
+        fleet, add = live_dph * hours, new_dph * hours
+        if so_far + fleet + add > budget + 1e-9:
+            end = utc_ts(p.end)[:16].replace("T", " ")
+            return Block(key, f"${so_far:.2f} spent {what} + ${fleet:.2f} the live fleet costs by {end} UTC + "
+                         f"${add:.2f} this instance would add (${new_dph:.3f}/h x {hours:.1f} h) = "
+                         f"${so_far + fleet + add:.2f} > budget ${budget:.2f}")
+    return None
+
+
+def check_budgets(log: EventLog, settings: Settings, policy: PolicySettings, tick: int | None) -> None:
+    """Open an alert when a period's spend reaches 80 % of its budget; resolve it when it is below."""
+    from agent import feedback
+
+    if policy.max_daily_spend is None and policy.max_monthly_spend is None and not log.store.live_alerts(
+            prefix="spend:"):
+        return
+    ps = periods(log.clock())
+    led = Ledger.of(log, since=_window(ps))
+    for key, name, what in _BUDGETS:
+        budget = getattr(policy, key)
+        akey = f"spend:{name}"
+        so_far = led.spent(ps[name])
+        if budget is not None and so_far >= ALERT_SHARE * budget:
+            share = so_far / budget if budget > 0 else 1.0
+            feedback.raise_alert(log, key=akey, severity="warning" if share < 1 else "critical",
+                                 title=f"spend {what} at {share:.0%} of the {key} budget",
+                                 detail=f"${so_far:.2f} of ${budget:.2f}; rents that would pass it are refused",
+                                 tick=tick, settings=settings)
+        else:
+            feedback.resolve_alert(log, akey, "spend is below 80 % of the budget", tick)
