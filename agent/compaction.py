@@ -39,6 +39,7 @@ from agent.context import (
     make_view,
     meter_for,
     needs_compaction,
+    params_hash,
     render_pinned,
     request_hash,
     sha256_text,
@@ -466,6 +467,15 @@ def _attempt_llm(summarizer: Summarizer, messages: list[dict[str, Any]]) -> tupl
     return text, None
 
 
+RETRY_INSTRUCTION = "That summary was rejected: {reason}. Write it again, following the rules."
+
+
+def retry_messages(base: list[dict[str, Any]], rejected: str, reason: str) -> list[dict[str, Any]]:
+    """The retry of a rejected summary: the first request, the rejected answer, and why it was rejected."""
+    return [*base, {"role": "assistant", "content": rejected},
+            {"role": "user", "content": RETRY_INSTRUCTION.format(reason=reason)}]
+
+
 def _llm_summary(p: Plan, summarizer: Summarizer, cap: int, attempts: list[dict[str, Any]]) -> str | None:
     """The summariser's text if it passes the check within two tries (each try noted in ``attempts``)."""
     messages = p.messages
@@ -477,9 +487,10 @@ def _llm_summary(p: Plan, summarizer: Summarizer, cap: int, attempts: list[dict[
         if reason is None:
             return text or ""
         if text:
-            messages = [*messages[:2], {"role": "assistant", "content": text},
-                        {"role": "user", "content": f"That summary was rejected: {reason}. "
-                         "Write it again, following the rules."}]
+            note = getattr(summarizer, "retrying", None)
+            if note is not None:
+                note(reason)
+            messages = retry_messages(p.messages, text, reason)
     return None
 
 
@@ -528,45 +539,64 @@ def compaction_payload(p: Plan, summary: str, method: str, attempts: list[dict[s
 
 
 def summary_manifest(p: Plan, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
-                     tools: list[dict[str, Any]], model_name: str, force: bool) -> dict[str, Any]:
+                     tools: list[dict[str, Any]], model_name: str, force: bool,
+                     params: dict[str, Any] | None = None) -> dict[str, Any]:
     """What replay needs to re-plan this compaction: the log position, the ids it was told to mention, and
-    the hashes of its inputs (agent.context.inputs)."""
-    return {"end": p.view.end, "force": force, "model": model_name, "open_alert_ids": p.alerts,
-            "owned_instance_ids": p.owned, "prompt_hashes": dict(prompts.hashes),
-            "policy_hash": sha256_text(canonical(policy)), "tools_hash": tools_hash(tools),
-            "settings": budget_fields(settings), "base_hash": request_hash(model_name, p.messages, [])}
+    the hashes of its inputs (agent.context.inputs), the model parameters' included."""
+    m = {"end": p.view.end, "force": force, "model": model_name, "open_alert_ids": p.alerts,
+         "owned_instance_ids": p.owned, "prompt_hashes": dict(prompts.hashes),
+         "policy_hash": sha256_text(canonical(policy)), "tools_hash": tools_hash(tools),
+         "settings": budget_fields(settings), "base_hash": request_hash(model_name, p.messages, [], params)}
+    if params is not None:
+        m["params_hash"] = params_hash(params)
+    return m
 
 
 @dataclass
 class RecordedSummarizer:
     """A summariser whose every call is logged like the agent's: ``summary.request`` (the request's hash
-    and the manifest replay re-plans it from) before, ``summary.response`` after."""
+    and the manifest replay re-plans it from) before, ``summary.response`` after. A retry's manifest adds
+    the seq of the rejected answer (``retry_of``) and the reason, so replay rebuilds the retry's request
+    from what is logged."""
 
     inner: Summarizer
     log: EventLog
     tick: int | None
     manifest: dict[str, Any]
+    params: dict[str, Any] | None = None
+    last_response: int | None = None
+    reason: str | None = None
+
+    def retrying(self, reason: str) -> None:
+        """The next call retries the last answer, rejected for ``reason``."""
+        self.reason = reason
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
         model = str(self.manifest["model"])
-        req = self.log.append("summary.request", {"request_hash": request_hash(model, messages, tools),
-                                                  "manifest": self.manifest}, "system", self.tick)
+        manifest = dict(self.manifest)
+        if self.reason is not None:
+            manifest.update({"retry_of": self.last_response, "reason": self.reason})
+        self.reason = None
+        req = self.log.append("summary.request", {"request_hash": request_hash(model, messages, tools, self.params),
+                                                  "manifest": manifest}, "system", self.tick)
         try:
             reply = self.inner.complete(messages, tools)
         except Exception as e:
             self.log.append("summary.response", {"request_seq": req.seq, "text": None,
                                                  "error": f"{type(e).__name__}: {str(e)[:300]}"}, "model", self.tick)
             raise
-        self.log.append("summary.response", {"request_seq": req.seq, "text": getattr(reply, "text", "") or ""},
-                        "model", self.tick)
+        self.last_response = self.log.append("summary.response", {"request_seq": req.seq,
+                                                                  "text": getattr(reply, "text", "") or ""},
+                                             "model", self.tick).seq
         return reply
 
 
 def compact(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
             tools: list[dict[str, Any]], summarizer: Summarizer | None, tick: int | None, open_alert_ids: list[int],
             owned_instance_ids: list[int], model_name: str = "", force: bool = False,
-            cache: ProjectionCache | None = None) -> Event | None:
-    """Compact when the projected request passes high water (or always, with ``force``).
+            cache: ProjectionCache | None = None, params: dict[str, Any] | None = None) -> Event | None:
+    """Compact when the projected request passes high water (or always, with ``force``). ``params``: the
+    model parameters the summariser sends (logged and hashed with its requests).
     Returns the appended ``context.compacted`` event, or None when nothing was done."""
     p = plan(load(log), prompts=prompts, settings=settings, policy=policy, tools=tools,
              meter=meter_for(settings, cache), open_alert_ids=open_alert_ids, owned_instance_ids=owned_instance_ids,
@@ -578,8 +608,9 @@ def compact(log: EventLog, prompts: Prompts, settings: ContextSettings, *, polic
         return None
     if summarizer is not None:
         summarizer = RecordedSummarizer(summarizer, log, tick, summary_manifest(
-            p, prompts=prompts, settings=settings, policy=policy, tools=tools, model_name=model_name, force=force))
-        record_inputs(log, prompts, policy, tools, tick)
+            p, prompts=prompts, settings=settings, policy=policy, tools=tools, model_name=model_name, force=force,
+            params=params), params)
+        record_inputs(log, prompts, policy, tools, tick, params)
     summary, method, attempts = summarise(p, summarizer, settings.summary_max_tokens)
     payload = compaction_payload(p, summary, method, attempts, prompts=prompts, settings=settings, policy=policy,
                                  tools=tools, model_name=model_name)

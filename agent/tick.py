@@ -149,15 +149,17 @@ class _Model:
     policy: dict[str, Any]
     name: str
     summarizer: Any
+    params: dict[str, Any] | None = None
     overflow_retried: bool = False
 
     @classmethod
     def of(cls, app: App) -> _Model:
         provider = app.provider()
         toolbox = load_tools()
-        return cls(provider, toolbox, toolbox.specs(), app.policy_dict(),
-                   getattr(provider, "name", app.settings.model.name),
-                   provider if getattr(provider, "can_summarise", True) else None)
+        specs = toolbox.specs()
+        return cls(provider, toolbox, specs, app.policy_dict(), getattr(provider, "name", app.settings.model.name),
+                   provider if getattr(provider, "can_summarise", True) else None,
+                   context.model_params(provider, specs))
 
 
 def _run(app: App, stop: threading.Event) -> TickResult:
@@ -221,7 +223,7 @@ def _ask(run: _Run, model: _Model, stop: threading.Event, deadline: float) -> li
         return run.fail(f"time budget of {run.app.settings.schedule.tick_timeout:.0f}s used up", "timeout")
     log = run.app.log
     proj = _project(run, model)
-    record_inputs(log, run.app.prompts, model.policy, model.tools, run.tick)
+    record_inputs(log, run.app.prompts, model.policy, model.tools, run.tick, model.params)
     req = log.append("model.request", context.request_payload(proj), "system", run.tick)
     run.steps += 1
     try:
@@ -244,11 +246,11 @@ def _project(run: _Run, model: _Model) -> context.Projection:
     """The request's context, compacted first when it is due or does not fit."""
     app, cs = run.app, run.app.settings.context
     proj = context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools, model=model.name,
-                           cache=app.projection_cache)
+                           cache=app.projection_cache, params=model.params)
     if context.needs_compaction(proj, cs) or not context.fits(proj, cs):
-        _compact(app, run.tick, model.summarizer, model.policy, model.tools, model.name, force=False)
+        _compact(app, run.tick, model, force=False)
         proj = context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools, model=model.name,
-                               cache=app.projection_cache)
+                               cache=app.projection_cache, params=model.params)
     return proj
 
 
@@ -259,7 +261,7 @@ def _model_failed(run: _Run, model: _Model, e: LLMError, request_seq: int) -> Ti
                "system", tick)
     if e.kind == "context_length" and not model.overflow_retried:
         model.overflow_retried = True
-        _compact(run.app, tick, model.summarizer, model.policy, model.tools, model.name, force=True)
+        _compact(run.app, tick, model, force=True)
         return None
     if e.kind in UNREACHABLE:
         feedback.raise_alert(log, key="model:unreachable", severity="warning", title="Model endpoint failing",
@@ -290,14 +292,14 @@ def _complete(run: _Run) -> TickResult:
     return TickResult(tick, True, None, run.steps, run.usage, dur, run.actions)
 
 
-def _compact(app: Any, tick: int, summarizer: Any, policy_d: dict[str, Any], tools: list[dict[str, Any]],
-             model_name: str, *, force: bool) -> None:
+def _compact(app: Any, tick: int, model: _Model, *, force: bool) -> None:
     log = app.log
     open_ids = [a.id for a in log.store.open_alerts()]
     owned = log.store.owned_instance_ids()
-    compaction.compact(log, app.prompts, app.settings.context, policy=policy_d, tools=tools, summarizer=summarizer,
-                       tick=tick, open_alert_ids=open_ids, owned_instance_ids=owned, model_name=model_name,
-                       force=force, cache=app.projection_cache)
+    compaction.compact(log, app.prompts, app.settings.context, policy=model.policy, tools=model.tools,
+                       summarizer=model.summarizer, tick=tick, open_alert_ids=open_ids, owned_instance_ids=owned,
+                       model_name=model.name, force=force, cache=app.projection_cache,
+                       params=context.model_params(model.summarizer, []) if model.summarizer else None)
 
 
 def _fail(app: App, tick: int, reason: str, kind: str, steps: int, usage: dict[str, int], t0: float) -> TickResult:

@@ -43,9 +43,28 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def request_hash(model: str, messages: list[Message], tools: list[dict[str, Any]]) -> str:
-    """sha256 of the canonical JSON of exactly what is sent: model, messages, tools."""
-    return sha256_text(canonical({"model": model, "messages": messages, "tools": tools}))
+def request_hash(model: str, messages: list[Message], tools: list[dict[str, Any]],
+                 params: dict[str, Any] | None = None) -> str:
+    """sha256 of the canonical JSON of exactly what is sent: model, messages, tools and, when known, the
+    model parameters sent with them (temperature, max output tokens, tool choice). Requests logged before
+    parameters were recorded hash without them."""
+    body: dict[str, Any] = {"model": model, "messages": messages, "tools": tools}
+    if params is not None:
+        body["params"] = params
+    return sha256_text(canonical(body))
+
+
+def params_hash(params: dict[str, Any]) -> str:
+    return sha256_text(canonical(params))
+
+
+def model_params(provider: Any, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a provider sends with a request besides the model, the messages and the tools (temperature,
+    max output tokens, tool choice...): ``request_params`` minus those; {} for a provider without it."""
+    fn = getattr(provider, "request_params", None)
+    if fn is None:
+        return {}
+    return {k: v for k, v in fn([], tools).items() if k not in ("model", "messages", "tools")}
 
 
 def tools_hash(tools: list[dict[str, Any]]) -> str:
@@ -237,7 +256,7 @@ def _drop_oldest(v: View, limit_raw: int) -> str:
 
 
 def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict[str, Any]], prompts: Prompts,
-             policy: dict[str, Any]) -> Projection:
+             policy: dict[str, Any], params: dict[str, Any] | None = None) -> Projection:
     """Assemble the messages, enforce the budget, write the manifest. Shrinks ``v``'s thread in place."""
     limit_raw = v.calibration.raw_limit(settings.budget_tokens - settings.output_reserve)
     shrink_notes = _shrink(v, limit_raw) if v.fixed_tokens() + v.thread_tokens() > limit_raw else []
@@ -274,17 +293,20 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
         "estimated_tokens": tokens,
         "calibrated_tokens": calibrated,
         "shrunk": bool(shrink_notes),
-        "request_hash": request_hash(model, messages, tools),
+        "request_hash": request_hash(model, messages, tools, params),
     }
+    if params is not None:
+        manifest["params_hash"] = params_hash(params)
     return Projection(messages=messages, manifest=manifest, tokens=tokens, sections=sections,
                       shrink_notes=shrink_notes)
 
 
 def build(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
-          tools: list[dict[str, Any]], meter: Meter, model: str = "") -> Projection:
+          tools: list[dict[str, Any]], meter: Meter, model: str = "", params: dict[str, Any] | None = None
+          ) -> Projection:
     """The request the model sees for ``inputs``, within the budget."""
     v = make_view(inputs, prompts=prompts, settings=settings, policy=policy, tools=tools, meter=meter)
-    return assemble(v, settings, model=model, tools=tools, prompts=prompts, policy=policy)
+    return assemble(v, settings, model=model, tools=tools, prompts=prompts, policy=policy, params=params)
 
 
 def limit_tokens(settings: ContextSettings) -> int:
