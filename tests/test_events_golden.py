@@ -170,6 +170,10 @@ _V2: dict[str, list[Case]] = {
 for _kind, _extra in _V2.items():
     SAMPLES[(_kind, 2)] = SAMPLES[(_kind, 1)] + _extra
 SAMPLES[("context.compacted", 2)] = SAMPLES[("context.compacted", 1)]
+SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
+    "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
+                     "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,
+                     "pinned": {"knowledge": {"a.md": "x"}, "knowledge_seq": {"a.md": 7}}})]
 
 
 def envelope(kind: str, version: int, payload: dict[str, Any]) -> Event:

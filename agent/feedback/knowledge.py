@@ -269,12 +269,25 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
 
 KEY_KNOWLEDGE_SIZE = "knowledge:over_pinned"
 CHARS_PER_TOKEN = 4   # a rough estimate, for the alert only: the projection counts real tokens
+FILE_HEAD_TOKENS = 12  # the "### name" line and fence around one file's text, roughly
+
+
+def shown_in_full(sizes: list[int], cap: int, per_file_cap: int) -> int:
+    """How many files (sizes in bytes, in the order the pinned block shows them) fit ``cap`` tokens in
+    full, each cut at ``per_file_cap``: the alert's estimate of what the agent sees."""
+    used = 0
+    for n, size in enumerate(sizes):
+        used += min(size // CHARS_PER_TOKEN, per_file_cap) + FILE_HEAD_TOKENS
+        if used > cap:
+            return n
+    return len(sizes)
 
 
 def _check_size(tx: Transaction, settings: Any, tick: int | None) -> list[Event]:
     """Raise once (resolve when it passes) an alert when the knowledge files cannot all be shown in
     the pinned block: how many, how big, what the agent sees instead and how to see the rest."""
-    cap = getattr(getattr(settings, "context", None), "pinned_max_tokens", None)
+    ctx = getattr(settings, "context", None)
+    cap = getattr(ctx, "pinned_max_tokens", None)
     if cap is None:
         return []
     live = [k for k in tx.store.knowledge_latest().values() if k.hash is not None]
@@ -286,8 +299,10 @@ def _check_size(tx: Transaction, settings: Any, tick: int | None) -> list[Event]
         return []
     if alerts:
         return []
+    newest_first = sorted(live, key=lambda k: (-k.seq, k.name))
+    shown = shown_in_full([k.size for k in newest_first], cap, int(getattr(ctx, "knowledge_max_tokens", cap)))
     title = (f"knowledge: {len(live):,} files, ~{tokens / 1000:,.0f}k tokens, over pinned_max_tokens {cap:,}; "
-             "the pinned block shows the files that fit in name order, the others by name only")
+             f"showing the {shown:,} most recently changed; the others by name only")
     _, e = raise_in(tx, key=KEY_KNOWLEDGE_SIZE, severity="warning", title=title,
                     detail="`fleet-agent knowledge status` lists every file; the agent reads any of them with "
                     "read_knowledge(name). Merge or remove files, or raise context.pinned_max_tokens.",
