@@ -47,7 +47,7 @@ from agent.context import (
 )
 from agent.context.inputs import record_inputs
 from agent.context.seen import seen_to
-from agent.events import KINDS, Event, render, render_observation
+from agent.events import KINDS, Event, data, fence, inline, render, render_observation
 from agent.prompts import Prompts, render_summarize
 from agent.store.log import EventLog, canonical
 from agent.tokens import MESSAGE_OVERHEAD
@@ -142,17 +142,21 @@ def _one_line(text: str, n: int = LINE_CHARS) -> str:
 
 
 def _transcript_line(e: Event) -> str | None:
+    """One event of the evicted span as the summariser reads it. Text the model, vast.ai or a tool wrote
+    (the assistant's words, call names and arguments, policy details, alert titles) is written ``inline``:
+    it cannot start a line, spell a source tag or open a fence; rendered messages are already escaped."""
     p = e.payload
     if e.kind == "model.response":
-        parts = [f"[assistant] {p.get('text') or ''}".rstrip()]
-        parts.extend(f"→ call {c['name']}({c['arguments']}) id={c['id']}" for c in p.get("tool_calls") or [])
+        parts = [f"[assistant] {inline(p.get('text') or '')}".rstrip()]
+        parts.extend(f"→ call {inline(c['name'])}({inline(c['arguments'])}) id={inline(c['id'])}"
+                     for c in p.get("tool_calls") or [])
         return "\n".join(parts)
     if e.kind == "policy.blocked":
-        return f"[policy blocked {p['name']}] {p['rule']} {p.get('detail', '')}".rstrip()
+        return f"[policy blocked {inline(p['name'])}] {inline(p['rule'])} {inline(p.get('detail', ''))}".rstrip()
     if e.kind == "alert.raised" and p.get("raised_by") == "model":
-        return f"[alert #{p['alert_id']} raised · model] {p['severity']}: {p['title']}"
+        return f"[alert #{p['alert_id']} raised · model] {inline(p['severity'])}: {inline(p['title'])}"
     if e.kind == "model.failed":
-        return f"[model call failed] {p['error_kind']}"
+        return f"[model call failed] {inline(p['error_kind'])}"
     msg = render(e)
     if msg is not None and msg.get("content"):
         return str(msg["content"])
@@ -167,6 +171,21 @@ def transcript(events: list[Event]) -> list[tuple[int, str]]:
         if line is not None:
             out.append((e.seq, line))
     return out
+
+
+_FENCE_LINE = re.compile(r"^(`{3,})[A-Za-z]*$")
+
+
+def _close_fence(text: str) -> str:
+    """``text`` with the closing line of a fence it opened and a cut left open."""
+    width = 0
+    for line in text.split("\n"):
+        m = _FENCE_LINE.match(line)
+        if width == 0 and m is not None:
+            width = len(m.group(1))
+        elif width and set(line) == {"`"} and len(line) >= width:
+            width = 0
+    return f"{text}\n{'`' * width}" if width else text
 
 
 def _fit_transcript(lines: list[tuple[int, str]], budget: int, meter: Meter) -> str:
@@ -185,7 +204,7 @@ def _fit_transcript(lines: list[tuple[int, str]], budget: int, meter: Meter) -> 
     for (seq, text), n in zip(lines, sizes, strict=True):
         if n > cap:
             kept, _, full = meter.cut(text, cap)
-            text = f"{kept}\n[... {full - cap} more tokens in event #{seq}]"
+            text = f"{_close_fence(kept)}\n[... {full - cap} more tokens in event #{seq}]"
         parts.append(f"#{seq} {text}")
     return "\n".join(parts)
 
@@ -421,7 +440,7 @@ def _summary_request(v: View, cut: Cut, previous: dict[str, Any] | None, evicted
     sys_text = render_summarize(prompts, cap)
     head = [
         f"Previous summary (covers #{previous.get('covered_from') or 1}–#{previous['covered_to']}):\n"
-        f"{previous['summary']}" if previous else "There is no previous summary.",
+        f"{fence(data(previous['summary']), 'summary')}" if previous else "There is no previous summary.",
         "Open alerts to mention: " + (", ".join(f"alert #{a}" for a in alerts) or "none"),
         "Instances the agent owns, to mention: " + (", ".join(str(i) for i in owned) or "none"),
         f"Events #{v.covered_to + 1}–#{cut.first_kept_seq - 1} to fold into the summary:",
@@ -431,6 +450,13 @@ def _summary_request(v: View, cut: Cut, previous: dict[str, Any] | None, evicted
             - v.meter.count(head_text) - 64)
     body = head_text + "\n" + _fit_transcript(transcript(evicted), max(256, room), v.meter)
     return [{"role": "system", "content": sys_text}, {"role": "user", "content": body}]
+
+
+def summary_input(p: Plan, *, prompts: Prompts, settings: ContextSettings) -> list[dict[str, Any]]:
+    """The summariser's request of its own for ``p``: its instructions, then the previous summary and the
+    evicted span as a transcript, every untrusted string escaped."""
+    return _summary_request(p.view, p.cut, p.previous, p.evicted, prompts=prompts, settings=settings,
+                            alerts=p.alerts, owned=p.owned)
 
 
 def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
