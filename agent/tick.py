@@ -20,6 +20,7 @@ from agent.clients.demand import DemandError
 from agent.clients.vast import Instance, VastError
 from agent.context.inputs import record_inputs
 from agent.errors import FleetAgentError
+from agent.feedback.knowledge import save_memo
 from agent.llm import LLMError, ModelReply
 from agent.lock import FleetLock
 from agent.pipeline import ToolCall, refuse_call, run_tool_call
@@ -210,6 +211,7 @@ def _start(run: _Run) -> ToolContext | TickResult:
     obs = observe(app, ctx, tick)
     log.append("tick.started", {"observation": obs}, "scheduler", tick)
     feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
+    save_memo(s.data_path, app.knowledge_memo)
     feedback.check_conditions(log, s, obs, tick)
     return ctx
 
