@@ -166,6 +166,8 @@ class ContextSettings:
     pinned_max_tokens: int = 8000
     tool_output_max_tokens: int = 1500
     calibration_margin: float = 0.05
+    # At a compaction, tool outputs older than the newest this many ticks become one-line stubs (0 = never).
+    mask_after_ticks: int = 3
 
 
 @dataclass(frozen=True)
@@ -626,6 +628,8 @@ def _check_context(c: ContextSettings, loc: _Loc) -> None:
                         f"must be under half of context.budget_tokens ({c.budget_tokens})")
     if c.budget_tokens < 2000:
         raise loc.error("context.budget_tokens", "must be at least 2000")
+    if c.mask_after_ticks < 0:
+        raise loc.error("context.mask_after_ticks", "must be 0 (never mask) or a number of ticks")
 
 
 def _check_schedule(sch: ScheduleSettings, loc: _Loc) -> None:

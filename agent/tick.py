@@ -300,8 +300,7 @@ def _compact(app: Any, tick: int, model: _Model, *, force: bool) -> None:
     owned = log.store.owned_instance_ids()
     compaction.compact(log, app.prompts, app.settings.context, policy=model.policy, tools=model.tools,
                        summarizer=model.summarizer, tick=tick, open_alert_ids=open_ids, owned_instance_ids=owned,
-                       model_name=model.name, force=force, cache=app.projection_cache,
-                       params=context.model_params(model.summarizer, []) if model.summarizer else None)
+                       model_name=model.name, force=force, cache=app.projection_cache)
 
 
 def _fail(app: App, tick: int, reason: str, kind: str, steps: int, usage: dict[str, int], t0: float) -> TickResult:

@@ -13,7 +13,7 @@ from agent.context import request_payload, select
 from agent.context.seen import is_operator_input
 from agent.events import Event, render
 from agent.tick import run_tick
-from tests.fakes.openai_server import reply
+from tests.fakes.openai_server import is_summary_request, reply, summary_reply
 from tests.test_context import POLICY, TOOLS, observation, words
 from tests.test_context_build import METER, TIGHT, MemLog, project_mem
 from tests.test_context_props import PROMPTS
@@ -23,9 +23,9 @@ SETTINGS = {"budget_tokens": 6000, "output_reserve": 500, "high_water": 0.6, "lo
 
 
 def _agent(body: dict[str, Any]) -> Any:
-    """Search offers once per tick, then stop; as a summariser (no tools), a short text."""
-    if not body.get("tools"):
-        return reply("## Fleet state and commitments\nnothing notable")
+    """Search offers once per tick, then stop; as a summariser (asked for the summary), a short text."""
+    if is_summary_request(body):
+        return summary_reply(body)
     if body["messages"][-1]["role"] == "tool":
         return reply("fleet looks fine")
     return reply("checking the market", tool_calls=[("search_offers", {"limit": 50})])
@@ -65,7 +65,7 @@ def test_feedback_between_ticks_at_high_water_reaches_the_next_request_verbatim(
 
     compactions = list(app.log.read(before_seq, kinds=["context.compacted"]))
     assert compactions, "the tick compacted before asking"
-    first = next(r.json for r in fake_model.chat_requests[before:] if r.json.get("tools"))
+    first = next(r.json for r in fake_model.chat_requests[before:] if not is_summary_request(r.json))
     text = "\n".join(m.get("content") or "" for m in first["messages"])
     assert f"[alert #{alert_id} acked · bob] Instance 7 stuck in loading — note: rebooted it by hand" in text
     assert "[operator note · alice] demand spike expected at 18:00" in text

@@ -23,7 +23,8 @@ from agent.store.log import canonical
 from agent.tokens import REQUEST_OVERHEAD
 
 BUDGET_FIELDS = ("budget_tokens", "output_reserve", "high_water", "low_water", "encoding", "summary_max_tokens",
-                 "knowledge_max_tokens", "pinned_max_tokens", "tool_output_max_tokens", "calibration_margin")
+                 "knowledge_max_tokens", "pinned_max_tokens", "tool_output_max_tokens", "calibration_margin",
+                 "mask_after_ticks")
 
 
 def budget_fields(settings: ContextSettings) -> dict[str, Any]:
@@ -155,13 +156,17 @@ def make_view(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, po
     comp = inputs.compaction
     covered_to = inputs.covered_to
     pinned_text = summary_text = None
+    masked_to: int | None = None
     if comp is not None:
         pinned_text = render_pinned(comp.payload.get("pinned") or empty_pinned(), covered_to, settings, meter,
                                     version=comp.version)
-        summary_text = render_summary(comp.payload, settings, meter, version=comp.version)
+        if covered_to > 0 or comp.version < 3:   # a masking-only compaction before any summary has none
+            summary_text = render_summary(comp.payload, settings, meter, version=comp.version)
+        if comp.version >= 3 and comp.payload.get("masked_to") is not None:
+            masked_to = int(comp.payload["masked_to"])
     return View(end=inputs.end, compaction=comp, covered_to=covered_to, system=render_system(prompts, policy),
                 pinned_text=pinned_text, summary_text=summary_text, events=inputs.events,
-                thread=build_thread(inputs.events, settings, meter), tools_tokens=meter.tools(tools),
+                thread=build_thread(inputs.events, settings, meter, masked_to), tools_tokens=meter.tools(tools),
                 calibration=Calibration(inputs.ratio, settings.calibration_margin, inputs.ratio_seq), meter=meter)
 
 

@@ -134,7 +134,7 @@ def replay_summaries(log: EventLog, prompts: Prompts, settings: ContextSettings,
                     reasons.append(f"the rejected answer #{m['retry_of']} this retry names is not a summariser "
                                    "answer logged before it")
                 messages = retry_messages(p.messages, rejected or "", str(m.get("reason") or ""))
-            derived = request_hash(str(m["model"]), messages, [], then.params if "params_hash" in m else None)
+            derived = request_hash(str(m["model"]), messages, p.tools, then.params if "params_hash" in m else None)
         ok = derived == req.payload["request_hash"] and not reasons
         yield ReplayResult(req.seq, req.tick, str(req.payload["request_hash"]), derived, ok,
                            [] if ok else reasons or ["the summariser's request re-plans differently (events, inputs "
