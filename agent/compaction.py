@@ -283,11 +283,11 @@ def check_summary(text: str, *, cap: int, meter: Meter, open_alert_ids: list[int
     input it folds, and not echo ``prompt`` (the instructions it was given)."""
     if not text.strip():
         return "empty summary"
+    if is_echo(text, prompt):
+        return "the summary repeats the instructions instead of summarising"
     n = meter.count(text)
     if n > cap:
         return f"summary has {n} tokens, over the cap of {cap}"
-    if is_echo(text, prompt):
-        return "the summary repeats the instructions instead of summarising"
     must = must or MustMention()
     must = MustMention(tuple(open_alert_ids), tuple(owned_instance_ids), must.directives, must.operator)
     reasons = []
