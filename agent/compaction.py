@@ -595,9 +595,11 @@ def _masked_sizes(v: View, settings: ContextSettings, masked_to: int | None) -> 
 
 
 def _fits_masked(v: View, settings: ContextSettings, sizes: dict[int, int]) -> bool:
-    """Whether masking alone brings the request under low water."""
+    """Whether masking alone brings the request halfway from high water down to low water: then nothing
+    is summarised (no model call) and the prompt cache keeps everything before the first masked output."""
     thread = sum(sizes.get(e.seq, e.tokens) if e.kind == "tool.result" else e.tokens for e in v.thread)
-    return v.calibration.calibrated(v.fixed_tokens() + thread) <= settings.low_water * settings.budget_tokens
+    target = (settings.low_water + settings.high_water) / 2 * settings.budget_tokens
+    return v.calibration.calibrated(v.fixed_tokens() + thread) <= target
 
 
 # ------------------------------------------------------------------ the plan
@@ -628,7 +630,7 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
          model_name: str = "", force: bool = False) -> Plan | str | None:
     """The compaction to make (pure): a Plan, None when the request is under high water (and not
     ``force``), or the reason no cut is possible. Masking old tool outputs comes first: when that alone
-    brings the request under low water, nothing is summarised."""
+    brings the request halfway down to low water, nothing is summarised."""
     v = make_view(inputs, prompts=prompts, settings=settings, policy=policy, tools=tools, meter=meter)
     before = assemble(v, settings, model=model_name, tools=tools, prompts=prompts, policy=policy)
     if not force and not needs_compaction(before, settings):
