@@ -836,6 +836,33 @@ def compact(log: EventLog, prompts: Prompts, settings: ContextSettings, *, polic
     return event
 
 
+WARNING_TOKENS = 120   # room the memory-pressure message needs in the request
+
+
+def warn_pressure(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
+                  tools: list[dict[str, Any]], tick: int | None, open_alert_ids: list[int],
+                  owned_instance_ids: list[int], model_name: str = "", cache: ProjectionCache | None = None
+                  ) -> Event | None:
+    """Before a compaction that will summarise, warn the model once: a ``context.pressure`` event naming
+    how many of the oldest ticks go and up to which event, so it can ``remember`` what it needs in one step.
+    None (and nothing appended) when it already had its warning since the last compaction, when the coming
+    compaction only masks, or when the warning would not fit the budget."""
+    last_warn = next(iter(log.read(0, kinds=["context.pressure"], newest_first=True, limit=1)), None)
+    last_comp = next(iter(log.read(0, kinds=["context.compacted"], newest_first=True, limit=1)), None)
+    if last_warn is not None and (last_comp is None or last_warn.seq > last_comp.seq):
+        return None
+    p = plan(load(log), prompts=prompts, settings=settings, policy=policy, tools=tools,
+             meter=meter_for(settings, cache), open_alert_ids=open_alert_ids, owned_instance_ids=owned_instance_ids,
+             model_name=model_name)
+    if not isinstance(p, Plan) or p.cut is None:
+        return None
+    if p.before.calibrated_tokens + WARNING_TOKENS > settings.budget_tokens - settings.output_reserve:
+        return None
+    ticks = sum(1 for e in p.evicted if e.kind == "tick.started")
+    return log.append("context.pressure", {"ticks": ticks, "covered_to": p.covered_to,
+                                           "tokens": p.before.calibrated_tokens}, "system", tick)
+
+
 def compact_for_overflow(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
                          tools: list[dict[str, Any]], summarizer: Summarizer | None, tick: int | None,
                          open_alert_ids: list[int], owned_instance_ids: list[int],

@@ -250,6 +250,10 @@ def _project(run: _Run, model: _Model) -> context.Projection:
     proj = context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools, model=model.name,
                            cache=app.projection_cache, params=model.params)
     if context.needs_compaction(proj, cs) or not context.fits(proj, cs):
+        if context.fits(proj, cs) and _warn(app, run.tick, model):
+            # one step to save what matters before the oldest ticks are summarised
+            return context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools,
+                                   model=model.name, cache=app.projection_cache, params=model.params)
         _compact(app, run.tick, model, force=False)
         proj = context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools, model=model.name,
                                cache=app.projection_cache, params=model.params)
@@ -292,6 +296,15 @@ def _complete(run: _Run) -> TickResult:
     log_.info("tick", tick=tick, ok=True, steps=run.steps, actions=run.actions, duration_ms=round(dur),
               head=_head(app=run.app), **run.usage)
     return TickResult(tick, True, None, run.steps, run.usage, dur, run.actions)
+
+
+def _warn(app: Any, tick: int, model: _Model) -> bool:
+    """Give the memory-pressure warning when it is due (see compaction.warn_pressure)."""
+    log = app.log
+    return compaction.warn_pressure(log, app.prompts, app.settings.context, policy=model.policy, tools=model.tools,
+                                    tick=tick, open_alert_ids=[a.id for a in log.store.open_alerts()],
+                                    owned_instance_ids=log.store.owned_instance_ids(), model_name=model.name,
+                                    cache=app.projection_cache) is not None
 
 
 def _compact(app: Any, tick: int, model: _Model, *, force: bool) -> None:

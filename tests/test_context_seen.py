@@ -42,7 +42,8 @@ def test_feedback_between_ticks_at_high_water_reaches_the_next_request_verbatim(
                                                                                tmp_path):
     """With the context past high water when a tick ends, an ack with a note, a note and a knowledge
     edit made before the next tick are all in that tick's first request verbatim, although the tick
-    compacts before asking: the cut stops at the newest event the model has seen."""
+    compacts (or warns of the compaction) before asking: the cut stops at the newest event the model has
+    seen."""
     kdir = tmp_path / "knowledge"
     kdir.mkdir()
     (kdir / "hosts.md").write_text("# Hosts\n- all hosts allowed\n", encoding="utf-8")
@@ -64,13 +65,16 @@ def test_feedback_between_ticks_at_high_water_reaches_the_next_request_verbatim(
     assert run_tick(app).ok
 
     compactions = list(app.log.read(before_seq, kinds=["context.compacted"]))
-    assert compactions, "the tick compacted before asking"
+    warnings = list(app.log.read(before_seq, kinds=["context.pressure"]))
+    assert compactions, "the tick compacted"
     first = next(r.json for r in fake_model.chat_requests[before:] if not is_summary_request(r.json))
     text = "\n".join(m.get("content") or "" for m in first["messages"])
     assert f"[alert #{alert_id} acked · bob] Instance 7 stuck in loading — note: rebooted it by hand" in text
     assert "[operator note · alice] demand spike expected at 18:00" in text
     assert "[knowledge edit · hosts.md] changed" in text and "+- avoid host 4417: flaky" in text
-    assert all(c.payload["covered_to"] < before_seq for c in compactions)
+    # a compaction before the first request (no warning was due) stops short of the unseen feedback; after
+    # a memory-pressure warning the first request carried it, so a later step may fold it
+    assert warnings or all(c.payload["covered_to"] < before_seq for c in compactions)
 
 
 # ------------------------------------------------------------------ random interleavings, in memory

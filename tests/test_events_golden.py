@@ -128,6 +128,8 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
                                         "prompt_hash": "bb22", "pinned": {"memory": {}},
                                         "attempts": [{"method": "llm", "ok": True}]})],
     ("context.calibrated", 1): [("ratio", {"ratio": 1.13})],
+    ("context.pressure", 1): [("one tick", {"ticks": 1, "covered_to": 54, "tokens": 24100}),
+                              ("several", {"ticks": 12, "covered_to": 1200, "tokens": 24800})],
     ("summary.request", 1): [("first try", {"request_hash": "s" * 16, "manifest": {"end": 120, "force": False,
                                                                               "base_hash": "s" * 16}})],
     ("summary.response", 1): [("answered", {"request_seq": 121, "text": "## Fleet state and commitments\n- ok"}),

@@ -82,7 +82,8 @@ def test_a_pinned_directive_is_in_every_request_after_several_compactions(make_a
     assert all(e.payload["covered_to"] > directive.seq for e in compactions)
     tagged = f"[operator directive #{directive.seq} · alice] never rent outside Europe this week"
     agent_requests = [r.json for r in fake_model.chat_requests if not is_summary_request(r.json)]
-    assert len(agent_requests) == 24  # two per tick: the search, then the answer to its result
+    warned = sum(1 for _ in app.log.read(0, kinds=["context.pressure"]))
+    assert len(agent_requests) == 24 + warned  # two per tick (the search, the answer), one more per warning
     forms: list[str] = []
     for n, body in enumerate(agent_requests):
         hits = [c for c in _contents(body) if "never rent outside Europe this week" in c]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 
+from agent.events import kinds_ctx  # noqa: F401 - defines the context's memory-management kinds
 from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import FieldSpec, Payload
