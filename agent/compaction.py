@@ -46,6 +46,7 @@ from agent.context import (
     sha256_text,
     tools_hash,
 )
+from agent.context.facts import fold_facts
 from agent.context.inputs import record_inputs
 from agent.context.seen import seen_to
 from agent.context.thread import build_thread
@@ -118,7 +119,7 @@ def choose_cut(v: View, settings: ContextSettings, sizes: dict[int, int] | None 
     base = (v.compaction.payload.get("pinned") if v.compaction else None) or empty_pinned()
     # system, summary and pinned messages, each with its overhead
     fixed = (3 * MESSAGE_OVERHEAD + v.meter.count(v.system) + v.tools_tokens + settings.summary_max_tokens
-             + SUMMARY_HEADER_COST)
+             + SUMMARY_HEADER_COST + settings.facts_max_tokens)
     target = settings.low_water * settings.budget_tokens
     best: Cut | None = None
     for c in ticks:
@@ -735,6 +736,7 @@ def compaction_payload(p: Plan, summary: str, method: str, attempts: list[dict[s
         "attempts": attempts,
         "masked_to": p.masked_to,
         "summarised": p.cut is not None,
+        "facts": fold_facts((prev or {}).get("facts"), p.evicted),
     }
     v = p.view
     compacted = Event(seq=v.end + 1, id="", ts="", kind="context.compacted", source="system", tick=None,

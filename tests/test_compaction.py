@@ -121,14 +121,14 @@ def test_summariser_sees_full_payloads_not_the_display_cut(tmp_path):
     tool-output cap."""
     log = open_log(tmp_path / "a.db")
     settings = ContextSettings(budget_tokens=12000, output_reserve=500, tool_output_max_tokens=300,
-                               summary_max_tokens=400)
+                               summary_max_tokens=400, mask_after_ticks=0)
     tick_start(log, 1)
     tool_step(log, 1, [700])
     final_text(log, 1)
     fill(log, settings=settings, start=2, outputs=(40, 40))
     p = plan(load(log), prompts=PROMPTS, settings=settings, policy=POLICY, tools=TOOLS, meter=_meter(),
              open_alert_ids=ALERTS, owned_instance_ids=OWNED)
-    assert isinstance(p, Plan) and p.continuation
+    assert isinstance(p, Plan) and p.cut is not None
     full = words(1, 700)
     assert full in summary_input(p, prompts=PROMPTS, settings=settings)[1]["content"]
     shown = proj(log, until_seq=6).messages[-1]["content"]

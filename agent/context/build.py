@@ -15,6 +15,7 @@ from typing import Any
 from agent.config import ContextSettings
 from agent.context.cache import Message, Meter
 from agent.context.calibration import Calibration
+from agent.context.facts import render_facts
 from agent.context.pinned import MARKER_COST, SHRINK_FLOOR, empty_pinned, render_pinned, render_summary
 from agent.context.thread import Entry, build_thread, shrink_entry
 from agent.events import Event
@@ -24,7 +25,7 @@ from agent.tokens import REQUEST_OVERHEAD
 
 BUDGET_FIELDS = ("budget_tokens", "output_reserve", "high_water", "low_water", "encoding", "summary_max_tokens",
                  "knowledge_max_tokens", "pinned_max_tokens", "tool_output_max_tokens", "calibration_margin",
-                 "mask_after_ticks")
+                 "mask_after_ticks", "facts_max_tokens")
 
 
 def budget_fields(settings: ContextSettings) -> dict[str, Any]:
@@ -164,6 +165,10 @@ def make_view(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, po
             summary_text = render_summary(comp.payload, settings, meter, version=comp.version)
         if comp.version >= 3 and comp.payload.get("masked_to") is not None:
             masked_to = int(comp.payload["masked_to"])
+        facts = render_facts(comp.payload.get("facts"), settings.facts_max_tokens, meter) \
+            if comp.version >= 3 else None
+        if facts is not None and summary_text is not None:
+            summary_text += "\n" + facts
     return View(end=inputs.end, compaction=comp, covered_to=covered_to, system=render_system(prompts, policy),
                 pinned_text=pinned_text, summary_text=summary_text, events=inputs.events,
                 thread=build_thread(inputs.events, settings, meter, masked_to), tools_tokens=meter.tools(tools),

@@ -429,6 +429,7 @@ class ContextCompactedV1(Payload):
 @dataclass(frozen=True, kw_only=True)
 class ContextCompactedV3(ContextCompactedV1):
     masked_to: int | None = None   # tool outputs with seq <= this render as one-line stubs in the thread
+    facts: JsonObject | None = None  # hosts and GPU prices from the covered events (agent.context.facts)
     summarised: bool | None = None  # False: a masking-only compaction (covered_to unchanged, no summary call)
 
 
