@@ -421,12 +421,12 @@ def cache_tick_items(n: int) -> list[list[Item]]:
                           ("tool.called", {"call_id": c1["id"], "name": c1["name"], "arguments": c1["arguments"]},
                            "tool", n),
                           ("tool.result", {"call_id": c1["id"], "name": c1["name"], "ok": True,
-                                           "output": _text(n, 200)}, "tool", n)]
+                                           "output": _text(n, 240)}, "tool", n)]
     third: list[Item] = [("model.response", {"text": "", "tool_calls": [c2]}, "model", n),
                          ("tool.called", {"call_id": c2["id"], "name": c2["name"], "arguments": c2["arguments"]},
                           "tool", n),
                          ("tool.result", {"call_id": c2["id"], "name": c2["name"], "ok": True,
-                                          "output": _text(n + 1, 200)}, "tool", n)]
+                                          "output": _text(n + 1, 240)}, "tool", n)]
     return [first, second, third]
 
 

@@ -83,3 +83,35 @@ def test_recall_facts_answers_for_one_host(make_app: Any, fake_model: Any) -> No
     assert run_tick(app).ok
     out = next(e for e in app.log.read(0, kinds=["tool.result"]) if e.payload["name"] == "recall_facts")
     assert out.payload["ok"] and out.payload["output"].startswith("- host 4417: 1 failures, 1 refusals")
+
+
+def test_each_pinned_block_keeps_its_cap_and_context_shows_them(tmp_path: Any, capsys: Any) -> None:
+    """Forty long memories over memory_max_tokens: the pinned block shows those that fit and a marker
+    counting the rest; `fleet-agent context` prints each block's tokens against its cap."""
+    from dataclasses import replace
+
+    from tests.test_cli_context import cli
+    from tests.test_context_props import S
+    from tests.test_replay_inputs import make_app as replay_app
+
+    s = replace(S, memory_max_tokens=300)
+    log = MemLog()
+    log.append("tick.started", {"observation": observation(1)}, "scheduler", 1)
+    for i in range(40):
+        log.append("memory.written", {"key": f"host-{i}", "text": f"host {i} was slow on tuesday " * 3}, "model", 1)
+    payload = _compact(log, 2)
+    text = render_pinned(payload["pinned"], payload["covered_to"], s, METER)
+    assert text is not None and "more memories not shown for space (block cap 300 tokens)" in text
+    from agent.context.pinned import block_tokens
+
+    assert block_tokens(text, None, METER)["memory"] <= 300
+    app = replay_app(tmp_path)
+    app.settings.context = s
+    for e in log.events:
+        if e.kind != "model.request":
+            app.log.append(e.kind, e.payload, e.source, e.tick)
+    capsys.readouterr()
+    assert cli(app, "context") == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("blocks: "))
+    assert line.startswith("blocks: directives 0/2,000 · memory ") and " · knowledge 0/900 · facts " in line
+    assert int(line.split(" · memory ")[1].split("/")[0]) <= 300 and line.endswith("/400")

@@ -25,7 +25,7 @@ from agent.tokens import REQUEST_OVERHEAD
 
 BUDGET_FIELDS = ("budget_tokens", "output_reserve", "high_water", "low_water", "encoding", "summary_max_tokens",
                  "knowledge_max_tokens", "pinned_max_tokens", "tool_output_max_tokens", "calibration_margin",
-                 "mask_after_ticks", "facts_max_tokens")
+                 "mask_after_ticks", "facts_max_tokens", "directives_max_tokens", "memory_max_tokens")
 
 
 def budget_fields(settings: ContextSettings) -> dict[str, Any]:

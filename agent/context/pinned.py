@@ -136,6 +136,40 @@ def _memory_lines(memory: dict[str, str], version: int) -> list[str]:
     return ["## Your memory (remember / forget)", *(f"- {k}: {v}" for k, v in memory.items())]
 
 
+def _capped(lines: list[str], cap: int, meter: Meter, what: str, where: str) -> list[str]:
+    """``lines`` while they fit ``cap`` tokens (from v3, each block of the pinned block has its own cap),
+    then one marker saying how many are left out and where they are."""
+    used = 0
+    for n, line in enumerate(lines):
+        used += meter.count(line) + 1
+        if used > cap - MARKER_COST:
+            return [*lines[:n], f"[... {len(lines) - n:,} more {what} not shown for space (block cap {cap:,} "
+                                f"tokens); {where}]"]
+    return lines
+
+
+BLOCK_HEADS = {"directives": "## Operator directives", "memory": "## Your memory", "knowledge": "## Knowledge files",
+               "facts": "## Facts from the summarised events"}
+
+
+def block_tokens(pinned: str | None, summary: str | None, meter: Meter) -> dict[str, int]:
+    """Tokens of each block: directives, memory and knowledge in the pinned text, facts after the summary
+    (split at the renderer's own block headings; a summary's own headings are inside its fence)."""
+    out = dict.fromkeys(BLOCK_HEADS, 0)
+    for text, blocks in ((pinned, ("directives", "memory", "knowledge")), (summary, ("facts",))):
+        current: str | None = None
+        chunk: list[str] = []
+        for line in [*(text or "").split("\n"), "## end"]:
+            block = next((k for k in blocks if line.startswith(BLOCK_HEADS[k])), None)
+            if block is not None or line == "## end":
+                if current is not None:
+                    out[current] += meter.count("\n".join(chunk))
+                current, chunk = block, []
+            if current is not None:
+                chunk.append(line)
+    return out
+
+
 def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings, meter: Meter,
                   version: int = CURRENT) -> str | None:
     """The pinned block's text, or None when it has nothing in it. Directives and memory
@@ -151,10 +185,18 @@ def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings,
     head = f"[pinned · knowledge, directives, memory as of #{pinned.get('changed_seq') or as_of}]"
     parts = [head]
     if directives:
+        lines = [f"- [operator directive #{d['id']} · {d['by']}] {d['text']}" for d in directives]
+        if version >= 3:
+            lines = _capped(lines, settings.directives_max_tokens, meter, "directives",
+                            "`fleet-agent directives` lists them; search_history finds each")
         parts.append("## Operator directives (standing orders until withdrawn)")
-        parts.extend(f"- [operator directive #{d['id']} · {d['by']}] {d['text']}" for d in directives)
+        parts.extend(lines)
     if memory:
-        parts.extend(_memory_lines(memory, version))
+        lines = _memory_lines(memory, version)
+        if version >= 3:
+            lines = lines[:1] + _capped(lines[1:], settings.memory_max_tokens, meter, "memories",
+                                        "search_history finds each")
+        parts.extend(lines)
     text = "\n".join(parts)
     cap = settings.pinned_max_tokens
     if meter.count(text) > cap:
