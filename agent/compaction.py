@@ -49,7 +49,7 @@ from agent.context import (
 from agent.context.facts import fold_facts
 from agent.context.inputs import record_inputs
 from agent.context.seen import seen_to
-from agent.context.thread import build_thread
+from agent.context.thread import build_thread, maskable
 from agent.events import KINDS, Event, data, fence, inline, render, render_observation
 from agent.prompts import Prompts, render_summarize
 from agent.store.log import EventLog, canonical
@@ -584,7 +584,8 @@ def mask_point(v: View, settings: ContextSettings) -> int | None:
     m = min(ticks[-k] - 1, seen_to(v.events, v.covered_to))
     prev = v.compaction.payload.get("masked_to") if v.compaction is not None and v.compaction.version >= 3 else None
     floor = max(v.covered_to, int(prev or 0))
-    if not any(e.kind == "tool.result" and floor < e.seq <= m for e in v.events):
+    if not any(e.kind == "tool.result" and floor < e.seq <= m and maskable(e.payload["name"], e.tokens or 0)
+               for e in v.events):
         return None
     return m
 

@@ -103,7 +103,7 @@ class _Threader:
         is_late = cid not in self.pending
         if is_late:
             e.late = cid
-        if self.masked_to is not None and ev.seq <= self.masked_to:
+        if self.masked_to is not None and ev.seq <= self.masked_to and maskable(p["name"], tokens):
             e.message = _tool_message(e, masked_stub(ev, tokens), "")
             e.text = None   # nothing left to shrink
             e.tokens = self.meter.message(e.message)
@@ -142,6 +142,15 @@ class _Threader:
     def add(self, entry: Entry) -> None:
         """A user message: after the pending calls' results, when calls are pending."""
         (self.buffer if self.pending else self.out).append(entry)
+
+
+KEEP_UNMASKED = ("remember", "forget")   # their results are the only trace of memory until a compaction pins it
+MASK_MIN_TOKENS = 100                      # a stub saves nothing on a short output
+
+
+def maskable(name: str, tokens: int) -> bool:
+    """Whether a tool result may become a stub at a compaction."""
+    return name not in KEEP_UNMASKED and tokens > MASK_MIN_TOKENS
 
 
 def masked_stub(ev: Event, tokens: int) -> str:
