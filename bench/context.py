@@ -599,6 +599,7 @@ def flood(files: int, budget: int = 30_000) -> dict[str, Any]:
     cfg = root / "config.yaml"
     cfg.write_text(demo_config(root, server.url, model_url=None, model=None, budget=budget), encoding="utf-8")
     app = App(config.load(str(cfg)), clock=clock)
+    app.init_database()   # only init creates a database
     past = time.time() - 60
     steps: list[tuple[str, Any]] = [("baseline", None), ("added", "add"), ("unchanged", None), ("removed", "rm"),
                                     ("after", None)]
