@@ -126,8 +126,11 @@ class App:
 
     @cached_property
     def knowledge_memo(self) -> StatMemo:
-        """The stat and hash of each knowledge file as last read: a tick re-reads only changed files."""
-        return {}
+        """The stat and hash of each knowledge file as last read: a tick re-reads only changed files. Starts
+        from the copy the last scan saved beside the database (``status`` reads it too)."""
+        from agent.feedback.knowledge import load_memo
+
+        return load_memo(self.settings.data_path)
 
     @property
     def prompts(self) -> Prompts:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
@@ -38,15 +38,19 @@ from agent.context import (
     load,
     make_view,
     meter_for,
+    model_params,
     needs_compaction,
+    params_hash,
     render_pinned,
     request_hash,
     sha256_text,
     tools_hash,
 )
+from agent.context.facts import fold_facts
 from agent.context.inputs import record_inputs
 from agent.context.seen import seen_to
-from agent.events import KINDS, Event, render, render_observation
+from agent.context.thread import build_thread, maskable
+from agent.events import KINDS, Event, data, fence, inline, render, render_observation
 from agent.prompts import Prompts, render_summarize
 from agent.store.log import EventLog, canonical
 from agent.tokens import MESSAGE_OVERHEAD
@@ -106,14 +110,16 @@ def cut_candidates(v: View) -> list[int]:
     return out
 
 
-def choose_cut(v: View, settings: ContextSettings) -> Cut | None:
-    """The earliest allowed boundary whose kept thread fits under low water (else the latest valid one)."""
+def choose_cut(v: View, settings: ContextSettings, sizes: dict[int, int] | None = None) -> Cut | None:
+    """The earliest allowed boundary whose kept thread fits under low water (else the latest valid one);
+    ``sizes``: tool results' tokens once masked, when the compaction masks old outputs."""
+    sizes = sizes or {}
     ticks = cut_candidates(v)
     spans = _call_spans(v.events)
     base = (v.compaction.payload.get("pinned") if v.compaction else None) or empty_pinned()
     # system, summary and pinned messages, each with its overhead
     fixed = (3 * MESSAGE_OVERHEAD + v.meter.count(v.system) + v.tools_tokens + settings.summary_max_tokens
-             + SUMMARY_HEADER_COST)
+             + SUMMARY_HEADER_COST + settings.facts_max_tokens)
     target = settings.low_water * settings.budget_tokens
     best: Cut | None = None
     for c in ticks:
@@ -123,7 +129,8 @@ def choose_cut(v: View, settings: ContextSettings) -> Cut | None:
             continue  # would split a tool call from its result
         pinned = fold_pinned(base, (e for e in v.events if e.seq < c and e.kind in PINNED_KINDS))
         ptext = render_pinned(pinned, c - 1, settings, v.meter)
-        kept = sum(e.tokens for e in v.thread if e.seq >= c)
+        kept = sum(sizes.get(e.seq, e.tokens) if e.kind == "tool.result" else e.tokens
+                   for e in v.thread if e.seq >= c)
         total = fixed + kept + (v.meter.text_message(ptext) if ptext else 0)
         ok = v.calibration.calibrated(total) <= target
         best = Cut(c, pinned, ok)
@@ -141,17 +148,21 @@ def _one_line(text: str, n: int = LINE_CHARS) -> str:
 
 
 def _transcript_line(e: Event) -> str | None:
+    """One event of the evicted span as the summariser reads it. Text the model, vast.ai or a tool wrote
+    (the assistant's words, call names and arguments, policy details, alert titles) is written ``inline``:
+    it cannot start a line, spell a source tag or open a fence; rendered messages are already escaped."""
     p = e.payload
     if e.kind == "model.response":
-        parts = [f"[assistant] {p.get('text') or ''}".rstrip()]
-        parts.extend(f"→ call {c['name']}({c['arguments']}) id={c['id']}" for c in p.get("tool_calls") or [])
+        parts = [f"[assistant] {inline(p.get('text') or '')}".rstrip()]
+        parts.extend(f"→ call {inline(c['name'])}({inline(c['arguments'])}) id={inline(c['id'])}"
+                     for c in p.get("tool_calls") or [])
         return "\n".join(parts)
     if e.kind == "policy.blocked":
-        return f"[policy blocked {p['name']}] {p['rule']} {p.get('detail', '')}".rstrip()
+        return f"[policy blocked {inline(p['name'])}] {inline(p['rule'])} {inline(p.get('detail', ''))}".rstrip()
     if e.kind == "alert.raised" and p.get("raised_by") == "model":
-        return f"[alert #{p['alert_id']} raised · model] {p['severity']}: {p['title']}"
+        return f"[alert #{p['alert_id']} raised · model] {inline(p['severity'])}: {inline(p['title'])}"
     if e.kind == "model.failed":
-        return f"[model call failed] {p['error_kind']}"
+        return f"[model call failed] {inline(p['error_kind'])}"
     msg = render(e)
     if msg is not None and msg.get("content"):
         return str(msg["content"])
@@ -166,6 +177,21 @@ def transcript(events: list[Event]) -> list[tuple[int, str]]:
         if line is not None:
             out.append((e.seq, line))
     return out
+
+
+_FENCE_LINE = re.compile(r"^(`{3,})[A-Za-z]*$")
+
+
+def _close_fence(text: str) -> str:
+    """``text`` with the closing line of a fence it opened and a cut left open."""
+    width = 0
+    for line in text.split("\n"):
+        m = _FENCE_LINE.match(line)
+        if width == 0 and m is not None:
+            width = len(m.group(1))
+        elif width and set(line) == {"`"} and len(line) >= width:
+            width = 0
+    return f"{text}\n{'`' * width}" if width else text
 
 
 def _fit_transcript(lines: list[tuple[int, str]], budget: int, meter: Meter) -> str:
@@ -184,7 +210,7 @@ def _fit_transcript(lines: list[tuple[int, str]], budget: int, meter: Meter) -> 
     for (seq, text), n in zip(lines, sizes, strict=True):
         if n > cap:
             kept, _, full = meter.cut(text, cap)
-            text = f"{kept}\n[... {full - cap} more tokens in event #{seq}]"
+            text = f"{_close_fence(kept)}\n[... {full - cap} more tokens in event #{seq}]"
         parts.append(f"#{seq} {text}")
     return "\n".join(parts)
 
@@ -192,22 +218,84 @@ def _fit_transcript(lines: list[tuple[int, str]], budget: int, meter: Meter) -> 
 # ------------------------------------------------------------------ checking a summary
 
 
+@dataclass(frozen=True)
+class MustMention:
+    """What a summary has to name: open alerts, owned instances, pinned directives (by their #id) and the
+    operator inputs it folds (notes, acks, unpins, by their #seq)."""
+
+    alerts: tuple[int, ...] = ()
+    instances: tuple[int, ...] = ()
+    directives: tuple[int, ...] = ()
+    operator: tuple[int, ...] = ()
+
+
+def _missing(text: str, must: MustMention) -> list[str]:
+    def cited(n: int) -> bool:
+        return re.search(rf"#{n}(?!\d)", text) is not None
+
+    out = []
+    alerts = [a for a in must.alerts if not re.search(rf"(?:#|alert\s+)#?{a}(?!\d)", text, flags=re.IGNORECASE)]
+    if alerts:
+        out.append("missing open alerts " + ", ".join(f"#{a}" for a in alerts))
+    insts = [i for i in must.instances if not re.search(rf"(?<!\d){i}(?!\d)", text)]
+    if insts:
+        out.append("missing owned instances " + ", ".join(str(i) for i in insts))
+    directives = [d for d in must.directives if not cited(d)]
+    if directives:
+        out.append("missing pinned directives " + ", ".join(f"#{d}" for d in directives))
+    operator = [o for o in must.operator if not cited(o)]
+    if operator:
+        out.append("missing operator inputs " + ", ".join(f"#{o}" for o in operator))
+    return out
+
+
+def _empty_sections(text: str) -> list[str]:
+    """The required sections that are absent or hold no line of content."""
+    found = _sections_of(text)
+    heads = {ln[3:].strip() for ln in text.splitlines() if ln.startswith("## ")}
+    return [t for t in SECTION_TITLES if t not in heads or not found[t]]
+
+
+def _norm(line: str) -> str:
+    return " ".join(line.strip().lstrip("-*").split()).lower()
+
+
+ECHO_SHARE = 0.5   # a summary whose content lines are at least this share of the prompt's own is an echo
+
+
+def is_echo(text: str, prompt: str) -> bool:
+    """Whether ``text`` repeats the instructions it was given instead of summarising: most of its content
+    lines (headings aside) are lines of ``prompt``, or it holds the prompt's longest line."""
+    if not prompt:
+        return False
+    plines = {_norm(ln) for ln in prompt.splitlines() if len(_norm(ln)) >= 12 and not ln.startswith("## ")}
+    lines = [_norm(ln) for ln in text.splitlines() if _norm(ln) and not ln.startswith("## ")]
+    if not lines or not plines:
+        return False
+    copied = sum(1 for ln in lines if ln in plines)
+    longest = max(plines, key=len)
+    return copied / len(lines) >= ECHO_SHARE or (len(longest) >= 40 and longest in _norm(text))
+
+
 def check_summary(text: str, *, cap: int, meter: Meter, open_alert_ids: list[int],
-                  owned_instance_ids: list[int]) -> str | None:
-    """Why ``text`` is not an acceptable summary, or None when it is."""
+                  owned_instance_ids: list[int], must: MustMention | None = None, prompt: str = "") -> str | None:
+    """Why ``text`` is not an acceptable summary, or None when it is: it must be within the cap, carry every
+    required section with content, name every open alert, owned instance, pinned directive and operator
+    input it folds, and not echo ``prompt`` (the instructions it was given)."""
     if not text.strip():
         return "empty summary"
+    if is_echo(text, prompt):
+        return "the summary repeats the instructions instead of summarising"
     n = meter.count(text)
     if n > cap:
         return f"summary has {n} tokens, over the cap of {cap}"
-    missing_alerts = [a for a in open_alert_ids
-                      if not re.search(rf"(?:#|alert\s+)#?{a}(?!\d)", text, flags=re.IGNORECASE)]
-    missing_inst = [i for i in owned_instance_ids if not re.search(rf"(?<!\d){i}(?!\d)", text)]
+    must = must or MustMention()
+    must = MustMention(tuple(open_alert_ids), tuple(owned_instance_ids), must.directives, must.operator)
     reasons = []
-    if missing_alerts:
-        reasons.append("missing open alerts " + ", ".join(f"#{a}" for a in missing_alerts))
-    if missing_inst:
-        reasons.append("missing owned instances " + ", ".join(str(i) for i in missing_inst))
+    empty = _empty_sections(text)
+    if empty:
+        reasons.append("sections missing or empty: " + ", ".join(empty))
+    reasons += _missing(text, must)
     return "; ".join(reasons) or None
 
 
@@ -393,16 +481,23 @@ def fallback_summary(previous: str, events: list[Event], *, cap: int, meter: Met
 
 @dataclass
 class Plan:
-    """A compaction decided from the log's inputs alone: where to cut and what to ask the summariser."""
+    """A compaction decided from the log's inputs alone: where to cut, what to mask and what to ask the
+    summariser. ``cut`` is None for a masking-only compaction (old tool outputs become stubs, nothing is
+    summarised and no model is called)."""
 
     view: View
     before: Projection
-    cut: Cut
+    cut: Cut | None
     evicted: list[Event]
     previous: dict[str, Any] | None
     messages: list[dict[str, Any]]
     alerts: list[int]
     owned: list[int]
+    must: MustMention = MustMention()
+    prompt: str = ""                                          # the instructions (an echo of them is rejected)
+    tools: list[dict[str, Any]] = field(default_factory=list)  # sent with the summariser's request
+    masked_to: int | None = None
+    continuation: bool = False   # the request is the agent's own request plus one instruction
 
     @property
     def previous_summary(self) -> str:
@@ -410,19 +505,29 @@ class Plan:
 
     @property
     def covered_to(self) -> int:
-        return self.cut.first_kept_seq - 1
+        return self.cut.first_kept_seq - 1 if self.cut is not None else self.view.covered_to
+
+
+def _to_mention(alerts: list[int], owned: list[int], must: MustMention, evicted: list[Event]) -> list[str]:
+    ops = {e.seq: e for e in evicted if e.seq in must.operator}
+    return [
+        "Open alerts to mention: " + (", ".join(f"alert #{a}" for a in alerts) or "none"),
+        "Instances the agent owns, to mention: " + (", ".join(str(i) for i in owned) or "none"),
+        "Pinned operator directives to mention by number: " + (", ".join(f"#{d}" for d in must.directives) or "none"),
+        "Operator inputs being folded, to mention by number: " + (", ".join(
+            f"#{n} ({ops[n].kind} by {inline(ops[n].payload.get('by', '?'))})" for n in must.operator) or "none"),
+    ]
 
 
 def _summary_request(v: View, cut: Cut, previous: dict[str, Any] | None, evicted: list[Event], *,
-                     prompts: Prompts, settings: ContextSettings, alerts: list[int],
-                     owned: list[int]) -> list[dict[str, Any]]:
+                     prompts: Prompts, settings: ContextSettings, alerts: list[int], owned: list[int],
+                     must: MustMention) -> list[dict[str, Any]]:
     cap = settings.summary_max_tokens
     sys_text = render_summarize(prompts, cap)
     head = [
         f"Previous summary (covers #{previous.get('covered_from') or 1}–#{previous['covered_to']}):\n"
-        f"{previous['summary']}" if previous else "There is no previous summary.",
-        "Open alerts to mention: " + (", ".join(f"alert #{a}" for a in alerts) or "none"),
-        "Instances the agent owns, to mention: " + (", ".join(str(i) for i in owned) or "none"),
+        f"{fence(data(previous['summary']), 'summary')}" if previous else "There is no previous summary.",
+        *_to_mention(alerts, owned, must, evicted),
         f"Events #{v.covered_to + 1}–#{cut.first_kept_seq - 1} to fold into the summary:",
     ]
     head_text = "\n\n".join(head)
@@ -432,32 +537,135 @@ def _summary_request(v: View, cut: Cut, previous: dict[str, Any] | None, evicted
     return [{"role": "system", "content": sys_text}, {"role": "user", "content": body}]
 
 
+CONTINUATION_HEAD = "[compaction] Stop acting for a moment and write the rolling summary."
+
+
+def _where_kept(v: View, cut: Cut) -> str:
+    first = next((e for e in v.events if e.seq >= cut.first_kept_seq), None)
+    if first is not None and first.kind == "tick.started":
+        return (f"everything above before the observation of tick {first.tick} (those messages stay in the "
+                "conversation as they are)")
+    return "everything above (the newest messages stay in the conversation as they are)"
+
+
+def continuation_instruction(v: View, cut: Cut, evicted: list[Event], *, prompts: Prompts,
+                             settings: ContextSettings, alerts: list[int], owned: list[int],
+                             must: MustMention) -> str:
+    """The one message appended to the agent's own request to ask for the summary: the summarise prompt,
+    what to fold and what must be mentioned. Only the renderer writes it; it quotes no untrusted text."""
+    return "\n\n".join([
+        CONTINUATION_HEAD,
+        render_summarize(prompts, settings.summary_max_tokens),
+        f"Fold into one summary the previous summary (if there is one) and {_where_kept(v, cut)}; they are "
+        f"events up to #{cut.first_kept_seq - 1}. Do not call any tool: answer with the summary only.",
+        *_to_mention(alerts, owned, must, evicted),
+    ])
+
+
+def summary_input(p: Plan, *, prompts: Prompts, settings: ContextSettings) -> list[dict[str, Any]]:
+    """The summariser's request of its own for ``p``: its instructions, then the previous summary and the
+    evicted span as a transcript, every untrusted string escaped (used when the continuation of the agent's
+    request would not fit)."""
+    assert p.cut is not None
+    return _summary_request(p.view, p.cut, p.previous, p.evicted, prompts=prompts, settings=settings,
+                            alerts=p.alerts, owned=p.owned, must=p.must)
+
+
+# ------------------------------------------------------------------ masking old tool outputs
+
+
+def mask_point(v: View, settings: ContextSettings) -> int | None:
+    """The seq up to which tool outputs become stubs at this compaction: everything before the newest
+    ``mask_after_ticks`` ticks that the model has seen; None when that masks nothing new."""
+    k = settings.mask_after_ticks
+    ticks = [e.seq for e in v.events if e.kind == "tick.started"]
+    if k <= 0 or len(ticks) <= k:
+        return None
+    m = min(ticks[-k] - 1, seen_to(v.events, v.covered_to))
+    prev = v.compaction.payload.get("masked_to") if v.compaction is not None and v.compaction.version >= 3 else None
+    floor = max(v.covered_to, int(prev or 0))
+    if not any(e.kind == "tool.result" and floor < e.seq <= m and maskable(e.payload["name"], e.tokens or 0)
+               for e in v.events):
+        return None
+    return m
+
+
+def _masked_sizes(v: View, settings: ContextSettings, masked_to: int | None) -> dict[int, int]:
+    """seq -> tokens of each thread entry once tool outputs up to ``masked_to`` are stubs."""
+    thread = v.thread if masked_to is None else build_thread(v.events, settings, v.meter, masked_to)
+    return {e.seq: e.tokens for e in thread if e.kind == "tool.result"}
+
+
+def _fits_masked(v: View, settings: ContextSettings, sizes: dict[int, int]) -> bool:
+    """Whether masking alone brings the request halfway from high water down to low water: then nothing
+    is summarised (no model call) and the prompt cache keeps everything before the first masked output."""
+    thread = sum(sizes.get(e.seq, e.tokens) if e.kind == "tool.result" else e.tokens for e in v.thread)
+    target = (settings.low_water + settings.high_water) / 2 * settings.budget_tokens
+    return v.calibration.calibrated(v.fixed_tokens() + thread) <= target
+
+
+# ------------------------------------------------------------------ the plan
+
+
+def _request(v: View, before: Projection, cut: Cut, evicted: list[Event], *, prompts: Prompts,
+             settings: ContextSettings, tools: list[dict[str, Any]], alerts: list[int], owned: list[int],
+             must: MustMention, force: bool) -> tuple[list[dict[str, Any]], str, list[dict[str, Any]], bool]:
+    """(messages, instructions, tools, continuation): the agent's request plus one instruction when that
+    fits the budget with room for the summary (the provider's cache already holds all but the instruction),
+    else, and always after the provider refused the request as too long (``force``), a request of its own
+    with the evicted span as a transcript."""
+    instruction = continuation_instruction(v, cut, evicted, prompts=prompts, settings=settings, alerts=alerts,
+                                           owned=owned, must=must)
+    need = v.calibration.calibrated(before.tokens + v.meter.text_message(instruction)) + settings.summary_max_tokens
+    if not force and need <= settings.budget_tokens:
+        return [*before.messages, {"role": "user", "content": instruction}], instruction, tools, True
+    messages = _summary_request(v, cut, v.compaction.payload if v.compaction else None, evicted, prompts=prompts,
+                                settings=settings, alerts=alerts, owned=owned, must=must)
+    return messages, str(messages[0]["content"]), [], False
+
+
+OPERATOR_INPUTS = ("operator.note", "alert.acked", "directive.unpinned")
+
+
 def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
          tools: list[dict[str, Any]], meter: Meter, open_alert_ids: list[int], owned_instance_ids: list[int],
          model_name: str = "", force: bool = False) -> Plan | str | None:
     """The compaction to make (pure): a Plan, None when the request is under high water (and not
-    ``force``), or the reason no cut is possible."""
+    ``force``), or the reason no cut is possible. Masking old tool outputs comes first: when that alone
+    brings the request halfway down to low water, nothing is summarised."""
     v = make_view(inputs, prompts=prompts, settings=settings, policy=policy, tools=tools, meter=meter)
     before = assemble(v, settings, model=model_name, tools=tools, prompts=prompts, policy=policy)
     if not force and not needs_compaction(before, settings):
         return None
-    # the cut is chosen on the thread as the budget check left it (shrunk, when it had to be)
-    cut = choose_cut(v, settings)
-    if cut is None:
-        return "no tick boundary to cut at"
     prev = v.compaction.payload if v.compaction else None
-    evicted = [e for e in v.events if e.seq < cut.first_kept_seq]
     alerts, owned = sorted(set(open_alert_ids)), sorted(set(owned_instance_ids))
-    messages = _summary_request(v, cut, prev, evicted, prompts=prompts, settings=settings, alerts=alerts, owned=owned)
-    return Plan(v, before, cut, evicted, prev, messages, alerts, owned)
+    masked_to = mask_point(v, settings)
+    sizes = _masked_sizes(v, settings, masked_to)
+    if masked_to is not None and not force and _fits_masked(v, settings, sizes):
+        return Plan(v, before, None, [], prev, [], alerts, owned, masked_to=masked_to)
+    # the cut is chosen on the thread as the budget check left it (shrunk, when it had to be)
+    cut = choose_cut(v, settings, sizes)
+    if cut is None:
+        if masked_to is not None:
+            return Plan(v, before, None, [], prev, [], alerts, owned, masked_to=masked_to)
+        return "no tick boundary to cut at"
+    evicted = [e for e in v.events if e.seq < cut.first_kept_seq]
+    must = MustMention(tuple(alerts), tuple(owned), tuple(int(d["id"]) for d in cut.pinned.get("directives") or []),
+                       tuple(e.seq for e in evicted if e.kind in OPERATOR_INPUTS))
+    messages, prompt, sent_tools, cont = _request(v, before, cut, evicted, prompts=prompts, settings=settings,
+                                                  tools=tools, alerts=alerts, owned=owned, must=must,
+                                                  force=force)
+    kept_mask = masked_to if masked_to is not None and masked_to >= cut.first_kept_seq else None
+    return Plan(v, before, cut, evicted, prev, messages, alerts, owned, must, prompt, sent_tools, kept_mask, cont)
 
 
-def _attempt_llm(summarizer: Summarizer, messages: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+def _attempt_llm(summarizer: Summarizer, messages: list[dict[str, Any]],
+                 tools: list[dict[str, Any]]) -> tuple[str | None, str | None]:
     """(summary text, failure reason) from one summariser call."""
     from agent.llm import LLMError
 
     try:
-        reply = summarizer.complete(messages, [])
+        reply = summarizer.complete(messages, tools)
     except LLMError as e:
         return None, f"llm error: {e.kind}"
     except Exception as e:  # noqa: BLE001 - any summariser failure must end in the fallback, never block a tick
@@ -466,20 +674,30 @@ def _attempt_llm(summarizer: Summarizer, messages: list[dict[str, Any]]) -> tupl
     return text, None
 
 
+RETRY_INSTRUCTION = "That summary was rejected: {reason}. Write it again, following the rules."
+
+
+def retry_messages(base: list[dict[str, Any]], rejected: str, reason: str) -> list[dict[str, Any]]:
+    """The retry of a rejected summary: the first request, the rejected answer, and why it was rejected."""
+    return [*base, {"role": "assistant", "content": rejected},
+            {"role": "user", "content": RETRY_INSTRUCTION.format(reason=reason)}]
+
+
 def _llm_summary(p: Plan, summarizer: Summarizer, cap: int, attempts: list[dict[str, Any]]) -> str | None:
     """The summariser's text if it passes the check within two tries (each try noted in ``attempts``)."""
     messages = p.messages
     for _ in range(2):
-        text, err = _attempt_llm(summarizer, messages)
+        text, err = _attempt_llm(summarizer, messages, p.tools)
         reason = err or check_summary(text or "", cap=cap, meter=p.view.meter, open_alert_ids=p.alerts,
-                                      owned_instance_ids=p.owned)
+                                      owned_instance_ids=p.owned, must=p.must, prompt=p.prompt)
         attempts.append({"method": "llm", "ok": reason is None, "reason": reason or "accepted"})
         if reason is None:
             return text or ""
         if text:
-            messages = [*messages[:2], {"role": "assistant", "content": text},
-                        {"role": "user", "content": f"That summary was rejected: {reason}. "
-                         "Write it again, following the rules."}]
+            note = getattr(summarizer, "retrying", None)
+            if note is not None:
+                note(reason)
+            messages = retry_messages(p.messages, text, reason)
     return None
 
 
@@ -487,6 +705,8 @@ def summarise(p: Plan, summarizer: Summarizer | None, cap: int) -> tuple[str, st
     """(summary, method, attempts): the summariser's text if it passes the check within two tries,
     else the deterministic fallback."""
     attempts: list[dict[str, Any]] = []
+    if p.cut is None:   # masking only: the summary stays as it is
+        return p.previous_summary, "masked", attempts
     if summarizer is not None:
         text = _llm_summary(p, summarizer, cap, attempts)
         if text is not None:
@@ -507,14 +727,17 @@ def compaction_payload(p: Plan, summary: str, method: str, attempts: list[dict[s
         "summary": summary,
         "covered_from": (prev.get("covered_from") or 1) if prev else 1,
         "covered_to": p.covered_to,
-        "first_kept_seq": p.cut.first_kept_seq,
+        "first_kept_seq": p.cut.first_kept_seq if p.cut else p.covered_to + 1,
         "tokens_before": p.before.tokens,
         "tokens_after": 0,
         "method": method,
         "model": model_name if method == "llm" else None,
         "prompt_hash": prompts.hashes.get("summarize.md", ""),
-        "pinned": p.cut.pinned,
+        "pinned": p.cut.pinned if p.cut else (prev or {}).get("pinned") or empty_pinned(),
         "attempts": attempts,
+        "masked_to": p.masked_to,
+        "summarised": p.cut is not None,
+        "facts": fold_facts((prev or {}).get("facts"), p.evicted),
     }
     v = p.view
     compacted = Event(seq=v.end + 1, id="", ts="", kind="context.compacted", source="system", tick=None,
@@ -528,45 +751,65 @@ def compaction_payload(p: Plan, summary: str, method: str, attempts: list[dict[s
 
 
 def summary_manifest(p: Plan, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
-                     tools: list[dict[str, Any]], model_name: str, force: bool) -> dict[str, Any]:
+                     tools: list[dict[str, Any]], model_name: str, force: bool,
+                     params: dict[str, Any] | None = None) -> dict[str, Any]:
     """What replay needs to re-plan this compaction: the log position, the ids it was told to mention, and
-    the hashes of its inputs (agent.context.inputs)."""
-    return {"end": p.view.end, "force": force, "model": model_name, "open_alert_ids": p.alerts,
-            "owned_instance_ids": p.owned, "prompt_hashes": dict(prompts.hashes),
-            "policy_hash": sha256_text(canonical(policy)), "tools_hash": tools_hash(tools),
-            "settings": budget_fields(settings), "base_hash": request_hash(model_name, p.messages, [])}
+    the hashes of its inputs (agent.context.inputs), the model parameters' included."""
+    m = {"end": p.view.end, "force": force, "model": model_name, "open_alert_ids": p.alerts,
+         "owned_instance_ids": p.owned, "prompt_hashes": dict(prompts.hashes),
+         "policy_hash": sha256_text(canonical(policy)), "tools_hash": tools_hash(tools),
+         "settings": budget_fields(settings), "base_hash": request_hash(model_name, p.messages, p.tools, params),
+         "continuation": p.continuation}
+    if params is not None:
+        m["params_hash"] = params_hash(params)
+    return m
 
 
 @dataclass
 class RecordedSummarizer:
     """A summariser whose every call is logged like the agent's: ``summary.request`` (the request's hash
-    and the manifest replay re-plans it from) before, ``summary.response`` after."""
+    and the manifest replay re-plans it from) before, ``summary.response`` after. A retry's manifest adds
+    the seq of the rejected answer (``retry_of``) and the reason, so replay rebuilds the retry's request
+    from what is logged."""
 
     inner: Summarizer
     log: EventLog
     tick: int | None
     manifest: dict[str, Any]
+    params: dict[str, Any] | None = None
+    last_response: int | None = None
+    reason: str | None = None
+
+    def retrying(self, reason: str) -> None:
+        """The next call retries the last answer, rejected for ``reason``."""
+        self.reason = reason
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
         model = str(self.manifest["model"])
-        req = self.log.append("summary.request", {"request_hash": request_hash(model, messages, tools),
-                                                  "manifest": self.manifest}, "system", self.tick)
+        manifest = dict(self.manifest)
+        if self.reason is not None:
+            manifest.update({"retry_of": self.last_response, "reason": self.reason})
+        self.reason = None
+        req = self.log.append("summary.request", {"request_hash": request_hash(model, messages, tools, self.params),
+                                                  "manifest": manifest}, "system", self.tick)
         try:
             reply = self.inner.complete(messages, tools)
         except Exception as e:
             self.log.append("summary.response", {"request_seq": req.seq, "text": None,
                                                  "error": f"{type(e).__name__}: {str(e)[:300]}"}, "model", self.tick)
             raise
-        self.log.append("summary.response", {"request_seq": req.seq, "text": getattr(reply, "text", "") or ""},
-                        "model", self.tick)
+        self.last_response = self.log.append("summary.response", {"request_seq": req.seq,
+                                                                  "text": getattr(reply, "text", "") or ""},
+                                             "model", self.tick).seq
         return reply
 
 
 def compact(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
             tools: list[dict[str, Any]], summarizer: Summarizer | None, tick: int | None, open_alert_ids: list[int],
             owned_instance_ids: list[int], model_name: str = "", force: bool = False,
-            cache: ProjectionCache | None = None) -> Event | None:
-    """Compact when the projected request passes high water (or always, with ``force``).
+            cache: ProjectionCache | None = None, params: dict[str, Any] | None = None) -> Event | None:
+    """Compact when the projected request passes high water (or always, with ``force``). ``params``: the
+    model parameters the summariser sends (logged and hashed with its requests).
     Returns the appended ``context.compacted`` event, or None when nothing was done."""
     p = plan(load(log), prompts=prompts, settings=settings, policy=policy, tools=tools,
              meter=meter_for(settings, cache), open_alert_ids=open_alert_ids, owned_instance_ids=owned_instance_ids,
@@ -576,18 +819,51 @@ def compact(log: EventLog, prompts: Prompts, settings: ContextSettings, *, polic
     if isinstance(p, str):
         logger.warning("context.compaction_skipped", reason=p)
         return None
+    if p.cut is None:
+        summarizer = None   # masking only: no model call
+    if summarizer is not None and params is None:
+        params = model_params(summarizer, p.tools)   # what the provider sends with these tools
     if summarizer is not None:
         summarizer = RecordedSummarizer(summarizer, log, tick, summary_manifest(
-            p, prompts=prompts, settings=settings, policy=policy, tools=tools, model_name=model_name, force=force))
-        record_inputs(log, prompts, policy, tools, tick)
+            p, prompts=prompts, settings=settings, policy=policy, tools=tools, model_name=model_name, force=force,
+            params=params), params)
+        record_inputs(log, prompts, policy, tools, tick, params)
     summary, method, attempts = summarise(p, summarizer, settings.summary_max_tokens)
     payload = compaction_payload(p, summary, method, attempts, prompts=prompts, settings=settings, policy=policy,
                                  tools=tools, model_name=model_name)
     event = log.append("context.compacted", payload, "system", tick)
     logger.info("context.compacted", seq=event.seq, covered_to=p.covered_to, method=method,
-                tokens_before=p.before.tokens, tokens_after=payload["tokens_after"],
-                attempts=len(attempts), fits_low_water=p.cut.fits_low_water)
+                tokens_before=p.before.tokens, tokens_after=payload["tokens_after"], masked_to=p.masked_to,
+                attempts=len(attempts), fits_low_water=p.cut.fits_low_water if p.cut else True,
+                continuation=p.continuation)
     return event
+
+
+WARNING_TOKENS = 120   # room the memory-pressure message needs in the request
+
+
+def warn_pressure(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
+                  tools: list[dict[str, Any]], tick: int | None, open_alert_ids: list[int],
+                  owned_instance_ids: list[int], model_name: str = "", cache: ProjectionCache | None = None
+                  ) -> Event | None:
+    """Before a compaction that will summarise, warn the model once: a ``context.pressure`` event naming
+    how many of the oldest ticks go and up to which event, so it can ``remember`` what it needs in one step.
+    None (and nothing appended) when it already had its warning since the last compaction, when the coming
+    compaction only masks, or when the warning would not fit the budget."""
+    last_warn = next(iter(log.read(0, kinds=["context.pressure"], newest_first=True, limit=1)), None)
+    last_comp = next(iter(log.read(0, kinds=["context.compacted"], newest_first=True, limit=1)), None)
+    if last_warn is not None and (last_comp is None or last_warn.seq > last_comp.seq):
+        return None
+    p = plan(load(log), prompts=prompts, settings=settings, policy=policy, tools=tools,
+             meter=meter_for(settings, cache), open_alert_ids=open_alert_ids, owned_instance_ids=owned_instance_ids,
+             model_name=model_name)
+    if not isinstance(p, Plan) or p.cut is None:
+        return None
+    if p.before.calibrated_tokens + WARNING_TOKENS > settings.budget_tokens - settings.output_reserve:
+        return None
+    ticks = sum(1 for e in p.evicted if e.kind == "tick.started")
+    return log.append("context.pressure", {"ticks": ticks, "covered_to": p.covered_to,
+                                           "tokens": p.before.calibrated_tokens}, "system", tick)
 
 
 def compact_for_overflow(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],

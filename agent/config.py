@@ -166,6 +166,13 @@ class ContextSettings:
     pinned_max_tokens: int = 8000
     tool_output_max_tokens: int = 1500
     calibration_margin: float = 0.05
+    # At a compaction, tool outputs older than the newest this many ticks become one-line stubs (0 = never).
+    mask_after_ticks: int = 3
+    # The facts block (hosts' failures and refusals, GPU prices seen) after the summary.
+    facts_max_tokens: int = 400
+    # Caps of the pinned block's own blocks (knowledge files share what is left of pinned_max_tokens).
+    directives_max_tokens: int = 2000
+    memory_max_tokens: int = 2000
 
 
 @dataclass(frozen=True)
@@ -680,6 +687,13 @@ def _check_context(c: ContextSettings, loc: _Loc) -> None:
                         f"must be under half of context.budget_tokens ({c.budget_tokens})")
     if c.budget_tokens < 2000:
         raise loc.error("context.budget_tokens", "must be at least 2000")
+    for key in ("directives_max_tokens", "memory_max_tokens"):
+        if getattr(c, key) < 100:
+            raise loc.error(f"context.{key}", "must be at least 100 tokens")
+    if c.facts_max_tokens < 0:
+        raise loc.error("context.facts_max_tokens", "must be 0 (no facts block) or a number of tokens")
+    if c.mask_after_ticks < 0:
+        raise loc.error("context.mask_after_ticks", "must be 0 (never mask) or a number of ticks")
 
 
 def _check_schedule(sch: ScheduleSettings, loc: _Loc) -> None:

@@ -173,6 +173,24 @@ def _estimate(log_: EventLog) -> int:
     return log_.store.thread_tokens_since(since) + summary
 
 
+def knowledge(app: App) -> dict[str, Any]:
+    """The knowledge files the log holds against the directory, by stat alone (no file is read, whatever
+    their number): new, changed and removed files the next tick will log, and, when they pass
+    ``pinned_max_tokens``, how many the pinned block shows in full (most recently changed first)."""
+    from agent.feedback.knowledge import CHARS_PER_TOKEN, disk_state, load_memo, shown_in_full
+
+    s = app.settings
+    d = disk_state(app.log, s.knowledge_path, load_memo(s.data_path))
+    live = sorted((k for k in app.log.store.knowledge_latest().values() if k.hash is not None),
+                  key=lambda k: (-k.seq, k.name))
+    tokens = sum(k.size for k in live) // CHARS_PER_TOKEN
+    cap = s.context.pinned_max_tokens
+    return {"files": d.files, "on_disk": d.on_disk, "tokens_estimate": tokens, "pinned_max_tokens": cap,
+            "shown_in_full": shown_in_full([k.size for k in live], cap, s.context.knowledge_max_tokens),
+            "pending": {"new": d.new[:20], "changed": d.changed[:20], "removed": d.removed[:20]},
+            "pending_counts": {"new": len(d.new), "changed": len(d.changed), "removed": len(d.removed)}}
+
+
 def daemon_events(log_: EventLog) -> dict[str, Any]:
     started = _last(log_, "daemon.started")
     stopped = _last(log_, "daemon.stopped")
@@ -245,6 +263,7 @@ def collect(app: App) -> dict[str, Any]:
     st["alerts"] = open_alerts(lg)
     st["steering"] = steering_state(app)
     st["context"] = context_size(app)
+    st["knowledge"] = knowledge(app)
     st["events"] = lg.last_seq()
     return st
 
@@ -310,5 +329,17 @@ def format_text(st: dict[str, Any]) -> str:
         est = " (estimate)" if c.get("method") == "estimate" else ""
         lines.append(f"context: {c['tokens']:,} of {c['budget']:,} tokens{est}; compaction at {c['compact_at']:,}, "
                      f"{c['until_compaction']:,} tokens to go")
+    k = st.get("knowledge")
+    if k:
+        lines.append(_knowledge_line(k))
     return "\n".join(lines)
+
+
+def _knowledge_line(k: dict[str, Any]) -> str:
+    text = f"knowledge: {k['files']:,} files logged, ~{k['tokens_estimate']:,} tokens"
+    if k["shown_in_full"] < k["files"]:
+        text += (f", over pinned_max_tokens {k['pinned_max_tokens']:,}: the {k['shown_in_full']:,} most recently "
+                 "changed shown in full")
+    pending = ", ".join(f"{n:,} {what}" for what, n in k["pending_counts"].items() if n)
+    return text + (f"; on disk since the last tick: {pending} (`fleet-agent knowledge status`)" if pending else "")
 

@@ -20,6 +20,7 @@ from agent.clients.demand import DemandError
 from agent.clients.vast import Instance, VastError
 from agent.context.inputs import record_inputs
 from agent.errors import FleetAgentError
+from agent.feedback.knowledge import save_memo
 from agent.llm import LLMError, ModelReply
 from agent.lock import FleetLock
 from agent.pipeline import ToolCall, refuse_call, run_tool_call
@@ -148,15 +149,17 @@ class _Model:
     policy: dict[str, Any]
     name: str
     summarizer: Any
+    params: dict[str, Any] | None = None
     overflow_retried: bool = False
 
     @classmethod
     def of(cls, app: App) -> _Model:
         provider = app.provider()
         toolbox = load_tools()
-        return cls(provider, toolbox, toolbox.specs(), app.policy_dict(),
-                   getattr(provider, "name", app.settings.model.name),
-                   provider if getattr(provider, "can_summarise", True) else None)
+        specs = toolbox.specs()
+        return cls(provider, toolbox, specs, app.policy_dict(), getattr(provider, "name", app.settings.model.name),
+                   provider if getattr(provider, "can_summarise", True) else None,
+                   context.model_params(provider, specs))
 
 
 def _run(app: App, stop: threading.Event) -> TickResult:
@@ -210,6 +213,7 @@ def _start(run: _Run) -> ToolContext | TickResult:
     log.append("tick.started", {"observation": obs}, "scheduler", tick)
     steering.note_in_force(log, tick)
     feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
+    save_memo(s.data_path, app.knowledge_memo)
     feedback.check_conditions(log, s, obs, tick)
     steering.note_host_failures(log, s, obs, tick)
     spend.check_budgets(log, s, steering.effective_policy(s, log), tick)
@@ -225,7 +229,7 @@ def _ask(run: _Run, model: _Model, stop: threading.Event, deadline: float) -> li
         return run.fail(f"time budget of {run.app.settings.schedule.tick_timeout:.0f}s used up", "timeout")
     log = run.app.log
     proj = _project(run, model)
-    record_inputs(log, run.app.prompts, model.policy, model.tools, run.tick)
+    record_inputs(log, run.app.prompts, model.policy, model.tools, run.tick, model.params)
     req = log.append("model.request", context.request_payload(proj), "system", run.tick)
     run.steps += 1
     try:
@@ -248,11 +252,15 @@ def _project(run: _Run, model: _Model) -> context.Projection:
     """The request's context, compacted first when it is due or does not fit."""
     app, cs = run.app, run.app.settings.context
     proj = context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools, model=model.name,
-                           cache=app.projection_cache)
+                           cache=app.projection_cache, params=model.params)
     if context.needs_compaction(proj, cs) or not context.fits(proj, cs):
-        _compact(app, run.tick, model.summarizer, model.policy, model.tools, model.name, force=False)
+        if context.fits(proj, cs) and _warn(app, run.tick, model):
+            # one step to save what matters before the oldest ticks are summarised
+            return context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools,
+                                   model=model.name, cache=app.projection_cache, params=model.params)
+        _compact(app, run.tick, model, force=False)
         proj = context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools, model=model.name,
-                               cache=app.projection_cache)
+                               cache=app.projection_cache, params=model.params)
     return proj
 
 
@@ -263,7 +271,7 @@ def _model_failed(run: _Run, model: _Model, e: LLMError, request_seq: int) -> Ti
                "system", tick)
     if e.kind == "context_length" and not model.overflow_retried:
         model.overflow_retried = True
-        _compact(run.app, tick, model.summarizer, model.policy, model.tools, model.name, force=True)
+        _compact(run.app, tick, model, force=True)
         return None
     if e.kind in UNREACHABLE:
         feedback.raise_alert(log, key="model:unreachable", severity="warning", title="Model endpoint failing",
@@ -295,14 +303,22 @@ def _complete(run: _Run) -> TickResult:
     return TickResult(tick, True, None, run.steps, run.usage, dur, run.actions)
 
 
-def _compact(app: Any, tick: int, summarizer: Any, policy_d: dict[str, Any], tools: list[dict[str, Any]],
-             model_name: str, *, force: bool) -> None:
+def _warn(app: Any, tick: int, model: _Model) -> bool:
+    """Give the memory-pressure warning when it is due (see compaction.warn_pressure)."""
+    log = app.log
+    return compaction.warn_pressure(log, app.prompts, app.settings.context, policy=model.policy, tools=model.tools,
+                                    tick=tick, open_alert_ids=[a.id for a in log.store.open_alerts()],
+                                    owned_instance_ids=log.store.owned_instance_ids(), model_name=model.name,
+                                    cache=app.projection_cache) is not None
+
+
+def _compact(app: Any, tick: int, model: _Model, *, force: bool) -> None:
     log = app.log
     open_ids = [a.id for a in log.store.open_alerts()]
     owned = log.store.owned_instance_ids()
-    compaction.compact(log, app.prompts, app.settings.context, policy=policy_d, tools=tools, summarizer=summarizer,
-                       tick=tick, open_alert_ids=open_ids, owned_instance_ids=owned, model_name=model_name,
-                       force=force, cache=app.projection_cache)
+    compaction.compact(log, app.prompts, app.settings.context, policy=model.policy, tools=model.tools,
+                       summarizer=model.summarizer, tick=tick, open_alert_ids=open_ids, owned_instance_ids=owned,
+                       model_name=model.name, force=force, cache=app.projection_cache)
 
 
 def _fail(app: App, tick: int, reason: str, kind: str, steps: int, usage: dict[str, int], t0: float) -> TickResult:

@@ -17,6 +17,11 @@ Figures:
 - RSS after projecting each log, before any replay;
 - ``flood``: real ticks with 3,000 knowledge files added at once, then deleted
   (``--flood N`` runs only this): the largest request and each tick's time;
+- ``cache`` (``--cache TICKS`` runs only this): the real loop with 3 model calls per tick, ~1,500 tokens of
+  new input per tick and a summariser that answers (continuing the agent's request), counting prompt
+  prefix reuse by tokens (tool schemas included; a call reuses the previous call's prefix) over every call,
+  the summariser's included, beside the seeds' baselines (last 8 events, last 20 rounds, newest-first fill);
+  run with and without masking old tool outputs: compactions per 1,000 ticks and summariser tokens;
 - ``aims``: each figure against the aim of the context design.
 
 Synthetic logs are shaped like real ticks (~1,500 tokens each: an observation,
@@ -393,6 +398,168 @@ def conversation(ticks: int, prefix_ticks: int, directives: int, prompts: Any, p
     }
 
 
+# ------------------------------------------------------------------ prompt cache reuse (3 calls per tick)
+
+
+def cache_tick_items(n: int) -> list[list[Item]]:
+    """One tick in three parts, one model call after each: the observation; a search result; a log read.
+    About 1,500 tokens of new model-visible input per tick."""
+    obs = {"time": 1_795_000_000 + n * 300, "balance": 5000.0 - n * 0.01,
+           "instances": [{"id": 20000 + i, "gpu_name": "RTX_4090", "num_gpus": 1, "status": "running",
+                          "age_s": 3600 + n * 300, "dph": 0.38 + i / 100, "host_id": 100 + i} for i in range(8)],
+           "demand": {"pending": 10 + n % 17, "running": 8, "completed": 40 * n, "arrival_rate_per_h": 120.0}}
+    c1 = {"id": f"call_{n}_0", "name": "search_offers", "arguments": json.dumps({"gpu": "RTX_4090", "limit": 5})}
+    c2 = {"id": f"call_{n}_1", "name": "read_logs", "arguments": json.dumps({"instance_id": 20000 + n % 8})}
+    first: list[Item] = [("tick.started", {"observation": obs}, "scheduler", n)]
+    if n % 20 == 0:
+        first.append(("operator.note", {"text": f"note {n}: keep spend under $4/h tonight", "by": "ops",
+                                        "pin": n % 40 == 0}, "operator", None))
+    elif n % 20 == 10:
+        first.append(("alert.acked", {"alert_id": n, "by": "ops", "title": "slow host", "note": "rebooted"},
+                      "operator", None))
+    second: list[Item] = [("model.response", {"text": "", "tool_calls": [c1]}, "model", n),
+                          ("tool.called", {"call_id": c1["id"], "name": c1["name"], "arguments": c1["arguments"]},
+                           "tool", n),
+                          ("tool.result", {"call_id": c1["id"], "name": c1["name"], "ok": True,
+                                           "output": _text(n, 240)}, "tool", n)]
+    third: list[Item] = [("model.response", {"text": "", "tool_calls": [c2]}, "model", n),
+                         ("tool.called", {"call_id": c2["id"], "name": c2["name"], "arguments": c2["arguments"]},
+                          "tool", n),
+                         ("tool.result", {"call_id": c2["id"], "name": c2["name"], "ok": True,
+                                          "output": _text(n + 1, 240)}, "tool", n)]
+    return [first, second, third]
+
+
+class BenchSummariser:
+    """A summariser that does its job (every section; every alert, instance, directive and operator input
+    its request names) and records each call, as a provider would see it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        import re
+
+        from agent.llm import ModelReply
+
+        self.calls.append((messages, tools))
+        ask = next((str(m["content"]) for m in reversed(messages) if "Open alerts to mention:" in
+                    str(m.get("content") or "")), "")
+        want = {ln.split(":", 1)[0]: ln.split(":", 1)[1] for ln in ask.splitlines() if ":" in ln}
+
+        def nums(key: str) -> list[str]:
+            return re.findall(r"\d+", next((v for k, v in want.items() if k.startswith(key)), ""))
+
+        text = ("## Fleet state and commitments\n- instances " + ", ".join(nums("Instances")) + "\n"
+                "## Decisions and why\n- held the fleet steady: no offer beats the current hosts\n"
+                "## Open problems\n- " + (", ".join(f"alert #{a}" for a in nums("Open alerts")) or "none") + "\n"
+                "## Operator directives\n- " + (", ".join(f"#{d}" for d in nums("Pinned")
+                                                          + nums("Operator inputs")) or "none") + "\n"
+                "## Completed actions\n- searched offers and read logs each tick")
+        return ModelReply(text=text)
+
+
+def _reuse(count: MessageTokens, tools_tokens: int, prev: tuple[list[dict[str, Any]], bool] | None,
+           cur: list[dict[str, Any]], with_tools: bool) -> tuple[int, int]:
+    """(prefix tokens reused from the previous call, tokens of this call): tool schemas come first in the
+    prompt, so a call whose tools differ from the previous call's reuses nothing."""
+    total = count.request(cur) + (tools_tokens if with_tools else 0)
+    if prev is None or prev[1] != with_tools:
+        return 0, total
+    return _prefix_tokens(count, prev[0], cur) + (tools_tokens if with_tools else 0), total
+
+
+def _rounds(msgs: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
+    """The newest ``rounds`` rounds (each starts at an assistant message) and what follows them."""
+    starts = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+    if len(starts) < rounds:
+        return msgs
+    return msgs[starts[-rounds]:]
+
+
+def cache_run(ticks: int, prompts: Any, path: Path, mask_after_ticks: int) -> dict[str, Any]:
+    """The real loop over ``ticks`` ticks with 3 calls each and an answering summariser; prompt prefix
+    reuse by tokens over every call, ours and the baselines'."""
+    from dataclasses import replace
+
+    for suffix in ("", "-wal", "-shm", ".head"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    settings = replace(SETTINGS, mask_after_ticks=mask_after_ticks)
+    log = EventLog(path)
+    count = MessageTokens(log.tokenizer)
+    tools_tokens = log.tokenizer.count_tools(TOOLS)
+    cache = ProjectionCache()
+    summariser = BenchSummariser()
+    limit = settings.budget_tokens - settings.output_reserve
+    visible: list[dict[str, Any]] = []
+    sums = {k: [0, 0] for k in ("ours", "ours_agent_calls", "last_8_events", "last_20_rounds", "newest_first_fill")}
+    prev: dict[str, tuple[list[dict[str, Any]], bool] | None] = {k: None for k in sums}
+    summary_tokens = {"prompt": 0, "output": 0}
+    over = 0
+
+    def score(key: str, msgs: list[dict[str, Any]], with_tools: bool = True) -> None:
+        reused, total = _reuse(count, tools_tokens, prev[key], msgs, with_tools)
+        sums[key][0] += reused
+        sums[key][1] += total
+        prev[key] = (msgs, with_tools)
+
+    for n in range(1, ticks + 1):
+        for part in cache_tick_items(n):
+            for e in log.append_many(part):
+                m = render(e)
+                if m is not None:
+                    visible.append(m)
+            seen, since = len(summariser.calls), log.last_seq()
+            compact(log, prompts, settings, policy=POLICY, tools=TOOLS, summarizer=summariser, tick=n,
+                    open_alert_ids=[], owned_instance_ids=[20000 + i for i in range(8)], cache=cache,
+                    model_name="bench")
+            for msgs, tools in summariser.calls[seen:]:
+                score("ours", msgs, bool(tools))
+                summary_tokens["prompt"] += count.request(msgs) + (tools_tokens if tools else 0)
+            for c in log.read(since, kinds=["summary.response"]):
+                summary_tokens["output"] += count.tok.count(c.payload.get("text") or "")
+            p = project(log, prompts, settings, policy=POLICY, tools=TOOLS, model="bench", cache=cache)
+            over += p.calibrated_tokens > limit
+            req = log.append("model.request", request_payload(p), "system", n)
+            log.append("model.response", {"text": "ok", "tool_calls": [], "request_seq": req.seq}, "model", n)
+            score("ours", p.messages)
+            score("ours_agent_calls", p.messages)
+            system = p.messages[0]
+            score("last_8_events", _window(system, visible, last=8))
+            score("last_20_rounds", [system, *_rounds(visible, 20)])
+            score("newest_first_fill", _window(system, visible, budget=limit - 400, count=count))
+    comps = [e.payload for e in log.read(0, kinds=["context.compacted"])]
+    log.close()
+    per_k = 1000 / ticks
+    return {
+        "ticks": ticks, "mask_after_ticks": mask_after_ticks,
+        "model_calls": {"agent": 3 * ticks, "summariser": len(summariser.calls)},
+        "prefix_reuse_by_tokens": {k: round(a / b, 4) for k, (a, b) in sums.items() if b},
+        "prompt_tokens": {k: b for k, (a, b) in sums.items()},
+        "compactions_per_1000_ticks": round(per_k * len(comps), 1),
+        "summarising_compactions_per_1000_ticks": round(per_k * sum(1 for c in comps if c["method"] != "masked"), 1),
+        "methods": {m: sum(1 for c in comps if c["method"] == m) for m in sorted({c["method"] for c in comps})},
+        "summariser_tokens_per_1000_ticks": {k: round(per_k * v) for k, v in summary_tokens.items()},
+        "continuation_calls": sum(1 for _, t in summariser.calls if t),
+        "requests_over_budget": over,
+        "new_input_tokens_per_tick": round(sum(count(m) for m in visible) / ticks),
+    }
+
+
+def cache_scenario(ticks: int, prompts: Any) -> dict[str, Any]:
+    """``cache_run`` with masking (the default K) and without it."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"cache-{os.getpid()}.db"
+    try:
+        masked = cache_run(ticks, prompts, path, SETTINGS.mask_after_ticks)
+        unmasked = cache_run(ticks, prompts, path, 0)
+    finally:
+        for suffix in ("", "-wal", "-shm", ".head"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+    return {"with_masking": masked, "without_masking": unmasked,
+            "aim_prefix_reuse_ge_0.95": masked["prefix_reuse_by_tokens"]["ours"] >= 0.95}
+
+
 def aims(r: dict[str, Any]) -> dict[str, Any]:
     """Each measured figure next to its aim."""
     proj = r["projection"]
@@ -432,6 +599,7 @@ def flood(files: int, budget: int = 30_000) -> dict[str, Any]:
     cfg = root / "config.yaml"
     cfg.write_text(demo_config(root, server.url, model_url=None, model=None, budget=budget), encoding="utf-8")
     app = App(config.load(str(cfg)), clock=clock)
+    app.init_database()   # only init creates a database
     past = time.time() - 60
     steps: list[tuple[str, Any]] = [("baseline", None), ("added", "add"), ("unchanged", None), ("removed", "rm"),
                                     ("after", None)]
@@ -466,6 +634,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
     ap.add_argument("--flood", type=int, metavar="FILES", help="only the flood scenario with FILES knowledge files")
+    ap.add_argument("--cache", type=int, metavar="TICKS", help="only the prompt-cache scenario over TICKS ticks")
     ap.add_argument("--build", nargs=2, metavar=("N", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING + 10))
@@ -476,6 +645,9 @@ def main() -> None:
         print(json.dumps({"flood": flood(args.flood)}, sort_keys=True))
         return
     prompts = load_prompts(None)
+    if args.cache:
+        print(json.dumps({"cache": cache_scenario(args.cache, prompts)}, sort_keys=True))
+        return
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000, 1_000_000]
     t0 = time.perf_counter()
     load0 = [round(x, 2) for x in os.getloadavg()]
@@ -495,6 +667,7 @@ def main() -> None:
         for suffix in ("", "-wal", "-shm", ".head"):
             Path(str(conv) + suffix).unlink(missing_ok=True)
     result["flood"] = flood(300 if args.quick else 3000)
+    result["cache"] = cache_scenario(60 if args.quick else 600, prompts)
     result["aims"] = aims(result)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]

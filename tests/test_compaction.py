@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
-from agent.compaction import SECTION_TITLES, check_summary, compact, compact_for_overflow, fallback_summary
-from agent.context import ContextSettings, fits, needs_compaction, project
+from agent.compaction import (
+    SECTION_TITLES,
+    Plan,
+    check_summary,
+    compact,
+    compact_for_overflow,
+    fallback_summary,
+    plan,
+    summary_input,
+)
+from agent.context import ContextSettings, fits, load, needs_compaction, project
 from agent.llm import LLMError, ModelReply
 from agent.prompts import load_prompts
 from tests.test_context import (
@@ -26,7 +36,8 @@ PROMPTS = load_prompts(None)
 ALERTS = [3]
 OWNED = [1000, 1001]
 GOOD = ("## Fleet state and commitments\nInstances 1000 and 1001 running.\n## Decisions and why\n- held (#5)\n"
-        "## Open problems\n- alert #3 open\n## Operator directives\n- none\n## Completed actions\n- searched (#4)")
+        "## Open problems\n- alert #3 open\n## Operator directives\n- #1 never rent A100 (alice)\n"
+        "## Completed actions\n- searched (#4)")
 
 
 class ScriptedSummarizer:
@@ -68,13 +79,15 @@ def test_llm_summary_accepted_and_payload_complete(tmp_path):
     log = open_log(tmp_path / "a.db")
     log.append("operator.note", {"text": "never rent A100", "by": "alice", "pin": True}, "operator", None)
     log.append("memory.written", {"key": "host 7", "text": "flaky disks"}, "model", None)
-    fill(log)
+    early = replace(SMALL, high_water=0.7)   # room left for the instruction and the summary
+    fill(log, settings=early)
     count = log.count()
+    agent_request = proj(log, settings=early).messages
     s = ScriptedSummarizer(GOOD)
-    ev = run_compact(log, s, model_name="summ-1")
+    ev = run_compact(log, s, settings=early, model_name="summ-1")
     assert ev is not None
     added = [e.kind for e in log.read(count)]
-    assert added == ["input.recorded"] * 4 + ["summary.request", "summary.response", "context.compacted"]
+    assert added == ["input.recorded"] * 5 + ["summary.request", "summary.response", "context.compacted"]
     p = ev.payload
     assert set(p) >= {"summary", "covered_from", "covered_to", "first_kept_seq", "tokens_before", "tokens_after",
                       "method", "model", "prompt_hash", "pinned", "attempts"}
@@ -86,9 +99,11 @@ def test_llm_summary_accepted_and_payload_complete(tmp_path):
     assert p["tokens_after"] < p["tokens_before"]
     assert p["pinned"]["directives"] == [{"id": 1, "by": "alice", "text": "never rent A100"}]
     assert p["pinned"]["memory"] == {"host 7": "flaky disks"}
-    sys_msg, user_msg = s.calls[0][0]["content"], s.calls[0][1]["content"]
-    assert "## Fleet state and commitments" in sys_msg and str(SMALL.summary_max_tokens) in sys_msg
-    assert "alert #3" in user_msg and "1000, 1001" in user_msg
+    # the summariser continues the agent's own request: the same messages, then one instruction
+    assert s.calls[0][:-1] == agent_request
+    instruction = s.calls[0][-1]["content"]
+    assert "## Fleet state and commitments" in instruction and str(SMALL.summary_max_tokens) in instruction
+    assert "alert #3" in instruction and "1000, 1001" in instruction and "directives to mention by number: #1" in instruction
     after = proj(log)
     assert after.manifest["covered_to"] == p["covered_to"] and after.manifest["compaction_seq"] == ev.seq
     assert p["pinned"]["changed_seq"] == 2
@@ -101,20 +116,38 @@ def test_llm_summary_accepted_and_payload_complete(tmp_path):
 
 
 def test_summariser_sees_full_payloads_not_the_display_cut(tmp_path):
-    """The evicted span reaches the summariser from full payloads, past the thread's tool-output cap."""
+    """The summariser's request of its own (used when the agent's request plus the instruction and the
+    summary would not fit the budget) holds the evicted span from full payloads, past the thread's
+    tool-output cap."""
     log = open_log(tmp_path / "a.db")
     settings = ContextSettings(budget_tokens=12000, output_reserve=500, tool_output_max_tokens=300,
-                               summary_max_tokens=400)
+                               summary_max_tokens=400, mask_after_ticks=0)
     tick_start(log, 1)
     tool_step(log, 1, [700])
     final_text(log, 1)
     fill(log, settings=settings, start=2, outputs=(40, 40))
-    s = ScriptedSummarizer(GOOD)
-    run_compact(log, s, settings=settings)
+    p = plan(load(log), prompts=PROMPTS, settings=settings, policy=POLICY, tools=TOOLS, meter=_meter(),
+             open_alert_ids=ALERTS, owned_instance_ids=OWNED)
+    assert isinstance(p, Plan) and p.cut is not None
     full = words(1, 700)
-    assert full in s.calls[0][1]["content"]
+    assert full in summary_input(p, prompts=PROMPTS, settings=settings)[1]["content"]
     shown = proj(log, until_seq=6).messages[-1]["content"]
     assert full not in shown
+
+
+def test_summariser_gets_a_request_of_its_own_when_the_continuation_would_not_fit(tmp_path):
+    """At a high-water mark that leaves no room for the instruction and the summary, the summariser is
+    asked with its own system prompt and the transcript, without the agent's tools."""
+    log = open_log(tmp_path / "a.db")
+    settings = ContextSettings(budget_tokens=12000, output_reserve=500, tool_output_max_tokens=300,
+                               summary_max_tokens=400, high_water=0.95)
+    fill(log, settings=settings, outputs=(40, 40))
+    s = ScriptedSummarizer(GOOD)
+    ev = run_compact(log, s, settings=settings)
+    assert ev is not None and ev.payload["method"] == "llm"
+    assert len(s.calls[0]) == 2 and s.calls[0][0]["content"].startswith("You maintain the rolling summary")
+    req = next(log.read(0, kinds=["summary.request"]))
+    assert req.payload["manifest"]["continuation"] is False
 
 
 def test_summary_missing_open_alert_is_retried_then_falls_back(tmp_path):

@@ -83,8 +83,7 @@ def test_3000_knowledge_files_added_then_removed_stay_within_budget(tmp_path):
     scan_knowledge(log, _settings(kdir), 1)
     alerts = [e.payload["title"] for e in log.read(0, kinds=["alert.raised"])]
     assert alerts == ["knowledge: 3,000 files, ~24k tokens, over pinned_max_tokens "
-                      f"{S.pinned_max_tokens:,}; the pinned block shows the files that fit in name order, "
-                      "the others by name only"]
+                      f"{S.pinned_max_tokens:,}; showing the 45 most recently changed; the others by name only"]
     p = proj(log)
     assert fits(p, S) and "[tick 1 · " in _text(p)
     assert "[knowledge edit · 3,000 files] 3,000 added" in _text(p)

@@ -205,12 +205,14 @@ def test_request_bytes_of_a_fixed_run_are_pinned(tmp_path):
     memory labelled as the agent's): new events of this run render under those; logs written before keep
     their bytes.
     They moved again when compaction stopped cutting past the newest event of an answered request (the
-    cuts, not the renderings, moved)."""
+    cuts, not the renderings, moved), and when context.compacted gained version 3 (knowledge files most
+    recently changed first, old tool outputs masked at compaction, facts after the summary, caps per
+    pinned block; the cut also leaves room for the facts)."""
     reqs, comps, digest = _golden_run(tmp_path, [400, 200, 650], S)
-    assert (len(reqs), comps) == (27, [34, 61, 87, 110])
-    assert digest == "35a7e23e6818c9eabc13028e2e2972a221b1d4a30b952401db89ae387d8f2926"
+    assert (len(reqs), comps) == (27, [34, 58, 87, 110])
+    assert digest == "1d1c11f48aba810e33c333f3e130637b50c5ec8150c6b73202ec9166a14bde23"
     tight = replace(S, budget_tokens=3000, output_reserve=300, tool_output_max_tokens=900)
     reqs, comps, digest = _golden_run(tmp_path, [700, 650, 690], tight)
     assert (len(reqs), sum(e.payload["manifest"]["shrunk"] for e in reqs)) == (27, 8)
-    assert comps == [16, 22, 28, 34, 47, 52, 58, 64, 72, 82, 87, 91, 97, 102, 107, 115, 120, 124, 130, 135]
-    assert digest == "4075aa209e280cd64ff3008e9e5d052875ad0f61b69edcef7227cd2283bfe0d0"
+    assert comps == [16, 22, 28, 34, 43, 48, 53, 59, 65, 69, 74, 84, 89, 93, 99, 104, 109, 117, 122, 126, 132, 137]
+    assert digest == "216a018cb684050556b0049aa822b2c2aa64cf65c54567b3134928c53c9e3ce9"

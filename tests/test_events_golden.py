@@ -130,6 +130,8 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
                                         "prompt_hash": "bb22", "pinned": {"memory": {}},
                                         "attempts": [{"method": "llm", "ok": True}]})],
     ("context.calibrated", 1): [("ratio", {"ratio": 1.13})],
+    ("context.pressure", 1): [("one tick", {"ticks": 1, "covered_to": 54, "tokens": 24100}),
+                              ("several", {"ticks": 12, "covered_to": 1200, "tokens": 24800})],
     ("summary.request", 1): [("first try", {"request_hash": "s" * 16, "manifest": {"end": 120, "force": False,
                                                                               "base_hash": "s" * 16}})],
     ("summary.response", 1): [("answered", {"request_seq": 121, "text": "## Fleet state and commitments\n- ok"}),
@@ -242,6 +244,10 @@ SAMPLES.update({
                                               {"key": "policy.max_instances", "old": 8, "new": 4},
                                               {"key": "schedule.interval", "old": 300.0, "new": 120.0}]})],
 })
+SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
+    "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
+                     "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,
+                     "pinned": {"knowledge": {"a.md": "x"}, "knowledge_seq": {"a.md": 7}}})]
 
 
 def envelope(kind: str, version: int, payload: dict[str, Any]) -> Event:

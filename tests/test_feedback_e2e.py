@@ -7,7 +7,7 @@ from typing import Any
 
 from agent import feedback
 from agent.tick import run_tick
-from tests.fakes.openai_server import reply
+from tests.fakes.openai_server import is_summary_request, reply, summary_reply
 
 
 def _contents(body: dict[str, Any]) -> list[str]:
@@ -52,10 +52,10 @@ def test_ack_note_and_knowledge_edit_reach_the_model_tagged_once_in_order(make_a
 
 
 def _agent_or_summariser(body: dict[str, Any]) -> Any:
-    """The scripted model: search offers once per tick, then stop; as a summariser (no tools),
-    answer with a short text (which the mechanical check may refuse: the fallback then runs)."""
-    if not body.get("tools"):
-        return reply("## Fleet state and commitments\nnothing notable")
+    """The scripted model: search offers once per tick, then stop; as a summariser (asked for the summary),
+    a summary that names everything it is asked to."""
+    if is_summary_request(body):
+        return summary_reply(body)
     last = body["messages"][-1]
     if last["role"] == "tool":
         return reply("fleet looks fine")
@@ -81,8 +81,9 @@ def test_a_pinned_directive_is_in_every_request_after_several_compactions(make_a
     assert len(compactions) >= 2
     assert all(e.payload["covered_to"] > directive.seq for e in compactions)
     tagged = f"[operator directive #{directive.seq} · alice] never rent outside Europe this week"
-    agent_requests = [r.json for r in fake_model.chat_requests if r.json.get("tools")]
-    assert len(agent_requests) == 24  # two per tick: the search, then the answer to its result
+    agent_requests = [r.json for r in fake_model.chat_requests if not is_summary_request(r.json)]
+    warned = sum(1 for _ in app.log.read(0, kinds=["context.pressure"]))
+    assert len(agent_requests) == 24 + warned  # two per tick (the search, the answer), one more per warning
     forms: list[str] = []
     for n, body in enumerate(agent_requests):
         hits = [c for c in _contents(body) if "never rent outside Europe this week" in c]

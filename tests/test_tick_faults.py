@@ -10,9 +10,19 @@ import pytest
 
 from agent.tick import run_tick
 from tests.conftest import events_of, mutating_requests, tool_messages
-from tests.fakes.openai_server import Step, context_length_error, empty_choices, error, hang, raw, reply
+from tests.fakes.openai_server import (
+    Step,
+    context_length_error,
+    empty_choices,
+    error,
+    hang,
+    is_summary_request,
+    raw,
+    reply,
+)
 
-SUMMARY = "## Fleet state and commitments\n- no instances yet\n## Decisions and why\n- waited for demand"
+SUMMARY = ("## Fleet state and commitments\n- no instances yet\n## Decisions and why\n- waited for demand\n"
+           "## Open problems\n- none\n## Operator directives\n- none\n## Completed actions\n- none")
 
 
 def _ends(app: Any) -> dict[int, list[str]]:
@@ -96,7 +106,7 @@ def test_unreachable_model_raises_an_alert_that_resolves_when_it_answers(sim, ma
 
 def _router(body: dict[str, Any]) -> Step:
     """The summariser's calls carry no tools; the agent's do."""
-    return reply(SUMMARY) if not body.get("tools") else reply("done after compaction")
+    return reply(SUMMARY) if is_summary_request(body) else reply("done after compaction")
 
 
 def test_context_length_error_compacts_once_and_retries_once(sim, make_app, fake_model):
@@ -116,7 +126,7 @@ def test_context_length_error_compacts_once_and_retries_once(sim, make_app, fake
     assert len(compacted) == 1
     assert compacted[0].payload["method"] == "llm"
     assert len(events_of(app, "model.request", 2)) == 2
-    agent_reqs = [q for q in fake_model.chat_requests[n_before:] if q.json.get("tools")]
+    agent_reqs = [q for q in fake_model.chat_requests[n_before:] if not is_summary_request(q.json)]
     assert len(agent_reqs) == 2
     retry = agent_reqs[-1].json["messages"]
     assert any(m["role"] == "user" and m["content"].startswith("[summary of #") for m in retry)

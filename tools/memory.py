@@ -63,6 +63,33 @@ def _raise_alert(ctx: ToolContext, args: Args) -> Outcome:
                    "operators see it with 'fleet-agent alerts list'")
 
 
+RECALL_LIMIT = 50
+
+
+def _recall_facts(ctx: ToolContext, args: Args) -> Outcome:
+    """Facts about hosts (failures, refusals, last seen) and GPU prices seen, from every summarised event
+    (the newest compaction's facts) and the events since."""
+    from agent.context.facts import fold_facts, gpu_line, host_line
+
+    comp = next(iter(ctx.log.read(0, kinds=["context.compacted"], newest_first=True, limit=1)), None)
+    base = comp.payload.get("facts") if comp is not None and comp.version >= 3 else None
+    since = int(comp.payload["covered_to"]) if comp is not None else 0
+    facts = fold_facts(base, ctx.log.read(since))
+    host, gpu = args.get("host"), args.get("gpu")
+    hosts = {k: v for k, v in facts["hosts"].items() if host is None or k == str(host)}
+    gpus = {k: v for k, v in facts["gpus"].items() if gpu is None or k.lower() == str(gpu).lower()}
+    if host is not None or gpu is not None:
+        hosts = hosts if host is not None else {}
+        gpus = gpus if gpu is not None else {}
+    ranked = sorted(hosts.items(), key=lambda kv: (-(kv[1]["failures"] + kv[1]["refusals"]), kv[0]))
+    lines = [host_line(k, v) for k, v in ranked] + [gpu_line(k, v) for k, v in gpus.items()]
+    if not lines:
+        return Outcome(True, "no facts recorded" + (f" about host {host}" if host is not None else "")
+                       + (f" about {gpu}" if gpu is not None else ""))
+    more = f"\n[... {len(lines) - RECALL_LIMIT:,} more; ask for one host or GPU]" if len(lines) > RECALL_LIMIT else ""
+    return Outcome(True, "\n".join(lines[:RECALL_LIMIT]) + more)
+
+
 KEY = {"type": "string", "minLength": 1, "maxLength": 80}
 TOOLS: tuple[AnyTool, ...] = (
     Tool("remember", "Remember a fact under a key; memory stays pinned in your context.",
@@ -73,6 +100,11 @@ TOOLS: tuple[AnyTool, ...] = (
          "message), newest first. Use it to recall what is no longer in your context.",
          obj({"query": {"type": "string", "minLength": 1, "maxLength": 200},
               "limit": {"type": "integer", "minimum": 1, "maximum": 25}}, ["query"]), _search_history),
+    Tool("recall_facts", "Facts gathered from the whole history: per host, how many of our instances failed "
+         "on it, how many rents of its offers were refused, when it was last seen; per GPU model, the price "
+         "range seen. Give a host id or a GPU model to narrow it.",
+         obj({"host": {"type": "integer", "minimum": 0}, "gpu": {"type": "string", "minLength": 1, "maxLength": 60}},
+             []), _recall_facts),
     Tool("read_knowledge", "The full text of an operator knowledge file.",
          obj({"name": {"type": "string", "minLength": 1, "maxLength": 120}}, ["name"]), _read_knowledge),
     Tool("raise_alert", "Raise an alert for the operators (deduplicated by key or title).",

@@ -41,6 +41,20 @@ def _render_message(i: int, m: dict[str, Any], tokens: int) -> str:
     return "\n".join(lines)
 
 
+def _blocks(p: Any, settings: Any, app: Any) -> str:
+    """Each memory block's tokens against its cap, as this request shows it."""
+    from agent.context import meter_for
+    from agent.context.pinned import block_tokens
+
+    texts = [str(m.get("content") or "") for m in p.messages[1:3] if m["role"] == "user"]
+    pinned = next((t for t in texts if t.startswith("[pinned · ")), None)
+    summary = next((t for t in texts if t.startswith("[summary of ")), None)
+    used = block_tokens(pinned, summary, meter_for(settings, _cache(app)))
+    caps = {"directives": settings.directives_max_tokens, "memory": settings.memory_max_tokens,
+            "knowledge": settings.pinned_max_tokens, "facts": settings.facts_max_tokens}
+    return " · ".join(f"{k} {used[k]:,}/{caps[k]:,}" for k in caps)
+
+
 def cmd_context(args: argparse.Namespace, app: Any) -> int:
     settings = app.settings.context
     at = args_.parse_when(args.at) if args.at else None
@@ -64,6 +78,7 @@ def cmd_context(args: argparse.Namespace, app: Any) -> int:
     _out(f"context {what} · events #{m['thread_from']}–#{m['thread_to']} · model {m['model'] or '-'}")
     _out("sections: " + " · ".join(f"{k} {v}" for k, v in p.sections.items())
          + f" · total {p.tokens} (calibrated {m['calibrated_tokens']} of {limit}; ratio {m['calibration']})")
+    _out("blocks: " + _blocks(p, settings, app))
     comp = f"summary covers #1–#{m['covered_to']} (compaction #{m['compaction_seq']})" if m["compaction_seq"] \
         else "no compaction yet"
     _out(f"{comp} · request_hash {m['request_hash']}")

@@ -15,6 +15,7 @@ from typing import Any
 from agent.config import ContextSettings
 from agent.context.cache import Message, Meter
 from agent.context.calibration import Calibration
+from agent.context.facts import render_facts
 from agent.context.pinned import MARKER_COST, SHRINK_FLOOR, empty_pinned, render_pinned, render_summary
 from agent.context.thread import Entry, build_thread, shrink_entry
 from agent.events import Event
@@ -23,7 +24,8 @@ from agent.store.log import canonical
 from agent.tokens import REQUEST_OVERHEAD
 
 BUDGET_FIELDS = ("budget_tokens", "output_reserve", "high_water", "low_water", "encoding", "summary_max_tokens",
-                 "knowledge_max_tokens", "pinned_max_tokens", "tool_output_max_tokens", "calibration_margin")
+                 "knowledge_max_tokens", "pinned_max_tokens", "tool_output_max_tokens", "calibration_margin",
+                 "mask_after_ticks", "facts_max_tokens", "directives_max_tokens", "memory_max_tokens")
 
 
 def budget_fields(settings: ContextSettings) -> dict[str, Any]:
@@ -43,9 +45,28 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def request_hash(model: str, messages: list[Message], tools: list[dict[str, Any]]) -> str:
-    """sha256 of the canonical JSON of exactly what is sent: model, messages, tools."""
-    return sha256_text(canonical({"model": model, "messages": messages, "tools": tools}))
+def request_hash(model: str, messages: list[Message], tools: list[dict[str, Any]],
+                 params: dict[str, Any] | None = None) -> str:
+    """sha256 of the canonical JSON of exactly what is sent: model, messages, tools and, when known, the
+    model parameters sent with them (temperature, max output tokens, tool choice). Requests logged before
+    parameters were recorded hash without them."""
+    body: dict[str, Any] = {"model": model, "messages": messages, "tools": tools}
+    if params is not None:
+        body["params"] = params
+    return sha256_text(canonical(body))
+
+
+def params_hash(params: dict[str, Any]) -> str:
+    return sha256_text(canonical(params))
+
+
+def model_params(provider: Any, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a provider sends with a request besides the model, the messages and the tools (temperature,
+    max output tokens, tool choice...): ``request_params`` minus those; {} for a provider without it."""
+    fn = getattr(provider, "request_params", None)
+    if fn is None:
+        return {}
+    return {k: v for k, v in fn([], tools).items() if k not in ("model", "messages", "tools")}
 
 
 def tools_hash(tools: list[dict[str, Any]]) -> str:
@@ -136,13 +157,21 @@ def make_view(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, po
     comp = inputs.compaction
     covered_to = inputs.covered_to
     pinned_text = summary_text = None
+    masked_to: int | None = None
     if comp is not None:
         pinned_text = render_pinned(comp.payload.get("pinned") or empty_pinned(), covered_to, settings, meter,
                                     version=comp.version)
-        summary_text = render_summary(comp.payload, settings, meter, version=comp.version)
+        if covered_to > 0 or comp.version < 3:   # a masking-only compaction before any summary has none
+            summary_text = render_summary(comp.payload, settings, meter, version=comp.version)
+        if comp.version >= 3 and comp.payload.get("masked_to") is not None:
+            masked_to = int(comp.payload["masked_to"])
+        facts = render_facts(comp.payload.get("facts"), settings.facts_max_tokens, meter) \
+            if comp.version >= 3 else None
+        if facts is not None and summary_text is not None:
+            summary_text += "\n" + facts
     return View(end=inputs.end, compaction=comp, covered_to=covered_to, system=render_system(prompts, policy),
                 pinned_text=pinned_text, summary_text=summary_text, events=inputs.events,
-                thread=build_thread(inputs.events, settings, meter), tools_tokens=meter.tools(tools),
+                thread=build_thread(inputs.events, settings, meter, masked_to), tools_tokens=meter.tools(tools),
                 calibration=Calibration(inputs.ratio, settings.calibration_margin, inputs.ratio_seq), meter=meter)
 
 
@@ -237,7 +266,7 @@ def _drop_oldest(v: View, limit_raw: int) -> str:
 
 
 def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict[str, Any]], prompts: Prompts,
-             policy: dict[str, Any]) -> Projection:
+             policy: dict[str, Any], params: dict[str, Any] | None = None) -> Projection:
     """Assemble the messages, enforce the budget, write the manifest. Shrinks ``v``'s thread in place."""
     limit_raw = v.calibration.raw_limit(settings.budget_tokens - settings.output_reserve)
     shrink_notes = _shrink(v, limit_raw) if v.fixed_tokens() + v.thread_tokens() > limit_raw else []
@@ -274,17 +303,20 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
         "estimated_tokens": tokens,
         "calibrated_tokens": calibrated,
         "shrunk": bool(shrink_notes),
-        "request_hash": request_hash(model, messages, tools),
+        "request_hash": request_hash(model, messages, tools, params),
     }
+    if params is not None:
+        manifest["params_hash"] = params_hash(params)
     return Projection(messages=messages, manifest=manifest, tokens=tokens, sections=sections,
                       shrink_notes=shrink_notes)
 
 
 def build(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
-          tools: list[dict[str, Any]], meter: Meter, model: str = "") -> Projection:
+          tools: list[dict[str, Any]], meter: Meter, model: str = "", params: dict[str, Any] | None = None
+          ) -> Projection:
     """The request the model sees for ``inputs``, within the budget."""
     v = make_view(inputs, prompts=prompts, settings=settings, policy=policy, tools=tools, meter=meter)
-    return assemble(v, settings, model=model, tools=tools, prompts=prompts, policy=policy)
+    return assemble(v, settings, model=model, tools=tools, prompts=prompts, policy=policy, params=params)
 
 
 def limit_tokens(settings: ContextSettings) -> int:

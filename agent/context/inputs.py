@@ -1,14 +1,15 @@
 """What a request is made of besides events, logged once by content hash so replay never needs today's files.
 
-A request is a function of the log and of four inputs that live outside it: the prompt files (the
+A request is a function of the log and of five inputs that live outside it: the prompt files (the
 system prompt's charter and the summariser's instructions), the fleet policy rendered into the system
-prompt, and the tool schemas. Each is logged as an ``input.recorded`` event carrying its full content the
+prompt, the tool schemas, and the model parameters sent with the messages (temperature, max output
+tokens, tool choice). Each is logged as an ``input.recorded`` event carrying its full content the
 first time its sha256 appears; a request's manifest already names each by hash. ``replay --verify`` looks
 the hashes up here and re-derives the request from what was in force then, so editing prompts/, changing
 the policy or upgrading fleet-agent does not break it, while a tampered event still does.
 
-Hashes are those the manifest records: ``prompt_hashes`` (sha256 of each file's bytes), ``policy_hash``
-and ``tools_hash`` (sha256 of the canonical JSON).
+Hashes are those the manifest records: ``prompt_hashes`` (sha256 of each file's bytes), ``policy_hash``,
+``tools_hash`` and ``params_hash`` (sha256 of the canonical JSON).
 """
 
 from __future__ import annotations
@@ -16,19 +17,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agent.context.build import sha256_text, tools_hash
+from agent.context.build import params_hash, sha256_text, tools_hash
 from agent.prompts import Prompts
 from agent.store.log import EventLog, canonical
 
 KIND = "input.recorded"
 
 
-def _inputs(prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _inputs(prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]],
+            params: list[dict[str, Any]]) -> list[dict[str, Any]]:
     texts = {"system.md": prompts.system, "summarize.md": prompts.summarize}
     out: list[dict[str, Any]] = [{"name": name, "sha256": prompts.hashes[name], "content": texts[name]}
                                  for name in sorted(texts) if name in prompts.hashes]
     out.append({"name": "policy", "sha256": sha256_text(canonical(policy)), "content": policy})
     out.append({"name": "tools", "sha256": tools_hash(tools), "content": tools})
+    out.extend({"name": "params", "sha256": params_hash(p), "content": p} for p in params)
     return out
 
 
@@ -38,10 +41,13 @@ def recorded(log: EventLog, until_seq: int | None = None) -> dict[str, Any]:
 
 
 def record_inputs(log: EventLog, prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]],
-                  tick: int | None) -> int:
-    """Log each input whose hash the log has not seen yet; returns how many were logged."""
+                  tick: int | None, *params: dict[str, Any] | None) -> int:
+    """Log each input whose hash the log has not seen yet (``params``: the model parameters of the
+    requests about to be sent); returns how many were logged."""
     seen = log.store.recorded_input_hashes()  # hashes only: the texts are not decoded at every step
-    new = [i for i in _inputs(prompts, policy, tools) if i["sha256"] not in seen]
+    given = [p for p in params if p is not None]
+    new = [i for i in _inputs(prompts, policy, tools, given) if i["sha256"] not in seen]
+    new = [i for n, i in enumerate(new) if all(j["sha256"] != i["sha256"] for j in new[:n])]
     if new:
         log.append_many((KIND, i, "system", tick) for i in new)
     return len(new)
@@ -55,6 +61,8 @@ class InForce:
     policy: dict[str, Any]
     tools: list[dict[str, Any]]
     from_log: tuple[str, ...]   # which inputs came from the log
+    params: dict[str, Any] | None = None   # the model parameters, when the manifest names them
+    missing: tuple[str, ...] = ()          # inputs the manifest names that the log does not hold
 
 
 def in_force(manifest: dict[str, Any], texts: dict[str, Any], *, prompts: Prompts, policy: dict[str, Any],
@@ -77,4 +85,12 @@ def in_force(manifest: dict[str, Any], texts: dict[str, Any], *, prompts: Prompt
     if manifest.get("tools_hash") in texts:
         tools = texts[manifest["tools_hash"]]
         used.append("tools")
-    return InForce(prompts, policy, tools, tuple(used))
+    params: dict[str, Any] | None = None
+    missing: list[str] = []
+    if "params_hash" in manifest:
+        params = texts.get(manifest["params_hash"])
+        if params is None:
+            missing.append(f"model parameters (params_hash {manifest['params_hash']})")
+        else:
+            used.append("params")
+    return InForce(prompts, policy, tools, tuple(used), params, tuple(missing))

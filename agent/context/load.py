@@ -55,10 +55,10 @@ def load(log: EventLog, until_seq: int | None = None) -> Inputs:
 
 def project(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
             tools: list[dict[str, Any]], until_seq: int | None = None, model: str = "",
-            cache: ProjectionCache | None = None) -> Projection:
+            cache: ProjectionCache | None = None, params: dict[str, Any] | None = None) -> Projection:
     """The request the model sees at ``until_seq`` (None = now), within the budget."""
     p = build(load(log, until_seq), prompts=prompts, settings=settings, policy=policy, tools=tools,
-              meter=meter_for(settings, cache), model=model)
+              meter=meter_for(settings, cache), model=model, params=params)
     if p.shrink_notes:
         logger.warning("context.shrunk", thread_to=p.manifest["thread_to"], notes=p.shrink_notes, tokens=p.tokens,
                        calibrated=p.calibrated_tokens)
@@ -115,6 +115,7 @@ def project_at(log: EventLog, prompts: Prompts, settings: ContextSettings, *, po
     if sum(x is not None for x in (at_ts, tick, seq)) > 1:
         raise UsageError("give at most one of --at, --tick, --seq")
     until: int | None = None
+    params: dict[str, Any] | None = None
     if at_ts is not None:
         until = seq_at(log, at_ts)
     elif tick is not None:
@@ -122,6 +123,17 @@ def project_at(log: EventLog, prompts: Prompts, settings: ContextSettings, *, po
         until = int(req.payload["manifest"]["thread_to"])
         model = req.payload["manifest"].get("model", model)
         settings = settings_from_manifest(settings, req.payload["manifest"])
+        params = _recorded_params(log, req.payload["manifest"])
     elif seq is not None:
         until = seq
-    return project(log, prompts, settings, policy=policy, tools=tools, until_seq=until, model=model, cache=cache)
+    return project(log, prompts, settings, policy=policy, tools=tools, until_seq=until, model=model, cache=cache,
+                   params=params)
+
+
+def _recorded_params(log: EventLog, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The model parameters a request's manifest names, read back from the log (None when it names none)."""
+    h = manifest.get("params_hash")
+    if h is None:
+        return None
+    e = next((e for e in log.read(0, kinds=["input.recorded"]) if e.payload["sha256"] == h), None)
+    return dict(e.payload["content"]) if e is not None else None

@@ -16,18 +16,23 @@ CURRENT = KINDS["context.compacted"].version
 """The rendering of the pinned block and the summary follows the version of the ``context.compacted`` event
 that carries them. v1: as first released. v2: the agent's memory under ``[memory · written by the agent]``
 with key and text written ``inline``, knowledge file names ``inline``, the summary (model-written) through
-``data`` inside a fence: nothing the model or vast.ai wrote can spell a source tag there."""
+``data`` inside a fence: nothing the model or vast.ai wrote can spell a source tag there. v3: knowledge
+files most recently changed first (by the seq of each file's last ``knowledge.changed``, then by name),
+so what fits the cap is what the operator touched last."""
 
 
 def empty_pinned() -> dict[str, Any]:
     return {"knowledge": {}, "directives": [], "memory": {}}
 
 
-def _fold_knowledge(knowledge: dict[str, str], e: Event) -> None:
+def _fold_knowledge(knowledge: dict[str, str], kseq: dict[str, int], e: Event) -> None:
     p = e.payload
     if p["change"] == "removed":
         knowledge.pop(p["name"], None)
-    elif p.get("text") is not None:
+        kseq.pop(p["name"], None)
+        return
+    kseq[p["name"]] = e.seq
+    if p.get("text") is not None:
         knowledge[p["name"]] = p["text"]
     else:
         prev = knowledge.get(p["name"], "")
@@ -40,13 +45,14 @@ def fold_pinned(pinned: dict[str, Any], events: Iterable[Event]) -> dict[str, An
     knowledge = dict(pinned.get("knowledge") or {})
     directives = [dict(d) for d in pinned.get("directives") or []]
     memory = dict(pinned.get("memory") or {})
+    kseq = {k: int(v) for k, v in (pinned.get("knowledge_seq") or {}).items()}
     changed = int(pinned.get("changed_seq") or 0)
     for e in events:
         p = e.payload
         if e.kind in PINNED_KINDS and (e.kind != "operator.note" or p.get("pin")):
             changed = max(changed, e.seq)
         if e.kind == "knowledge.changed":
-            _fold_knowledge(knowledge, e)
+            _fold_knowledge(knowledge, kseq, e)
         elif e.kind == "operator.note" and p.get("pin"):
             directives.append({"id": e.seq, "by": p["by"], "text": p["text"]})
         elif e.kind == "directive.unpinned":
@@ -56,20 +62,29 @@ def fold_pinned(pinned: dict[str, Any], events: Iterable[Event]) -> dict[str, An
         elif e.kind == "memory.deleted":
             memory.pop(p["key"], None)
     return {"knowledge": dict(sorted(knowledge.items())), "directives": directives,
-            "memory": dict(sorted(memory.items())), "changed_seq": changed}
+            "memory": dict(sorted(memory.items())), "changed_seq": changed,
+            "knowledge_seq": {k: kseq.get(k, 0) for k in sorted(knowledge)}}
+
+
+def knowledge_order(pinned: dict[str, Any]) -> list[str]:
+    """The knowledge file names most recently changed first (a file's last change seq, then its name;
+    files folded before changes were tracked count as oldest)."""
+    kseq = pinned.get("knowledge_seq") or {}
+    return sorted(pinned.get("knowledge") or {}, key=lambda n: (-int(kseq.get(n, 0)), n))
 
 
 def _knowledge_text(text: str, knowledge: dict[str, str], settings: ContextSettings, meter: Meter,
-                    version: int) -> str:
+                    version: int, order: list[str]) -> str:
     """The knowledge files within what is left of ``pinned_max_tokens``. From v2: full (each cut at
     ``knowledge_max_tokens``) while there is room, then by name only while names fit, then a count of the
-    rest, names written ``inline``. v1 (as first released) listed every name past the room."""
+    rest, names written ``inline``; in name order (v2) or most recently changed first (v3, ``order``).
+    v1 (as first released) listed every name past the room."""
     if version < 2:
         return _knowledge_text_v1(text, knowledge, settings, meter)
     cap = settings.pinned_max_tokens
-    text += "\n## Knowledge files"
+    text += "\n## Knowledge files" + (" (most recently changed first)" if version >= 3 else "")
     used = meter.count(text)
-    names = list(knowledge)
+    names = order if version >= 3 else list(knowledge)
     for i, raw in enumerate(names):
         name = inline(raw)
         room = min(settings.knowledge_max_tokens, cap - used - MARKER_COST)
@@ -121,6 +136,40 @@ def _memory_lines(memory: dict[str, str], version: int) -> list[str]:
     return ["## Your memory (remember / forget)", *(f"- {k}: {v}" for k, v in memory.items())]
 
 
+def _capped(lines: list[str], cap: int, meter: Meter, what: str, where: str) -> list[str]:
+    """``lines`` while they fit ``cap`` tokens (from v3, each block of the pinned block has its own cap),
+    then one marker saying how many are left out and where they are."""
+    used = 0
+    for n, line in enumerate(lines):
+        used += meter.count(line) + 1
+        if used > cap - MARKER_COST:
+            return [*lines[:n], f"[... {len(lines) - n:,} more {what} not shown for space (block cap {cap:,} "
+                                f"tokens); {where}]"]
+    return lines
+
+
+BLOCK_HEADS = {"directives": "## Operator directives", "memory": "## Your memory", "knowledge": "## Knowledge files",
+               "facts": "## Facts from the summarised events"}
+
+
+def block_tokens(pinned: str | None, summary: str | None, meter: Meter) -> dict[str, int]:
+    """Tokens of each block: directives, memory and knowledge in the pinned text, facts after the summary
+    (split at the renderer's own block headings; a summary's own headings are inside its fence)."""
+    out = dict.fromkeys(BLOCK_HEADS, 0)
+    for text, blocks in ((pinned, ("directives", "memory", "knowledge")), (summary, ("facts",))):
+        current: str | None = None
+        chunk: list[str] = []
+        for line in [*(text or "").split("\n"), "## end"]:
+            block = next((k for k in blocks if line.startswith(BLOCK_HEADS[k])), None)
+            if block is not None or line == "## end":
+                if current is not None:
+                    out[current] += meter.count("\n".join(chunk))
+                current, chunk = block, []
+            if current is not None:
+                chunk.append(line)
+    return out
+
+
 def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings, meter: Meter,
                   version: int = CURRENT) -> str | None:
     """The pinned block's text, or None when it has nothing in it. Directives and memory
@@ -136,10 +185,18 @@ def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings,
     head = f"[pinned · knowledge, directives, memory as of #{pinned.get('changed_seq') or as_of}]"
     parts = [head]
     if directives:
+        lines = [f"- [operator directive #{d['id']} · {d['by']}] {d['text']}" for d in directives]
+        if version >= 3:
+            lines = _capped(lines, settings.directives_max_tokens, meter, "directives",
+                            "`fleet-agent directives` lists them; search_history finds each")
         parts.append("## Operator directives (standing orders until withdrawn)")
-        parts.extend(f"- [operator directive #{d['id']} · {d['by']}] {d['text']}" for d in directives)
+        parts.extend(lines)
     if memory:
-        parts.extend(_memory_lines(memory, version))
+        lines = _memory_lines(memory, version)
+        if version >= 3:
+            lines = lines[:1] + _capped(lines[1:], settings.memory_max_tokens, meter, "memories",
+                                        "search_history finds each")
+        parts.extend(lines)
     text = "\n".join(parts)
     cap = settings.pinned_max_tokens
     if meter.count(text) > cap:
@@ -147,7 +204,7 @@ def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings,
         text = kept + (f"\n[... pinned block truncated at {cap} of {full} tokens; search_history finds every "
                        "directive and memory]")
     if knowledge:
-        text = _knowledge_text(text, knowledge, settings, meter, version)
+        text = _knowledge_text(text, knowledge, settings, meter, version, knowledge_order(pinned))
     return text
 
 

@@ -62,6 +62,9 @@ def explain(manifest: dict[str, Any], p: Projection, *, prompts: Prompts, settin
             reasons.append(f"prompt file {name} changed: recorded sha256 {h}, current {now}")
     if manifest.get("tools_hash") not in (None, tools_hash(tools)):
         reasons.append(f"tool specs changed: recorded tools_hash {manifest['tools_hash']}, current {tools_hash(tools)}")
+    if "params_hash" in manifest and manifest["params_hash"] != p.manifest.get("params_hash"):
+        reasons.append(f"model parameters differ: recorded params_hash {manifest['params_hash']}, re-derived "
+                       f"{p.manifest.get('params_hash')}")
     if manifest.get("policy_hash") not in (None, sha256_text(canonical(policy))):
         reasons.append("the fleet policy in the system prompt changed: recorded policy_hash "
                        f"{manifest['policy_hash']}, current {sha256_text(canonical(policy))}")
@@ -92,20 +95,22 @@ def replay(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy
         then = in_force(manifest, texts, prompts=prompts, policy=policy, tools=tools)
         p = project(log, then.prompts, settings_from_manifest(settings, manifest), policy=then.policy,
                     tools=then.tools, until_seq=int(manifest["thread_to"]), model=manifest.get("model", model),
-                    cache=cache)
+                    cache=cache, params=then.params if "params_hash" in manifest else None)
         recorded_hash = req.payload["request_hash"]
-        ok = p.request_hash == recorded_hash
+        ok = p.request_hash == recorded_hash and not then.missing
         yield ReplayResult(req.seq, req.tick, recorded_hash, p.request_hash, ok,
-                           [] if ok else explain(manifest, p, prompts=then.prompts, settings=settings,
-                                                 tools=then.tools, policy=then.policy))
+                           [] if ok else [*(f"{m} not in the log" for m in then.missing),
+                                          *explain(manifest, p, prompts=then.prompts, settings=settings,
+                                                   tools=then.tools, policy=then.policy)])
 
 
 def replay_summaries(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
                      tools: list[dict[str, Any]], cache: ProjectionCache | None = None) -> Iterator[ReplayResult]:
-    """Re-plan every logged summariser request from the log as it stood, with the inputs it recorded, and
-    check its hash. A retry adds the rejected answer and the reason to the first request; its first
-    request (``base_hash``) is what is re-derived."""
-    from agent.compaction import Plan, plan
+    """Re-plan every logged summariser request from the log as it stood, with the inputs it recorded (the
+    model parameters' included), and check its hash. A retry's request is the first request, the rejected
+    answer (read back from the ``summary.response`` its manifest names) and the retry instruction with the
+    recorded reason: every request of a retry is re-derived, not only the first."""
+    from agent.compaction import Plan, plan, retry_messages
     from agent.context.build import request_hash
     from agent.context.load import load, meter_for
 
@@ -118,11 +123,32 @@ def replay_summaries(log: EventLog, prompts: Prompts, settings: ContextSettings,
         p = plan(load(log, int(m["end"])), prompts=then.prompts, settings=s, policy=then.policy, tools=then.tools,
                  meter=meter_for(s, cache), open_alert_ids=list(m["open_alert_ids"]),
                  owned_instance_ids=list(m["owned_instance_ids"]), model_name=str(m["model"]), force=bool(m["force"]))
-        derived = request_hash(str(m["model"]), p.messages, []) if isinstance(p, Plan) else f"no plan: {p}"
-        ok = derived == m["base_hash"]
-        yield ReplayResult(req.seq, req.tick, str(m["base_hash"]), derived, ok,
-                           [] if ok else ["the summariser's request re-plans differently (events, inputs or "
-                                          "rendering code changed); run `fleet-agent log verify`"])
+        reasons = [f"{x} not in the log" for x in then.missing]
+        if not isinstance(p, Plan):
+            derived = f"no plan: {p}"
+        else:
+            messages = p.messages
+            if "retry_of" in m:
+                rejected = _rejected_answer(log, m["retry_of"], req.seq)
+                if rejected is None:
+                    reasons.append(f"the rejected answer #{m['retry_of']} this retry names is not a summariser "
+                                   "answer logged before it")
+                messages = retry_messages(p.messages, rejected or "", str(m.get("reason") or ""))
+            derived = request_hash(str(m["model"]), messages, p.tools, then.params if "params_hash" in m else None)
+        ok = derived == req.payload["request_hash"] and not reasons
+        yield ReplayResult(req.seq, req.tick, str(req.payload["request_hash"]), derived, ok,
+                           [] if ok else reasons or ["the summariser's request re-plans differently (events, inputs "
+                                                     "or rendering code changed); run `fleet-agent log verify`"])
+
+
+def _rejected_answer(log: EventLog, seq: Any, before: int) -> str | None:
+    """The text of the ``summary.response`` at ``seq`` when it precedes ``before``."""
+    if not isinstance(seq, int) or seq >= before:
+        return None
+    e = next(iter(log.read(seq - 1, until_seq=seq)), None)
+    if e is None or e.kind != "summary.response" or not e.payload.get("text"):
+        return None
+    return str(e.payload["text"])
 
 
 def verify(results: Iterator[ReplayResult], *, stop_at_first: bool) -> ReplaySummary:

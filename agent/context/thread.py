@@ -80,6 +80,7 @@ class _Threader:
     buffer: list[Entry] = field(default_factory=list)
     pending: dict[str, str] = field(default_factory=dict)   # call id -> tool name, in call order
     pending_seq: int = 0
+    masked_to: int | None = None   # tool results with seq <= this render as one-line stubs
 
     def close(self) -> None:
         """Placeholders for calls without results, then whatever waited behind them."""
@@ -102,7 +103,11 @@ class _Threader:
         is_late = cid not in self.pending
         if is_late:
             e.late = cid
-        if tokens > self.settings.tool_output_max_tokens or is_late:
+        if self.masked_to is not None and ev.seq <= self.masked_to and maskable(p["name"], tokens):
+            e.message = _tool_message(e, masked_stub(ev, tokens), "")
+            e.text = None   # nothing left to shrink
+            e.tokens = self.meter.message(e.message)
+        elif tokens > self.settings.tool_output_max_tokens or is_late:
             shrink_entry(e, self.settings.tool_output_max_tokens, self.meter)
         else:
             msg = self.meter.render(ev)
@@ -137,6 +142,22 @@ class _Threader:
     def add(self, entry: Entry) -> None:
         """A user message: after the pending calls' results, when calls are pending."""
         (self.buffer if self.pending else self.out).append(entry)
+
+
+KEEP_UNMASKED = ("remember", "forget")   # their results are the only trace of memory until a compaction pins it
+MASK_MIN_TOKENS = 100                      # a stub saves nothing on a short output
+
+
+def maskable(name: str, tokens: int) -> bool:
+    """Whether a tool result may become a stub at a compaction."""
+    return name not in KEEP_UNMASKED and tokens > MASK_MIN_TOKENS
+
+
+def masked_stub(ev: Event, tokens: int) -> str:
+    """The one line an old tool output becomes at a compaction: its size and where to read it again (what
+    was called stays in the assistant's message, the outcome in the result's header)."""
+    return (f"(output masked at compaction: {tokens:,} tokens; event #{ev.seq} has it: search_history, "
+            "`fleet-agent thread show`)")
 
 
 COLLAPSE_AT = 8   # more knowledge changes than this in one tick become one message with a per-file list
@@ -200,10 +221,12 @@ def _runs(events: list[Event]) -> list[Event | list[Event]]:
     return out
 
 
-def build_thread(events: list[Event], settings: ContextSettings, meter: Meter) -> list[Entry]:
+def build_thread(events: list[Event], settings: ContextSettings, meter: Meter,
+                 masked_to: int | None = None) -> list[Entry]:
     """The thread's messages for ``events`` (seq order), keeping every tool call next to its results;
-    a flood of knowledge changes in one tick is one message."""
-    t = _Threader(settings, meter)
+    a flood of knowledge changes in one tick is one message; tool outputs up to ``masked_to`` (set by the
+    compaction the thread follows) are one-line stubs."""
+    t = _Threader(settings, meter, masked_to=masked_to)
     for ev in _runs(events):
         if isinstance(ev, list):
             t.add(collapse_knowledge(ev, settings, meter))

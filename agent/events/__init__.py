@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 
+from agent.events import kinds_ctx  # noqa: F401 - defines the context's memory-management kinds
 from agent.events import kinds_fork as _kinds_fork  # noqa: F401 - defines the fork kinds
 from agent.events import kinds_money as _kinds_money  # noqa: F401 - defines its kinds on import
 from agent.events import kinds_ops as _kinds_ops  # noqa: F401 - defines its kinds in VOCABULARY

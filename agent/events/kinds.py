@@ -427,6 +427,13 @@ class ContextCompactedV1(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ContextCompactedV3(ContextCompactedV1):
+    masked_to: int | None = None   # tool outputs with seq <= this render as one-line stubs in the thread
+    facts: JsonObject | None = None  # hosts and GPU prices from the covered events (agent.context.facts)
+    summarised: bool | None = None  # False: a masking-only compaction (covered_to unchanged, no summary call)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ContextCalibratedV1(Payload):
     ratio: float
 
@@ -435,8 +442,10 @@ _define("memory.written", "The agent remembered a fact.", Version(1, MemoryWritt
 _define("memory.deleted", "The agent forgot a fact.", Version(1, MemoryDeletedV1))
 _define("context.compacted", "The oldest thread span was summarised (nothing deleted). From v2 the pinned "
         "block and the summary it carries render with the agent's memory labelled as the agent's and every "
-        "string the model wrote escaped (agent.context.pinned).",
-        Version(1, ContextCompactedV1), Version(2, ContextCompactedV1, upcast=_same_shape))
+        "string the model wrote escaped (agent.context.pinned). From v3 knowledge files are shown most "
+        "recently changed first, and old tool outputs up to masked_to render as one-line stubs.",
+        Version(1, ContextCompactedV1), Version(2, ContextCompactedV1, upcast=_same_shape),
+        Version(3, ContextCompactedV3, upcast=_same_shape))
 @dataclass(frozen=True, kw_only=True)
 class InputRecordedV1(Payload):
     name: str       # system.md | summarize.md | policy | tools

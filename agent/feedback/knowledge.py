@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import hashlib
+import json
 import os
 import re
 import stat
@@ -193,6 +194,77 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+MEMO_NAME = "knowledge-stat.json"
+
+
+def save_memo(data_path: Path, memo: StatMemo) -> None:
+    """Write the scanner's stat memo beside the database (atomically), so other processes (``status``) can
+    tell what changed on disk since the last scan without reading a file. A cache: the log stays the truth."""
+    path = Path(data_path) / MEMO_NAME
+    tmp = path.with_suffix(".tmp")
+    try:
+        tmp.write_text(json.dumps({n: [list(k), h] for n, (k, h) in sorted(memo.items())}), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        logger.warning("knowledge.memo_unsaved", path=str(path), error=e.strerror)
+
+
+def load_memo(data_path: Path) -> StatMemo:
+    """The stat memo ``save_memo`` wrote ({} when there is none or it is unreadable)."""
+    try:
+        raw = json.loads((Path(data_path) / MEMO_NAME).read_text(encoding="utf-8"))
+        return {str(n): (tuple(int(x) for x in k), str(h)) for n, (k, h) in raw.items()}  # type: ignore[misc]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+@dataclass(frozen=True)
+class DiskState:
+    """The knowledge directory against the log, from stat calls alone (no file is read)."""
+
+    files: int          # knowledge files the log holds (live)
+    on_disk: int
+    new: list[str]      # on disk, not in the log
+    removed: list[str]  # in the log, not on disk
+    changed: list[str]  # on disk with a stat that moved since the last scan (or another size than logged)
+
+
+def disk_state(log: EventLog, kdir: Path, memo: StatMemo) -> DiskState:
+    """What the next scan will log, judged by stat: a file whose (size, mtime, inode, links) is the one the
+    scanner remembered with the hash the log holds is unchanged; with no memo entry, a size other than the
+    logged one counts as changed. Costs one stat per file, whatever the number of files."""
+    live = {n: k for n, k in knowledge_latest(log).items() if k.hash is not None}
+    disk: dict[str, tuple[StatKey | None, int]] = {}
+    try:
+        entries = list(os.scandir(kdir))
+    except OSError:
+        entries = []
+    for d in entries:
+        if d.name.startswith(".") or not d.name.lower().endswith(KNOWLEDGE_SUFFIXES):
+            continue
+        key = _stat_key(d)
+        try:
+            size = d.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue
+        disk[d.name] = (key, size)
+    changed = []
+    for name in sorted(set(disk) & set(live)):
+        key, size = disk[name]
+        hit = memo.get(name)
+        if hit is not None and key is not None:
+            moved = hit[0] != key or hit[1] != live[name].hash
+        else:
+            moved = size != live[name].size
+        if moved:
+            changed.append(name)
+    return DiskState(len(live), len(disk), sorted(set(disk) - set(live)), sorted(set(live) - set(disk)), changed)
+
+
+def knowledge_latest(log: EventLog) -> dict[str, KnowledgeVersion]:
+    return log.store.knowledge_latest()
+
+
 def knowledge_problems(kdir: Path) -> dict[str, str]:
     """name -> why the scan refuses it, for every knowledge file in ``kdir`` the agent cannot use."""
     return {name: f.problem for name, f in _list_files(kdir).items() if f.problem is not None}
@@ -268,12 +340,25 @@ def scan_knowledge(log: EventLog, settings: Any, tick: int | None, *, only: set[
 
 KEY_KNOWLEDGE_SIZE = "knowledge:over_pinned"
 CHARS_PER_TOKEN = 4   # a rough estimate, for the alert only: the projection counts real tokens
+FILE_HEAD_TOKENS = 12  # the "### name" line and fence around one file's text, roughly
+
+
+def shown_in_full(sizes: list[int], cap: int, per_file_cap: int) -> int:
+    """How many files (sizes in bytes, in the order the pinned block shows them) fit ``cap`` tokens in
+    full, each cut at ``per_file_cap``: the alert's estimate of what the agent sees."""
+    used = 0
+    for n, size in enumerate(sizes):
+        used += min(size // CHARS_PER_TOKEN, per_file_cap) + FILE_HEAD_TOKENS
+        if used > cap:
+            return n
+    return len(sizes)
 
 
 def _check_size(tx: Transaction, settings: Any, tick: int | None) -> list[Event]:
     """Raise once (resolve when it passes) an alert when the knowledge files cannot all be shown in
     the pinned block: how many, how big, what the agent sees instead and how to see the rest."""
-    cap = getattr(getattr(settings, "context", None), "pinned_max_tokens", None)
+    ctx = getattr(settings, "context", None)
+    cap = getattr(ctx, "pinned_max_tokens", None)
     if cap is None:
         return []
     live = [k for k in tx.store.knowledge_latest().values() if k.hash is not None]
@@ -285,8 +370,10 @@ def _check_size(tx: Transaction, settings: Any, tick: int | None) -> list[Event]
         return []
     if alerts:
         return []
+    newest_first = sorted(live, key=lambda k: (-k.seq, k.name))
+    shown = shown_in_full([k.size for k in newest_first], cap, int(getattr(ctx, "knowledge_max_tokens", cap)))
     title = (f"knowledge: {len(live):,} files, ~{tokens / 1000:,.0f}k tokens, over pinned_max_tokens {cap:,}; "
-             "the pinned block shows the files that fit in name order, the others by name only")
+             f"showing the {shown:,} most recently changed; the others by name only")
     _, e = raise_in(tx, key=KEY_KNOWLEDGE_SIZE, severity="warning", title=title,
                     detail="`fleet-agent knowledge status` lists every file; the agent reads any of them with "
                     "read_knowledge(name). Merge or remove files, or raise context.pinned_max_tokens.",

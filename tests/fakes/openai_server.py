@@ -37,11 +37,15 @@ __all__ = [
     "RecordedRequest",
     "Step",
     "context_length_error",
+    "echo_prompt",
     "empty_choices",
     "error",
     "hang",
+    "is_summary_request",
+    "nothing_to_do",
     "raw",
     "reply",
+    "summary_reply",
 ]
 
 ToolCallSpec = tuple[str, dict[str, Any] | str]
@@ -112,6 +116,60 @@ def empty_choices() -> Step:
 def raw(body: dict[str, Any] | bytes, status: int = 200) -> Step:
     """Send exactly this body (a dict is JSON-encoded) with this status."""
     return Step(kind="raw", status=status, body=body)
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    """Whether a chat request asks for fleet-agent's rolling summary: the agent's own request continued by
+    the compaction instruction (or by the request to write a rejected summary again), or the summariser's
+    request of its own (its system prompt)."""
+    msgs = body.get("messages") or []
+    if not msgs:
+        return False
+    last, first = str(msgs[-1].get("content") or ""), str(msgs[0].get("content") or "")
+    return (msgs[-1].get("role") == "user" and last.startswith(("[compaction]", "That summary was rejected"))) or (
+        msgs[0].get("role") == "system" and first.startswith("You maintain the rolling summary"))
+
+
+def _instruction(body: dict[str, Any]) -> str:
+    for m in reversed(body.get("messages") or []):
+        c = str(m.get("content") or "")
+        if m.get("role") == "user" and ("Open alerts to mention:" in c):
+            return c
+    return ""
+
+
+def summary_reply(body: dict[str, Any]) -> Step:
+    """A summariser that does its job: every required section, and every alert, instance, directive and
+    operator input the request asks it to mention (read from the request's instruction lines)."""
+    import re
+
+    want = {}
+    for line in _instruction(body).splitlines():
+        for key in ("Open alerts", "Instances the agent owns", "Pinned operator directives", "Operator inputs"):
+            if line.startswith(key):
+                want[key] = line.split(":", 1)[1].strip()
+    inst = ", ".join(re.findall(r"\d+", want.get("Instances the agent owns", ""))) or "none"
+    alerts = ", ".join(f"alert #{a}" for a in re.findall(r"#(\d+)", want.get("Open alerts", ""))) or "none"
+    directives = ", ".join(f"#{d}" for d in re.findall(r"#(\d+)", want.get("Pinned operator directives", "")))
+    inputs = ", ".join(f"#{d}" for d in re.findall(r"#(\d+)", want.get("Operator inputs", "")))
+    return reply(f"## Fleet state and commitments\n- instances: {inst}\n## Decisions and why\n- kept the fleet\n"
+                 f"## Open problems\n- {alerts}\n## Operator directives\n- standing: {directives or 'none'}; "
+                 f"inputs: {inputs or 'none'}\n## Completed actions\n- searched offers")
+
+
+def nothing_to_do() -> Step:
+    """What small models answer when asked to summarise and they do not: one idle sentence."""
+    return reply("Nothing to do this tick.")
+
+
+def echo_prompt(which: str = "last") -> Callable[[dict[str, Any]], Step]:
+    """A reply that repeats the instructions it was given, as small models do: the last message's text
+    (``which="last"``) or the system message's (``"system"``)."""
+    def step(body: dict[str, Any]) -> Step:
+        msgs = body.get("messages") or []
+        pick = msgs[-1:] if which == "last" else [m for m in msgs if m.get("role") == "system"][:1]
+        return reply(str(pick[0].get("content") or "") if pick else "")
+    return step
 
 
 @dataclass(frozen=True)
