@@ -112,3 +112,23 @@ CREATE TABLE knowledge (
     change  TEXT NOT NULL CHECK (change IN ('added','changed','removed')),
     PRIMARY KEY (name, version)
 );
+
+-- migration: 003_event_indexes
+-- Indexes that keep every query of a tick, an operator command and the projection
+-- independent of the log's length (tests/test_query_plans.py checks each plan).
+
+-- MAX(tick) of one kind, and one kind's events of one tick (next tick number, status, per-tick counts).
+CREATE INDEX events_kind_tick ON events(kind, tick) WHERE tick IS NOT NULL;
+-- The events about one alert (alerts show, whether an acked alert was resolved since).
+CREATE INDEX events_alert ON events(json_extract(payload, '$.alert_id'), seq) WHERE kind GLOB 'alert.*';
+
+-- migration: 004_read_model_indexes
+-- The read models' side of 003: lookups by key instead of walks over every row ever written.
+
+-- Intents by the event that logged them (rents and destroys in the last hour) and by idempotency key.
+CREATE INDEX intents_called ON intents(called_seq);
+CREATE INDEX intents_idem ON intents(idem_key) WHERE idem_key IS NOT NULL;
+-- Rents answered "pending" and not yet settled.
+CREATE INDEX intents_unsettled ON intents(called_seq) WHERE result_seq IS NOT NULL AND ok IS NULL;
+-- Open alerts in id order.
+CREATE INDEX alerts_open ON alerts(id) WHERE status = 'open';

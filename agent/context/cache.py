@@ -144,3 +144,12 @@ class Meter:
 
     def render(self, ev: Event) -> Message | None:
         return self.cache.render(ev)
+
+    def event_tokens(self, ev: Event) -> int | None:
+        """Tokens of ``ev``'s message, None when the model does not see it: the count stored with the row
+        (logs written before counting moved off the append path), else counted from its rendering and
+        remembered with it."""
+        msg = self.cache.render(ev)
+        if msg is None:
+            return None
+        return ev.tokens if ev.tokens is not None else self.message(msg)

@@ -156,6 +156,11 @@ class Transaction:
         return Store(self.conn)
 
     def append(self, kind: str, payload: dict[str, Any], source: str, tick: int | None = None) -> Event:
+        """Validate, encode (once), hash, insert with its search text and apply to the read models.
+
+        Tokens are not counted here: the projection counts a message the first time it renders it
+        (``agent.context.cache``), so ``tokens`` is NULL on every event this version appends; rows
+        written by older versions keep the count they were hashed with."""
         k = ev.kind(kind)
         if source not in ev.SOURCES:
             raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
@@ -163,15 +168,14 @@ class Transaction:
         payload_json = canonical(payload)
         seq, prev = self._seq + 1, self._hash
         eid, ts, body = str(uuid.uuid4()), utc_ts(self.log.clock()), json.loads(payload_json)
-        draft = Event(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick, payload=body, version=k.version)
-        msg = ev.render(draft) if k.render is not None else None
-        tokens = self.log.tokenizer.count_message(msg) if msg is not None else None
-        h = row_hash(seq, eid, ts, kind, k.version, source, tick, payload_json, tokens, prev)
-        event = Event(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick, payload=body, tokens=tokens,
-                      version=k.version, prev_hash=prev, hash=h)
+        h = row_hash(seq, eid, ts, kind, k.version, source, tick, payload_json, None, prev)
+        event = Event(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick, payload=body, version=k.version,
+                      prev_hash=prev, hash=h)
+        msg = ev.render(event) if k.render is not None else None
+        text = ev.search_text(event, msg) if msg is not None else f"{kind} {payload_json}"
         execute = self.conn.execute
-        execute(_INSERT_EVENT, (seq, eid, ts, kind, k.version, source, tick, payload_json, tokens, prev, h))
-        execute(_INSERT_FTS, (seq, ev.search_text(event, msg), kind))
+        execute(_INSERT_EVENT, (seq, eid, ts, kind, k.version, source, tick, payload_json, None, prev, h))
+        execute(_INSERT_FTS, (seq, text, kind))
         readmodels.apply(self.conn, event)
         self._seq, self._hash = seq, h
         self.appended.append(event)

@@ -128,13 +128,15 @@ class FailedRun:
 _LIVE_ALERTS = """
 SELECT a.* FROM alerts a
 WHERE {where} AND (a.status = 'open' OR (a.status = 'acked' AND NOT EXISTS (
-    SELECT 1 FROM events e WHERE e.kind = 'alert.resolved' AND e.seq > a.closed_seq
-      AND json_extract(e.payload, '$.alert_id') = a.id)))
+    SELECT 1 FROM events e WHERE e.kind GLOB 'alert.*' AND json_extract(e.payload, '$.alert_id') = a.id
+      AND e.seq > a.closed_seq AND e.kind = 'alert.resolved')))
 ORDER BY a.id
 """
 
-_INTENTS_SINCE = ("SELECT COUNT(*) FROM intents i JOIN events e ON e.seq = i.called_seq "
-                  "WHERE i.tool = ? AND e.ts >= ?")
+# From the events of the window (index events_ts; "+e.kind" keeps the kind index out of it) to their
+# intents (index intents_called): the cost is the window's, not the log's.
+_INTENTS_SINCE = ("SELECT COUNT(*) FROM events e CROSS JOIN intents i ON i.called_seq = e.seq "
+                  "WHERE i.tool = ? AND e.ts >= ? AND +e.kind = 'tool.called'")
 
 
 class Store:
@@ -192,7 +194,7 @@ class Store:
 
     def alert_history_seqs(self, alert_id: int) -> list[int]:
         """The seqs of every event about alert ``alert_id`` (raised, repeated, acked, resolved), in order."""
-        rows = self._query("SELECT seq FROM events WHERE kind LIKE 'alert.%'"
+        rows = self._query("SELECT seq FROM events WHERE kind GLOB 'alert.*'"
                            " AND json_extract(payload, '$.alert_id') = ? ORDER BY seq", [alert_id])
         return [int(r["seq"]) for r in rows]
 
@@ -288,8 +290,9 @@ class Store:
 
     def next_tick_number(self) -> int:
         """One past the highest tick that started or failed."""
-        top = self._value("SELECT MAX(tick) FROM events WHERE kind IN ('tick.started', 'tick.failed')")
-        return int(top or 0) + 1
+        top = [self._value("SELECT MAX(tick) FROM events WHERE kind = ? AND tick IS NOT NULL", [k])
+               for k in ("tick.started", "tick.failed")]
+        return max((int(t) for t in top if t is not None), default=0) + 1
 
     def open_tick(self) -> OpenTick | None:
         """The newest tick that has ``tick.started`` but neither ``tick.completed`` nor ``tick.failed``
@@ -304,21 +307,11 @@ class Store:
 
     def consecutive_failed_ticks(self, cap: int = 1000) -> FailedRun:
         """How many ticks failed in a row at the end of the log (looking back at most ``cap`` tick ends)."""
-        rows = self._query("SELECT kind, payload FROM events WHERE kind IN ('tick.failed', 'tick.completed')"
-                           " ORDER BY seq DESC LIMIT ?", [cap])
-        n, reason = 0, None
-        for r in rows:
-            if r["kind"] != "tick.failed":
-                break
-            if reason is None:
-                reason = json.loads(r["payload"]).get("reason")
-            n += 1
-        return FailedRun(n, reason)
-
-    def thread_tokens_since(self, seq: int) -> int:
-        """Tokens of the model-visible events after ``seq``."""
-        return int(self._value("SELECT COALESCE(SUM(tokens), 0) FROM events WHERE seq > ? AND tokens IS NOT NULL",
-                               [seq]))
+        done = self._value("SELECT seq FROM events WHERE kind = 'tick.completed' ORDER BY seq DESC LIMIT 1")
+        rows = self._query("SELECT payload FROM events WHERE kind = 'tick.failed' AND seq > ?"
+                           " ORDER BY seq DESC LIMIT ?", [done or 0, cap])
+        reason = json.loads(rows[0]["payload"]).get("reason") if rows else None
+        return FailedRun(len(rows), reason)
 
     def event_hashes(self) -> dict[int, str]:
         """seq -> hash of every event, in seq order (the chain as stored, unchecked)."""
@@ -347,6 +340,13 @@ class Store:
     def row_counts(self, tables: Iterable[str] = READ_MODEL_TABLES) -> dict[str, int]:
         """table -> rows, for each read-model table."""
         return {t: self._db.table(t).count for t in tables}
+
+    # ------------------------------------------------------------------ lookups that stay flat in the log's size
+
+    def has_rent_key(self, key: str) -> bool:
+        """Whether a rent intent was ever logged with idempotency key ``key`` (index intents_idem)."""
+        return self._value("SELECT 1 FROM intents WHERE idem_key = ? AND idem_key IS NOT NULL"
+                           " AND tool = 'rent_instance' LIMIT 1", [key]) is not None
 
 
 def _intent(r: dict[str, Any]) -> Intent:

@@ -18,6 +18,9 @@ from agent.store.db import database, sqlite3
 # The read-model tables (schema.sql, migration 002_read_models); each is compared in primary-key order.
 TABLES = ("alerts", "memory", "directives", "instances", "intents", "knowledge")
 
+# The migrations that create or index the events table itself (a rebuild holds read models only).
+EVENT_MIGRATIONS = ("001_events", "003_event_indexes")
+
 Projector = Callable[[sqlite3.Connection, Event], None]
 
 
@@ -169,7 +172,7 @@ def rebuild(events: Iterable[Event]) -> sqlite3.Connection:
 
     mem = sqlite3.connect(":memory:", isolation_level=None)
     for name, sql in migrations():
-        if name == "001_events":
+        if name in EVENT_MIGRATIONS:
             continue
         for stmt in _statements(sql):
             mem.execute(stmt)
