@@ -12,12 +12,13 @@ import argparse
 import heapq
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.cli import args as args_
 from agent.cli import output
-from agent.context import parse_time
-from agent.context.replay import ReplayResult, inspect_request, replay, replay_summaries, verify
+
+if TYPE_CHECKING:  # the projection (and its tokenizer) loads when one of these commands runs
+    from agent.context.replay import ReplayResult
 
 
 def _out(s: str = "") -> None:
@@ -43,6 +44,9 @@ def _render_message(i: int, m: dict[str, Any], tokens: int) -> str:
 
 def cmd_context(args: argparse.Namespace, app: Any) -> int:
     settings = app.settings.context
+    from agent.context import parse_time
+    from agent.context.replay import inspect_request
+
     at = parse_time(args.at) if args.at else None
     found = inspect_request(app.log, app.prompts, settings, policy=app.policy_dict(), tools=app.tool_specs(),
                     model=app.settings.model.name, at_ts=at, tick=args.tick, seq=args.seq, cache=_cache(app))
@@ -81,6 +85,8 @@ def _printed(results: Iterator[ReplayResult], as_json: bool) -> Iterator[ReplayR
 
 
 def cmd_replay(args: argparse.Namespace, app: Any) -> int:
+    from agent.context.replay import replay, replay_summaries, verify
+
     cache = _cache(app)
     agent_requests = replay(app.log, app.prompts, app.settings.context, policy=app.policy_dict(),
                             tools=app.tool_specs(), model=app.settings.model.name, cache=cache)

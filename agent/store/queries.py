@@ -5,9 +5,10 @@ transaction, which then sees that transaction's own writes) and never see SQL
 or a connection. The SQL dialect stays here and in the rest of agent/store:
 the seam where another database backend would plug in.
 
-Rows are read through sqlite-utils (``Table.rows_where`` gives dicts keyed by
-column name; the joins and event queries map their columns the same way) and
-handed out as small frozen dataclasses or plain values, never positional tuples.
+Rows are read as dicts keyed by column name (the shape sqlite-utils'
+``Table.rows_where`` gives, built here on the connection so a command that only
+reads does not load sqlite-utils) and handed out as small frozen dataclasses or
+plain values, never positional tuples.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.store.db import database, sqlite3
+from agent.store.db import sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
 
 __all__ = ["Alert", "Directive", "FailedRun", "Instance", "Intent", "KnowledgeVersion", "Memory", "OpenTick",
@@ -143,25 +144,34 @@ class Store:
     """The queries against one connection: the log's own, or the one an append transaction holds open."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        self._db = database(conn)
+        self._conn = conn
 
     # ------------------------------------------------------------------ plumbing
 
     def _rows(self, table: str, where: str | None = None, args: Sequence[Any] = (), *,
               order_by: str | None = None, limit: int | None = None, select: str = "*") -> list[dict[str, Any]]:
-        return list(self._db.table(table).rows_where(where, list(args), order_by=order_by, limit=limit,
-                                                     select=select))
+        """``Table.rows_where``'s query, run on the connection itself (a command that reads a read
+        model does not load sqlite-utils for it)."""
+        sql = f"SELECT {select} FROM [{table}]"
+        if where is not None:
+            sql += f" WHERE {where}"
+        if order_by is not None:
+            sql += f" ORDER BY {order_by}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return self._query(sql, args)
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        # Database.execute, not Database.query: query() wraps each read in a SAVEPOINT, which would
-        # open a transaction of its own on a connection that is outside one.
-        cur = self._db.execute(sql, list(args))
+        cur = self._conn.execute(sql, list(args))
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
     def _value(self, sql: str, args: Sequence[Any] = ()) -> Any:
-        row = self._db.execute(sql, list(args)).fetchone()
+        row = self._conn.execute(sql, list(args)).fetchone()
         return None if row is None else row[0]
+
+    def _count(self, table: str) -> int:
+        return int(self._value(f"SELECT COUNT(*) FROM [{table}]"))
 
     # ------------------------------------------------------------------ alerts
 
@@ -319,7 +329,7 @@ class Store:
 
     def search_index_size(self) -> int:
         """Rows in the full-text index (one per event)."""
-        return self._db.table("events_fts").count
+        return self._count("events_fts")
 
     # ------------------------------------------------------------------ the file itself
 
@@ -333,13 +343,13 @@ class Store:
 
     def _check(self, pragma: str) -> list[str]:
         try:
-            return [str(r[0]) for r in self._db.execute(pragma).fetchall()]
+            return [str(r[0]) for r in self._conn.execute(pragma).fetchall()]
         except sqlite3.DatabaseError as e:
             return [str(e)]
 
     def row_counts(self, tables: Iterable[str] = READ_MODEL_TABLES) -> dict[str, int]:
         """table -> rows, for each read-model table."""
-        return {t: self._db.table(t).count for t in tables}
+        return {t: self._count(t) for t in tables}
 
     # ------------------------------------------------------------------ lookups that stay flat in the log's size
 
