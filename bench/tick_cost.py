@@ -129,28 +129,27 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",")]
     httpx.Client.send = _timed_send(httpx.Client.send)  # type: ignore[method-assign]
-    clock = ManualClock()
-    sim = Simulator(seed=7, clock=clock)
     rows = []
-    with SimServer(sim) as server, tempfile.TemporaryDirectory(prefix="fleet-agent-bench-") as d:
-        tpl = _app(Path(d) / "template", server.url, sim, clock)
-        template = record_template(tpl, sim.advance, ticks=4)
-        tpl.close()
-        prof = None
+    with tempfile.TemporaryDirectory(prefix="fleet-agent-bench-") as d:
         for n, size in enumerate(sizes):
-            if a.profile and n == len(sizes) - 1:
-                prof = cProfile.Profile()
-            rows.append(measure(size, a.ticks, template, server.url, sim, clock, Path(d) / f"s{size}", prof))
+            prof = cProfile.Profile() if a.profile and n == len(sizes) - 1 else None
+            clock = ManualClock()
+            sim = Simulator(seed=7, clock=clock)  # a fresh market per size: no instance of another run is an orphan
+            with SimServer(sim) as server:
+                tpl = _app(Path(d) / f"template{size}", server.url, sim, clock)
+                template = record_template(tpl, sim.advance, ticks=4)
+                tpl.close()
+                rows.append(measure(size, a.ticks, template, server.url, sim, clock, Path(d) / f"s{size}", prof))
             base = rows[0]["tick_overhead_p50_ms"]
             r = rows[-1]
             print(f"events {r['events']:>8,}  tick overhead p50 {r['tick_overhead_p50_ms']:7.1f} ms "
                   f"(x{r['tick_overhead_p50_ms'] / base:4.2f} of {sizes[0]:,})  wall p50 {r['tick_wall_p50_ms']:7.1f} ms  "
                   f"transactions p50 {r['transactions_p50']:.0f} (max {r['transactions_max']}, aim <= {r['aim_p50']:.0f})  "
                   f"next_tick_number {r['next_tick_number_ms']:.3f} ms", flush=True)
-        if prof is not None:
-            out = io.StringIO()
-            pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(25)
-            print(out.getvalue())
+            if prof is not None:
+                out = io.StringIO()
+                pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(25)
+                print(out.getvalue())
     return 0
 
 

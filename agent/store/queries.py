@@ -353,6 +353,12 @@ class Store:
 
     # ------------------------------------------------------------------ lookups that stay flat in the log's size
 
+    def payload_bytes_by_kind(self) -> dict[str, tuple[int, int]]:
+        """kind -> (events, bytes of their payload JSON), for every kind in the log."""
+        rows = self._query("SELECT kind, COUNT(*) AS n, SUM(length(CAST(payload AS BLOB))) AS b FROM events"
+                           " GROUP BY kind ORDER BY kind")
+        return {str(r["kind"]): (int(r["n"]), int(r["b"] or 0)) for r in rows}
+
     def has_rent_key(self, key: str) -> bool:
         """Whether a rent intent was ever logged with idempotency key ``key`` (index intents_idem)."""
         return self._value("SELECT 1 FROM intents WHERE idem_key = ? AND idem_key IS NOT NULL"
