@@ -111,11 +111,11 @@ def _log_call(ctx: ToolContext, call: ToolCall, extra: dict[str, Any]) -> None:
 
 
 def _log_read_only(ctx: ToolContext, call: ToolCall, extra: dict[str, Any], outcome: Outcome) -> Outcome:
-    """A call with no side effect: its ``tool.called`` and ``tool.result`` commit together, after it ran
-    (one transaction instead of two; the model sees neither before the next request). Events the
-    handler itself appended (memory, an alert) come before them; ``tool.called`` is not model-visible,
-    so what the model sees is in the same order."""
-    ctx.log.append_many([
+    """A call with no side effect: its ``tool.called`` and ``tool.result`` commit together, after it ran,
+    with the next commit of the tick (``EventLog.holding``: the model sees neither before the next
+    request). Events the handler itself appended (memory, an alert) come before them; ``tool.called``
+    is not model-visible, so what the model sees is in the same order."""
+    ctx.log.append_held([
         ("tool.called", {"call_id": call["id"], "name": call["name"], "arguments": call["arguments"], **extra},
          "tool", ctx.tick),
         ("tool.result", result_payload(call["id"], call["name"], outcome), "tool", ctx.tick),
@@ -125,7 +125,7 @@ def _log_read_only(ctx: ToolContext, call: ToolCall, extra: dict[str, Any], outc
 
 def _blocked(ctx: ToolContext, call: ToolCall, block: Block) -> Outcome:
     outcome = Outcome(False, error=block.message(), blocked=(block.rule, block.detail))
-    ctx.log.append_many([
+    ctx.log.append_held([
         ("policy.blocked", {"call_id": call["id"], "name": call["name"], "rule": block.rule,
                             "detail": block.detail}, "system", ctx.tick),
         ("tool.result", result_payload(call["id"], call["name"], outcome), "tool", ctx.tick),

@@ -284,3 +284,24 @@ def test_verify_while_another_connection_appends(tmp_path):
         for i in range(5):
             writer.append("operator.note", note(str(i)), "operator")
             assert reader.verify().ok
+
+
+def test_held_appends_commit_first_in_the_next_transaction_or_at_the_end(log):
+    """Inside holding(), append_held keeps its events out of the log until the next transaction, which
+    appends them first (one commit for both), and the block's end commits what is left; a bad payload is
+    refused when held; outside holding() append_held commits at once; the chain verifies."""
+    from agent.store import plans
+
+    with log.holding():
+        log.append_held([("operator.note", note("a"), "operator", None), ("operator.note", note("b"), "operator", None)])
+        assert log.count() == 0
+        with pytest.raises(PayloadError):
+            log.append_held([("operator.note", {"by": "alice"}, "operator", None)])
+        with plans.record(log) as statements:
+            c = log.append("operator.note", note("c"), "operator")
+        assert sum(s.startswith("COMMIT") for s in statements) == 1
+        log.append_held([("operator.note", note("d"), "operator", None)])
+        assert log.count() == 3
+    assert [e.payload["text"] for e in log.read()] == ["a", "b", "c", "d"] and c.seq == 3
+    log.append_held([("operator.note", note("e"), "operator", None)])
+    assert log.count() == 5 and log.verify().ok
