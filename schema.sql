@@ -130,5 +130,6 @@ CREATE INDEX intents_called ON intents(called_seq);
 CREATE INDEX intents_idem ON intents(idem_key) WHERE idem_key IS NOT NULL;
 -- Rents answered "pending" and not yet settled.
 CREATE INDEX intents_unsettled ON intents(called_seq) WHERE result_seq IS NOT NULL AND ok IS NULL;
--- Open alerts in id order.
+-- Open alerts in id order; the live (open or acked) ones by dedup key or key prefix.
 CREATE INDEX alerts_open ON alerts(id) WHERE status = 'open';
+CREATE INDEX alerts_live ON alerts(status, dedup_key) WHERE status IN ('open', 'acked');

@@ -191,10 +191,13 @@ class Store:
     def live_alerts(self, *, key: str | None = None, prefix: str | None = None) -> list[Alert]:
         """Alerts whose condition still holds (open, or acked and not resolved since), by exact
         dedup key or by key prefix; oldest first."""
+        live = "a.status IN ('open', 'acked') AND "  # index alerts_live: resolved alerts are never read
         if key is not None:
-            rows = self._query(_LIVE_ALERTS.format(where="a.dedup_key = ?"), [key])
+            rows = self._query(_LIVE_ALERTS.format(where=live + "a.dedup_key = ?"), [key])
         elif prefix is not None:
-            rows = self._query(_LIVE_ALERTS.format(where="substr(a.dedup_key, 1, ?) = ?"), [len(prefix), prefix])
+            rows = self._query(_LIVE_ALERTS.format(where=live + "a.dedup_key >= ? AND a.dedup_key <= ?"
+                                                   " AND substr(a.dedup_key, 1, ?) = ?"),
+                               [prefix, prefix + "\U0010ffff", len(prefix), prefix])
         else:
             raise ValueError("live_alerts needs a key or a prefix")
         return [Alert(**r) for r in rows]
