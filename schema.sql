@@ -136,3 +136,23 @@ UPDATE alerts SET status = 'resolved', closed_seq = (
 WHERE status = 'acked' AND EXISTS (
     SELECT 1 FROM events e WHERE e.kind = 'alert.resolved' AND e.seq > alerts.closed_seq
       AND json_extract(e.payload, '$.alert_id') = alerts.id);
+-- migration: 004_event_indexes
+-- Indexes that keep every query of a tick, an operator command and the projection
+-- independent of the log's length (tests/test_query_plans.py checks each plan).
+
+-- MAX(tick) of one kind, and one kind's events of one tick (next tick number, status, per-tick counts).
+CREATE INDEX events_kind_tick ON events(kind, tick) WHERE tick IS NOT NULL;
+-- The events about one alert (alerts show, whether an acked alert was resolved since).
+CREATE INDEX events_alert ON events(json_extract(payload, '$.alert_id'), seq) WHERE kind GLOB 'alert.*';
+
+-- migration: 005_read_model_indexes
+-- The read models' side of 004: lookups by key instead of walks over every row ever written.
+
+-- Intents by the event that logged them (rents and destroys in the last hour) and by idempotency key.
+CREATE INDEX intents_called ON intents(called_seq);
+CREATE INDEX intents_idem ON intents(idem_key) WHERE idem_key IS NOT NULL;
+-- Rents answered "pending" and not yet settled.
+CREATE INDEX intents_unsettled ON intents(called_seq) WHERE result_seq IS NOT NULL AND ok IS NULL;
+-- Open alerts in id order; the live (open or acked) ones by dedup key or key prefix.
+CREATE INDEX alerts_open ON alerts(id) WHERE status = 'open';
+CREATE INDEX alerts_live ON alerts(status, dedup_key) WHERE status IN ('open', 'acked');

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.config import Settings
-from agent.context.cache import ProjectionCache
 from agent.errors import LogError
 from agent.feedback.knowledge import StatMemo
 from agent.store.db import check_database_file
@@ -24,6 +23,7 @@ from agent.store.log import EventLog
 if TYPE_CHECKING:  # the clients and the model SDK load only when a command uses them
     from agent.clients.demand import DemandClient
     from agent.clients.vast import VastClient
+    from agent.context.cache import ProjectionCache
     from agent.llm import ChatProvider
     from agent.prompts import Prompts
 
@@ -122,6 +122,8 @@ class App:
     @cached_property
     def projection_cache(self) -> ProjectionCache:
         """Token counts and rendered messages shared by every projection this process makes."""
+        from agent.context.cache import ProjectionCache
+
         return ProjectionCache()
 
     @cached_property

@@ -25,14 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import structlog
 import yaml
-from apscheduler.triggers.cron import CronTrigger
 
 from agent.errors import ConfigError
 from agent.secrets import Secret
+
+if TYPE_CHECKING:  # the scheduler loads when a cron expression is read, not with every command
+    from apscheduler.triggers.cron import CronTrigger
 
 logger = structlog.get_logger(__name__)
 
@@ -668,6 +670,8 @@ def cron_trigger(expr: str) -> CronTrigger:
     Raises ``ValueError`` saying what is wrong. The config check and the daemon
     both use it, so an expression that loads is one the scheduler accepts.
     """
+    from apscheduler.triggers.cron import CronTrigger
+
     return CronTrigger.from_crontab(expr, timezone=SCHEDULE_TIMEZONE)
 
 

@@ -21,12 +21,14 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import openai
 import structlog
 
 from agent.errors import FleetAgentError
+
+if TYPE_CHECKING:  # the SDK (tens of MB) loads when an OpenAIChat is made, not with this module
+    import openai
 
 log = structlog.get_logger(__name__)
 
@@ -167,6 +169,8 @@ class OpenAIChat(ChatProvider):
         self.max_tokens = max_tokens
         self.max_retries = max_retries
         self._secret = api_key or ""
+        import openai
+
         self._client = openai.OpenAI(
             base_url=base_url,
             api_key=api_key or "not-needed",
@@ -192,6 +196,8 @@ class OpenAIChat(ChatProvider):
         return params
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        import openai
+
         started = time.monotonic()
         try:
             try:
@@ -221,6 +227,8 @@ class OpenAIChat(ChatProvider):
         return reply
 
     def list_models(self) -> list[str]:
+        import openai
+
         try:
             return [m.id for m in self._client.models.list()]
         except openai.OpenAIError as e:
@@ -260,6 +268,8 @@ class OpenAIChat(ChatProvider):
             ) from e
 
     def _map_error(self, e: openai.OpenAIError) -> LLMError:
+        import openai
+
         where = self.base_url
         if isinstance(e, openai.APITimeoutError):
             return LLMError(

@@ -9,9 +9,10 @@ Every call the model makes runs through ``run_tool_call`` and nowhere else:
 2. check: an ``Action``'s ``check`` returns a policy ``Block`` (logged as
    ``policy.blocked`` with the result; nothing is sent) or the prepared value; a ``Tool``
    may declare a check that returns a ``Block`` or None;
-3. log intent: ``tool.called``, committed before the call; an action's carries a
+3. log intent: an action's ``tool.called``, committed before the call, carries a
    fresh idempotency key (its instance label), which is what reconcile finds after
-   a crash; in a dry run the action stops here, marked ``dry_run``;
+   a crash; a call with no side effect (a read, a dry run, marked ``dry_run``) logs
+   its ``tool.called`` with its result instead, in one transaction;
 4. call: the handler, given the prepared value and the key for an action;
 5. log result: ``tool.result``, built by ``result_payload`` (the one builder of
    that payload, which reconcile uses for the results it recovers).
@@ -110,11 +111,10 @@ def run_tool_call(toolbox: Toolbox, ctx: ToolContext, call: ToolCall, *, dry_run
         block = tool.check(ctx, args) if tool.check is not None else None
         if block is not None:
             return _blocked(ctx, call, block), True
-        _log_call(ctx, call, {"side_effect": False})
         outcome = tool.handler(ctx, args)
     except FleetAgentError as e:  # vast.ai, the demand queue, the log: the model reads what failed
         outcome = Outcome(False, error=f"{call['name']} failed: {e}")
-    return log_result(ctx.log, call, outcome, ctx.tick), False
+    return _log_read_only(ctx, call, {"side_effect": False}, outcome), False
 
 
 def _run_action(tool: Action[Any], ctx: ToolContext, call: ToolCall, args: Args, *,
@@ -123,10 +123,9 @@ def _run_action(tool: Action[Any], ctx: ToolContext, call: ToolCall, args: Args,
     if isinstance(prepared, Block):
         return _blocked(ctx, call, prepared), True
     if dry_run:
-        _log_call(ctx, call, {"side_effect": False, "dry_run": True})
         sent = json.dumps(args, sort_keys=True)
-        return log_result(ctx.log, call, Outcome(True, f"dry run: {tool.name} passed policy and was NOT sent "
-                                                       f"({sent})"), ctx.tick), False
+        outcome = Outcome(True, f"dry run: {tool.name} passed policy and was NOT sent ({sent})")
+        return _log_read_only(ctx, call, {"side_effect": False, "dry_run": True}, outcome), False
     key = uuid.uuid4().hex[:12]
     # The intent is committed before the call: after a crash, reconcile finds it.
     who = {"by": ctx.operator} if ctx.operator else {}
@@ -143,9 +142,22 @@ def _log_call(ctx: ToolContext, call: ToolCall, extra: dict[str, Any]) -> None:
                                    **extra}, "tool", ctx.tick)
 
 
+def _log_read_only(ctx: ToolContext, call: ToolCall, extra: dict[str, Any], outcome: Outcome) -> Outcome:
+    """A call with no side effect: its ``tool.called`` and ``tool.result`` commit together, after it ran,
+    with the next commit of the tick (``EventLog.holding``: the model sees neither before the next
+    request). Events the handler itself appended (memory, an alert) come before them; ``tool.called``
+    is not model-visible, so what the model sees is in the same order."""
+    ctx.log.append_held([
+        ("tool.called", {"call_id": call["id"], "name": call["name"], "arguments": call["arguments"], **extra},
+         "tool", ctx.tick),
+        ("tool.result", result_payload(call["id"], call["name"], outcome), "tool", ctx.tick),
+    ])
+    return outcome
+
+
 def _blocked(ctx: ToolContext, call: ToolCall, block: Block) -> Outcome:
     outcome = Outcome(False, error=block.message(), blocked=(block.rule, block.detail))
-    ctx.log.append_many([
+    ctx.log.append_held([
         ("policy.blocked", {"call_id": call["id"], "name": call["name"], "rule": block.rule,
                             "detail": block.detail}, "system", ctx.tick),
         ("tool.result", result_payload(call["id"], call["name"], outcome), "tool", ctx.tick),

@@ -166,12 +166,11 @@ def _settle_ownership(log: EventLog, vast: VastClient, policy: Policy, listing: 
     # 4. Ownership: adopt, orphans, gone. An instance the log knows in any state is never adopted
     # again (a destroyed one vast.ai still lists is on its way out).
     owned = set(log.store.owned_instance_ids())
-    known_keys = log.store.rent_keys()
     for inst in listing:
         if not policy.is_our_label(inst.label) or log.store.instance(inst.id) is not None:
             continue
         key = policy.key_of(inst.label)
-        if key in known_keys:
+        if key is not None and log.store.has_rent_key(key):
             log.append("instance.adopted", {"instance_id": inst.id, "label": inst.label, "idem_key": key,
                                             "gpu_name": inst.gpu_name, "dph": inst.dph_total}, "system")
             rep.adopted.append(inst.id)

@@ -145,32 +145,23 @@ def open_alerts(log_: EventLog) -> list[dict[str, Any]]:
 
 
 def context_size(app: App) -> dict[str, Any]:
-    """The next request's size against the budget, and tokens left before compaction."""
+    """The last request's size against the budget (its manifest), and tokens left before compaction.
+
+    Read from the log, not projected afresh: status loads neither the tokenizer nor the prompts
+    and tools (``fleet-agent context`` renders and counts the next request)."""
     c = app.settings.context
     budget = c.budget_tokens
     compact_at = int(c.high_water * budget)
     out: dict[str, Any] = {"budget": budget, "output_reserve": c.output_reserve, "compact_at": compact_at}
-    try:
-        from agent.context import project
-
-        proj = project(app.log, app.prompts, c, policy=app.policy_dict(), tools=app.tool_specs())
-        tokens = int(proj.manifest.get("calibrated_tokens", proj.tokens))
-        out["method"] = "projection"
-    except Exception as e:  # noqa: BLE001 - status must show even when the projection cannot be built
-        log.debug("status.projection_unavailable", error=type(e).__name__, detail=str(e)[:200])
-        tokens = _estimate(app.log)
-        out["method"] = "estimate"
-    out["tokens"] = tokens
-    out["until_compaction"] = max(0, compact_at - tokens)
+    req = _last(app.log, "model.request")
+    manifest = req.payload.get("manifest") or {} if req is not None else {}
+    tokens = manifest.get("calibrated_tokens", manifest.get("estimated_tokens"))
+    out["tokens"] = int(tokens) if isinstance(tokens, int | float) else 0
+    out["method"] = "last request" if req is not None else "no request yet"
+    if req is not None:
+        out["as_of"] = req.ts
+    out["until_compaction"] = max(0, compact_at - out["tokens"])
     return out
-
-
-def _estimate(log_: EventLog) -> int:
-    """Tokens of the model-visible events since the last compaction (plus its summary)."""
-    comp = _last(log_, "context.compacted")
-    since = int(comp.payload.get("covered_to", comp.seq)) if comp else 0
-    summary = log_.tokenizer.count(comp.payload.get("summary") or "") if comp else 0
-    return log_.store.thread_tokens_since(since) + summary
 
 
 def knowledge(app: App) -> dict[str, Any]:
@@ -326,8 +317,8 @@ def format_text(st: dict[str, Any]) -> str:
         lines.append(f"  #{a['id']} {a['severity']}: {line(a['title'])} (x{a['count']}, last {_t(a['last_ts'])})")
     c = st.get("context")
     if c:
-        est = " (estimate)" if c.get("method") == "estimate" else ""
-        lines.append(f"context: {c['tokens']:,} of {c['budget']:,} tokens{est}; compaction at {c['compact_at']:,}, "
+        when = f" (last request, {_t(c['as_of'])})" if c.get("as_of") else " (no request yet)"
+        lines.append(f"context: {c['tokens']:,} of {c['budget']:,} tokens{when}; compaction at {c['compact_at']:,}, "
                      f"{c['until_compaction']:,} tokens to go")
     k = st.get("knowledge")
     if k:

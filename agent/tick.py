@@ -280,15 +280,18 @@ def _model_failed(run: _Run, model: _Model, e: LLMError, request_seq: int) -> Ti
 
 
 def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCall]) -> None:
-    """Each call through the tool pipeline, in order; past the per-response limit, refused unrun."""
-    for n, call in enumerate(calls):
-        if n >= MAX_CALLS_PER_STEP:
-            refuse_call(run.app.log, call, f"at most {MAX_CALLS_PER_STEP} tool calls run per response", run.tick)
-            continue
-        outcome, blocked = run_tool_call(toolbox, ctx, call, dry_run=run.app.settings.policy.dry_run)
-        run.blocks += int(blocked)
-        if outcome.effect:
-            run.actions.append(f"{outcome.effect['type']} {outcome.effect.get('instance_id')}")
+    """Each call through the tool pipeline, in order; past the per-response limit, refused unrun.
+    What the read-only and refused calls log commits with the next commit (an action's intent) or
+    at the end, in one transaction (``EventLog.holding``)."""
+    with run.app.log.holding():
+        for n, call in enumerate(calls):
+            if n >= MAX_CALLS_PER_STEP:
+                refuse_call(run.app.log, call, f"at most {MAX_CALLS_PER_STEP} tool calls run per response", run.tick)
+                continue
+            outcome, blocked = run_tool_call(toolbox, ctx, call, dry_run=run.app.settings.policy.dry_run)
+            run.blocks += int(blocked)
+            if outcome.effect:
+                run.actions.append(f"{outcome.effect['type']} {outcome.effect.get('instance_id')}")
 
 
 def _complete(run: _Run) -> TickResult:

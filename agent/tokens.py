@@ -7,7 +7,8 @@ before use. Nothing is written to a cache directory.
 
 Counts follow the chat format: every message costs its content tokens plus a
 fixed overhead (role, separators), tool calls cost their name and arguments.
-Calibration against what the provider reports lives in ``agent.context``.
+Calibration against what the provider reports lives in ``agent.context``. tiktoken itself
+is imported when an encoding is first loaded, so a command that counts nothing never loads it.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import tiktoken
+from typing import TYPE_CHECKING, Any
 
 from agent.errors import ConfigError
+
+if TYPE_CHECKING:  # the tokenizer (tens of MB) loads only when something counts: commands that render
+    import tiktoken
 
 # Known encodings that load offline: name -> (package, resource path, sha256, special tokens).
 _CL100K_SPECIAL = {
@@ -93,6 +95,8 @@ def _parse_bpe(data: bytes, where: str) -> dict[bytes, int]:
 
 
 def _load_encoding(name: str, file: str | None, sha256: str | None) -> tiktoken.Encoding:
+    import tiktoken
+
     expected: str | None
     if file is None:
         if name not in KNOWN:

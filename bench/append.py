@@ -1,16 +1,25 @@
-"""Append throughput and latency of the event log, on a fresh database file.
+"""Append throughput and latency of the event log against a raw SQLite insert loop, in the same run.
 
-Prints one JSON line: events/s for single-event commits and for batches of 100
-(every commit BEGIN IMMEDIATE + synchronous=FULL + hash chain + FTS + read
-models), p50/p99 single-append latency in ms, and the SQLite version.
+Ours: ``EventLog.append`` (single-event commits) and ``EventLog.append_many`` (batches of 100),
+each commit BEGIN IMMEDIATE + synchronous=FULL + hash chain + full-text index + read models.
+The baseline: the same driver (pysqlite3) and pragmas (WAL, synchronous=FULL), a table with the
+events table's columns and indexes, and plain ``INSERT`` statements of prepared rows (the same
+payloads as JSON text), committed one by one and in batches of 100.
 
-    python bench/append.py [--single 2000] [--batches 100] [--dir DIR]
+Raw and ours take turns, round by round, so a busy machine slows both alike. Prints one JSON
+line: batched events/s of each and their ratio, CPU microseconds per batched event, single-append
+p50 of each and their ratio. ``--profile`` adds cProfile's top lines for the batched appends.
+
+    python bench/append.py [--rounds 40] [--single 20] [--dir DIR] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import statistics
 import sys
 import tempfile
@@ -19,10 +28,22 @@ from pathlib import Path
 from typing import Any
 
 from agent.store.db import sqlite3
-from agent.store.log import EventLog
+from agent.store.log import EventLog, canonical
 
 # A mix close to a tick's: model-visible notes and tool results, an invisible intent.
 _OUTPUT = "offer 123456 RTX 4090 x1 $0.38/h reliability 0.991 host 4411 " * 4
+BATCH = 100
+
+_RAW_SCHEMA = (
+    "CREATE TABLE events (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, ts TEXT NOT NULL, kind TEXT NOT NULL,"
+    " version INTEGER NOT NULL, source TEXT NOT NULL, tick INTEGER, payload TEXT NOT NULL, tokens INTEGER,"
+    " prev_hash TEXT NOT NULL, hash TEXT NOT NULL)",
+    "CREATE INDEX events_kind_seq ON events(kind, seq)",
+    "CREATE INDEX events_tick ON events(tick) WHERE tick IS NOT NULL",
+    "CREATE INDEX events_ts ON events(ts)",
+)
+_RAW_INSERT = ("INSERT INTO events (seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash)"
+               " VALUES (?,?,?,?,?,?,?,?,?,?,?)")
 
 
 def payloads(i: int) -> tuple[str, dict[str, Any], str, int | None]:
@@ -37,50 +58,112 @@ def payloads(i: int) -> tuple[str, dict[str, Any], str, int | None]:
             "operator", None)
 
 
-def run(directory: Path, single: int, batches: int, batch_size: int = 100) -> dict[str, Any]:
-    log = EventLog(directory / "bench.db")
+def _raw_row(seq: int) -> tuple[Any, ...]:
+    kind, payload, source, tick = payloads(seq)
+    h = f"{seq:064x}"
+    return (seq, f"id-{seq}", f"2026-12-01T00:00:{seq % 60:02d}.000000Z", kind, 1, source, tick, canonical(payload),
+            None, h, h)
+
+
+class _Raw:
+    """The baseline: prepared rows inserted with the same driver and pragmas, no chain, no FTS."""
+
+    def __init__(self, directory: Path) -> None:
+        self.conn = sqlite3.connect(str(directory / "raw.db"), isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = FULL")
+        for stmt in _RAW_SCHEMA:
+            self.conn.execute(stmt)
+        self.seq = 0
+
+    def rows(self, n: int) -> list[tuple[Any, ...]]:
+        self.seq += n
+        return [_raw_row(i) for i in range(self.seq - n + 1, self.seq + 1)]
+
+    def single(self, row: tuple[Any, ...]) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.execute(_RAW_INSERT, row)
+        self.conn.execute("COMMIT")
+
+    def batch(self, rows: list[tuple[Any, ...]]) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.executemany(_RAW_INSERT, rows)
+        self.conn.execute("COMMIT")
+
+
+def _timed(fn: Any, *args: Any) -> tuple[float, float]:
+    w, c = time.perf_counter(), time.process_time()
+    fn(*args)
+    return time.perf_counter() - w, time.process_time() - c
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def run(directory: Path, rounds: int, single: int, profile: bool = False) -> dict[str, Any]:
+    """``rounds`` rounds, each: ``single`` single commits then one batch of 100, raw and ours in turn
+    (so a busy machine slows both alike); medians over the rounds."""
+    rw, log = _Raw(directory), EventLog(directory / "bench.db")
+    prof = cProfile.Profile() if profile else None
+    lat: dict[str, list[float]] = {"raw": [], "ours": []}
+    batch: dict[str, list[tuple[float, float]]] = {"raw": [], "ours": []}
+    n = 0
     try:
-        log.append(*payloads(0))  # loads the tokenizer and warms the statement cache
-        lat = []
-        t0 = time.perf_counter()
-        for i in range(single):
-            t = time.perf_counter()
-            log.append(*payloads(i))
-            lat.append(time.perf_counter() - t)
-        single_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for b in range(batches):
-            log.append_many([payloads(b * batch_size + j) for j in range(batch_size)])
-        batch_s = time.perf_counter() - t0
+        log.append(*payloads(0))  # warms the statement cache
+        for _ in range(rounds):
+            for row in rw.rows(single):
+                lat["raw"].append(_timed(rw.single, row)[0])
+            for _ in range(single):
+                n += 1
+                lat["ours"].append(_timed(log.append, *payloads(n))[0])
+            batch["raw"].append(_timed(rw.batch, rw.rows(BATCH)))
+            items = [payloads(n + j) for j in range(BATCH)]
+            n += BATCH
+            if prof is not None:
+                prof.enable()
+            batch["ours"].append(_timed(log.append_many, items))
+            if prof is not None:
+                prof.disable()
         ok = log.verify().ok
     finally:
         log.close()
-    lat.sort()
-    return {
-        "bench": "append",
-        "sqlite_version": sqlite3.sqlite_version,
-        "synchronous": "FULL",
-        "single_events_per_s": round(single / single_s),
-        "batch100_events_per_s": round(batches * batch_size / batch_s),
-        "single_p50_ms": round(statistics.median(lat) * 1e3, 3),
-        "single_p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e3, 3),
-        "events": single + batches * batch_size + 1,
-        "chain_verifies": ok,
+        rw.conn.close()
+    per_s = {k: BATCH / _median([w for w, _ in v]) for k, v in batch.items()}
+    cpu_us = {k: 1e6 * _median([c for _, c in v]) / BATCH for k, v in batch.items()}
+    p50 = {k: _median(v) * 1e3 for k, v in lat.items()}
+    result: dict[str, Any] = {
+        "bench": "append", "sqlite_version": sqlite3.sqlite_version, "synchronous": "FULL", "rounds": rounds,
+        "batch100_events_per_s": round(per_s["ours"]), "raw_batch100_events_per_s": round(per_s["raw"]),
+        "batch100_vs_raw": round(per_s["ours"] / per_s["raw"], 2),
+        "cpu_us_per_event": round(cpu_us["ours"], 1), "raw_cpu_us_per_event": round(cpu_us["raw"], 1),
+        "single_p50_ms": round(p50["ours"], 3), "raw_single_p50_ms": round(p50["raw"], 3),
+        "single_p50_vs_raw": round(p50["ours"] / p50["raw"], 2),
+        "events": n + 1, "chain_verifies": ok,
     }
+    if prof is not None:
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
+        result["profile"] = out.getvalue()
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--single", type=int, default=2000, help="single-event commits to time")
-    ap.add_argument("--batches", type=int, default=100, help="batches of 100 events to time")
-    ap.add_argument("--dir", help="directory for the database (default: a fresh temporary one)")
+    ap.add_argument("--rounds", type=int, default=40, help="rounds of single commits and one batch of 100")
+    ap.add_argument("--single", type=int, default=20, help="single-event commits per round")
+    ap.add_argument("--dir", help="directory for the databases (default: a fresh temporary one)")
+    ap.add_argument("--profile", action="store_true", help="print cProfile's top lines for the batched appends")
     a = ap.parse_args(argv)
     if a.dir:
-        result = run(Path(a.dir), a.single, a.batches)
+        result = run(Path(a.dir), a.rounds, a.single, a.profile)
     else:
         with tempfile.TemporaryDirectory(prefix="fleet-agent-bench-") as d:
-            result = run(Path(d), a.single, a.batches)
+            result = run(Path(d), a.rounds, a.single, a.profile)
+    profile = result.pop("profile", None)
     sys.stdout.write(json.dumps(result) + "\n")
+    if profile:
+        sys.stdout.write(profile)
     return 0
 
 

@@ -330,6 +330,25 @@ def test_render_cache_never_serves_a_stale_rendering(tmp_path):
     assert not any("keep four RTX 4090" in t for t in texts)
 
 
+def test_projection_cache_stays_within_its_byte_bounds(tmp_path):
+    """Each table keeps at most its byte bound of text alive, however big the outputs that pass through
+    (an entry bigger than the bound is not kept at all), and the projection is the one a roomy cache gives."""
+    log = open_log(tmp_path / "m.db")
+    for n in range(1, 7):
+        simple_tick(log, n, outputs=(3000, 3000))
+    bounds = (20_000, 20_000, 30_000)
+    small = ProjectionCache(max_bytes=bounds)
+    roomy = ProjectionCache()
+    a, b = proj(log, cache=small), proj(log, cache=roomy)
+    assert a.messages == b.messages and a.manifest == b.manifest
+    tables = (small.counts, small.cuts, small.rendered)
+    assert all(t.bytes <= bound for t, bound in zip(tables, bounds, strict=True))
+    assert small.rendered.bytes > 0 and roomy.rendered.bytes > bounds[2]
+    huge = ProjectionCache(max_bytes=(100, 100, 100))
+    huge.counts.put((0, "x" * 1000), 250)
+    assert len(huge.counts) == 0 and huge.counts.bytes == 0
+
+
 def test_projection_cache_stays_within_its_entry_bounds(tmp_path):
     """Each table of a ProjectionCache keeps at most its bound, however long the thread, and a projection
     through a tiny cache equals one through a roomy cache."""

@@ -1,4 +1,4 @@
-"""The vocabulary at the log's edge: appends record each kind's current version, stored token counts are
+"""The vocabulary at the log's edge: appends record each kind's current version, token counts are
 those of the version's rendering, and typed payloads refuse bad fields naming the kind and the field."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agent import events as ev
+from agent.context.cache import ProjectionCache
 from agent.errors import PayloadError
 from agent.events.kinds import OperatorNoteV1
 from agent.store.log import EventLog
@@ -20,15 +21,18 @@ _current = sorted((name, cases[0][1]) for (name, version), cases in SAMPLES.item
 
 
 def test_appends_record_current_version_and_its_rendering(tmp_path: Path) -> None:
-    """Every kind appended to a real log stores the kind's current version in the row, and the stored token
-    count is the count of the rendering read back from that row (None when not model-visible)."""
+    """Every kind appended to a real log stores the kind's current version in the row and no token count
+    (tokens are counted off the append path): the projection's count of the row is the count of its
+    rendering read back from the row (None when not model-visible)."""
     assert {n for n, _ in _current} == set(ev.KINDS)
     with EventLog(tmp_path / "events.db") as log:
         for name, payload in _current:
             log.append(name, payload, "system", tick=1)
+        meter = ProjectionCache().meter(log.tokenizer)
         for e in log.read():
             msg = ev.render(e)
-            assert e.tokens == (log.tokenizer.count_message(msg) if msg is not None else None), e.kind
+            assert e.tokens is None, e.kind
+            assert meter.event_tokens(e) == (log.tokenizer.count_message(msg) if msg is not None else None), e.kind
     with EventLog(tmp_path / "events.db", readonly=True) as log:
         rows = [(e.kind, e.version) for e in log.read()]  # the version column as stored
     assert len(rows) == len(ev.KINDS)

@@ -96,6 +96,8 @@ def seed_log(cfg: Path) -> None:
         lg.append("tick.started", {"observation": {"instances": [], "balance": 500.0}}, "scheduler", 1)
         lg.append("tick.completed", {"steps": 1, "usage": {}}, "system", 1)
         lg.append("tick.started", {"observation": obs}, "scheduler", 2)
+        lg.append("model.request", {"request_hash": "0" * 64, "manifest": {"estimated_tokens": 2650,
+                                                                           "calibrated_tokens": 2700}}, "system", 2)
         for p, c, k in ((1200, 80, 0), (1500, 60, 1100)):
             lg.append("model.response", {"text": "ok", "tool_calls": [],
                                          "usage": {"prompt_tokens": p, "completion_tokens": c, "cached_tokens": k}},
@@ -108,7 +110,7 @@ def seed_log(cfg: Path) -> None:
 
 def test_status_json_shows_daemon_last_tick_fleet_and_alerts(tmp_path, capsys, sim_server):
     """status --json reports the lock holder, the last tick with summed and cached tokens, the fleet
-    from the last observation, only the open alerts, and the context size against the budget."""
+    from the last observation, only the open alerts, and the last request's size against the budget."""
     cfg = make_setup(tmp_path, sim_server.url, "  provider: rules")
     seed_log(cfg)
     code, out = run_cli(capsys, "--config", str(cfg), "status", "--json")
@@ -125,7 +127,8 @@ def test_status_json_shows_daemon_last_tick_fleet_and_alerts(tmp_path, capsys, s
     assert [a["title"] for a in st["alerts"]] == ["instance 102 stuck loading"]
     ctx = st["context"]
     assert ctx["budget"] == 30000 and ctx["compact_at"] == 24000
-    assert 0 < ctx["tokens"] < ctx["compact_at"] and ctx["until_compaction"] == ctx["compact_at"] - ctx["tokens"]
+    assert ctx["tokens"] == 2700 and ctx["until_compaction"] == ctx["compact_at"] - 2700
+    assert ctx["method"] == "last request" and ctx["as_of"]
 
     lock = FleetLock(config.load(str(cfg)).data_path).acquire()
     try:

@@ -12,12 +12,14 @@ import argparse
 import heapq
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.cli import args as args_
 from agent.cli import output
-from agent.context.replay import ReplayResult, inspect_request, replay, replay_summaries, verify
 from agent.errors import UsageError
+
+if TYPE_CHECKING:  # the projection (and its tokenizer) loads when one of these commands runs
+    from agent.context.replay import ReplayResult
 
 
 def _out(s: str = "") -> None:
@@ -63,6 +65,8 @@ def cmd_context(args: argparse.Namespace, app: Any) -> int:
     not_before_first(app, at, "--at")
     if args.seq is not None and args.seq > app.log.last_seq():
         raise UsageError(f"--seq {args.seq}: the log ends at seq {app.log.last_seq()}; use a smaller seq")
+    from agent.context.replay import inspect_request
+
     found = inspect_request(app.log, app.prompts, settings, policy=app.policy_dict(), tools=app.tool_specs(),
                     model=app.settings.model.name, at_ts=at, tick=args.tick, seq=args.seq, cache=_cache(app))
     p, recorded, match = found.projection, found.recorded, found.matches
@@ -101,6 +105,8 @@ def _printed(results: Iterator[ReplayResult], as_json: bool) -> Iterator[ReplayR
 
 
 def cmd_replay(args: argparse.Namespace, app: Any) -> int:
+    from agent.context.replay import replay, replay_summaries, verify
+
     cache = _cache(app)
     agent_requests = replay(app.log, app.prompts, app.settings.context, policy=app.policy_dict(),
                             tools=app.tool_specs(), model=app.settings.model.name, cache=cache)

@@ -2,7 +2,7 @@
 
 A ``ProjectionCache`` is an object its owner keeps (the app keeps one for the
 life of the process) and passes to every projection; nothing is cached at
-module level. Each table is an entry-bounded LRU. A hit always returns exactly
+module level. Each table is an LRU bounded by entries and by the bytes of text it keeps alive. A hit always returns exactly
 what computing afresh would, so a cache only changes how fast a request is
 built, never its bytes.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 from agent.events import Event, render
@@ -23,48 +23,89 @@ V = TypeVar("V")
 COUNT_ENTRIES = 1024     # texts whose token count is kept
 CUT_ENTRIES = 1024       # (text, cap) truncations kept
 RENDER_ENTRIES = 2048    # rendered thread messages kept (a thread is a few hundred at most)
+# Bounds by size as well: one 5 MB tool output must not pin 1,024 times its size (texts are keys).
+COUNT_BYTES = 8 << 20
+CUT_BYTES = 8 << 20
+RENDER_BYTES = 16 << 20
 
 Message = dict[str, Any]
 _Fields = tuple[str, int | None, str, dict[str, Any]]
 
 
 class LRU(Generic[K, V]):
-    """A thread-safe map holding at most ``max_entries`` items, dropping the least recently used."""
+    """A thread-safe map holding at most ``max_entries`` items and ``max_bytes`` of them as ``size``
+    measures each (key and value), dropping the least recently used. An item bigger than
+    ``max_bytes`` on its own is not kept."""
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, max_bytes: int | None = None,
+                 size: Callable[[K, V], int] | None = None) -> None:
         self.max_entries = max_entries
-        self._items: OrderedDict[K, V] = OrderedDict()
+        self.max_bytes = max_bytes
+        self._size = size or (lambda _k, _v: 0)
+        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self._lock = threading.Lock()
+        self.bytes = 0
 
     def get(self, key: K) -> V | None:
         with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-            return value
+            hit = self._items.get(key)
+            if hit is None:
+                return None
+            self._items.move_to_end(key)
+            return hit[0]
 
     def put(self, key: K, value: V) -> None:
+        n = self._size(key, value)
         with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.max_entries:
-                self._items.popitem(last=False)
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            if self.max_bytes is not None and n > self.max_bytes:
+                return
+            self._items[key] = (value, n)
+            self.bytes += n
+            while len(self._items) > self.max_entries or (self.max_bytes is not None and self.bytes > self.max_bytes):
+                _, (_, dropped) = self._items.popitem(last=False)
+                self.bytes -= dropped
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self.bytes = 0
 
     def __len__(self) -> int:
         return len(self._items)
 
 
-class ProjectionCache:
-    """Memo tables shared by successive projections; bounded by entries."""
+def _text_bytes(key: tuple[Any, ...], value: Any) -> int:
+    """What an entry keeps alive, about: the texts in its key and value (a str costs ~its length)."""
+    n = 64
+    for part in (*key, *(value if isinstance(value, tuple) else (value,))):
+        if isinstance(part, str):
+            n += len(part)
+    return n
 
-    def __init__(self, *, counts: int = COUNT_ENTRIES, cuts: int = CUT_ENTRIES, rendered: int = RENDER_ENTRIES) -> None:
-        self.counts: LRU[tuple[int, str], int] = LRU(counts)
-        self.cuts: LRU[tuple[int, str, int], tuple[str, int, int]] = LRU(cuts)
-        self.rendered: LRU[tuple[int, str], tuple[_Fields, Message | None]] = LRU(rendered)
+
+def _message_bytes(key: tuple[Any, ...], value: tuple[_Fields, Message | None]) -> int:
+    """A rendered row: its payload (as the fields compared on a hit) and its message's content."""
+    fields, msg = value
+    n = 256 + len(repr(fields[3]))
+    if msg is not None:
+        n += len(msg.get("content") or "")
+        for c in msg.get("tool_calls") or ():
+            n += len(str(c))
+    return n
+
+
+class ProjectionCache:
+    """Memo tables shared by successive projections; bounded by entries and by bytes."""
+
+    def __init__(self, *, counts: int = COUNT_ENTRIES, cuts: int = CUT_ENTRIES, rendered: int = RENDER_ENTRIES,
+                 max_bytes: tuple[int, int, int] = (COUNT_BYTES, CUT_BYTES, RENDER_BYTES)) -> None:
+        self.counts: LRU[tuple[int, str], int] = LRU(counts, max_bytes[0], _text_bytes)
+        self.cuts: LRU[tuple[int, str, int], tuple[str, int, int]] = LRU(cuts, max_bytes[1], _text_bytes)
+        self.rendered: LRU[tuple[int, str], tuple[_Fields, Message | None]] = LRU(rendered, max_bytes[2],
+                                                                                  _message_bytes)
         self._encodings: dict[int, Any] = {}   # keeps each keyed encoding alive, so its id stays unique
 
     def meter(self, tokenizer: Tokenizer) -> Meter:
@@ -144,3 +185,12 @@ class Meter:
 
     def render(self, ev: Event) -> Message | None:
         return self.cache.render(ev)
+
+    def event_tokens(self, ev: Event) -> int | None:
+        """Tokens of ``ev``'s message, None when the model does not see it: the count stored with the row
+        (logs written before counting moved off the append path), else counted from its rendering and
+        remembered with it."""
+        msg = self.cache.render(ev)
+        if msg is None:
+            return None
+        return ev.tokens if ev.tokens is not None else self.message(msg)

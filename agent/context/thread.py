@@ -194,7 +194,7 @@ def collapse_knowledge(run: list[Event], settings: ContextSettings, meter: Meter
     return Entry(run[0].seq, "knowledge.collapsed", run[0].tick, msg, meter.message(msg), operator=True)
 
 
-def _runs(events: list[Event]) -> list[Event | list[Event]]:
+def _runs(events: list[Event], meter: Meter) -> list[Event | list[Event]]:
     """``events`` with each run of more than COLLAPSE_AT consecutive knowledge changes of one tick grouped."""
     out: list[Event | list[Event]] = []
     run: list[Event] = []
@@ -207,7 +207,7 @@ def _runs(events: list[Event]) -> list[Event | list[Event]]:
         run.clear()
 
     for ev in events:
-        if ev.tokens is None:
+        if meter.event_tokens(ev) is None:
             continue
         if ev.kind == "knowledge.changed" and (not run or run[-1].tick == ev.tick):
             run.append(ev)
@@ -227,12 +227,12 @@ def build_thread(events: list[Event], settings: ContextSettings, meter: Meter,
     a flood of knowledge changes in one tick is one message; tool outputs up to ``masked_to`` (set by the
     compaction the thread follows) are one-line stubs."""
     t = _Threader(settings, meter, masked_to=masked_to)
-    for ev in _runs(events):
+    for ev in _runs(events, meter):
         if isinstance(ev, list):
             t.add(collapse_knowledge(ev, settings, meter))
         elif ev.kind == "tool.result":
-            t.result(ev, ev.tokens or 0)
+            t.result(ev, meter.event_tokens(ev) or 0)
         else:
-            t.other(ev, ev.tokens or 0)
+            t.other(ev, meter.event_tokens(ev) or 0)
     t.close()
     return t.out

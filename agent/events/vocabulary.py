@@ -114,6 +114,16 @@ class Kind:
         """PayloadError naming this kind and the field unless ``payload`` fits the current version."""
         self.payload.check(self.name, payload)
 
+    def render_checked(self, event: Event) -> Message | None:
+        """``render(event)`` for an event of the current version whose payload ``validate`` accepted
+        (the append path): the typed view is built without checking the fields a second time."""
+        v = self.current
+        if v.render is None or isinstance(v.render, _AsNext):  # the current version renders by itself
+            return None
+        cls = v.payload
+        return v.render(event, cls(**{s.name: event.payload[s.name] for s in cls.fields_of()
+                                      if s.name in event.payload}))
+
 
 class Vocabulary:
     """The registry of kinds and their upcasters."""

@@ -41,6 +41,7 @@ _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, h
 _INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _INSERT_FTS = "INSERT INTO events_fts (rowid, text, kind) VALUES (?,?,?)"
 _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+Item = tuple[str, dict[str, Any], str, "int | None"]
 
 
 def canonical(obj: Any) -> str:
@@ -156,6 +157,11 @@ class Transaction:
         return Store(self.conn)
 
     def append(self, kind: str, payload: dict[str, Any], source: str, tick: int | None = None) -> Event:
+        """Validate, encode (once), hash, insert with its search text and apply to the read models.
+
+        Tokens are not counted here: the projection counts a message the first time it renders it
+        (``agent.context.cache``), so ``tokens`` is NULL on every event this version appends; rows
+        written by older versions keep the count they were hashed with."""
         k = ev.kind(kind)
         if source not in ev.SOURCES:
             raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
@@ -163,15 +169,14 @@ class Transaction:
         payload_json = canonical(payload)
         seq, prev = self._seq + 1, self._hash
         eid, ts, body = str(uuid.uuid4()), utc_ts(self.log.clock()), json.loads(payload_json)
-        draft = Event(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick, payload=body, version=k.version)
-        msg = ev.render(draft) if k.render is not None else None
-        tokens = self.log.tokenizer.count_message(msg) if msg is not None else None
-        h = row_hash(seq, eid, ts, kind, k.version, source, tick, payload_json, tokens, prev)
-        event = Event(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick, payload=body, tokens=tokens,
-                      version=k.version, prev_hash=prev, hash=h)
+        h = row_hash(seq, eid, ts, kind, k.version, source, tick, payload_json, None, prev)
+        event = Event(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick, payload=body, version=k.version,
+                      prev_hash=prev, hash=h)
+        msg = k.render_checked(event)
+        text = ev.search_text(event, msg) if msg is not None else f"{kind} {payload_json}"
         execute = self.conn.execute
-        execute(_INSERT_EVENT, (seq, eid, ts, kind, k.version, source, tick, payload_json, tokens, prev, h))
-        execute(_INSERT_FTS, (seq, ev.search_text(event, msg), kind))
+        execute(_INSERT_EVENT, (seq, eid, ts, kind, k.version, source, tick, payload_json, None, prev, h))
+        execute(_INSERT_FTS, (seq, text, kind))
         readmodels.apply(self.conn, event)
         self._seq, self._hash = seq, h
         self.appended.append(event)
@@ -197,6 +202,7 @@ class EventLog:
         self._opened_ident = self._file_ident()  # the file this connection reads (follow notices a move)
         self.readonly = readonly
         self._head_fd: int | None = None
+        self._held: list[Item] | None = None  # appends held for the next commit (see ``holding``)
 
     @cached_property
     def store(self) -> Store:
@@ -230,23 +236,61 @@ class EventLog:
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
-        """Read and append atomically; every event appended commits together or not at all."""
+        """Read and append atomically; every event appended commits together or not at all.
+        Events held by ``append_held`` are appended first, in the same transaction."""
         if self.readonly:
             raise LogError("this log was opened read-only")
+        held, self._held = self._held or [], ([] if self._held is not None else None)
         try:
             with immediate(self.conn):
                 tx = Transaction(self, self.conn)
+                for item in held:
+                    tx.append(*item)
                 yield tx
-        except sqlite3.Error as e:
-            raise LogError(f"the event log at {self.path} could not be written: {e}") from e
+        except BaseException as e:
+            if held and self._held is not None:
+                self._held[:0] = held  # not committed: still held, still first
+            if isinstance(e, sqlite3.Error):
+                raise LogError(f"the event log at {self.path} could not be written: {e}") from e
+            raise
         if tx.appended:
             self._write_head(tx.appended[-1])
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """Inside the block, ``append_held`` keeps its events for the next commit instead of committing
+        them alone: the next transaction on this log appends them first, and the block's end commits
+        what is left. For events nothing reads or acts on before the block ends (a read-only tool call's
+        intent and result); everything else commits as it is appended."""
+        if self._held is not None:
+            yield
+            return
+        self._held = []
+        try:
+            yield
+        finally:
+            if self._held:
+                with self.transaction():
+                    pass
+            self._held = None
+
+    def append_held(self, items: Iterable[Item]) -> None:
+        """Append ``items`` in one transaction, or, inside ``holding``, keep them (checked now) for the
+        next commit."""
+        if self._held is None:
+            self.append_many(items)
+            return
+        for kind, payload, source, _ in (batch := list(items)):
+            if source not in ev.SOURCES:
+                raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
+            ev.kind(kind).validate(payload)
+        self._held.extend(batch)
 
     def append(self, kind: str, payload: dict[str, Any], source: str, tick: int | None = None) -> Event:
         with self.transaction() as tx:
             return tx.append(kind, payload, source, tick)
 
-    def append_many(self, items: Iterable[tuple[str, dict[str, Any], str, int | None]]) -> list[Event]:
+    def append_many(self, items: Iterable[Item]) -> list[Event]:
         with self.transaction() as tx:
             return [tx.append(k, p, s, t) for k, p, s, t in items]
 

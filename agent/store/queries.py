@@ -5,9 +5,10 @@ transaction, which then sees that transaction's own writes) and never see SQL
 or a connection. The SQL dialect stays here and in the rest of agent/store:
 the seam where another database backend would plug in.
 
-Rows are read through sqlite-utils (``Table.rows_where`` gives dicts keyed by
-column name; the joins and event queries map their columns the same way) and
-handed out as small frozen dataclasses or plain values, never positional tuples.
+Rows are read as dicts keyed by column name (the shape sqlite-utils'
+``Table.rows_where`` gives, built here on the connection so a command that only
+reads does not load sqlite-utils) and handed out as small frozen dataclasses or
+plain values, never positional tuples.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.store.db import database, sqlite3
+from agent.store.db import sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
 
 __all__ = ["Alert", "Directive", "FailedRun", "Instance", "Intent", "KnowledgeVersion", "Memory", "OpenTick",
@@ -157,13 +158,15 @@ class FailedRun:
 _LIVE_ALERTS = """
 SELECT a.* FROM alerts a
 WHERE {where} AND (a.status = 'open' OR (a.status = 'acked' AND NOT EXISTS (
-    SELECT 1 FROM events e WHERE e.kind = 'alert.resolved' AND e.seq > a.closed_seq
-      AND json_extract(e.payload, '$.alert_id') = a.id)))
+    SELECT 1 FROM events e WHERE e.kind GLOB 'alert.*' AND json_extract(e.payload, '$.alert_id') = a.id
+      AND e.seq > a.closed_seq AND e.kind = 'alert.resolved')))
 ORDER BY a.id
 """
 
-_INTENTS_SINCE = ("SELECT COUNT(*) FROM intents i JOIN events e ON e.seq = i.called_seq "
-                  "WHERE i.tool = ? AND e.ts >= ?")
+# From the events of the window (index events_ts; "+e.kind" keeps the kind index out of it) to their
+# intents (index intents_called): the cost is the window's, not the log's.
+_INTENTS_SINCE = ("SELECT COUNT(*) FROM events e CROSS JOIN intents i ON i.called_seq = e.seq "
+                  "WHERE i.tool = ? AND e.ts >= ? AND +e.kind = 'tool.called'")
 
 
 # What metrics count, grouped by kind and up to two labels, with the model's token sums.
@@ -192,25 +195,34 @@ class Store:
     """The queries against one connection: the log's own, or the one an append transaction holds open."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        self._db = database(conn)
+        self._conn = conn
 
     # ------------------------------------------------------------------ plumbing
 
     def _rows(self, table: str, where: str | None = None, args: Sequence[Any] = (), *,
               order_by: str | None = None, limit: int | None = None, select: str = "*") -> list[dict[str, Any]]:
-        return list(self._db.table(table).rows_where(where, list(args), order_by=order_by, limit=limit,
-                                                     select=select))
+        """``Table.rows_where``'s query, run on the connection itself (a command that reads a read
+        model does not load sqlite-utils for it)."""
+        sql = f"SELECT {select} FROM [{table}]"
+        if where is not None:
+            sql += f" WHERE {where}"
+        if order_by is not None:
+            sql += f" ORDER BY {order_by}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return self._query(sql, args)
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        # Database.execute, not Database.query: query() wraps each read in a SAVEPOINT, which would
-        # open a transaction of its own on a connection that is outside one.
-        cur = self._db.execute(sql, list(args))
+        cur = self._conn.execute(sql, list(args))
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
     def _value(self, sql: str, args: Sequence[Any] = ()) -> Any:
-        row = self._db.execute(sql, list(args)).fetchone()
+        row = self._conn.execute(sql, list(args)).fetchone()
         return None if row is None else row[0]
+
+    def _count(self, table: str) -> int:
+        return int(self._value(f"SELECT COUNT(*) FROM [{table}]"))
 
     # ------------------------------------------------------------------ alerts
 
@@ -230,10 +242,13 @@ class Store:
     def live_alerts(self, *, key: str | None = None, prefix: str | None = None) -> list[Alert]:
         """Alerts whose condition still holds (open, or acked and not resolved since), by exact
         dedup key or by key prefix; oldest first."""
+        live = "a.status IN ('open', 'acked') AND "  # index alerts_live: resolved alerts are never read
         if key is not None:
-            rows = self._query(_LIVE_ALERTS.format(where="a.dedup_key = ?"), [key])
+            rows = self._query(_LIVE_ALERTS.format(where=live + "a.dedup_key = ?"), [key])
         elif prefix is not None:
-            rows = self._query(_LIVE_ALERTS.format(where="substr(a.dedup_key, 1, ?) = ?"), [len(prefix), prefix])
+            rows = self._query(_LIVE_ALERTS.format(where=live + "a.dedup_key >= ? AND a.dedup_key <= ?"
+                                                   " AND substr(a.dedup_key, 1, ?) = ?"),
+                               [prefix, prefix + "\U0010ffff", len(prefix), prefix])
         else:
             raise ValueError("live_alerts needs a key or a prefix")
         return [Alert(**r) for r in rows]
@@ -243,11 +258,12 @@ class Store:
 
     def alert_history_seqs(self, alert_id: int) -> list[int]:
         """The seqs of every event about alert ``alert_id`` (raised, repeated, retitled, acked, resolved, and
-        the notifications that name it, first or not), in order."""
-        rows = self._query("SELECT seq FROM events WHERE kind LIKE 'alert.%'"
-                           " AND (json_extract(payload, '$.alert_id') = ? OR (kind = 'alert.notified' AND EXISTS ("
-                           "SELECT 1 FROM json_each(payload, '$.alerts') j"
-                           " WHERE json_extract(j.value, '$.alert_id') = ?))) ORDER BY seq", [alert_id, alert_id])
+        the notifications that name it, first or not), in order. The first part goes through index
+        events_alert; notifications are few (one per opening, repeat or resolution)."""
+        rows = self._query("SELECT seq FROM events WHERE kind GLOB 'alert.*' AND json_extract(payload, '$.alert_id') = ?"
+                           " UNION SELECT seq FROM events WHERE kind = 'alert.notified' AND EXISTS ("
+                           "SELECT 1 FROM json_each(payload, '$.alerts') j WHERE json_extract(j.value, '$.alert_id') = ?)"
+                           " ORDER BY seq", [alert_id, alert_id])
         return [int(r["seq"]) for r in rows]
 
     # ------------------------------------------------------------------ instances and intents
@@ -342,8 +358,9 @@ class Store:
 
     def next_tick_number(self) -> int:
         """One past the highest tick that started or failed."""
-        top = self._value("SELECT MAX(tick) FROM events WHERE kind IN ('tick.started', 'tick.failed')")
-        return int(top or 0) + 1
+        top = [self._value("SELECT MAX(tick) FROM events WHERE kind = ? AND tick IS NOT NULL", [k])
+               for k in ("tick.started", "tick.failed")]
+        return max((int(t) for t in top if t is not None), default=0) + 1
 
     def open_tick(self) -> OpenTick | None:
         """The newest tick that has ``tick.started`` but neither ``tick.completed`` nor ``tick.failed``
@@ -358,21 +375,11 @@ class Store:
 
     def consecutive_failed_ticks(self, cap: int = 1000) -> FailedRun:
         """How many ticks failed in a row at the end of the log (looking back at most ``cap`` tick ends)."""
-        rows = self._query("SELECT kind, payload FROM events WHERE kind IN ('tick.failed', 'tick.completed')"
-                           " ORDER BY seq DESC LIMIT ?", [cap])
-        n, reason = 0, None
-        for r in rows:
-            if r["kind"] != "tick.failed":
-                break
-            if reason is None:
-                reason = json.loads(r["payload"]).get("reason")
-            n += 1
-        return FailedRun(n, reason)
-
-    def thread_tokens_since(self, seq: int) -> int:
-        """Tokens of the model-visible events after ``seq``."""
-        return int(self._value("SELECT COALESCE(SUM(tokens), 0) FROM events WHERE seq > ? AND tokens IS NOT NULL",
-                               [seq]))
+        done = self._value("SELECT seq FROM events WHERE kind = 'tick.completed' ORDER BY seq DESC LIMIT 1")
+        rows = self._query("SELECT payload FROM events WHERE kind = 'tick.failed' AND seq > ?"
+                           " ORDER BY seq DESC LIMIT ?", [done or 0, cap])
+        reason = json.loads(rows[0]["payload"]).get("reason") if rows else None
+        return FailedRun(len(rows), reason)
 
     def event_hashes(self) -> dict[int, str]:
         """seq -> hash of every event, in seq order (the chain as stored, unchecked)."""
@@ -380,7 +387,7 @@ class Store:
 
     def search_index_size(self) -> int:
         """Rows in the full-text index (one per event)."""
-        return self._db.table("events_fts").count
+        return self._count("events_fts")
 
     # ------------------------------------------------------------------ the file itself
 
@@ -394,13 +401,26 @@ class Store:
 
     def _check(self, pragma: str) -> list[str]:
         try:
-            return [str(r[0]) for r in self._db.execute(pragma).fetchall()]
+            return [str(r[0]) for r in self._conn.execute(pragma).fetchall()]
         except sqlite3.DatabaseError as e:
             return [str(e)]
 
     def row_counts(self, tables: Iterable[str] = READ_MODEL_TABLES) -> dict[str, int]:
         """table -> rows, for each read-model table."""
-        return {t: self._db.table(t).count for t in tables}
+        return {t: self._count(t) for t in tables}
+
+    # ------------------------------------------------------------------ lookups that stay flat in the log's size
+
+    def payload_bytes_by_kind(self) -> dict[str, tuple[int, int]]:
+        """kind -> (events, bytes of their payload JSON), for every kind in the log."""
+        rows = self._query("SELECT kind, COUNT(*) AS n, SUM(length(CAST(payload AS BLOB))) AS b FROM events"
+                           " GROUP BY kind ORDER BY kind")
+        return {str(r["kind"]): (int(r["n"]), int(r["b"] or 0)) for r in rows}
+
+    def has_rent_key(self, key: str) -> bool:
+        """Whether a rent intent was ever logged with idempotency key ``key`` (index intents_idem)."""
+        return self._value("SELECT 1 FROM intents WHERE idem_key = ? AND idem_key IS NOT NULL"
+                           " AND tool = 'rent_instance' LIMIT 1", [key]) is not None
 
     # ------------------------------------------------------------------ silences and notifications
 

@@ -1,0 +1,123 @@
+"""Resident memory of the daemon's tick loop over many ticks: start, end and slope.
+
+This process serves the vast.ai simulator and the scripted model (tests/fakes/openai_server.py,
+through the real openai SDK) on 127.0.0.1; a child process opens the data directory as the daemon
+does (one App for its whole life, the provider ``openai``) and runs ``--ticks`` ticks in a row,
+reporting its RSS (``/proc/self/status`` VmRSS) after every tick. The model alternates a tool call
+(get_balance) and a plain answer, so each tick takes two steps. With ``--events N`` the log is
+first grown to N events (bench/biglog.py, ``EventLog.append_many``).
+
+Prints RSS at the first tick, after the warm-up and at the end, the slope per 100 ticks after
+the warm-up (least squares) and the growth from the warm-up to the end.
+
+    python bench/rss.py [--ticks 600] [--warmup 100] [--events 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from agent import logsetup  # noqa: E402
+from agent.app import App  # noqa: E402
+from agent.sim import ManualClock, SimServer, Simulator  # noqa: E402
+from bench.biglog import grow, record_template  # noqa: E402
+from tests.conftest import settings_for  # noqa: E402
+from tests.fakes.openai_server import FakeOpenAI, reply  # noqa: E402
+
+_CHILD = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from agent.app import App
+from agent.tick import run_tick
+from tests.conftest import settings_for
+
+def rss_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+
+root, sim_url, model_url, key, ticks = Path(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
+app = App(settings_for(root, sim_url, model_url=model_url), env={"VAST_API_KEY": key})
+for n in range(ticks):
+    r = run_tick(app)
+    print(json.dumps({"tick": n + 1, "ok": r.ok, "rss_kb": rss_kb()}), flush=True)
+app.close()
+"""
+
+
+def _slope(points: list[tuple[int, int]]) -> float:
+    """Least-squares slope of (tick, rss_kb), in MB per 100 ticks."""
+    if len(points) < 2:
+        return 0.0
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points) or 1.0
+    sxy = sum((x - mx) * (y - my) for x, y in points)
+    return sxy / sxx * 100 / 1024
+
+
+def _prepare(root: Path, sim: Simulator, sim_url: str, model_url: str, events: int, clock: ManualClock) -> None:
+    """The database (grown to ``events`` from copies of real ticks when asked)."""
+    app = App(settings_for(root, sim_url, model_url=model_url), env={"VAST_API_KEY": sim.api_key})
+    app.init_database()
+    if events:
+        tpl = App(settings_for(root / "template", sim_url, provider="rules"), env={"VAST_API_KEY": sim.api_key},
+                  clock=clock)
+        tpl.init_database()
+        template = record_template(tpl, sim.advance, ticks=4)
+        tpl.close()
+        grow(app.log, template, events)
+    app.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ticks", type=int, default=600)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--events", type=int, default=10_000, help="grow the log to this many events first")
+    a = ap.parse_args(argv)
+    logsetup.configure("warning", "auto")
+    clock = ManualClock()
+    sim = Simulator(seed=7, clock=clock)
+    points: list[tuple[int, int]] = []
+    failed = 0
+    with SimServer(sim) as server, FakeOpenAI() as fake, tempfile.TemporaryDirectory(prefix="fleet-agent-rss-") as d:
+        fake.enqueue(*[s for _ in range(a.ticks + 10) for s in (reply(tool_calls=[("get_balance", {})]),
+                                                                 reply("steady"))])
+        _prepare(Path(d), sim, server.url, fake.base_url, a.events, clock)
+        proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(REPO), d, server.url, fake.base_url, sim.api_key,
+                                 str(a.ticks)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if not line.startswith('{"tick"'):
+                continue  # the daemon's own log lines
+            rec = json.loads(line)
+            points.append((rec["tick"], rec["rss_kb"]))
+            failed += not rec["ok"]
+        proc.wait()
+    if not points:
+        print("the child ran no tick")
+        return 1
+    warm = [p for p in points if p[0] > a.warmup] or points
+    print(json.dumps({
+        "bench": "rss", "ticks": len(points), "failed_ticks": failed, "events_before": a.events,
+        "rss_first_tick_mb": round(points[0][1] / 1024, 1), "rss_after_warmup_mb": round(warm[0][1] / 1024, 1),
+        "rss_end_mb": round(points[-1][1] / 1024, 1),
+        "slope_after_warmup_mb_per_100_ticks": round(_slope(warm), 3),
+        "growth_after_warmup_mb": round((warm[-1][1] - warm[0][1]) / 1024, 2),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Per-tick cost against the log's size: real ticks on logs of 10^4, 10^5 (and 10^6) events.
+
+For each size a log is built through ``EventLog.append_many`` from copies of real ticks
+(bench/biglog.py), then ``--ticks`` real ticks run against the simulator with the rules provider.
+Per tick it measures the wall time, the time spent in HTTP calls (vast.ai, the demand queue) and
+in the model, and what is left: the tick's own overhead. It counts the tick's transactions that
+wrote (each one commit, so one fsync with synchronous=FULL) next to the aim 2 + model steps +
+2 x side-effecting calls. Prints one line per size, with p50 overhead as a ratio to the
+smallest size's in the same run.
+
+    python bench/tick_cost.py [--sizes 10000,100000] [--ticks 30] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agent.app import App
+from agent.sim import ManualClock, SimServer, Simulator
+from agent.store import plans
+from agent.tick import run_tick
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.biglog import grow, record_template  # noqa: E402
+from tests.conftest import settings_for  # noqa: E402
+
+_OUTSIDE = {"s": 0.0}
+
+
+def _timed_send(orig: Any) -> Any:
+    def send(self: httpx.Client, *a: Any, **k: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return orig(self, *a, **k)
+        finally:
+            _OUTSIDE["s"] += time.perf_counter() - t
+    return send
+
+
+class _TimedProvider:
+    """The rules provider, its time counted as model time."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = getattr(inner, "name", "rules")
+        self.can_summarise = getattr(inner, "can_summarise", True)
+
+    def complete(self, messages: Any, tools: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return self.inner.complete(messages, tools)
+        finally:
+            _OUTSIDE["s"] += time.perf_counter() - t
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _commits_that_wrote(statements: list[str]) -> int:
+    """Transactions that wrote something (each one fsync with synchronous=FULL; an empty one writes
+    no WAL frame)."""
+    n, wrote = 0, False
+    for s in statements:
+        if s.startswith("BEGIN"):
+            wrote = False
+        elif s.startswith(("INSERT", "UPDATE", "DELETE")):
+            wrote = True
+        elif s.startswith("COMMIT") and wrote:
+            n += 1
+    return n
+
+
+def _app(root: Path, url: str, sim: Simulator, clock: ManualClock) -> App:
+    app = App(settings_for(root, url, provider="rules"), env={"VAST_API_KEY": sim.api_key}, clock=clock)
+    app.init_database()
+    return app
+
+
+def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator, clock: ManualClock,
+            root: Path, prof: cProfile.Profile | None) -> dict[str, Any]:
+    app = _app(root, url, sim, clock)
+    app._provider = _TimedProvider(app.provider())  # noqa: SLF001 - the bench's timing wrapper
+    try:
+        grow(app.log, template, size)
+        overhead, walls, txs, aims = [], [], [], []
+        for _ in range(ticks):
+            clock.advance(300)
+            _OUTSIDE["s"] = 0.0
+            with plans.record(app.log) as statements:
+                t = time.perf_counter()
+                if prof is not None:
+                    prof.enable()
+                r = run_tick(app)
+                if prof is not None:
+                    prof.disable()
+                wall = time.perf_counter() - t
+            walls.append(wall * 1e3)
+            overhead.append((wall - _OUTSIDE["s"]) * 1e3)
+            txs.append(_commits_that_wrote(statements))
+            side = sum(1 for e in app.log.read(0, kinds=["tool.called"], tick=r.tick) if e.payload.get("side_effect"))
+            aims.append(2 + r.steps + 2 * side)
+        t = time.perf_counter()
+        for _ in range(200):
+            app.log.store.next_tick_number()
+        ntn = (time.perf_counter() - t) / 200 * 1e3
+    finally:
+        app.close()
+    return {"events": size, "tick_overhead_p50_ms": statistics.median(overhead), "tick_wall_p50_ms": statistics.median(walls),
+            "transactions_p50": statistics.median(txs), "aim_p50": statistics.median(aims),
+            "transactions_max": max(txs), "next_tick_number_ms": ntn}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000", help="log sizes, comma-separated")
+    ap.add_argument("--ticks", type=int, default=30, help="real ticks per size")
+    ap.add_argument("--profile", action="store_true", help="cProfile's top lines over the largest size's ticks")
+    a = ap.parse_args(argv)
+    sizes = [int(x) for x in a.sizes.split(",")]
+    httpx.Client.send = _timed_send(httpx.Client.send)  # type: ignore[method-assign]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fleet-agent-bench-") as d:
+        for n, size in enumerate(sizes):
+            prof = cProfile.Profile() if a.profile and n == len(sizes) - 1 else None
+            clock = ManualClock()
+            sim = Simulator(seed=7, clock=clock)  # a fresh market per size: no instance of another run is an orphan
+            with SimServer(sim) as server:
+                tpl = _app(Path(d) / f"template{size}", server.url, sim, clock)
+                template = record_template(tpl, sim.advance, ticks=4)
+                tpl.close()
+                rows.append(measure(size, a.ticks, template, server.url, sim, clock, Path(d) / f"s{size}", prof))
+            base = rows[0]["tick_overhead_p50_ms"]
+            r = rows[-1]
+            print(f"events {r['events']:>8,}  tick overhead p50 {r['tick_overhead_p50_ms']:7.1f} ms "
+                  f"(x{r['tick_overhead_p50_ms'] / base:4.2f} of {sizes[0]:,})  wall p50 {r['tick_wall_p50_ms']:7.1f} ms  "
+                  f"transactions p50 {r['transactions_p50']:.0f} (max {r['transactions_max']}, aim <= {r['aim_p50']:.0f})  "
+                  f"next_tick_number {r['next_tick_number_ms']:.3f} ms", flush=True)
+            if prof is not None:
+                out = io.StringIO()
+                pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(25)
+                print(out.getvalue())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
