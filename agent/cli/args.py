@@ -71,3 +71,22 @@ def check_utf8(ns: argparse.Namespace) -> None:
                 flag = name if name in ("text", "query", "name", "dir") else "--" + name.replace("_", "-")
                 raise UsageError(f"{flag}: not valid UTF-8 ({byte} at character {e.start}); write it as UTF-8 "
                                  "(check your terminal's or file's encoding)") from None
+
+
+def non_negative(v: str) -> float:
+    """A finite number >= 0 (seconds; 0 turns a delay off)."""
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+    if not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"{v!r}: use a finite number of 0 or more")
+    return x
+
+
+def fraction(v: str) -> float:
+    """A probability, 0 to 1."""
+    x = non_negative(v)
+    if x > 1:
+        raise argparse.ArgumentTypeError(f"{v!r}: use a probability between 0 and 1")
+    return x
