@@ -17,7 +17,8 @@ call, against ONE instance listing:
 - instances carrying our label that no event knows: adopted when the label's key
   belongs to one of our rent intents; otherwise orphans -> alert, destroyed if
   policy says so; an orphan alert resolves once the orphan is gone.
-- instances we own that vast.ai no longer lists -> ``instance.gone``.
+- instances we own that vast.ai no longer lists -> ``instance.gone``; one never listed yet is gone
+  only once it was rented ``vast.settle_after`` ago (vast.ai lists new instances late).
 
 Every decision uses the state after reconcile's own actions: an instance it destroyed
 is out of the listing it goes on with, and an instance the log already knows (rented,
@@ -39,9 +40,12 @@ from agent.config import Settings, VastSettings
 from agent.pipeline import result_payload
 from agent.policy import Policy
 from agent.store.log import EventLog
+from agent.store.queries import InstanceState
 from agent.toolkit import Outcome
 
 log_ = structlog.get_logger(__name__)
+
+UNLISTED = "unlisted"  # the status observations give an instance of ours vast.ai has not listed yet
 
 
 @dataclass
@@ -179,10 +183,25 @@ def _settle_ownership(log: EventLog, vast: VastClient, policy: Policy, listing: 
         rep.orphans.append(inst.id)
         if _orphan(log, vast, inst, destroy_orphans=destroy_orphans, settings=settings):
             destroyed.add(inst.id)
+    settle_after = (settings.vast if settings else VastSettings()).settle_after
+    states = log.store.instance_states()
     for iid in sorted(owned - set(by_id)):
+        if not _gone(log, iid, states, settle_after):
+            continue  # rented, not listed yet: vast.ai lists new instances late
         log.append("instance.gone", {"instance_id": iid, "last_status": None}, "system")
         rep.gone.append(iid)
     return destroyed
+
+
+def _gone(log: EventLog, iid: int, states: dict[int, InstanceState], settle_after: float) -> bool:
+    """An owned instance the listing lacks is gone when a listing showed it before, or when it was
+    rented longer than ``settle_after`` ago (it would have been listed by now)."""
+    state = states.get(iid)
+    if state is not None and state.status != UNLISTED:
+        return True
+    inst = log.store.instance(iid)
+    rented = log.get(inst.rented_seq) if inst is not None else None
+    return rented is None or (log.clock() - _ts(rented.ts)).total_seconds() >= settle_after
 
 
 def _ts(ts: str) -> datetime:

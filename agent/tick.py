@@ -25,7 +25,7 @@ from agent.llm import LLMError, ModelReply
 from agent.lock import FleetLock
 from agent.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.policy import Policy
-from agent.reconcile import reconcile
+from agent.reconcile import UNLISTED, reconcile
 from agent.store.queries import InstanceState
 from agent.toolkit import Toolbox, ToolContext, load_tools
 
@@ -60,6 +60,23 @@ def status_since(states: dict[int, InstanceState], i: Instance, now: float) -> f
     return prev.since if prev is not None and prev.status == _status(i) else now
 
 
+def _unlisted(app: App, ctx: ToolContext, states: dict[int, InstanceState], now: float) -> list[dict[str, Any]]:
+    """Instances of ours rented but not listed yet (vast.ai lists new instances late): shown as ``unlisted``
+    so neither the model nor the caps forget them."""
+    listed = {i.id for i in ctx.instances}
+    out = []
+    for o in app.log.store.owned_instances():
+        if o.instance_id in listed:
+            continue
+        prev = states.get(o.instance_id)
+        since = prev.since if prev is not None and prev.status == UNLISTED else now
+        out.append({"id": o.instance_id, "label": o.label or "", "gpu_name": o.gpu_name or "?", "num_gpus": 1,
+                    "status": UNLISTED, "status_msg": "rented; vast.ai does not list it yet",
+                    "dph": round(o.dph or 0.0, 4), "age_s": round(max(0.0, now - since), 0), "since": round(since, 3),
+                    "intended": "running", "host_id": None, "ours": True})
+    return out
+
+
 def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
     """The compact, deterministic observation of this tick (one list call, done by reconcile)."""
     now = app.clock()
@@ -75,6 +92,7 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
                       "status": _status(i), "status_msg": (i.status_msg or None) if _status(i) != "running" else None,
                       "dph": round(i.dph_total or 0.0, 4), "age_s": round(max(0.0, now - since), 0),
                       "since": round(since, 3), "intended": i.intended_status, "host_id": i.host_id, "ours": ours})
+    insts.extend(_unlisted(app, ctx, states, now))
     obs: dict[str, Any] = {"time": round(now, 0), "instances": insts,
                            "fleet_dph": round(sum(x["dph"] for x in insts if x["ours"]), 4), "errors": []}
     try:

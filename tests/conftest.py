@@ -164,6 +164,8 @@ def within_policy(settings: Settings, offer: dict[str, Any]) -> bool:
 
 
 def good_offer(sim: Simulator, settings: Settings) -> dict[str, Any]:
-    """The cheapest unrented offer within policy on a host that behaves (it reaches running)."""
+    """The cheapest unrented offer within policy on a host that behaves (it reaches running), with disk
+    enough for the fleet's template."""
     return next(o for o in sorted(sim.offers.values(), key=lambda o: (o["dph_total"], o["id"]))
-                if within_policy(settings, o) and not o["rented"] and o["host_id"] not in sim.bad_hosts)
+                if within_policy(settings, o) and not o["rented"] and o["host_id"] not in sim.bad_hosts
+                and o["disk_space"] >= settings.fleet.disk_gb)
