@@ -8,8 +8,8 @@ call, against ONE instance listing:
 - a pending rent (outcome unknown): its label listed -> adopted; absent for
   ``vast.settle_after`` and at least two listings -> ``rent.settled`` "not created".
   Until then the caps count it as live.
-- a destroy intent without a result: re-checked and completed (destroy is idempotent;
-  an instance already gone answers 404, which counts as done).
+- a destroy intent without a result: completed by sending it again (destroy is idempotent;
+  an instance already gone answers no_such_instance, which counts as done).
 - a reboot intent without a result: recorded as unknown, with the instance's state.
 - tool calls of the last model response without a result (a crash mid-tick):
   a recovered "interrupted" result, so the conversation stays well formed.
@@ -126,14 +126,15 @@ def _settled_rent(policy: Policy, key: str | None, args: dict[str, Any], by_labe
 
 
 def _settled_destroy(vast: VastClient, args: dict[str, Any], by_id: dict[int, Instance]) -> Outcome:
-    """Destroy is idempotent: completed when the instance is still listed (404: already done)."""
+    """Destroy is idempotent: sent again to complete it, listed or not (vast.ai lists new instances late, so
+    "not listed" does not prove gone); an instance already gone answers no_such_instance, which is done."""
     iid = int(args.get("instance_id", 0))
-    if iid in by_id:
-        try:
-            vast.destroy(iid)
-        except VastError as e:
-            return Outcome(False, error=f"recovered after a restart: destroy of instance {iid} did not complete "
-                           f"({e}); it is still listed")
+    try:
+        vast.destroy(iid)
+    except VastError as e:
+        where = "it is still listed" if iid in by_id else "it is not listed"
+        return Outcome(False, error=f"recovered after a restart: destroy of instance {iid} did not complete "
+                       f"({e}); {where}")
     return Outcome(True, f"recovered after a restart: instance {iid} is destroyed",
                    effect={"type": "destroyed", "instance_id": iid})
 
