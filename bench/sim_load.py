@@ -58,7 +58,7 @@ def throughput(args: argparse.Namespace) -> None:
     for oid in sorted(sim.offers)[: args.instances]:
         sim.create_instance(oid, label="bench")
     sim.advance(600)
-    with SimServer(sim) as server, VastClient(server.url, sim.api_key) as client:
+    with SimServer(sim) as server, VastClient(server.url, sim.api_key, min_interval=0) as client:
         _measure(f"list_instances({args.instances})", client.list_instances, args.calls, args.threads)
         _measure("search_offers", lambda: client.search_offers({"num_gpus": 1}), args.calls, args.threads)
         _measure("current_user", client.current_user, args.calls, args.threads)
