@@ -10,7 +10,15 @@ import pytest
 
 from agent.policy import norm_gpu
 from agent.tick import MAX_CALLS_PER_STEP, run_tick
-from tests.conftest import events_of, mutating_requests, plant_ours, priced, rent_puts, tool_messages, within_policy
+from tests.conftest import (
+    events_of,
+    mutating_requests,
+    plant_ours,
+    priced,
+    rent_puts,
+    tool_messages,
+    within_policy,
+)
 from tests.fakes.openai_server import reply
 
 
