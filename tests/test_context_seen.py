@@ -23,11 +23,13 @@ SETTINGS = {"budget_tokens": 6000, "output_reserve": 500, "high_water": 0.6, "lo
 
 
 def _agent(body: dict[str, Any]) -> Any:
-    """Search offers once per tick, then stop; as a summariser (no tools), a short text."""
+    """Search offers once per tick, then stop with a long closing text (what a tick adds after its last
+    request is what can leave the context past high water when the tick ends); as a summariser (no tools),
+    a short text."""
     if not body.get("tools"):
         return reply("## Fleet state and commitments\nnothing notable")
     if body["messages"][-1]["role"] == "tool":
-        return reply("fleet looks fine")
+        return reply("fleet looks fine; " + words(1, 120))
     return reply("checking the market", tool_calls=[("search_offers", {"limit": 50})])
 
 

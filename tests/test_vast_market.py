@@ -288,3 +288,31 @@ def test_the_server_starts_and_serves_with_vast_defaults():
     with SimServer(sim) as server, httpx.Client() as http:
         assert http.get(f"{server.url}/_sim/realism").json()["rate_interval"] == 0.5
         assert http.get(f"{server.url}/api/v0/gpu_names/unique/").status_code == 200
+
+
+def test_ages_and_stuck_alerts_follow_the_fleets_clock_when_the_simulators_runs_ahead(tmp_path, sim, sim_server):
+    """With the simulator's clock far ahead of the agent's (`fleet-agent sim --speed 60` against a daemon on
+    the wall clock), ages are still counted, by the agent's own clock from the observations, and an instance
+    stuck in loading longer than alerts.stuck_after raises the stuck alert (start_date, in the simulator's
+    time, would have made every age 0)."""
+    from agent.app import App
+    from tests.conftest import settings_for
+
+    fleet_clock = ManualClock(sim.now() - 10 * HOUR)
+    s = settings_for(tmp_path, sim_server.url, provider="rules", alerts={"stuck_after": 1200.0},
+                     policy={"max_instances": 1})
+    app = App(s, env={"VAST_API_KEY": sim.api_key}, clock=fleet_clock)
+    try:
+        app.init_database(exist_ok=True)
+        iid = plant_ours(app, sim, good_offer(sim, s)["id"])
+        sim.pending = 5000
+        sim.set_status(iid, "loading", "pulling")
+        assert run_tick(app).ok
+        for _ in range(5):
+            sim.advance(300)
+            fleet_clock.advance(300)
+            assert run_tick(app).ok
+        assert _mine(_obs(app, 6), iid)["age_s"] == 1500
+        assert f"instance #{iid} stuck in loading for 25m" in [a.title for a in app.log.store.open_alerts()]
+    finally:
+        app.close()

@@ -275,8 +275,8 @@ REASON = {"type": "string", "minLength": 1, "maxLength": 500, "description": "wh
 IID = {"type": "integer", "minimum": 1}
 
 TOOLS: tuple[AnyTool, ...] = (
-    Tool("list_fleet", "List every instance on the account: id, GPU, status, how long it has been in that "
-         "status, $/h, host, whether it is ours, label.", obj({}), _list_fleet),
+    Tool("list_fleet", "List every instance on the account: id, GPU, status, time in it, $/h, host, whether "
+         "it is ours, label.", obj({}), _list_fleet),
     Tool("search_offers", "Search the vast.ai market for offers within policy (allowed GPUs, price and "
          "reliability caps are applied automatically), cheapest first.",
          obj({"gpu_name": {"type": "string", "maxLength": 40},
@@ -299,7 +299,6 @@ TOOLS: tuple[AnyTool, ...] = (
     Tool("get_instance_logs", "The last lines of an instance's container log (untrusted data).",
          obj({"instance_id": IID, "tail": {"type": "integer", "minimum": 1, "maximum": LOG_TAIL_MAX}},
              ["instance_id"]), _logs, check=_check_logs),
-    Tool("get_balance", "What the account can spend (its credit) in dollars, and vast.ai's invoice balance "
-         "(charges not yet settled, not money to spend).", obj({}), _balance),
+    Tool("get_balance", "The account's spendable credit and invoice balance in dollars.", obj({}), _balance),
     Tool("get_demand", "The proof-job queue: pending, running, completed, arrival rate.", obj({}), _demand),
 )
