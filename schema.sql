@@ -156,3 +156,14 @@ CREATE INDEX intents_unsettled ON intents(called_seq) WHERE result_seq IS NOT NU
 -- Open alerts in id order; the live (open or acked) ones by dedup key or key prefix.
 CREATE INDEX alerts_open ON alerts(id) WHERE status = 'open';
 CREATE INDEX alerts_live ON alerts(status, dedup_key) WHERE status IN ('open', 'acked');
+-- migration: 006_instance_states
+-- What vast.ai last reported for each listed instance, from the tick observations, and since when:
+-- `since` is the fleet-clock time of the observation that first showed this status. "Stuck" is
+-- measured from it, not from the rent, so a reboot or any other change restarts the clock.
+CREATE TABLE instance_states (
+    instance_id INTEGER PRIMARY KEY,
+    status      TEXT NOT NULL,    -- actual_status; 'provisioning' while vast.ai reports none
+    intended    TEXT,             -- intended_status: what the owner asked for
+    since       REAL NOT NULL,    -- epoch seconds
+    seen_seq    INTEGER NOT NULL  -- the tick.started that last listed it
+);

@@ -57,7 +57,7 @@ class App:
 
             v = self.settings.vast
             self._vast = VastClient(v.url, self.settings.vast_api_key(self.env).reveal(), timeout=v.timeout,
-                                    max_attempts=v.max_attempts)
+                                    max_attempts=v.max_attempts, min_interval=v.min_interval)
         return self._vast
 
     def demand(self) -> DemandClient | None:

@@ -120,6 +120,9 @@ class VastSettings(_KeyFrom):
     # is settled by looking.
     timeout: Duration = Duration(30)
     max_attempts: int = 3
+    # vast.ai limits each endpoint per key as a minimum interval between requests and sends no
+    # Retry-After: two requests to one endpoint start at least this far apart (0 = no pacing).
+    min_interval: Duration = Duration(0.6)
     # A rent whose outcome is unknown counts as live until its label is listed, or until this
     # long has passed and at least two listings lacked it ("not created").
     settle_after: Duration = Duration(300)

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent.config import ContextSettings
-from agent.context import ProjectionCache, project, settings_from_manifest
-from agent.context.inputs import in_force, recorded
+from agent.context import ProjectionCache
+from agent.context.inputs import recorded
+from agent.context.replay import rederive
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event, render
 from agent.prompts import Prompts
@@ -209,10 +210,8 @@ def training_examples(log: EventLog, inputs: Inputs, report: TrainingReport, *, 
 def _example(log: EventLog, req: Event, resp: Event, inputs: Inputs, texts: dict[str, Any],
              cache: ProjectionCache, blocked: dict[str, dict[str, Any]], metadata: bool) -> dict[str, Any] | None:
     manifest = req.payload["manifest"]
-    then = in_force(manifest, texts, prompts=inputs.prompts, policy=inputs.policy, tools=inputs.tools)
-    p = project(log, then.prompts, settings_from_manifest(inputs.settings, manifest), policy=then.policy,
-                tools=then.tools, until_seq=int(manifest["thread_to"]), model=manifest.get("model", inputs.model),
-                cache=cache)
+    then, p = rederive(log, req, texts, inputs.prompts, inputs.settings, policy=inputs.policy, tools=inputs.tools,
+                       model=inputs.model, cache=cache)
     if p.request_hash != req.payload["request_hash"]:
         return None
     answer = render(resp)

@@ -8,8 +8,8 @@ call, against ONE instance listing:
 - a pending rent (outcome unknown): its label listed -> adopted; absent for
   ``vast.settle_after`` and at least two listings -> ``rent.settled`` "not created".
   Until then the caps count it as live.
-- a destroy intent without a result: re-checked and completed (destroy is idempotent;
-  an instance already gone answers 404, which counts as done).
+- a destroy intent without a result: completed by sending it again (destroy is idempotent;
+  an instance already gone answers no_such_instance, which counts as done).
 - a reboot intent without a result: recorded as unknown, with the instance's state.
 - tool calls of the last model response without a result (a crash mid-tick):
   a recovered "interrupted" result, so the conversation stays well formed.
@@ -17,7 +17,8 @@ call, against ONE instance listing:
 - instances carrying our label that no event knows: adopted when the label's key
   belongs to one of our rent intents; otherwise orphans -> alert, destroyed if
   policy says so; an orphan alert resolves once the orphan is gone.
-- instances we own that vast.ai no longer lists -> ``instance.gone``.
+- instances we own that vast.ai no longer lists -> ``instance.gone``; one never listed yet is gone
+  only once it was rented ``vast.settle_after`` ago (vast.ai lists new instances late).
 
 Every decision uses the state after reconcile's own actions: an instance it destroyed
 is out of the listing it goes on with, and an instance the log already knows (rented,
@@ -39,9 +40,12 @@ from agent.config import Settings, VastSettings
 from agent.pipeline import result_payload
 from agent.policy import Policy
 from agent.store.log import EventLog
+from agent.store.queries import InstanceState
 from agent.toolkit import Outcome
 
 log_ = structlog.get_logger(__name__)
+
+UNLISTED = "unlisted"  # the status observations give an instance of ours vast.ai has not listed yet
 
 
 @dataclass
@@ -122,14 +126,15 @@ def _settled_rent(policy: Policy, key: str | None, args: dict[str, Any], by_labe
 
 
 def _settled_destroy(vast: VastClient, args: dict[str, Any], by_id: dict[int, Instance]) -> Outcome:
-    """Destroy is idempotent: completed when the instance is still listed (404: already done)."""
+    """Destroy is idempotent: sent again to complete it, listed or not (vast.ai lists new instances late, so
+    "not listed" does not prove gone); an instance already gone answers no_such_instance, which is done."""
     iid = int(args.get("instance_id", 0))
-    if iid in by_id:
-        try:
-            vast.destroy(iid)
-        except VastError as e:
-            return Outcome(False, error=f"recovered after a restart: destroy of instance {iid} did not complete "
-                           f"({e}); it is still listed")
+    try:
+        vast.destroy(iid)
+    except VastError as e:
+        where = "it is still listed" if iid in by_id else "it is not listed"
+        return Outcome(False, error=f"recovered after a restart: destroy of instance {iid} did not complete "
+                       f"({e}); {where}")
     return Outcome(True, f"recovered after a restart: instance {iid} is destroyed",
                    effect={"type": "destroyed", "instance_id": iid})
 
@@ -178,10 +183,25 @@ def _settle_ownership(log: EventLog, vast: VastClient, policy: Policy, listing: 
         rep.orphans.append(inst.id)
         if _orphan(log, vast, inst, destroy_orphans=destroy_orphans, settings=settings):
             destroyed.add(inst.id)
+    settle_after = (settings.vast if settings else VastSettings()).settle_after
+    states = log.store.instance_states()
     for iid in sorted(owned - set(by_id)):
+        if not _gone(log, iid, states, settle_after):
+            continue  # rented, not listed yet: vast.ai lists new instances late
         log.append("instance.gone", {"instance_id": iid, "last_status": None}, "system")
         rep.gone.append(iid)
     return destroyed
+
+
+def _gone(log: EventLog, iid: int, states: dict[int, InstanceState], settle_after: float) -> bool:
+    """An owned instance the listing lacks is gone when a listing showed it before, or when it was
+    rented longer than ``settle_after`` ago (it would have been listed by now)."""
+    state = states.get(iid)
+    if state is not None and state.status != UNLISTED:
+        return True
+    inst = log.store.instance(iid)
+    rented = log.get(inst.rented_seq) if inst is not None else None
+    return rented is None or (log.clock() - _ts(rented.ts)).total_seconds() >= settle_after
 
 
 def _ts(ts: str) -> datetime:

@@ -22,7 +22,7 @@ from agent.llm import ModelReply, ToolCall, Usage
 
 JOBS_PER_INSTANCE_H = 8.0
 DRAIN_HOURS = 2.0
-DEAD = ("exited", "offline", "unknown")
+DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance: stopped is a failure
 FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died
 _HOST_LINE = re.compile(r"(avoid|blacklist|ban|flaky|never use|do not use|don't use)", re.I)
 _HOST_NUM = re.compile(r"host(?:s|_ids?)?\s*[:#=]?\s*((?:\[?\s*\d+\s*(?:,|and|\]|\s)\s*)+)", re.I)
@@ -180,8 +180,9 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
 
 
 def _is_dead(i: dict[str, Any], stuck_after: float) -> bool:
-    """An observed instance that will not work: exited/offline, a container that cannot start,
-    or not running long after it was rented."""
+    """An observed instance that will not work: exited/offline/unknown, stopped without our asking, a
+    container that cannot start, or in a status other than running for longer than ``stuck_after``
+    since that status was first observed."""
     return (i["status"] in DEAD or "OCI runtime" in (i.get("status_msg") or "")
             or (i["status"] != "running" and i["age_s"] > stuck_after))
 

@@ -136,7 +136,8 @@ def fleet(log_: EventLog) -> dict[str, Any] | None:
     if acted or not isinstance(dph, int | float):
         dph = round(sum(i["dph"] for i in instances if isinstance(i["dph"], int | float)), 4)
     return {"tick": start.tick, "at": start.ts, "instances": instances, "states": states, "dph": dph,
-            "balance": obs.get("balance"), "demand": obs.get("demand"), "acted": acted}
+            "balance": obs.get("balance"), "account_balance": obs.get("account_balance"),
+            "demand": obs.get("demand"), "acted": acted}
 
 
 def open_alerts(log_: EventLog) -> list[dict[str, Any]]:
@@ -301,7 +302,9 @@ def format_text(st: dict[str, Any]) -> str:
         states = ", ".join(f"{n} {s}" for s, n in sorted(f["states"].items())) or "none"
         after = f", after {f['acted']} rent/destroy" if f.get("acted") else ""
         lines.append(f"fleet (tick {f['tick']}, {_t(f['at'])}{after}): {len(f['instances'])} instances ({states}) · "
-                     f"{_money(f['dph'])}/h · balance {_money(f['balance'])}")
+                     f"{_money(f['dph'])}/h · balance {_money(f['balance'])}"
+                     + (f" (vast.ai credit, what it can spend; invoice balance {_money(f['account_balance'])})"
+                        if f.get("account_balance") is not None else ""))
         for i in f["instances"]:
             flag = "" if i.get("ours", True) else " NOT-OURS"
             lines.append(f"  #{line(i['id'])} {line(i['gpu_name'])} x{line(i['num_gpus'])} {line(i['status'])} "

@@ -342,7 +342,9 @@ def now_dt(log: EventLog) -> datetime:
 
 # ------------------------------------------------------------------ host failures
 
-FAILED_STATUSES = ("exited", "offline", "frozen")
+# fleet-agent never stops an instance: one of ours that shows "stopped" could not be scheduled (or its host
+# stopped it), a failure like the others.
+FAILED_STATUSES = ("stopped", "exited", "offline", "frozen")
 
 
 def _failure(i: dict[str, Any]) -> str | None:

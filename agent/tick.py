@@ -7,6 +7,7 @@ tick with ``tick.failed`` and a reason; the next tick starts clean.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import structlog
 from agent import compaction, context, feedback, spend, steering
 from agent.app import App
 from agent.clients.demand import DemandError
-from agent.clients.vast import Instance, VastError
+from agent.clients.vast import Instance, VastError, spendable
 from agent.context.inputs import record_inputs
 from agent.errors import FleetAgentError
 from agent.feedback.knowledge import save_memo
@@ -25,7 +26,8 @@ from agent.llm import LLMError, ModelReply
 from agent.lock import FleetLock
 from agent.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.policy import Policy
-from agent.reconcile import reconcile
+from agent.reconcile import UNLISTED, reconcile
+from agent.store.queries import InstanceState
 from agent.toolkit import Toolbox, ToolContext, load_tools
 
 log_ = structlog.get_logger(__name__)
@@ -53,21 +55,53 @@ def _status(i: Instance) -> str:
     return i.actual_status or "provisioning"
 
 
+def status_since(states: dict[int, InstanceState], i: Instance, now: float) -> float:
+    """When the status vast.ai reports for ``i`` was first observed: kept while it stays the same."""
+    prev = states.get(i.id)
+    return prev.since if prev is not None and prev.status == _status(i) else now
+
+
+def _unlisted(app: App, ctx: ToolContext, states: dict[int, InstanceState], now: float) -> list[dict[str, Any]]:
+    """Instances of ours rented but not listed yet (vast.ai lists new instances late): shown as ``unlisted``
+    so neither the model nor the caps forget them."""
+    listed = {i.id for i in ctx.instances}
+    out = []
+    for o in app.log.store.owned_instances():
+        if o.instance_id in listed:
+            continue
+        prev = states.get(o.instance_id)
+        since = prev.since if prev is not None and prev.status == UNLISTED else now
+        out.append({"id": o.instance_id, "label": o.label or "", "gpu_name": o.gpu_name or "?", "num_gpus": 1,
+                    "status": UNLISTED, "status_msg": "rented; vast.ai does not list it yet",
+                    "dph": round(o.dph or 0.0, 4), "age_s": round(max(0.0, now - since), 0), "since": round(since, 3),
+                    "intended": "running", "host_id": None, "ours": True})
+    return out
+
+
 def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
     """The compact, deterministic observation of this tick (one list call, done by reconcile)."""
     now = app.clock()
     owned = ctx.owned_ids()
+    states = app.log.store.instance_states()
     insts: list[dict[str, Any]] = []
     for i in sorted(ctx.instances, key=lambda x: x.id):
         ours = i.id in owned or ctx.policy.is_our_label(i.label)
+        since = status_since(states, i, now)
+        # age_s: how long vast.ai has reported this status, by the fleet's own clock (observations), never
+        # from start_date: a reboot restarts it, and a simulator or host clock that runs apart cannot skew it.
         insts.append({"id": i.id, "label": i.label or "", "gpu_name": i.gpu_name or "?", "num_gpus": i.num_gpus or 1,
                       "status": _status(i), "status_msg": (i.status_msg or None) if _status(i) != "running" else None,
-                      "dph": round(i.dph_total or 0.0, 4), "age_s": round(max(0.0, now - (i.start_date or now)), 0),
-                      "host_id": i.host_id, "ours": ours})
+                      "dph": round(i.dph_total or 0.0, 4), "age_s": round(max(0.0, now - since), 0),
+                      "since": round(since, 3), "intended": i.intended_status, "host_id": i.host_id, "ours": ours})
+    insts.extend(_unlisted(app, ctx, states, now))
     obs: dict[str, Any] = {"time": round(now, 0), "instances": insts,
                            "fleet_dph": round(sum(x["dph"] for x in insts if x["ours"]), 4), "errors": []}
     try:
-        obs["balance"] = ctx.vast.current_user().balance
+        user = ctx.vast.current_user()
+        # "balance" in the observation is what the account can spend: vast.ai's `credit`. vast.ai's own
+        # `balance` is the invoice balance (charges not yet settled), kept apart as account_balance.
+        obs["balance"] = spendable(user)
+        obs["account_balance"] = user.balance
     except VastError as e:
         obs["balance"] = None
         obs["errors"].append(f"balance unavailable: {e}")
@@ -183,18 +217,21 @@ def _steps(run: _Run, stop: threading.Event) -> TickResult:
     ctx = _start(run)
     if isinstance(ctx, TickResult):
         return ctx
-    model = _Model.of(run.app)
-    deadline = run.t0 + s.schedule.tick_timeout
-    while run.steps < s.schedule.max_steps:
-        calls = _ask(run, model, stop, deadline)
-        if isinstance(calls, TickResult):
-            return calls
-        if calls is None:
-            continue
-        if not calls:
-            break
-        _run_calls(run, model.toolbox, ctx, calls)
-    return _complete(run)
+    try:
+        model = _Model.of(run.app)
+        deadline = run.t0 + s.schedule.tick_timeout
+        while run.steps < s.schedule.max_steps:
+            calls = _ask(run, model, stop, deadline)
+            if isinstance(calls, TickResult):
+                return calls
+            if calls is None:
+                continue
+            if not calls:
+                break
+            _run_calls(run, model.toolbox, ctx, calls)
+        return _complete(run)
+    finally:
+        ctx.vast.deadline = None  # the client outlives the tick
 
 
 def _start(run: _Run) -> ToolContext | TickResult:
@@ -205,9 +242,11 @@ def _start(run: _Run) -> ToolContext | TickResult:
                       clock=app.clock)
     steering.expire(log, s, tick)
     orphans = s.policy.destroy_orphans and steering.paused(log) is None  # a pause stops every side effect
+    ctx.vast.deadline = run.t0 + s.schedule.tick_timeout  # no back-off or log poll waits past the tick's end
     try:
         _, ctx.instances = reconcile(log, ctx.vast, policy, destroy_orphans=orphans, settings=s)
     except VastError as e:
+        ctx.vast.deadline = None
         return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
     obs = observe(app, ctx, tick)
     log.append("tick.started", {"observation": obs}, "scheduler", tick)
@@ -283,6 +322,7 @@ def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCa
     """Each call through the tool pipeline, in order; past the per-response limit, refused unrun.
     What the read-only and refused calls log commits with the next commit (an action's intent) or
     at the end, in one transaction (``EventLog.holding``)."""
+    ctx.wanted_offers = {o for o in (_rent_offer(c) for c in calls[:MAX_CALLS_PER_STEP]) if o is not None}
     with run.app.log.holding():
         for n, call in enumerate(calls):
             if n >= MAX_CALLS_PER_STEP:
@@ -292,6 +332,17 @@ def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCa
             run.blocks += int(blocked)
             if outcome.effect:
                 run.actions.append(f"{outcome.effect['type']} {outcome.effect.get('instance_id')}")
+
+
+def _rent_offer(call: ToolCall) -> int | None:
+    """The offer a rent call names, when it names one readably (the pipeline validates it properly)."""
+    if call["name"] != "rent_instance":
+        return None
+    try:
+        offer = json.loads(call["arguments"] or "{}").get("offer_id")
+    except (ValueError, AttributeError):
+        return None
+    return offer if isinstance(offer, int) and not isinstance(offer, bool) else None
 
 
 def _complete(run: _Run) -> TickResult:

@@ -26,7 +26,7 @@ from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
 from agent.clients.demand import DemandClient
-from agent.clients.vast import Instance, VastClient
+from agent.clients.vast import Instance, Offer, VastClient
 from agent.config import Settings
 from agent.errors import FleetAgentError
 from agent.policy import Block, Policy
@@ -77,6 +77,11 @@ class ToolContext:
     operator: str | None = None
     # The settings as configured; ``settings`` holds them with the operator's overrides applied.
     configured: Settings | None = None
+    # Offers this tick's searches returned, by id (priced with the fleet's disk): a rent takes its offer
+    # from here instead of searching again, as vast.ai rate-limits each endpoint.
+    offers: dict[int, Offer] = field(default_factory=dict)
+    # Offer ids the current model step asks to rent: one search re-checks every one not seen yet.
+    wanted_offers: set[int] = field(default_factory=set)
 
     def owned_ids(self) -> set[int]:
         return set(self.log.store.owned_instance_ids())

@@ -155,15 +155,26 @@ def plant_ours(app: App, sim: Simulator, offer_id: int, key: str = "feedc0ffee01
 
 
 def within_policy(settings: Settings, offer: dict[str, Any]) -> bool:
-    """Whether a simulator offer passes the rent policy's per-offer rules (GPU, price, reliability)."""
+    """Whether a simulator offer passes the rent policy's per-offer rules (GPU, price with the fleet's disk,
+    reliability) and takes the fleet's disk."""
     from agent.policy import norm_gpu
 
     p = settings.policy
     return (norm_gpu(offer["gpu_name"]) in {norm_gpu(g) for g in p.allowed_gpus}
-            and offer["dph_total"] <= p.max_dph_per_instance and offer["reliability"] >= p.min_reliability)
+            and priced(settings, offer) <= p.max_dph_per_instance and offer["reliability"] >= p.min_reliability
+            and offer["disk_space"] >= settings.fleet.disk_gb)
+
+
+def priced(settings: Settings, offer: dict[str, Any]) -> float:
+    """The offer's $/h as a search for the fleet's disk shows it (vast.ai adds the storage rented)."""
+    from agent.sim.market import with_storage
+
+    return with_storage(offer["dph_base"], settings.fleet.disk_gb)
 
 
 def good_offer(sim: Simulator, settings: Settings) -> dict[str, Any]:
-    """The cheapest unrented offer within policy on a host that behaves (it reaches running)."""
+    """The cheapest unrented offer within policy on a host that behaves (it reaches running), with disk
+    enough for the fleet's template."""
     return next(o for o in sorted(sim.offers.values(), key=lambda o: (o["dph_total"], o["id"]))
-                if within_policy(settings, o) and not o["rented"] and o["host_id"] not in sim.bad_hosts)
+                if within_policy(settings, o) and not o["rented"] and o["host_id"] not in sim.bad_hosts
+                and o["disk_space"] >= settings.fleet.disk_gb)

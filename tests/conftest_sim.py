@@ -5,7 +5,8 @@ Registered from tests/conftest.py with `pytest_plugins = ["tests.conftest_sim"]`
     sim_clock   a ManualClock: time moves only when a test advances it
     sim         Simulator(seed=7) on that clock
     sim_server  the simulator served on 127.0.0.1 (a free port), stopped after the test
-    vast        a VastClient against sim_server whose retries never really sleep
+    vast        a VastClient against sim_server whose waits (pacing, retries, log polls) never really
+                sleep: they move a hand-driven clock the simulator's rate limit and log uploads share
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def sim_server(sim: Simulator) -> Iterator[SimServer]:
 
 @pytest.fixture
 def vast(sim_server: SimServer, sim: Simulator) -> Iterator[VastClient]:
-    client = VastClient(sim_server.url, sim.api_key, timeout=5.0, sleep=lambda _s: None)
+    wall = ManualClock(0.0)
+    sim.wall = wall
+    client = VastClient(sim_server.url, sim.api_key, timeout=5.0, sleep=wall.advance, monotonic=wall)
     try:
         yield client
     finally:

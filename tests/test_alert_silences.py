@@ -153,11 +153,11 @@ def test_value_tracking_titles_update_and_show_says_resolved(app, capsys):  # no
     feedback.check_conditions(app.log, s, obs(balance=12.0), 1)
     feedback.check_conditions(app.log, s, obs(balance=9.0), 2)
     a = app.log.store.alert(1)
-    assert a.title == "balance $9.00 is below $25.00" and a.count == 2
+    assert a.title == "credit $9.00 is below $25.00" and a.count == 2
     assert [e.payload["previous"] for e in app.log.read(kinds=["alert.retitled"])] == [
-        "balance $12.00 is below $25.00"]
-    assert next(app.log.read(kinds=["alert.raised"])).payload["title"] == "balance $12.00 is below $25.00"
-    assert feedback.alert_lines(app.log) == ["#1 warning: balance $9.00 is below $25.00 (x2)"]
+        "credit $12.00 is below $25.00"]
+    assert next(app.log.read(kinds=["alert.raised"])).payload["title"] == "credit $12.00 is below $25.00"
+    assert feedback.alert_lines(app.log) == ["#1 warning: credit $9.00 is below $25.00 (x2)"]
     feedback.ack(app.log, 1, "bob", "topping up")
     assert feedback.ack(app.log, 1, "eve", None) is None
     feedback.check_conditions(app.log, s, obs(balance=80.0), 3)

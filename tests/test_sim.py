@@ -17,6 +17,15 @@ import pytest
 
 from agent.clients.demand import Demand, DemandClient, DemandError
 from agent.sim import BEHAVIOURS, GPU_MODELS, OCI_MSG, ManualClock, SimServer, Simulator
+from agent.sim.market import with_storage
+from agent.sim.realism import Realism
+
+
+@pytest.fixture(autouse=True)
+def _no_rate_limit(sim: Simulator) -> None:
+    """These tests send raw requests back to back to check one behaviour each; the rate limit and the
+    log delay, on by default, have their own tests (tests/test_sim_market.py)."""
+    sim.realism.update({"rate_interval": 0, "logs_delay": 0})
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +134,7 @@ def test_a_seed_builds_the_market_it_always_has() -> None:
     updates the digest here (and says so in the changelog)."""
     sim = Simulator(seed=7, clock=ManualClock())
     digest = hashlib.sha256(json.dumps([sim.offers, sim.bad_hosts], sort_keys=True).encode()).hexdigest()
-    assert digest == "5adb594e9c1fe789eca91589b4c1e4e73ccf5b9daf210e793d0a5aeda7228f45"
+    assert digest == "e1435fc444724b3a3e6fdea5f27619b3ff3c29d473a5dd3b2269ffee52766c74"
 
 
 def test_market_has_good_and_bad_offers_for_every_model(sim: Simulator) -> None:
@@ -191,7 +200,7 @@ def test_rent_over_http(http: httpx.Client, sim_server: SimServer, sim: Simulato
     assert ok["success"] is True
     inst = sim.instances[ok["new_contract"]]
     assert (inst["label"], inst["image_uuid"], inst["onstart"], inst["disk_space"]) == ("fa-1", "img", "run", 20.0)
-    assert inst["extra_env"] == [["K", "V"]] and inst["dph_total"] == offer["dph_total"]
+    assert inst["extra_env"] == [["K", "V"]] and inst["dph_total"] == with_storage(offer["dph_base"], 20.0)
     taken = http.put(url, headers=_auth(sim), json=body)
     assert 400 <= taken.status_code < 500 and taken.json()["success"] is False
     missing = http.put(f"{sim_server.url}/api/v0/asks/1/", headers=_auth(sim), json=body)
@@ -337,7 +346,10 @@ def test_demand_endpoint_and_client(http: httpx.Client, sim_server: SimServer, s
 
 
 def test_logs_result_url_flow(http: httpx.Client, sim_server: SimServer, sim: Simulator) -> None:
-    """request_logs gives a result_url on the same server; it is 404 at first, then 200 text, no auth."""
+    """request_logs gives a result_url on the same server; it is 404 until the upload is ready (logs_delay
+    seconds of real time later), then 200 text, no auth."""
+    sim.wall = wall = ManualClock(0.0)
+    sim.realism.update({"logs_delay": 2.5})
     iid = sim.create_instance(sim.find_offer()["id"])
     sim.advance(3600)
     resp = http.put(f"{sim_server.url}/api/v0/instances/request_logs/{iid}/", headers=_auth(sim),
@@ -350,7 +362,8 @@ def test_logs_result_url_flow(http: httpx.Client, sim_server: SimServer, sim: Si
         codes.append(r.status_code)
         if r.status_code == 200:
             break
-    assert codes[0] == 404 and codes[-1] == 200
+        wall.advance(1.0)
+    assert codes == [404, 404, 404, 200]
     assert len(r.text.splitlines()) == 3 and "prover: job" in r.text
     assert r.headers["content-type"].startswith("text/plain")
 
@@ -385,7 +398,7 @@ def test_faults_via_admin_endpoint(http: httpx.Client, sim_server: SimServer, si
 def test_fault_rates_are_seeded() -> None:
     """The same seed and fault rate fail the same requests."""
     def pattern(seed: int) -> list[int]:
-        sim = Simulator(seed=seed, clock=ManualClock())
+        sim = Simulator(seed=seed, clock=ManualClock(), realism=Realism(rate_interval=0))
         sim.faults.rate_500 = 0.3
         hdr = {"authorization": f"Bearer {sim.api_key}"}
         return [sim.handle("GET", "/api/v0/users/current", hdr, b"", "http://x").status for _ in range(40)]

@@ -174,6 +174,7 @@ def test_killed_after_vast_created_the_instance_but_before_the_result(tmp_path, 
     the rent PUT appears exactly once, and the log verifies and rebuilds to the same read models."""
     app_settings = settings_for(tmp_path, sim_server.url)
     offer = good_offer(sim, app_settings)
+    sim.realism.update({"listing_lag": 0})  # listed at once; a late listing leaves the rent pending (test_uncertain)
     sim.faults.update({"ambiguous_rent": 1.0, "ambiguous_rent_mode": "hang", "hang_seconds": WAIT_S,
                        "paths": ["/api/v0/asks/"]})
     _kill_tick_mid_rent(tmp_path, sim, sim_server, fake_model, offer["id"], lambda: bool(sim.instances))
@@ -205,6 +206,7 @@ def test_ambiguous_rent_answer_is_resolved_in_the_tick_without_resending(sim, ma
     for our label in one listing, records the instance as ours, and never re-sends the rent."""
     app = make_app(vast={"timeout": 0.5})
     offer = good_offer(sim, app.settings)
+    sim.realism.update({"listing_lag": 0})  # listed at once; a late listing leaves the rent pending (test_uncertain)
     sim.faults.update({"ambiguous_rent": 1.0, "ambiguous_rent_mode": mode, "hang_seconds": 5.0,
                        "paths": ["/api/v0/asks/"]})
     fake_model.enqueue(reply("renting", tool_calls=[("rent_instance", {"offer_id": offer["id"],

@@ -10,7 +10,15 @@ import pytest
 
 from agent.policy import norm_gpu
 from agent.tick import MAX_CALLS_PER_STEP, run_tick
-from tests.conftest import events_of, mutating_requests, plant_ours, rent_puts, tool_messages, within_policy
+from tests.conftest import (
+    events_of,
+    mutating_requests,
+    plant_ours,
+    priced,
+    rent_puts,
+    tool_messages,
+    within_policy,
+)
 from tests.fakes.openai_server import reply
 
 
@@ -39,9 +47,9 @@ def test_asking_for_fifty_instances_rents_only_what_the_caps_allow(sim, make_app
                    key=lambda o: (o["dph_total"], o["id"]))
     allowed, spend = 0, 0.0
     for o in valid:
-        if allowed + 1 > p.max_instances or spend + o["dph_total"] > p.max_total_dph:
+        if allowed + 1 > p.max_instances or spend + priced(app.settings, o) > p.max_total_dph:
             break
-        allowed, spend = allowed + 1, spend + o["dph_total"]
+        allowed, spend = allowed + 1, spend + priced(app.settings, o)
     assert 0 < allowed < len(valid)
     calls = [_rent(valid[i % len(valid)]["id"]) for i in range(50)]
     chunks = [calls[i:i + MAX_CALLS_PER_STEP] for i in range(0, 50, MAX_CALLS_PER_STEP)]
@@ -163,12 +171,12 @@ def test_an_action_goes_check_intent_call_result_under_the_key_of_its_intent(sim
     assert len(key) == 12 and int(key, 16) >= 0
     assert destroy_called.payload["idempotency_key"] not in (None, key)
     lookups = [q for q in sim.requests if q["method"] == "POST" and q["path"].startswith("/api/v0/bundles/")
-               and (q["body"] or {}).get("id") == {"eq": str(fine["id"])}]
+               and (q["body"] or {}).get("id") == {"in": [str(fine["id"])]}]
     assert len(lookups) == 1
     (put,) = rent_puts(sim, fine["id"])
     assert put["body"]["label"] == base + key
     effect = rent_result.payload["effect"]
     assert (effect["idem_key"], effect["label"], effect["offer_id"]) == (key, base + key, fine["id"])
-    assert (effect["gpu_name"], effect["dph"]) == (fine["gpu_name"], pytest.approx(fine["dph_total"]))
+    assert (effect["gpu_name"], effect["dph"]) == (fine["gpu_name"], pytest.approx(priced(app.settings, fine)))
     assert destroy_result.payload["effect"] == {"type": "destroyed", "instance_id": mine}
     assert mine not in sim.instances

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from agent.clients.vast import VastClient
-from agent.sim import Simulator
+from agent.sim import ManualClock, Simulator
 from agent.tick import run_tick
 from tests.conftest import events_of, good_offer, rent_puts, tool_messages, within_policy
 from tests.fakes.openai_server import FakeOpenAI, reply
@@ -70,6 +70,7 @@ def test_lost_answer_and_failing_lookup_leave_the_rent_pending_and_counted(sim, 
     assert [e.payload["rule"] for e in events_of(app, "policy.blocked", 1)] == ["max_instances"]
 
     fake_model.enqueue(reply("ok"))
+    sim.advance(sim.realism.listing_lag)  # vast.ai lists the new instance
     assert run_tick(app).ok
     iid = next(iter(sim.instances))
     assert [e.payload["instance_id"] for e in events_of(app, "instance.adopted")] == [iid]
@@ -93,6 +94,7 @@ def test_late_rent_stays_pending_and_counted_until_it_appears(sim, make_app, fak
     _wait_for(lambda: sim.offers[a["id"]]["rented"], "the late rent lands")
     assert len(sim.instances) == 1
     fake_model.enqueue(reply("ok"))
+    sim.advance(sim.realism.listing_lag)  # vast.ai lists the new instance
     assert run_tick(app).ok
     assert [e.payload["instance_id"] for e in events_of(app, "instance.adopted")] == list(sim.instances)
 
@@ -124,6 +126,7 @@ def _own_one(sim: Simulator, app: Any, fake_model: FakeOpenAI) -> int:
     fake_model.enqueue(reply("rent", tool_calls=[_rent(offer["id"])]), reply("done"))
     assert run_tick(app).ok
     (iid,) = app.log.store.owned_instance_ids()
+    sim.advance(sim.realism.listing_lag)  # listed from now on
     return iid
 
 
@@ -253,15 +256,17 @@ class _RefusedOnce(httpx.BaseTransport):
 
 def test_a_side_effect_is_sent_again_only_when_the_connection_was_refused(sim, sim_server):
     """A reboot whose first connection is refused (nothing reached vast.ai) is sent again and lands
-    once; a destroy sent for an instance already gone answers 404, which counts as done."""
+    once; a destroy sent for an instance already gone answers no_such_instance, which counts as done."""
     offer = good_offer_any(sim)
     iid = sim.create_instance(offer["id"], label="x")
     transport = _RefusedOnce()
-    with VastClient(sim_server.url, sim.api_key, transport=transport, sleep=lambda s: None) as vast:
+    wall = ManualClock(0.0)
+    sim.wall = wall  # the client's waits move the clock the simulator's rate limit runs on
+    with VastClient(sim_server.url, sim.api_key, transport=transport, sleep=wall.advance, monotonic=wall) as vast:
         vast.reboot(iid)
         assert transport.refused == 1 and len(_requests(sim, "PUT", "/reboot/")) == 1
         assert vast.destroy(iid) is True
-        assert vast.destroy(iid) is True  # already gone: 404 is done
+        assert vast.destroy(iid) is True  # already gone: no_such_instance is done
     assert len(_requests(sim, "DELETE", "/instances/")) == 2 and iid not in sim.instances
 
 

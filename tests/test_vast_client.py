@@ -47,13 +47,23 @@ CLI_SIMPLE = {  # operation -> (method, path with {id}, body)
 
 
 class Sleeps:
-    """A sleep that records what it was asked to wait, and returns at once."""
+    """A sleep that records what it was asked to wait, and returns at once, moving ``wall`` instead."""
 
-    def __init__(self) -> None:
+    def __init__(self, wall: ManualClock | None = None) -> None:
         self.waits: list[float] = []
+        self.wall = wall or ManualClock(0.0)
 
     def __call__(self, seconds: float) -> None:
         self.waits.append(seconds)
+        self.wall.advance(seconds)
+
+
+@pytest.fixture(autouse=True)
+def _instant_listing(sim: Simulator) -> None:
+    """These tests pin the client's requests and retries one by one, so new instances are listed at once
+    and the rate limit is off; the listing lag, the rate limit and the client's pacing have their own
+    tests (tests/test_vast_market.py)."""
+    sim.realism.update({"listing_lag": 0, "rate_interval": 0})
 
 
 def _api_requests(sim: Simulator, path_prefix: str = "/api/") -> list[dict]:
@@ -61,9 +71,13 @@ def _api_requests(sim: Simulator, path_prefix: str = "/api/") -> list[dict]:
 
 
 def _client(server: SimServer, sim: Simulator, **kw) -> tuple[VastClient, Sleeps]:
+    """A client whose waits move the clock the simulator's rate limit and log uploads run on; it does
+    not pace itself (unless ``min_interval`` says so), so the waits it records are its retries' alone."""
     sleeps = Sleeps()
+    sim.wall = sleeps.wall
     kw.setdefault("timeout", 5.0)
-    return VastClient(server.url, sim.api_key, sleep=sleeps, rng=lambda: 0.5, **kw), sleeps
+    kw.setdefault("min_interval", 0.0)
+    return VastClient(server.url, sim.api_key, sleep=sleeps, rng=lambda: 0.5, monotonic=sleeps.wall, **kw), sleeps
 
 
 # --- same requests as the official CLI -------------------------------------------------------
@@ -197,12 +211,13 @@ def test_bid_rent_sets_price(vast: VastClient, sim: Simulator) -> None:
 
 
 def test_destroy_is_idempotent(vast: VastClient, sim: Simulator) -> None:
-    """Destroying twice succeeds twice; the second is a 404 that counts as already gone."""
+    """Destroying twice succeeds twice; the second answers no_such_instance (a 400, as vast.ai answers for
+    an instance already destroyed), which counts as already gone whatever its status code."""
     iid = sim.create_instance(sim.find_offer()["id"])
     assert vast.destroy(iid) is True
     assert vast.destroy(iid) is True
     assert iid not in sim.instances
-    assert [r["status"] for r in sim.requests if r["method"] == "DELETE"] == [200, 404]
+    assert [r["status"] for r in sim.requests if r["method"] == "DELETE"] == [200, 400]
 
 
 def test_start_stop_label_reboot(vast: VastClient, sim: Simulator, sim_clock: ManualClock) -> None:
@@ -218,7 +233,7 @@ def test_start_stop_label_reboot(vast: VastClient, sim: Simulator, sim_clock: Ma
     sim.advance(100)
     vast.reboot(iid)
     inst = vast.get_instance(iid)
-    assert (inst.label, inst.actual_status, inst.status_msg) == ("fa-renamed", "loading", "rebooting")
+    assert (inst.label, inst.actual_status, inst.status_msg) == ("fa-renamed", "rebooting", "rebooting")
     with pytest.raises(VastError) as e:
         vast.stop(999)
     assert e.value.status == 404 and "not found" in str(e.value)
@@ -244,9 +259,10 @@ def test_logs_give_up_after_max_polls(vast: VastClient, sim: Simulator) -> None:
 
 
 def test_current_user(vast: VastClient, sim: Simulator) -> None:
-    """current_user returns id, balance, credit and email, and nothing else."""
+    """current_user returns id, balance, credit and email, and nothing else; before anything is billed
+    the credit is the whole 500 and the invoice balance nothing."""
     user = vast.current_user()
-    assert user == User(id=user.id, balance=500.0, credit=500.0, email="fleet@sim.invalid")
+    assert user == User(id=user.id, balance=0.0, credit=500.0, email="fleet@sim.invalid")
     assert not hasattr(user, "api_key")
 
 
@@ -254,13 +270,15 @@ def test_current_user(vast: VastClient, sim: Simulator) -> None:
 
 
 def test_plain_text_429_storm_is_bounded_with_growing_backoff(sim_server: SimServer, sim: Simulator) -> None:
-    """Plain-text 429s without Retry-After: 3 attempts, waits 0.15 then 0.225 (jitter centred), then an error."""
+    """Plain-text 429s without Retry-After (vast.ai's rate limit, an interval of about a second): 3 attempts,
+    waits of seconds, 1.0 then 1.5 (jitter centred), not the 0.15 s blinks that land inside the interval,
+    then an error."""
     sim.faults.rate_429_text = 1.0
     client, sleeps = _client(sim_server, sim)
     with pytest.raises(VastError) as e:
         client.list_instances()
     assert e.value.status == 429 and e.value.retryable and "too frequent" in str(e.value)
-    assert sleeps.waits == pytest.approx([0.15, 0.225])
+    assert sleeps.waits == pytest.approx([1.0, 1.5])
     assert len(_api_requests(sim)) == 3
 
 
@@ -306,7 +324,7 @@ def test_5xx_is_recovered(sim_server: SimServer, sim: Simulator) -> None:
     """Two 503s then success: the call succeeds on the third attempt."""
     sim.faults.update({"rate_503": 1.0, "limit": 2})
     client, sleeps = _client(sim_server, sim)
-    assert client.current_user().balance == 500.0
+    assert client.current_user().credit == 500.0
     assert len(sleeps.waits) == 2 and [r["status"] for r in _api_requests(sim)] == [503, 503, 200]
 
 
@@ -335,7 +353,7 @@ def test_connection_errors_are_bounded() -> None:
     sim = Simulator(seed=1, clock=ManualClock())
     with SimServer(sim) as server:
         url = server.url
-    client = VastClient(url, SECRET, sleep=sleeps, max_attempts=4)
+    client = VastClient(url, SECRET, sleep=sleeps, max_attempts=4, min_interval=0)
     with pytest.raises(VastError) as e:
         client.current_user()
     assert e.value.code == "connection_error" and len(sleeps.waits) == 3
@@ -368,9 +386,10 @@ def test_rent_never_retries_a_503(sim_server: SimServer, sim: Simulator) -> None
 def test_retries_are_logged_without_secrets(sim_clock: ManualClock) -> None:
     """Each retry logs method, path, status and attempt; never the key or a query string."""
     sim = Simulator(seed=3, clock=sim_clock, api_key=SECRET)
+    sim.realism.update({"rate_interval": 0})  # the injected 429s only
     sim.faults.update({"rate_429_text": 1.0, "limit": 2})
     with SimServer(sim) as server, structlog.testing.capture_logs() as logs:
-        client = VastClient(server.url, SECRET, sleep=Sleeps())
+        client = VastClient(server.url, SECRET, sleep=Sleeps(), min_interval=0)
         client.list_instances()
     retries = [e for e in logs if e["event"] == "vast.retry"]
     assert [(e["method"], e["path"], e["status"], e["attempt"]) for e in retries] == [

@@ -69,6 +69,11 @@ def test_official_cli_round_trip(tmp_path: Path) -> None:
     """show instances/user, search with filters, create, show, logs, label, reboot, destroy: all read back right."""
     clock = ManualClock()
     sim = Simulator(seed=7, clock=clock, api_key="cli-test-key")
+    # These commands run side by side (their first-run calls too), and the official CLI does not pace
+    # itself: its 429 retries wait 0.15 s and 0.225 s, inside vast.ai's interval. This test pins the
+    # request shapes, so the per-endpoint limit is off here, and the listing lag too (it reads back what it
+    # created at once); the sequential test below runs the CLI against the defaults.
+    sim.realism.update({"rate_interval": 0, "listing_lag": 0})
     with SimServer(sim) as server:
         cli = Cli(server.url, sim.api_key, tmp_path)
 
@@ -85,7 +90,7 @@ def test_official_cli_round_trip(tmp_path: Path) -> None:
         assert all(o["reliability"] > 0.9 for o in offers)
         assert [o["dph_total"] for o in offers] == sorted(o["dph_total"] for o in offers)
         me = _json(user)
-        assert me["balance"] == 500.0 and me["email"] == "fleet@sim.invalid" and "api_key" not in me
+        assert me["credit"] == 500.0 and me["email"] == "fleet@sim.invalid" and "api_key" not in me
         ids = [_json(p)["new_contract"] for p in created]
         assert all(_json(p)["success"] is True for p in created) and len(set(ids)) == 2
         a, b = sorted(ids, key=lambda i: sim.instances[i]["label"])
@@ -119,5 +124,24 @@ def test_official_cli_round_trip(tmp_path: Path) -> None:
 
         missing, again = cli.many(("show", "instance", str(a)), ("destroy", "instance", str(a), "-y"))
         assert f"Instance {a} not found" in missing.stderr
-        assert "Failed with error 404" in again.stderr
+        assert f"Failed with error 400: Instance {a} has been destroyed." in again.stderr  # vast.ai's answer
         assert "cli-test-key" not in json.dumps(sim.requests)
+
+
+@pytest.mark.slow
+def test_official_cli_one_command_at_a_time_against_the_defaults(tmp_path: Path) -> None:
+    """One command at a time, as people run it, the official CLI works against the simulator with vast.ai's
+    defaults on (rate limits, listing lag): it lists, searches and creates, and a new instance shows up
+    once the listing lag has passed."""
+    clock = ManualClock()
+    sim = Simulator(seed=7, clock=clock, api_key="cli-test-key")
+    with SimServer(sim) as server:
+        cli = Cli(server.url, sim.api_key, tmp_path)
+        assert _json(cli.run("show", "instances", "--raw")) == []
+        offers = _json(cli.run("search", "offers", "gpu_name=RTX_4090 num_gpus=1", "--raw"))
+        made = _json(cli.run("create", "instance", str(offers[0]["id"]), "--image", "img:1", "--disk", "5",
+                             "--raw"))
+        assert made["success"] is True
+        assert _json(cli.run("show", "instances", "--raw")) == []  # not listed yet
+        sim.advance(sim.realism.listing_lag)
+        assert [i["id"] for i in _json(cli.run("show", "instances", "--raw"))] == [made["new_contract"]]

@@ -135,3 +135,20 @@ def span(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration; use a number and a unit, e.g. 90s, 10m, "
                                          "2h, 3d or 1w")
     return float(int(m.group(1)) * _UNITS[m.group(2)])
+def non_negative(v: str) -> float:
+    """A finite number >= 0 (seconds; 0 turns a delay off)."""
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+    if not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"{v!r}: use a finite number of 0 or more")
+    return x
+
+
+def fraction(v: str) -> float:
+    """A probability, 0 to 1."""
+    x = non_negative(v)
+    if x > 1:
+        raise argparse.ArgumentTypeError(f"{v!r}: use a probability between 0 and 1")
+    return x

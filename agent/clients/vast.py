@@ -4,6 +4,12 @@
                     logs, current user; reads get bounded, jittered retries on 429/502/503/504
                     and transport errors; a call that changes the fleet is sent once, and again
                     only when the connection was refused before anything was sent
+
+vast.ai limits each endpoint per key as a minimum interval between requests and sends no
+Retry-After. The client paces itself: two requests to one endpoint (method and path, ids
+counted as one) start at least ``min_interval`` seconds apart, whatever thread sends them. A
+429 is backed off for seconds (1 s, growing x1.5, jittered), never past ``deadline`` (the
+tick's end): a wait that would pass it is not taken and the call fails instead.
     Instance, Offer, User, RentOutcome   typed, frozen results
     VastError       the one exception; its text never carries the API key
 
@@ -15,6 +21,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,7 +40,12 @@ log = structlog.get_logger(__name__)
 RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
 MAX_RETRY_AFTER_S = 60.0
 FIRST_BACKOFF_S = 0.15
+FIRST_429_BACKOFF_S = 1.0   # vast.ai's limits are intervals of about a second: wait seconds, not 0.15 s
 BACKOFF_FACTOR = 1.5
+DEFAULT_MIN_INTERVAL_S = 0.6  # vast.ai's 429s say "threshold=2.0 (requests/s)"; a margin over 0.5 s
+LOG_POLLS = 30                # as the official client polls a log upload: 30 times, 0.3 s apart
+LOG_POLL_INTERVAL_S = 0.3
+_ID_SEGMENT = re.compile(r"/\d+(?=/|$)")
 PAGE_LIMIT = 25
 MAX_PAGES = 400  # 10,000 instances: a guard against a server that never stops paging
 DEFAULT_FILTERS: dict[str, dict[str, bool]] = {
@@ -190,10 +203,19 @@ class Offer:
 
 @dataclass(frozen=True)
 class User:
+    """The account. ``credit`` is what it can spend (the prepaid credit left; the official CLI shows it
+    as dollars and vast.ai stops instances when it runs out); ``balance`` is the invoice balance, the
+    charges not yet settled, which is not money to spend."""
+
     id: int | None
     balance: float | None
     credit: float | None
     email: str | None
+
+
+def spendable(user: User) -> float | None:
+    """What the account can spend: its credit (the balance only when vast.ai sends no credit)."""
+    return user.credit if user.credit is not None else user.balance
 
 
 @dataclass(frozen=True)
@@ -238,9 +260,17 @@ class VastClient:
         sleep: Callable[[float], None] = time.sleep,
         rng: Callable[[], float] = random.random,
         transport: httpx.BaseTransport | None = None,
+        min_interval: float = DEFAULT_MIN_INTERVAL_S,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
+        self.min_interval = max(0.0, float(min_interval))
+        # monotonic time after which no wait is started (the tick's deadline); None = no limit
+        self.deadline: float | None = None
+        self._next_at: dict[str, float] = {}
+        self._monotonic = monotonic  # pacing, back-off and the deadline run on this clock (and ``sleep``)
+        self._pace_lock = threading.Lock()
         self.base_url = base_url.rstrip("/")
         self.__key = api_key
         self.timeout = timeout
@@ -277,6 +307,22 @@ class VastClient:
     def _backoff(self, delay: float) -> float:
         return delay * (0.75 + 0.5 * self._rng())
 
+    def _pace(self, method: str, api_path: str) -> None:
+        """Wait until this endpoint's last request is ``min_interval`` old (real time; the slot is
+        reserved under a lock, so threads sharing the client queue up instead of colliding)."""
+        if self.min_interval <= 0:
+            return
+        ep = f"{method} {_ID_SEGMENT.sub('/*', api_path)}"
+        with self._pace_lock:
+            now = self._monotonic()
+            start = max(now, self._next_at.get(ep, 0.0))
+            self._next_at[ep] = start + self.min_interval
+        if start > now:
+            self._sleep(start - now)
+
+    def _within_deadline(self, wait: float) -> bool:
+        return self.deadline is None or self._monotonic() + wait < self.deadline
+
     def _retry_wait(self, resp: httpx.Response, delay: float) -> float | None:
         """Seconds to wait before retrying resp, or None when it must not be retried."""
         if resp.status_code == 429 and _error_code(resp) == "search_quota_exceeded":
@@ -288,6 +334,8 @@ class VastClient:
             except ValueError:
                 return self._backoff(delay)
             return wait if 0 <= wait <= MAX_RETRY_AFTER_S else None
+        if resp.status_code == 429:  # no Retry-After (vast.ai sends none): seconds, not a blink
+            return self._backoff(max(delay / FIRST_BACKOFF_S * FIRST_429_BACKOFF_S, self.min_interval))
         return self._backoff(delay)
 
     def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
@@ -307,6 +355,7 @@ class VastClient:
         attempts = self.max_attempts
         delay = FIRST_BACKOFF_S
         for attempt in range(1, attempts + 1):
+            self._pace(method, api_path)
             try:
                 resp = self._http.request(method, url, headers=headers, content=content,
                                           timeout=timeout if timeout is not None else self.timeout)
@@ -325,7 +374,7 @@ class VastClient:
                 continue
             if retry and resp.status_code in RETRYABLE_STATUS and attempt < attempts:
                 retry_wait = self._retry_wait(resp, delay)
-                if retry_wait is not None:
+                if retry_wait is not None and self._within_deadline(retry_wait):
                     log.warning("vast.retry", method=method, path=api_path, status=resp.status_code,
                                 attempt=attempt, wait_s=round(retry_wait, 3))
                     self._sleep(retry_wait)
@@ -394,8 +443,12 @@ class VastClient:
 
     def search_offers(self, query: Mapping[str, Any], *, limit: int | None = None,
                       order: list[tuple[str, str]] | list[list[str]] | None = None,
-                      type: str = "on-demand") -> list[Offer]:  # noqa: A002 - vast's field name
-        """Search the market. `query` maps field -> {op: value} (or a bare value for eq)."""
+                      type: str = "on-demand",  # noqa: A002 - vast's field name
+                      allocated_storage: float = 5.0) -> list[Offer]:
+        """Search the market. `query` maps field -> {op: value} (or a bare value for eq).
+
+        ``allocated_storage`` (GB; the CLI's default is 5) is the disk the rent will ask for: vast.ai
+        prices each offer's ``dph_total`` with it and shows only offers with that much disk."""
         body: dict[str, Any] = {k: dict(v) for k, v in DEFAULT_FILTERS.items() if k not in query}
         for key, cond in query.items():
             if key in ("order", "type", "limit", "allocated_storage"):
@@ -410,20 +463,24 @@ class VastClient:
         body["type"] = "bid" if type == "interruptible" else type
         if limit is not None:
             body["limit"] = int(limit)
-        body["allocated_storage"] = 5.0
+        body["allocated_storage"] = float(allocated_storage)
         data = self._call("POST", "/bundles/", "search offers", body=body)
         return [Offer.from_api(r) for r in data.get("offers") or [] if isinstance(r, dict)]
 
     # -- money-moving -----------------------------------------------------------------------
 
     def rent(self, offer_id: int, *, image: str, disk: float, label: str, onstart: str | None,
-             env: Mapping[str, str], price: float | None = None, runtype: str = "ssh") -> RentOutcome:
-        """Rent an offer. Never retried: a timeout, connection error or 5xx is "unknown"."""
+             env: Mapping[str, str], price: float | None = None, runtype: str = "ssh",
+             cancel_unavail: bool = False) -> RentOutcome:
+        """Rent an offer. Never retried: a timeout, connection error or 5xx is "unknown".
+
+        ``cancel_unavail=True``: when the machine cannot schedule the instance vast.ai refuses the
+        rent; with False (the CLI's default) it creates a *stopped* instance that bills storage."""
         body = {
             "client_id": "me", "image": image, "env": dict(env), "price": price, "disk": float(disk),
             "label": label, "extra": None, "onstart": onstart, "image_login": None,
             "python_utf8": False, "lang_utf8": False, "use_jupyter_lab": False, "jupyter_dir": None,
-            "force": False, "cancel_unavail": False, "template_hash_id": None, "user": None,
+            "force": False, "cancel_unavail": bool(cancel_unavail), "template_hash_id": None, "user": None,
             "runtype": runtype,
         }
         try:
@@ -459,11 +516,13 @@ class VastClient:
         """Destroy an instance, sending the request once. Already gone (404) counts as success.
         A 5xx or a lost answer raises a VastError marked ``uncertain``: settle it by looking."""
         resp = self._send("DELETE", f"/instances/{int(instance_id)}/", body={}, retry=False)
-        if resp.status_code == 404:
+        if resp.status_code == 404 or (400 <= resp.status_code < 500 and _gone(resp)):
             return True
         if resp.status_code >= 400:
             raise self._write_error(resp, f"destroy instance {instance_id}")
         data = _json_or_empty(resp)
+        if data.get("success") is False and _gone(resp):
+            return True
         if data.get("success") is False:
             raise VastError(message=self._scrub(f"destroy instance {instance_id}: {data.get('msg') or 'refused'}"),
                             status=resp.status_code, code=_str(data.get("error")))
@@ -499,8 +558,10 @@ class VastClient:
 
     # -- logs and account -------------------------------------------------------------------
 
-    def logs(self, instance_id: int, tail: int = 100, *, max_polls: int = 20, poll_interval: float = 0.5) -> str:
-        """The instance's last `tail` log lines: request them, then poll result_url (no auth)."""
+    def logs(self, instance_id: int, tail: int = 100, *, max_polls: int = LOG_POLLS,
+             poll_interval: float = LOG_POLL_INTERVAL_S) -> str:
+        """The instance's last `tail` log lines: request them, then poll result_url (no auth) as the
+        official client does, up to ``max_polls`` times ``poll_interval`` apart, never past ``deadline``."""
         what = f"logs of instance {instance_id}"
         data = self._call("PUT", f"/instances/request_logs/{int(instance_id)}/", what, body={"tail": str(tail)})
         url = data.get("result_url")
@@ -508,6 +569,9 @@ class VastClient:
             raise VastError(message=self._scrub(f"{what}: no result_url ({data.get('msg') or 'no message'})"),
                             code="no_result_url")
         for _ in range(max_polls):
+            if not self._within_deadline(poll_interval):
+                raise VastError(message=f"{what}: not ready before the tick's deadline", code="logs_timeout",
+                                retryable=True)
             self._sleep(poll_interval)
             try:
                 resp = self._http.get(str(url))  # a pre-signed URL: no auth, like the CLI
@@ -530,6 +594,11 @@ def _json_or_empty(resp: httpx.Response) -> dict[str, Any]:
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _gone(resp: httpx.Response) -> bool:
+    """The answer says the instance does not exist (already destroyed), whatever its status code."""
+    return _error_code(resp) == "no_such_instance"
 
 
 def _error_code(resp: httpx.Response) -> str | None:

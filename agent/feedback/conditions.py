@@ -1,7 +1,10 @@
 """Alerts raised by code from each tick's observation. Keys:
 
-    stuck:<instance id>     one of ours not running for longer than alerts.stuck_after
-    dead:<instance id>      one of ours exited / offline / unknown, or its container failed to start
+    stuck:<instance id>     one of ours in a status other than running for longer than alerts.stuck_after
+                            since that status was first observed (a reboot restarts the clock)
+    dead:<instance id>      one of ours exited / offline / unknown, stopped without our asking (fleet-agent
+                            never stops an instance: vast.ai could not schedule it, or it was outbid), or
+                            its container failed to start
     balance:low             balance under alerts.low_balance
     ticks:failing           alerts.failed_ticks ticks failed in a row
     policy:blocks           alerts.policy_blocks tool calls blocked by policy in one tick
@@ -30,7 +33,9 @@ KEY_BALANCE = "balance:low"
 KEY_TICKS = "ticks:failing"
 KEY_POLICY = "policy:blocks"
 KEY_MODEL = "model:unreachable"
-DEAD_STATUSES = ("exited", "offline", "unknown")
+DEAD_STATUSES = ("exited", "offline", "unknown", "stopped")
+UNASKED = {"stopped": "stopped without our asking (fleet-agent never stops an instance); destroy it, it still "
+                      "bills storage", "exited": "exited (its container died)"}
 OCI_FAILURE = "OCI runtime create failed"
 
 def _is_dead(i: dict[str, Any]) -> bool:
@@ -69,22 +74,24 @@ def check_conditions(log: EventLog, settings: Any, observation: dict[str, Any], 
             if _is_dead(i):
                 key = f"{KEY_DEAD}{iid}"
                 dead.add(key)
-                up(tx, key, "critical", f"instance #{iid} is {i.get('status') or 'failing'}",
+                why = UNASKED.get(str(i.get("status")), str(i.get("status") or "failing"))
+                up(tx, key, "critical", f"instance #{iid} is {why}",
                    f"{where}, costing ${i.get('dph', 0):.2f}/h{msg}")
             elif i.get("status") != "running" and float(i.get("age_s") or 0) > float(a.stuck_after):
                 key = f"{KEY_STUCK}{iid}"
                 stuck.add(key)
                 up(tx, key, "warning",
                    f"instance #{iid} stuck in {i.get('status') or 'provisioning'} for "
-                   f"{_age_text(float(i.get('age_s') or 0))}", f"{where}{msg}")
+                   f"{_age_text(float(i.get('age_s') or 0))}",
+                   f"{where}; counted from when this status was first observed{msg}")
         resolve_absent_in(tx, KEY_STUCK, stuck, "the instance is running or gone", tick)
         resolve_absent_in(tx, KEY_DEAD, dead, "the instance recovered or is gone", tick)
 
-        balance = observation.get("balance")
+        balance = observation.get("balance")  # vast.ai's credit: what the account can spend
         if isinstance(balance, int | float):
             if balance < a.low_balance:
                 up(tx, KEY_BALANCE, "critical" if balance <= 0 else "warning",
-                   f"balance ${balance:,.2f} is below ${a.low_balance:,.2f}",
+                   f"credit ${balance:,.2f} is below ${a.low_balance:,.2f}",
                    f"fleet spends ${observation.get('fleet_dph', 0.0):,.2f}/h")
             else:
                 resolve_absent_in(tx, KEY_BALANCE, set(), f"balance back to ${balance:,.2f}", tick)

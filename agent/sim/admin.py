@@ -6,6 +6,9 @@
     POST /_sim/plant_logs   {"instance_id", "text"}: what the instance's logs will say
     POST /_sim/outbid       {"instance_id"}: a bid instance loses its GPU
     GET/POST /_sim/faults   read or set the fault knobs (agent/sim/faults.py)
+    GET/POST /_sim/realism  read or set rate limits, listing lag, log delay (agent/sim/realism.py)
+    POST /_sim/set_status   {"instance_id", "status", "status_msg"?}: what vast.ai reports for it
+    POST /_sim/demand       {"pending": n}: jobs waiting in the queue now
 """
 
 from __future__ import annotations
@@ -69,6 +72,40 @@ def _admin_set_faults(sim: Simulator, query: dict[str, Any], body: dict[str, Any
         return json_reply(200, asdict(sim.faults))
 
 
+def _admin_set_realism(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
+    with sim._lock:
+        try:
+            sim.realism.update(body)
+        except ValueError as e:
+            raise ApiError(400, "invalid_args", str(e)) from e
+        return json_reply(200, asdict(sim.realism))
+
+
+def _admin_realism(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
+    return json_reply(200, asdict(sim.realism))
+
+
+def _admin_set_status(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
+    try:
+        sim.set_status(as_id(body.get("instance_id")), str(body.get("status")), body.get("status_msg"))
+    except LookupError as e:
+        raise ApiError(404, "no_such_instance", str(e)) from e
+    except ValueError as e:
+        raise ApiError(400, "invalid_args", str(e)) from e
+    return json_reply(200, {"success": True})
+
+
+def _admin_set_demand(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
+    try:
+        pending = float(body["pending"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ApiError(400, "invalid_args", "need pending, a number of jobs") from e
+    with sim._lock:
+        sim.tick()
+        sim.pending = max(0.0, pending)
+    return json_reply(200, sim.demand())
+
+
 def _admin_faults(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
     return json_reply(200, asdict(sim.faults))
 
@@ -81,6 +118,10 @@ ADMIN: dict[tuple[str, str], AdminHandler] = {
     ("POST", "/_sim/outbid"): _admin_outbid,
     ("POST", "/_sim/faults"): _admin_set_faults,
     ("GET", "/_sim/faults"): _admin_faults,
+    ("POST", "/_sim/realism"): _admin_set_realism,
+    ("GET", "/_sim/realism"): _admin_realism,
+    ("POST", "/_sim/set_status"): _admin_set_status,
+    ("POST", "/_sim/demand"): _admin_set_demand,
 }
 
 

@@ -120,6 +120,9 @@ def _route(sim: Simulator, method: str, path: str, query: dict[str, Any], header
         raise ApiError(401, "auth_error", "Invalid user key")
     delay = 0.0
     with sim._lock:
+        limited = sim.limiter.check(sim.api_key, method, path, sim.wall(), sim.realism.rate_interval)
+        if limited is not None:
+            return limited
         plan = faults.scripted(sim.faults, method, path)
         if plan == "fail":
             return faults.lost_answer()
@@ -171,7 +174,7 @@ def _list_v1(sim: Simulator, c: Call) -> Reply:
     limit = max(1, min(limit, 25))
     token = c.query.get("after_token")
     offset = page_offset(str(token)) if token else 0
-    rows = [r for r in (sim._public(i) for i in sim._sorted_instances()) if matches(r, filters)]
+    rows = [r for r in (sim._public(i) for i in sim._listed_instances(c.now)) if matches(r, filters)]
     rows = sort_rows(rows, [(o.get("col", "id"), o.get("dir", "asc")) for o in order_by if isinstance(o, dict)])
     labels: dict[str, int] = {}
     for r in rows:
@@ -186,7 +189,7 @@ def _list_v1(sim: Simulator, c: Call) -> Reply:
 
 
 def _list_v0(sim: Simulator, c: Call) -> Reply:
-    return json_reply(200, {"instances": [sim._public(i) for i in sim._sorted_instances()]})
+    return json_reply(200, {"instances": [sim._public(i) for i in sim._listed_instances(c.now)]})
 
 
 def _filters(sim: Simulator, c: Call) -> Reply:
@@ -194,10 +197,14 @@ def _filters(sim: Simulator, c: Call) -> Reply:
 
 
 def _user(sim: Simulator, c: Call) -> Reply:
-    bal = round(sim.balance, 4)
+    """`credit` is what the account can spend (prepaid credit less charges); `balance` is the
+    invoice balance: the charges of the current day not yet settled against the credit, as a
+    negative number. The two differ whenever anything has been billed today."""
+    credit = round(sim.balance, 4)
     return json_reply(200, {
         "id": 77_000 + sim.seed % 1000, "username": "sim", "email": "fleet@sim.invalid",
-        "fullname": "Simulated Account", "balance": bal, "credit": bal, "can_pay": bal > 0,
+        "fullname": "Simulated Account", "balance": round(-sim.billed_today(c.now), 4), "credit": credit,
+        "can_pay": credit > 0,
         "has_billing": True, "billing_creditonly": True, "email_verified": True,
         "host_agreement_accepted": False, "ssh_key": "ssh-ed25519 AAAAsim", "balance_threshold": 0,
         "balance_threshold_enabled": False, "got_signup_credit": True, "user": "sim",
@@ -229,6 +236,8 @@ def _destroy_many(sim: Simulator, c: Call) -> Reply:
 
 def _show(sim: Simulator, c: Call) -> Reply:
     inst = sim.instances.get(as_id(c.args[0]))
+    if inst is not None and not sim._is_listed(inst, c.now):
+        inst = None
     return json_reply(200, {"instances": sim._public(inst) if inst else None})
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from agent.sim.realism import Realism
 from agent.sim.simulator import Simulator
 
 log = structlog.get_logger("agent.sim")
@@ -106,9 +107,10 @@ class SimServer:
         return f"SimServer(url={self.url!r})"
 
 
-def serve_forever(port: int, seed: int, speed: float, state_file: str | None, api_key: str) -> None:
+def serve_forever(port: int, seed: int, speed: float, state_file: str | None, api_key: str,
+                  realism: Realism | None = None) -> None:
     """Run the simulator until SIGTERM/SIGINT, saving state periodically and on exit."""
-    sim = Simulator(seed=seed, speed=speed, api_key=api_key, state_file=state_file)
+    sim = Simulator(seed=seed, speed=speed, api_key=api_key, state_file=state_file, realism=realism)
     server = SimServer(sim, port=port).start()
     stop = threading.Event()
 

@@ -4,8 +4,9 @@ An instance is a dict shaped like the vast.ai API's, plus private keys (leading 
 API never shows: the offer it came from, its host's behaviour, the next scheduled
 transition, when it started running, its cost and jobs so far. Lifecycle: created ->
 loading -> running, unless the host misbehaves (BEHAVIOURS): oci_fail stays `created` with
-the OCI error, stuck_loading never leaves `loading`, exits and offline end a while after
-running. Timings are drawn from RNGs seeded by (seed, instance id, what), so a seed fixes them.
+the OCI error, stuck_loading never leaves `loading`, exits ends `exited` a while after running,
+and offline loses its heartbeat (`unknown`) and then its host (`offline`). A reboot goes through
+`rebooting`. dph_total includes the storage rented (`disk` GB at the offer's storage price). Timings are drawn from RNGs seeded by (seed, instance id, what), so a seed fixes them.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def new_instance(seed: int, iid: int, offer: dict[str, Any], body: dict[str, Any
         "status_msg": None, "num_gpus": offer["num_gpus"], "gpu_name": offer["gpu_name"],
         "gpu_ram": offer["gpu_ram"], "gpu_totalram": offer["gpu_total_ram"], "gpu_util": None,
         "gpu_temp": None, "dph_base": offer["dph_base"],
-        "dph_total": float(price) if price is not None else offer["dph_total"],
+        "dph_total": float(price) if price is not None else round(offer["dph_base"] + storage_price(disk), 4),
         "is_bid": price is not None, "min_bid": offer["min_bid"],
         "storage_cost": STORAGE_PER_GB_MONTH, "start_date": float(now),
         "extra_env": [[str(k), str(v)] for k, v in env.items()],
@@ -86,7 +87,9 @@ def transition(seed: int, inst: Instance, status: str, t: float) -> None:
             schedule(inst, t + r.uniform(5.0, 20.0), "loading")
     elif status == "loading":
         inst["status_msg"] = f"Pulling image {inst['image_uuid']}: downloading layers"
-        if beh != "stuck_loading":
+        if beh == "oci_fail":
+            inst["actual_status"], inst["status_msg"] = "created", OCI_MSG
+        elif beh != "stuck_loading":
             schedule(inst, t + r.uniform(30.0, 120.0), "running")
     elif status == "running":
         inst["status_msg"] = f"success, running {inst['image_uuid']}"
@@ -94,20 +97,31 @@ def transition(seed: int, inst: Instance, status: str, t: float) -> None:
         if beh == "exits":
             schedule(inst, t + r.uniform(300.0, 1200.0), "exited")
         elif beh == "offline":
-            schedule(inst, t + r.uniform(600.0, 1800.0), "offline")
+            schedule(inst, t + r.uniform(600.0, 1800.0), "unknown")
     elif status == "exited":
         inst["status_msg"] = "container exited with code 137 (out of memory)"
         inst["_running_since"] = None
+    elif status == "unknown":
+        inst["status_msg"] = "no heartbeat from the host"
+        inst["_running_since"] = None
+        schedule(inst, t + r.uniform(60.0, 300.0), "offline")
     elif status == "offline":
         inst["status_msg"] = "host machine is offline: no heartbeat"
         inst["_running_since"] = None
+    elif status == "rebooting":
+        inst["status_msg"] = "rebooting"
+        inst["_running_since"] = None
+        schedule(inst, t + r.uniform(5.0, 15.0), "loading")
 
 
-def restart(seed: int, inst: Instance, t: float, msg: str) -> None:
-    """After a start or reboot: loading, then running unless the host misbehaves."""
+def restart(seed: int, inst: Instance, t: float, msg: str, *, reboot: bool = False) -> None:
+    """After a start or reboot: (rebooting,) loading, then running unless the host misbehaves."""
     r = irng(seed, inst["id"], f"restart:{t:.3f}")
     inst["_running_since"] = None
     inst["intended_status"] = inst["cur_state"] = inst["next_state"] = "running"
+    if reboot:
+        transition(seed, inst, "rebooting", t)
+        return
     if inst["_behaviour"] == "oci_fail":
         inst["actual_status"], inst["status_msg"], inst["_next"] = "created", OCI_MSG, None
         return
@@ -127,6 +141,11 @@ def stop(inst: Instance, msg: str, *, intended: bool = True) -> None:
 
 
 # --- billing -----------------------------------------------------------------------------
+
+
+def storage_price(disk_gb: float) -> float:
+    """$/h of ``disk_gb`` GB of storage, as vast.ai adds it to dph_total."""
+    return float(disk_gb) * STORAGE_PER_GB_MONTH / 730.0
 
 
 def storage_per_h(inst: Instance) -> float:
@@ -220,5 +239,13 @@ def reboot(seed: int, inst: Instance, now: float) -> dict[str, Any]:
     iid = inst["id"]
     if inst["actual_status"] in ("offline", "stopped"):
         raise ApiError(400, "invalid_state", f"Instance {iid} is {inst['actual_status']}; cannot reboot.")
-    restart(seed, inst, now, "rebooting")
+    restart(seed, inst, now, "rebooting", reboot=True)
     return {"success": True, "msg": f"Rebooting instance {iid}."}
+
+
+def force_status(inst: Instance, status: str | None, msg: str | None, now: float) -> None:
+    """Report ``status`` from now on, whatever the lifecycle had planned (GPU billed only while running)."""
+    inst["actual_status"] = status
+    inst["status_msg"] = msg
+    inst["_next"] = None
+    inst["_running_since"] = now if status == "running" else None

@@ -1,8 +1,8 @@
 """Instance logs and the `result_url` flow that serves them.
 
 PUT /instances/request_logs/{id}/ answers with a `result_url`; fetching it answers 404
-NoSuchKey once or twice (as the real storage does while the upload is in flight) and then
-the text. The text is what a test planted for the instance, or a synthetic prover log made
+NoSuchKey until the upload is ready, `realism.logs_delay` wall-clock seconds later (as the real
+storage does while the upload is in flight), and then the text. The text is what a test planted for the instance, or a synthetic prover log made
 from the instance's state.
 """
 
@@ -45,27 +45,25 @@ def tail_lines(text: str, tail: int) -> str:
 
 
 class LogResults:
-    """The uploaded log texts, by token, each answering NoSuchKey a few times before it is ready."""
+    """The uploaded log texts, by token, each answering NoSuchKey until it is ready."""
 
     def __init__(self, seed: int) -> None:
         self._seed = seed
         self._results: dict[str, dict[str, Any]] = {}
         self._seq = 0
 
-    def put(self, iid: int, text: str) -> str:
-        """Store `text` for instance `iid`; return its token (the result_url's file name)."""
+    def put(self, iid: int, text: str, ready_at: float) -> str:
+        """Store `text` for instance `iid`, ready at wall time `ready_at`; return its token (the result_url's
+        file name)."""
         self._seq += 1
         token = f"{iid}-{self._seq}-{irng(self._seed, iid, f'tok{self._seq}').randrange(16**8):08x}"
-        self._results[token] = {"text": text, "not_ready": 1 + self._seq % 2}
+        self._results[token] = {"text": text, "ready_at": ready_at}
         if len(self._results) > MAX_RESULTS:
             self._results.pop(next(iter(self._results)))
         return token
 
-    def fetch(self, token: str) -> Reply:
+    def fetch(self, token: str, now: float) -> Reply:
         res = self._results.get(token)
-        if res is None:
-            return text_reply(404, "NoSuchKey")
-        if res["not_ready"] > 0:
-            res["not_ready"] -= 1
+        if res is None or now < res["ready_at"]:
             return text_reply(404, "NoSuchKey")
         return text_reply(200, res["text"])

@@ -4,6 +4,12 @@ A seed fixes everything: the hosts, their places and reliability, each offer's p
 hardware, and which 8 of the 24 hosts are bad (each with one of BEHAVIOURS). Every GPU model
 has at least one single-GPU offer on a good host and one on a bad host, and every behaviour
 has a single-GPU offer, so tests can always find what they ask for.
+
+Disks differ: about a third of the offers have less than 40 GB (8-32 GB), as small hosts do, but
+every GPU model keeps a single-GPU offer with 50 GB or more on a good host and on a bad one. As on
+vast.ai, an offer's `dph_total` includes storage: the GPU price (`dph_base`) plus the search's
+`allocated_storage` GB (5 when the search names none) at `storage_cost` $/GB/month, and a search
+with `allocated_storage` only shows offers with at least that much disk.
 """
 
 from __future__ import annotations
@@ -43,6 +49,13 @@ GEOLOCATIONS = (
     "Germany, DE", "Netherlands, NL", "Poland, PL", "Japan, JP", "Taiwan, TW", "Norway, NO",
 )
 STORAGE_PER_GB_MONTH = 0.15
+DEFAULT_ALLOCATED_STORAGE = 5.0
+SMALL_DISKS = (8.0, 16.0, 24.0, 32.0)
+
+
+def with_storage(dph_base: float, disk_gb: float) -> float:
+    """dph_total for ``disk_gb`` GB of storage on top of the GPU price, as vast.ai prices it."""
+    return round(dph_base + disk_gb * STORAGE_PER_GB_MONTH / 730.0, 4)
 
 
 class Market:
@@ -69,8 +82,7 @@ class Market:
             mid, oid = next(machine_ids), next(offer_ids)
             per_gpu = model.dph_per_gpu * rng.uniform(0.8, 1.35)
             disk = float(rng.choice([50, 100, 200, 500, 1000]))
-            storage_h = disk * STORAGE_PER_GB_MONTH / 730.0
-            dph = round(per_gpu * n + storage_h * 0.1, 4)
+            dph = with_storage(per_gpu * n, DEFAULT_ALLOCATED_STORAGE)
             rel = round(max(0.8, host_rel[host] - rng.uniform(0.0, 0.02)), 4)
             dlperf = round(model.dlperf_per_gpu * n * rng.uniform(0.9, 1.05), 2)
             self.offers[oid] = {
@@ -105,6 +117,27 @@ class Market:
             if not any(self.bad_hosts.get(o["host_id"]) == behaviour for o in singles):
                 host = next(h for h in bad if self.bad_hosts[h] == behaviour)
                 add(rng.choice(GPU_MODELS), host, 1)
+        self._small_disks(seed)
+
+    def _small_disks(self, seed: int) -> None:
+        """About a third of the offers get a small disk; each GPU model keeps its cheapest big-disk
+        single-GPU offer on a good host and on a bad host, and every behaviour one big-disk single."""
+        rng = random.Random(f"{seed}:disks")
+        keep: set[int] = set()
+        singles = sorted((o for o in self.offers.values() if o["num_gpus"] == 1),
+                         key=lambda o: (o["dph_total"], o["id"]))
+        for model in GPU_MODELS:
+            for bad in (False, True):
+                first = next((o for o in singles if o["gpu_name"] == model.name
+                              and (o["host_id"] in self.bad_hosts) == bad), None)
+                if first is not None:
+                    keep.add(first["id"])
+        for behaviour in BEHAVIOURS:
+            first = next(o for o in singles if self.bad_hosts.get(o["host_id"]) == behaviour)
+            keep.add(first["id"])
+        for oid in sorted(self.offers):
+            if oid not in keep and rng.random() < 0.35:
+                self.offers[oid]["disk_space"] = rng.choice(SMALL_DISKS)
 
     def find_offer(self, gpu_name: str | None = None, *, good: bool = True, num_gpus: int | None = 1,
                    behaviour: str | None = None) -> dict[str, Any]:
@@ -131,7 +164,13 @@ class Market:
             raise ApiError(400, "invalid_args", "search body must be an object")
         special = {"order", "type", "limit", "allocated_storage", "select_cols", "disable_bundling"}
         filters = {k: v for k, v in q.items() if k not in special}
-        rows = [dict(o) for o in self.offers.values() if not o["rented"]]
+        try:
+            storage = float(q.get("allocated_storage") or DEFAULT_ALLOCATED_STORAGE)
+        except (TypeError, ValueError) as e:
+            raise ApiError(400, "invalid_args", "allocated_storage must be a number") from e
+        rows = [dict(o) for o in self.offers.values() if not o["rented"] and o["disk_space"] >= storage]
+        for r in rows:
+            r["dph_total"] = with_storage(r["dph_base"], storage)
         rows = [r for r in rows if matches(r, filters)]
         order = q.get("order") or [["score", "desc"]]
         if not isinstance(order, list):

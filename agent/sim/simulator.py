@@ -20,7 +20,18 @@ from agent.sim.faults import Faults, after_action, ambiguous_rent, draw_fault
 from agent.sim.instances import Instance
 from agent.sim.logs import LogResults, synthetic_logs, tail_lines
 from agent.sim.market import Market
+from agent.sim.realism import RateLimiter, Realism
 from agent.sim.replies import ApiError, Reply, json_reply
+
+# Instance ids grow with simulated time (ID_PER_S a second from ID_EPOCH) as well as with each rent,
+# so a simulator restarted without --state never hands out an id it handed out before, as long as
+# rents come slower than ID_PER_S / MAX_ID_STEP a second (the rent endpoint's rate limit keeps them so).
+ID_EPOCH = 1_796_000_000.0
+ID_BASE = 21_000_000
+ID_PER_S = 20
+MAX_ID_STEP = 4
+STATUSES = (None, "created", "loading", "running", "stopped", "frozen", "exited", "rebooting", "unknown",
+            "offline")
 
 
 class Simulator:
@@ -34,12 +45,19 @@ class Simulator:
         api_key: str = "sim-key",
         state_file: str | None = None,
         start_balance: float = 500.0,
+        realism: Realism | None = None,
+        wall: Clock = time.monotonic,
     ) -> None:
         self.seed = seed
         self.speed = speed
         self.api_key = api_key
         self.state_file = state_file
         self.faults = Faults()
+        self.realism = realism if realism is not None else Realism()
+        self.limiter = RateLimiter()
+        self.wall = wall  # real time, for rate limits and log uploads whatever the simulated clock does
+        self._sched_rng = random.Random(f"{seed}:schedule")
+        self._billed_day = (0, 0.0)  # (UTC day number, charges billed that day)
         self.requests: list[dict[str, Any]] = []
         self.instances: dict[int, Instance] = {}
         self.destroyed: dict[int, Instance] = {}
@@ -50,7 +68,7 @@ class Simulator:
         self.queue = JobQueue()
         self._lock = threading.RLock()
         self._fault_rng = random.Random(f"{seed}:faults")
-        self._next_id = 21_000_000 + random.Random(f"{seed}:ids").randrange(1000, 9000)
+        self._next_id = ID_BASE + random.Random(f"{seed}:ids").randrange(1000, 9000)
         self._planted: dict[int, str] = {}
         self._results = LogResults(seed)
         saved = state.read(state_file, seed) if state_file else None
@@ -114,6 +132,7 @@ class Simulator:
                 secs, charges = instances.advance(self.seed, inst, t, end)
                 for cost in charges:
                     self.balance -= cost
+                    self._bill(t, cost)
                 if secs > 0:
                     shares.append((inst, secs * instances.jobs_per_h(inst) / 3600.0))
             capacity = sum(c for _, c in shares)
@@ -126,6 +145,16 @@ class Simulator:
                         instances.stop(inst, "stopped: insufficient credit")
             t = end
         self._last_t = max(self._last_t, now)
+
+    def _bill(self, t: float, cost: float) -> None:
+        day, billed = self._billed_day
+        today = int(t // 86400)
+        self._billed_day = (today, cost) if today != day else (day, billed + cost)
+
+    def billed_today(self, now: float) -> float:
+        """Charges billed since the start of the UTC day of ``now`` (the invoice balance, unsigned)."""
+        day, billed = self._billed_day
+        return billed if day == int(now // 86400) else 0.0
 
     # -- market and demand ----------------------------------------------------------------
 
@@ -164,10 +193,14 @@ class Simulator:
         """New instances get ids above ``above`` (a simulator seeded with instances it did not create)."""
         with self._lock:
             self._next_id = max(self._next_id, int(above) + 1)
+    def _new_id(self, now: float) -> int:
+        """The next instance id: above every id handed out, and above the floor simulated time sets."""
+        iid = max(self._next_id, ID_BASE + int(max(0.0, now - ID_EPOCH) * ID_PER_S))
+        self._next_id = iid + 1 + instances.irng(self.seed, iid, "id").randrange(0, MAX_ID_STEP)
+        return iid
 
     def _create_instance(self, offer: dict[str, Any], body: dict[str, Any], now: float) -> Instance:
-        iid = self._next_id
-        self._next_id += 1 + instances.irng(self.seed, iid, "id").randrange(0, 17)
+        iid = self._new_id(now)
         behaviour = self.bad_hosts.get(offer["host_id"], "good")
         inst = instances.new_instance(self.seed, iid, offer, body, now, behaviour)
         self.instances[iid] = inst
@@ -175,18 +208,52 @@ class Simulator:
         return inst
 
     def _rent(self, offer_id: int, body: dict[str, Any], now: float) -> Reply:
-        """PUT /asks/{id}/: rent an offer (possibly answered by an ambiguous-rent fault)."""
+        """PUT /asks/{id}/: rent an offer (possibly answered by an ambiguous-rent fault).
+
+        The new instance is listed only ``realism.listing_lag`` simulated seconds later. When the
+        machine cannot be scheduled, ``cancel_unavail: true`` refuses the rent; false (the CLI's
+        default) creates the instance *stopped*, billing storage, and answers success."""
         offer = self.market.check_rent(offer_id, body)
         if self.balance <= 0:
             raise ApiError(402, "insufficient_credit", "Your account balance is too low to rent.")
         if not isinstance(body.get("env") or {}, dict):
             raise ApiError(400, "invalid_args", "env must be an object")
+        unavailable = bool(self.realism.unschedulable) and self._sched_rng.random() < self.realism.unschedulable
+        if unavailable and body.get("cancel_unavail"):
+            raise ApiError(400, "unavailable", f"Offer {offer_id}: the machine cannot schedule the instance "
+                           "right now; cancelled (cancel_unavail)")
         inst = self._create_instance(offer, body, now)
+        inst["_listed_at"] = now + self.realism.listing_lag
+        if unavailable:
+            instances.stop(inst, "Unable to schedule: the machine is unavailable; instance created stopped",
+                           intended=False)
         fault = ambiguous_rent(self.faults, self._fault_rng, inst["id"])
         return fault or json_reply(200, {"success": True, "new_contract": inst["id"]})
 
+    def _is_listed(self, inst: Instance, now: float) -> bool:
+        return float(inst.get("_listed_at") or 0.0) <= now
+
+    def _listed_instances(self, now: float) -> list[Instance]:
+        """The instances listings show at ``now``: new ones only after the listing lag."""
+        return [i for i in self._sorted_instances() if self._is_listed(i, now)]
+
+    def set_status(self, instance_id: int, status: str | None, msg: str | None = None) -> None:
+        """Make vast.ai report ``status`` for an instance (any actual_status vast.ai reports)."""
+        status = None if status in (None, "None", "null") else status
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}; one of {', '.join(str(s) for s in STATUSES)}")
+        with self._lock:
+            now = self.tick()
+            inst = self.instances.get(int(instance_id))
+            if inst is None:
+                raise LookupError(f"no instance {instance_id}")
+            instances.force_status(inst, status, msg, now)
+
     def _get(self, iid: int) -> Instance:
         inst = self.instances.get(iid)
+        if inst is None and iid in self.destroyed:
+            # What vast.ai answers for an instance already destroyed: not a 404.
+            raise ApiError(400, "no_such_instance", f"Instance {iid} has been destroyed.")
         if inst is None:
             raise ApiError(404, "no_such_instance", f"Instance {iid} not found.")
         return inst
@@ -239,14 +306,14 @@ class Simulator:
         text = self._planted.get(iid)
         if text is None:
             text = synthetic_logs(self.seed, inst, now)
-        token = self._results.put(iid, tail_lines(text, tail))
+        token = self._results.put(iid, tail_lines(text, tail), ready_at=self.wall() + self.realism.logs_delay)
         return {"success": True, "result_url": f"{base_url}/results/{token}.txt",
                 "msg": "Logs requested; fetch result_url when ready."}
 
     def _result(self, path: str) -> Reply:
         token = path.rsplit("/", 1)[-1].removesuffix(".txt")
         with self._lock:
-            return self._results.fetch(token)
+            return self._results.fetch(token, self.wall())
 
     # -- faults, HTTP, persistence --------------------------------------------------------
 

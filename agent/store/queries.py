@@ -279,6 +279,11 @@ class Store:
         rows = self._rows("instances", "instance_id = ?", [instance_id])
         return Instance(**rows[0]) if rows else None
 
+    def instance_states(self) -> dict[int, InstanceState]:
+        """Every instance the last observation listed: its status and since when (fleet clock)."""
+        return {int(r["instance_id"]): InstanceState(**r) for r in self._rows("instance_states",
+                                                                             order_by="instance_id")}
+
     def dangling_intents(self) -> list[Intent]:
         """Side-effecting calls whose outcome was never logged, oldest first."""
         rows = self._rows("intents", "result_seq IS NULL", order_by="called_seq")
@@ -546,6 +551,17 @@ class Store:
 
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+@dataclass(frozen=True)
+class InstanceState:
+    """What vast.ai last reported for an instance, and since when it has reported it."""
+
+    instance_id: int
+    status: str
+    intended: str | None
+    since: float
+    seen_seq: int
 
 
 def _intent(r: dict[str, Any]) -> Intent:

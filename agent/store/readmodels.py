@@ -15,8 +15,9 @@ from typing import Any
 from agent.events import Event
 from agent.store.db import database, sqlite3
 
-# The read-model tables (schema.sql, migrations 002_read_models and 003_alert_silences); each is compared in primary-key order.
-TABLES = ("alerts", "memory", "directives", "instances", "intents", "knowledge", "silences")
+# The read-model tables (schema.sql, migrations 002_read_models, 003_alert_silences and 006_instance_states);
+# each is compared in primary-key order.
+TABLES = ("alerts", "memory", "directives", "instances", "intents", "knowledge", "silences", "instance_states")
 
 Projector = Callable[[sqlite3.Connection, Event], None]
 
@@ -136,6 +137,28 @@ def _rent_settled(c: sqlite3.Connection, e: Event) -> None:
               (int(bool(e.payload["created"])), e.payload["call_id"]))
 
 
+def _tick_started(c: sqlite3.Connection, e: Event) -> None:
+    """Each listed instance's status and since when (kept while the status stays the same); instances
+    the listing no longer shows are dropped."""
+    obs = e.payload.get("observation") or {}
+    now = obs.get("time")
+    listed = [i for i in obs.get("instances") or [] if isinstance(i.get("id"), int)]
+    for i in listed:
+        status = str(i.get("status") or "provisioning")
+        row = c.execute("SELECT status FROM instance_states WHERE instance_id = ?", (i["id"],)).fetchone()
+        if row is not None and row[0] == status:
+            c.execute("UPDATE instance_states SET intended = ?, seen_seq = ? WHERE instance_id = ?",
+                      (i.get("intended"), e.seq, i["id"]))
+            continue
+        since = i.get("since", now)
+        c.execute("INSERT INTO instance_states (instance_id, status, intended, since, seen_seq) VALUES (?,?,?,?,?)"
+                  " ON CONFLICT(instance_id) DO UPDATE SET status = excluded.status, intended = excluded.intended,"
+                  " since = excluded.since, seen_seq = excluded.seen_seq",
+                  (i["id"], status, i.get("intended"), float(since if isinstance(since, int | float) else 0.0),
+                   e.seq))
+    c.execute("DELETE FROM instance_states WHERE seen_seq <> ?", (e.seq,))
+
+
 def _knowledge(c: sqlite3.Connection, e: Event) -> None:
     p = e.payload
     row = c.execute("SELECT COALESCE(MAX(version), 0) FROM knowledge WHERE name = ?", (p["name"],)).fetchone()
@@ -162,6 +185,7 @@ PROJECTORS: dict[str, Projector] = {
     "instance.adopted": _adopted,
     "instance.gone": _gone,
     "rent.settled": _rent_settled,
+    "tick.started": _tick_started,
 }
 
 

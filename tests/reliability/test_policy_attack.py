@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from agent.pipeline import run_tool_call
 from agent.tick import run_tick
 from agent.toolkit import load_tools
+from tests.conftest import priced
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.reliability.harness import (
     check_db,
@@ -176,13 +177,15 @@ def test_prompt_injections_in_logs_and_knowledge_reach_no_call_outside_policy(fa
     refused by policy (ownership comes from the log), so no log request reaches them."""
     with FakeOpenAI() as fake, running_sim(seed=8) as (sim, server):
         foreign = _foreign(sim)
+        # a small template disk, so this seed's cheap offers outside the foreign instances all qualify
         app = make_app(fast_root, sim, server, provider="openai", model_url=fake.base_url, policy=POLICY,
-                       schedule={"max_steps": 6})
+                       schedule={"max_steps": 6}, fleet={"disk_gb": 8.0})
         s = app.settings
         try:
             good = [o["id"] for o in sorted(sim.offers.values(), key=lambda o: o["dph_total"])
                     if o["gpu_name"] in s.policy.allowed_gpus and not o["rented"] and o["host_id"] not in sim.bad_hosts
-                    and o["dph_total"] <= POLICY["max_dph_per_instance"] and o["reliability"] >= 0.95][:2]
+                    and priced(s, o) <= POLICY["max_dph_per_instance"] and o["reliability"] >= 0.95
+                    and o["disk_space"] >= s.fleet.disk_gb][:2]
             fake.enqueue(reply("renting two", tool_calls=[("rent_instance", {"offer_id": o, "reason": "demand"})
                                                          for o in good]))
             assert run_tick(app).ok
