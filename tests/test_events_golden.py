@@ -106,6 +106,17 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
         ("text only", {"text": "Nothing to do.", "tool_calls": []}),
         ("empty", {"text": "", "tool_calls": []}),
     ],
+    ("model.response", 2): [
+        ("object arguments kept byte for byte", {"text": "Renting one more.", "tool_calls": [
+            {"id": "call_1", "name": "rent_instance", "arguments": "{\"offer_id\":  9}"}]}),
+        ("text after the arguments", {"text": "", "tool_calls": [
+            {"id": "call_2", "name": "search_offers", "arguments": "{\"limit\": 3} I will now rent"}]}),
+        ("not an object, and empty", {"text": "Two calls.", "tool_calls": [
+            {"id": "call_3", "name": "list_instances", "arguments": "[1, 2]"},
+            {"id": "call_4", "name": "list_instances", "arguments": ""}]}),
+        ("text only", {"text": "Nothing to do.", "tool_calls": []}),
+        ("empty", {"text": "", "tool_calls": []}),
+    ],
     ("model.failed", 1): [("rate limited", {"error_kind": "rate_limit", "message": "429: slow down",
                                             "request_seq": 41})],
     ("tool.called", 1): [("rent", {"call_id": "call_1", "name": "rent_instance", "arguments": "{\"offer_id\": 9}",
