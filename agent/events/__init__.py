@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 
+import agent.events.kinds_models  # noqa: F401  - defines its kinds in VOCABULARY
 from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import FieldSpec, Payload
