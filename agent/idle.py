@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from agent import feedback
+from agent.events import Event
 from agent.store.log import EventLog
 
 log_ = structlog.get_logger(__name__)
@@ -41,12 +42,20 @@ def _work(obs: dict[str, Any], max_instances: int) -> bool:
     return bool(alerts) or (int(demand.get("pending") or 0) > 0 and ours < max_instances)
 
 
-def conduct(log: EventLog, tick: int, obs: dict[str, Any], max_instances: int) -> TickConduct:
-    """What the model did in ``tick`` (one read of the tick's model events)."""
+def _text_before(log: EventLog, seq: int) -> str:
+    """The text of the newest model reply before ``seq`` ("" when none)."""
+    e = next(iter(log.read(0, until_seq=seq, kinds=["model.response"], newest_first=True, limit=1)), None)
+    return "" if e is None else (e.payload.get("text") or "").strip()
+
+
+def conduct(log: EventLog, started: Event, max_instances: int) -> TickConduct:
+    """What the model did in the tick ``started`` began (one read of the tick's model events)."""
+    tick = int(started.tick or 0)
+    obs = started.payload.get("observation") or {}
     doings: Counter[str] = Counter()
     acted = False
-    previous = ""
-    for e in log.read(0, tick=tick, kinds=["model.response", "model.text_tool_calls"]):
+    previous = _text_before(log, started.seq)
+    for e in log.read(started.seq, tick=tick, kinds=["model.response", "model.text_tool_calls"]):
         p = e.payload
         if e.kind == "model.text_tool_calls":
             doings["tool calls written as text"] += 1
@@ -64,26 +73,22 @@ def conduct(log: EventLog, tick: int, obs: dict[str, Any], max_instances: int) -
     return TickConduct(tick, acted, _work(obs, max_instances), doings)
 
 
-def check_idle(log: EventLog, settings: Any, tick: int, obs: dict[str, Any]) -> bool:
+def check_idle(log: EventLog, settings: Any, tick: int) -> bool:
     """Open (or count again) ``model:idle`` after ``alerts.idle_ticks`` idle ticks in a row; resolve it when
     the model acts. Returns True when the alert is live after this tick."""
     limit = int(settings.alerts.idle_ticks)
     max_instances = int(settings.policy.max_instances)
-    now = conduct(log, tick, obs, max_instances)
-    if now.acted:
-        feedback.resolve_alert(log, KEY_IDLE, "the model called a tool again", tick)
-        return False
-    streak = [now]
-    for started in log.read(0, kinds=["tick.started"], until_seq=None, newest_first=True, limit=limit * 2):
-        if len(streak) >= limit or started.tick is None or started.tick >= tick:
-            if len(streak) >= limit:
-                break
-            continue
-        c = conduct(log, started.tick, started.payload.get("observation") or {}, max_instances)
-        if c.acted or not c.work:
+    streak: list[TickConduct] = []
+    for started in log.read(0, kinds=["tick.started"], newest_first=True, limit=limit):
+        c = conduct(log, started, max_instances)
+        if c.acted:
+            if c.tick == tick:
+                feedback.resolve_alert(log, KEY_IDLE, "the model called a tool again", tick)
+            break
+        if not c.work:
             break
         streak.append(c)
-    if len(streak) < limit or not all(c.work for c in streak):
+    if len(streak) < limit:
         return False
     total: Counter[str] = Counter()
     for c in streak:

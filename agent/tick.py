@@ -138,7 +138,6 @@ class _Run:
     steps: int = 0
     blocks: int = 0
     corrections: int = 0
-    observation: dict[str, Any] = field(default_factory=dict)
 
     def fail(self, reason: str, kind: str) -> TickResult:
         return _fail(self.app, self.tick, reason, kind, self.steps, self.usage, self.t0)
@@ -214,7 +213,6 @@ def _start(run: _Run) -> ToolContext | TickResult:
     except VastError as e:
         return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
     obs = observe(app, ctx, tick)
-    run.observation = obs
     log.append("tick.started", {"observation": obs}, "scheduler", tick)
     feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
     feedback.check_conditions(log, s, obs, tick)
@@ -363,7 +361,7 @@ def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCa
 def _complete(run: _Run) -> TickResult:
     log, tick = run.app.log, run.tick
     feedback.note_policy_blocks(log, run.app.settings, run.blocks, tick)
-    check_idle(log, run.app.settings, tick, run.observation)
+    check_idle(log, run.app.settings, tick)
     dur = (time.monotonic() - run.t0) * 1000
     log.append("tick.completed", {"steps": run.steps, "usage": run.usage, "actions": run.actions,
                                   "duration_ms": dur}, "system", tick)
