@@ -28,8 +28,9 @@ Modes that real servers have, each off by default:
 - ``context_window=N``: the server's window; a request whose prompt tokens plus
   ``max_tokens`` pass it gets vLLM's 400 ("This model's maximum context length is N
   tokens. However, you requested ..."); ``window_style="llama.cpp"`` answers as
-  llama-server does instead. The window is also reported where servers report it:
-  ``max_model_len`` in ``/v1/models`` (vLLM), ``n_ctx`` in ``/props`` (llama.cpp) and
+  llama-server does instead, and ``"ollama"`` refuses nothing (Ollama's OpenAI endpoint cuts
+  the prompt silently). The window is reported where each server reports it:
+  ``max_model_len`` in ``/v1/models`` (vLLM), ``n_ctx`` in ``/props`` (llama.cpp),
   ``num_ctx`` from ``POST /api/show`` (Ollama).
 - ``report_usage=False``: completions carry no ``usage`` (some servers omit it).
 
@@ -219,7 +220,7 @@ class FakeOpenAI:
     retry_after_ms: int | None = 5
     strict_history: bool = False
     context_window: int | None = None
-    window_style: str = "vllm"  # or "llama.cpp": how a request past the window is refused
+    window_style: str = "vllm"  # or "llama.cpp" / "ollama": how the window is reported and enforced
     report_usage: bool = True
     default: StepLike = field(default_factory=lambda: reply("nothing to do"))
     requests: list[RecordedRequest] = field(default_factory=list, init=False)
@@ -321,7 +322,7 @@ class FakeOpenAI:
             bad = _bad_history_arguments(body)
             if bad is not None:
                 return {"error": {"message": bad, "type": "BadRequestError", "param": None, "code": 400}}
-        if self.context_window:
+        if self.context_window and self.window_style != "ollama":  # Ollama cuts the prompt silently instead
             prompt = self.prompt_tokens(raw_body)
             completion = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
             if prompt + completion > self.context_window:
@@ -465,7 +466,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
-        if self.path.rstrip("/") == "/api/show":
+        if self.path.rstrip("/") == "/api/show" and self.fake.window_style == "ollama":
             self._ollama_show()
             return
         raw_body, body, auth_ok = self._read()
