@@ -243,3 +243,26 @@ def test_a_context_length_error_lowers_the_budget_to_the_servers_window_once(mak
         assert run_tick(app).ok
     assert len(events_of(app, "model.window")) == 1
     assert len(events_of(app, "model.failed")) == 1
+
+
+# ------------------------------------------------------------------ bench/real_model.py
+
+
+def test_real_model_bench_runs_against_any_openai_compatible_endpoint(fake_model, capsys, tmp_path):
+    """bench/real_model.py drives ticks against an endpoint and the simulator and reports the figures the
+    issue asks for: calls parsed / executed / refused / not run, text-written calls, idle ticks, cached
+    share, step latency."""
+    from bench import real_model
+
+    fake_model.strict_history = True
+    fake_model.enqueue(reply("", tool_calls=[("search_offers", '{"limit": 3} then rent')]),
+                       text_tool_call("search_offers", {"limit": 3}, "tagged"),
+                       reply("", tool_calls=[("search_offers", {"limit": 3})]), reply("done"))
+    rc = real_model.main([fake_model.base_url, "fake-model", "--ticks", "2", "--keep", str(tmp_path / "b")])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["ticks"] == 2 and out["ticks_failed"] == 0 and out["verify_ok"]
+    assert out["tool_calls_parsed"] == 2 and out["tool_calls_executed"] == 1
+    assert out["not_run_bad_arguments_or_tool"] == 1 and out["text_written_calls_detected"] == 1
+    assert out["idle_ticks"] == 1
+    assert 0 < out["cached_share"] < 1 and out["step_latency_ms_p95"] >= out["step_latency_ms_p50"] > 0
