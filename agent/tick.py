@@ -361,7 +361,8 @@ def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCa
 def _complete(run: _Run) -> TickResult:
     log, tick = run.app.log, run.tick
     feedback.note_policy_blocks(log, run.app.settings, run.blocks, tick)
-    check_idle(log, run.app.settings, tick)
+    if run.app.settings.model.provider != "rules":  # the rules provider is code deciding, not a model to watch
+        check_idle(log, run.app.settings, tick)
     dur = (time.monotonic() - run.t0) * 1000
     log.append("tick.completed", {"steps": run.steps, "usage": run.usage, "actions": run.actions,
                                   "duration_ms": dur}, "system", tick)

@@ -45,9 +45,7 @@ def figures(log: Any) -> dict[str, Any]:
     for e in log.read(0):
         kinds[e.kind] += 1
         p = e.payload
-        if e.kind == "tick.started":
-            acted.setdefault(int(e.tick or 0), False)
-        elif e.kind == "model.response":
+        if e.kind == "model.response":
             parsed += len(p.get("tool_calls") or [])
             acted[int(e.tick or 0)] = acted.get(int(e.tick or 0), False) or bool(p.get("tool_calls"))
             usage = p.get("usage") or {}
@@ -65,10 +63,11 @@ def figures(log: Any) -> dict[str, Any]:
         elif e.kind == "tick.failed":
             failed.append(f"tick {e.tick}: {p.get('reason')}"[:300])
     return {
-        "ticks": len(acted), "ticks_failed": len(failed), "failures": failed,
+        "ticks": kinds["tick.started"], "ticks_failed": len(failed), "failures": failed,
         "tool_calls_parsed": parsed, "tool_calls_executed": executed, "refused_by_policy": blocked,
         "not_run_bad_arguments_or_tool": not_run, "text_written_calls_detected": text_calls,
-        "idle_ticks": sum(1 for v in acted.values() if not v),
+        "idle_ticks": sum(1 for v in acted.values() if not v),  # ticks the model answered without a tool call
+        "idle_alerts": sum(1 for e in log.read(0, kinds=["alert.raised"]) if "has not acted" in e.payload["title"]),
         "prompt_tokens": prompt, "cached_prompt_tokens": cached,
         "cached_share": round(cached / prompt, 3) if prompt else None,
         "step_latency_ms_p50": _pct(latencies, 0.5), "step_latency_ms_p95": _pct(latencies, 0.95),
