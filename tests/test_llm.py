@@ -408,3 +408,16 @@ def test_payload_round_trip(fake):
     out = _client(fake).complete(_messages(), TOOLS)
     payload = json.loads(json.dumps(out.to_payload()))
     assert ModelReply.from_payload(payload) == out
+
+
+@pytest.mark.parametrize("style", ["vllm", "llama.cpp"])
+def test_a_request_past_the_servers_window_names_the_window(fake, style):
+    """A server whose window is smaller than prompt + max_tokens refuses the request with its own error
+    shape (vLLM's "maximum context length is N tokens", llama.cpp's exceed_context_size_error with n_ctx);
+    both are kind 'context_length' and carry the window the server named."""
+    fake.context_window = 300
+    fake.window_style = style
+    with pytest.raises(LLMError) as info:
+        _client(fake, max_tokens=200).complete([{"role": "user", "content": "x" * 800}], [])
+    assert info.value.kind == "context_length" and info.value.window == 300
+    assert len(fake.chat_requests) == 1
