@@ -10,9 +10,17 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from agent.context.replay import replay
 from agent.tick import MAX_CORRECTIONS, run_tick
 from tests.conftest import events_of
 from tests.fakes.openai_server import TEXT_CALL_SHAPES, error, hang, reply, text_tool_call
+
+
+def _replays(app: Any) -> None:
+    """Every logged request re-derives byte for byte from the log (replay --verify)."""
+    results = list(replay(app.log, app.prompts, app.settings.context, policy=app.policy_dict(),
+                          tools=app.tool_specs()))
+    assert results and all(r.ok for r in results), [r for r in results if not r.ok]
 
 
 def _assistant_arguments(body: dict[str, Any]) -> list[str]:
@@ -43,6 +51,7 @@ def test_malformed_arguments_stay_in_the_event_but_the_history_sent_back_is_vali
     for req in later:
         assert _assistant_arguments(req.json) == ["{}"]
     assert app.log.verify().ok
+    _replays(app)
 
 
 def test_valid_arguments_are_sent_back_byte_for_byte(make_app, fake_model):
@@ -83,6 +92,7 @@ def test_a_call_written_as_text_is_answered_in_the_same_tick_and_not_run(make_ap
     results = events_of(app, "tool.result", 1)
     assert len(results) == 1 and results[0].payload["ok"]
     assert results[0].payload["call_id"] == events_of(app, "model.response", 1)[1].payload["tool_calls"][0]["id"]
+    _replays(app)
 
 
 def test_accept_runs_a_single_text_call_naming_a_real_tool(make_app, fake_model):
@@ -211,6 +221,7 @@ def test_a_step_that_would_pass_the_budget_is_never_sent(make_app, fake_model):
         assert e.payload["manifest"]["calibrated_tokens"] <= 3500
     later = fake_model.chat_requests[-1].json["messages"]
     assert any("[system · tick 1 ended early]" in (m.get("content") or "") for m in later)
+    _replays(app)
 
 
 # ------------------------------------------------------------------ the server's window
@@ -243,6 +254,7 @@ def test_a_context_length_error_lowers_the_budget_to_the_servers_window_once(mak
         assert run_tick(app).ok
     assert len(events_of(app, "model.window")) == 1
     assert len(events_of(app, "model.failed")) == 1
+    _replays(app)
 
 
 # ------------------------------------------------------------------ bench/real_model.py
