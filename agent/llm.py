@@ -437,20 +437,40 @@ class TextCall:
 
 
 _TAGGED = re.compile(r"<tool_call>\s*")
-_FENCED = re.compile(r"```[A-Za-z]*[ \t]*\n?(.*?)```", re.S)
+# A fence's opening; the JSON after it is read by the decoder, not up to the next ``` (the arguments of a
+# call written in a fence often quote a fenced text themselves).
+_FENCE_OPEN = re.compile(r"```[A-Za-z]*[ \t]*")
 _PREFIXED = re.compile(r"\bfunctions\.([A-Za-z_][\w\-]*)\s*[:(]?\s*")
 _DECODER = json.JSONDecoder()
 
 
-def _json_at(text: str, pos: int) -> Any:
-    """The JSON value starting at ``pos`` (after blanks), or None."""
+def _json_span(text: str, pos: int) -> tuple[Any, int]:
+    """The JSON value starting at ``pos`` (after blanks) and where it ends, or (None, pos)."""
     while pos < len(text) and text[pos].isspace():
         pos += 1
     try:
-        value, _ = _DECODER.raw_decode(text, pos)
+        return _DECODER.raw_decode(text, pos)
     except ValueError:
-        return None
-    return value
+        return None, pos
+
+
+def _json_at(text: str, pos: int) -> Any:
+    """The JSON value starting at ``pos`` (after blanks), or None."""
+    return _json_span(text, pos)[0]
+
+
+def _fenced_calls(text: str) -> list[TextCall]:
+    calls: list[TextCall] = []
+    done = 0
+    for m in _FENCE_OPEN.finditer(text):
+        if m.start() < done:
+            continue  # inside a call already read
+        value, end = _json_span(text, m.end())
+        call = _as_text_call(value, "fenced")
+        if call is not None:
+            calls.append(call)
+            done = end
+    return calls
 
 
 def _as_text_call(obj: Any, shape: str) -> TextCall | None:
@@ -475,10 +495,7 @@ def find_text_calls(text: str) -> list[TextCall]:
         call = _as_text_call(_json_at(text, m.end()), "tagged")
         if call is not None:
             calls.append(call)
-    for m in _FENCED.finditer(text):
-        call = _as_text_call(_json_at(m.group(1), 0), "fenced")
-        if call is not None:
-            calls.append(call)
+    calls += _fenced_calls(text)
     for m in _PREFIXED.finditer(text):
         args = _json_at(text, m.end())
         calls.append(TextCall(m.group(1), json.dumps(args, ensure_ascii=False) if isinstance(args, dict) else "",

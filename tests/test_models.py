@@ -95,6 +95,26 @@ def test_a_call_written_as_text_is_answered_in_the_same_tick_and_not_run(make_ap
     _replays(app)
 
 
+# What Qwen2.5-Coder-1.5B wrote, three ticks in a row, served as vLLM serves it: a fenced call whose
+# arguments quote a fenced text, so the first ``` after the opening is inside a JSON string.
+NESTED_FENCE = ('```json\n{\n  "name": "remember",\n  "arguments": {\n    "key": "fleet-notes.md",\n'
+                '    "text": "added\\n```text\\n# Fleet notes\\n- Prefer the cheapest allowed offers.\\n```"\n  }\n}\n```')
+
+
+def test_a_fenced_call_whose_arguments_hold_a_fence_is_still_noticed(make_app, fake_model):
+    """The fenced shape is read by the JSON decoder, not up to the next ```: a call whose arguments
+    quote fenced text (seen from a real model) is noticed and corrected, with its arguments whole."""
+    fake_model.enqueue(reply(NESTED_FENCE), reply("understood"))
+    app = make_app()
+    assert run_tick(app).ok
+    noted = events_of(app, "model.text_tool_calls", 1)
+    assert len(noted) == 1
+    call = noted[0].payload["calls"][0]
+    assert (call["name"], call["shape"]) == ("remember", "fenced")
+    assert json.loads(call["arguments"])["key"] == "fleet-notes.md"
+    assert "```text" in json.loads(call["arguments"])["text"]
+
+
 def test_accept_runs_a_single_text_call_naming_a_real_tool(make_app, fake_model):
     """With model.text_tool_calls: accept, a reply's single text-written call naming a real tool runs as a
     real call (the history then shows it as one, with its result) and the model is still told to use real
