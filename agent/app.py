@@ -87,7 +87,7 @@ class App:
         key = self.settings.model_api_key(self.env)
         return OpenAIChat(base_url=m.base_url, model=m.name, api_key=key.reveal() if key else None,
                           timeout=m.timeout, temperature=m.temperature, max_tokens=m.max_output_tokens,
-                          max_retries=m.max_retries)
+                          max_retries=m.max_retries, retry_timeouts=m.retry_timeouts)
 
     @property
     def log(self) -> EventLog:

@@ -46,6 +46,7 @@ SCHEDULE_TIMEZONE = UTC
 # Settings with a fixed set of values: checked when the config loads.
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["auto", "json", "console"]  # auto: console on a TTY, JSON lines otherwise
+TextToolCalls = Literal["reject", "accept"]  # what a tool call written as text gets besides a correction
 ProviderName = Literal["openai", "rules"]  # any OpenAI-compatible server, or the built-in rules provider
 
 
@@ -150,6 +151,8 @@ class ModelSettings(_KeyFrom):
     temperature: float = 0.2
     max_output_tokens: int = 2048
     max_retries: int = 1
+    retry_timeouts: bool = False
+    text_tool_calls: TextToolCalls = "reject"
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,8 @@ class AlertSettings:
     policy_blocks: int = 5
     # New alerts the model may open in one tick; repeats of live alerts are not counted.
     max_new_per_tick: int = 3
+    # Ticks in a row without a tool call (while there is work) before "the model has not acted" opens.
+    idle_ticks: int = 6
     # Runs off the tick's path with a minimal environment (agent/feedback/alert_hook.py).
     notify_command: str | None = None
     notify_timeout: Duration = Duration(10)
@@ -721,7 +726,8 @@ def _check_limits(s: Settings, loc: _Loc) -> None:
                    ("policy.max_rents_per_hour", s.policy.max_rents_per_hour),
                    ("policy.max_destroys_per_hour", s.policy.max_destroys_per_hour),
                    ("vast.max_attempts", s.vast.max_attempts),
-                   ("alerts.max_new_per_tick", s.alerts.max_new_per_tick)):
+                   ("alerts.max_new_per_tick", s.alerts.max_new_per_tick),
+                   ("model.max_retries", s.model.max_retries)):
         if v < 0:
             raise loc.error(key, "must not be negative")
     for key, x in (("policy.max_total_dph", s.policy.max_total_dph),
@@ -737,6 +743,8 @@ def _check_limits(s: Settings, loc: _Loc) -> None:
                    ("policy.max_monthly_spend", s.policy.max_monthly_spend)):
         if b is not None and b < 0:
             raise loc.error(key, f"must not be negative (got {b:g}); write dollars, or null for no budget")
+    if s.alerts.idle_ticks < 1:
+        raise loc.error("alerts.idle_ticks", f"must be at least 1 (got {s.alerts.idle_ticks})")
     if not 0 <= s.policy.min_reliability <= 1:
         raise loc.error("policy.min_reliability", "a share between 0 and 1")
     for u, key in ((s.vast.url, "vast.url"), (s.model.base_url, "model.base_url"), (s.demand.url, "demand.url")):

@@ -38,8 +38,13 @@ KNOWLEDGE = """\
 """
 
 
-def demo_config(root: Path, sim_url: str, *, model_url: str | None, model: str | None, budget: int) -> str:
+MODEL_TIMEOUT_S = 600.0  # --model-url's default: a cold CPU model needs minutes for a fleet's first request
+
+
+def demo_config(root: Path, sim_url: str, *, model_url: str | None, model: str | None, budget: int,
+                model_timeout: float | None = None) -> str:
     provider = "openai" if model_url else "rules"
+    timeout = model_timeout if model_timeout is not None else (MODEL_TIMEOUT_S if model_url else 60.0)
     return f"""\
 # Written by `fleet-agent demo`: the example defaults, pointed at the simulator.
 agent_id: demo
@@ -55,6 +60,9 @@ model:
   provider: {provider}
   base_url: {model_url or "http://127.0.0.1:8000/v1"}
   name: {model or "rules-provider"}
+  timeout: {timeout:g}s
+schedule:
+  tick_timeout: {max(600.0, 8 * timeout):g}s
 context:
   budget_tokens: {budget}
   output_reserve: 1000
@@ -136,7 +144,8 @@ def _fmt_event(e: Event) -> str | None:
 
 
 def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = None, model: str | None = None,
-             keep: str | None = None, out: IO[str] | None = None, seed: int = 11, budget: int = 6000) -> int:
+             keep: str | None = None, out: IO[str] | None = None, seed: int = 11, budget: int = 6000,
+             model_timeout: float | None = None) -> int:
     out = out or sys.stdout
     tty = out.isatty()
     root = Path(keep).resolve() if keep else Path(tempfile.mkdtemp(prefix="fleet-agent-demo-"))
@@ -154,7 +163,8 @@ def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = N
         (root / "knowledge").mkdir(exist_ok=True)
         (root / "knowledge" / "fleet-notes.md").write_text(KNOWLEDGE, encoding="utf-8")
         cfg = root / "config.yaml"
-        cfg.write_text(demo_config(root, server.url, model_url=model_url, model=model, budget=budget),
+        cfg.write_text(demo_config(root, server.url, model_url=model_url, model=model, budget=budget,
+                                   model_timeout=model_timeout),
                        encoding="utf-8")
         settings = config.load(str(cfg))
         app = App(settings, clock=clock)

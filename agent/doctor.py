@@ -3,7 +3,8 @@
 Checks: the config; the secrets (where they come from, never their values);
 the database (``PRAGMA quick_check``) and the log's hash chain; the runtime
 SQLite version; vast.ai reachable and the key accepted; the model endpoint
-reachable and serving the configured model (skipped for the rules provider);
+reachable and serving the configured model, answering a one-tool probe with real ``tool_calls``, and its
+context window (where the server says it) holding the budget (skipped for the rules provider);
 the demand source answering (when configured); the token encoding loads offline; the knowledge directory; the prompt files.
 
 Each check is a function returning ``Check``; the network checks take their
@@ -160,8 +161,21 @@ def check_demand(client: Any, url: str | None) -> Check:
     return Check("demand", True, f"{url}: {d.pending} pending, {d.completed} completed")
 
 
-def check_model(s: Settings, provider: Any) -> Check:
-    """``provider.list_models()`` lists ``model.name``; skipped for the rules provider."""
+PROBE_TOOL = {"type": "function", "function": {
+    "name": "report_status", "description": "Report that the probe was received.",
+    "parameters": {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}}}
+PROBE_MESSAGES = [
+    {"role": "system", "content": "You are a connectivity probe. Answer only by calling a tool."},
+    {"role": "user", "content": 'Call report_status with {"status": "ok"} now.'},
+]
+TOOL_CALL_FIX = ("serve the model with tool calling on: vLLM --enable-auto-tool-choice --tool-call-parser hermes "
+                 "(for Qwen), llama.cpp's llama-server --jinja, Ollama a model whose template has tools")
+
+
+def check_model(s: Settings, provider: Any, window: tuple[int | None, str] | None = None) -> Check:
+    """``provider.list_models()`` lists ``model.name``; one small tool-call round trip comes back as real
+    ``tool_calls``; the server's context window (``window``: tokens and where it was read) holds
+    ``context.budget_tokens``. Skipped for the rules provider."""
     from agent.llm import LLMError
 
     m = s.model
@@ -182,7 +196,92 @@ def check_model(s: Settings, provider: Any) -> Check:
         shown = ", ".join(models[:8]) or "none"
         return Check("model", False, f"{m.base_url} does not serve {m.name!r} (it lists: {shown})",
                      "set model.name to a listed model, or load the model on the server")
-    return Check("model", True, f"{m.base_url} serves {m.name}")
+    return _probe(s, provider, window)
+
+
+def _probe(s: Settings, provider: Any, window: tuple[int | None, str] | None) -> Check:
+    """The tool-call round trip and the window, after the model is known to be served."""
+    import time
+
+    from agent.llm import LLMError, find_text_calls
+    from agent.window import budget_for
+
+    m, c = s.model, s.context
+    started = time.monotonic()
+    try:
+        reply = provider.complete(PROBE_MESSAGES, [PROBE_TOOL])
+    except LLMError as e:
+        return Check("model", False, f"{m.base_url} serves {m.name} but a one-tool probe failed: {_err(e)}",
+                     "raise model.timeout for a slow model, or check the server's log")
+    took = f"{time.monotonic() - started:.1f} s"
+    size, where = window or (None, "the server does not say its context window")
+    said = f"window {size:,} tokens ({where})" if size else where
+    head = f"{m.base_url} serves {m.name}; probe answered in {took}"
+    if not reply.tool_calls:
+        how = "wrote the call as text" if find_text_calls(reply.text) else "answered without a tool call"
+        return Check("model", False, f"{head} but {how} (no tool_calls); {said}", TOOL_CALL_FIX)
+    if size and budget_for(size, c, m.max_output_tokens) < c.budget_tokens:
+        fit = budget_for(size, c, m.max_output_tokens)
+        return Check("model", False, f"{head} with tool_calls, but context.budget_tokens ({c.budget_tokens:,}) "
+                     f"does not fit the server's {said} with model.max_output_tokens {m.max_output_tokens:,}",
+                     f"set context.budget_tokens to at most {max(fit, 0):,}, or start the server with a larger "
+                     "window (vLLM --max-model-len, llama.cpp -c, Ollama num_ctx)")
+    return Check("model", True, f"{head} with tool_calls; {said}")
+
+
+def server_window(base_url: str, model: str, key: str | None, timeout: float) -> tuple[int | None, str]:
+    """The server's context window and where it said it: vLLM's ``max_model_len`` in ``/v1/models``,
+    llama.cpp's ``n_ctx`` in ``/props``, Ollama's ``num_ctx`` from ``/api/show`` (its default when unset:
+    the OpenAI endpoint cuts longer prompts silently). (None, why) when none of them answers."""
+    import httpx
+
+    base = base_url.rstrip("/")
+    root = base[:-3] if base.endswith("/v1") else base
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    with httpx.Client(timeout=timeout, headers=headers) as client:
+        for probe in (_vllm_window, _llamacpp_window, _ollama_window):
+            try:
+                found = probe(client, base, root, model)
+            except (httpx.HTTPError, ValueError, TypeError, AttributeError):
+                continue
+            if found is not None:
+                return found
+    return None, "the server does not say its context window"
+
+
+def _vllm_window(client: Any, base: str, root: str, model: str) -> tuple[int, str] | None:
+    r = client.get(f"{base}/models")
+    for d in r.json().get("data") or [] if r.status_code == 200 else []:
+        if d.get("id") == model and isinstance(d.get("max_model_len"), int):
+            return int(d["max_model_len"]), "max_model_len in /v1/models"
+    return None
+
+
+def _llamacpp_window(client: Any, base: str, root: str, model: str) -> tuple[int, str] | None:
+    r = client.get(f"{root}/props")
+    if r.status_code != 200:
+        return None
+    body = r.json()
+    n = (body.get("default_generation_settings") or {}).get("n_ctx", body.get("n_ctx"))
+    return (int(n), "n_ctx in /props") if isinstance(n, int) and n > 0 else None
+
+
+OLLAMA_DEFAULT_NUM_CTX = 2048
+
+
+def _ollama_window(client: Any, base: str, root: str, model: str) -> tuple[int, str] | None:
+    import re
+
+    r = client.post(f"{root}/api/show", json={"model": model})
+    if r.status_code != 200:
+        return None
+    body = r.json()
+    found = re.search(r"(?m)^num_ctx\s+(\d+)", str(body.get("parameters") or ""))
+    if found:
+        return int(found.group(1)), "num_ctx from Ollama's /api/show"
+    if "model_info" in body or "details" in body:
+        return OLLAMA_DEFAULT_NUM_CTX, "Ollama's default num_ctx: no num_ctx set for this model"
+    return None
 
 
 def check_tokenizer(s: Settings) -> Check:
@@ -290,5 +389,12 @@ def _model_check(s: Settings, env: Mapping[str, str] | None, provider: Any) -> C
         except FleetAgentError:
             k = None
         provider = OpenAIChat(base_url=s.model.base_url, model=s.model.name, api_key=k.reveal() if k else None,
-                              timeout=min(float(s.model.timeout), DOCTOR_TIMEOUT_S), max_retries=0)
-    return check_model(s, provider)
+                              timeout=float(s.model.timeout), max_retries=0, max_tokens=64, temperature=0.0)
+    window = None
+    if s.model.provider == "openai":
+        try:
+            k = s.model_api_key(env)
+        except FleetAgentError:
+            k = None
+        window = server_window(s.model.base_url, s.model.name, k.reveal() if k else None, DOCTOR_TIMEOUT_S)
+    return check_model(s, provider, window)

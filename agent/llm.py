@@ -18,10 +18,11 @@ No message, repr or log line carries the API key.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import structlog
 
@@ -48,6 +49,8 @@ LLM_ERROR_KINDS = frozenset(
 _RETRYABLE = frozenset({"timeout", "connection", "server", "rate_limit", "empty"})
 _CONTEXT_MARKERS = (
     "context_length_exceeded",
+    "exceed_context_size",
+    "exceeds the available context size",
     "maximum context length",
     "context length",
     "context window",
@@ -61,13 +64,16 @@ _MAX_MESSAGE = 500
 class LLMError(FleetAgentError):
     """A model call failed. `kind` is one of LLM_ERROR_KINDS; `retryable` says whether trying again may help."""
 
-    def __init__(self, kind: str, message: str, *, status: int | None = None) -> None:
+    def __init__(self, kind: str, message: str, *, status: int | None = None, retry_after: float | None = None,
+                 window: int | None = None) -> None:
         if kind not in LLM_ERROR_KINDS:
             raise ValueError(f"unknown LLMError kind {kind!r}")
         super().__init__(message)
         self.kind = kind
         self.status = status
         self.retryable = kind in _RETRYABLE
+        self.retry_after = retry_after  # seconds the server asked us to wait, when it said
+        self.window = window  # the context window the server reported in a context_length error, when it did
 
     def __repr__(self) -> str:
         return f"LLMError(kind={self.kind!r}, status={self.status!r}, message={str(self)!r})"
@@ -160,6 +166,7 @@ class OpenAIChat(ChatProvider):
         temperature: float = 0.2,
         max_tokens: int = 2048,
         max_retries: int = 1,
+        retry_timeouts: bool = False,
     ) -> None:
         self.base_url = base_url
         self.model = model
@@ -167,7 +174,8 @@ class OpenAIChat(ChatProvider):
         self.timeout = timeout
         self.temperature = temperature
         self.max_tokens = max_tokens
-        self.max_retries = max_retries
+        self.max_retries = max_retries  # fleet-agent's own retries (call_with_retries); the SDK never retries
+        self.retry_timeouts = retry_timeouts
         self._secret = api_key or ""
         import openai
 
@@ -175,7 +183,7 @@ class OpenAIChat(ChatProvider):
             base_url=base_url,
             api_key=api_key or "not-needed",
             timeout=timeout,
-            max_retries=max_retries,
+            max_retries=0,
         )
 
     def __repr__(self) -> str:
@@ -272,9 +280,7 @@ class OpenAIChat(ChatProvider):
 
         where = self.base_url
         if isinstance(e, openai.APITimeoutError):
-            return LLMError(
-                "timeout", f"{where}: no reply within {self.timeout:g}s; the server may be overloaded"
-            )
+            return LLMError("timeout", f"{where}: no reply within {self.timeout:g} s")
         if isinstance(e, openai.APIConnectionError):
             return LLMError("connection", f"{where}: cannot connect; check that the model server is running")
         if isinstance(e, openai.APIStatusError):
@@ -287,14 +293,17 @@ class OpenAIChat(ChatProvider):
                     status=status,
                 )
             if status == 429:
-                return LLMError("rate_limit", f"{where}: rate limited (429): {detail}", status=status)
+                return LLMError("rate_limit", f"{where}: rate limited (429): {detail}", status=status,
+                                retry_after=_retry_after(e))
             if status >= 500:
-                return LLMError("server", f"{where}: server error {status}: {detail}", status=status)
+                return LLMError("server", f"{where}: server error {status}: {detail}", status=status,
+                                retry_after=_retry_after(e))
             if _is_context_length(e, detail):
                 return LLMError(
                     "context_length",
                     f"{where}: the request exceeds the model's context length: {detail}; compact or lower the budget",
                     status=status,
+                    window=reported_window(e.body, detail),
                 )
             return LLMError("bad_request", f"{where}: request rejected ({status}): {detail}", status=status)
         if isinstance(e, openai.APIResponseValidationError):
@@ -351,3 +360,158 @@ def _is_context_length(e: openai.APIStatusError, detail: str) -> bool:
         return True
     text = f"{detail} {e.message}".lower()
     return any(marker in text for marker in _CONTEXT_MARKERS)
+
+
+def _retry_after(e: openai.APIStatusError) -> float | None:
+    """The wait the server asked for (``retry-after-ms`` or ``retry-after`` in seconds), if any."""
+    headers = getattr(e.response, "headers", None) or {}
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) * scale)
+        except ValueError:
+            continue
+    return None
+
+
+_WINDOW_RE = re.compile(r"maximum context length is (\d+)")
+
+
+def reported_window(body: Any, detail: str) -> int | None:
+    """The context window a server names in its context-length error: llama.cpp's ``n_ctx`` field, or
+    vLLM's / OpenAI's "maximum context length is N tokens"."""
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(inner, dict) and isinstance(inner.get("n_ctx"), int) and inner["n_ctx"] > 0:
+        return int(inner["n_ctx"])
+    m = _WINDOW_RE.search(detail)
+    return int(m.group(1)) if m else None
+
+
+# ------------------------------------------------------------------ fleet-agent's own retries
+
+RETRY_WAIT_S = 2.0  # the wait before a retry when the server names none; doubled each attempt, at most 30 s
+
+
+def should_retry(err: LLMError, retry_timeouts: bool) -> bool:
+    """Whether a failed request may be sent again. A timed-out request is not (the server may still be
+    computing it, and a second copy only queues behind the first) unless the operator asked for it."""
+    if err.kind == "timeout":
+        return retry_timeouts
+    return err.retryable
+
+
+def call_with_retries(provider: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
+                      on_retry: Any, wait: Any) -> ModelReply:
+    """``provider.complete`` with up to ``provider.max_retries`` retries of failures that may pass.
+
+    Before each retry ``on_retry(attempt, err, seconds)`` is told (it logs the retry) and
+    ``wait(seconds)`` runs (it returns False to give up: the tick is stopping or out of time). The error
+    finally raised says the attempts and the time they took ("no reply within 60 s, 2 attempts, 121 s")."""
+    retries = max(0, int(getattr(provider, "max_retries", 0) or 0))
+    retry_timeouts = bool(getattr(provider, "retry_timeouts", False))
+    started = time.monotonic()
+    attempt = 1
+    while True:
+        try:
+            return cast(ModelReply, provider.complete(messages, tools))
+        except LLMError as err:
+            if attempt > retries or not should_retry(err, retry_timeouts):
+                raise _with_attempts(err, attempt, time.monotonic() - started) from err
+            seconds = err.retry_after if err.retry_after is not None else min(30.0, RETRY_WAIT_S * 2 ** (attempt - 1))
+            on_retry(attempt, err, seconds)
+            if not wait(seconds):
+                raise _with_attempts(err, attempt, time.monotonic() - started) from err
+            attempt += 1
+
+
+def _with_attempts(err: LLMError, attempts: int, elapsed: float) -> LLMError:
+    """``err`` with the attempts made and the time they took in its message (timeouts say it first)."""
+    text = str(err)
+    n = f"{attempts} attempt{'s' if attempts != 1 else ''}, {elapsed:.0f} s"
+    text = text + f", {n}" if err.kind == "timeout" else text + f" ({n})"
+    return LLMError(err.kind, text, status=err.status, retry_after=err.retry_after, window=err.window)
+
+
+# ------------------------------------------------------------------ tool calls written as text
+
+
+@dataclass(frozen=True)
+class TextCall:
+    """A tool call a model wrote in its reply's text instead of ``tool_calls``."""
+
+    name: str
+    arguments: str  # JSON text of the arguments as written ("" when none could be read)
+    shape: str      # tagged | fenced | prefixed | json
+
+
+_TAGGED = re.compile(r"<tool_call>\s*")
+# A fence's opening; the JSON after it is read by the decoder, not up to the next ``` (the arguments of a
+# call written in a fence often quote a fenced text themselves).
+_FENCE_OPEN = re.compile(r"```[A-Za-z]*[ \t]*")
+_PREFIXED = re.compile(r"\bfunctions\.([A-Za-z_][\w\-]*)\s*[:(]?\s*")
+_DECODER = json.JSONDecoder()
+
+
+def _json_span(text: str, pos: int) -> tuple[Any, int]:
+    """The JSON value starting at ``pos`` (after blanks) and where it ends, or (None, pos)."""
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    try:
+        return _DECODER.raw_decode(text, pos)
+    except ValueError:
+        return None, pos
+
+
+def _json_at(text: str, pos: int) -> Any:
+    """The JSON value starting at ``pos`` (after blanks), or None."""
+    return _json_span(text, pos)[0]
+
+
+def _fenced_calls(text: str) -> list[TextCall]:
+    calls: list[TextCall] = []
+    done = 0
+    for m in _FENCE_OPEN.finditer(text):
+        if m.start() < done:
+            continue  # inside a call already read
+        value, end = _json_span(text, m.end())
+        call = _as_text_call(value, "fenced")
+        if call is not None:
+            calls.append(call)
+            done = end
+    return calls
+
+
+def _as_text_call(obj: Any, shape: str) -> TextCall | None:
+    """``{"name": ..., "arguments"|"parameters": ...}`` as a call, else None."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+        return None
+    if "arguments" not in obj and "parameters" not in obj:
+        return None
+    args = obj.get("arguments", obj.get("parameters"))
+    text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    return TextCall(obj["name"], text, shape)
+
+
+def find_text_calls(text: str) -> list[TextCall]:
+    """Tool calls written in ``text`` in the shapes small models use: ``<tool_call>{...}</tool_call>``
+    (tagged), a fenced ``{"name": ..., "arguments": ...}`` (fenced), ``functions.NAME:{...}`` (prefixed),
+    or the whole reply being such an object (json). Prose that merely names a tool is not a call."""
+    if not text:
+        return []
+    calls: list[TextCall] = []
+    for m in _TAGGED.finditer(text):
+        call = _as_text_call(_json_at(text, m.end()), "tagged")
+        if call is not None:
+            calls.append(call)
+    calls += _fenced_calls(text)
+    for m in _PREFIXED.finditer(text):
+        args = _json_at(text, m.end())
+        calls.append(TextCall(m.group(1), json.dumps(args, ensure_ascii=False) if isinstance(args, dict) else "",
+                              "prefixed"))
+    if not calls:
+        call = _as_text_call(_json_at(text.strip(), 0), "json")
+        if call is not None:
+            calls.append(call)
+    return calls

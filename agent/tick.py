@@ -15,14 +15,16 @@ from typing import Any
 
 import structlog
 
-from agent import compaction, context, feedback, spend, steering
+from agent import compaction, context, feedback, spend, steering, window
 from agent.app import App
 from agent.clients.demand import DemandError
 from agent.clients.vast import Instance, VastError, spendable
+from agent.config import ContextSettings
 from agent.context.inputs import record_inputs
 from agent.errors import FleetAgentError
 from agent.feedback.knowledge import save_memo
-from agent.llm import LLMError, ModelReply
+from agent.idle import check_idle
+from agent.llm import LLMError, ModelReply, TextCall, call_with_retries, find_text_calls
 from agent.lock import FleetLock
 from agent.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.policy import Policy
@@ -33,6 +35,7 @@ from agent.toolkit import Toolbox, ToolContext, load_tools
 log_ = structlog.get_logger(__name__)
 
 MAX_CALLS_PER_STEP = 16
+MAX_CORRECTIONS = 2  # replies with tool calls written as text answered with a correction, per tick
 UNREACHABLE = ("timeout", "connection", "server", "rate_limit", "auth")
 
 
@@ -168,6 +171,7 @@ class _Run:
     actions: list[str] = field(default_factory=list)
     steps: int = 0
     blocks: int = 0
+    corrections: int = 0
 
     def fail(self, reason: str, kind: str) -> TickResult:
         return _fail(self.app, self.tick, reason, kind, self.steps, self.usage, self.t0)
@@ -183,8 +187,10 @@ class _Model:
     policy: dict[str, Any]
     name: str
     summarizer: Any
+    cs: ContextSettings
     params: dict[str, Any] | None = None
     overflow_retried: bool = False
+    overflow_tokens: int | None = None  # calibrated tokens of the request the server refused as too long
 
     @classmethod
     def of(cls, app: App) -> _Model:
@@ -193,7 +199,7 @@ class _Model:
         specs = toolbox.specs()
         return cls(provider, toolbox, specs, app.policy_dict(), getattr(provider, "name", app.settings.model.name),
                    provider if getattr(provider, "can_summarise", True) else None,
-                   context.model_params(provider, specs))
+                   window.effective_context(app.log, app.settings), context.model_params(provider, specs))
 
 
 def _run(app: App, stop: threading.Event) -> TickResult:
@@ -260,36 +266,88 @@ def _start(run: _Run) -> ToolContext | TickResult:
 
 
 def _ask(run: _Run, model: _Model, stop: threading.Event, deadline: float) -> list[ToolCall] | TickResult | None:
-    """One model step: the calls it asked for, the tick's end (failure), or None to ask again
-    (the context overflowed once and was compacted)."""
+    """One model step: the calls it asked for, the tick's end, or None to ask again (the context
+    overflowed once and was compacted, or the model wrote its calls as text and was told so)."""
     if stop.is_set():
         return run.fail("stopped: the daemon is shutting down", "stopped")
     if time.monotonic() > deadline:
         return run.fail(f"time budget of {run.app.settings.schedule.tick_timeout:.0f}s used up", "timeout")
     log = run.app.log
     proj = _project(run, model)
+    ended = _over_budget(run, model, proj)
+    if ended is not None:
+        return ended
     record_inputs(log, run.app.prompts, model.policy, model.tools, run.tick, model.params)
     req = log.append("model.request", context.request_payload(proj), "system", run.tick)
     run.steps += 1
     try:
-        reply = model.provider.complete(proj.messages, model.tools)
+        reply = call_with_retries(model.provider, proj.messages, model.tools,
+                                  on_retry=lambda n, err, wait: _retry_logged(run, req.seq, n, err, wait),
+                                  wait=lambda seconds: _wait(stop, deadline, seconds))
     except LLMError as e:
-        return _model_failed(run, model, e, req.seq)
+        return _model_failed(run, model, e, req.seq, proj.calibrated_tokens)
     feedback.resolve_alert(log, "model:unreachable", "the model answered again", run.tick)
+    model.overflow_tokens = None
+    return _answered(run, model, reply, req.seq, proj.tokens)
+
+
+def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, estimated: int) -> list[ToolCall] | None:
+    """Log the reply; its calls, or None when it wrote calls as text and gets a correction (ask again)."""
+    log = run.app.log
     calls = _normalise_calls(reply, run.tick, run.steps)
+    written = find_text_calls(reply.text) if not calls else []
+    accepted = _accepted(run, model, written)
+    if accepted is not None:
+        calls = [accepted]
     payload = reply.to_payload()
-    payload.update({"tool_calls": calls, "request_seq": req.seq, "provider": getattr(model.provider, "name", "")})
-    log.append("model.response", payload, "model", run.tick)
+    payload.update({"tool_calls": calls, "request_seq": request_seq, "provider": getattr(model.provider, "name", "")})
+    resp = log.append("model.response", payload, "model", run.tick)
     for k in run.usage:
         run.usage[k] += int(payload["usage"].get(k, 0) or 0)
     if reply.usage.prompt_tokens:
-        context.update_calibration(log, proj.tokens, reply.usage.prompt_tokens, tick=run.tick)
-    return calls
+        context.update_calibration(log, estimated, reply.usage.prompt_tokens, tick=run.tick)
+    if not written:
+        return calls
+    log.append("model.text_tool_calls", {"response_seq": resp.seq, "accepted": accepted is not None,
+                                         "calls": [{"name": c.name, "arguments": c.arguments, "shape": c.shape}
+                                                   for c in written]}, "system", run.tick)
+    log_.warning("model.text_tool_calls", calls=[c.name for c in written], shapes=[c.shape for c in written],
+                 accepted=accepted is not None)
+    run.corrections += 1
+    if accepted is not None or run.corrections > MAX_CORRECTIONS:
+        return calls
+    return None
+
+
+def _accepted(run: _Run, model: _Model, written: list[TextCall]) -> ToolCall | None:
+    """The one call written as text that runs as a real call (``model.text_tool_calls: accept``): only a
+    reply's single call naming a real tool, and only while corrections are left in this tick."""
+    if run.app.settings.model.text_tool_calls != "accept" or len(written) != 1 or run.corrections >= MAX_CORRECTIONS:
+        return None
+    c = written[0]
+    if c.name not in model.toolbox.by_name:
+        return None
+    return {"id": f"call_{run.tick}_{run.steps}_0", "name": c.name, "arguments": c.arguments}
+
+
+def _retry_logged(run: _Run, request_seq: int, attempt: int, err: LLMError, wait: float) -> None:
+    """A retry is an event and a log line, before the wait."""
+    run.app.log.append("model.retry", {"attempt": attempt, "error_kind": err.kind, "message": str(err)[:500],
+                                       "wait_s": round(wait, 3), "request_seq": request_seq}, "system", run.tick)
+    log_.warning("llm.retry", attempt=attempt, kind=err.kind, status=err.status, wait_s=round(wait, 3))
+
+
+def _wait(stop: threading.Event, deadline: float, seconds: float) -> bool:
+    """Wait before a retry; False (give up) when the tick is stopping or the wait would pass its deadline."""
+    if time.monotonic() + seconds > deadline:
+        return False
+    return not stop.wait(seconds)
 
 
 def _project(run: _Run, model: _Model) -> context.Projection:
-    """The request's context, compacted first when it is due or does not fit."""
-    app, cs = run.app, run.app.settings.context
+    """The request's context, compacted first when it is due or does not fit (at a step boundary: every
+    call of the previous step has its result by now)."""
+    app, cs = run.app, model.cs
     proj = context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools, model=model.name,
                            cache=app.projection_cache, params=model.params)
     if context.needs_compaction(proj, cs) or not context.fits(proj, cs):
@@ -303,13 +361,33 @@ def _project(run: _Run, model: _Model) -> context.Projection:
     return proj
 
 
-def _model_failed(run: _Run, model: _Model, e: LLMError, request_seq: int) -> TickResult | None:
-    """Log the failure; an overflow is compacted and retried once (None), anything else ends the tick."""
+def _over_budget(run: _Run, model: _Model, proj: context.Projection) -> TickResult | None:
+    """The tick's end when the next request would not fit (never sent), or would be no smaller than
+    one the server already refused as too long; else None."""
+    if model.overflow_tokens is not None and proj.calibrated_tokens >= model.overflow_tokens:
+        return run.fail(f"compaction did not make the request smaller ({model.overflow_tokens:,} -> "
+                        f"{proj.calibrated_tokens:,} tokens) after the server refused it as too long; not sent "
+                        "again: lower context.budget_tokens or raise the server's context window", "context_length")
+    if context.fits(proj, model.cs):
+        return None
+    limit = context.limit_tokens(model.cs)
+    run.app.log.append("context.step_refused", {"step": run.steps + 1, "tokens": proj.calibrated_tokens,
+                                                "limit": limit}, "system", run.tick)
+    log_.warning("context.step_refused", step=run.steps + 1, tokens=proj.calibrated_tokens, limit=limit)
+    return _complete(run)
+
+
+def _model_failed(run: _Run, model: _Model, e: LLMError, request_seq: int, tokens: int) -> TickResult | None:
+    """Log the failure; an overflow lowers the budget to the server's window, is compacted and retried once
+    (None); anything else ends the tick."""
     log, tick = run.app.log, run.tick
     log.append("model.failed", {"error_kind": e.kind, "message": str(e)[:500], "request_seq": request_seq},
                "system", tick)
     if e.kind == "context_length" and not model.overflow_retried:
         model.overflow_retried = True
+        model.overflow_tokens = tokens
+        if e.window:
+            model.cs = window.learn_window(log, run.app.settings, e.window, "context_length error", tick)
         _compact(run.app, tick, model, force=True)
         return None
     if e.kind in UNREACHABLE:
@@ -349,6 +427,8 @@ def _complete(run: _Run) -> TickResult:
     log, tick = run.app.log, run.tick
     feedback.note_policy_blocks(log, run.app.settings, run.blocks, tick)
     feedback.dispatch_notifications(log, run.app.settings, tick=tick)  # repeats and resolutions, too
+    if run.app.settings.model.provider != "rules":  # the rules provider is code deciding, not a model to watch
+        check_idle(log, run.app.settings, tick)
     dur = (time.monotonic() - run.t0) * 1000
     log.append("tick.completed", {"steps": run.steps, "usage": run.usage, "actions": run.actions,
                                   "duration_ms": dur}, "system", tick)
@@ -360,7 +440,7 @@ def _complete(run: _Run) -> TickResult:
 def _warn(app: Any, tick: int, model: _Model) -> bool:
     """Give the memory-pressure warning when it is due (see compaction.warn_pressure)."""
     log = app.log
-    return compaction.warn_pressure(log, app.prompts, app.settings.context, policy=model.policy, tools=model.tools,
+    return compaction.warn_pressure(log, app.prompts, model.cs, policy=model.policy, tools=model.tools,
                                     tick=tick, open_alert_ids=[a.id for a in log.store.open_alerts()],
                                     owned_instance_ids=log.store.owned_instance_ids(), model_name=model.name,
                                     cache=app.projection_cache) is not None
@@ -370,7 +450,7 @@ def _compact(app: Any, tick: int, model: _Model, *, force: bool) -> None:
     log = app.log
     open_ids = [a.id for a in log.store.open_alerts()]
     owned = log.store.owned_instance_ids()
-    compaction.compact(log, app.prompts, app.settings.context, policy=model.policy, tools=model.tools,
+    compaction.compact(log, app.prompts, model.cs, policy=model.policy, tools=model.tools,
                        summarizer=model.summarizer, tick=tick, open_alert_ids=open_ids, owned_instance_ids=owned,
                        model_name=model.name, force=force, cache=app.projection_cache)
 

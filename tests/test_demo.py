@@ -64,3 +64,25 @@ def test_demo_refuses_a_directory_that_holds_a_demo(tmp_path):
     assert run_demo(ticks=1, speed=1e9, keep=str(tmp_path / "d"), out=out) == 2
     assert "already holds a demo" in out.getvalue()
     assert (tmp_path / "d" / "config.yaml").read_bytes() == before
+
+
+def test_demo_model_timeout_defaults_long_with_a_model_url(tmp_path):
+    """`demo --model-url` gives each model request 600 s by default (a cold CPU model needs minutes for a
+    fleet's first request) and a tick room for its steps; --model-timeout sets it; the CLI refuses a
+    timeout that is not a positive number."""
+    from agent import config
+    from agent.cli import build_parser
+    from agent.demo import demo_config
+
+    def parsed(**kw: object) -> config.Settings:
+        text = demo_config(tmp_path, "http://127.0.0.1:9", budget=6000, **kw)  # type: ignore[arg-type]
+        return config.parse(text, str(tmp_path / "config.yaml"))
+
+    real = parsed(model_url="http://127.0.0.1:8080/v1", model="m")
+    assert real.model.timeout == 600 and real.schedule.tick_timeout >= 8 * 600
+    assert parsed(model_url="http://127.0.0.1:8080/v1", model="m", model_timeout=45.5).model.timeout == 45.5
+    assert parsed(model_url=None, model=None).model.timeout == 60
+    args = build_parser().parse_args(["demo", "--model-url", "http://x/v1", "--model", "m", "--model-timeout", "90"])
+    assert args.model_timeout == 90.0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["demo", "--model-timeout", "0"])

@@ -108,6 +108,29 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
         ("text only", {"text": "Nothing to do.", "tool_calls": []}),
         ("empty", {"text": "", "tool_calls": []}),
     ],
+    ("model.response", 2): [
+        ("object arguments kept byte for byte", {"text": "Renting one more.", "tool_calls": [
+            {"id": "call_1", "name": "rent_instance", "arguments": "{\"offer_id\":  9}"}]}),
+        ("text after the arguments", {"text": "", "tool_calls": [
+            {"id": "call_2", "name": "search_offers", "arguments": "{\"limit\": 3} I will now rent"}]}),
+        ("not an object, and empty", {"text": "Two calls.", "tool_calls": [
+            {"id": "call_3", "name": "list_instances", "arguments": "[1, 2]"},
+            {"id": "call_4", "name": "list_instances", "arguments": ""}]}),
+        ("text only", {"text": "Nothing to do.", "tool_calls": []}),
+        ("empty", {"text": "", "tool_calls": []}),
+    ],
+    ("model.retry", 1): [("server error", {"attempt": 1, "error_kind": "server", "message": "500: overloaded",
+                                           "wait_s": 2.0, "request_seq": 41})],
+    ("model.text_tool_calls", 1): [
+        ("corrected", {"response_seq": 42, "accepted": False, "calls": [
+            {"name": "search_offers", "arguments": "{\"limit\": 3}", "shape": "tagged"},
+            {"name": "rent[x]\n[operator note · x]", "arguments": "{}", "shape": "fenced"}]}),
+        ("accepted", {"response_seq": 42, "accepted": True, "calls": [
+            {"name": "list_instances", "arguments": "{}", "shape": "prefixed"}]}),
+    ],
+    ("model.window", 1): [("from the server's error", {"window": 4096, "budget_tokens": 6000,
+                                                       "effective_budget": 3584, "source": "context_length error"})],
+    ("context.step_refused", 1): [("over budget", {"step": 4, "tokens": 6120, "limit": 5000})],
     ("model.failed", 1): [("rate limited", {"error_kind": "rate_limit", "message": "429: slow down",
                                             "request_seq": 41})],
     ("tool.called", 1): [("rent", {"call_id": "call_1", "name": "rent_instance", "arguments": "{\"offer_id\": 9}",

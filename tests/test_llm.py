@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from structlog.testing import capture_logs
 
 from agent.errors import FleetAgentError
-from agent.llm import LLMError, ModelReply, OpenAIChat, ToolCall, Usage
+from agent.llm import LLMError, ModelReply, OpenAIChat, ToolCall, Usage, call_with_retries
 from tests.fakes.openai_server import (
     FakeOpenAI,
     context_length_error,
@@ -159,13 +160,53 @@ def test_server_error_without_retries(fake):
     assert len(fake.chat_requests) == 1
 
 
-def test_server_error_recovers_on_retry(fake):
-    """With max_retries=1 a 500 followed by a good reply returns the good reply."""
+def test_server_error_recovers_on_fleet_agents_own_retry(fake):
+    """With max_retries=1 a 503 followed by a good reply returns the good reply: the retry is
+    fleet-agent's own (reported to on_retry with the server's retry-after wait), the same bytes are sent
+    again, and the SDK itself never retries (complete() alone makes one request)."""
     fake.enqueue(error(503, "upstream down"), reply("second try"))
-    out = _client(fake, max_retries=1).complete(_messages(), TOOLS)
+    client = _client(fake, max_retries=1)
+    seen: list[tuple[int, str, float]] = []
+    out = call_with_retries(client, _messages(), TOOLS, on_retry=lambda n, e, w: seen.append((n, e.kind, w)),
+                            wait=lambda s: True)
     assert out.text == "second try"
+    assert seen == [(1, "server", 0.005)]
     assert len(fake.chat_requests) == 2
     assert fake.chat_requests[0].raw == fake.chat_requests[1].raw
+    fake.enqueue(error(500))
+    with pytest.raises(LLMError):
+        client.complete(_messages(), TOOLS)
+    assert len(fake.chat_requests) == 3
+
+
+def test_a_timed_out_request_is_not_sent_again_unless_configured(fake):
+    """A request the client gave up on is not re-sent (the server may still be computing it) even with
+    max_retries=1; with retry_timeouts it is, and the error says the timeout, the attempts and the time."""
+    fake.enqueue(hang(2.0))  # a re-send would get the default reply and not raise
+    with pytest.raises(LLMError) as info:
+        call_with_retries(_client(fake, timeout=0.3, max_retries=1), _messages(), TOOLS,
+                          on_retry=lambda *a: None, wait=lambda s: True)
+    assert info.value.kind == "timeout"
+    assert re.search(r": no reply within 0.3 s, 1 attempt, \d+ s$", str(info.value)), str(info.value)
+    assert len(fake.chat_requests) == 1
+
+    fake.enqueue(hang(2.0), hang(2.0))
+    retried: list[int] = []
+    with pytest.raises(LLMError) as info:
+        call_with_retries(_client(fake, timeout=0.3, max_retries=1, retry_timeouts=True), _messages(), TOOLS,
+                          on_retry=lambda n, e, w: retried.append(n), wait=lambda s: True)
+    assert re.search(r": no reply within 0.3 s, 2 attempts, \d+ s$", str(info.value)), str(info.value)
+    assert retried == [1]
+    assert len(fake.chat_requests) == 3
+
+
+def test_a_reply_without_usage_counts_zero(fake):
+    """A server that sends no `usage` (some local servers) gives a reply with zero counts, not an error."""
+    fake.report_usage = False
+    fake.enqueue(reply("fine"))
+    out = _client(fake).complete(_messages(), TOOLS)
+    assert out.text == "fine"
+    assert out.usage == Usage()
 
 
 def test_rate_limit(fake):
@@ -367,3 +408,16 @@ def test_payload_round_trip(fake):
     out = _client(fake).complete(_messages(), TOOLS)
     payload = json.loads(json.dumps(out.to_payload()))
     assert ModelReply.from_payload(payload) == out
+
+
+@pytest.mark.parametrize("style", ["vllm", "llama.cpp"])
+def test_a_request_past_the_servers_window_names_the_window(fake, style):
+    """A server whose window is smaller than prompt + max_tokens refuses the request with its own error
+    shape (vLLM's "maximum context length is N tokens", llama.cpp's exceed_context_size_error with n_ctx);
+    both are kind 'context_length' and carry the window the server named."""
+    fake.context_window = 300
+    fake.window_style = style
+    with pytest.raises(LLMError) as info:
+        _client(fake, max_tokens=200).complete([{"role": "user", "content": "x" * 800}], [])
+    assert info.value.kind == "context_length" and info.value.window == 300
+    assert len(fake.chat_requests) == 1

@@ -7,6 +7,7 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -17,7 +18,7 @@ from agent.feedback import raise_alert
 from agent.lock import FleetLock
 from agent.sim import SimServer, Simulator
 from agent.store.log import EventLog
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, reply, text_tool_call
 from tests.tamper import Tamper
 
 SIM_KEY = "sim-key-doctor-1234"
@@ -189,6 +190,7 @@ def test_doctor_all_good(tmp_path, capsys, sim_server, fake_model, monkeypatch):
     ok and doctor exits 0; the key itself never appears in the output."""
     monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
     cfg = make_setup(tmp_path, sim_server.url, openai_block(fake_model.base_url))
+    fake_model.enqueue(reply(tool_calls=[("report_status", {"status": "ok"})]))
     code, out = run_cli(capsys, "--config", str(cfg), "doctor")
     lines = out.strip().splitlines()
     assert code == 0, out
@@ -198,7 +200,7 @@ def test_doctor_all_good(tmp_path, capsys, sim_server, fake_model, monkeypatch):
     for name in ("config", "secrets", "database", "chain", "sqlite", "vast.ai", "model", "tokens", "knowledge",
                  "prompts"):
         assert name in names
-    assert "vast.ai key from $TEST_VAST_KEY" in out and "serves fake-model" in out
+    assert "vast.ai key from $TEST_VAST_KEY" in out and "serves fake-model" in out and "with tool_calls" in out
     assert lines[-1] == f"all {len(checks)} checks ok"
     assert SIM_KEY not in out
 
@@ -288,3 +290,47 @@ def test_doctor_checks_the_demand_source(tmp_path, capsys, sim_server, monkeypat
     code, out = run_cli(capsys, "--config", str(cfg), "doctor")
     line = next(x for x in out.splitlines() if x.split()[1] == "demand")
     assert code == 1 and line.startswith("FAIL") and "cannot reach" in line and "fix: check demand.url" in line
+
+
+def _model_line(capsys: Any, cfg: Any) -> tuple[int, str]:
+    code, out = run_cli(capsys, "--config", str(cfg), "doctor")
+    return code, next(x for x in out.splitlines() if x.split()[1] == "model")
+
+
+def test_doctor_model_probe_needs_real_tool_calls(tmp_path, capsys, sim_server, fake_model, monkeypatch):
+    """The probe is one small tool-call round trip: a model that answers in plain text, or writes the call
+    as text, fails the model check with the server flags that turn tool calling on."""
+    monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
+    cfg = make_setup(tmp_path, sim_server.url, openai_block(fake_model.base_url))
+    fake_model.enqueue(reply("ok"))
+    code, line = _model_line(capsys, cfg)
+    assert code == 1 and line.startswith("FAIL") and "answered without a tool call" in line
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in line and "--jinja" in line
+    fake_model.enqueue(text_tool_call("report_status", {"status": "ok"}, "tagged"))
+    code, line = _model_line(capsys, cfg)
+    assert code == 1 and "wrote the call as text" in line
+    probe = fake_model.chat_requests[-1].json
+    assert [t["function"]["name"] for t in probe["tools"]] == ["report_status"]
+
+
+@pytest.mark.parametrize(("style", "where"), [("vllm", "max_model_len in /v1/models"),
+                                              ("llama.cpp", "n_ctx in /props"),
+                                              ("ollama", "num_ctx from Ollama's /api/show")])
+def test_doctor_reads_the_servers_window_and_fails_a_budget_it_cannot_hold(tmp_path, capsys, sim_server, fake_model,
+                                                                         monkeypatch, style, where):
+    """Each server's own report of its window is read (vLLM, llama.cpp, Ollama); a window smaller than
+    context.budget_tokens fails with the budget that would fit, a larger one passes and is shown."""
+    monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
+    fake_model.window_style = style
+    fake_model.context_window = 8192
+    cfg = make_setup(tmp_path, sim_server.url, openai_block(fake_model.base_url))  # the default budget: 30,000
+    fake_model.enqueue(reply(tool_calls=[("report_status", {"status": "ok"})]))
+    code, line = _model_line(capsys, cfg)
+    assert code == 1 and line.startswith("FAIL"), line
+    assert f"window 8,192 tokens ({where})" in line and "context.budget_tokens (30,000)" in line
+    assert "fix: set context.budget_tokens to at most 8,192" in line
+
+    fake_model.context_window = 65536
+    fake_model.enqueue(reply(tool_calls=[("report_status", {"status": "ok"})]))
+    code, line = _model_line(capsys, cfg)
+    assert line.startswith("ok") and f"window 65,536 tokens ({where})" in line, line

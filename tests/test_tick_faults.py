@@ -104,46 +104,89 @@ def test_unreachable_model_raises_an_alert_that_resolves_when_it_answers(sim, ma
         == ["resolved"]
 
 
+# An earlier tick's long reply: the compaction after a context-length error folds it into a smaller summary
+# (a compaction that does not shrink the request is not re-sent; see tests/test_models.py).
+LONG_REPLY = "Weighing each offer against the queue before deciding anything. " * 60
+
+
+def _earlier_ticks(app: Any, fake_model: Any) -> None:
+    """Two ticks before the one under test: a long reply, then a request the model answered after it, so a
+    compaction may fold the long reply (a cut never passes what no answered request has shown)."""
+    fake_model.enqueue(reply(LONG_REPLY))
+    assert run_tick(app).ok
+    assert run_tick(app).ok
+
+
+def test_context_length_error_is_not_re_sent_when_compaction_does_not_shrink_it(sim, make_app, fake_model):
+    """After a context-length error, a request that compaction did not make smaller (a short earlier tick
+    folds into a summary longer than itself) is not sent again: the tick fails saying so and the fix."""
+    fake_model.default = _router
+    app = make_app()
+    assert run_tick(app).ok
+    fake_model.enqueue(context_length_error())
+    n_before = len(fake_model.chat_requests)
+    r = run_tick(app)
+    assert not r.ok and "compaction did not make the request smaller" in (r.reason or "")
+    assert "lower context.budget_tokens" in (r.reason or "")
+    assert len([q for q in fake_model.chat_requests[n_before:] if not is_summary_request(q.json)]) == 1
+
+
 def _router(body: dict[str, Any]) -> Step:
     """The summariser's calls carry no tools; the agent's do."""
     return reply(SUMMARY) if is_summary_request(body) else reply("done after compaction")
 
 
+class _Overflow:
+    """A server that refuses the agent's next ``errors`` requests as too long (OpenAI's 400, naming an
+    8,192-token window) and answers the summariser with a summary naming the open alert."""
+
+    def __init__(self) -> None:
+        self.errors = 0
+
+    def __call__(self, body: dict[str, Any]) -> Step:
+        if is_summary_request(body):
+            return reply(SUMMARY + "\n## Open problems\n- alert #1: the server's window is smaller than the budget")
+        if self.errors:
+            self.errors -= 1
+            return context_length_error()
+        return reply("done after compaction")
+
+
 def test_context_length_error_compacts_once_and_retries_once(sim, make_app, fake_model):
     """The provider's context-length error triggers exactly one compaction and one retry of the
     request, which then succeeds: the tick completes and the retry carries the summary."""
-    fake_model.default = _router
+    server = fake_model.default = _Overflow()
     app = make_app()
-    assert run_tick(app).ok  # an earlier tick, so there is a boundary to compact at
-    fake_model.enqueue(context_length_error())
+    _earlier_ticks(app, fake_model)
+    server.errors = 1
     n_before = len(fake_model.chat_requests)
 
     r = run_tick(app)
 
     assert r.ok, r.reason
-    assert [e.payload["error_kind"] for e in events_of(app, "model.failed", 2)] == ["context_length"]
-    compacted = events_of(app, "context.compacted", 2)
+    assert [e.payload["error_kind"] for e in events_of(app, "model.failed", 3)] == ["context_length"]
+    compacted = events_of(app, "context.compacted", 3)
     assert len(compacted) == 1
     assert compacted[0].payload["method"] == "llm"
-    assert len(events_of(app, "model.request", 2)) == 2
+    assert len(events_of(app, "model.request", 3)) == 2
     agent_reqs = [q for q in fake_model.chat_requests[n_before:] if not is_summary_request(q.json)]
     assert len(agent_reqs) == 2
     retry = agent_reqs[-1].json["messages"]
     assert any(m["role"] == "user" and m["content"].startswith("[summary of #") for m in retry)
-    assert _ends(app) == {1: ["tick.completed"], 2: ["tick.completed"]}
+    assert _ends(app) == {1: ["tick.completed"], 2: ["tick.completed"], 3: ["tick.completed"]}
 
 
 def test_context_length_error_twice_fails_the_tick_after_one_compaction(sim, make_app, fake_model):
     """A second context-length error in the same tick is not retried again: one compaction,
     two model.failed events, tick.failed with a reason."""
-    fake_model.default = _router
+    server = fake_model.default = _Overflow()
     app = make_app()
-    assert run_tick(app).ok
-    fake_model.enqueue(context_length_error(), reply(SUMMARY), context_length_error())
+    _earlier_ticks(app, fake_model)
+    server.errors = 2
 
     r = run_tick(app)
 
-    assert not r.ok and "context_length" in r.reason
-    assert [e.payload["error_kind"] for e in events_of(app, "model.failed", 2)] == ["context_length"] * 2
-    assert len(events_of(app, "context.compacted", 2)) == 1
-    assert _ends(app)[2] == ["tick.failed"]
+    assert not r.ok and "context_length" in (r.reason or "")
+    assert [e.payload["error_kind"] for e in events_of(app, "model.failed", 3)] == ["context_length"] * 2
+    assert len(events_of(app, "context.compacted", 3)) == 1
+    assert _ends(app)[3] == ["tick.failed"]

@@ -21,6 +21,7 @@ import json
 
 from agent.events import kinds_ctx  # noqa: F401 - defines the context's memory-management kinds
 from agent.events import kinds_fork as _kinds_fork  # noqa: F401 - defines the fork kinds
+from agent.events import kinds_models as _kinds_models  # noqa: F401 - defines its kinds in VOCABULARY
 from agent.events import kinds_money as _kinds_money  # noqa: F401 - defines its kinds on import
 from agent.events import kinds_ops as _kinds_ops  # noqa: F401 - defines its kinds in VOCABULARY
 from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message

@@ -10,6 +10,7 @@ and write its golden file (``UPDATE_GOLDEN=1``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from agent.events.event import Event, JsonArray, JsonObject, Message
@@ -323,6 +324,31 @@ def _r_response_v1(e: Event, p: ModelResponseV1) -> Message:
     return msg
 
 
+def _json_object_or_empty(arguments: str) -> str:
+    """``arguments`` when it is a JSON object, else ``{}``: what the model sent stays in the event, but the
+    history sent back always parses (vLLM and llama.cpp's server refuse a history whose arguments do not)."""
+    try:
+        parsed = json.loads(arguments)
+    except (ValueError, TypeError):
+        return "{}"
+    return arguments if isinstance(parsed, dict) else "{}"
+
+
+def _r_response_v2(e: Event, p: ModelResponseV1) -> Message:
+    """As v1, but a tool call's arguments that are not a JSON object render as ``{}`` (the call's tool result
+    says why it did not run); arguments that are a JSON object render byte for byte as the model sent them."""
+    msg: Message = {"role": "assistant", "content": p.text or None}
+    if p.tool_calls:
+        msg["tool_calls"] = [
+            {"id": c["id"], "type": "function",
+             "function": {"name": c["name"], "arguments": _json_object_or_empty(c["arguments"])}}
+            for c in p.tool_calls
+        ]
+    elif msg["content"] is None:
+        msg["content"] = ""
+    return msg
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelFailedV1(Payload):
     error_kind: str
@@ -333,7 +359,8 @@ class ModelFailedV1(Payload):
 _define("model.request", "A request about to be sent to the model: its manifest and hash.",
         Version(1, ModelRequestV1))
 _define("model.response", "The model's answer: text, tool calls, usage.",
-        Version(1, ModelResponseV1, _r_response_v1))
+        Version(1, ModelResponseV1, _r_response_v1),
+        Version(2, ModelResponseV1, _r_response_v2, upcast=_same_shape))
 _define("model.failed", "A model call failed (classified).", Version(1, ModelFailedV1))
 
 

@@ -19,6 +19,24 @@ raw bytes. Usage figures are deterministic: `prompt_tokens` is the raw body leng
 // 4 and `cached_tokens` is the common byte prefix of this request's `messages`
 serialisation with the previous chat request's, // 4, so callers can observe
 whether their requests extend each other byte for byte.
+
+Modes that real servers have, each off by default:
+
+- ``strict_history=True``: a request whose history holds an assistant tool call with
+  arguments that are not a JSON object is refused with HTTP 400, as vLLM and
+  llama.cpp's llama-server do (they parse the arguments to render the chat template).
+- ``context_window=N``: the server's window; a request whose prompt tokens plus
+  ``max_tokens`` pass it gets vLLM's 400 ("This model's maximum context length is N
+  tokens. However, you requested ..."); ``window_style="llama.cpp"`` answers as
+  llama-server does instead, and ``"ollama"`` refuses nothing (Ollama's OpenAI endpoint cuts
+  the prompt silently). The window is reported where each server reports it:
+  ``max_model_len`` in ``/v1/models`` (vLLM), ``n_ctx`` in ``/props`` (llama.cpp),
+  ``num_ctx`` from ``POST /api/show`` (Ollama).
+- ``report_usage=False``: completions carry no ``usage`` (some servers omit it).
+
+Scripted steps cover the rest: ``text_tool_call`` (a call written as text in one of the
+three shapes small models use), ``reply("")`` (an empty reply), ``error(500)`` then a
+reply, ``hang(30)`` (a stall longer than the client waits).
 """
 
 from __future__ import annotations
@@ -46,6 +64,7 @@ __all__ = [
     "raw",
     "reply",
     "summary_reply",
+    "text_tool_call",
 ]
 
 ToolCallSpec = tuple[str, dict[str, Any] | str]
@@ -101,6 +120,25 @@ def context_length_error() -> Step:
             }
         },
     )
+
+
+TEXT_CALL_SHAPES = ("tagged", "fenced", "prefixed")
+
+
+def text_tool_call(name: str, arguments: dict[str, Any], shape: str = "tagged", prose: str = "") -> Step:
+    """A reply whose tool call is written in the content instead of ``tool_calls``, as small models do:
+    ``tagged`` (``<tool_call>{...}</tool_call>``, Qwen's hermes format), ``fenced`` (a ```json block
+    holding ``{"name": ..., "arguments": ...}``) or ``prefixed`` (``functions.NAME:{...}``)."""
+    args = json.dumps(arguments)
+    if shape == "tagged":
+        body = f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
+    elif shape == "fenced":
+        body = f'```json\n{{"name": "{name}", "arguments": {args}}}\n```'
+    elif shape == "prefixed":
+        body = f"functions.{name}:{args}"
+    else:
+        raise ValueError(f"shape must be one of {TEXT_CALL_SHAPES}")
+    return reply(f"{prose}\n{body}" if prose else body)
 
 
 def hang(seconds: float, then: Step | None = None) -> Step:
@@ -203,6 +241,24 @@ def _common_prefix(a: bytes, b: bytes) -> int:
     return i
 
 
+def _bad_history_arguments(body: Any) -> str | None:
+    """What a strict server says about the first history tool call whose arguments are not a JSON object."""
+    for m in body.get("messages") or [] if isinstance(body, dict) else []:
+        if not isinstance(m, dict) or m.get("role") != "assistant":
+            continue
+        for c in m.get("tool_calls") or []:
+            args = (c.get("function") or {}).get("arguments")
+            if not isinstance(args, str) or not args.strip():
+                continue
+            try:
+                parsed = json.loads(args)
+            except ValueError as e:
+                return f"Failed to parse tool call arguments as JSON: {e}"
+            if not isinstance(parsed, dict):
+                return "tool call arguments must be a JSON object"
+    return None
+
+
 def _messages_bytes(body: Any) -> bytes:
     messages = body.get("messages", []) if isinstance(body, dict) else []
     return json.dumps(messages, ensure_ascii=False, separators=(",", ":")).encode()
@@ -220,6 +276,10 @@ class FakeOpenAI:
     api_key: str | None = None
     models: tuple[str, ...] = ()
     retry_after_ms: int | None = 5
+    strict_history: bool = False
+    context_window: int | None = None
+    window_style: str = "vllm"  # or "llama.cpp" / "ollama": how the window is reported and enforced
+    report_usage: bool = True
     default: StepLike = field(default_factory=lambda: reply("nothing to do"))
     requests: list[RecordedRequest] = field(default_factory=list, init=False)
 
@@ -310,6 +370,34 @@ class FakeOpenAI:
             "prompt_tokens_details": {"cached_tokens": cached},
         }
 
+    def prompt_tokens(self, raw_body: bytes) -> int:
+        """The fake's token count of a request: its raw body length // 4."""
+        return len(raw_body) // 4
+
+    def refusal(self, raw_body: bytes, body: Any) -> dict[str, Any] | None:
+        """The 400 body a real server sends for this request in the enabled modes, else None."""
+        if self.strict_history:
+            bad = _bad_history_arguments(body)
+            if bad is not None:
+                return {"error": {"message": bad, "type": "BadRequestError", "param": None, "code": 400}}
+        if self.context_window and self.window_style != "ollama":  # Ollama cuts the prompt silently instead
+            prompt = self.prompt_tokens(raw_body)
+            completion = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+            if prompt + completion > self.context_window:
+                return self._window_error(prompt, completion)
+        return None
+
+    def _window_error(self, prompt: int, completion: int) -> dict[str, Any]:
+        n = self.context_window
+        if self.window_style == "llama.cpp":
+            return {"error": {"code": 400, "message": "the request exceeds the available context size, try "
+                              "increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": prompt,
+                              "n_ctx": n}}
+        return {"error": {"message": f"This model's maximum context length is {n} tokens. However, you "
+                          f"requested {prompt + completion} tokens ({prompt} in the messages, {completion} in the "
+                          "completion). Please reduce the length of the messages or completion.",
+                          "type": "BadRequestError", "param": None, "code": 400}}
+
     def _new_id(self) -> int:
         with self._lock:
             self._counters.ids += 1
@@ -322,8 +410,9 @@ class FakeOpenAI:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model,
-            "usage": usage,
         }
+        if self.report_usage:
+            body["usage"] = usage
         if step.body == "empty_choices":
             body["choices"] = []
             return body
@@ -421,12 +510,23 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self.path.rstrip("/").endswith("/models"):
             ids = self.fake.models or (self.fake.model,)
-            data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in ids]
+            data: list[dict[str, Any]] = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"}
+                                          for m in ids]
+            if self.fake.context_window and self.fake.window_style == "vllm":
+                for d in data:
+                    d["max_model_len"] = self.fake.context_window
             self._send(200, {"object": "list", "data": data})
+            return
+        if self.path.rstrip("/") == "/props" and self.fake.window_style == "llama.cpp":
+            self._send(200, {"default_generation_settings": {"n_ctx": self.fake.context_window or 4096},
+                             "total_slots": 1, "chat_template": "..."})
             return
         self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        if self.path.rstrip("/") == "/api/show" and self.fake.window_style == "ollama":
+            self._ollama_show()
+            return
         raw_body, body, auth_ok = self._read()
         if not auth_ok:
             self._unauthorized()
@@ -437,9 +537,21 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None:
             self._send(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
             return
+        refusal = self.fake.refusal(raw_body, body)
+        if refusal is not None:
+            self._send(400, refusal)
+            return
         usage = self.fake._usage_for(raw_body, body)
         step = self.fake._next_step(body)
         self._answer(step, usage)
+
+    def _ollama_show(self) -> None:
+        """Ollama's ``POST /api/show``: the model's parameters, ``num_ctx`` among them."""
+        _, body, _ = self._read()
+        window = self.fake.context_window or 2048
+        self._send(200, {"parameters": f"num_ctx {window}\nstop \"<|im_end|>\"",
+                         "model_info": {"general.architecture": "qwen2", "qwen2.context_length": 32768},
+                         "details": {"family": "qwen2"}, "model": (body or {}).get("model")})
 
     def _answer(self, step: Step, usage: dict[str, Any]) -> None:
         if step.kind == "hang":
