@@ -584,8 +584,8 @@ def mask_point(v: View, settings: ContextSettings) -> int | None:
     m = min(ticks[-k] - 1, seen_to(v.events, v.covered_to))
     prev = v.compaction.payload.get("masked_to") if v.compaction is not None and v.compaction.version >= 3 else None
     floor = max(v.covered_to, int(prev or 0))
-    if not any(e.kind == "tool.result" and floor < e.seq <= m and maskable(e.payload["name"], e.tokens or 0)
-               for e in v.events):
+    if not any(e.kind == "tool.result" and floor < e.seq <= m
+               and maskable(e.payload["name"], v.meter.event_tokens(e) or 0) for e in v.events):
         return None
     return m
 

@@ -82,8 +82,16 @@ def test_a_pinned_directive_is_in_every_request_after_several_compactions(make_a
     assert all(e.payload["covered_to"] > directive.seq for e in compactions)
     tagged = f"[operator directive #{directive.seq} · alice] never rent outside Europe this week"
     agent_requests = [r.json for r in fake_model.chat_requests if not is_summary_request(r.json)]
-    warned = sum(1 for _ in app.log.read(0, kinds=["context.pressure"]))
-    assert len(agent_requests) == 24 + warned  # two per tick (the search, the answer), one more per warning
+    warnings = list(app.log.read(0, kinds=["context.pressure"]))
+    assert warnings
+    # A warning given between two steps of a tick gets a step of its own; one given at a tick's start comes
+    # with the tick's observation in its first request. Which of the two happens depends on where the token
+    # counts fall, so the count follows the log.
+    between = sum(1 for w in warnings
+                  if next(app.log.read(0, until_seq=w.seq, tick=w.tick, kinds=["model.request"]), None) is not None)
+    assert len(agent_requests) == 24 + between  # two per tick (the search, the answer), one more per such warning
+    warned = [b for b in agent_requests if _contents(b)[-1].startswith("[memory pressure")]
+    assert len(warned) == len(warnings)  # each warning reaches the model once, as the newest message
     forms: list[str] = []
     for n, body in enumerate(agent_requests):
         hits = [c for c in _contents(body) if "never rent outside Europe this week" in c]

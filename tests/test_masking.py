@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from agent.context import ContextSettings
+from agent.events import Event
 from tests.test_context_build import MemLog, mem_step
 from tests.test_context_props import S, run
 
@@ -59,10 +62,22 @@ MASK_ONLY = ContextSettings(budget_tokens=8000, output_reserve=500, high_water=0
                             tool_output_max_tokens=1000, summary_max_tokens=400, mask_after_ticks=1)
 
 
-def test_masking_alone_can_avoid_a_summary() -> None:
+class UncountedLog(MemLog):
+    """Events as the log appends them since token counting moved off the append path: no stored count
+    (the projection counts each message when it renders it)."""
+
+    def append(self, kind: str, payload: dict[str, Any], source: str, tick: int | None = None) -> Event:
+        e = replace(super().append(kind, payload, source, tick), tokens=None)
+        self.events[-1] = e
+        return e
+
+
+@pytest.mark.parametrize("make_log", [MemLog, UncountedLog], ids=["stored counts", "no stored counts"])
+def test_masking_alone_can_avoid_a_summary(make_log: Any) -> None:
     """When the outputs are most of the request, the compaction only masks: method 'masked', the summary
-    and covered span unchanged (nothing folded), and the request is back under low water."""
-    log = MemLog()
+    and covered span unchanged (nothing folded), and the request is back under low water; whether or not
+    the events carry a stored token count."""
+    log = make_log()
     ticks = [{"outputs": [900], "feedback": "none", "crash": False} for _ in range(8)]
     requests = run(log, ticks, step=mem_step(MASK_ONLY))
     comps = [e.payload for e in log.events if e.kind == "context.compacted"]

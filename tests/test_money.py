@@ -11,7 +11,7 @@ import pytest
 from agent import cli, config, spend
 from agent.errors import ConfigError
 from agent.tick import run_tick
-from tests.conftest import events_of, good_offer, rent_puts, tool_messages, within_policy
+from tests.conftest import events_of, good_offer, priced, rent_puts, tool_messages, within_policy
 from tests.fakes.openai_server import reply
 
 
@@ -95,13 +95,17 @@ def test_daily_budget_refuses_the_rent_that_would_pass_it_with_the_figure(sim, m
 
 def test_monthly_budget_alert_opens_at_eighty_percent_and_resolves_when_the_month_turns(sim, make_app,
                                                                                         fake_model):
-    """An instance running until the month's spend reaches 80 % of max_monthly_spend opens a
-    'spend:month' alert at the next tick (the model sees it); a new month starts from zero and the alert
-    resolves."""
+    """With a max_monthly_spend the rent fits (the offer's $/h to the month's end, and 10 %), an instance
+    running until the month's spend reaches 80 % of it opens a 'spend:month' alert at the next tick (the
+    model sees it); a new month starts from zero and the alert resolves."""
     probe = make_app()
     offer = good_offer(sim, probe.settings)
-    budget = 100.0
-    hours_to_80 = 0.8 * budget / offer["dph_total"]
+    dph = priced(probe.settings, offer)  # what the rent pays: the GPU and the fleet's disk
+    now = probe.log.clock()
+    left = (spend.periods(now)["month"].end - now).total_seconds() / 3600
+    # The rent must fit the budget (it would run to the month's end), and 80 % of it comes before then.
+    budget = round(dph * left * 1.1, 2)
+    hours_to_80 = 0.8 * budget / dph
     app = make_app(policy={"max_monthly_spend": budget})
     fake_model.enqueue(reply("rent", tool_calls=[_rent(offer["id"])]), reply("done"))
     assert run_tick(app).ok

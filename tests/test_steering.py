@@ -183,15 +183,24 @@ def test_two_failures_on_a_host_within_a_day_exclude_it_automatically_with_an_al
     """Two instances of ours on one host that exit are logged as host failures; the second excludes the
     host for policy.host_failure_exclusion with an alert, and a rent there is refused."""
     app = make_app(policy={"host_failure_exclusion": 3600.0})
-    host = next(o["host_id"] for o in sim.offers.values()
-                if sum(1 for x in sim.offers.values() if x["host_id"] == o["host_id"] and not x["rented"]
-                       and within_policy(app.settings, x)) >= 3)
-    same = [o for o in sim.offers.values() if o["host_id"] == host and within_policy(app.settings, o)]
-    ids = [plant_ours(app, sim, o["id"], key=f"k{n:011d}") for n, o in enumerate(same[:2])]
+
+    def free_on(host: int) -> list[dict[str, Any]]:
+        return sorted((o for o in sim.offers.values() if o["host_id"] == host and not o["rented"]),
+                      key=lambda o: o["id"])
+
+    # The rent refused must be of an offer within policy (the fleet's disk fits, the price caps hold); the
+    # two instances that fail may have taken any other offers on its host, since a failure counts against
+    # the host whatever the offer. So: the eligible offer whose host holds the most free offers.
+    target = max((o for o in sim.offers.values() if not o["rented"] and within_policy(app.settings, o)),
+                 key=lambda o: (len(free_on(o["host_id"])), -o["id"]))
+    host = target["host_id"]
+    failing = [o for o in free_on(host) if o["id"] != target["id"]][:2]
+    assert len(failing) == 2, f"host {host} holds {len(failing) + 1} free offers; the test needs 3"
+    ids = [plant_ours(app, sim, o["id"], key=f"k{n:011d}") for n, o in enumerate(failing)]
     for iid in ids:
         sim.instances[iid]["actual_status"] = "exited"
         sim.instances[iid]["_next"] = None
-    fake_model.enqueue(reply("rent", tool_calls=[_rent(same[2]["id"])]), reply("done"))
+    fake_model.enqueue(reply("rent", tool_calls=[_rent(target["id"])]), reply("done"))
     assert run_tick(app).ok
     assert sorted(e.payload["instance_id"] for e in events_of(app, "host.failed")) == sorted(ids)
     assert [(e.payload["host_id"], e.payload["source"]) for e in events_of(app, "host.excluded")] == [(host, "system")]

@@ -104,8 +104,9 @@ def make_fork(settings: Settings, where: Where, change: Change, *, ticks: int, o
     try:
         point = fork_point(origin, where)
         prompts, policy = in_force_at(origin, point.seq, settings)
+        tmpl = (policy or {}).get("fleet_template") or {}
         sim, clock, seeded = seeded_simulator(origin, point.seq, point.observation, seed=seed, time=point.time,
-                                              api_key=SIM_KEY)
+                                              api_key=SIM_KEY, disk_gb=tmpl.get("disk_gb", settings.fleet.disk_gb))
         dest = _out_dir(out, settings.agent_id)
         server = SimServer(sim).start()
         try:

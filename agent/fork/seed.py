@@ -5,6 +5,10 @@ origin logged; the demand queue from its demand figures; the offers from every `
 the origin's model was shown up to the fork point (the newest row of each offer wins), on top of the
 simulator's own seeded market. Offers a logged rent took are marked rented. What the log does not hold
 (other offers, host behaviour) comes from the simulator's seed.
+
+Logged prices include storage: the origin searched with its fleet's disk as ``allocated_storage`` and
+rented that disk, and vast.ai prices ``dph_total`` as the GPU price plus that storage. The seed keeps the
+GPU price (``dph_base``) and the disk apart, so the simulator prices them back to what the origin logged.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agent.config import FleetSettings
+from agent.context.inputs import recorded
 from agent.events import Event
 from agent.sim import ManualClock, Simulator
 from agent.sim import instances as sim_instances
@@ -80,33 +86,55 @@ def rented_offer_ids(events: list[Event]) -> set[int]:
     return out
 
 
+def logged_disk_gb(origin: EventLog, seq: int) -> float:
+    """The fleet's disk (GB) in the policy of the origin's last request at or before ``seq``; the
+    configuration's default when the log records none."""
+    req = next(iter(origin.read(0, until_seq=seq, kinds=["model.request"], newest_first=True, limit=1)), None)
+    policy = recorded(origin, seq).get(req.payload["manifest"].get("policy_hash")) if req is not None else None
+    disk = ((policy or {}).get("fleet_template") or {}).get("disk_gb") if isinstance(policy, dict) else None
+    return float(disk) if isinstance(disk, int | float) else FleetSettings.disk_gb
+
+
+def _gpu_price(dph_total: float, disk_gb: float) -> float:
+    """The GPU price under a ``dph_total`` that includes ``disk_gb`` GB of storage (kept to 6 places, so
+    the simulator's 4-place price of it with that storage is ``dph_total`` again)."""
+    return round(max(0.0, dph_total - sim_instances.storage_price(disk_gb)), 6)
+
+
 def _template(sim: Simulator, gpu_name: str) -> dict[str, Any]:
     same = [o for o in sim.offers.values() if o["gpu_name"] == gpu_name]
     return dict(min(same or sim.offers.values(), key=lambda o: o["id"]))
 
 
-def _offer(sim: Simulator, row: dict[str, Any]) -> dict[str, Any]:
+def _offer(sim: Simulator, row: dict[str, Any], disk_gb: float) -> dict[str, Any]:
+    """A logged offer row: priced with ``disk_gb`` of storage, and with at least that much disk (the
+    origin was shown only offers its disk fits on)."""
     o = _template(sim, row["gpu_name"])
     n = row["num_gpus"]
     o.update({"id": row["id"], "ask_contract_id": row["id"], "bundle_id": row["id"] + 7,
               "gpu_name": row["gpu_name"], "num_gpus": n, "gpu_total_ram": o["gpu_ram"] * n,
-              "dph_total": row["dph_total"], "dph_base": row["dph_total"], "min_bid": round(row["dph_total"] * 0.5, 4),
+              "disk_space": max(float(o["disk_space"]), disk_gb), "dph_total": row["dph_total"],
+              "dph_base": _gpu_price(row["dph_total"], disk_gb), "min_bid": round(row["dph_total"] * 0.5, 4),
               "reliability": row["reliability"], "reliability2": row["reliability"], "host_id": row["host_id"],
               "geolocation": row["geolocation"], "rented": False})
     return o
 
 
-def _place(sim: Simulator, obs_inst: dict[str, Any], now: float, offer_id: int) -> None:
-    """One observed instance, as the origin saw it, on a synthetic (rented) offer of its own."""
+def _place(sim: Simulator, obs_inst: dict[str, Any], now: float, offer_id: int, disk_gb: float) -> None:
+    """One observed instance, as the origin saw it (renting the fleet's disk), on a synthetic (rented)
+    offer of its own."""
+    dph = float(obs_inst.get("dph") or 0.0)
     offer = _offer(sim, {"id": offer_id, "gpu_name": obs_inst.get("gpu_name") or "?",
-                         "num_gpus": int(obs_inst.get("num_gpus") or 1), "dph_total": float(obs_inst.get("dph") or 0.0),
-                         "reliability": 0.99, "host_id": int(obs_inst.get("host_id") or 0), "geolocation": "?"})
+                         "num_gpus": int(obs_inst.get("num_gpus") or 1), "dph_total": dph,
+                         "reliability": 0.99, "host_id": int(obs_inst.get("host_id") or 0), "geolocation": "?"},
+                   disk_gb)
     offer["rented"] = True
     sim.offers[offer_id] = offer
     behaviour = sim.bad_hosts.get(offer["host_id"], "good")
     iid = int(obs_inst["id"])
-    inst = sim_instances.new_instance(sim.seed, iid, offer, {"label": obs_inst.get("label") or None, "disk": 10.0},
+    inst = sim_instances.new_instance(sim.seed, iid, offer, {"label": obs_inst.get("label") or None, "disk": disk_gb},
                                       now, behaviour)
+    inst["dph_total"] = dph  # exactly the logged price (GPU plus the disk's storage)
     inst["start_date"] = now - float(obs_inst.get("age_s") or 0.0)
     status = obs_inst.get("status")
     if status in _STATUSES:
@@ -117,8 +145,10 @@ def _place(sim: Simulator, obs_inst: dict[str, Any], now: float, offer_id: int) 
 
 
 def seeded_simulator(origin: EventLog, seq: int, observation: dict[str, Any], *, seed: int, time: float,
-                     api_key: str) -> tuple[Simulator, ManualClock, Seeded]:
-    """A simulator on a manual clock at ``time`` holding what the origin logged up to ``seq``."""
+                     api_key: str, disk_gb: float | None = None) -> tuple[Simulator, ManualClock, Seeded]:
+    """A simulator on a manual clock at ``time`` holding what the origin logged up to ``seq``; ``disk_gb``
+    is the fleet's disk the origin searched and rented with (by default, the one its policy recorded)."""
+    disk = logged_disk_gb(origin, seq) if disk_gb is None else float(disk_gb)
     clock = ManualClock(time)
     balance = observation.get("balance")
     sim = Simulator(seed=seed, clock=clock, api_key=api_key,
@@ -126,7 +156,7 @@ def seeded_simulator(origin: EventLog, seq: int, observation: dict[str, Any], *,
     events = list(origin.read(0, until_seq=seq, kinds=["tool.called", "tool.result"]))
     offers = logged_offers(events)
     for row in offers.values():
-        sim.offers[row["id"]] = _offer(sim, row)
+        sim.offers[row["id"]] = _offer(sim, row, disk)
     taken = rented_offer_ids(events)
     for oid in taken:
         if oid in sim.offers:
@@ -134,7 +164,7 @@ def seeded_simulator(origin: EventLog, seq: int, observation: dict[str, Any], *,
     insts = [i for i in observation.get("instances") or [] if isinstance(i.get("id"), int)]
     spare = max([*sim.offers, 0]) + 1
     for n, i in enumerate(insts):
-        _place(sim, i, time, spare + n)
+        _place(sim, i, time, spare + n, disk)
     sim.reserve_ids(max([i["id"] for i in insts], default=0))
     demand = observation.get("demand") or {}
     if isinstance(demand.get("pending"), int | float):
