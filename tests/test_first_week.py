@@ -104,7 +104,12 @@ def test_a_first_week(tmp_path, sim_server, monkeypatch, capsys):  # noqa: F811
         app.close()
     feedback.drain_alert_hooks(60)
     notes = [json.loads(x) for x in sent.read_text().splitlines()]
-    assert [(n["reason"], n["group"]) for n in notes] == [("opened", "balance")]
+    # The balance alert notified once; the silenced 'stuck' alerts notified nobody. (Policy blocks of the
+    # rules provider's rent burst may open and notify their own alert; that is not the week's subject.)
+    sent_for = [(n["reason"], n["group"]) for n in notes]
+    assert sent_for.count(("opened", "balance")) == 1
+    assert not [g for _r, g in sent_for if g == "stuck"]
+    assert {g for _r, g in sent_for} <= {"balance", "policy"}
 
     # Friday: a restore is refused while the daemon runs, then done with it stopped.
     daemon = FleetLock(settings.data_path).acquire()
