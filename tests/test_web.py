@@ -170,6 +170,26 @@ def test_overview_shows_the_fleet_spend_and_open_alerts(client, fleet):
     assert 'id="spend-today"' in page and "<svg" in page and "disk &lt;b&gt;full" in page
 
 
+def test_overview_and_alerts_show_the_steering_and_silences_in_force(client, fleet):
+    """A pause, a policy override, a host exclusion and an alert silence set by operators appear on the
+    overview and the alerts page, operator text escaped; with none in force the pages say so."""
+    from agent import steering
+
+    page = client.get("/").text
+    assert "not paused" in page and "no policy overrides" in page
+    assert "<h2>Silences in force</h2>" in client.get("/alerts").text
+    steering.pause(fleet.log, by="alice", reason="host <i>migration</i>", until=None)
+    steering.set_override(fleet.log, fleet.settings, "max_instances", "2", by="bob", reason="budget review",
+                          until=None)
+    steering.exclude_host(fleet.log, 4417, by="carol", reason="disk errors", source="operator", until=None)
+    feedback.silence(fleet.log, by="dave", reason="known flakiness", seconds=7200, key_pattern="stuck:*")
+    page = client.get("/").text
+    assert "<strong>PAUSED</strong> by alice" in page and "host &lt;i&gt;migration&lt;/i&gt;" in page
+    assert re.search(r"override #\d+ · bob: max_instances 2", page) and "4417 (carol" in page
+    alerts = client.get("/alerts").text
+    assert re.search(r"#\d+ · dave: keys stuck:\* until .* — known flakiness", alerts)
+
+
 def test_time_travel_hash_equals_the_context_command(client, fleet, capsys):
     """The time-travel view of tick 3 shows the same request hash as `fleet-agent context --tick 3 --json`,
     and says it matches the recorded request."""

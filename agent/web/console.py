@@ -24,6 +24,7 @@ from agent.context.replay import inspect_request
 from agent.errors import FleetAgentError, UsageError
 from agent.events import KINDS, Event, render
 from agent.prompts import Prompts
+from agent.store.log import utc_ts
 from agent.web import charts, spend
 from agent.web.auth import Auth
 from agent.web.metrics import LogCollector, State, Totals, db_bytes, fold, registry_for
@@ -151,12 +152,29 @@ class Console:
             return {
                 "daemon": d, "last_tick": status.last_tick(lg), "running_tick": status.running_tick(lg),
                 "fleet": fl, "since": instance_since(lg, fl), "alerts": lg.store.open_alerts(),
-                "directives": lg.store.active_directives(), "spend": money,
+                "directives": lg.store.active_directives(), "spend": money, "steering": self._steering(),
                 "charts": [charts.step_chart("last 24 h", day, spend.window_start(now, 24), now),
                            charts.step_chart("last 7 days", week, spend.window_start(now, 24 * 7), now)],
                 "next_tick": d.get("next_run") or _next_guess(lg, self.settings, now),
                 "last_seq": lg.last_seq(), "now": now,
             }
+
+    def _steering(self) -> dict[str, Any]:
+        """The pause, the policy overrides and the host exclusions in force now (read-only here; they are
+        set with `fleet-agent pause`, `policy set`, `hosts exclude`)."""
+        from agent import steering
+
+        lg = self.log
+        return {"paused": steering.paused(lg), "overrides": sorted(steering.active_overrides(lg).values(),
+                                                                    key=lambda o: o.id),
+                "excluded_hosts": sorted(steering.excluded_hosts(self.settings, lg).values(),
+                                         key=lambda x: x.host_id)}
+
+    def silences(self) -> list[Any]:
+        """The alert silences in force now (set with `fleet-agent alerts silence`)."""
+        with self.lock:
+            found: list[Any] = self.log.store.silences(now_ts=utc_ts(datetime.fromtimestamp(self.clock(), UTC)))
+        return found
 
     # ------------------------------------------------------------------ alerts
 

@@ -98,7 +98,7 @@ class _Site:
     def alerts(self, request: Request) -> Response:
         st, sev = request.query_params.get("status") or None, request.query_params.get("severity") or None
         return self.page(request, "alerts.html", {"alerts": self.console.alerts(st, sev), "status": st, "severity": sev,
-                                             "severities": SEVERITIES})
+                                             "severities": SEVERITIES, "silences": self.console.silences()})
 
     def alert(self, request: Request) -> Response:
         a, history = self.console.alert(_int(request.path_params["id"], "alert id"))
