@@ -1,6 +1,7 @@
 """A first week at the console, scripted end to end against the simulator with real ticks (the rules
 provider): an alert acked (twice), a silence, a note, notifications, a backup taken while the daemon holds
-the lock, a restore refused while it runs and done once stopped, ticks on the restored log, and --json reads.
+the lock, a restore refused while it runs and done once stopped, ticks on the restored log, --json reads, a
+policy override and a pause.
 
 Set FIRST_WEEK_THREAD=path to keep the resulting 'thread show' text."""
 
@@ -134,6 +135,33 @@ def test_a_first_week(tmp_path, sim_server, monkeypatch, capsys):  # noqa: F811
     seen = "\n".join(m.get("content") or "" for m in json.loads(out)["messages"])
     assert "[alert silence #" in seen and "host maintenance tonight" in seen
     assert "[operator note · alice] maintenance on the hosts until 22:00" in seen
+    # Saturday: the operator tightens the policy for a while, pauses for a host migration (a tick observes
+    # and acts on nothing) and resumes. (Destroys by hand: tests/test_steering.py.)
+    code, _, err = _cli(capsys, cfg, "policy", "set", "max_instances", "2", "--for", "8h", "--reason",
+                        "budget review", "--by", "alice")
+    assert code == 0, err
+    code, out, _ = _cli(capsys, cfg, "policy", "show", "--json")
+    view = json.loads(out)
+    assert view["effective"]["max_instances"] == 2 and view["overrides"][0]["by"] == "alice"
+    code, _, err = _cli(capsys, cfg, "pause", "--for", "2h", "--reason", "host migration", "--by", "bob")
+    assert code == 0, err
+    paused_tick = _tick(cfg)
+    code, out, _ = _cli(capsys, cfg, "status", "--json")
+    assert json.loads(out)["steering"]["paused"]["by"] == "bob"
+    app = App(settings)
+    try:
+        # every action the tick tried was refused as paused; no call had an effect
+        results = list(app.log.read(0, kinds=["tool.result"], tick=paused_tick))
+        assert not [e for e in results if e.payload.get("effect")]
+        blocked = list(app.log.read(0, kinds=["policy.blocked"], tick=paused_tick))
+        assert all(e.payload["rule"] == "paused" for e in blocked)
+    finally:
+        app.close()
+    assert _cli(capsys, cfg, "resume", "--by", "bob")[0] == 0
+    code, out, _ = _cli(capsys, cfg, "context", "--json")
+    seen = "\n".join(m.get("content") or "" for m in json.loads(out)["messages"])
+    assert "[policy override #" in seen and "max_instances 2" in seen
+
     code, out, _ = _cli(capsys, cfg, "thread", "show")
     assert code == 0
     if os.environ.get("FIRST_WEEK_THREAD"):
