@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from agent import compaction, context, feedback, spend, steering, window
+from agent import compaction, context, feedback, spend, steering, stopped, window
 from agent.app import App
 from agent.clients.demand import DemandError
 from agent.clients.vast import Instance, VastError, spendable
@@ -261,6 +261,10 @@ def _start(run: _Run) -> ToolContext | TickResult:
     save_memo(s.data_path, app.knowledge_memo)
     feedback.check_conditions(log, s, obs, tick)
     steering.note_host_failures(log, s, obs, tick)
+    # fleet-agent never stops an instance: one of ours that shows stopped is destroyed here, whatever the model
+    for outcome in stopped.destroy_stopped(ctx, dry_run=s.policy.dry_run):
+        if outcome.effect:
+            run.actions.append(f"{outcome.effect['type']} {outcome.effect.get('instance_id')}")
     spend.check_budgets(log, s, steering.effective_policy(s, log), tick)
     return ctx
 

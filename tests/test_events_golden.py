@@ -200,6 +200,9 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
         ("ours", {"instance_id": 21000123, "by": "alice", "reason": "stuck in loading"}),
         ("forced", {"instance_id": 21000124, "by": "bob", "reason": _FORGED_M, "force": True})],
     ("operator.drain", 1): [("two", {"by": "alice", "reason": "end of campaign", "instance_ids": [1, 2]})],
+    # the system's own destroy of a stopped instance (agent/events/kinds_stopped.py)
+    ("system.destroy", 1): [("stopped", {"instance_id": 21000123, "status": "stopped", "reason": "stopped without "
+                                         "our asking: fleet-agent never stops an instance; it bills storage"})],
     ("steering.in_force", 1): [
         ("both", {"paused": {"id": 12, "by": "alice", "reason": "host migration", "since":
                              "2026-12-01T03:00:00.000000Z", "until": None},
