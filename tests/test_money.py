@@ -4,30 +4,15 @@ billing, spend budgets refuse rents with the figure the model sees, and an alert
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from agent import cli, config, spend
+from agent import config, spend
 from agent.errors import ConfigError
 from agent.tick import run_tick
-from tests.conftest import events_of, good_offer, priced, rent_puts, tool_messages, within_policy
+from tests.conftest import events_of, good_offer, priced, rent_puts, tool_messages
 from tests.fakes.openai_server import reply
-
-
-def _rent(offer_id: int) -> tuple[str, dict[str, Any]]:
-    return ("rent_instance", {"offer_id": offer_id, "reason": "scripted"})
-
-
-def _good_offers(sim: Any, settings: Any, n: int) -> list[dict[str, Any]]:
-    return sorted((o for o in sim.offers.values() if within_policy(settings, o) and not o["rented"]
-                   and o["host_id"] not in sim.bad_hosts), key=lambda o: (o["dph_total"], o["id"]))[:n]
-
-
-def _cli(app: Any, *argv: str) -> int:
-    """Run a command's real parser and handler against ``app`` (the test's clock and simulator)."""
-    args = cli.build_parser().parse_args(list(argv))
-    return int(args.func(args, app))
+from tests.test_steering import _cli, _good_offers, _rent
 
 
 def test_spend_agrees_with_the_simulators_billing_within_one_percent(sim, make_app, fake_model, capsys):
