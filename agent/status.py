@@ -150,10 +150,14 @@ def context_size(app: App) -> dict[str, Any]:
 
     Read from the log, not projected afresh: status loads neither the tokenizer nor the prompts
     and tools (``fleet-agent context`` renders and counts the next request)."""
-    c = app.settings.context
+    from agent.window import effective_context
+
+    c = effective_context(app.log, app.settings)  # lowered when the model server said its window is smaller
     budget = c.budget_tokens
     compact_at = int(c.high_water * budget)
     out: dict[str, Any] = {"budget": budget, "output_reserve": c.output_reserve, "compact_at": compact_at}
+    if budget != app.settings.context.budget_tokens:
+        out["configured_budget"] = app.settings.context.budget_tokens
     req = _last(app.log, "model.request")
     manifest = req.payload.get("manifest") or {} if req is not None else {}
     tokens = manifest.get("calibrated_tokens", manifest.get("estimated_tokens"))
@@ -321,8 +325,10 @@ def format_text(st: dict[str, Any]) -> str:
     c = st.get("context")
     if c:
         when = f" (last request, {_t(c['as_of'])})" if c.get("as_of") else " (no request yet)"
-        lines.append(f"context: {c['tokens']:,} of {c['budget']:,} tokens{when}; compaction at {c['compact_at']:,}, "
-                     f"{c['until_compaction']:,} tokens to go")
+        lowered = (f" (lowered from {c['configured_budget']:,} to the model server's window)"
+                   if c.get("configured_budget") else "")
+        lines.append(f"context: {c['tokens']:,} of {c['budget']:,} tokens{lowered}{when}; compaction at "
+                     f"{c['compact_at']:,}, {c['until_compaction']:,} tokens to go")
     k = st.get("knowledge")
     if k:
         lines.append(_knowledge_line(k))
