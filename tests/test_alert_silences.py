@@ -118,6 +118,9 @@ def test_silenced_alerts_notify_nobody_and_the_model_sees_them_marked(app, hook,
     assert cli.main(["--config", cfg, "alerts", "list"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert [f"#{sid})" in ln for ln in listed] == [True, False]  # the stuck alert (#1), then the balance one
+    assert cli.main(["--config", cfg, "alerts", "show", "1", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)  # show names the silence as list does
+    assert shown["silence_id"] == sid and shown["silenced_until"] == rows[0]["until_ts"]
     assert cli.main(["--config", cfg, "alerts", "unsilence", str(sid), "--by", "alice"]) == 0
     assert render(app.log.get(app.log.last_seq()))["content"] == f"[alert silence #{sid} lifted · alice]"
     feedback.dispatch_notifications(app.log, s)

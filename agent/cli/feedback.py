@@ -50,12 +50,23 @@ def _alerts(app: App, *, all_: bool) -> list[dict[str, Any]]:
     from agent.feedback.alerts import silenced_by
 
     silences = app.log.store.silences(now_ts=utc_ts(app.log.clock()))
-    out = []
-    for a in app.log.store.alerts(all_=all_):
-        s = silenced_by(silences, a) if a.status != "resolved" else None
-        out.append({**dataclasses.asdict(a), "silenced_until": s.until_ts if s else None,
-                    "silence_id": s.id if s else None})
-    return out
+    return [_with_silence(a, silenced_by(silences, a) if a.status != "resolved" else None)
+            for a in app.log.store.alerts(all_=all_)]
+
+
+def _with_silence(a: Any, s: Any) -> dict[str, Any]:
+    return {**dataclasses.asdict(a), "silenced_until": s.until_ts if s else None, "silence_id": s.id if s else None}
+
+
+def _alert_fields(app: App, alert_id: int) -> dict[str, Any] | None:
+    """One alert as ``alerts list`` shows it (silence fields included), or None."""
+    from agent.feedback.alerts import silenced_by
+
+    a = app.log.store.alert(alert_id)
+    if a is None:
+        return None
+    silences = app.log.store.silences(now_ts=utc_ts(app.log.clock()))
+    return _with_silence(a, silenced_by(silences, a) if a.status != "resolved" else None)
 
 
 def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
@@ -87,14 +98,14 @@ def _alert_history(app: App, alert_id: int) -> list[dict[str, Any]]:
 
 
 def cmd_alerts_show(args: argparse.Namespace, app: App) -> int:
-    alert = app.log.store.alert(args.id)
+    alert = _alert_fields(app, args.id)
     if alert is None:
         raise FleetAgentError(f"no alert #{args.id}; 'fleet-agent alerts list --all' shows every alert")
     history = _alert_history(app, args.id)
     if args.json:
-        _print(output.json_text({**dataclasses.asdict(alert), "history": history}, indent=2))
+        _print(output.json_text({**alert, "history": history}, indent=2))
         return 0
-    for k, v in dataclasses.asdict(alert).items():
+    for k, v in alert.items():
         if v not in (None, ""):
             _print(f"{k:>10}: {line(v)}")
     _print("history:")
