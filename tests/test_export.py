@@ -12,7 +12,6 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from agent.app import App
 from agent.cli import main
@@ -20,14 +19,7 @@ from agent.store.log import EventLog
 from agent.tick import run_tick
 from tests.conftest import events_of, offer_rows
 from tests.fakes.openai_server import reply
-
-
-def _config_file(app: App, path: Path) -> Path:
-    d = json.loads(json.dumps(app.settings.to_dict(), default=str))
-    d["data_dir"] = str(app.settings.data_path)
-    d["knowledge_dir"] = str(app.settings.knowledge_path)
-    path.write_text(yaml.safe_dump(d), encoding="utf-8")
-    return path
+from tests.test_fork import _config_file
 
 
 @pytest.fixture
