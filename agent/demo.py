@@ -41,6 +41,20 @@ KNOWLEDGE = """\
 MODEL_TIMEOUT_S = 600.0  # --model-url's default: a cold CPU model needs minutes for a fleet's first request
 
 
+def write_demo_dir(root: Path, sim_url: str, *, model_url: str | None, model: str | None, budget: int,
+                   model_timeout: float | None = None) -> Path:
+    """The demo's files under ``root``: the simulator's key (0600), the knowledge file and the config;
+    returns the config's path."""
+    (root / "vast_api_key").write_text(SIM_KEY + "\n", encoding="utf-8")
+    os.chmod(root / "vast_api_key", 0o600)
+    (root / "knowledge").mkdir(exist_ok=True)
+    (root / "knowledge" / "fleet-notes.md").write_text(KNOWLEDGE, encoding="utf-8")
+    cfg = root / "config.yaml"
+    cfg.write_text(demo_config(root, sim_url, model_url=model_url, model=model, budget=budget,
+                               model_timeout=model_timeout), encoding="utf-8")
+    return cfg
+
+
 def demo_config(root: Path, sim_url: str, *, model_url: str | None, model: str | None, budget: int,
                 model_timeout: float | None = None) -> str:
     provider = "openai" if model_url else "rules"
@@ -158,14 +172,8 @@ def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = N
     server = SimServer(sim).start()
     app: App | None = None
     try:
-        (root / "vast_api_key").write_text(SIM_KEY + "\n", encoding="utf-8")
-        os.chmod(root / "vast_api_key", 0o600)
-        (root / "knowledge").mkdir(exist_ok=True)
-        (root / "knowledge" / "fleet-notes.md").write_text(KNOWLEDGE, encoding="utf-8")
-        cfg = root / "config.yaml"
-        cfg.write_text(demo_config(root, server.url, model_url=model_url, model=model, budget=budget,
-                                   model_timeout=model_timeout),
-                       encoding="utf-8")
+        cfg = write_demo_dir(root, server.url, model_url=model_url, model=model, budget=budget,
+                             model_timeout=model_timeout)
         settings = config.load(str(cfg))
         app = App(settings, clock=clock)
         app.init_database()  # as 'fleet-agent init' does

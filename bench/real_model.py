@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import tempfile
 import time
@@ -92,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from agent import config, logsetup
     from agent.app import App
-    from agent.demo import KNOWLEDGE, SIM_KEY, START, TICK_SECONDS, demo_config
+    from agent.demo import SIM_KEY, START, TICK_SECONDS, write_demo_dir
     from agent.sim import ManualClock, SimServer, Simulator
     from agent.tick import run_tick
 
@@ -104,13 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     sim.pending = args.pending
     server = SimServer(sim).start()
     try:
-        (root / "vast_api_key").write_text(SIM_KEY + "\n", encoding="utf-8")
-        os.chmod(root / "vast_api_key", 0o600)
-        (root / "knowledge").mkdir(exist_ok=True)
-        (root / "knowledge" / "fleet-notes.md").write_text(KNOWLEDGE, encoding="utf-8")
-        cfg = root / "config.yaml"
-        cfg.write_text(demo_config(root, server.url, model_url=args.url, model=args.model, budget=args.budget),
-                       encoding="utf-8")
+        cfg = write_demo_dir(root, server.url, model_url=args.url, model=args.model, budget=args.budget)
         s = config.load(str(cfg))
         model_fields = {"timeout": args.timeout}
         if any(f.name == "text_tool_calls" for f in dataclasses.fields(s.model)):
