@@ -9,19 +9,17 @@ the model's pause and hourly destroy limit do not bind an operator.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from agent import steering
 from agent.app import App
 from agent.clients.vast import Instance
-from agent.errors import FleetAgentError, UsageError
-from agent.pipeline import ToolCall, run_tool_call
+from agent.errors import UsageError
+from agent.pipeline import run_destroy
 from agent.policy import Policy
 from agent.store.log import EventLog, utc_ts
-from agent.toolkit import Action, Outcome, Toolbox, ToolContext, load_tools
+from agent.toolkit import Outcome, ToolContext
 
 HISTORY_TICKS = 500  # how many past observations 'since' looks back through
 
@@ -80,15 +78,6 @@ class Destroyed:
     event_seq: int
 
 
-def _operator_action(iid: int) -> Action[Any]:
-    """The installed destroy tool with a check that only hands the handler the id: ownership was
-    checked (or forced) by the operator's command, and the model's limits do not bind an operator."""
-    tool = load_tools().get("destroy_instance")
-    if not isinstance(tool, Action):
-        raise FleetAgentError("the installed destroy_instance tool is not an action; reinstall fleet-agent")
-    return dataclasses.replace(tool, check=lambda ctx, args: iid)
-
-
 def _ours(ctx: ToolContext, iid: int, label: str | None) -> bool:
     return ctx.known_to_log(iid) or ctx.policy.is_our_label(label)
 
@@ -116,10 +105,7 @@ def destroy(app: App, iid: int, *, by: str, reason: str, force: bool) -> Destroy
 def _destroy_one(app: App, ctx: ToolContext, iid: int, *, by: str, reason: str, force: bool) -> Destroyed:
     e = app.log.append("operator.destroy", {"instance_id": iid, "by": by, "reason": reason,
                                             "force": force or None}, "operator")
-    call: ToolCall = {"id": f"op_{e.seq}", "name": "destroy_instance",
-                      "arguments": json.dumps({"instance_id": iid, "reason": reason}, sort_keys=True)}
-    toolbox = Toolbox.of([_operator_action(iid)])
-    outcome, _ = run_tool_call(toolbox, ctx, call, dry_run=app.settings.policy.dry_run)
+    outcome = run_destroy(ctx, iid, call_id=f"op_{e.seq}", reason=reason, dry_run=app.settings.policy.dry_run)
     return Destroyed(iid, outcome, e.seq)
 
 

@@ -38,6 +38,7 @@ from agent.toolkit import (
     Toolbox,
     ToolContext,
     ToolInputError,
+    load_tools,
     parse_arguments,
 )
 
@@ -169,3 +170,18 @@ def _blocked(ctx: ToolContext, call: ToolCall, block: Block) -> Outcome:
 def refuse_call(log: EventLog, call: ToolCall, reason: str, tick: int) -> Outcome:
     """A call the tick does not run at all (past the per-response limit): its error result only."""
     return log_result(log, call, Outcome(False, error=f"not run: {reason}"), tick)
+
+
+def run_destroy(ctx: ToolContext, iid: int, *, call_id: str, reason: str, dry_run: bool) -> Outcome:
+    """Destroy ``iid`` through this pipeline (intent with idempotency key, call, result) on behalf of an
+    operator or of the system's own repair, whose reason event the caller has logged. The installed
+    ``destroy_instance`` tool runs with a check that only hands its handler the id: the caller has settled
+    ownership, and the model's limits (hourly destroys) do not bind these."""
+    tool = load_tools().get("destroy_instance")
+    if not isinstance(tool, Action):
+        raise FleetAgentError("the installed destroy_instance tool is not an action; reinstall fleet-agent")
+    call: ToolCall = {"id": call_id, "name": "destroy_instance",
+                      "arguments": json.dumps({"instance_id": iid, "reason": reason}, sort_keys=True)}
+    outcome, _ = run_tool_call(Toolbox.of([dataclasses.replace(tool, check=lambda ctx, args: iid)]), ctx, call,
+                               dry_run=dry_run)
+    return outcome

@@ -4,7 +4,7 @@ vast.ai creates a stopped instance when a rent cannot be scheduled (every rent s
 ``cancel_unavail: true``, but hosts stop instances too), and a stopped instance still bills storage.
 fleet-agent never stops an instance, so one of ours that shows ``stopped`` is a failure: after reconcile
 and the observation, the tick destroys it in code, whatever the model provider. The destroy runs through
-the same pipeline as the model's (agent.pipeline.run_tool_call with the installed ``destroy_instance``):
+the same pipeline as the model's (agent.pipeline.run_destroy, the installed ``destroy_instance``):
 ``system.destroy`` (why) first, then the intent with its idempotency key, the call and the result, so a
 crash between them is reconciled like any other destroy. Once per instance: an instance whose destroy was
 logged is not destroyed again. While the fleet is paused nothing runs (the ``dead:`` alert stays); a dry
@@ -13,16 +13,11 @@ run logs the call as not sent.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from typing import Any
-
 import structlog
 
 from agent import steering
-from agent.errors import FleetAgentError
-from agent.pipeline import ToolCall, run_tool_call
-from agent.toolkit import Action, Outcome, Toolbox, ToolContext, load_tools
+from agent.pipeline import run_destroy
+from agent.toolkit import Outcome, ToolContext
 
 log_ = structlog.get_logger(__name__)
 
@@ -33,15 +28,6 @@ REASON = "stopped without our asking: fleet-agent never stops an instance; it bi
 def _already(ctx: ToolContext) -> set[int]:
     """Instances the system has already destroyed (or tried to) because they were stopped."""
     return {int(e.payload["instance_id"]) for e in ctx.log.read(0, kinds=["system.destroy"])}
-
-
-def _action(iid: int) -> Action[Any]:
-    """The installed destroy tool with a check that only hands the handler the id: the instance is ours
-    (``ToolContext.ours``), and the model's hourly destroy limit does not bind the system's own repair."""
-    tool = load_tools().get("destroy_instance")
-    if not isinstance(tool, Action):
-        raise FleetAgentError("the installed destroy_instance tool is not an action; reinstall fleet-agent")
-    return dataclasses.replace(tool, check=lambda ctx, args: iid)
 
 
 def destroy_stopped(ctx: ToolContext, *, dry_run: bool) -> list[Outcome]:
@@ -55,9 +41,7 @@ def destroy_stopped(ctx: ToolContext, *, dry_run: bool) -> list[Outcome]:
     for iid in (i for i in stopped if i not in done):
         e = ctx.log.append("system.destroy", {"instance_id": iid, "status": STOPPED, "reason": REASON}, "system",
                            ctx.tick)
-        call: ToolCall = {"id": f"sys_{e.seq}", "name": "destroy_instance",
-                          "arguments": json.dumps({"instance_id": iid, "reason": REASON}, sort_keys=True)}
-        outcome, _ = run_tool_call(Toolbox.of([_action(iid)]), ctx, call, dry_run=dry_run)
+        outcome = run_destroy(ctx, iid, call_id=f"sys_{e.seq}", reason=REASON, dry_run=dry_run)
         log_.warning("stopped.destroyed", instance_id=iid, ok=outcome.ok, dry_run=dry_run)
         if outcome.ok and not dry_run:
             ctx.instances = [i for i in ctx.instances if i.id != iid]
