@@ -4,15 +4,19 @@ kind's share of the payload bytes.
 Runs ``--ticks`` real ticks against the simulator with the scripted model (tests/fakes/openai_server.py
 through the real openai SDK; each tick asks for the fleet, then answers) at the default context budget,
 then checkpoints the write-ahead log into the database and prints one JSON line: events, file bytes
-per event, payload bytes per event, and the kinds with the largest share of payload bytes.
+per event, payload bytes per event, the kinds with the largest share of payload bytes, each kind's
+payload bytes per event, and (where the Python's own sqlite3 has the ``dbstat`` table) the file's bytes
+per event by table and index.
 
-    python bench/storage.py [--ticks 200]
+    python bench/storage.py [--ticks 200] [--keep copy.db]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -28,9 +32,23 @@ from tests.conftest import settings_for  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, reply  # noqa: E402
 
 
+def _bytes_by_table(db: Path) -> dict[str, int]:
+    """Bytes of the file each table and index takes, largest first (FTS shadow tables under their own
+    names); {} when this Python's sqlite3 was built without ``dbstat``."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC").fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        conn.close()
+    return {str(n): int(b) for n, b in rows if b >= 4096 * 4}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ticks", type=int, default=200)
+    ap.add_argument("--keep", type=Path, help="copy the database here when done (to look inside it)")
     a = ap.parse_args(argv)
     logsetup.configure("warning", "auto")
     clock = ManualClock()
@@ -50,13 +68,17 @@ def main(argv: list[str] | None = None) -> int:
         app.close()
         App(settings_for(Path(d), server.url, model_url=fake.base_url)).log.close()  # last close checkpoints the WAL
         size = db.stat().st_size + sum(p.stat().st_size for p in db.parent.glob(db.name + "-wal"))
+        tables = _bytes_by_table(db)
+        if a.keep is not None:
+            shutil.copyfile(db, a.keep)
     payload = sum(b for _, b in by_kind.values())
     top = sorted(by_kind.items(), key=lambda kv: -kv[1][1])[:6]
     print(json.dumps({
         "bench": "storage", "ticks": a.ticks, "events": events,
         "file_bytes_per_event": round(size / events), "payload_bytes_per_event": round(payload / events),
         "payload_share": {k: round(b / payload, 3) for k, (_, b) in top},
-        "bytes_per_event_of_kind": {k: round(b / n) for k, (n, b) in top},
+        "bytes_per_event_of_kind": {k: round(b / n) for k, (n, b) in sorted(by_kind.items(), key=lambda kv: -kv[1][1])},
+        "file_bytes_per_event_by_table": {k: round(b / events) for k, b in tables.items()},
     }))
     return 0
 

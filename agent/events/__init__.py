@@ -25,6 +25,7 @@ from agent.events import kinds_models as _kinds_models  # noqa: F401 - defines i
 from agent.events import kinds_money as _kinds_money  # noqa: F401 - defines its kinds on import
 from agent.events import kinds_ops as _kinds_ops  # noqa: F401 - defines its kinds in VOCABULARY
 from agent.events import kinds_stopped as _kinds_stopped  # noqa: F401 - defines system.destroy
+from agent.events import kinds_storage as _kinds_storage  # noqa: F401 - model.request v2 (inputs by hash)
 from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import FieldSpec, Payload

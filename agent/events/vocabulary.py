@@ -151,6 +151,18 @@ class Vocabulary:
         self.kinds[name] = k
         return k
 
+    def add_version(self, name: str, version: Version[Any]) -> Kind:
+        """Give the kind ``name`` a next version (from the module of the change that made it, so the kind's
+        first definition stays where it was). The same rules as ``define``: it is numbered N+1, has an
+        upcaster from N and renders by itself."""
+        k = self.kind(name)
+        del self.kinds[name]
+        try:
+            return self.define(name, k.doc, *k.versions, version)
+        except ValueError:
+            self.kinds[name] = k
+            raise
+
     def kind(self, name: str) -> Kind:
         try:
             return self.kinds[name]
