@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -27,22 +26,10 @@ sys.path.insert(0, str(REPO))
 from agent import logsetup  # noqa: E402
 from agent.app import App  # noqa: E402
 from agent.sim import ManualClock, SimServer, Simulator  # noqa: E402
+from agent.store.usage import bytes_by_table  # noqa: E402
 from agent.tick import run_tick  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, reply  # noqa: E402
-
-
-def _bytes_by_table(db: Path) -> dict[str, int]:
-    """Bytes of the file each table and index takes, largest first (FTS shadow tables under their own
-    names); {} when this Python's sqlite3 was built without ``dbstat``."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC").fetchall()
-    except sqlite3.OperationalError:
-        return {}
-    finally:
-        conn.close()
-    return {str(n): int(b) for n, b in rows if b >= 4096 * 4}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         app.close()
         App(settings_for(Path(d), server.url, model_url=fake.base_url)).log.close()  # last close checkpoints the WAL
         size = db.stat().st_size + sum(p.stat().st_size for p in db.parent.glob(db.name + "-wal"))
-        tables = _bytes_by_table(db)
+        tables = bytes_by_table(db)
         if a.keep is not None:
             shutil.copyfile(db, a.keep)
     payload = sum(b for _, b in by_kind.values())

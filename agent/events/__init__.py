@@ -77,8 +77,9 @@ _UNSET: Message = {}
 
 
 def search_text(event: Event, msg: Message | None = _UNSET) -> str:
-    """What the full-text index holds for ``event``: its rendering, else its payload's strings.
-    ``msg``: the rendering when the caller already has it."""
+    """What the full-text index holds for ``event``: its rendering, else what its version indexes
+    (``Version.search``), else its kind and payload JSON. ``msg``: the rendering when the caller already
+    has it."""
     if msg is _UNSET:
         msg = render(event)
     if msg is not None:
@@ -86,4 +87,7 @@ def search_text(event: Event, msg: Message | None = _UNSET) -> str:
         for c in msg.get("tool_calls") or ():
             parts.append(f"{c['function']['name']} {c['function']['arguments']}")
         return "\n".join(parts)
+    text = VOCABULARY.search(event)
+    if text is not None:
+        return text
     return f"{event.kind} " + json.dumps(event.payload, ensure_ascii=False, sort_keys=True)

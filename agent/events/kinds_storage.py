@@ -17,7 +17,8 @@ stored), and the request's hash is stored once, beside the manifest. ``join_mani
 v1-shaped manifest back together from a stored payload and the bundle; readers that need the settings
 or the input hashes go through it (agent.context.inputs.manifest_of), readers of the range and the token
 counts read the stored manifest as before. Neither version is model-visible; v1 events stay as written
-and are read as they were.
+and are read as they were. The full-text index holds a v2 request as its kind and hash (a v1 request's
+text was its whole payload JSON: hashes and numbers nobody searches for).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from agent.events.event import JsonObject
+from agent.events.event import Event, JsonObject
 from agent.events.kinds import VOCABULARY, ModelRequestV1
 from agent.events.vocabulary import Version
 
@@ -75,4 +76,10 @@ def _request_v1_to_v2(p: JsonObject) -> JsonObject:
     return {**p, "manifest": compact}
 
 
-VOCABULARY.add_version("model.request", Version(2, ModelRequestV1, upcast=_request_v1_to_v2))
+def _search_request_v2(e: Event, p: ModelRequestV1) -> str:
+    """The kind and the request's hash: the manifest's numbers and hashes are no words to search for."""
+    return f"model.request {p.request_hash}"
+
+
+VOCABULARY.add_version("model.request", Version(2, ModelRequestV1, upcast=_request_v1_to_v2,
+                                                search=_search_request_v2))

@@ -91,7 +91,7 @@ def logged_disk_gb(origin: EventLog, seq: int) -> float:
     configuration's default when the log records none."""
     req = next(iter(origin.read(0, until_seq=seq, kinds=["model.request"], newest_first=True, limit=1)), None)
     texts = recorded(origin, seq)
-    policy = texts.get(manifest_of(req, texts).get("policy_hash")) if req is not None else None
+    policy = texts.get(str(manifest_of(req, texts).get("policy_hash"))) if req is not None else None
     disk = ((policy or {}).get("fleet_template") or {}).get("disk_gb") if isinstance(policy, dict) else None
     return float(disk) if isinstance(disk, int | float) else FleetSettings.disk_gb
 
