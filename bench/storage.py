@@ -8,7 +8,7 @@ per event, payload bytes per event, the kinds with the largest share of payload 
 payload bytes per event, and (where the Python's own sqlite3 has the ``dbstat`` table) the file's bytes
 per event by table and index.
 
-    python bench/storage.py [--ticks 200] [--keep copy.db]
+    python bench/storage.py [--ticks 200] [--instances 0] [--keep copy.db]
 """
 
 from __future__ import annotations
@@ -36,10 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ticks", type=int, default=200)
     ap.add_argument("--keep", type=Path, help="copy the database here when done (to look inside it)")
+    ap.add_argument("--instances", type=int, default=0,
+                    help="instances running on the account from the start (each tick observes them all)")
     a = ap.parse_args(argv)
     logsetup.configure("warning", "auto")
     clock = ManualClock()
     sim = Simulator(seed=7, clock=clock)
+    for offer in sorted(sim.offers.values(), key=lambda o: (o["dph_total"], o["id"]))[:a.instances]:
+        sim.create_instance(offer["id"])
     with SimServer(sim) as server, FakeOpenAI() as fake, tempfile.TemporaryDirectory(prefix="fleet-agent-st-") as d:
         fake.enqueue(*[s for _ in range(a.ticks + 10) for s in (reply(tool_calls=[("list_fleet", {})]),
                                                                  reply("fleet steady; nothing to change"))])
@@ -61,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = sum(b for _, b in by_kind.values())
     top = sorted(by_kind.items(), key=lambda kv: -kv[1][1])[:6]
     print(json.dumps({
-        "bench": "storage", "ticks": a.ticks, "events": events,
+        "bench": "storage", "ticks": a.ticks, "instances": a.instances, "events": events,
         "file_bytes_per_event": round(size / events), "payload_bytes_per_event": round(payload / events),
         "payload_share": {k: round(b / payload, 3) for k, (_, b) in top},
         "bytes_per_event_of_kind": {k: round(b / n) for k, (n, b) in sorted(by_kind.items(), key=lambda kv: -kv[1][1])},
