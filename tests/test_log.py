@@ -371,3 +371,53 @@ def test_utc_ts_matches_isoformat_across_seconds(dt):
     want = dt.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
     assert utc_ts(dt) == want
     assert utc_ts(dt.astimezone(timezone(timedelta(hours=5, minutes=30)))) == want
+
+
+def test_a_transaction_inside_another_joins_it_and_commits_with_it(log):
+    """A transaction opened inside one this thread has open joins it: its appends are seen inside, are
+    not in the file for another connection until the outer block ends, and commit with the outer one
+    (one head-file record, after the commit)."""
+    with log.transaction() as outer:
+        outer.append("operator.note", note("outer"), "operator")
+        inner = log.append("operator.note", note("inner"), "operator")
+        assert inner.seq == 2 and log.store.search_index_size() == 0
+        assert [e.seq for e in log.read()] == [1, 2]
+        with EventLog(log.path, readonly=True, create=False) as other:
+            assert other.count() == 0
+        assert log._read_head() is None
+    assert log.count() == 2 and log._read_head() == (2, inner.hash)
+    assert log.verify().ok
+
+
+def test_a_failing_inner_transaction_rolls_back_alone(log):
+    """An exception inside a joined transaction undoes that block's appends (and read-model changes)
+    only; the outer block goes on with the chain where it was and commits the rest."""
+    with log.transaction() as outer:
+        outer.append("operator.note", note("kept"), "operator")
+        with pytest.raises(PayloadError):
+            with log.transaction() as tx:
+                tx.append("memory.written", {"key": "k", "text": "gone"}, "model")
+                tx.append("operator.note", {"text": "no author"}, "operator")
+        assert not log.store.memory_has("k")
+        last = outer.append("operator.note", note("after"), "operator")
+    assert [e.payload["text"] for e in log.read()] == ["kept", "after"]
+    assert last.seq == 2 and log.verify().ok
+
+
+def test_after_commit_runs_once_committed_and_never_after_a_rollback(log):
+    """after_commit runs at once outside a transaction, after the commit inside one, and not at all
+    when the transaction (or the joined block that asked) rolls back."""
+    ran: list[str] = []
+    log.after_commit(lambda: ran.append("now"))
+    assert ran == ["now"]
+    with log.transaction() as tx:
+        tx.append("operator.note", note(), "operator")
+        log.after_commit(lambda: ran.append(f"committed {log.count()}"))
+        with pytest.raises(RuntimeError), log.transaction():
+            log.after_commit(lambda: ran.append("inner rolled back"))
+            raise RuntimeError("inner")
+        assert ran == ["now"]
+    with pytest.raises(RuntimeError), log.transaction():
+        log.after_commit(lambda: ran.append("outer rolled back"))
+        raise RuntimeError("outer")
+    assert ran == ["now", "committed 1"]

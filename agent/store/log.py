@@ -185,6 +185,7 @@ class Transaction:
         self._seq: int = row[0] if row else 0
         self._hash: str = row[1] if row else GENESIS
         self.appended: list[Event] = []
+        self.after: list[Callable[[], object]] = []  # to run once this commits (``EventLog.after_commit``)
 
     @cached_property
     def store(self) -> Store:
@@ -200,9 +201,13 @@ class Transaction:
         for the full-text index here: ``index_search`` does that for every event not yet indexed
         (a search first, and the daemon once a tick, in the tick's last transaction)."""
         row, event = self._row(kind, payload, source, tick)
-        self.conn.execute(_INSERT_EVENT, row)
-        if kind in readmodels.PROJECTORS:
-            readmodels.PROJECTORS[kind](self.conn, event)
+        try:
+            self.conn.execute(_INSERT_EVENT, row)
+            if kind in readmodels.PROJECTORS:
+                readmodels.PROJECTORS[kind](self.conn, event)
+        except BaseException:
+            self._seq, self._hash = event.seq - 1, event.prev_hash
+            raise
         self.appended.append(event)
         return event
 
@@ -212,19 +217,19 @@ class Transaction:
         rows: list[tuple[Any, ...]] = []
         events: list[Event] = []
         seq, h = self._seq, self._hash
+        projectors = readmodels.PROJECTORS
         try:
             for kind, payload, source, tick in items:
                 row, event = self._row(kind, payload, source, tick)
                 rows.append(row)
                 events.append(event)
+            self.conn.executemany(_INSERT_EVENT, rows)
+            for event in events:
+                if event.kind in projectors:
+                    projectors[event.kind](self.conn, event)
         except BaseException:
             self._seq, self._hash = seq, h
             raise
-        self.conn.executemany(_INSERT_EVENT, rows)
-        projectors = readmodels.PROJECTORS
-        for event in events:
-            if event.kind in projectors:
-                projectors[event.kind](self.conn, event)
         self.appended.extend(events)
         return events
 
@@ -299,6 +304,7 @@ class EventLog:
         self.readonly = readonly
         self._head_fd: int | None = None
         self._held: list[Item] | None = None  # appends held for the next commit (see ``holding``)
+        self._open: tuple[Transaction, int] | None = None  # the transaction in progress and its thread
 
     @cached_property
     def store(self) -> Store:
@@ -333,16 +339,29 @@ class EventLog:
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         """Read and append atomically; every event appended commits together or not at all.
-        Events held by ``append_held`` are appended first, in the same transaction."""
+        Events held by ``append_held`` are appended first, in the same transaction.
+
+        Inside a transaction this thread opened on this log, a transaction joins it (as a savepoint:
+        an exception rolls back the inner block alone) and commits with it, so a caller can group
+        what several steps append into one commit (one fsync)."""
         if self.readonly:
             raise LogError("this log was opened read-only")
+        outer = self._open
+        if outer is not None and outer[1] == threading.get_ident():
+            with self._joined(outer[0]) as tx:
+                yield tx
+            return
         held, self._held = self._held or [], ([] if self._held is not None else None)
         try:
             with immediate(self.conn):
                 tx = Transaction(self, self.conn)
-                if held:
-                    tx.extend(held)
-                yield tx
+                self._open = (tx, threading.get_ident())
+                try:
+                    if held:
+                        tx.extend(held)
+                    yield tx
+                finally:
+                    self._open = None
         except BaseException as e:
             if held and self._held is not None:
                 self._held[:0] = held  # not committed: still held, still first
@@ -351,6 +370,41 @@ class EventLog:
             raise
         if tx.appended:
             self._write_head(tx.appended[-1])
+        for fn in tx.after:
+            fn()
+
+    @contextmanager
+    def _joined(self, tx: Transaction) -> Iterator[Transaction]:
+        """A transaction inside ``tx``: a savepoint; on an exception the block's appends (and the
+        held events it took) are undone and ``tx`` goes on as it was."""
+        seq, h, n, m = tx._seq, tx._hash, len(tx.appended), len(tx.after)
+        held, self._held = self._held or [], ([] if self._held is not None else None)
+        self.conn.execute("SAVEPOINT joined")
+        try:
+            if held:
+                tx.extend(held)
+            yield tx
+            self.conn.execute("RELEASE joined")
+        except BaseException as e:
+            if self.conn.in_transaction:  # SQLite may have rolled the whole transaction back already
+                self.conn.execute("ROLLBACK TO joined")
+                self.conn.execute("RELEASE joined")
+            tx._seq, tx._hash = seq, h
+            del tx.appended[n:], tx.after[m:]
+            if held and self._held is not None:
+                self._held[:0] = held
+            if isinstance(e, sqlite3.Error):
+                raise LogError(f"the event log at {self.path} could not be written: {e}") from e
+            raise
+
+    def after_commit(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` once the transaction this thread has open on this log commits (not at all if it
+        rolls back); at once when none is open."""
+        outer = self._open
+        if outer is not None and outer[1] == threading.get_ident():
+            outer[0].after.append(fn)
+        else:
+            fn()
 
     @contextmanager
     def holding(self) -> Iterator[None]:
@@ -519,9 +573,10 @@ class EventLog:
 
     def index_search(self) -> int:
         """Bring the full-text index up to the head (``Transaction.index_search``) in one transaction,
-        when it is behind; how many events it added. A read-only log, or one inside a transaction,
-        is left as it is."""
-        if self.readonly or self.conn.in_transaction:
+        when it is behind (joining the transaction this thread has open); how many events it added.
+        A read-only log is left as it is."""
+        outer = self._open
+        if self.readonly or (self.conn.in_transaction and (outer is None or outer[1] != threading.get_ident())):
             return 0
         row = self.conn.execute(_FTS_HEAD_SQL).fetchone()
         if (row[0] if row else 0) >= self.last_seq():
