@@ -295,7 +295,8 @@ def _ask(run: _Run, model: _Model, stop: threading.Event, deadline: float) -> li
         due = context.needs_compaction(proj, model.cs) or not context.fits(proj, model.cs)
         req = None if due else _request(run, model, proj)
     if due:  # compaction asks the model: outside any transaction
-        req = _request(run, model, _project(run, model, proj))
+        proj = _project(run, model, proj)
+        req = _request(run, model, proj)
     if not isinstance(req, Event):
         return req
     run.steps += 1

@@ -25,16 +25,18 @@ def _side_effects(app: Any, tick: int) -> int:
 
 
 def test_a_tick_with_reads_only_commits_once_per_model_step_plus_start_and_end(make_app, fake_model):
-    """A tick whose model searches once then stops (2 steps, no side effect) commits 4 times: its start,
-    each request (the last reply and its read-only call and result ride along), its end; the second
-    tick (1 step) 3 times. Every event of the tick is in the log and the chain verifies."""
+    """A tick whose model searches once (and names a tool that does not exist) then stops (2 steps, no
+    side effect) commits 4 times: its start, each request (the last reply, its read-only call and both
+    results ride along), its end; the second tick (1 step) 3 times. Every event of the tick is in the log
+    and the chain verifies."""
     app = make_app()
-    fake_model.enqueue(reply("looking", tool_calls=[("search_offers", {"limit": 5})]), reply("nothing to do"))
+    fake_model.enqueue(reply("looking", tool_calls=[("search_offers", {"limit": 5}), ("no_such_tool", {})]),
+                       reply("nothing to do"))
     r, commits = _tick(app)
     assert (r.steps, _side_effects(app, r.tick)) == (2, 0)
     assert commits == 2 + r.steps == 4
     kinds = [e.kind for e in app.log.read(0, tick=r.tick)]
-    assert kinds.count("model.response") == 2 and kinds.count("tool.result") == 1
+    assert kinds.count("model.response") == 2 and kinds.count("tool.result") == 2
     assert kinds[-1] == "tick.completed"
     fake_model.enqueue(reply("still nothing to do"))
     r2, commits2 = _tick(app)
