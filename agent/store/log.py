@@ -251,7 +251,8 @@ class Transaction:
         # are set directly, all of them, as it would.
         event = _new(Event)
         event.__dict__.update(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick,
-                              payload=json.loads(payload_json), tokens=None, version=version, prev_hash=prev, hash=h)
+                              payload=_own_copy(payload, payload_json), tokens=None, version=version,
+                              prev_hash=prev, hash=h)
         self._seq, self._hash = seq, h
         return (seq, eid, ts, kind, version, source, tick, payload_json, None, prev, h), event
 
@@ -272,6 +273,19 @@ class Transaction:
             self.conn.executemany(_INSERT_FTS, [(r[0], _search_text(r), r[3]) for r in rows])
             done, n = rows[-1][0], n + len(rows)
         return n
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _own_copy(payload: dict[str, Any], payload_json: str) -> dict[str, Any]:
+    """The event's own copy of ``payload``, equal to what reading its row back gives: a plain copy when
+    every key is text and every value a JSON scalar (which encode and decode unchanged), else decoded
+    from ``payload_json``."""
+    for k, v in payload.items():
+        if type(k) is not str or type(v) not in _SCALARS:
+            return json.loads(payload_json)  # type: ignore[no-any-return]
+    return dict(payload)
 
 
 def _search_text(r: tuple[Any, ...]) -> str:
