@@ -2,8 +2,9 @@
 
 For each size a log is built through ``EventLog.append_many`` from copies of real ticks
 (bench/biglog.py), then ``--ticks`` real ticks run against the simulator with the rules provider.
-Per tick it measures the wall time, the time spent in HTTP calls (vast.ai, the demand queue) and
-in the model, and what is left: the tick's own overhead. It counts the tick's transactions that
+Per tick it measures the wall time, the time spent in HTTP calls (vast.ai, the demand queue), in
+waits between vast.ai requests (its rate limit) and in the model, and what is left: the tick's own
+overhead. It counts the tick's transactions that
 wrote (each one commit, so one fsync with synchronous=FULL) next to the aim 2 + model steps +
 2 x side-effecting calls. Prints one line per size, with p50 overhead as a ratio to the
 smallest size's in the same run.
@@ -27,6 +28,7 @@ from typing import Any
 import httpx
 
 from agent.app import App
+from agent.clients.vast import VastClient
 from agent.sim import ManualClock, SimServer, Simulator
 from agent.store import plans
 from agent.tick import run_tick
@@ -67,20 +69,6 @@ class _TimedProvider:
         return getattr(self.inner, name)
 
 
-def _commits_that_wrote(statements: list[str]) -> int:
-    """Transactions that wrote something (each one fsync with synchronous=FULL; an empty one writes
-    no WAL frame)."""
-    n, wrote = 0, False
-    for s in statements:
-        if s.startswith("BEGIN"):
-            wrote = False
-        elif s.startswith(("INSERT", "UPDATE", "DELETE")):
-            wrote = True
-        elif s.startswith("COMMIT") and wrote:
-            n += 1
-    return n
-
-
 def _app(root: Path, url: str, sim: Simulator, clock: ManualClock) -> App:
     app = App(settings_for(root, url, provider="rules"), env={"VAST_API_KEY": sim.api_key}, clock=clock)
     app.init_database()
@@ -107,7 +95,7 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
                 wall = time.perf_counter() - t
             walls.append(wall * 1e3)
             overhead.append((wall - _OUTSIDE["s"]) * 1e3)
-            txs.append(_commits_that_wrote(statements))
+            txs.append(plans.commits_that_wrote(statements))
             side = sum(1 for e in app.log.read(0, kinds=["tool.called"], tick=r.tick) if e.payload.get("side_effect"))
             aims.append(2 + r.steps + 2 * side)
         t = time.perf_counter()
@@ -129,16 +117,21 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",")]
     httpx.Client.send = _timed_send(httpx.Client.send)  # type: ignore[method-assign]
+    # the wait between two requests to one vast.ai endpoint (its rate limit) is API time too
+    VastClient._pace = _timed_send(VastClient._pace)  # type: ignore[method-assign]
     rows = []
     with tempfile.TemporaryDirectory(prefix="fleet-agent-bench-") as d:
         for n, size in enumerate(sizes):
             prof = cProfile.Profile() if a.profile and n == len(sizes) - 1 else None
             clock = ManualClock()
-            sim = Simulator(seed=7, clock=clock)  # a fresh market per size: no instance of another run is an orphan
-            with SimServer(sim) as server:
-                tpl = _app(Path(d) / f"template{size}", server.url, sim, clock)
-                template = record_template(tpl, sim.advance, ticks=4)
+            tsim = Simulator(seed=7, clock=clock)
+            with SimServer(tsim) as server:
+                tpl = _app(Path(d) / f"template{size}", server.url, tsim, clock)
+                template = record_template(tpl, tsim.advance, ticks=4)
                 tpl.close()
+            # a fresh market for the measured ticks: the template's instances are not orphans to them
+            sim = Simulator(seed=7, clock=clock)
+            with SimServer(sim) as server:
                 rows.append(measure(size, a.ticks, template, server.url, sim, clock, Path(d) / f"s{size}", prof))
             base = rows[0]["tick_overhead_p50_ms"]
             r = rows[-1]
