@@ -581,6 +581,10 @@ class Store:
                            [first, last, first, last])
         return {int(r["seq"]) for r in rows}
 
+    def vacuum(self) -> None:
+        """Rewrite the database file without the pages archived rows left free."""
+        self._conn.execute("VACUUM")
+
     def hot_events_after(self, seq: int) -> int:
         """Rows in the events table after ``seq``."""
         return int(self._value("SELECT COUNT(*) FROM events WHERE seq > ?", [seq]))
