@@ -836,9 +836,10 @@ def _check(s: Settings, loc: _Loc) -> None:
 
 
 def _check_storage(st: StorageSettings, loc: _Loc) -> None:
-    if st.archive_after is not None and float(st.archive_after) < 86400:
-        raise loc.error("storage.archive_after", f"must be at least 1d (got {float(st.archive_after):g}s); events "
-                        "this old move into monthly segments, e.g. 90d, or null to keep every event in the database")
+    if st.archive_after is not None and float(st.archive_after) < 32 * 86400:
+        raise loc.error("storage.archive_after", f"must be at least 32d (got {float(st.archive_after):g}s): the "
+                        "month's spend budget reads this month's events from the database; write e.g. 90d, or "
+                        "null to keep every event in the database")
     u = st.archive_url
     if u is not None and not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?|file:///\S+", u):
         raise loc.error("storage.archive_url", f"{u!r} is not s3://bucket/prefix (a valid bucket name) or "

@@ -39,13 +39,15 @@ def _out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str]
 @pytest.mark.slow
 def test_every_read_command_answers_the_same_across_archived_months(aged, capsys, tmp_path):
     """Before and after `log archive`: `replay --verify` re-derives every request (those in segments too),
-    `context --tick 2` prints the same context, `thread show --json` the same events, `log search` the same
-    hits, and `log verify` passes over the whole chain; `log archive --dry-run` changes nothing first;
+    `context --tick 2` and `--at` print the same context, `thread show --json` and `log export` the same
+    events, `log search` the same hits, `log rebuild --check` finds the read models equal to a rebuild from
+    the whole log, and `log verify` passes over the whole chain; `log archive --dry-run` changes nothing first;
     `backup` copies the segments and its copy verifies."""
     app, cfg = aged
     c = ["--config", str(cfg)]
     reads = [["replay", "--verify"], ["context", "--tick", "2"], ["thread", "show", "--json"],
-             ["log", "search", "offer"], ["context", "--at", "2026-12-03T00:00Z"]]
+             ["log", "search", "offer"], ["context", "--at", "2026-12-03T00:00Z"], ["log", "export"],
+             ["log", "rebuild", "--check"]]
     before = [_out(capsys, c + r) for r in reads]
     assert all(rc == 0 for rc, _ in before), before
     rc, dry = _out(capsys, c + ["log", "archive", "--dry-run"])

@@ -128,7 +128,7 @@ def test_a_bad_bucket_is_one_clear_line_without_the_secret(tmp_path, s3_url, mon
 def test_storage_settings_are_checked_with_file_and_line(tmp_path):
     """A bad archive_url, a too-short archive_after, and half an S3 key pair are refused naming the key."""
     for text, frag in (("storage:\n  archive_url: ftp://x/y\n", "storage.archive_url"),
-                       ("storage:\n  archive_after: 2h\n", "storage.archive_after: must be at least 1d"),
+                       ("storage:\n  archive_after: 7d\n", "storage.archive_after: must be at least 32d"),
                        ("storage:\n  s3_endpoint_url: minio:9000\n", "storage.s3_endpoint_url")):
         with pytest.raises(config.ConfigError, match=frag) as e:
             config.parse(text, str(tmp_path / "c.yaml"))
