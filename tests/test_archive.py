@@ -290,3 +290,38 @@ def test_backup_carries_the_segments_and_restore_puts_them_back(log, clock, tmp_
     backup.restore(tmp_path / "copy.db", target)
     with EventLog(target, create=False) as back:
         assert back.verify().ok and list(back.read()) == events
+
+
+def test_the_daemon_archives_old_months_after_a_tick(tmp_path):
+    """With storage.archive_after set, the daemon moves the old covered months into segments after its first
+    tick (logging daemon.archived with the segment names), and the log verifies across them."""
+    import threading
+
+    from structlog.testing import capture_logs
+
+    from agent import config
+    from agent.daemon import run_daemon
+    from agent.sim import SimServer, Simulator
+    from tests.test_daemon import stand_in_tick, wait_for, write_config
+
+    with SimServer(Simulator(seed=7)) as server:
+        cfg = write_config(tmp_path, server.url)
+        with cfg.open("a", encoding="utf-8") as f:
+            f.write("storage:\n  archive_after: 90d\n")
+        db = tmp_path / "data" / "fleet-agent.db"
+        build(db, Clock()).close()  # January to May 2026, long before the daemon's now
+
+        def stopper() -> None:
+            with EventLog(db, create=False) as lg:
+                wait_for(lambda: lg.store.segments(), "the daemon's archive")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=stopper, daemon=True).start()
+        with capture_logs() as logs:
+            code = run_daemon(config.load(str(cfg)), config_path=str(cfg), tick_fn=stand_in_tick,
+                              env={"VAST_API_KEY": "sim-key"})
+    assert code == 0
+    done = [x for x in logs if x["event"] == "daemon.archived"]
+    assert done and done[0]["segments"][0] == "2026-01.jsonl.zst"
+    with EventLog(db, create=False) as lg:
+        assert lg.verify().ok and [s.name for s in lg.store.segments()] == done[0]["segments"]
