@@ -264,6 +264,7 @@ class EventLog:
         self._held: list[Item] | None = None  # appends held for the next commit (see ``holding``)
         # Archived months (agent/store/archive.py): read through here, transparently.
         self.segment_files = SegmentFiles(self.path)
+        self._segments: tuple[int, list[Segment]] | None = None
 
     @cached_property
     def store(self) -> Store:
@@ -447,7 +448,7 @@ class EventLog:
 
         The stubs are read again once the events query has started: an archive that committed in between
         is then read from its segments, and rows the query still saw are not given twice."""
-        before = self.store.segments()
+        before = self.segments()
         where, params = q.where(after=before[-1].last_seq if before else 0)
         sql = f"SELECT {_COLS} FROM events WHERE {where} ORDER BY seq {'DESC' if newest_first else 'ASC'}"
         if limit is not None:
@@ -455,17 +456,44 @@ class EventLog:
             params.append(limit)
         cur = self.conn.execute(sql, params)
         first = cur.fetchmany(500)
-        segs = self.store.segments()
+        segs = self.segments()
         if not segs:
             yield from _batches(first, cur)
             return
         hot_from = segs[-1].last_seq
         hot = (r for r in _batches(first, cur) if r[0] > hot_from)
         wanted = [s for s in segs if q.may_hold(s)]
-        cold = (r for r in self.segment_files.iter_rows(wanted[::-1] if newest_first else wanted,
-                                                         newest_first=newest_first) if q.matches(r))
+        cold = self._cold(wanted[::-1] if newest_first else wanted, q, newest_first=newest_first)
         both = itertools.chain(hot, cold) if newest_first else itertools.chain(cold, hot)
         yield from (both if limit is None else itertools.islice(both, limit))
+
+    def segments(self) -> list[Segment]:
+        """The sealed segments' stubs, re-read only when another connection committed since the last read
+        (``PRAGMA data_version``) or this one archived (``agent.store.archive`` drops the copy)."""
+        version = self.store.data_version()
+        if self._segments is None or self._segments[0] != version:
+            self._segments = (version, self.store.segments())
+        return self._segments[1]
+
+    def forget_segments(self) -> None:
+        """Drop the stubs read before: this connection changed them (its own commits leave data_version alone)."""
+        self._segments = None
+
+    def _cold(self, segs: list[Segment], q: _Filter, *, newest_first: bool) -> Iterator[tuple[Any, ...]]:
+        """The rows of ``segs`` that ``q`` matches: the seq bounds pick a slice (a segment's rows are
+        consecutive seqs) and the kinds go through the segment's kind index, so a lookup reads what it asks
+        for, not the whole month."""
+        for seg in segs:
+            rows = self.segment_files.rows(seg)
+            lo = max(0, q.since + 1 - seg.first_seq)
+            hi = len(rows) if q.until_seq is None else max(lo, min(len(rows), q.until_seq - seg.first_seq + 1))
+            picks: Iterable[int] = range(lo, hi)
+            if q.kinds is not None:
+                picks = self.segment_files.positions(seg, q.kinds, lo, hi)
+            for i in (reversed(list(picks)) if newest_first else picks):
+                r = rows[i]
+                if q.matches(r):
+                    yield r
 
     def follow(self, since: int = 0, *, poll: float = 0.25, stop: Callable[[], bool] = lambda: False,
                kinds: Iterable[str] | None = None) -> Iterator[Event]:
@@ -516,7 +544,7 @@ class EventLog:
 
     def count(self) -> int:
         """Every event, archived ones included."""
-        segs = self.store.segments()
+        segs = self.segments()
         if not segs:
             return int(self.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
         return sum(s.events for s in segs) + self.store.hot_events_after(segs[-1].last_seq)

@@ -560,6 +560,10 @@ class Store:
                 return []
             raise
 
+    def data_version(self) -> int:
+        """SQLite's data_version: changes whenever another connection commits to the database."""
+        return int(self._value("PRAGMA data_version"))
+
     def month_spans(self, after: int) -> list[tuple[str, int, int, int]]:
         """(YYYY-MM, first seq, last seq, events) of each calendar month of the events after ``after``,
         in seq order."""

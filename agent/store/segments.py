@@ -12,12 +12,14 @@ segments, ``agent.store.log`` reads and verifies through ``SegmentFiles``.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -55,7 +57,7 @@ class Segment:
     copy_ts: str | None = None
     pruned_ts: str | None = None
 
-    @property
+    @cached_property
     def kind_set(self) -> frozenset[str]:
         return frozenset(json.loads(self.kinds))
 
@@ -256,6 +258,7 @@ class SegmentFiles:
         self.open_remote: Callable[[], Remote] | None = None  # set from storage.archive_url
         self._remote: Remote | None = None
         self._cache: OrderedDict[tuple[str, str], list[tuple[Any, ...]]] = OrderedDict()
+        self._kinds: OrderedDict[tuple[str, str], dict[str, list[int]]] = OrderedDict()
 
     def path(self, seg: Segment) -> Path:
         return self.dir / seg.name
@@ -307,7 +310,18 @@ class SegmentFiles:
             self._cache.move_to_end(key)
         return got
 
-    def iter_rows(self, segs: Iterable[Segment], *, newest_first: bool = False) -> Iterator[tuple[Any, ...]]:
-        for seg in segs:
-            rows = self.rows(seg)
-            yield from (reversed(rows) if newest_first else rows)
+    def positions(self, seg: Segment, kinds: Iterable[str], lo: int, hi: int) -> list[int]:
+        """The row positions in [lo, hi) of ``seg`` holding one of ``kinds``, in order."""
+        key = (seg.name, seg.sha256)
+        index = self._kinds.get(key)
+        if index is None:
+            index = {}
+            for i, r in enumerate(self.rows(seg)):
+                index.setdefault(r[3], []).append(i)
+            self._kinds[key] = index
+            while len(self._kinds) > self.CACHE:
+                self._kinds.popitem(last=False)
+        else:
+            self._kinds.move_to_end(key)
+        parts = [p[bisect.bisect_left(p, lo):bisect.bisect_left(p, hi)] for k in kinds if (p := index.get(k))]
+        return parts[0] if len(parts) == 1 else sorted(i for part in parts for i in part)
