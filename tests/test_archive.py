@@ -325,3 +325,33 @@ def test_the_daemon_archives_old_months_after_a_tick(tmp_path):
     assert done and done[0]["segments"][0] == "2026-01.jsonl.zst"
     with EventLog(db, create=False) as lg:
         assert lg.verify().ok and [s.name for s in lg.store.segments()] == done[0]["segments"]
+
+
+def test_prune_counts_a_backup_copy_and_reads_then_come_from_it(log, clock, tmp_path):
+    """`prune --backup PATH`: each segment goes only when the backup's copy has the sealed sha256; the stub
+    then names that copy and reads and verify use it."""
+    from agent.store import backup
+
+    run_archive(log, clock)
+    backup.backup(log, tmp_path / "copy.db")
+    r = archive.prune(log, before_ts="2026-03-01T00:00:00.000000Z", now=clock(), backup=tmp_path / "copy.db", yes=True)
+    assert [s.month for s in r.pruned] == ["2026-01", "2026-02"] and not list(log.segment_files.dir.iterdir())
+    assert log.store.segments()[0].copy_url == f"file://{(tmp_path / 'copy.db.segments' / '2026-01.jsonl.zst').resolve()}"
+    with EventLog(log.path, create=False) as fresh:
+        assert fresh.verify().ok and fresh.get(5) == log.get(5)
+
+
+def test_archive_without_a_setting_is_one_line_and_exit_2(tmp_path, capsys):
+    """`log archive` with neither storage.archive_after nor --older-than says which to set (exit 2, nothing
+    moved); `--older-than 90d` then archives."""
+    from agent.cli import main
+
+    (tmp_path / "knowledge").mkdir()
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("data_dir: ./data\nknowledge_dir: ./knowledge\n", encoding="utf-8")
+    build(tmp_path / "data" / "fleet-agent.db", Clock()).close()
+    assert main(["--config", str(cfg), "log", "archive"]) == 2
+    err = capsys.readouterr().err
+    assert "storage.archive_after is not set" in err and "--older-than 90d" in err and err.count("\n") == 1
+    assert main(["--config", str(cfg), "log", "archive", "--older-than", "90d", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sealed"]
