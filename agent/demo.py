@@ -22,6 +22,7 @@ from typing import IO, Any
 from agent import config, feedback
 from agent import context as ctxmod
 from agent.app import App
+from agent.context.inputs import manifest_of, recorded
 from agent.context.seen import OPERATOR_KINDS
 from agent.events import Event, render
 from agent.sim import ManualClock, SimServer, Simulator
@@ -253,6 +254,7 @@ def operator_inputs_seen(app: App) -> tuple[int, int]:
     answered = {int(e.payload["request_seq"]) for e in log.read(0, kinds=["model.response"])
                 if isinstance(e.payload.get("request_seq"), int)}
     requests = [e for e in log.read(0, kinds=["model.request"]) if e.seq in answered]
+    texts = recorded(log)
     seen = 0
     for ev in inputs:
         msg = render(ev)
@@ -260,7 +262,7 @@ def operator_inputs_seen(app: App) -> tuple[int, int]:
                     <= r.payload["manifest"]["thread_to"]), None)
         if msg is None or req is None:
             continue
-        m = req.payload["manifest"]
+        m = manifest_of(req, texts)
         proj = ctxmod.project(log, app.prompts, ctxmod.settings_from_manifest(s.context, m),
                               policy=app.policy_dict(), tools=app.tool_specs(), model=m.get("model", ""),
                               until_seq=int(m["thread_to"]), cache=app.projection_cache)

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from agent.config import ContextSettings
 from agent.context import ProjectionCache
-from agent.context.inputs import recorded
+from agent.context.inputs import manifest_of, recorded
 from agent.context.replay import rederive
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event, render
@@ -209,7 +209,7 @@ def training_examples(log: EventLog, inputs: Inputs, report: TrainingReport, *, 
 
 def _example(log: EventLog, req: Event, resp: Event, inputs: Inputs, texts: dict[str, Any],
              cache: ProjectionCache, blocked: dict[str, dict[str, Any]], metadata: bool) -> dict[str, Any] | None:
-    manifest = req.payload["manifest"]
+    manifest = manifest_of(req, texts)
     then, p = rederive(log, req, texts, inputs.prompts, inputs.settings, policy=inputs.policy, tools=inputs.tools,
                        model=inputs.model, cache=cache)
     if p.request_hash != req.payload["request_hash"]:

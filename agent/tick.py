@@ -20,7 +20,7 @@ from agent.app import App
 from agent.clients.demand import DemandError
 from agent.clients.vast import Instance, VastError, spendable
 from agent.config import ContextSettings
-from agent.context.inputs import record_inputs
+from agent.context.inputs import log_request
 from agent.errors import FleetAgentError
 from agent.feedback.knowledge import save_memo
 from agent.idle import check_idle
@@ -281,8 +281,8 @@ def _ask(run: _Run, model: _Model, stop: threading.Event, deadline: float) -> li
     ended = _over_budget(run, model, proj)
     if ended is not None:
         return ended
-    record_inputs(log, run.app.prompts, model.policy, model.tools, run.tick, model.params)
-    req = log.append("model.request", context.request_payload(proj), "system", run.tick)
+    req = log_request(log, proj, prompts=run.app.prompts, policy=model.policy, tools=model.tools, tick=run.tick,
+                      params=model.params)
     run.steps += 1
     try:
         reply = call_with_retries(model.provider, proj.messages, model.tools,

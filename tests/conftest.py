@@ -23,7 +23,7 @@ from agent.config import Settings
 from agent.sim import ManualClock, SimServer, Simulator
 from tests.fakes.openai_server import FakeOpenAI
 
-pytest_plugins = ["tests.conftest_sim"]
+pytest_plugins = ["tests.conftest_sim", "tests.pgserver"]
 
 
 @pytest.fixture(autouse=True)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from agent.cli import context as cli_context
+from agent.compaction import compact
+from agent.context import project
+from agent.context.inputs import log_request
 from agent.prompts import load_prompts
 from agent.store.log import EventLog
 from tests.test_context import POLICY, TOOLS, Clock
@@ -38,6 +42,19 @@ def cli(app: Any, *argv: str) -> int:
     cli_context.register(sub)
     args = p.parse_args(list(argv))
     return args.func(args, app)
+
+
+def logged_as_the_tick_does(app: SimpleNamespace) -> Callable[..., None]:
+    """A ``run`` step that compacts when needed, then logs the request through ``log_request`` (its inputs
+    not yet logged, then the ``model.request``), as the tick does."""
+
+    def step(log: EventLog, n: int, state: dict[str, Any], requests: list[Any]) -> None:
+        compact(log, app.prompts, S, policy=POLICY, tools=TOOLS, summarizer=None, tick=n, open_alert_ids=[3],
+                owned_instance_ids=[1000])
+        p = project(log, app.prompts, S, policy=POLICY, tools=TOOLS, model="m")
+        log_request(log, p, prompts=app.prompts, policy=POLICY, tools=TOOLS, tick=n)
+
+    return step
 
 
 def test_context_tick_prints_the_recorded_request(tmp_path, capsys):
@@ -75,7 +92,7 @@ def test_context_now_and_at_time(tmp_path, capsys):
 def test_replay_verify_passes_on_untouched_log(tmp_path, capsys):
     """`replay --verify` re-derives every recorded request and finds every hash equal."""
     app = make_app(tmp_path)
-    run(app.log, TICKS)
+    run(app.log, TICKS, step=logged_as_the_tick_does(app))
     capsys.readouterr()  # drop the run's own log lines
     n = sum(1 for _ in app.log.read(0, kinds=["model.request"]))
     assert cli(app, "replay", "--verify") == 0
@@ -83,9 +100,13 @@ def test_replay_verify_passes_on_untouched_log(tmp_path, capsys):
 
 
 def test_replay_verify_names_the_changed_prompt_file(tmp_path, capsys):
-    """After system.md is edited, `replay --verify` fails at the first request, naming both hashes."""
+    """On a log written before the prompt texts were recorded (v1 requests naming them by hash only), after
+    system.md is edited `replay --verify` fails at the first request, naming both hashes."""
+    from tests.test_replay_versions import v1_log
+
     app = make_app(tmp_path)
-    run(app.log, TICKS[:4])
+    app.log.close()
+    app.log = v1_log(tmp_path / "old.db", app.prompts, TICKS[:4], inputs=False)
     capsys.readouterr()  # drop the run's own log lines
     old = app.prompts.hashes["system.md"]
     f = app.prompts_dir / "system.md"

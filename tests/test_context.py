@@ -23,9 +23,9 @@ from agent.context import (
     project,
     project_at,
     request_hash,
-    request_payload,
     update_calibration,
 )
+from agent.context.inputs import log_request
 from agent.errors import ConfigError, UsageError
 from agent.events import Event
 from agent.prompts import load_prompts, render_system
@@ -295,7 +295,7 @@ def test_project_at_time_tick_and_seq(tmp_path):
     t1 = log.get(log.last_seq()).ts
     tick_start(log, 2)
     p = proj(log, model="m1")
-    log.append("model.request", request_payload(p), "system", 2)
+    log_request(log, p, prompts=prompts, policy=POLICY, tools=TOOLS, tick=2)
     final_text(log, 2)
     kw = dict(policy=POLICY, tools=TOOLS)
     at = project_at(log, prompts, SMALL, at_ts=t1, **kw)

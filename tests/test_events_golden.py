@@ -98,6 +98,11 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
     ],
     ("model.request", 1): [("request", {"request_hash": "r" * 16,
                                         "manifest": {"events": [1, 2, 3], "prompt": "aa11", "compaction_seq": 0}})],
+    ("model.request", 2): [("request", {"request_hash": "ab" * 32, "manifest": {
+        "inputs": "cd" * 32, "covered_to": 120, "compaction_seq": 121, "thread_to": 188, "thread_events": 41,
+        "calibration": 1.0987, "calibration_seq": 178, "estimated_tokens": 3217, "calibrated_tokens": 3712,
+        "sections": {"pinned": 0, "summary": 310, "system": 760, "thread": 1172, "tools": 1282},
+        "shrunk": False}})],
     ("model.response", 1): [
         ("text and tool calls", {"text": "Renting one more.", "tool_calls": [
             {"id": "call_1", "name": "rent_instance", "arguments": "{\"offer_id\": 9}"}],

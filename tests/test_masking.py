@@ -100,8 +100,8 @@ def test_requests_after_masking_compactions_replay(tmp_path: Any, capsys: Any) -
     """On a real log, with masking-only and summarising compactions that mask, replay --verify
     re-derives every agent and summariser request."""
     from agent.compaction import compact
-    from agent.context import project, request_payload
-    from agent.context.inputs import record_inputs
+    from agent.context import project
+    from agent.context.inputs import log_request
     from agent.store.log import EventLog
     from tests.test_context import TOOLS
     from tests.test_replay_inputs import Summariser, make_app, verify
@@ -114,8 +114,7 @@ def test_requests_after_masking_compactions_replay(tmp_path: Any, capsys: Any) -
         compact(log, app.prompts, s, policy=app.policy, tools=TOOLS, summarizer=Summariser(), tick=n,
                 open_alert_ids=[3], owned_instance_ids=[1000], model_name="m")
         p = project(log, app.prompts, s, policy=app.policy, tools=TOOLS, model="m")
-        record_inputs(log, app.prompts, app.policy, TOOLS, n)
-        log.append("model.request", request_payload(p), "system", n)
+        log_request(log, p, prompts=app.prompts, policy=app.policy, tools=TOOLS, tick=n)
 
     run(app.log, [{"outputs": [900, 300], "feedback": f, "crash": False}
                   for f in ("note", "none", "directive", "none", "ack", "none") * 3], step=step)

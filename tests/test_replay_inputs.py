@@ -1,6 +1,6 @@
 """Replay survives prompt, policy and version changes: the inputs of each request are read back from the log.
 
-A run records every request the way the tick does (``record_inputs`` then ``model.request``). Then the
+A run records every request the way the tick does (``log_request``: the inputs not yet logged, then ``model.request``). Then the
 operator edits prompts/system.md, changes the policy, or fleet-agent ships a new rendering of a kind (a
 version bump): ``replay --verify`` still re-derives every past request byte for byte. It still fails when
 an event is tampered with, and when a rendering is changed in place without a version bump.
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from agent.compaction import compact
-from agent.context import project, request_payload
-from agent.context.inputs import KIND, record_inputs, recorded
+from agent.context import project
+from agent.context.inputs import KIND, log_request, record_inputs, recorded
 from agent.context.replay import replay_summaries
 from agent.events import Event, Message
 from agent.events.kinds import VOCABULARY, TickStartedV1
@@ -67,8 +67,7 @@ def drive(app: SimpleNamespace, ticks: list[dict[str, Any]], summariser: Summari
         compact(log, app.prompts, S, policy=app.policy, tools=TOOLS, summarizer=summariser, tick=n,
                 open_alert_ids=[3], owned_instance_ids=[1000], model_name="m")
         p = project(log, app.prompts, S, policy=app.policy, tools=TOOLS, model="m")
-        record_inputs(log, app.prompts, app.policy, TOOLS, n)
-        log.append("model.request", request_payload(p), "system", n)
+        log_request(log, p, prompts=app.prompts, policy=app.policy, tools=TOOLS, tick=n)
 
     run(app.log, ticks, step=step)
 
@@ -84,12 +83,13 @@ def requests(app: SimpleNamespace) -> int:
 
 
 def test_each_input_is_logged_once_by_hash(tmp_path: Path) -> None:
-    """Both prompt files, the policy and the tool schemas are logged in full the first time their hash is
-    seen, and never again while they stay the same."""
+    """Both prompt files, the policy, the tool schemas and the requests' shared bundle (model, hashes,
+    settings) are logged in full the first time their hash is seen, and never again while they stay the
+    same."""
     app = make_app(tmp_path)
     drive(app, TICKS[:3])
     names = [e.payload["name"] for e in app.log.read(0, kinds=[KIND])]
-    assert sorted(names) == ["policy", "summarize.md", "system.md", "tools"]
+    assert sorted(names) == ["policy", "request", "summarize.md", "system.md", "tools"]
     texts = recorded(app.log)
     assert texts[app.prompts.hashes["system.md"]] == app.prompts.system
     assert record_inputs(app.log, app.prompts, app.policy, TOOLS, None) == 0

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from agent.compaction import compact
-from agent.context import project, request_payload
-from agent.context.inputs import KIND, record_inputs, recorded
+from agent.context import project
+from agent.context.inputs import KIND, log_request, manifest_of, recorded
 from agent.context.replay import replay_summaries
 from agent.store.log import EventLog
 from tests.tamper import Tamper
@@ -49,8 +49,7 @@ def drive(app: Any, ticks: list[dict[str, Any]], params: dict[str, Any], summari
                 open_alert_ids=[3], owned_instance_ids=[1000], model_name="m",
                 params={k: v for k, v in params.items() if k != "tool_choice"})
         p = project(log, app.prompts, S, policy=app.policy, tools=TOOLS, model="m", params=params)
-        record_inputs(log, app.prompts, app.policy, TOOLS, n, params)
-        log.append("model.request", request_payload(p), "system", n)
+        log_request(log, p, prompts=app.prompts, policy=app.policy, tools=TOOLS, tick=n, params=params)
 
     run(app.log, ticks, step=step)
 
@@ -73,7 +72,7 @@ def test_model_parameters_are_logged_once_and_hashed_with_each_request(tmp_path:
     params = [e.payload for e in app.log.read(0, kinds=[KIND]) if e.payload["name"] == "params"]
     assert [p["content"] for p in params] == [PARAMS]
     req = next(app.log.read(0, kinds=["model.request"]))
-    assert recorded(app.log)[req.payload["manifest"]["params_hash"]] == PARAMS
+    assert recorded(app.log)[manifest_of(req, recorded(app.log))["params_hash"]] == PARAMS
     a = project(app.log, app.prompts, S, policy=app.policy, tools=TOOLS, model="m", params=PARAMS)
     b = project(app.log, app.prompts, S, policy=app.policy, tools=TOOLS, model="m",
                 params={**PARAMS, "temperature": 0.7})
@@ -151,5 +150,5 @@ def test_a_ticks_request_records_the_parameters_the_server_received(sim: Any, ma
     assert run_tick(app).ok
     sent = {k: v for k, v in fake_model.chat_requests[-1].json.items() if k not in ("model", "messages", "tools")}
     req = next(app.log.read(0, kinds=["model.request"]))
-    assert recorded(app.log)[req.payload["manifest"]["params_hash"]] == sent
+    assert recorded(app.log)[manifest_of(req, recorded(app.log))["params_hash"]] == sent
     assert sent["temperature"] == app.settings.model.temperature

@@ -19,6 +19,7 @@ from agent.context.facts import render_facts
 from agent.context.pinned import MARKER_COST, SHRINK_FLOOR, empty_pinned, render_pinned, render_summary
 from agent.context.thread import Entry, build_thread, shrink_entry
 from agent.events import Event
+from agent.events.kinds_storage import split_manifest
 from agent.prompts import Prompts, render_system
 from agent.store.log import canonical
 from agent.tokens import REQUEST_OVERHEAD
@@ -333,7 +334,16 @@ def needs_compaction(projection: Projection, settings: ContextSettings) -> bool:
 
 
 def request_payload(projection: Projection) -> dict[str, Any]:
-    """The payload of the ``model.request`` event recording this projection."""
-    return {"request_hash": projection.request_hash, "manifest": projection.manifest}
+    """The payload of the ``model.request`` event (v2) recording this projection: its hash and its manifest
+    with what every request shares (model, input hashes, settings) named by the hash of ``request_bundle``,
+    which is logged once as an ``input.recorded`` (agent.events.kinds_storage)."""
+    _, compact = split_manifest(projection.manifest, projection.request_hash)
+    return {"request_hash": projection.request_hash, "manifest": compact}
+
+
+def request_bundle(projection: Projection) -> dict[str, Any]:
+    """What the manifest of ``request_payload`` names by hash: the model, the hashes of the prompt files,
+    policy, tools and model parameters, and the budget settings."""
+    return split_manifest(projection.manifest)[0]
 
 

@@ -10,6 +10,10 @@ the policy or upgrading fleet-agent does not break it, while a tampered event st
 
 Hashes are those the manifest records: ``prompt_hashes`` (sha256 of each file's bytes), ``policy_hash``,
 ``tools_hash`` and ``params_hash`` (sha256 of the canonical JSON).
+
+Since ``model.request`` v2 those hashes, the model's name and the budget settings are themselves a
+recorded input, ``request`` (agent.events.kinds_storage), which a v2 manifest names by its hash
+(``inputs``); ``manifest_of`` gives any recorded request's full manifest, whatever its version.
 """
 
 from __future__ import annotations
@@ -17,7 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agent.context.build import params_hash, sha256_text, tools_hash
+from agent.context.build import (
+    Projection,
+    params_hash,
+    request_bundle,
+    request_payload,
+    sha256_text,
+    tools_hash,
+)
+from agent.events import Event
+from agent.events.kinds_storage import REQUEST_INPUT, bundle_hash, join_manifest
 from agent.prompts import Prompts
 from agent.store.log import EventLog, canonical
 
@@ -25,13 +38,16 @@ KIND = "input.recorded"
 
 
 def _inputs(prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]],
-            params: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            params: list[dict[str, Any]], request: Projection | None = None) -> list[dict[str, Any]]:
     texts = {"system.md": prompts.system, "summarize.md": prompts.summarize}
     out: list[dict[str, Any]] = [{"name": name, "sha256": prompts.hashes[name], "content": texts[name]}
                                  for name in sorted(texts) if name in prompts.hashes]
     out.append({"name": "policy", "sha256": sha256_text(canonical(policy)), "content": policy})
     out.append({"name": "tools", "sha256": tools_hash(tools), "content": tools})
     out.extend({"name": "params", "sha256": params_hash(p), "content": p} for p in params)
+    if request is not None:
+        bundle = request_bundle(request)
+        out.append({"name": REQUEST_INPUT, "sha256": bundle_hash(bundle), "content": bundle})
     return out
 
 
@@ -41,16 +57,36 @@ def recorded(log: EventLog, until_seq: int | None = None) -> dict[str, Any]:
 
 
 def record_inputs(log: EventLog, prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]],
-                  tick: int | None, *params: dict[str, Any] | None) -> int:
+                  tick: int | None, *params: dict[str, Any] | None, request: Projection | None = None) -> int:
     """Log each input whose hash the log has not seen yet (``params``: the model parameters of the
-    requests about to be sent); returns how many were logged."""
+    requests about to be sent; ``request``: the projection about to be logged as a ``model.request``,
+    whose bundle its manifest names); returns how many were logged."""
     seen = log.store.recorded_input_hashes()  # hashes only: the texts are not decoded at every step
     given = [p for p in params if p is not None]
-    new = [i for i in _inputs(prompts, policy, tools, given) if i["sha256"] not in seen]
+    new = [i for i in _inputs(prompts, policy, tools, given, request) if i["sha256"] not in seen]
     new = [i for n, i in enumerate(new) if all(j["sha256"] != i["sha256"] for j in new[:n])]
     if new:
         log.append_many((KIND, i, "system", tick) for i in new)
     return len(new)
+
+
+def log_request(log: EventLog, projection: Projection, *, prompts: Prompts, policy: dict[str, Any],
+                tools: list[dict[str, Any]], tick: int | None, params: dict[str, Any] | None = None) -> Event:
+    """Log a request about to be sent: the inputs it names that the log lacks (its bundle included), then
+    its ``model.request``."""
+    record_inputs(log, prompts, policy, tools, tick, params, request=projection)
+    return log.append("model.request", request_payload(projection), "system", tick)
+
+
+def manifest_of(req: Event, texts: dict[str, Any]) -> dict[str, Any]:
+    """The full manifest of a recorded ``model.request``: as stored (v1), or joined with the bundle its
+    ``inputs`` names, looked up in ``texts`` (``recorded``). A bundle the log does not hold leaves the
+    shared fields out; ``in_force`` reports it missing."""
+    m = req.payload["manifest"]
+    if req.version < 2 or "inputs" not in m:
+        return dict(m)
+    bundle = texts.get(m["inputs"])
+    return join_manifest(req.payload, bundle if isinstance(bundle, dict) else {})
 
 
 @dataclass(frozen=True)
@@ -87,6 +123,8 @@ def in_force(manifest: dict[str, Any], texts: dict[str, Any], *, prompts: Prompt
         used.append("tools")
     params: dict[str, Any] | None = None
     missing: list[str] = []
+    if "inputs" in manifest and manifest["inputs"] not in texts:
+        missing.append(f"the request's model, input hashes and settings (inputs {manifest['inputs']})")
     if "params_hash" in manifest:
         params = texts.get(manifest["params_hash"])
         if params is None:

@@ -16,6 +16,7 @@ from agent.config import ContextSettings
 from agent.context.build import Inputs, Projection, build, settings_from_manifest
 from agent.context.cache import Meter, ProjectionCache
 from agent.context.calibration import Calibration, next_ratio
+from agent.context.inputs import manifest_of, recorded
 from agent.errors import UsageError
 from agent.events import Event
 from agent.prompts import Prompts
@@ -120,20 +121,14 @@ def project_at(log: EventLog, prompts: Prompts, settings: ContextSettings, *, po
         until = seq_at(log, at_ts)
     elif tick is not None:
         req = request_of_tick(log, tick)
-        until = int(req.payload["manifest"]["thread_to"])
-        model = req.payload["manifest"].get("model", model)
-        settings = settings_from_manifest(settings, req.payload["manifest"])
-        params = _recorded_params(log, req.payload["manifest"])
+        texts = recorded(log, req.seq)
+        manifest = manifest_of(req, texts)
+        until = int(manifest["thread_to"])
+        model = manifest.get("model", model)
+        settings = settings_from_manifest(settings, manifest)
+        params = texts.get(manifest["params_hash"]) if "params_hash" in manifest else None
     elif seq is not None:
         until = seq
     return project(log, prompts, settings, policy=policy, tools=tools, until_seq=until, model=model, cache=cache,
                    params=params)
 
-
-def _recorded_params(log: EventLog, manifest: dict[str, Any]) -> dict[str, Any] | None:
-    """The model parameters a request's manifest names, read back from the log (None when it names none)."""
-    h = manifest.get("params_hash")
-    if h is None:
-        return None
-    e = next((e for e in log.read(0, kinds=["input.recorded"]) if e.payload["sha256"] == h), None)
-    return dict(e.payload["content"]) if e is not None else None

@@ -20,7 +20,7 @@ from agent.context.build import (
     tools_hash,
 )
 from agent.context.cache import ProjectionCache
-from agent.context.inputs import InForce, in_force, recorded
+from agent.context.inputs import InForce, in_force, manifest_of, recorded
 from agent.context.load import project, project_at, request_of_tick
 from agent.events import Event
 from agent.prompts import Prompts
@@ -88,7 +88,7 @@ def rederive(log: EventLog, req: Event, texts: dict[str, Any], prompts: Prompts,
              ) -> tuple[InForce, Projection]:
     """The inputs a recorded ``model.request`` was built from (as the log holds them; today's only for what
     it does not) and the request re-derived from them: what replay and the training export compare."""
-    manifest = req.payload["manifest"]
+    manifest = manifest_of(req, texts)
     then = in_force(manifest, texts, prompts=prompts, policy=policy, tools=tools)
     p = project(log, then.prompts, settings_from_manifest(settings, manifest), policy=then.policy,
                 tools=then.tools, until_seq=int(manifest["thread_to"]), model=manifest.get("model", model),
@@ -104,7 +104,7 @@ def replay(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy
     cache = cache or ProjectionCache()
     texts = recorded(log)
     for req in log.read(0, kinds=["model.request"]):
-        manifest = req.payload["manifest"]
+        manifest = manifest_of(req, texts)
         then, p = rederive(log, req, texts, prompts, settings, policy=policy, tools=tools, model=model, cache=cache)
         recorded_hash = req.payload["request_hash"]
         ok = p.request_hash == recorded_hash and not then.missing

@@ -25,6 +25,7 @@ from agent.events import kinds_models as _kinds_models  # noqa: F401 - defines i
 from agent.events import kinds_money as _kinds_money  # noqa: F401 - defines its kinds on import
 from agent.events import kinds_ops as _kinds_ops  # noqa: F401 - defines its kinds in VOCABULARY
 from agent.events import kinds_stopped as _kinds_stopped  # noqa: F401 - defines system.destroy
+from agent.events import kinds_storage as _kinds_storage  # noqa: F401 - model.request v2 (inputs by hash)
 from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import FieldSpec, Payload
@@ -76,8 +77,9 @@ _UNSET: Message = {}
 
 
 def search_text(event: Event, msg: Message | None = _UNSET) -> str:
-    """What the full-text index holds for ``event``: its rendering, else its payload's strings.
-    ``msg``: the rendering when the caller already has it."""
+    """What the full-text index holds for ``event``: its rendering, else what its version indexes
+    (``Version.search``), else its kind and payload JSON. ``msg``: the rendering when the caller already
+    has it."""
     if msg is _UNSET:
         msg = render(event)
     if msg is not None:
@@ -85,4 +87,7 @@ def search_text(event: Event, msg: Message | None = _UNSET) -> str:
         for c in msg.get("tool_calls") or ():
             parts.append(f"{c['function']['name']} {c['function']['arguments']}")
         return "\n".join(parts)
+    text = VOCABULARY.search(event)
+    if text is not None:
+        return text
     return f"{event.kind} " + json.dumps(event.payload, ensure_ascii=False, sort_keys=True)

@@ -35,6 +35,8 @@ from agent.events.payload import FieldSpec, Payload
 P = TypeVar("P", bound=Payload)
 Renderer = Callable[[Event, Any], "Message | None"]
 """How an event stored under one version renders: (event, its typed payload) -> message or None."""
+Indexer = Callable[[Event, Any], str]
+"""What the full-text index holds for an event stored under a version the model does not see."""
 Upcaster = Callable[[JsonObject], JsonObject]
 """Upgrades a payload of version n-1 to version n; gets a copy it may change, returns the new payload."""
 
@@ -56,6 +58,7 @@ class Version(Generic[P]):
     payload: type[P]
     render: Callable[[Event, P], Message | None] | _AsNext | None = None
     upcast: Upcaster | None = None  # from number-1; required for every version after 1
+    search: Indexer | None = None   # not model-visible: the index text (default: the kind and payload JSON)
 
     @property
     def visible(self) -> bool:
@@ -150,6 +153,27 @@ class Vocabulary:
         k = Kind(name, doc, tuple(versions), self)
         self.kinds[name] = k
         return k
+
+    def add_version(self, name: str, version: Version[Any]) -> Kind:
+        """Give the kind ``name`` a next version (from the module of the change that made it, so the kind's
+        first definition stays where it was). The same rules as ``define``: it is numbered N+1, has an
+        upcaster from N and renders by itself."""
+        k = self.kind(name)
+        del self.kinds[name]
+        try:
+            return self.define(name, k.doc, *k.versions, version)
+        except ValueError:
+            self.kinds[name] = k
+            raise
+
+    def search(self, event: Event) -> str | None:
+        """The full-text index text the stored version of ``event`` gives when it is not model-visible
+        (``Version.search``); None when the version has none (or the kind is unknown here)."""
+        k = self.kinds.get(event.kind)
+        if k is None:
+            return None
+        v = k.at(event.version)
+        return None if v.search is None else v.search(event, v.payload.parse(k.name, event.payload))
 
     def kind(self, name: str) -> Kind:
         try:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.config import FleetSettings
-from agent.context.inputs import recorded
+from agent.context.inputs import manifest_of, recorded
 from agent.events import Event
 from agent.sim import ManualClock, Simulator
 from agent.sim import instances as sim_instances
@@ -90,7 +90,8 @@ def logged_disk_gb(origin: EventLog, seq: int) -> float:
     """The fleet's disk (GB) in the policy of the origin's last request at or before ``seq``; the
     configuration's default when the log records none."""
     req = next(iter(origin.read(0, until_seq=seq, kinds=["model.request"], newest_first=True, limit=1)), None)
-    policy = recorded(origin, seq).get(req.payload["manifest"].get("policy_hash")) if req is not None else None
+    texts = recorded(origin, seq)
+    policy = texts.get(str(manifest_of(req, texts).get("policy_hash"))) if req is not None else None
     disk = ((policy or {}).get("fleet_template") or {}).get("disk_gb") if isinstance(policy, dict) else None
     return float(disk) if isinstance(disk, int | float) else FleetSettings.disk_gb
 

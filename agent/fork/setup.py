@@ -18,7 +18,7 @@ import yaml
 
 from agent import config
 from agent.config import PolicySettings, Settings
-from agent.context.inputs import in_force, recorded
+from agent.context.inputs import in_force, manifest_of, recorded
 from agent.errors import ConfigError, UsageError
 from agent.prompts import Prompts, load_prompts
 from agent.store.log import EventLog
@@ -87,7 +87,8 @@ def in_force_at(origin: EventLog, seq: int, settings: Settings) -> tuple[Prompts
     req = next(iter(origin.read(0, until_seq=seq, kinds=["model.request"], newest_first=True, limit=1)), None)
     if req is None:
         return today, None
-    then = in_force(req.payload["manifest"], recorded(origin, seq), prompts=today, policy={}, tools=[])
+    texts = recorded(origin, seq)
+    then = in_force(manifest_of(req, texts), texts, prompts=today, policy={}, tools=[])
     return then.prompts, (then.policy if "policy" in then.from_log else None)
 
 

@@ -232,7 +232,7 @@ class Transaction:
         event = Event(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick, payload=body, version=k.version,
                       prev_hash=prev, hash=h)
         msg = k.render_checked(event)
-        text = ev.search_text(event, msg) if msg is not None else f"{kind} {payload_json}"
+        text = ev.search_text(event, msg) if msg is not None or k.current.search else f"{kind} {payload_json}"
         execute = self.conn.execute
         execute(_INSERT_EVENT, (seq, eid, ts, kind, k.version, source, tick, payload_json, None, prev, h))
         execute(_INSERT_FTS, (seq, text, kind))

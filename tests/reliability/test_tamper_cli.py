@@ -22,7 +22,8 @@ from tests.tamper import Tamper
 
 
 def edit_payload(t: Tamper) -> None:
-    t.replace_in_payload(12, "rent", "RENT")
+    """Change seq 12's payload, whatever kind of event it is (every payload is a JSON object)."""
+    t.replace_in_payload(12, "{", "{ ")
 
 
 def delete_middle(t: Tamper) -> None:
