@@ -167,3 +167,62 @@ CREATE TABLE instance_states (
     since       REAL NOT NULL,    -- epoch seconds
     seen_seq    INTEGER NOT NULL  -- the tick.started that last listed it
 );
+-- migration: 008_segments
+-- Storage tiers (agent/store/archive.py, `fleet-agent log archive`): events older than storage.archive_after
+-- and covered by a summary move into sealed, zstd-compressed segment files, one per calendar month, in
+-- <database>.segments/ (and, with storage.archive_url, on object storage). One stub row per segment keeps
+-- the chain whole: the first archived event's prev_hash and the last one's hash link it to its neighbours,
+-- and sha256 pins the file. Readers skip a segment whose seq, ts, tick range or kinds cannot match.
+CREATE TABLE segments (
+    first_seq  INTEGER PRIMARY KEY,
+    last_seq   INTEGER NOT NULL,
+    name       TEXT NOT NULL UNIQUE,   -- the file, e.g. 2026-08.jsonl.zst
+    month      TEXT NOT NULL,          -- YYYY-MM (UTC) of every event in it
+    prev_hash  TEXT NOT NULL,          -- prev_hash of first_seq: the link to the segment (or genesis) before
+    last_hash  TEXT NOT NULL,          -- hash of last_seq: what the next row links to
+    first_ts   TEXT NOT NULL,
+    last_ts    TEXT NOT NULL,
+    events     INTEGER NOT NULL,
+    kinds      TEXT NOT NULL,          -- JSON list of the kinds it holds
+    min_tick   INTEGER,
+    max_tick   INTEGER,
+    bytes      INTEGER NOT NULL,       -- the compressed file
+    raw_bytes  INTEGER NOT NULL,       -- the JSON lines before compression
+    sha256     TEXT NOT NULL,          -- of the compressed file
+    sealed_ts  TEXT NOT NULL,
+    copy_url   TEXT,                   -- where a verified copy lives outside the data directory (s3://, a backup)
+    copy_ts    TEXT,                   -- when that copy was written and read back
+    pruned_ts  TEXT                    -- when the local file was deleted (log prune; only with a copy)
+);
+-- A segment continues the last one, ends before the newest event, and its boundary hashes are those of
+-- rows the log holds when it is sealed (the archive inserts it, then deletes the rows, in one transaction).
+CREATE TRIGGER segments_link BEFORE INSERT ON segments
+WHEN NEW.first_seq != COALESCE((SELECT MAX(last_seq) FROM segments), 0) + 1
+  OR NEW.last_seq < NEW.first_seq
+  OR NEW.last_seq >= (SELECT MAX(seq) FROM events)
+  OR NOT EXISTS (SELECT 1 FROM events WHERE seq = NEW.first_seq AND prev_hash = NEW.prev_hash)
+  OR NOT EXISTS (SELECT 1 FROM events WHERE seq = NEW.last_seq AND hash = NEW.last_hash)
+  OR (SELECT COUNT(*) FROM events WHERE seq BETWEEN NEW.first_seq AND NEW.last_seq)
+     != NEW.last_seq - NEW.first_seq + 1
+BEGIN SELECT RAISE(ABORT, 'a segment must continue the last one and hold rows the log has, the newest excepted'); END;
+-- Sealed: only where a copy lives and when the local file was pruned may be recorded.
+CREATE TRIGGER segments_sealed BEFORE UPDATE ON segments
+WHEN NEW.first_seq IS NOT OLD.first_seq OR NEW.last_seq IS NOT OLD.last_seq OR NEW.name IS NOT OLD.name
+  OR NEW.month IS NOT OLD.month OR NEW.prev_hash IS NOT OLD.prev_hash OR NEW.last_hash IS NOT OLD.last_hash
+  OR NEW.first_ts IS NOT OLD.first_ts OR NEW.last_ts IS NOT OLD.last_ts OR NEW.events IS NOT OLD.events
+  OR NEW.kinds IS NOT OLD.kinds OR NEW.min_tick IS NOT OLD.min_tick OR NEW.max_tick IS NOT OLD.max_tick
+  OR NEW.bytes IS NOT OLD.bytes OR NEW.raw_bytes IS NOT OLD.raw_bytes OR NEW.sha256 IS NOT OLD.sha256
+  OR NEW.sealed_ts IS NOT OLD.sealed_ts OR (OLD.pruned_ts IS NOT NULL AND NEW.pruned_ts IS NOT OLD.pruned_ts)
+BEGIN SELECT RAISE(ABORT, 'segments are sealed: only a verified copy and a prune are recorded'); END;
+CREATE TRIGGER segments_prune_needs_copy BEFORE UPDATE OF pruned_ts ON segments
+WHEN NEW.pruned_ts IS NOT NULL AND (NEW.copy_url IS NULL OR NEW.copy_ts IS NULL)
+BEGIN SELECT RAISE(ABORT, 'a segment is pruned only after a copy elsewhere was written and verified'); END;
+CREATE TRIGGER segments_no_delete BEFORE DELETE ON segments
+BEGIN SELECT RAISE(ABORT, 'segments are never deleted: their stubs keep the chain whole'); END;
+-- The one DELETE the log allows: rows a sealed segment holds (the archive move). Everything else is refused
+-- as before; UPDATE stays refused without exception.
+DROP TRIGGER events_no_delete;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+WHEN NOT EXISTS (SELECT 1 FROM segments s WHERE s.first_seq = (
+    SELECT MAX(first_seq) FROM segments WHERE first_seq <= OLD.seq) AND OLD.seq <= s.last_seq)
+BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused (only rows a sealed segment holds move out, through fleet-agent log archive)'); END;

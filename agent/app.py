@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.config import Settings
-from agent.errors import LogError
+from agent.errors import ConfigError, LogError
 from agent.feedback.knowledge import StatMemo
 from agent.store.db import check_database_file
 from agent.store.log import EventLog
@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the clients and the model SDK load only when a command uses
     from agent.context.cache import ProjectionCache
     from agent.llm import ChatProvider
     from agent.prompts import Prompts
+    from agent.store.segments import Remote
 
 
 class App:
@@ -99,7 +100,20 @@ class App:
             self._log = EventLog(self.settings.db_path, encoding=c.encoding, encoding_file=c.encoding_file,
                                  encoding_sha256=c.encoding_sha256,
                                  clock=lambda: datetime.fromtimestamp(self.clock(), UTC), create=False)
+            if self.settings.storage.archive_url:
+                self._log.segment_files.open_remote = self.archive_remote
         return self._log
+
+    def archive_remote(self) -> Remote:
+        """Where segment copies go (storage.archive_url), with its key pair; ConfigError without the setting."""
+        from agent.store.segments import S3Credentials, open_remote
+
+        st = self.settings.storage
+        if not st.archive_url:
+            raise ConfigError("storage.archive_url is not set; set it to s3://bucket/prefix or file:///directory")
+        pair = self.settings.s3_credentials(self.env)
+        creds = S3Credentials(*pair) if pair else None
+        return open_remote(st.archive_url, endpoint_url=st.s3_endpoint_url, region=st.s3_region, credentials=creds)
 
     def init_database(self, *, exist_ok: bool = False) -> Path:
         """Create the data directory (0700) and the database (0600, migrated): the only way a database

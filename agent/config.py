@@ -258,6 +258,27 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class StorageSettings:
+    """``storage:`` the log's tiers: old months move into sealed segment files (agent/store/archive.py)."""
+
+    # Events older than this and covered by a summary move into one segment per month; null = never.
+    archive_after: Duration | None = None
+    # A copy of every segment on object storage (s3://bucket/prefix) or in a directory (file:///path).
+    archive_url: str | None = None
+    # For S3-compatible stores other than AWS (MinIO, ...): the endpoint; and the region.
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    # The access key pair: from these environment variables, else files, else systemd credentials.
+    # Both unset: boto3's own chain (instance role, ~/.aws).
+    s3_access_key_id_env: str | None = "AWS_ACCESS_KEY_ID"
+    s3_access_key_id_file: str | None = None
+    s3_access_key_id_credential: str | None = None
+    s3_secret_access_key_env: str | None = "AWS_SECRET_ACCESS_KEY"
+    s3_secret_access_key_file: str | None = None
+    s3_secret_access_key_credential: str | None = None
+
+
+@dataclass(frozen=True)
 class Settings:
     """The whole configuration file, validated; paths resolve against the file's directory."""
 
@@ -275,6 +296,7 @@ class Settings:
     policy: PolicySettings = field(default_factory=PolicySettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
     # Where this came from (not a YAML key).
     source_path: str | None = field(default=None, compare=False, metadata={"internal": True})
 
@@ -320,6 +342,19 @@ class Settings:
     def model_api_key(self, env: typing.Mapping[str, str] | None = None) -> Secret | None:
         """The model server's key, or None (many local servers need none)."""
         return find_secret("model.api_key", self.model.key_ref, self, env)
+
+    def s3_credentials(self, env: typing.Mapping[str, str] | None = None) -> tuple[Secret, Secret] | None:
+        """The object store's key pair, or None (boto3's own chain then); a ConfigError when only one is found."""
+        st = self.storage
+        key_id = find_secret("storage.s3_access_key_id", SecretRef(
+            st.s3_access_key_id_env, st.s3_access_key_id_file, st.s3_access_key_id_credential), self, env)
+        secret = find_secret("storage.s3_secret_access_key", SecretRef(
+            st.s3_secret_access_key_env, st.s3_secret_access_key_file, st.s3_secret_access_key_credential), self, env)
+        if (key_id is None) != (secret is None):
+            missing = "storage.s3_secret_access_key" if secret is None else "storage.s3_access_key_id"
+            raise ConfigError(f"{missing}: not found, but the other half of the S3 key pair is; provide both "
+                              "(environment variable, file or systemd credential) or neither")
+        return None if key_id is None or secret is None else (key_id, secret)
 
     def http_token(self, env: typing.Mapping[str, str] | None = None) -> Secret | None:
         """The console's write token: None when none is configured; a ConfigError when one is configured
@@ -797,6 +832,20 @@ def _check(s: Settings, loc: _Loc) -> None:
     _check_schedule(s.schedule, loc)
     _check_limits(s, loc)
     _check_http(s.http, loc)
+    _check_storage(s.storage, loc)
+
+
+def _check_storage(st: StorageSettings, loc: _Loc) -> None:
+    if st.archive_after is not None and float(st.archive_after) < 32 * 86400:
+        raise loc.error("storage.archive_after", f"must be at least 32d (got {float(st.archive_after):g}s): the "
+                        "month's spend budget reads this month's events from the database; write e.g. 90d, or "
+                        "null to keep every event in the database")
+    u = st.archive_url
+    if u is not None and not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?|file:///\S+", u):
+        raise loc.error("storage.archive_url", f"{u!r} is not s3://bucket/prefix (a valid bucket name) or "
+                        "file:///directory")
+    if st.s3_endpoint_url is not None and not re.match(r"^https?://", st.s3_endpoint_url):
+        raise loc.error("storage.s3_endpoint_url", "must start with http:// or https://")
 
 
 def parse(text: str, file: str = "<config>") -> Settings:

@@ -84,6 +84,10 @@ SIGNAL_NAMES: dict[int, str] = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGIN
 SignalHandler = Callable[[int, FrameType | None], Any] | int | None
 
 
+# How often the daemon moves old months into segments (storage.archive_after).
+ARCHIVE_EVERY = 86400.0
+
+
 class TickReport(Protocol):
     """What the daemon reads from a tick's result (``agent.tick.TickResult`` carries it)."""
 
@@ -196,6 +200,7 @@ class Daemon:
         self.notifier = notifier or SystemdNotifier.from_env(env)
         self.stop_event = threading.Event()  # passed to the tick: stop after the current step
         self.app: App | None = None
+        self._archived_at: float | None = None  # monotonic time of the last daily archive run
         self.events: EventLog | None = None  # the daemon's own connection
         self.scheduler: BackgroundScheduler | None = None
         self.lock = FleetLock(settings.data_path)
@@ -430,11 +435,32 @@ class Daemon:
                 self._publish()
                 raise
             self._report(result)
+            self._archive_daily(app)
         finally:
             with self._state:
                 self._activity = None
                 self._tick_started = None
                 self._idle.set()
+
+    def _archive_daily(self, app: App) -> None:
+        """With storage.archive_after set, move old months into segments once a day, after a tick (the same
+        worker thread, so never during one). A failure is logged and tried again the next day."""
+        older = app.settings.storage.archive_after
+        now = time.monotonic()
+        if older is None or (self._archived_at is not None and now - self._archived_at < ARCHIVE_EVERY):
+            return
+        self._archived_at = now
+        from agent.store import archive
+
+        try:
+            r = archive.archive(app.log, older_than=float(older), now=datetime.fromtimestamp(app.clock(), UTC),
+                                remote=app.archive_remote() if app.settings.storage.archive_url else None)
+        except Exception as e:  # noqa: BLE001 - archiving is housekeeping: the ticks go on, the log keeps every event
+            log.error("daemon.archive_failed", error=type(e).__name__, detail=str(e)[:300])
+            return
+        if r.sealed:
+            log.info("daemon.archived", segments=[s.name for s in r.sealed], events=r.plan.events,
+                     raw_bytes=r.raw_bytes, bytes=r.bytes)
 
     def _announce_tick(self, app: App) -> None:
         """STATUS= "tick N running since HH:MM:SSZ" while the tick runs."""

@@ -26,6 +26,19 @@ EVENT_REWRITES = (
 )
 
 
+
+def archive_rewrites(last: int) -> tuple[str, ...]:
+    """With segments sealing seq 1..117 of a log whose newest seq is ``last``: statements the triggers must
+    refuse (a DELETE of rows no segment covers or of the newest row, any UPDATE of an event, a change to or
+    DELETE of a stub, a stub that does not continue the chain, a prune with no verified copy)."""
+    return (f"DELETE FROM events WHERE seq = {last}", "DELETE FROM events WHERE seq = 200", "DELETE FROM events",
+            "UPDATE events SET payload = '{}' WHERE seq = 200", "UPDATE events SET kind = 'operator.note'",
+            "DELETE FROM events WHERE seq > 100", "UPDATE segments SET last_seq = 5", "UPDATE segments SET sha256 = 'x'",
+            "DELETE FROM segments", "UPDATE segments SET pruned_ts = 'now'",
+            "INSERT INTO segments SELECT 300, 305, 'x', '2026-03', prev_hash, last_hash, first_ts, last_ts,"
+            " 6, kinds, NULL, NULL, 1, 1, 'x', 'now', NULL, NULL, NULL FROM segments LIMIT 1")
+
+
 def _plain(path: str | os.PathLike[str]) -> sqlite3.Connection:
     return sqlite3.connect(str(path), isolation_level=None)
 

@@ -29,6 +29,7 @@ READS: list[tuple[tuple[str, ...], str]] = [
     (("log", "search", "rent"), "json"),
     (("log", "rebuild", "--check"), "json"),
     (("log", "export"), "jsonl"),
+    (("log", "segments"), "json"),
     (("thread", "show", "--tail", "5"), "jsonl"),
     (("context",), "json"),
     (("replay",), "jsonl"),
@@ -45,7 +46,7 @@ READS: list[tuple[tuple[str, ...], str]] = [
     (("instances",), "json"),
 ]
 # Commands with --json that change something: covered by their own tests.
-WRITES = {"tick", "backup", "restore"}
+WRITES = {"tick", "backup", "restore", "log archive", "log prune"}  # archive: tests/test_archive*.py
 ALWAYS_JSON = {"config show", "log export"}  # print JSON without being asked
 # Read commands that need more than a fleet's own config: parsed with --json by their own tests.
 ELSEWHERE = {"fork diff"}  # tests/test_fork.py reads a fork's directory

@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from agent import __version__, config, logsetup
 from agent.app import App
+from agent.cli import archive as archive_commands
 from agent.cli import args as args_
 from agent.cli import backup as backup_commands
 from agent.cli import completion as completion_commands
@@ -407,6 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(the daemon logs it as head= on every 'tick' line)")
     s.set_defaults(func=cmd_log_verify)
     export_commands.add_log_export(lsub)
+    archive_commands.add_log_commands(lsub)
     s = lsub.add_parser("search", help="full-text search over every event",
                         description="Full-text search over the rendered text of every event, newest first.")
     s.add_argument("query", nargs="+", help="words to find (all must match)")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +21,7 @@ from pathlib import Path
 from agent.errors import FleetAgentError
 from agent.store.db import sqlite3
 from agent.store.log import EventLog, VerifyReport
+from agent.store.segments import SUFFIX, Remote, write_durably
 
 # What lives beside a database and belongs to it.
 _COMPANIONS = ("-wal", "-shm", ".head", ".verified")
@@ -72,13 +75,41 @@ def _copy(src: sqlite3.Connection, dest: Path) -> None:
         raise
 
 
-def verify_copy(path: Path) -> VerifyReport:
-    """Walk a copy's whole chain (read-only) and check it against its head file when it has one."""
+def verify_copy(path: Path, open_remote: Callable[[], Remote] | None = None) -> VerifyReport:
+    """Walk a copy's whole chain (read-only), its archived segments included (``open_remote`` reads the ones
+    pruned from it), and check it against its head file when it has one."""
     if not path.is_file():
         raise FleetAgentError(f"no backup at {path}; name a file written by 'fleet-agent backup'")
     head = path.with_name(path.name + ".head")
     with EventLog(path, readonly=True, create=False, head_file=head) as copy:
+        copy.segment_files.open_remote = open_remote
         return copy.verify()
+
+
+def _copy_segments(src: EventLog, dest: Path) -> None:
+    """The segment files ``src``'s stubs name and it holds locally, into ``<dest>.segments/`` (each read back
+    by its sha256 when the copy is verified); pruned ones stay where their copy is."""
+    out = dest.with_name(dest.name + ".segments")
+    for seg in src.store.segments():
+        if seg.pruned_ts is None:
+            write_durably(out / seg.name, src.segment_files.load(seg))
+
+
+def _restore_segments(src: Path, db_path: Path, stamp: str) -> None:
+    """The backup's segment files into the database's segment directory; a different file of the same
+    name is kept aside, never overwritten."""
+    have = src.with_name(src.name + ".segments")
+    if not have.is_dir():
+        return
+    into = db_path.with_name(db_path.name + ".segments")
+    for f in sorted(have.glob("*" + SUFFIX)):
+        target = into / f.name
+        data = f.read_bytes()
+        if target.exists():
+            if target.read_bytes() == data:
+                continue
+            os.replace(target, target.with_name(f"{target.name}.replaced-{stamp}"))
+        write_durably(target, data)
 
 
 def _refuse_bad(path: Path, r: VerifyReport) -> None:
@@ -95,16 +126,18 @@ def backup(log: EventLog, dest: Path) -> BackupResult:
         raise FleetAgentError(f"{dest.parent} is not a directory; create it or name another place for the copy")
     _copy(log.conn, dest)
     try:
+        _copy_segments(log, dest)
         head_file = dest.with_name(dest.name + ".head")
         with EventLog(dest, readonly=True, create=False, head_file=head_file) as copy:
             seq, h = copy.head()
         head_file.write_text(f"{seq} {h}\n", encoding="ascii")
         os.chmod(head_file, 0o600)
-        r = verify_copy(dest)
+        r = verify_copy(dest, log.segment_files.open_remote)
         _refuse_bad(dest, r)
     except BaseException:
         dest.unlink(missing_ok=True)
         dest.with_name(dest.name + ".head").unlink(missing_ok=True)
+        shutil.rmtree(dest.with_name(dest.name + ".segments"), ignore_errors=True)
         raise
     return BackupResult(str(dest), r.checked, r.head_seq, r.head_hash, dest.stat().st_size)
 
@@ -133,6 +166,7 @@ def restore(src: Path, db_path: Path, now: datetime | None = None) -> RestoreRes
             aside = base.with_name(base.name + suffix)
             os.replace(old, aside)
             kept.append(str(aside))
+    _restore_segments(src, db_path, stamp)
     os.replace(staged, db_path)
     with EventLog(db_path, create=False) as restored:
         seq, h = restored.head()

@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import threading
@@ -34,6 +35,7 @@ from agent.events import Event
 from agent.store import readmodels
 from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
+from agent.store.segments import Segment, SegmentFiles
 from agent.tokens import Tokenizer, get_tokenizer
 
 GENESIS = "0" * 64
@@ -161,18 +163,75 @@ def _bad_row(r: tuple[Any, ...], prev_seq: int, prev_hash: str) -> tuple[int, st
     return None
 
 
-def _anchor_mismatch(conn: sqlite3.Connection, rec: tuple[int, str], end: int, what: str) -> tuple[int, str] | None:
+def _anchor_mismatch(row_at: Callable[[int], tuple[Any, ...] | None], rec: tuple[int, str], end: int,
+                     what: str) -> tuple[int, str] | None:
     """(seq, reason) when the chain ending at ``end`` does not hold ``rec`` = (seq, hash) recorded in ``what``."""
     hseq, hhash = rec
     if hseq > end:
         return end + 1, (f"{what} records seq {hseq} but the log ends at {end}: "
                          "the newest events were truncated")
-    row = conn.execute("SELECT hash FROM events WHERE seq = ?", (hseq,)).fetchone()
-    if hseq > 0 and (row is None or row[0] != hhash):
+    row = row_at(hseq) if hseq > 0 else None
+    if hseq > 0 and (row is None or row[10] != hhash):
         return hseq, f"seq {hseq}: hash differs from {what}'s record: history was rewritten"
     if hseq == 0 and hhash != GENESIS:
         return 0, f"{what} records seq 0 with a hash other than the genesis hash"
     return None
+
+
+def _stub_mismatch(seg: Segment, rows: list[tuple[Any, ...]], kept: dict[int, tuple[Any, ...]]) -> tuple[int, str] | None:
+    """(seq, reason) when a segment's rows differ from its stub, or from a row the events table kept."""
+    ends = (rows[0][0], rows[-1][0], rows[0][9], rows[-1][10]) if rows else None
+    if ends != (seg.first_seq, seg.last_seq, seg.prev_hash, seg.last_hash) or len(rows) != seg.events:
+        return seg.first_seq, (f"segment {seg.name} does not hold seq {seg.first_seq}..{seg.last_seq} as its stub "
+                               "records: restore it from its copy or a backup")
+    for r in rows:
+        other = kept.get(r[0])
+        if other is not None and other != r:
+            return r[0], f"seq {r[0]}: the row kept in the database differs from its archived copy in {seg.name}"
+    return None
+
+
+def _batches(first: list[Any], cur: Any) -> Iterator[tuple[Any, ...]]:
+    rows = first
+    while rows:
+        yield from rows
+        rows = cur.fetchmany(500)
+
+
+@dataclass(frozen=True)
+class _Filter:
+    """What ``EventLog.read`` asks for, as SQL for the events table and as a test for archived rows."""
+
+    since: int
+    until_seq: int | None
+    until_ts: str | None
+    since_ts: str | None
+    kinds: frozenset[str] | None
+    tick: int | None
+
+    def where(self, *, after: int) -> tuple[str, list[Any]]:
+        where: list[str] = ["seq > ?"]
+        params: list[Any] = [max(self.since, after)]
+        for cond, value in (("seq <= ?", self.until_seq), ("ts <= ?", self.until_ts), ("ts >= ?", self.since_ts),
+                            ("tick = ?", self.tick)):
+            if value is not None:
+                where.append(cond)
+                params.append(value)
+        if self.kinds:
+            ks = sorted(self.kinds)
+            where.append(f"kind IN ({','.join('?' * len(ks))})")
+            params.extend(ks)
+        return " AND ".join(where), params
+
+    def may_hold(self, seg: Segment) -> bool:
+        return seg.may_hold(since=self.since, until_seq=self.until_seq, since_ts=self.since_ts,
+                            until_ts=self.until_ts, kinds=self.kinds, tick=self.tick)
+
+    def matches(self, r: tuple[Any, ...]) -> bool:
+        seq, ts = r[0], r[2]
+        return (seq > self.since and (self.until_seq is None or seq <= self.until_seq)
+                and (self.until_ts is None or ts <= self.until_ts) and (self.since_ts is None or ts >= self.since_ts)
+                and (self.kinds is None or r[3] in self.kinds) and (self.tick is None or r[6] == self.tick))
 
 
 class Transaction:
@@ -325,6 +384,9 @@ class EventLog:
         self._head_fd: int | None = None
         self._held: list[Item] | None = None  # appends held for the next commit (see ``holding``)
         self._open: tuple[Transaction, int] | None = None  # the transaction in progress and its thread
+        # Archived months (agent/store/archive.py): read through here, transparently.
+        self.segment_files = SegmentFiles(self.path)
+        self._segments: tuple[int, list[Segment]] | None = None
 
     @cached_property
     def store(self) -> Store:
@@ -527,42 +589,81 @@ class EventLog:
         return self.head()[0]
 
     def get(self, seq: int) -> Event | None:
-        r = self.conn.execute(f"SELECT {_COLS} FROM events WHERE seq = ?", (seq,)).fetchone()
+        r = self._row_at(self.conn, seq)
         return _row_to_event(r) if r else None
+
+    def _row_at(self, conn: sqlite3.Connection, seq: int, *, fresh: bool = False) -> tuple[Any, ...] | None:
+        """The row at ``seq``: from the events table, else from the segment that archived it."""
+        r = conn.execute(f"SELECT {_COLS} FROM events WHERE seq = ?", (seq,)).fetchone()
+        if r is not None:
+            return tuple(r)
+        seg = next((s for s in Store(conn).segments() if s.first_seq <= seq <= s.last_seq), None)
+        if seg is None:
+            return None
+        rows = self.segment_files.rows(seg, fresh=fresh)
+        i = seq - seg.first_seq
+        return rows[i] if 0 <= i < len(rows) and rows[i][0] == seq else None
 
     def read(self, since: int = 0, *, until_seq: int | None = None, until_ts: str | None = None,
              since_ts: str | None = None, kinds: Iterable[str] | None = None, tick: int | None = None,
              limit: int | None = None, newest_first: bool = False) -> Iterator[Event]:
-        """Events with seq > ``since`` (and <= until_seq, ts <= until_ts), in seq order."""
-        where: list[str] = ["seq > ?"]
-        params: list[Any] = [since]
-        if until_seq is not None:
-            where.append("seq <= ?")
-            params.append(until_seq)
-        if until_ts is not None:
-            where.append("ts <= ?")
-            params.append(until_ts)
-        if since_ts is not None:
-            where.append("ts >= ?")
-            params.append(since_ts)
-        if kinds:
-            ks = list(kinds)
-            where.append(f"kind IN ({','.join('?' * len(ks))})")
-            params.extend(ks)
-        if tick is not None:
-            where.append("tick = ?")
-            params.append(tick)
-        sql = f"SELECT {_COLS} FROM events WHERE {' AND '.join(where)} ORDER BY seq {'DESC' if newest_first else 'ASC'}"
+        """Events with seq > ``since`` (and <= until_seq, ts <= until_ts), in seq order; archived months
+        are read from their segments."""
+        q = _Filter(since, until_seq, until_ts, since_ts, frozenset(kinds) if kinds else None, tick)
+        for r in self._rows(q, limit=limit, newest_first=newest_first):
+            yield _row_to_event(r)
+
+    def _rows(self, q: _Filter, *, limit: int | None = None, newest_first: bool = False) -> Iterator[tuple[Any, ...]]:
+        """The one iteration over the log's rows: the sealed segments and the events table, as one sequence.
+
+        The stubs are read again once the events query has started: an archive that committed in between
+        is then read from its segments, and rows the query still saw are not given twice."""
+        before = self.segments()
+        where, params = q.where(after=before[-1].last_seq if before else 0)
+        sql = f"SELECT {_COLS} FROM events WHERE {where} ORDER BY seq {'DESC' if newest_first else 'ASC'}"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
         cur = self.conn.execute(sql, params)
-        while True:
-            rows = cur.fetchmany(500)
-            if not rows:
-                return
-            for r in rows:
-                yield _row_to_event(r)
+        first = cur.fetchmany(500)
+        segs = self.segments()
+        if not segs:
+            yield from _batches(first, cur)
+            return
+        hot_from = segs[-1].last_seq
+        hot = (r for r in _batches(first, cur) if r[0] > hot_from)
+        wanted = [s for s in segs if q.may_hold(s)]
+        cold = self._cold(wanted[::-1] if newest_first else wanted, q, newest_first=newest_first)
+        both = itertools.chain(hot, cold) if newest_first else itertools.chain(cold, hot)
+        yield from (both if limit is None else itertools.islice(both, limit))
+
+    def segments(self) -> list[Segment]:
+        """The sealed segments' stubs, re-read only when another connection committed since the last read
+        (``PRAGMA data_version``) or this one archived (``agent.store.archive`` drops the copy)."""
+        version = self.store.data_version()
+        if self._segments is None or self._segments[0] != version:
+            self._segments = (version, self.store.segments())
+        return self._segments[1]
+
+    def forget_segments(self) -> None:
+        """Drop the stubs read before: this connection changed them (its own commits leave data_version alone)."""
+        self._segments = None
+
+    def _cold(self, segs: list[Segment], q: _Filter, *, newest_first: bool) -> Iterator[tuple[Any, ...]]:
+        """The rows of ``segs`` that ``q`` matches: the seq bounds pick a slice (a segment's rows are
+        consecutive seqs) and the kinds go through the segment's kind index, so a lookup reads what it asks
+        for, not the whole month."""
+        for seg in segs:
+            rows = self.segment_files.rows(seg)
+            lo = max(0, q.since + 1 - seg.first_seq)
+            hi = len(rows) if q.until_seq is None else max(lo, min(len(rows), q.until_seq - seg.first_seq + 1))
+            picks: Iterable[int] = range(lo, hi)
+            if q.kinds is not None:
+                picks = self.segment_files.positions(seg, q.kinds, lo, hi)
+            for i in (reversed(list(picks)) if newest_first else picks):
+                r = rows[i]
+                if q.matches(r):
+                    yield r
 
     def follow(self, since: int = 0, *, poll: float = 0.25, stop: Callable[[], bool] = lambda: False,
                kinds: Iterable[str] | None = None) -> Iterator[Event]:
@@ -627,7 +728,11 @@ class EventLog:
         return out
 
     def count(self) -> int:
-        return int(self.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+        """Every event, archived ones included."""
+        segs = self.segments()
+        if not segs:
+            return int(self.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+        return sum(s.events for s in segs) + self.store.hot_events_after(segs[-1].last_seq)
 
     # ------------------------------------------------------------------ checking
 
@@ -682,7 +787,10 @@ class EventLog:
         if cp is None or cp[0] == 0:
             return self._walk(conn, 0, GENESIS)
         seq, h = cp
-        row = conn.execute(f"SELECT {_COLS} FROM events WHERE seq = ?", (seq,)).fetchone()
+        try:
+            row = self._row_at(conn, seq, fresh=True)
+        except LogError as e:
+            return VerifyReport(False, 0, seq - 1, seq, str(e))
         if row is None:
             last = conn.execute(_HEAD_SQL).fetchone()
             end = last[0] if last else 0
@@ -698,8 +806,31 @@ class EventLog:
         return self._walk(conn, seq, h, since=seq)
 
     def _walk(self, conn: sqlite3.Connection, prev_seq: int, prev_hash: str, *, since: int = 0) -> VerifyReport:
+        """Walk the chain after ``since``: every sealed segment (re-read, sha256-checked), then the events table."""
         checked = 0
-        cur = conn.execute(f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq", (since,))
+        segs = Store(conn).segments()
+        hot_from = segs[-1].last_seq if segs else 0
+        kept = {r[0]: tuple(r) for r in conn.execute(f"SELECT {_COLS} FROM events WHERE seq <= ?", (hot_from,))}
+        for seg in segs:
+            if seg.last_seq <= since:
+                continue
+            try:
+                rows = self.segment_files.rows(seg, fresh=True)
+            except LogError as e:
+                return VerifyReport(False, checked, prev_seq, max(seg.first_seq, since + 1), str(e),
+                                    head_hash=prev_hash, since=since)
+            bad = _stub_mismatch(seg, rows, kept)
+            for r in rows if bad is None else ():
+                if r[0] <= since:
+                    continue
+                bad = _bad_row(r, prev_seq, prev_hash)
+                if bad is not None:
+                    break
+                prev_seq, prev_hash = r[0], r[10]
+                checked += 1
+            if bad is not None:
+                return VerifyReport(False, checked, prev_seq, bad[0], bad[1], head_hash=prev_hash, since=since)
+        cur = conn.execute(f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq", (max(since, hot_from),))
         while True:
             rows = cur.fetchmany(2000)
             if not rows:
@@ -720,7 +851,7 @@ class EventLog:
         for rec, what in ((head, "the head file"), (anchor, "the recorded head")):
             if rec is None:
                 continue
-            bad = _anchor_mismatch(conn, rec, r.head_seq, what)
+            bad = _anchor_mismatch(lambda s: self._row_at(conn, s), rec, r.head_seq, what)
             if bad is not None:
                 return dataclasses.replace(r, ok=False, first_bad_seq=bad[0], reason=bad[1])
         if head is None and r.head_seq > 0:

@@ -20,6 +20,7 @@ from typing import Any
 
 from agent.store.db import sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
+from agent.store.segments import Segment
 
 __all__ = ["Alert", "Directive", "FailedRun", "Instance", "Intent", "KnowledgeVersion", "Memory", "OpenTick",
            "Rental", "Silence", "Store"]
@@ -547,6 +548,50 @@ class Store:
         return self._value("SELECT 1 FROM events WHERE kind = 'host.failed'"
                            " AND json_extract(payload, '$.instance_id') = ?"
                            " AND json_extract(payload, '$.status') = ? LIMIT 1", [instance_id, status]) is not None
+
+    # ------------------------------------------------------------------ storage tiers (agent/store/archive.py)
+
+    def segments(self) -> list[Segment]:
+        """Every sealed segment's stub, in seq order ([] on a database from before segments existed)."""
+        try:
+            return [Segment(**r) for r in self._rows("segments", order_by="first_seq")]
+        except sqlite3.OperationalError as e:
+            if "no such table" in str(e):
+                return []
+            raise
+
+    def data_version(self) -> int:
+        """SQLite's data_version: changes whenever another connection commits to the database."""
+        return int(self._value("PRAGMA data_version"))
+
+    def month_spans(self, after: int) -> list[tuple[str, int, int, int]]:
+        """(YYYY-MM, first seq, last seq, events) of each calendar month of the events after ``after``,
+        in seq order."""
+        rows = self._query("SELECT substr(ts, 1, 7) AS m, MIN(seq) AS a, MAX(seq) AS b, COUNT(*) AS n FROM events"
+                           " WHERE seq > ? GROUP BY m ORDER BY a", [after])
+        return [(str(r["m"]), int(r["a"]), int(r["b"]), int(r["n"])) for r in rows]
+
+    def last_seq_before(self, ts: str) -> int:
+        """The newest seq logged before ``ts`` (0 when none), through the ts index."""
+        v = self._value("SELECT seq FROM events WHERE ts < ? ORDER BY ts DESC LIMIT 1", [ts])
+        return 0 if v is None else int(v)
+
+    def retained_seqs(self, first: int, last: int) -> set[int]:
+        """Events in [first, last] that stay in the hot table when their month is archived, because a live
+        query reads them by seq: each knowledge file's newest text, and every recorded request input."""
+        rows = self._query("SELECT seq FROM knowledge k WHERE hash IS NOT NULL AND seq BETWEEN ? AND ? AND version ="
+                           " (SELECT MAX(version) FROM knowledge WHERE name = k.name)"
+                           " UNION SELECT seq FROM events WHERE kind = 'input.recorded' AND seq BETWEEN ? AND ?",
+                           [first, last, first, last])
+        return {int(r["seq"]) for r in rows}
+
+    def vacuum(self) -> None:
+        """Rewrite the database file without the pages archived rows left free."""
+        self._conn.execute("VACUUM")
+
+    def hot_events_after(self, seq: int) -> int:
+        """Rows in the events table after ``seq``."""
+        return int(self._value("SELECT COUNT(*) FROM events WHERE seq > ?", [seq]))
 
 
 def _num(v: Any) -> float | None:
