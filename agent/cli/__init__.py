@@ -428,8 +428,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the hits as JSON")
     s.set_defaults(func=cmd_log_search)
     s = lsub.add_parser("rebuild", help="rebuild read models from the log (--check: compare only)",
-                        description="Rebuild alerts, memory, directives, ownership, intents and knowledge "
-                        "versions from the log alone.")
+                        description="Rebuild alerts, memory, directives, ownership, intents, knowledge versions "
+                        "and spend runs from the log alone.")
     s.add_argument("--check", action="store_true", help="only compare with the live tables; exit 1 on difference")
     s.add_argument("--json", action="store_true", help="with --check: print the differences as JSON")
     s.set_defaults(func=cmd_log_rebuild)
