@@ -160,3 +160,15 @@ def test_libyaml_and_the_pure_python_loader_read_the_example_config_alike() -> N
     assert config._to_python(fast, (), loc_fast) == config._to_python(slow, (), loc_slow)
     assert loc_fast.lines == loc_slow.lines and len(loc_fast.lines) > 20
     assert config._compose_fast("a: &x 1\nb: *x\n") is None
+
+
+def test_the_tokenizer_keeps_no_python_copy_of_its_ranks_and_still_counts() -> None:
+    """The offline encoding drops tiktoken's Python dict of BPE ranks once its Rust core holds them (~15 MB
+    of the daemon's memory) and still encodes exactly: known token ids for known text, and a round trip."""
+    from agent.tokens import get_tokenizer
+
+    enc = get_tokenizer("cl100k_base").encoding
+    assert enc._mergeable_ranks == {}
+    assert enc.encode("hello world") == [15339, 1917]
+    text = "Rent 2x RTX 4090 at $0.41/h on host 4417 — reliability 0.991 ✓"
+    assert enc.decode(enc.encode(text)) == text
