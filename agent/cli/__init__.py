@@ -374,8 +374,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The command-line parser: every command, or with ``only`` (a top-level command name) the core
-    commands and that one command's group, which is all a run of that command needs to import."""
+    """The command-line parser: every command, or with ``only`` (a top-level command name) only the
+    commands of its group (the core ones, or one module's), which is all a run of it needs to import."""
     p = _Parser(prog="fleet-agent", description="Run a vast.ai GPU fleet with an LLM in the loop, on an "
                 "append-only, replayable event log.")
     p.add_argument("--config", help="config file (default: $FLEET_AGENT_CONFIG, ./config.yaml, "
@@ -384,6 +384,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
+    if only is None or only in CORE_COMMANDS:
+        _add_core(sub)
+
+    for group, commands in COMMAND_GROUPS.items():
+        if only is None or only in commands:
+            group_module(group).register(sub)
+    return p
+
+
+def _add_core(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """The core commands: init, config, log, thread, sim."""
     s = sub.add_parser("init", help="create a config, data dir, database and knowledge dir",
                        description="Create DIR/config.yaml (from config.example.yaml), the data directory and "
                        "database, and a knowledge directory with one example file. With --config FILE and no "
@@ -468,12 +479,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     s.add_argument("--unschedulable", type=args_.fraction, default=0.0,
                    help="probability a rent's machine cannot be scheduled (default 0)")
     s.set_defaults(func=cmd_sim, no_config=True)
-
-    for group, commands in COMMAND_GROUPS.items():
-        if only is None or only in commands:
-            group_module(group).register(sub)
-    return p
-
 
 def command_of(argv: list[str]) -> str | None:
     """The top-level command ``argv`` names when it is a known one and only ``--config`` comes before it
