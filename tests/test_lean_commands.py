@@ -172,3 +172,15 @@ def test_the_tokenizer_keeps_no_python_copy_of_its_ranks_and_still_counts() -> N
     assert enc.encode("hello world") == [15339, 1917]
     text = "Rent 2x RTX 4090 at $0.41/h on host 4417 — reliability 0.991 ✓"
     assert enc.decode(enc.encode(text)) == text
+
+
+@pytest.mark.parametrize("first", ["import agent.events.kinds_money", "from agent.events.kinds import VOCABULARY",
+                                   "from agent.events import render", "import agent.events.kinds_ctx"])
+def test_the_vocabulary_is_whole_whichever_module_loads_it_first(first: str) -> None:
+    """The event kinds load on first use, from whichever module is imported first: each way in ends with
+    every kind of every module in KIND_MODULES defined, the same set as a plain ``KINDS`` read gives."""
+    from agent.events import KINDS
+
+    code = f"{first}\nfrom agent.events import KINDS\nprint(' '.join(sorted(KINDS)))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert r.stdout.split() == sorted(KINDS) and "system.destroy" in KINDS and "rent.settled" in KINDS

@@ -76,11 +76,11 @@ def _vocabulary() -> Vocabulary:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "VOCABULARY":
-        return _vocabulary()
-    if name == "KINDS":
-        return _vocabulary().kinds
-    raise AttributeError(f"module 'agent.events' has no attribute {name!r}")
+    if name not in ("VOCABULARY", "KINDS"):
+        raise AttributeError(f"module 'agent.events' has no attribute {name!r}")
+    vocabulary = _vocabulary()
+    globals().update(VOCABULARY=vocabulary, KINDS=vocabulary.kinds)  # later reads skip this function
+    return globals()[name]
 
 
 def kind(name: str) -> Kind:
