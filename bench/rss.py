@@ -9,7 +9,7 @@ first grown to N events (bench/biglog.py, ``EventLog.append_many``; kept under
 /tmp/fleet-agent-biglogs for reruns, see ``grow_cached``).
 
 Prints RSS at the first tick, after the warm-up and at the end, the slope per 100 ticks after
-the warm-up (least squares) and the growth from the warm-up to the end.
+the warm-up (least squares), the growth from the warm-up to the end, and RSS every 100 ticks.
 
 With ``--trace`` the child also takes tracemalloc snapshots after the warm-up and at the end and
 prints the 15 source lines whose allocations grew most in between (ticks run slower while traced).
@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_end_mb": round(points[-1][1] / 1024, 1),
         "slope_after_warmup_mb_per_100_ticks": round(_slope(warm), 3),
         "growth_after_warmup_mb": round((warm[-1][1] - warm[0][1]) / 1024, 2),
+        "rss_every_100_ticks_mb": [round(kb / 1024, 1) for t, kb in points if t % 100 == 0],
     }))
     return 0
 
