@@ -167,6 +167,39 @@ CREATE TABLE instance_states (
     since       REAL NOT NULL,    -- epoch seconds
     seen_seq    INTEGER NOT NULL  -- the tick.started that last listed it
 );
+-- migration: 007_observed_runs
+-- The spend read model: for each instance of ours, the runs of consecutive tick observations that saw it
+-- in one state (running, or not), from the tick.started observations. Spend reads a period's runs here
+-- instead of every observation of the period (agent/spend.py). Filled from the log already written.
+CREATE TABLE observed_runs (
+    instance_id INTEGER NOT NULL,
+    first_seq   INTEGER NOT NULL,  -- the tick.started whose observation began the run
+    first_ts    TEXT NOT NULL,
+    last_seq    INTEGER NOT NULL,  -- the last tick.started that saw it in this state
+    last_ts     TEXT NOT NULL,
+    running     INTEGER NOT NULL,  -- 1: its status was 'running'
+    PRIMARY KEY (instance_id, first_seq)
+);
+CREATE INDEX observed_runs_last ON observed_runs(last_ts);
+INSERT INTO observed_runs (instance_id, first_seq, first_ts, last_seq, last_ts, running)
+WITH seen AS (
+    SELECT json_extract(j.value, '$.id') AS iid, e.seq AS seq, e.ts AS ts,
+           (json_extract(j.value, '$.status') IS 'running') AS running
+    FROM events e, json_each(e.payload, '$.observation.instances') j
+    WHERE e.kind = 'tick.started' AND json_extract(j.value, '$.ours') = 1
+      AND json_type(j.value, '$.id') IN ('integer', 'true', 'false')
+), marked AS (
+    SELECT *, (running IS NOT LAG(running) OVER (PARTITION BY iid ORDER BY seq)) AS starts FROM seen
+), numbered AS (
+    SELECT *, SUM(starts) OVER (PARTITION BY iid ORDER BY seq ROWS UNBOUNDED PRECEDING) AS run FROM marked
+), ends AS (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY iid, run ORDER BY seq) AS nth,
+              ROW_NUMBER() OVER (PARTITION BY iid, run ORDER BY seq DESC) AS nth_last FROM numbered
+)
+SELECT f.iid, f.seq, f.ts, l.seq, l.ts, f.running
+FROM ends f JOIN ends l ON l.iid = f.iid AND l.run = f.run AND l.nth_last = 1
+WHERE f.nth = 1;
+
 -- migration: 008_segments
 -- Storage tiers (agent/store/archive.py, `fleet-agent log archive`): events older than storage.archive_after
 -- and covered by a summary move into sealed, zstd-compressed segment files, one per calendar month, in

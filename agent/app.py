@@ -14,18 +14,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.config import Settings
 from agent.errors import ConfigError, LogError
-from agent.feedback.knowledge import StatMemo
-from agent.store.db import check_database_file
-from agent.store.log import EventLog
 
-if TYPE_CHECKING:  # the clients and the model SDK load only when a command uses them
+if TYPE_CHECKING:  # the log, the clients and the model SDK load only when a command uses them
     from agent.clients.demand import DemandClient
     from agent.clients.vast import VastClient
+    from agent.config import Settings
     from agent.context.cache import ProjectionCache
+    from agent.feedback.knowledge import StatMemo
     from agent.llm import ChatProvider
     from agent.prompts import Prompts
+    from agent.store.log import EventLog
     from agent.store.segments import Remote
 
 
@@ -94,6 +93,8 @@ class App:
     def log(self) -> EventLog:
         """The event log (opened, and migrated, on first use)."""
         if self._log is None:
+            from agent.store.log import EventLog
+
             c = self.settings.context
             # Events are stamped with the fleet's clock, so policy windows ("rents in the last hour")
             # and observations share one notion of time (wall time in production).
@@ -120,6 +121,9 @@ class App:
         comes to exist (``fleet-agent init``, the demo, the tests). Every other use opens an existing one.
 
         An existing database is refused unless ``exist_ok``; then it must be a sound one (not empty)."""
+        from agent.store.db import check_database_file
+        from agent.store.log import EventLog
+
         p = self.settings.db_path
         if p.exists() or p.is_symlink():
             if not exist_ok:

@@ -20,8 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import structlog
-
+from agent import logsetup
 from agent.config import ContextSettings
 from agent.context import (
     MARKER_COST,
@@ -55,7 +54,7 @@ from agent.prompts import Prompts, render_summarize
 from agent.store.log import EventLog, canonical
 from agent.tokens import MESSAGE_OVERHEAD
 
-logger = structlog.get_logger(__name__)
+logger = logsetup.get_logger(__name__)
 
 SECTION_TITLES = (
     "Fleet state and commitments",

@@ -27,16 +27,16 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import structlog
 import yaml
 
+from agent import logsetup
 from agent.errors import ConfigError
 from agent.secrets import Secret
 
 if TYPE_CHECKING:  # the scheduler loads when a cron expression is read, not with every command
     from apscheduler.triggers.cron import CronTrigger
 
-logger = structlog.get_logger(__name__)
+logger = logsetup.get_logger(__name__)
 
 SEARCH_PATHS = ("./config.yaml", "/etc/fleet-agent/config.yaml")
 
@@ -473,7 +473,27 @@ class _NoAliasLoader(yaml.SafeLoader):
 
 
 def _scalar(node: yaml.Node) -> Any:
-    return _NoAliasLoader("").construct_object(node, deep=True)
+    return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+
+
+def _compose_fast(text: str) -> yaml.Node | None:
+    """``text`` composed by libyaml when it is there and the text is plain: valid YAML without anchors or
+    aliases (else None, and the pure-Python loader reads it again and words any error)."""
+    loader_class = getattr(yaml, "CSafeLoader", None)
+    if loader_class is None:
+        return None
+    try:
+        for event in yaml.parse(text, Loader=loader_class):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                return None
+        loader = loader_class(text)
+        try:
+            node: yaml.Node | None = loader.get_single_node()
+        finally:
+            loader.dispose()
+        return node
+    except (yaml.YAMLError, RecursionError, UnicodeError):  # libyaml refuses the characters PyYAML does
+        return None
 
 
 def _to_python(node: yaml.Node, path: tuple[str, ...], loc: _Loc) -> Any:
@@ -498,6 +518,9 @@ def _to_python(node: yaml.Node, path: tuple[str, ...], loc: _Loc) -> Any:
 
 
 def _compose(text: str, file: str) -> yaml.Node | None:
+    fast = _compose_fast(text)
+    if fast is not None:
+        return fast
     loader: _NoAliasLoader | None = None
     try:
         loader = _NoAliasLoader(text)  # the reader checks the characters here already

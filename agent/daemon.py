@@ -49,7 +49,6 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any, Protocol
 
-import structlog
 from apscheduler.events import (
     EVENT_JOB_ERROR,
     EVENT_JOB_MAX_INSTANCES,
@@ -73,7 +72,7 @@ from agent.store.db import check_database_file
 from agent.store.log import EventLog
 from agent.tick import reconcile_at_start, run_tick
 
-log = structlog.get_logger(__name__)
+log = logsetup.get_logger(__name__)
 
 JOB_ID = "tick"
 MAIN_LOOP_WAKE_S = 0.5

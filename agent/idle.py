@@ -13,13 +13,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
-from agent import feedback
+from agent import feedback, logsetup
 from agent.events import Event
 from agent.store.log import EventLog
 
-log_ = structlog.get_logger(__name__)
+log_ = logsetup.get_logger(__name__)
 
 KEY_IDLE = "model:idle"
 IDLE_TITLE = "the model has not acted"

@@ -24,14 +24,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-import structlog
-
+from agent import logsetup
 from agent.errors import FleetAgentError
 
 if TYPE_CHECKING:  # the SDK (tens of MB) loads when an OpenAIChat is made, not with this module
     import openai
 
-log = structlog.get_logger(__name__)
+log = logsetup.get_logger(__name__)
 
 LLM_ERROR_KINDS = frozenset(
     {

@@ -25,9 +25,7 @@ import json
 import uuid
 from typing import Any, TypedDict
 
-import structlog
-
-from agent import steering
+from agent import logsetup, steering
 from agent.errors import FleetAgentError
 from agent.policy import Block, Policy
 from agent.store.log import EventLog
@@ -42,7 +40,7 @@ from agent.toolkit import (
     parse_arguments,
 )
 
-log_ = structlog.get_logger(__name__)
+log_ = logsetup.get_logger(__name__)
 
 
 class ToolCall(TypedDict):

@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
-
+from agent import logsetup
 from agent.clients.vast import Instance, VastClient, VastError
 from agent.config import Settings, VastSettings
 from agent.pipeline import result_payload
@@ -43,7 +42,7 @@ from agent.store.log import EventLog
 from agent.store.queries import InstanceState
 from agent.toolkit import Outcome
 
-log_ = structlog.get_logger(__name__)
+log_ = logsetup.get_logger(__name__)
 
 UNLISTED = "unlisted"  # the status observations give an instance of ours vast.ai has not listed yet
 

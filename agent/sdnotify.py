@@ -27,9 +27,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import structlog
+from agent import logsetup
 
-log = structlog.get_logger(__name__)
+log = logsetup.get_logger(__name__)
 
 # A send blocks only if systemd's receive queue is full; never wait long for it.
 _SEND_TIMEOUT_SECONDS = 1.0

@@ -75,36 +75,20 @@ def segments(r: Rental, runs: list[Run], now: datetime) -> list[Segment]:
     return out
 
 
-def runs_of(seen: list[tuple[str, bool]]) -> list[Run]:
-    """Observations (ts, running), in order, folded into runs of one state (two timestamps parsed per run)."""
-    out: list[Run] = []
-    first = last = ""
-    state = False
-    for ts, run in seen:
-        if first and run == state:
-            last = ts
-            continue
-        if first:
-            out.append((_dt(first), _dt(last), state))
-        first = last = ts
-        state = run
-    if first:
-        out.append((_dt(first), _dt(last), state))
-    return out
-
-
 _SEEN: dict[tuple[str, str, str], dict[int, list[Run]]] = {}
 
 
 def _observations(log: EventLog, since_ts: str) -> dict[int, list[Run]]:
-    """The ticks' observations of our instances since ``since_ts``, as runs; they change only when a tick
-    starts, so every rent check of one tick reads them once."""
+    """The runs of the ticks' observations of our instances that lasted until ``since_ts`` or later, from
+    the spend read model (``observed_runs``: consecutive observations in one state, kept as each tick
+    starts). They change only when a tick starts, so every rent check of one tick reads them once."""
     last = next(iter(log.read(0, kinds=["tick.started"], newest_first=True, limit=1)), None)
     key = (str(log.path), since_ts, last.id if last is not None else "")
     if key not in _SEEN:
         if len(_SEEN) > 8:
             _SEEN.clear()
-        _SEEN[key] = {iid: runs_of(seen) for iid, seen in log.store.observed_running(since_ts).items()}
+        _SEEN[key] = {iid: [(_dt(a), _dt(b), run) for a, b, run in runs]
+                      for iid, runs in log.store.observed_runs(since_ts).items()}
     return _SEEN[key]
 
 

@@ -12,13 +12,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-import structlog
-
+from agent import logsetup
 from agent.app import App
 from agent.cli.output import line
 from agent.store.log import EventLog
 
-log = structlog.get_logger(__name__)
+log = logsetup.get_logger(__name__)
 
 LOCK_NAME = "fleet-agent.lock"
 

@@ -13,13 +13,11 @@ run logs the call as not sent.
 
 from __future__ import annotations
 
-import structlog
-
-from agent import steering
+from agent import logsetup, steering
 from agent.pipeline import run_destroy
 from agent.toolkit import Outcome, ToolContext
 
-log_ = structlog.get_logger(__name__)
+log_ = logsetup.get_logger(__name__)
 
 STOPPED = "stopped"
 REASON = "stopped without our asking: fleet-agent never stops an instance; it bills storage"

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from agent import compaction, context, feedback, spend, steering, stopped, window
+from agent import compaction, context, feedback, logsetup, spend, steering, stopped, window
 from agent.app import App
 from agent.clients.demand import DemandError
 from agent.clients.vast import Instance, VastError, spendable
@@ -33,7 +33,7 @@ from agent.reconcile import UNLISTED, reconcile
 from agent.store.queries import InstanceState
 from agent.toolkit import Toolbox, ToolContext, load_tools
 
-log_ = structlog.get_logger(__name__)
+log_ = logsetup.get_logger(__name__)
 
 MAX_CALLS_PER_STEP = 16
 MAX_CORRECTIONS = 2  # replies with tool calls written as text answered with a correction, per tick

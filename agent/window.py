@@ -11,13 +11,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import structlog
-
-from agent import feedback
+from agent import feedback, logsetup
 from agent.config import ContextSettings
 from agent.store.log import EventLog
 
-log_ = structlog.get_logger(__name__)
+log_ = logsetup.get_logger(__name__)
 
 KEY_WINDOW = "model:window"
 

@@ -15,11 +15,17 @@
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agent.store.log import EventLog
+
+if TYPE_CHECKING:
+    from agent.app import App
 
 Item = tuple[str, dict[str, Any], str, "int | None"]
 
@@ -121,3 +127,35 @@ def grow(log: EventLog, template: list[list[Item]], events: int, *, now: datetim
     finally:
         log.clock = saved
     return tick
+
+
+CACHE_DIR = Path(os.environ.get("FLEET_AGENT_BIGLOG_CACHE", "/tmp/fleet-agent-biglogs"))
+
+
+def grow_cached(app: App, template: list[list[Item]], size: int, name: str) -> bool:
+    """``grow(app.log, template, size)``, kept under ``CACHE_DIR`` (``$FLEET_AGENT_BIGLOG_CACHE``) by
+    ``name``, size and the schema's newest migration: a rerun copies the files grown before (the
+    database, its head and checkpoint files) instead of appending 10^6 events again. Closes the app (its
+    log reopens on next use). True when the log came from the cache."""
+    from agent.store.db import migrations
+
+    cached = CACHE_DIR / f"{name}-{size}-{migrations()[-1][0]}"
+    db = app.settings.db_path
+    if (cached / "complete").exists():
+        app.close()
+        for f in db.parent.glob(db.name + "*"):
+            f.unlink()
+        for f in cached.glob(db.name + "*"):
+            shutil.copy2(f, db.parent / f.name)
+        return True
+    grow(app.log, template, size)
+    app.close()
+    tmp = cached.with_name(cached.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in db.parent.glob(db.name + "*"):
+        shutil.copy2(f, tmp / f.name)
+    (tmp / "complete").write_text(f"{size} events\n", encoding="utf-8")
+    shutil.rmtree(cached, ignore_errors=True)
+    tmp.rename(cached)
+    return False

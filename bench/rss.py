@@ -5,12 +5,16 @@ through the real openai SDK) on 127.0.0.1; a child process opens the data direct
 does (one App for its whole life, the provider ``openai``) and runs ``--ticks`` ticks in a row,
 reporting its RSS (``/proc/self/status`` VmRSS) after every tick. The model alternates a tool call
 (get_balance) and a plain answer, so each tick takes two steps. With ``--events N`` the log is
-first grown to N events (bench/biglog.py, ``EventLog.append_many``).
+first grown to N events (bench/biglog.py, ``EventLog.append_many``; kept under
+/tmp/fleet-agent-biglogs for reruns, see ``grow_cached``).
 
 Prints RSS at the first tick, after the warm-up and at the end, the slope per 100 ticks after
-the warm-up (least squares) and the growth from the warm-up to the end.
+the warm-up (least squares), the growth from the warm-up to the end, and RSS every 100 ticks.
 
-    python bench/rss.py [--ticks 600] [--warmup 100] [--events 10000]
+With ``--trace`` the child also takes tracemalloc snapshots after the warm-up and at the end and
+prints the 15 source lines whose allocations grew most in between (ticks run slower while traced).
+
+    python bench/rss.py [--ticks 600] [--warmup 100] [--events 10000] [--trace]
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from agent import logsetup  # noqa: E402
 from agent.app import App  # noqa: E402
 from agent.sim import ManualClock, SimServer, Simulator  # noqa: E402
-from bench.biglog import grow, record_template  # noqa: E402
+from bench.biglog import grow_cached, record_template  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, reply  # noqa: E402
 
@@ -46,10 +50,20 @@ def rss_kb():
             return int(line.split()[1])
 
 root, sim_url, model_url, key, ticks = Path(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
+warmup, trace = int(sys.argv[7]), sys.argv[8] == "1"
+if trace:
+    import tracemalloc
+    tracemalloc.start(1)
 app = App(settings_for(root, sim_url, model_url=model_url), env={"VAST_API_KEY": key})
+first = None
 for n in range(ticks):
     r = run_tick(app)
     print(json.dumps({"tick": n + 1, "ok": r.ok, "rss_kb": rss_kb()}), flush=True)
+    if trace and n + 1 == warmup:
+        first = tracemalloc.take_snapshot()
+if trace and first is not None:
+    for d in tracemalloc.take_snapshot().compare_to(first, "lineno")[:15]:
+        print("TRACE " + str(d), flush=True)
 app.close()
 """
 
@@ -76,7 +90,7 @@ def _prepare(root: Path, sim: Simulator, sim_url: str, model_url: str, events: i
         tpl.init_database()
         template = record_template(tpl, sim.advance, ticks=4)
         tpl.close()
-        grow(app.log, template, events)
+        grow_cached(app, template, events, "rss")  # closes the app
     app.close()
 
 
@@ -85,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ticks", type=int, default=600)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--events", type=int, default=10_000, help="grow the log to this many events first")
+    ap.add_argument("--trace", action="store_true", help="print where allocations grew after the warm-up")
     a = ap.parse_args(argv)
     logsetup.configure("warning", "auto")
     clock = ManualClock()
@@ -96,9 +111,12 @@ def main(argv: list[str] | None = None) -> int:
                                                                  reply("steady"))])
         _prepare(Path(d), sim, server.url, fake.base_url, a.events, clock)
         proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(REPO), d, server.url, fake.base_url, sim.api_key,
-                                 str(a.ticks)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                 str(a.ticks), str(a.warmup), "1" if a.trace else "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert proc.stdout is not None
         for line in proc.stdout:
+            if line.startswith("TRACE "):
+                print(line[6:].rstrip())
+                continue
             if not line.startswith('{"tick"'):
                 continue  # the daemon's own log lines
             rec = json.loads(line)
@@ -115,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_end_mb": round(points[-1][1] / 1024, 1),
         "slope_after_warmup_mb_per_100_ticks": round(_slope(warm), 3),
         "growth_after_warmup_mb": round((warm[-1][1] - warm[0][1]) / 1024, 2),
+        "rss_every_100_ticks_mb": [round(kb / 1024, 1) for t, kb in points if t % 100 == 0],
     }))
     return 0
 

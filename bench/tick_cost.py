@@ -3,13 +3,16 @@
 For each size a log is built through ``EventLog.append_many`` from copies of real ticks
 (bench/biglog.py), then ``--ticks`` real ticks run against the simulator with the rules provider.
 Per tick it measures the wall time, the time spent in HTTP calls (vast.ai, the demand queue), in
-waits between vast.ai requests (its rate limit) and in the model, and what is left: the tick's own
-overhead. It counts the tick's transactions that
+waiting for vast.ai's rate limit (``vast.min_interval`` between two requests to one endpoint) and in
+the model, and what is left: the tick's own overhead. It counts the tick's transactions that
 wrote (each one commit, so one fsync with synchronous=FULL) next to the aim 2 + model steps +
 2 x side-effecting calls. Prints one line per size, with p50 overhead as a ratio to the
-smallest size's in the same run.
+smallest size's in the same run, and the process's resident memory after the size's ticks.
 
-    python bench/tick_cost.py [--sizes 10000,100000] [--ticks 30] [--profile]
+Each grown log is kept under /tmp/fleet-agent-biglogs (``$FLEET_AGENT_BIGLOG_CACHE``; bench/biglog.py
+``grow_cached``), so a rerun at 10^6 copies the database instead of appending 10^6 events again.
+
+    python bench/tick_cost.py [--sizes 10000,100000,1000000] [--ticks 30] [--profile]
 """
 
 from __future__ import annotations
@@ -34,14 +37,15 @@ from agent.store import plans
 from agent.tick import run_tick
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.biglog import grow, record_template  # noqa: E402
+from bench.biglog import grow_cached, record_template  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
 
 _OUTSIDE = {"s": 0.0}
 
 
 def _timed_send(orig: Any) -> Any:
-    def send(self: httpx.Client, *a: Any, **k: Any) -> Any:
+    """``orig`` (an HTTP send, or the vast.ai client's wait for its rate limit), its time counted as API time."""
+    def send(self: Any, *a: Any, **k: Any) -> Any:
         t = time.perf_counter()
         try:
             return orig(self, *a, **k)
@@ -80,7 +84,7 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
     app = _app(root, url, sim, clock)
     app._provider = _TimedProvider(app.provider())  # noqa: SLF001 - the bench's timing wrapper
     try:
-        grow(app.log, template, size)
+        cached = grow_cached(app, template, size, "tick_cost")
         overhead, walls, txs, aims = [], [], [], []
         for _ in range(ticks):
             clock.advance(300)
@@ -104,9 +108,15 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
         ntn = (time.perf_counter() - t) / 200 * 1e3
     finally:
         app.close()
-    return {"events": size, "tick_overhead_p50_ms": statistics.median(overhead), "tick_wall_p50_ms": statistics.median(walls),
+    return {"events": size, "cached": cached, "rss_mb": _rss_mb(), "tick_overhead_p50_ms": statistics.median(overhead), "tick_wall_p50_ms": statistics.median(walls),
             "transactions_p50": statistics.median(txs), "aim_p50": statistics.median(aims),
             "transactions_max": max(txs), "next_tick_number_ms": ntn}
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return kb / 1024
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"events {r['events']:>8,}  tick overhead p50 {r['tick_overhead_p50_ms']:7.1f} ms "
                   f"(x{r['tick_overhead_p50_ms'] / base:4.2f} of {sizes[0]:,})  wall p50 {r['tick_wall_p50_ms']:7.1f} ms  "
                   f"transactions p50 {r['transactions_p50']:.0f} (max {r['transactions_max']}, aim <= {r['aim_p50']:.0f})  "
-                  f"next_tick_number {r['next_tick_number_ms']:.3f} ms", flush=True)
+                  f"next_tick_number {r['next_tick_number_ms']:.3f} ms  bench RSS {r['rss_mb']:.0f} MB"
+                  f"{'  (log from cache)' if r['cached'] else ''}", flush=True)
             if prof is not None:
                 out = io.StringIO()
                 pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(25)

@@ -61,6 +61,17 @@ def record_migration(path: str | os.PathLike[str], name: str) -> None:
         conn.close()
 
 
+def unapply_migration(path: str | os.PathLike[str], name: str, table: str) -> None:
+    """Drop ``table`` and forget migration ``name`` (which made it): the database as a fleet-agent from
+    before that migration left it."""
+    conn = _plain(path)
+    try:
+        conn.execute(f'DROP TABLE "{table}"')
+        conn.execute("DELETE FROM _migrations WHERE name = ?", (name,))
+    finally:
+        conn.close()
+
+
 class Tamper:
     """A plain connection to the database file with every trigger dropped: events can be edited."""
 

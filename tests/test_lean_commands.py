@@ -3,17 +3,21 @@
 Each command runs in-process (``agent.cli.main``) inside one fresh interpreter, which reports
 after every command whether ``openai`` or ``tiktoken`` is in ``sys.modules``. ``context`` renders
 the next request, so it must load the tokenizer: the same probe seeing it there shows the probe
-can fail.
+can fail. Commands that only read read models load neither structlog nor the event kinds either.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent import config
+from agent.cli import COMMAND_GROUPS, CORE_COMMANDS, build_parser, command_of, group_module, main
 from agent.feedback import raise_alert
 from agent.store.log import EventLog
 from tests.test_status_doctor import make_setup
@@ -24,10 +28,10 @@ LEAN = [["alerts", "list"], ["alerts", "show", "1"], ["alerts", "ack", "1", "--n
         ["log", "verify"], ["log", "search", "instance"]]
 HEAVY = ("openai", "tiktoken")
 
-_PROBE = f"""
+_PROBE = """
 import json, sys
 from agent.cli import main
-HEAVY = {HEAVY!r}
+HEAVY = json.loads(sys.argv[3])
 out = []
 for argv in json.loads(sys.argv[1]):
     code = main(["--config", sys.argv[2], *argv])
@@ -36,9 +40,9 @@ sys.stderr.write("PROBE " + json.dumps(out) + "\\n")
 """
 
 
-def _probe(cfg: Path, commands: list[list[str]]) -> list[list[object]]:
-    r = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(commands), str(cfg)], capture_output=True,
-                       text=True, timeout=120, check=False)
+def _probe(cfg: Path, commands: list[list[str]], heavy: tuple[str, ...] = HEAVY) -> list[list[object]]:
+    r = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(commands), str(cfg), json.dumps(heavy)],
+                       capture_output=True, text=True, timeout=120, check=False)
     line = next((ln for ln in r.stderr.splitlines() if ln.startswith("PROBE ")), None)
     assert line is not None, r.stderr[-2000:]
     return json.loads(line[len("PROBE "):])  # type: ignore[no-any-return]
@@ -55,3 +59,128 @@ def test_commands_that_render_no_context_import_neither_the_sdk_nor_the_tokenize
     assert [(argv, code) for argv, code, _ in got] == [(argv, 0) for argv in [*LEAN, ["context"]]]
     assert [(argv, loaded) for argv, _, loaded in got[:-1]] == [(argv, []) for argv in LEAN]
     assert "tiktoken" in got[-1][2]
+
+
+def _setup(tmp_path: Path) -> Path:
+    cfg = make_setup(tmp_path, "http://127.0.0.1:9", "  provider: openai\n  base_url: http://127.0.0.1:9/v1")
+    with EventLog(config.load(str(cfg)).db_path) as log:
+        log.append("tick.started", {"observation": {"instances": [], "balance": 10.0}}, "scheduler", 1)
+        raise_alert(log, key="stuck:7", severity="warning", title="instance 7 stuck loading", tick=1)
+    return cfg
+
+
+READS = [["alerts", "list"], ["alerts", "list", "--json"], ["directives"], ["status"], ["knowledge", "list"],
+         ["log", "verify"]]
+LOGGING = ("structlog", "agent.events.kinds", "agent.feedback.knowledge_editor")
+
+
+def test_commands_that_read_read_models_load_neither_structlog_nor_the_event_kinds(tmp_path: Path) -> None:
+    """alerts list, directives, status, knowledge list and log verify exit 0 without loading structlog,
+    the event kinds or the knowledge editor; then say, which appends an event, loads the kinds it checks the
+    payload against (the probe sees a module when it is there)."""
+    cfg = _setup(tmp_path)
+    got = _probe(cfg, [*READS, ["say", "a note"]], LOGGING)
+    assert [(argv, code, loaded) for argv, code, loaded in got[:-1]] == [(argv, 0, []) for argv in READS]
+    assert got[-1][1] == 0 and "agent.events.kinds" in got[-1][2]
+
+
+def test_the_group_table_names_exactly_the_commands_each_group_registers() -> None:
+    """COMMAND_GROUPS (which module a command's run imports) lists, for each group module, the top-level
+    commands its register() adds, in order; no name is in two groups or among the core commands."""
+    for name, commands in COMMAND_GROUPS.items():
+        sub = argparse.ArgumentParser().add_subparsers()
+        group_module(name).register(sub)
+        assert tuple(sub.choices) == commands, name
+    every = [c for commands in COMMAND_GROUPS.values() for c in commands] + list(CORE_COMMANDS)
+    assert len(every) == len(set(every))
+    top = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert sorted(top.choices) == sorted(every)
+
+
+@pytest.mark.parametrize(("argv", "command"), [
+    (["alerts", "list"], "alerts"), (["--config", "c.yaml", "say", "hi"], "say"), (["--config=c.yaml", "status"], "status"),
+    (["--conf", "c.yaml", "log", "verify"], "log"), (["init", "d"], "init"), (["--help"], None), (["--version"], None),
+    (["-h", "alerts"], None), (["alert", "list"], None), ([], None), (["--config"], None), (["--bogus", "status"], None),
+])
+def test_command_of_names_the_command_only_when_nothing_but_config_comes_first(argv: list[str],
+                                                                              command: str | None) -> None:
+    """command_of finds the top-level command after --config (spelt out, with '=' or abbreviated as argparse
+    accepts it); help, version, unknown options and unknown commands give None (the full parser)."""
+    assert command_of(argv) == command
+
+
+def test_an_unknown_command_is_refused_by_the_full_parser_listing_every_command(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt command exits 2 with one line naming the valid choices, every group's commands among
+    them, as before commands were loaded one group at a time."""
+    with pytest.raises(SystemExit) as e:
+        main(["alert", "list"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'alert'" in err and "'alerts'" in err and "'spend'" in err and "'web'" in err
+
+
+def test_a_command_parses_the_same_with_only_its_group_loaded() -> None:
+    """The parser built for one command gives the same namespace as the full parser for that command."""
+    for argv in (["alerts", "silence", "--for", "2h", "--reason", "r", "3"], ["say", "--pin", "x"],
+                 ["log", "verify", "--json"], ["spend", "--json"], ["thread", "show", "--tail", "4"]):
+        full, one = build_parser().parse_args(argv), build_parser(command_of(argv)).parse_args(argv)
+        assert vars(full) == vars(one), argv
+
+
+_LAZY_LOG = """
+import io, json, sys
+from agent import logsetup
+buf = io.StringIO()
+logsetup.configure("info", "json", stream=buf)
+before = "structlog" in sys.modules
+logsetup.get_logger("probe").warning("probe.line", api_key="sk-abcdef", n=3)
+print(json.dumps({"before": before, "after": "structlog" in sys.modules, "out": buf.getvalue()}))
+"""
+
+
+def test_the_first_log_call_loads_structlog_with_the_configured_setup() -> None:
+    """configure() before structlog is loaded does not load it; the first call on a module's logger does,
+    with that setup: one JSON line on the configured stream, credentials under their keys redacted."""
+    r = subprocess.run([sys.executable, "-c", _LAZY_LOG], capture_output=True, text=True, timeout=60, check=True)
+    got = json.loads(r.stdout)
+    assert (got["before"], got["after"]) == (False, True)
+    line = json.loads(got["out"])
+    assert (line["event"], line["level"], line["n"], line["api_key"]) == ("probe.line", "warning", 3, "***")
+
+
+def test_libyaml_and_the_pure_python_loader_read_the_example_config_alike() -> None:
+    """The config read through libyaml gives the same values and the same line for every key as PyYAML's
+    pure-Python loader (which still reads, and words the errors of, anything libyaml refuses)."""
+    text = config.example_text()
+    fast = config._compose_fast(text)
+    assert fast is not None
+    slow = config._NoAliasLoader(text).get_single_node()
+    loc_fast, loc_slow = config._Loc("f"), config._Loc("f")
+    assert config._to_python(fast, (), loc_fast) == config._to_python(slow, (), loc_slow)
+    assert loc_fast.lines == loc_slow.lines and len(loc_fast.lines) > 20
+    assert config._compose_fast("a: &x 1\nb: *x\n") is None
+
+
+def test_the_tokenizer_keeps_no_python_copy_of_its_ranks_and_still_counts() -> None:
+    """The offline encoding drops tiktoken's Python dict of BPE ranks once its Rust core holds them (~15 MB
+    of the daemon's memory) and still encodes exactly: known token ids for known text, and a round trip."""
+    from agent.tokens import get_tokenizer
+
+    enc = get_tokenizer("cl100k_base").encoding
+    assert enc._mergeable_ranks == {}
+    assert enc.encode("hello world") == [15339, 1917]
+    text = "Rent 2x RTX 4090 at $0.41/h on host 4417 — reliability 0.991 ✓"
+    assert enc.decode(enc.encode(text)) == text
+
+
+@pytest.mark.parametrize("first", ["import agent.events.kinds_money", "from agent.events.kinds import VOCABULARY",
+                                   "from agent.events import render", "import agent.events.kinds_ctx"])
+def test_the_vocabulary_is_whole_whichever_module_loads_it_first(first: str) -> None:
+    """The event kinds load on first use, from whichever module is imported first: each way in ends with
+    every kind of every module in KIND_MODULES defined, the same set as a plain ``KINDS`` read gives."""
+    from agent.events import KINDS
+
+    code = f"{first}\nfrom agent.events import KINDS\nprint(' '.join(sorted(KINDS)))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert r.stdout.split() == sorted(KINDS) and "system.destroy" in KINDS and "rent.settled" in KINDS

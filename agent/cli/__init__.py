@@ -8,41 +8,44 @@ lives in a small module with a ``register(subparsers)`` function; handlers are
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from types import ModuleType
+from typing import TYPE_CHECKING, NoReturn
 
-from agent import __version__, config, logsetup
-from agent.app import App
-from agent.cli import archive as archive_commands
+from agent import __version__
 from agent.cli import args as args_
-from agent.cli import backup as backup_commands
-from agent.cli import completion as completion_commands
-from agent.cli import context as context_commands
-from agent.cli import demo as demo_commands
-from agent.cli import export as export_commands
-from agent.cli import feedback as feedback_commands
-from agent.cli import fork as fork_commands
-from agent.cli import hosts as hosts_commands
-from agent.cli import manual as manual_commands
-from agent.cli import ops as ops_commands
 from agent.cli import output
-from agent.cli import pause as pause_commands
-from agent.cli import policy as policy_commands
-from agent.cli import service as service_commands
-from agent.cli import spend as spend_commands
-from agent.cli import web as web_commands
 from agent.errors import FleetAgentError, UsageError
-from agent.events import Event, render
 
-# Command groups beyond the core ones below, each a module with register(sub), in help order.
-COMMAND_GROUPS = (context_commands, ops_commands, feedback_commands, policy_commands, pause_commands,
-                  hosts_commands, manual_commands, spend_commands, fork_commands, export_commands,
-                  service_commands, backup_commands, demo_commands, completion_commands, web_commands)
+if TYPE_CHECKING:  # a command loads only what it uses: the app, the config, the vocabulary on first use
+    from agent import config
+    from agent.app import App
+    from agent.events import Event
+
+# Command groups beyond the core ones below: the module agent.cli.<name> (with register(sub)) and the
+# top-level commands it adds, in help order. A command's own module is the only one a run of it imports
+# (tests/test_lean_commands.py checks the names against what each register() adds).
+COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
+    "context": ("context", "replay"), "ops": ("tick",),
+    "feedback": ("alerts", "knowledge", "say", "unpin", "directives"), "policy": ("policy",),
+    "pause": ("pause", "resume"), "hosts": ("hosts",), "manual": ("instances", "destroy", "drain"),
+    "spend": ("spend",), "fork": ("fork",), "export": ("override",), "service": ("run", "status", "doctor"),
+    "backup": ("backup", "restore"), "demo": ("demo",), "completion": ("completion", "man"), "web": ("web",),
+}
+CORE_COMMANDS = ("init", "config", "log", "thread", "sim")
+_OWNER = {command: group for group, commands in COMMAND_GROUPS.items() for command in commands}
+
+
+def group_module(name: str) -> ModuleType:
+    """The module ``agent.cli.<name>`` of one command group."""
+    return importlib.import_module(f"agent.cli.{name}")
+
 
 EXAMPLE_KNOWLEDGE = """\
 # Fleet notes
@@ -76,6 +79,8 @@ def cmd_init(args: argparse.Namespace, _app: App | None) -> int:
 
 
 def _init_dir(root: Path) -> int:
+    from agent import config
+
     cfg = root / "config.yaml"
     if cfg.exists():
         raise FleetAgentError(f"{cfg} already exists; init refuses to overwrite it "
@@ -97,6 +102,8 @@ def _init_dir(root: Path) -> int:
 
 
 def _init_from(cfg: Path) -> int:
+    from agent import config
+
     settings = config.load(str(cfg))
     _init_data(settings)
     _print(f"next: 'fleet-agent --config {cfg} doctor'")
@@ -105,6 +112,8 @@ def _init_from(cfg: Path) -> int:
 
 def _init_data(settings: config.Settings) -> None:
     """The database (refusing an existing one) and the knowledge directory with its example file."""
+    from agent.app import App
+
     app = App(settings)
     try:
         app.init_database()
@@ -252,6 +261,8 @@ def cmd_log_rebuild(args: argparse.Namespace, app: App) -> int:
 
 def describe(e: Event) -> str:
     """One readable line (or block) for an event."""
+    from agent.events import render
+
     msg = render(e)
     p = e.payload
     if msg is not None:
@@ -362,7 +373,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"fleet-agent: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command-line parser: every command, or with ``only`` (a top-level command name) only the
+    commands of its group (the core ones, or one module's), which is all a run of it needs to import."""
     p = _Parser(prog="fleet-agent", description="Run a vast.ai GPU fleet with an LLM in the loop, on an "
                 "append-only, replayable event log.")
     p.add_argument("--config", help="config file (default: $FLEET_AGENT_CONFIG, ./config.yaml, "
@@ -371,6 +384,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
+    if only is None or only in CORE_COMMANDS:
+        _add_core(sub)
+
+    for group, commands in COMMAND_GROUPS.items():
+        if only is None or only in commands:
+            group_module(group).register(sub)
+    return p
+
+
+def _add_core(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """The core commands: init, config, log, thread, sim."""
     s = sub.add_parser("init", help="create a config, data dir, database and knowledge dir",
                        description="Create DIR/config.yaml (from config.example.yaml), the data directory and "
                        "database, and a knowledge directory with one example file. With --config FILE and no "
@@ -407,8 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--head", metavar="SEQ:HASH", help="also check the log holds this head, recorded elsewhere "
                    "(the daemon logs it as head= on every 'tick' line)")
     s.set_defaults(func=cmd_log_verify)
-    export_commands.add_log_export(lsub)
-    archive_commands.add_log_commands(lsub)
+    group_module("export").add_log_export(lsub)
+    group_module("archive").add_log_commands(lsub)
     s = lsub.add_parser("search", help="full-text search over every event",
                         description="Full-text search over the rendered text of every event, newest first.")
     s.add_argument("query", nargs="+", help="words to find (all must match)")
@@ -416,8 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the hits as JSON")
     s.set_defaults(func=cmd_log_search)
     s = lsub.add_parser("rebuild", help="rebuild read models from the log (--check: compare only)",
-                        description="Rebuild alerts, memory, directives, ownership, intents and knowledge "
-                        "versions from the log alone.")
+                        description="Rebuild alerts, memory, directives, ownership, intents, knowledge versions "
+                        "and spend runs from the log alone.")
     s.add_argument("--check", action="store_true", help="only compare with the live tables; exit 1 on difference")
     s.add_argument("--json", action="store_true", help="with --check: print the differences as JSON")
     s.set_defaults(func=cmd_log_rebuild)
@@ -457,24 +481,38 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probability a rent's machine cannot be scheduled (default 0)")
     s.set_defaults(func=cmd_sim, no_config=True)
 
-    for group in COMMAND_GROUPS:
-        group.register(sub)
-    return p
+def command_of(argv: list[str]) -> str | None:
+    """The top-level command ``argv`` names when it is a known one and only ``--config`` comes before it
+    (else None: help, version and mistakes go to the full parser, which lists every command)."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--") and len(a) > 2 and "--config".startswith(a.partition("=")[0]):
+            i += 1 if "=" in a else 2
+            continue
+        if a.startswith("-"):
+            return None
+        return a if a in _OWNER or a in CORE_COMMANDS else None
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(command_of(argv)).parse_args(argv)
     handler: Callable[[argparse.Namespace, App | None], int] = args.func
     app: App | None = None
     try:
         args_.check_utf8(args)
+        from agent import config, logsetup
+
         if getattr(args, "no_config", False):
             logsetup.configure("warning", "auto")
             return handler(args, None)
         settings = config.load(args.config)
         logsetup.configure(settings.logging.level if args.command in ("run", "tick") else "warning",
                            settings.logging.format)
+        from agent.app import App
+
         app = App(settings)
         return handler(args, app)
     except FleetAgentError as e:

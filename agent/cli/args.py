@@ -9,7 +9,6 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from agent.errors import UsageError
-from agent.store.log import utc_ts
 
 SQLITE_MAX_INT = 2**63 - 1
 
@@ -91,6 +90,7 @@ def parse_when(text: str, now: datetime | None = None) -> str:
     Accepts ISO 8601 (naive means UTC), ``now``, a span ago (``10m``, ``2h ago``, ``3d``) and
     ``today HH:MM`` / ``yesterday HH:MM`` in UTC. Anything else is a ``UsageError`` naming the forms."""
     from agent.context import parse_time
+    from agent.store.log import utc_ts
 
     now = now or datetime.now(UTC)
     t = " ".join(text.strip().lower().split())

@@ -31,11 +31,11 @@ from typing import Any, Literal
 from urllib.parse import quote_plus
 
 import httpx
-import structlog
 
+from agent import logsetup
 from agent.errors import FleetAgentError
 
-log = structlog.get_logger(__name__)
+log = logsetup.get_logger(__name__)
 
 RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
 MAX_RETRY_AFTER_S = 60.0

@@ -10,8 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
-
+from agent import logsetup
 from agent.config import ContextSettings
 from agent.context.build import Inputs, Projection, build, settings_from_manifest
 from agent.context.cache import Meter, ProjectionCache
@@ -23,7 +22,7 @@ from agent.prompts import Prompts
 from agent.store.log import EventLog, utc_ts
 from agent.tokens import Tokenizer, get_tokenizer
 
-logger = structlog.get_logger(__name__)
+logger = logsetup.get_logger(__name__)
 
 
 def tokenizer_for(settings: ContextSettings) -> Tokenizer:

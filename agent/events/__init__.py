@@ -13,21 +13,18 @@ every version's rendering.
 Source tags make provenance unmistakable: ``[tick 42 · 2026-11-29 10:05 UTC]``,
 ``[operator note · alice]``, ``[alert #12 acked · bob]``,
 ``[knowledge edit · gpu-policy.md]``. Tool output is fenced as data.
+
+The kinds (a few hundred payload classes) are defined on first use, not at import: the first
+``render``, ``kind``, ``VOCABULARY`` or ``KINDS`` loads ``kinds.py``, which loads every module in
+``KIND_MODULES``. A command that only reads read models never builds them.
 """
 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
-from agent.events import kinds_ctx  # noqa: F401 - defines the context's memory-management kinds
-from agent.events import kinds_fork as _kinds_fork  # noqa: F401 - defines the fork kinds
-from agent.events import kinds_models as _kinds_models  # noqa: F401 - defines its kinds in VOCABULARY
-from agent.events import kinds_money as _kinds_money  # noqa: F401 - defines its kinds on import
-from agent.events import kinds_ops as _kinds_ops  # noqa: F401 - defines its kinds in VOCABULARY
-from agent.events import kinds_stopped as _kinds_stopped  # noqa: F401 - defines system.destroy
-from agent.events import kinds_storage as _kinds_storage  # noqa: F401 - model.request v2 (inputs by hash)
 from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
-from agent.events.kinds import VOCABULARY
 from agent.events.payload import FieldSpec, Payload
 from agent.events.rendering import (
     KNOWLEDGE_DIFF_CHARS,
@@ -41,6 +38,20 @@ from agent.events.rendering import (
 )
 from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, Vocabulary
 
+if TYPE_CHECKING:
+    from agent.events.kinds import VOCABULARY
+
+# The modules beyond kinds.py that define kinds in VOCABULARY; kinds.py imports each when it loads.
+KIND_MODULES = (
+    "kinds_ctx",  # the context's memory-management kinds
+    "kinds_fork",  # the fork kinds
+    "kinds_models",
+    "kinds_money",
+    "kinds_ops",
+    "kinds_stopped",  # system.destroy
+    "kinds_storage",  # model.request v2 (inputs by hash)
+)
+
 __all__ = [
     "AS_NEXT", "KINDS", "KNOWLEDGE_DIFF_CHARS", "SOURCES", "VOCABULARY", "Event", "FieldSpec", "JsonArray",
     "JsonObject", "Kind", "Message", "Payload", "Renderer", "Upcaster", "Version", "Vocabulary", "data",
@@ -48,29 +59,50 @@ __all__ = [
     "ts_minute", "upcast",
 ]
 
-KINDS: dict[str, Kind] = VOCABULARY.kinds
+KINDS: dict[str, Kind]
 """Every kind by name."""
+
+
+_loaded: Vocabulary | None = None
+
+
+def _vocabulary() -> Vocabulary:
+    """VOCABULARY, every kind defined (loaded on the first call)."""
+    global _loaded
+    if _loaded is None:
+        from agent.events.kinds import VOCABULARY
+
+        _loaded = VOCABULARY
+    return _loaded
+
+
+def __getattr__(name: str) -> Any:
+    if name not in ("VOCABULARY", "KINDS"):
+        raise AttributeError(f"module 'agent.events' has no attribute {name!r}")
+    vocabulary = _vocabulary()
+    globals().update(VOCABULARY=vocabulary, KINDS=vocabulary.kinds)  # later reads skip this function
+    return globals()[name]
 
 
 def kind(name: str) -> Kind:
     """The kind called ``name``; PayloadError (with the nearest name) when there is none."""
-    return VOCABULARY.kind(name)
+    return _vocabulary().kind(name)
 
 
 def render(event: Event) -> Message | None:
     """The chat message the model sees for ``event`` as its stored version renders it, or None if it is
     not model-visible."""
-    return VOCABULARY.render(event)
+    return _vocabulary().render(event)
 
 
 def upcast(event: Event) -> Event:
     """``event`` with its payload upgraded to the current version of its kind (the stored row is untouched)."""
-    return VOCABULARY.upcast(event)
+    return _vocabulary().upcast(event)
 
 
 def payload_of(event: Event) -> Payload:
     """The typed payload of ``event`` at the current version of its kind."""
-    return VOCABULARY.payload_of(event)
+    return _vocabulary().payload_of(event)
 
 
 _UNSET: Message = {}

@@ -544,3 +544,17 @@ def _r_rent_settled_v1(e: Event, p: RentSettledV1) -> Message:
 
 _define("rent.settled", "A rent whose outcome was unknown (pending) was settled by looking.",
         Version(1, RentSettledV1, _r_rent_settled_v1))
+
+
+def _load_kind_modules() -> None:
+    """The other modules that define kinds in VOCABULARY (``agent.events.KIND_MODULES``): whoever loads
+    this module, from the package or directly, gets the whole vocabulary."""
+    import importlib
+
+    from agent.events import KIND_MODULES
+
+    for name in KIND_MODULES:
+        importlib.import_module(f"agent.events.{name}")
+
+
+_load_kind_modules()

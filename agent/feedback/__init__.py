@@ -6,7 +6,7 @@ One job per module:
     alert_hook      the operator's notify command, run for each new alert
     conditions      alerts raised by code from each tick's observation
     knowledge       knowledge files: scan for changes, read, history
-    knowledge_edit  ``fleet-agent knowledge edit``
+    knowledge_editor  ``fleet-agent knowledge edit``
     notes           operator notes and pinned directives
 
 Everything here only appends to the event log (each change in one ``BEGIN IMMEDIATE`` transaction,
@@ -15,31 +15,58 @@ check and append together), so the operator CLI can use it while the daemon runs
 surface callers use (``from agent import feedback``; ``feedback.ack(...)``).
 """
 
-from agent.feedback.alert_hook import drain_alert_hooks, notify_alert, run_alert_hook
-from agent.feedback.alerts import (
-    SEVERITIES,
-    ack,
-    alert_lines,
-    dispatch_notifications,
-    raise_alert,
-    resolve_absent,
-    resolve_alert,
-    silence,
-    unsilence,
-)
-from agent.feedback.conditions import check_conditions, note_policy_blocks
-from agent.feedback.knowledge import (
-    MAX_KNOWLEDGE_BYTES,
-    KnowledgeEntry,
-    knowledge_history,
-    knowledge_problems,
-    knowledge_status,
-    read_knowledge,
-    scan_knowledge,
-    valid_knowledge_name,
-)
-from agent.feedback.knowledge_edit import EditResult, knowledge_edit
-from agent.feedback.notes import MAX_NOTE_CHARS, decode_note, directives, say, unpin, utf8_text
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time each name loads its module on first use (below)
+    from agent.feedback.alert_hook import drain_alert_hooks, notify_alert, run_alert_hook
+    from agent.feedback.alerts import (
+        SEVERITIES,
+        ack,
+        alert_lines,
+        dispatch_notifications,
+        raise_alert,
+        resolve_absent,
+        resolve_alert,
+        silence,
+        unsilence,
+    )
+    from agent.feedback.conditions import check_conditions, note_policy_blocks
+    from agent.feedback.knowledge import (
+        MAX_KNOWLEDGE_BYTES,
+        KnowledgeEntry,
+        knowledge_history,
+        knowledge_problems,
+        knowledge_status,
+        read_knowledge,
+        scan_knowledge,
+        valid_knowledge_name,
+    )
+    from agent.feedback.knowledge_editor import EditResult, knowledge_edit
+    from agent.feedback.notes import MAX_NOTE_CHARS, decode_note, directives, say, unpin, utf8_text
+
+# Each public name -> the module defining it. A command that only lists alerts loads alerts.py, not the
+# knowledge editor or the alert hook runner.
+_HOME: dict[str, str] = {
+    **dict.fromkeys(("drain_alert_hooks", "notify_alert", "run_alert_hook"), "alert_hook"),
+    **dict.fromkeys(("SEVERITIES", "ack", "alert_lines", "dispatch_notifications", "raise_alert", "resolve_absent",
+                     "resolve_alert", "silence", "unsilence"), "alerts"),
+    **dict.fromkeys(("check_conditions", "note_policy_blocks"), "conditions"),
+    **dict.fromkeys(("KnowledgeEntry", "MAX_KNOWLEDGE_BYTES", "knowledge_history", "knowledge_problems",
+                     "knowledge_status", "read_knowledge", "scan_knowledge", "valid_knowledge_name"), "knowledge"),
+    **dict.fromkeys(("EditResult", "knowledge_edit"), "knowledge_editor"),
+    **dict.fromkeys(("MAX_NOTE_CHARS", "decode_note", "directives", "say", "unpin", "utf8_text"), "notes"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'agent.feedback' has no attribute {name!r}")
+    module = importlib.import_module(f"agent.feedback.{home}")
+    globals().update({n: getattr(module, n) for n, h in _HOME.items() if h == home})
+    return globals()[name]
+
 
 __all__ = [
     "MAX_KNOWLEDGE_BYTES", "MAX_NOTE_CHARS", "SEVERITIES", "EditResult", "KnowledgeEntry", "ack", "check_conditions",

@@ -33,11 +33,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
-
+from agent import logsetup
 from agent.events import Event
 
-logger = structlog.get_logger(__name__)
+logger = logsetup.get_logger(__name__)
 
 # Variables a hook inherits from the daemon's environment; everything else is left behind.
 INHERITED_ENV = ("PATH", "LANG", "TZ")

@@ -21,14 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
+from agent import logsetup
 from agent.events import Event
 from agent.feedback.alerts import dispatch_notifications, live_alerts, raise_in, resolve_in
 from agent.store.log import EventLog, Transaction
 from agent.store.queries import KnowledgeVersion
 
-logger = structlog.get_logger(__name__)
+logger = logsetup.get_logger(__name__)
 KNOWLEDGE_SUFFIXES = (".md", ".txt", ".yaml", ".yml")
 MAX_KNOWLEDGE_BYTES = 1024 * 1024
 KEY_KNOWLEDGE_BAD = "knowledge:bad:"

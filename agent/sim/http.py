@@ -12,12 +12,11 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import structlog
-
+from agent import logsetup
 from agent.sim.realism import Realism
 from agent.sim.simulator import Simulator
 
-log = structlog.get_logger("agent.sim")
+log = logsetup.get_logger("agent.sim")
 
 
 class _Handler(BaseHTTPRequestHandler):

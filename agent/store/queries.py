@@ -524,18 +524,16 @@ class Store:
             " LEFT JOIN events d ON d.seq = i.destroyed_seq ORDER BY i.instance_id")
         return [Rental(**r) for r in rows]
 
-    def observed_running(self, since_ts: str) -> dict[int, list[tuple[str, bool]]]:
-        """instance id -> (tick ts, whether it was running) for each tick observation of an instance of
-        ours at or after ``since_ts``, in log order."""
-        rows = self._query(
-            "SELECT e.ts AS ts, json_extract(j.value, '$.id') AS id, json_extract(j.value, '$.status') AS status"
-            " FROM events e, json_each(e.payload, '$.observation.instances') j"
-            " WHERE e.kind = 'tick.started' AND e.ts >= ? AND json_extract(j.value, '$.ours') = 1"
-            " ORDER BY e.seq", [since_ts])
-        out: dict[int, list[tuple[str, bool]]] = {}
+    def observed_runs(self, since_ts: str) -> dict[int, list[tuple[str, str, bool]]]:
+        """instance id -> (first ts, last ts, running) for each run of tick observations of an instance of
+        ours (consecutive observations in one state) that lasted until ``since_ts`` or later, in log order.
+        Reads the spend read model: the runs of a period, not its observations."""
+        rows = self._query("SELECT instance_id, first_ts, last_ts, running FROM observed_runs WHERE last_ts >= ?"
+                           " ORDER BY instance_id, first_seq", [since_ts])
+        out: dict[int, list[tuple[str, str, bool]]] = {}
         for r in rows:
-            if isinstance(r["id"], int):
-                out.setdefault(r["id"], []).append((str(r["ts"]), r["status"] == "running"))
+            out.setdefault(int(r["instance_id"]), []).append((str(r["first_ts"]), str(r["last_ts"]),
+                                                               bool(r["running"])))
         return out
 
     def host_failures_since(self, host_id: int, ts: str) -> int:

@@ -15,9 +15,10 @@ from typing import Any
 from agent.events import Event
 from agent.store.db import database, sqlite3
 
-# The read-model tables (schema.sql, migrations 002_read_models, 003_alert_silences and 006_instance_states);
-# each is compared in primary-key order.
-TABLES = ("alerts", "memory", "directives", "instances", "intents", "knowledge", "silences", "instance_states")
+# The read-model tables (schema.sql, migrations 002_read_models, 003_alert_silences, 006_instance_states and
+# 007_observed_runs); each is compared in primary-key order.
+TABLES = ("alerts", "memory", "directives", "instances", "intents", "knowledge", "silences", "instance_states",
+          "observed_runs")
 
 Projector = Callable[[sqlite3.Connection, Event], None]
 
@@ -157,6 +158,25 @@ def _tick_started(c: sqlite3.Connection, e: Event) -> None:
                   (i["id"], status, i.get("intended"), float(since if isinstance(since, int | float) else 0.0),
                    e.seq))
     c.execute("DELETE FROM instance_states WHERE seen_seq <> ?", (e.seq,))
+    _observed_runs(c, e, obs)
+
+
+def _observed_runs(c: sqlite3.Connection, e: Event, obs: dict[str, Any]) -> None:
+    """Each instance of ours the observation lists extends its last run when its state (running or not) is
+    the same, else starts a new one: what spend reads (migration 007 fills it from older logs alike)."""
+    for i in obs.get("instances") or []:
+        iid = i.get("id") if isinstance(i, dict) else None
+        if not isinstance(iid, int) or i.get("ours") != 1:
+            continue
+        running = int(i.get("status") == "running")
+        row = c.execute("SELECT first_seq, running FROM observed_runs WHERE instance_id = ?"
+                        " ORDER BY first_seq DESC LIMIT 1", (int(iid),)).fetchone()
+        if row is not None and row[1] == running:
+            c.execute("UPDATE observed_runs SET last_seq = ?, last_ts = ? WHERE instance_id = ? AND first_seq = ?",
+                      (e.seq, e.ts, int(iid), row[0]))
+        else:
+            c.execute("INSERT INTO observed_runs (instance_id, first_seq, first_ts, last_seq, last_ts, running)"
+                      " VALUES (?,?,?,?,?,?)", (int(iid), e.seq, e.ts, e.seq, e.ts, running))
 
 
 def _knowledge(c: sqlite3.Connection, e: Event) -> None:

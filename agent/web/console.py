@@ -15,9 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
-
-from agent import config, feedback, status
+from agent import config, feedback, logsetup, status
 from agent.app import App
 from agent.config import Settings
 from agent.context.replay import inspect_request
@@ -78,7 +76,7 @@ class Console:
         try:
             list(self.collector.collect())
         except Exception as e:  # noqa: BLE001 - a warm-up that fails leaves the fold to the first scrape
-            structlog.get_logger(__name__).warning("http.metrics_warmup_failed", error=type(e).__name__)
+            logsetup.get_logger(__name__).warning("http.metrics_warmup_failed", error=type(e).__name__)
 
     @property
     def log(self) -> Any:

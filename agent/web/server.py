@@ -10,15 +10,15 @@ import signal
 import socket
 import threading
 
-import structlog
 import uvicorn
 
+from agent import logsetup
 from agent.config import split_listen
 from agent.errors import ConfigError
 from agent.web.console import Console
 from agent.web.routes import create_app
 
-log = structlog.get_logger(__name__)
+log = logsetup.get_logger(__name__)
 
 STOP_WAIT_S = 5.0
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
 import yaml
 
+from agent import logsetup
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event
 from agent.feedback.knowledge import (
@@ -33,7 +33,7 @@ from agent.feedback.knowledge import (
 )
 from agent.store.log import EventLog
 
-logger = structlog.get_logger(__name__)
+logger = logsetup.get_logger(__name__)
 @dataclass(frozen=True)
 class EditResult:
     name: str

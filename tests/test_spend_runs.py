@@ -1,0 +1,58 @@
+"""The spend read model (``observed_runs``): the runs of tick observations of our instances in one state.
+
+Kept as each tick starts, filled by migration 007 from a log written before it alike, rebuilt from the
+log by ``log rebuild``; spend reads a period's runs from it instead of every observation in the period.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.store.log import EventLog
+from tests import tamper
+
+# Per tick: instance id (or a bad one) -> (ours, status). Instance 7 is not ours; "x" has no integer id.
+TICKS: list[list[tuple[object, int, str | None]]] = [
+    [(1, 1, "running"), (7, 0, "running"), ("x", 1, "running")],
+    [(1, 1, "running"), (3, 1, "running")],
+    [(1, 1, "exited"), (7, 0, "running")],
+    [(1, 1, "running"), (3, 1, "running"), (4, 1, None)],
+]
+
+
+def _log(path: Path) -> tuple[EventLog, list[str]]:
+    log = EventLog(path)
+    for n, seen in enumerate(TICKS, 1):
+        instances = [{"id": iid, "ours": ours, "status": status} for iid, ours, status in seen]
+        log.append("tick.started", {"observation": {"instances": instances, "balance": 5.0}}, "scheduler", n)
+    ts = [e.ts for e in log.read(0, kinds=["tick.started"])]
+    return log, ts
+
+
+def _expected(ts: list[str]) -> dict[int, list[tuple[str, str, bool]]]:
+    return {1: [(ts[0], ts[1], True), (ts[2], ts[2], False), (ts[3], ts[3], True)],
+            3: [(ts[1], ts[3], True)], 4: [(ts[3], ts[3], False)]}
+
+
+def test_each_tick_extends_or_starts_a_run_of_each_instance_of_ours(tmp_path: Path) -> None:
+    """An instance seen in the same state (running or not) as last time extends its run, even across a
+    tick that did not list it; a change starts a new run; instances not ours or without an integer id have
+    none; a period's read keeps only the runs that lasted into it; a rebuild from the log agrees."""
+    log, ts = _log(tmp_path / "a.db")
+    with log:
+        assert log.store.observed_runs("") == _expected(ts)
+        assert log.store.observed_runs(ts[3]) == {1: [(ts[3], ts[3], True)], 3: [(ts[1], ts[3], True)],
+                                                 4: [(ts[3], ts[3], False)]}
+        assert log.rebuild_check() == []
+
+
+def test_migration_007_fills_the_runs_from_a_log_written_before_it(tmp_path: Path) -> None:
+    """A database from before the spend read model gets its runs from the tick observations already
+    logged when it is next opened: the same runs the ticks would have kept, and rebuild --check agrees."""
+    path = tmp_path / "old.db"
+    log, ts = _log(path)
+    log.close()
+    tamper.unapply_migration(path, "007_observed_runs", "observed_runs")
+    with EventLog(path) as log:
+        assert log.store.observed_runs("") == _expected(ts)
+        assert log.rebuild_check() == []
