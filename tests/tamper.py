@@ -146,6 +146,20 @@ def pg_attempt(url: str, agent_id: str, statement: str) -> None:
         conn.execute(statement)
 
 
+def edit_read_model(log: Any, table: str, **columns: Any) -> None:
+    """Overwrite columns in every row of read-model ``table`` of ``log``'s fleet, on either backend (on
+    PostgreSQL as the log's own role, which may write the read models)."""
+    if not getattr(log, "is_pg", False):
+        with Tamper(log.path) as t:
+            t.edit_read_model(table, **columns)
+        return
+    import psycopg
+
+    with psycopg.connect(log.target.url, autocommit=True) as conn:
+        conn.execute("SELECT set_config('fleet_agent.agent_id', %s, false)", [log.target.agent_id])
+        conn.execute(f"UPDATE {table} SET " + ", ".join(f"{c} = %s" for c in columns), list(columns.values()))
+
+
 class PgTamper:
     """The database's superuser, triggers off for the session: one fleet's events can be edited."""
 

@@ -195,7 +195,7 @@ def test_init_grant_gives_a_role_read_and_append_only_on_the_events(pg_server, p
     code, out, err = run(capsys, cfg, "say", "hello from the runner")
     assert code == 0, err
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        pg_attempt(runner_url, "fleet-a", "UPDATE events SET kind = 'x'")
+        pg_attempt(runner_url, "fleet-a", EVENT_REWRITES[2])
     with EventLog(_target(runner_url, "fleet-a", tmp_path), create=False) as log:
         checks = doctor._pg_privileges(log)
         assert checks.ok and "read and append only" in checks.detail
