@@ -81,7 +81,8 @@ def test_init_tick_notes_verify_search_and_time_travel_on_postgresql(pg_url, sim
     assert code == 0, err
     code, out, err = run(capsys, cfg, "status", "--json")
     assert code == 0, err
-    assert json.loads(out)
+    st = json.loads(out)
+    assert "error" not in st and st["database"].startswith("postgresql://") and st["events"] > 3
 
 
 def _target(url: str, agent_id: str, tmp_path: Path, **kw: object) -> PgTarget:
@@ -290,3 +291,25 @@ def test_sqlite_commands_never_import_psycopg(tmp_path):
             "log.append('operator.note', {'text': 'x', 'by': 'a'}, 'operator')\nassert log.verify().ok\n"
             "assert 'psycopg' not in sys.modules, 'psycopg was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(Path(__file__).parent.parent))
+
+
+def test_fork_of_a_postgresql_log_writes_its_own_sqlite_log_and_diffs(pg_url, sim, sim_server, tmp_path, capsys,
+                                                                      monkeypatch):
+    """fork from a fleet kept in PostgreSQL reads the origin there (read-only) and writes its re-run into a
+    SQLite log in the fork's own directory: the origin fleet's events are unchanged; fork diff finds the
+    origin again through the recorded URL and fleet."""
+    monkeypatch.setenv("VAST_API_KEY", sim.api_key)
+    cfg = write_config(tmp_path / "site", pg_url, sim_server.url)
+    assert run(capsys, cfg, "init")[0] == 0
+    assert run(capsys, cfg, "tick")[0] == 0
+    with EventLog(_target(pg_url, "fleet-a", tmp_path), create=False) as log:
+        before = [(e.seq, e.hash) for e in log.read()]
+    out = tmp_path / "fork"
+    code, stdout, err = run(capsys, cfg, "fork", "--tick", "1", "--rules", "--out", str(out))
+    assert code == 0, err
+    assert (out / "data" / "fleet-agent.db").exists()
+    assert config.load(str(out / "config.yaml")).storage.url is None
+    with EventLog(_target(pg_url, "fleet-a", tmp_path), create=False) as log:
+        assert [(e.seq, e.hash) for e in log.read()] == before
+    code, stdout, err = run(capsys, cfg, "fork", "diff", str(out))
+    assert code == 0, err
