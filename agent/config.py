@@ -36,6 +36,8 @@ from agent.secrets import Secret
 if TYPE_CHECKING:  # the scheduler loads when a cron expression is read, not with every command
     from apscheduler.triggers.cron import CronTrigger
 
+    from agent.store.target import LogLocation
+
 logger = logsetup.get_logger(__name__)
 
 SEARCH_PATHS = ("./config.yaml", "/etc/fleet-agent/config.yaml")
@@ -259,8 +261,18 @@ class HttpSettings:
 
 @dataclass(frozen=True)
 class StorageSettings:
-    """``storage:`` the log's tiers: old months move into sealed segment files (agent/store/archive.py)."""
+    """``storage:`` where the event log lives (a SQLite file, the default, or a PostgreSQL database), and
+    its tiers: old months move into sealed segment files (agent/store/archive.py)."""
 
+    # null: fleet-agent.db in data_dir. A path: that SQLite file. postgresql://USER@HOST:PORT/DATABASE:
+    # this fleet's log in that database (several fleets may share it); never a password in the URL.
+    url: str | None = None
+    # The PostgreSQL role's password: from this environment variable, else this file, else this systemd
+    # credential (none found: the server must not ask for one, e.g. a Unix socket with peer auth).
+    password_env: str | None = "FLEET_AGENT_PG_PASSWORD"
+    password_file: str | None = None
+    password_credential: str | None = "pg_password"
+    # The log's tiers (agent/store/archive.py): old months move into sealed segment files.
     # Events older than this and covered by a summary move into one segment per month; null = never.
     archive_after: Duration | None = None
     # A copy of every segment on object storage (s3://bucket/prefix) or in a directory (file:///path).
@@ -276,6 +288,16 @@ class StorageSettings:
     s3_secret_access_key_env: str | None = "AWS_SECRET_ACCESS_KEY"
     s3_secret_access_key_file: str | None = None
     s3_secret_access_key_credential: str | None = None
+
+    @property
+    def is_pg(self) -> bool:
+        from agent.store.target import is_pg_url
+
+        return self.url is not None and is_pg_url(self.url)
+
+    @property
+    def password_ref(self) -> SecretRef:
+        return SecretRef(self.password_env, self.password_file, self.password_credential)
 
 
 @dataclass(frozen=True)
@@ -316,7 +338,29 @@ class Settings:
 
     @property
     def db_path(self) -> Path:
+        """The SQLite database file (``storage.url`` when it is a path; unused when it is PostgreSQL)."""
+        if self.storage.url is not None and not self.storage.is_pg:
+            return self.path(self.storage.url)
         return self.data_path / "fleet-agent.db"
+
+    def log_target(self, env: typing.Mapping[str, str] | None = None) -> LogLocation:
+        """Where the event log lives: the SQLite file, or this fleet in the PostgreSQL database (with the
+        password from storage.password_env / _file / _credential, and the head and checkpoint files
+        kept in data_dir)."""
+        if not self.storage.is_pg:
+            return self.db_path
+        from agent.store.target import PgTarget
+
+        assert self.storage.url is not None
+        pw = find_secret("storage.password", self.storage.password_ref, self, env)
+        return PgTarget(self.storage.url, self.agent_id, password=pw, state_dir=self.data_path)
+
+    @property
+    def log_location(self) -> str:
+        """The log's location for messages: the file, or the URL and fleet (never a password)."""
+        if not self.storage.is_pg:
+            return str(self.db_path)
+        return f"{self.storage.url} (fleet {self.agent_id})"
 
     @property
     def knowledge_path(self) -> Path:
@@ -848,6 +892,22 @@ def _check_http(h: HttpSettings, loc: _Loc) -> None:
                         "(it is recorded as the operator on every action)")
 
 
+def _check_storage(st: StorageSettings, loc: _Loc) -> None:
+    if st.url is None:
+        return
+    if not st.url.strip():
+        raise loc.error("storage.url", "is empty; write null (fleet-agent.db in data_dir), a SQLite file path, "
+                        "or postgresql://USER@HOST:PORT/DATABASE")
+    from agent.store.target import is_pg_url, url_problem
+
+    if "://" in st.url and not is_pg_url(st.url):
+        raise loc.error("storage.url", f"{st.url.split('://', 1)[0]}:// is not a database fleet-agent can use; "
+                        "write a SQLite file path or postgresql://USER@HOST:PORT/DATABASE")
+    problem = url_problem(st.url) if is_pg_url(st.url) else None
+    if problem is not None:
+        raise loc.error("storage.url", problem)
+
+
 def _check(s: Settings, loc: _Loc) -> None:
     """Rules across values that types alone cannot state; the first broken one is raised."""
     _check_names(s, loc)
@@ -856,9 +916,13 @@ def _check(s: Settings, loc: _Loc) -> None:
     _check_limits(s, loc)
     _check_http(s.http, loc)
     _check_storage(s.storage, loc)
+    _check_archive(s.storage, loc)
 
 
-def _check_storage(st: StorageSettings, loc: _Loc) -> None:
+def _check_archive(st: StorageSettings, loc: _Loc) -> None:
+    if st.archive_after is not None and st.is_pg:
+        raise loc.error("storage.archive_after", "the storage tiers are for a log in SQLite; with a PostgreSQL "
+                        "storage.url write null (the server keeps every event in its table)")
     if st.archive_after is not None and float(st.archive_after) < 32 * 86400:
         raise loc.error("storage.archive_after", f"must be at least 32d (got {float(st.archive_after):g}s): the "
                         "month's spend budget reads this month's events from the database; write e.g. 90d, or "

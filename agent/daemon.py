@@ -228,12 +228,13 @@ class Daemon:
         s.vast_api_key(self.env)  # fail fast (exit 2) when the key cannot be found
         prompts = _load_prompts(s)
         trigger = make_trigger(s.schedule)
-        check_database_file(s.db_path)  # only init creates one; refuse before the lock file is made
+        if not s.storage.is_pg:
+            check_database_file(s.db_path)  # only init creates one; refuse before the lock file is made
         self.lock.acquire()
         old_handlers: dict[int, SignalHandler] = {}
         try:
             self.app = self._make_app(s, prompts)
-            self.events = EventLog(s.db_path, encoding=s.context.encoding, encoding_file=s.context.encoding_file,
+            self.events = EventLog(s.log_target(self.env), encoding=s.context.encoding, encoding_file=s.context.encoding_file,
                                    encoding_sha256=s.context.encoding_sha256, create=False)
             verified = self.events.check_before_append()  # ChainBroken (exit 1) before the first append
             log.info("log.verified", since_seq=verified.since, checked=verified.checked,

@@ -112,6 +112,7 @@ def archive(log: EventLog, *, older_than: float, now: datetime, remote: Remote |
     """Move every month ``plan`` names into its segment (see the module's docstring for the steps)."""
     if log.readonly:
         raise LogError("this log was opened read-only")
+    _refuse_pg(log)
     p = plan(log, older_than=older_than, now=now)
     if dry_run:
         return ArchiveResult(p, [])
@@ -121,6 +122,12 @@ def archive(log: EventLog, *, older_than: float, now: datetime, remote: Remote |
     log.index_search()
     sealed = [_seal(log, m, remote, now) for m in p.months]
     return ArchiveResult(p, sealed)
+
+
+def _refuse_pg(log: EventLog) -> None:
+    if log.is_pg:
+        raise LogError("the storage tiers are for a log in SQLite; a PostgreSQL log keeps every event in its "
+                       "table (size it with the server's own tools); set storage.archive_after to null")
 
 
 def _clean_temporaries(log: EventLog) -> None:
@@ -221,6 +228,7 @@ def prune(log: EventLog, *, before_ts: str, now: datetime, remote: Remote | None
     its copy elsewhere was read back and matched its sha256 now: on ``remote`` (written there first when
     it is missing), or beside ``backup`` (a database written by ``fleet-agent backup``). Without ``yes``
     nothing is deleted: the result names what would be."""
+    _refuse_pg(log)
     due = [s for s in log.store.segments() if s.pruned_ts is None and _month_before(s, before_ts)]
     if not yes:
         return PruneResult(due, sum(s.bytes for s in due), True)

@@ -36,6 +36,7 @@ from agent.store import readmodels
 from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
 from agent.store.segments import Segment, SegmentFiles
+from agent.store.target import PgTarget
 from agent.tokens import Tokenizer, get_tokenizer
 
 GENESIS = "0" * 64
@@ -43,6 +44,8 @@ _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, h
 _INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _INSERT_FTS = "INSERT INTO events_fts (rowid, text, kind) VALUES (?,?,?)"
 _FTS_HEAD_SQL = "SELECT rowid FROM events_fts ORDER BY rowid DESC LIMIT 1"
+_FTS_HEAD_SQL_PG = "SELECT seq FROM events_fts ORDER BY seq DESC LIMIT 1"
+_INSERT_FTS_PG = "INSERT INTO events_fts (seq, text, kind) VALUES (?,?,?)"
 _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
 Item = tuple[str, dict[str, Any], str, "int | None"]
 _new = object.__new__
@@ -116,6 +119,14 @@ def new_event_id() -> str:
         h = _RANDOM[-16:].hex()
         del _RANDOM[-16:]
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+
+
+def db_errors() -> tuple[type[BaseException], ...]:
+    """The database drivers' error classes loaded in this process (psycopg's only once a PostgreSQL log opened)."""
+    import sys
+
+    pg = sys.modules.get("psycopg")
+    return (sqlite3.Error,) if pg is None else (sqlite3.Error, pg.Error)
 
 
 def _row_to_event(r: tuple[Any, ...]) -> Event:
@@ -234,6 +245,25 @@ class _Filter:
                 and (self.kinds is None or r[3] in self.kinds) and (self.tick is None or r[6] == self.tick))
 
 
+def _pages(conn: Any, sql: str, since: int, size: int, *, paged: bool) -> Iterator[list[Any]]:
+    """Rows of ``sql`` (which ends in "seq > ?") in seq order, ``size`` at a time: one statement fetched
+    in chunks, or (``paged``: PostgreSQL, whose client-side cursor holds every row) one LIMIT per page."""
+    if not paged:
+        cur = conn.execute(sql + " ORDER BY seq", (since,))
+        while rows := cur.fetchmany(size):
+            yield rows
+        return
+    last = since
+    while rows := conn.execute(sql + " ORDER BY seq LIMIT ?", (last, size)).fetchall():
+        yield rows
+        last = rows[-1][0]
+
+
+def _fts_text(text: str, pg: bool) -> str:
+    """PostgreSQL text cannot hold NUL; the search text drops it (the payload keeps it, escaped)."""
+    return text.replace("\x00", "") if pg and "\x00" in text else text
+
+
 class Transaction:
     """An open BEGIN IMMEDIATE transaction: read, then append, atomically."""
 
@@ -321,7 +351,8 @@ class Transaction:
         The index holds a prefix of the log (rowid = seq): appends leave it behind and this brings
         it up to the head, rendering each event once. An event that does not render is indexed by
         its kind and payload, as an invisible one is."""
-        row = self.conn.execute(_FTS_HEAD_SQL).fetchone()
+        pg = self.log.is_pg
+        row = self.conn.execute(_FTS_HEAD_SQL_PG if pg else _FTS_HEAD_SQL).fetchone()
         done = row[0] if row else 0
         n = 0
         while done < self._seq:
@@ -329,7 +360,7 @@ class Transaction:
                                      (done,)).fetchall()
             if not rows:
                 break
-            self.conn.executemany(_INSERT_FTS, [(r[0], _search_text(r), r[3]) for r in rows])
+            self.conn.executemany(self.log._insert_fts, [(r[0], _fts_text(_search_text(r), pg), r[3]) for r in rows])
             done, n = rows[-1][0], n + len(rows)
         return n
 
@@ -366,27 +397,53 @@ def _search_text(r: tuple[Any, ...]) -> str:
 class EventLog:
     """The append-only log in one SQLite file."""
 
-    def __init__(self, path: str | os.PathLike[str], *, encoding: str = "cl100k_base", encoding_file: str | None = None,
+    def __init__(self, path: str | os.PathLike[str] | PgTarget, *, encoding: str = "cl100k_base", encoding_file: str | None = None,
                  encoding_sha256: str | None = None, clock: Callable[[], datetime] | None = None,
                  readonly: bool = False, head_file: str | os.PathLike[str] | None = None,
                  create: bool = True) -> None:
-        """Open the log at ``path``. With ``create=False`` (every command but ``init``, and the daemon)
-        a missing, empty or foreign database is refused instead of starting a new history."""
-        self.path = Path(path)
-        self.conn = connect(self.path, readonly=readonly, create=create and not readonly)
+        """Open the log at ``path`` (a SQLite file, or a fleet in a PostgreSQL database: ``PgTarget``). With
+        ``create=False`` (every command but ``init``, and the daemon) a missing, empty or foreign database is
+        refused instead of starting a new history."""
+        self.target = path if isinstance(path, PgTarget) else None
+        self.path: Path | PgTarget = path if isinstance(path, PgTarget) else Path(path)
+        self.is_pg = self.target is not None
+        self._insert_fts = _INSERT_FTS_PG if self.is_pg else _INSERT_FTS
+        self.conn: Any = self._connect(readonly=readonly, create=create and not readonly)
         self.clock = clock or (lambda: datetime.now(UTC))
         self._enc = (encoding, encoding_file, encoding_sha256)
         self._tokenizer: Tokenizer | None = None
-        self.head_file = Path(head_file) if head_file else self.path.with_name(self.path.name + ".head")
-        self.checkpoint_file = self.path.with_name(self.path.name + ".verified")
+        self.head_file: Path | None
+        self.checkpoint_file: Path | None
+        if isinstance(self.path, Path):
+            self.head_file = Path(head_file) if head_file else self.path.with_name(self.path.name + ".head")
+            self.checkpoint_file = self.path.with_name(self.path.name + ".verified")
+        else:
+            self.head_file = Path(head_file) if head_file else self.path.head_file
+            self.checkpoint_file = self.path.checkpoint_file
         self._opened_ident = self._file_ident()  # the file this connection reads (follow notices a move)
         self.readonly = readonly
         self._head_fd: int | None = None
         self._held: list[Item] | None = None  # appends held for the next commit (see ``holding``)
         self._open: tuple[Transaction, int] | None = None  # the transaction in progress and its thread
         # Archived months (agent/store/archive.py): read through here, transparently.
-        self.segment_files = SegmentFiles(self.path)
+        self.segment_files = SegmentFiles(self.path if isinstance(self.path, Path) else Path(str(self.head_file)))
         self._segments: tuple[int, list[Segment]] | None = None
+
+    def _connect(self, *, readonly: bool, create: bool) -> Any:
+        """A connection to the log's database: the SQLite file's, or a PostgreSQL one naming the fleet."""
+        if self.target is None:
+            assert isinstance(self.path, Path)
+            return connect(self.path, readonly=readonly, create=create)
+        from agent.store import pg
+
+        return pg.connect(self.target, readonly=readonly, create=create)
+
+    def _snapshot_conn(self) -> Any:
+        """A fresh read-only connection reading one snapshot (verify walks it while others append)."""
+        conn = self._connect(readonly=True, create=False)
+        if self.is_pg:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        return conn
 
     @cached_property
     def store(self) -> Store:
@@ -447,8 +504,10 @@ class EventLog:
         except BaseException as e:
             if held and self._held is not None:
                 self._held[:0] = held  # not committed: still held, still first
-            if isinstance(e, sqlite3.Error):
-                raise LogError(f"the event log at {self.path} could not be written: {e}") from e
+            if isinstance(e, db_errors()):
+                from agent.secrets import scrub
+
+                raise LogError(f"the event log at {self.path} could not be written: {scrub(str(e))}") from e
             raise
         if tx.appended:
             self._write_head(tx.appended[-1])
@@ -543,7 +602,7 @@ class EventLog:
                 if bad is not None:
                     raise ChainBroken(f"cannot copy the origin's events: {bad[1]}")
                 self.conn.execute(_INSERT_EVENT, row)
-                self.conn.execute(_INSERT_FTS, (e.seq, ev.search_text(e), e.kind))
+                self.conn.execute(self._insert_fts, (e.seq, _fts_text(ev.search_text(e), self.is_pg), e.kind))
                 readmodels.apply(self.conn, e)
                 prev_seq, prev_hash = e.seq, e.hash
                 tx._seq, tx._hash = e.seq, e.hash
@@ -556,6 +615,8 @@ class EventLog:
         The file stays open and is rewritten in place under an exclusive flock, so
         writers in several processes never move it backwards. Best effort: a failed
         write is reported by verify, not by the append (which has committed)."""
+        if self.head_file is None:
+            return
         try:
             if self._head_fd is None:
                 self._head_fd = os.open(self.head_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -574,6 +635,8 @@ class EventLog:
             pass  # verify() compares what is there; the append itself has committed
 
     def _read_head(self) -> tuple[int, str] | None:
+        if self.head_file is None:
+            return None
         try:
             return _parse_head(self.head_file.read_bytes())
         except OSError:
@@ -597,6 +660,8 @@ class EventLog:
         r = conn.execute(f"SELECT {_COLS} FROM events WHERE seq = ?", (seq,)).fetchone()
         if r is not None:
             return tuple(r)
+        if self.is_pg:
+            return None  # no segments on PostgreSQL
         seg = next((s for s in Store(conn).segments() if s.first_seq <= seq <= s.last_seq), None)
         if seg is None:
             return None
@@ -610,6 +675,10 @@ class EventLog:
         """Events with seq > ``since`` (and <= until_seq, ts <= until_ts), in seq order; archived months
         are read from their segments."""
         q = _Filter(since, until_seq, until_ts, since_ts, frozenset(kinds) if kinds else None, tick)
+        if self.is_pg:  # no segments there (the tiers are SQLite's); pages, as a client-side cursor holds every row
+            where, params = q.where(after=0)
+            yield from self._read_pages([where], params, limit=limit, newest_first=newest_first)
+            return
         for r in self._rows(q, limit=limit, newest_first=newest_first):
             yield _row_to_event(r)
 
@@ -640,6 +709,8 @@ class EventLog:
     def segments(self) -> list[Segment]:
         """The sealed segments' stubs, re-read only when another connection committed since the last read
         (``PRAGMA data_version``) or this one archived (``agent.store.archive`` drops the copy)."""
+        if self.is_pg:
+            return []  # the tiers are SQLite's: a PostgreSQL log keeps every event in its table
         version = self.store.data_version()
         if self._segments is None or self._segments[0] != version:
             self._segments = (version, self.store.segments())
@@ -665,6 +736,24 @@ class EventLog:
                 if q.matches(r):
                     yield r
 
+    def _read_pages(self, where: list[str], params: list[Any], *, limit: int | None,
+                    newest_first: bool) -> Iterator[Event]:
+        """``read`` on PostgreSQL: pages of 500 by seq (a client-side cursor would hold every row at once)."""
+        bound: int | None = None
+        left = limit
+        while left is None or left > 0:
+            extra = [] if bound is None else [f"seq {'<' if newest_first else '>'} ?"]
+            size = 500 if left is None else min(500, left)
+            sql = (f"SELECT {_COLS} FROM events WHERE {' AND '.join(where + extra)} "
+                   f"ORDER BY seq {'DESC' if newest_first else 'ASC'} LIMIT ?")
+            rows = self.conn.execute(sql, [*params, *([] if bound is None else [bound]), size]).fetchall()
+            for r in rows:
+                yield _row_to_event(r)
+            if len(rows) < size:
+                return
+            bound = rows[-1][0]
+            left = None if left is None else left - len(rows)
+
     def follow(self, since: int = 0, *, poll: float = 0.25, stop: Callable[[], bool] = lambda: False,
                kinds: Iterable[str] | None = None) -> Iterator[Event]:
         """Yield events as they are appended (by this or any other process) until ``stop()``."""
@@ -686,6 +775,8 @@ class EventLog:
 
     def _file_ident(self) -> tuple[int, int] | None:
         """(device, inode) of the database file now; None when nothing is at its path."""
+        if not isinstance(self.path, Path):
+            return (0, 0)  # a PostgreSQL database cannot be moved from under the connection
         try:
             st = os.stat(self.path)
         except OSError:
@@ -699,7 +790,7 @@ class EventLog:
         outer = self._open
         if self.readonly or (self.conn.in_transaction and (outer is None or outer[1] != threading.get_ident())):
             return 0
-        row = self.conn.execute(_FTS_HEAD_SQL).fetchone()
+        row = self.conn.execute(_FTS_HEAD_SQL_PG if self.is_pg else _FTS_HEAD_SQL).fetchone()
         if (row[0] if row else 0) >= self.last_seq():
             return 0
         with self.transaction() as tx:
@@ -712,6 +803,8 @@ class EventLog:
         if not terms:
             return []
         self.index_search()
+        if self.is_pg:
+            return self._search_pg(" ".join(terms), limit, until_seq)
         match = " ".join(f'"{t}"' for t in terms)
         sql = ("SELECT rowid, snippet(events_fts, 0, '[', ']', ' … ', 24) FROM events_fts WHERE events_fts MATCH ?"
                + (" AND rowid <= ?" if until_seq is not None else "") + " ORDER BY rowid DESC LIMIT ?")
@@ -726,6 +819,18 @@ class EventLog:
             if hit is not None:
                 out.append((hit, snip))
         return out
+
+    def _search_pg(self, text: str, limit: int, until_seq: int | None) -> list[tuple[Event, str]]:
+        """``search`` on PostgreSQL: every term must match (tsvector, GIN index), with the same snippet marks."""
+        sql = ("SELECT seq, ts_headline('english', text, q, 'StartSel=[, StopSel=], MaxWords=24, MinWords=8,"
+               " MaxFragments=2, FragmentDelimiter=\" … \"') FROM events_fts, plainto_tsquery('english', ?) q"
+               " WHERE tsv @@ q" + (" AND seq <= ?" if until_seq is not None else "") + " ORDER BY seq DESC LIMIT ?")
+        params: list[Any] = [text] + ([until_seq] if until_seq is not None else []) + [limit]
+        try:
+            rows = self.conn.execute(sql, params).fetchall()
+        except db_errors() as e:
+            raise LogError(f"search query {text!r} could not run: {e}") from e
+        return [(hit, snip) for seq, snip in rows if (hit := self.get(seq)) is not None]
 
     def count(self) -> int:
         """Every event, archived ones included."""
@@ -746,7 +851,7 @@ class EventLog:
         # after each commit, so every seq it names is in the snapshot the walk reads, even while
         # another process appends (and whatever statement this log's own connection has open).
         head = self._read_head()
-        conn = connect(self.path, readonly=True)
+        conn = self._snapshot_conn()
         try:
             r = self._walk(conn, 0, GENESIS)
             r = self._check_anchors(conn, r, head, anchor)
@@ -761,7 +866,7 @@ class EventLog:
         reached; the row at that seq must still carry that hash, then the events after it are
         walked. A clean result moves the checkpoint to the head (best effort)."""
         head, cp = self._read_head(), self._read_checkpoint()
-        conn = connect(self.path, readonly=True)
+        conn = self._snapshot_conn()
         try:
             r = self._from_checkpoint(conn, cp)
             r = self._check_anchors(conn, r, head, None)
@@ -808,7 +913,7 @@ class EventLog:
     def _walk(self, conn: sqlite3.Connection, prev_seq: int, prev_hash: str, *, since: int = 0) -> VerifyReport:
         """Walk the chain after ``since``: every sealed segment (re-read, sha256-checked), then the events table."""
         checked = 0
-        segs = Store(conn).segments()
+        segs = [] if self.is_pg else Store(conn).segments()
         hot_from = segs[-1].last_seq if segs else 0
         kept = {r[0]: tuple(r) for r in conn.execute(f"SELECT {_COLS} FROM events WHERE seq <= ?", (hot_from,))}
         for seg in segs:
@@ -830,11 +935,8 @@ class EventLog:
                 checked += 1
             if bad is not None:
                 return VerifyReport(False, checked, prev_seq, bad[0], bad[1], head_hash=prev_hash, since=since)
-        cur = conn.execute(f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq", (max(since, hot_from),))
-        while True:
-            rows = cur.fetchmany(2000)
-            if not rows:
-                break
+        for rows in _pages(conn, f"SELECT {_COLS} FROM events WHERE seq > ?", max(since, hot_from), 2000,
+                           paged=self.is_pg):
             for r in rows:
                 bad = _bad_row(r, prev_seq, prev_hash)
                 if bad is not None:
@@ -854,12 +956,14 @@ class EventLog:
             bad = _anchor_mismatch(lambda s: self._row_at(conn, s), rec, r.head_seq, what)
             if bad is not None:
                 return dataclasses.replace(r, ok=False, first_bad_seq=bad[0], reason=bad[1])
-        if head is None and r.head_seq > 0:
+        if head is None and r.head_seq > 0 and not self.is_pg:
             return dataclasses.replace(r, warnings=(f"no head file at {self.head_file}: deleting the newest events "
                                                     "cannot be detected without one",))
         return r
 
     def _read_checkpoint(self) -> tuple[int, str] | None:
+        if self.checkpoint_file is None:
+            return None
         try:
             return _parse_head(self.checkpoint_file.read_bytes())
         except OSError:
@@ -867,6 +971,8 @@ class EventLog:
 
     def _write_checkpoint(self, seq: int, h: str) -> bool:
         """Record a verified (seq, hash) beside the database, atomically; False when it cannot be written."""
+        if self.checkpoint_file is None:
+            return False
         tmp = self.checkpoint_file.with_name(self.checkpoint_file.name + f".{os.getpid()}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
