@@ -144,6 +144,8 @@ class App:
     def _init_pg(self, *, exist_ok: bool) -> Path:
         target = self.settings.log_target(self.env)
         self.settings.data_path.mkdir(parents=True, exist_ok=True, mode=0o700)  # the head and checkpoint files
+        from agent.store.log import EventLog
+
         with EventLog(target, create=True) as log:
             if log.last_seq() > 0 and not exist_ok:
                 raise LogError(f"{target} already holds events; init refuses to touch an existing log "

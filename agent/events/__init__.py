@@ -119,7 +119,7 @@ def search_text(event: Event, msg: Message | None = _UNSET) -> str:
         for c in msg.get("tool_calls") or ():
             parts.append(f"{c['function']['name']} {c['function']['arguments']}")
         return "\n".join(parts)
-    text = VOCABULARY.search(event)
+    text = _vocabulary().search(event)
     if text is not None:
         return text
     return f"{event.kind} " + json.dumps(event.payload, ensure_ascii=False, sort_keys=True)
