@@ -34,13 +34,16 @@ class App:
     ``provider`` and ``prompts``, when given, are used instead of building them
     (a test's scripted model; the prompts the daemon read at start or reload).
     ``lock_held`` says the caller (the daemon) holds the single-writer lock, so a
-    tick must not take it again.
+    tick must not take it again; ``fence`` is the daemon's leadership check, which
+    the log runs before every append commits and the vast.ai client before every request.
     """
 
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
                  clock: Callable[[], float] | None = None, provider: ChatProvider | None = None,
-                 prompts: Prompts | None = None, lock_held: bool = False) -> None:
+                 prompts: Prompts | None = None, lock_held: bool = False,
+                 fence: Callable[[], None] | None = None) -> None:
         self.settings = settings
+        self.fence = fence  # the daemon's leadership check: the log calls it before each append commits
         self.env = env
         self.clock = clock or time.time  # the fleet's clock (the simulator's, in demos and tests)
         self.lock_held = lock_held
@@ -58,6 +61,7 @@ class App:
             v = self.settings.vast
             self._vast = VastClient(v.url, self.settings.vast_api_key(self.env).reveal(), timeout=v.timeout,
                                     max_attempts=v.max_attempts, min_interval=v.min_interval)
+            self._vast.fence = self.fence
         return self._vast
 
     def demand(self) -> DemandClient | None:
@@ -99,6 +103,7 @@ class App:
             self._log = EventLog(self.settings.db_path, encoding=c.encoding, encoding_file=c.encoding_file,
                                  encoding_sha256=c.encoding_sha256,
                                  clock=lambda: datetime.fromtimestamp(self.clock(), UTC), create=False)
+            self._log.fence = self.fence
         return self._log
 
     def init_database(self, *, exist_ok: bool = False) -> Path:

@@ -258,6 +258,15 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class StorageSettings:
+    """``storage:`` where the event log lives and how daemons for one fleet share it."""
+
+    # A standby daemon (``fleet-agent run --standby``) takes over within this long of the active one
+    # dying or stopping (its heartbeat ages past it; on PostgreSQL its lock session ends at half of it).
+    failover_seconds: Duration = Duration(30)
+
+
+@dataclass(frozen=True)
 class Settings:
     """The whole configuration file, validated; paths resolve against the file's directory."""
 
@@ -275,6 +284,7 @@ class Settings:
     policy: PolicySettings = field(default_factory=PolicySettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
     # Where this came from (not a YAML key).
     source_path: str | None = field(default=None, compare=False, metadata={"internal": True})
 
@@ -721,6 +731,12 @@ def _check_schedule(sch: ScheduleSettings, loc: _Loc) -> None:
                             "fields, minute hour day month weekday (UTC), e.g. '*/5 * * * *'") from None
 
 
+def _check_storage(st: StorageSettings, loc: _Loc) -> None:
+    if not 3 <= float(st.failover_seconds) <= 3600:
+        raise loc.error("storage.failover_seconds", f"must be between 3s and 1h (got {float(st.failover_seconds):g}s); "
+                        "a standby takes over this long after the active daemon stops, e.g. 30s")
+
+
 def _check_limits(s: Settings, loc: _Loc) -> None:
     for key, v in (("policy.max_instances", s.policy.max_instances),
                    ("policy.max_rents_per_hour", s.policy.max_rents_per_hour),
@@ -796,6 +812,7 @@ def _check(s: Settings, loc: _Loc) -> None:
     _check_context(s.context, loc)
     _check_schedule(s.schedule, loc)
     _check_limits(s, loc)
+    _check_storage(s.storage, loc)
     _check_http(s.http, loc)
 
 

@@ -24,6 +24,7 @@ from agent.events import kinds_fork as _kinds_fork  # noqa: F401 - defines the f
 from agent.events import kinds_models as _kinds_models  # noqa: F401 - defines its kinds in VOCABULARY
 from agent.events import kinds_money as _kinds_money  # noqa: F401 - defines its kinds on import
 from agent.events import kinds_ops as _kinds_ops  # noqa: F401 - defines its kinds in VOCABULARY
+from agent.events import kinds_pgha as _kinds_pgha  # noqa: F401 - defines leader.acquired and leader.lost
 from agent.events import kinds_stopped as _kinds_stopped  # noqa: F401 - defines system.destroy
 from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
 from agent.events.kinds import VOCABULARY

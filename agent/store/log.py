@@ -203,6 +203,10 @@ class EventLog:
         self.readonly = readonly
         self._head_fd: int | None = None
         self._held: list[Item] | None = None  # appends held for the next commit (see ``holding``)
+        # Called inside every transaction that appends, just before it commits; raising rolls it back.
+        # The daemon sets it to its leadership check (agent.leader), so a daemon that lost the lock
+        # appends nothing.
+        self.fence: Callable[[], None] | None = None
 
     @cached_property
     def store(self) -> Store:
@@ -247,6 +251,8 @@ class EventLog:
                 for item in held:
                     tx.append(*item)
                 yield tx
+                if tx.appended and self.fence is not None:
+                    self.fence()
         except BaseException as e:
             if held and self._held is not None:
                 self._held[:0] = held  # not committed: still held, still first
@@ -255,6 +261,11 @@ class EventLog:
             raise
         if tx.appended:
             self._write_head(tx.appended[-1])
+
+    def check_fence(self) -> None:
+        """Raise what ``fence`` raises (a lost leadership) before a side effect; nothing when unset."""
+        if self.fence is not None:
+            self.fence()
 
     @contextmanager
     def holding(self) -> Iterator[None]:
