@@ -86,6 +86,7 @@ class _Heartbeat:
     def __init__(self, failover_seconds: float, beat_s: float | None = None) -> None:
         self.failover_seconds = float(failover_seconds)
         self.beat_s = beat_s if beat_s is not None else min(0.5, self.failover_seconds / 6)
+        self.fresh_s = FRESH_S  # how long check() trusts the last successful check
         self._held_at: float | None = None  # monotonic time of the last successful check
         self._lost: str | None = None
         self._io = threading.Lock()  # one check at a time (the heartbeat thread and the fence)
@@ -130,7 +131,7 @@ class _Heartbeat:
     def check(self) -> None:
         """The fence: returns while the lock is ours, else raises ``LeadershipLost``."""
         held_at = self._held_at
-        if self._lost is None and held_at is not None and time.monotonic() - held_at <= FRESH_S:
+        if self._lost is None and held_at is not None and time.monotonic() - held_at <= self.fresh_s:
             return
         if self._lost is None and held_at is not None:
             self._renew()
