@@ -100,7 +100,7 @@ class App:
             c = self.settings.context
             # Events are stamped with the fleet's clock, so policy windows ("rents in the last hour")
             # and observations share one notion of time (wall time in production).
-            self._log = EventLog(self.settings.db_path, encoding=c.encoding, encoding_file=c.encoding_file,
+            self._log = EventLog(self.settings.log_target(self.env), encoding=c.encoding, encoding_file=c.encoding_file,
                                  encoding_sha256=c.encoding_sha256,
                                  clock=lambda: datetime.fromtimestamp(self.clock(), UTC), create=False)
             self._log.fence = self.fence
@@ -110,7 +110,11 @@ class App:
         """Create the data directory (0700) and the database (0600, migrated): the only way a database
         comes to exist (``fleet-agent init``, the demo, the tests). Every other use opens an existing one.
 
-        An existing database is refused unless ``exist_ok``; then it must be a sound one (not empty)."""
+        An existing database is refused unless ``exist_ok``; then it must be a sound one (not empty).
+        On PostgreSQL the schema is applied when missing, and a fleet that already has events is refused
+        the same way."""
+        if self.settings.storage.is_pg:
+            return self._init_pg(exist_ok=exist_ok)
         p = self.settings.db_path
         if p.exists() or p.is_symlink():
             if not exist_ok:
@@ -123,6 +127,15 @@ class App:
             raise LogError(f"cannot create the database {p}: {e.strerror}; create the data directory "
                            "writable by the user running fleet-agent, or set data_dir") from None
         return p
+
+    def _init_pg(self, *, exist_ok: bool) -> Path:
+        target = self.settings.log_target(self.env)
+        self.settings.data_path.mkdir(parents=True, exist_ok=True, mode=0o700)  # the head and checkpoint files
+        with EventLog(target, create=True) as log:
+            if log.last_seq() > 0 and not exist_ok:
+                raise LogError(f"{target} already holds events; init refuses to touch an existing log "
+                               "(use it as it is, or choose another agent_id)")
+        return Path(self.settings.log_location)
 
     @cached_property
     def projection_cache(self) -> ProjectionCache:

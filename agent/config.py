@@ -36,6 +36,8 @@ from agent.secrets import Secret
 if TYPE_CHECKING:  # the scheduler loads when a cron expression is read, not with every command
     from apscheduler.triggers.cron import CronTrigger
 
+    from agent.store.target import LogLocation
+
 logger = structlog.get_logger(__name__)
 
 SEARCH_PATHS = ("./config.yaml", "/etc/fleet-agent/config.yaml")
@@ -259,11 +261,29 @@ class HttpSettings:
 
 @dataclass(frozen=True)
 class StorageSettings:
-    """``storage:`` where the event log lives and how daemons for one fleet share it."""
+    """``storage:`` where the event log lives: a SQLite file (the default) or a PostgreSQL database."""
 
+    # null: fleet-agent.db in data_dir. A path: that SQLite file. postgresql://USER@HOST:PORT/DATABASE:
+    # this fleet's log in that database (several fleets may share it); never a password in the URL.
+    url: str | None = None
+    # The PostgreSQL role's password: from this environment variable, else this file, else this systemd
+    # credential (none found: the server must not ask for one, e.g. a Unix socket with peer auth).
+    password_env: str | None = "FLEET_AGENT_PG_PASSWORD"
+    password_file: str | None = None
+    password_credential: str | None = "pg_password"
     # A standby daemon (``fleet-agent run --standby``) takes over within this long of the active one
-    # dying or stopping (its heartbeat ages past it; on PostgreSQL its lock session ends at half of it).
+    # dying or hanging (its heartbeat ages past it; on PostgreSQL its lock session ends at half of it).
     failover_seconds: Duration = Duration(30)
+
+    @property
+    def is_pg(self) -> bool:
+        from agent.store.target import is_pg_url
+
+        return self.url is not None and is_pg_url(self.url)
+
+    @property
+    def password_ref(self) -> SecretRef:
+        return SecretRef(self.password_env, self.password_file, self.password_credential)
 
 
 @dataclass(frozen=True)
@@ -304,7 +324,29 @@ class Settings:
 
     @property
     def db_path(self) -> Path:
+        """The SQLite database file (``storage.url`` when it is a path; unused when it is PostgreSQL)."""
+        if self.storage.url is not None and not self.storage.is_pg:
+            return self.path(self.storage.url)
         return self.data_path / "fleet-agent.db"
+
+    def log_target(self, env: typing.Mapping[str, str] | None = None) -> LogLocation:
+        """Where the event log lives: the SQLite file, or this fleet in the PostgreSQL database (with the
+        password from storage.password_env / _file / _credential, and the head and checkpoint files
+        kept in data_dir)."""
+        if not self.storage.is_pg:
+            return self.db_path
+        from agent.store.target import PgTarget
+
+        assert self.storage.url is not None
+        pw = find_secret("storage.password", self.storage.password_ref, self, env)
+        return PgTarget(self.storage.url, self.agent_id, password=pw, state_dir=self.data_path)
+
+    @property
+    def log_location(self) -> str:
+        """The log's location for messages: the file, or the URL and fleet (never a password)."""
+        if not self.storage.is_pg:
+            return str(self.db_path)
+        return f"{self.storage.url} (fleet {self.agent_id})"
 
     @property
     def knowledge_path(self) -> Path:
@@ -731,7 +773,7 @@ def _check_schedule(sch: ScheduleSettings, loc: _Loc) -> None:
                             "fields, minute hour day month weekday (UTC), e.g. '*/5 * * * *'") from None
 
 
-def _check_storage(st: StorageSettings, loc: _Loc) -> None:
+def _check_failover(st: StorageSettings, loc: _Loc) -> None:
     if not 3 <= float(st.failover_seconds) <= 3600:
         raise loc.error("storage.failover_seconds", f"must be between 3s and 1h (got {float(st.failover_seconds):g}s); "
                         "a standby takes over this long after the active daemon stops, e.g. 30s")
@@ -806,14 +848,31 @@ def _check_http(h: HttpSettings, loc: _Loc) -> None:
                         "(it is recorded as the operator on every action)")
 
 
+def _check_storage(st: StorageSettings, loc: _Loc) -> None:
+    if st.url is None:
+        return
+    if not st.url.strip():
+        raise loc.error("storage.url", "is empty; write null (fleet-agent.db in data_dir), a SQLite file path, "
+                        "or postgresql://USER@HOST:PORT/DATABASE")
+    from agent.store.target import is_pg_url, url_problem
+
+    if "://" in st.url and not is_pg_url(st.url):
+        raise loc.error("storage.url", f"{st.url.split('://', 1)[0]}:// is not a database fleet-agent can use; "
+                        "write a SQLite file path or postgresql://USER@HOST:PORT/DATABASE")
+    problem = url_problem(st.url) if is_pg_url(st.url) else None
+    if problem is not None:
+        raise loc.error("storage.url", problem)
+
+
 def _check(s: Settings, loc: _Loc) -> None:
     """Rules across values that types alone cannot state; the first broken one is raised."""
     _check_names(s, loc)
     _check_context(s.context, loc)
     _check_schedule(s.schedule, loc)
     _check_limits(s, loc)
-    _check_storage(s.storage, loc)
     _check_http(s.http, loc)
+    _check_storage(s.storage, loc)
+    _check_failover(s.storage, loc)
 
 
 def parse(text: str, file: str = "<config>") -> Settings:

@@ -216,7 +216,7 @@ class Daemon:
         self.app: App | None = None
         self.events: EventLog | None = None  # the daemon's own connection
         self.scheduler: BackgroundScheduler | None = None
-        self.leader = leader if leader is not None else leader_for(settings)
+        self.leader = leader if leader is not None else leader_for(settings, env)
         self._lost: str | None = None  # why the leadership lock was lost mid-run
         self._prompt_hashes: dict[str, str] = {}
         self._state = threading.Lock()
@@ -243,7 +243,8 @@ class Daemon:
         s.vast_api_key(self.env)  # fail fast (exit 2) when the key cannot be found
         prompts = _load_prompts(s)
         trigger = make_trigger(s.schedule)
-        check_database_file(s.db_path)  # only init creates one; refuse before the lock file is made
+        if not s.storage.is_pg:
+            check_database_file(s.db_path)  # only init creates one; refuse before the lock file is made
         old_handlers: dict[int, SignalHandler] = {}
         try:
             waited = 0.0
@@ -258,7 +259,7 @@ class Daemon:
                 raise LockError(self._refusal())
             self.leader.start_heartbeat(self._on_leadership_lost)
             self.app = self._make_app(s, prompts)
-            self.events = EventLog(s.db_path, encoding=s.context.encoding, encoding_file=s.context.encoding_file,
+            self.events = EventLog(s.log_target(self.env), encoding=s.context.encoding, encoding_file=s.context.encoding_file,
                                    encoding_sha256=s.context.encoding_sha256, create=False)
             self.events.fence = self.leader.check
             verified = self.events.check_before_append()  # ChainBroken (exit 1) before the first append

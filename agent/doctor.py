@@ -118,6 +118,61 @@ def check_database(s: Settings) -> list[Check]:
         lg.close()
 
 
+def check_postgres(s: Settings, env: Mapping[str, str] | None = None) -> list[Check]:
+    """PostgreSQL storage: reachable (server version), the role's privileges on the log, and the chain."""
+    from agent.store.log import EventLog
+
+    where = s.log_location
+    try:
+        lg = EventLog(s.log_target(env), create=False)
+    except FleetAgentError as e:
+        return [Check("postgres", False, f"{where}: {_err(e)}",
+                      "check storage.url, that the server is up and the password (storage.password_env / _file / "
+                      "_credential); README: Running more than one host")]
+    try:
+        return [_pg_server(lg), _pg_privileges(lg), _pg_chain(lg)]
+    finally:
+        lg.close()
+
+
+def _pg_server(lg: Any) -> Check:
+    from agent.store import pg
+
+    return Check("postgres", True, f"{lg.path}: PostgreSQL {pg.server_version(lg)}, reachable, schema "
+                 f"{', '.join(pg.applied_migrations(lg))}")
+
+
+def _pg_privileges(lg: Any) -> Check:
+    """The role must read and append the log and keep the read models; it should not be able to change or
+    remove events (the triggers refuse it anyway, but a role without the right cannot even try)."""
+    from agent.store import pg
+
+    privs = pg.privileges(lg)
+    missing = [f"{need} on {t}" for t in pg.FLEET_TABLES for need in
+               (pg.GRANTS.get(t, pg.READ_MODEL_GRANT).split(", ")) if need not in privs[t]]
+    if missing:
+        return Check("privileges", False, f"the role lacks {'; '.join(missing[:4])}",
+                     "as the schema's owner: fleet-agent --config FILE init --grant ROLE")
+    extra = sorted({p for t in ("events", "events_fts") for p in privs[t] - {"SELECT", "INSERT"}})
+    if extra:
+        return Check("privileges", True, f"the role may {', '.join(extra)} events (owner?); the triggers refuse "
+                     "it, but a role that may only read and append cannot even try: run the fleet as a role "
+                     "given 'init --grant ROLE'")
+    return Check("privileges", True, "read and append only on events; read models writable")
+
+
+def _pg_chain(lg: Any) -> Check:
+    try:
+        r = lg.verify()
+    except FleetAgentError as e:
+        return Check("chain", False, f"cannot read the log: {_err(e)}", "check the server and the role's privileges")
+    if r.ok:
+        return Check("chain", True, f"{r.checked} events, hash chain verifies up to seq {r.head_seq}")
+    return Check("chain", False, f"broken at seq {r.first_bad_seq}: {r.reason}",
+                 "the log was changed outside fleet-agent: keep the database as evidence (pg_dump) and restore "
+                 "from a backup")
+
+
 def check_sqlite_version() -> Check:
     from agent.store.db import MIN_SQLITE, sqlite3, sqlite_version
 
@@ -343,8 +398,11 @@ def run_checks(config_path: str | None = None, *, env: Mapping[str, str] | None 
     if s is None:
         return out
     out += check_secrets(s, env)
-    out += check_database(s)
-    out.append(check_sqlite_version())
+    if s.storage.is_pg:
+        out += check_postgres(s, env)
+    else:
+        out += check_database(s)
+        out.append(check_sqlite_version())
     out.append(_vast_check(s, env, vast))
     out.append(_model_check(s, env, provider))
     out.append(_demand_check(s))

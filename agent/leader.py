@@ -34,7 +34,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -422,18 +422,13 @@ class PgLeader(_Heartbeat):
 # ------------------------------------------------------------------ choosing
 
 
-def storage_url(settings: Any) -> str | None:
-    """``storage.url`` when it names a PostgreSQL database, else None (the SQLite log in ``data_dir``)."""
-    url = getattr(getattr(settings, "storage", None), "url", None)
-    if isinstance(url, str) and url.startswith(("postgresql://", "postgres://")):
-        return url
-    return None
-
-
-def leader_for(settings: Any, *, connect_kwargs: dict[str, Any] | None = None) -> FileLeader | PgLeader:
-    """The leadership lock for ``settings``' storage."""
+def leader_for(settings: Any, env: Mapping[str, str] | None = None) -> FileLeader | PgLeader:
+    """The leadership lock for ``settings``' storage: the advisory lock in the PostgreSQL database
+    ``storage.url`` names (with the role's password from ``storage.password_*``), else the file lock in
+    ``data_dir``."""
     failover = float(settings.storage.failover_seconds)
-    url = storage_url(settings)
-    if url is not None:
-        return PgLeader(url, settings.agent_id, failover_seconds=failover, connect_kwargs=connect_kwargs)
+    if settings.storage.is_pg:
+        target = settings.log_target(env)
+        kw = {"password": target.password.reveal()} if target.password is not None else {}
+        return PgLeader(target.url, settings.agent_id, failover_seconds=failover, connect_kwargs=kw)
     return FileLeader(settings.data_path, settings.agent_id, failover_seconds=failover)

@@ -92,6 +92,9 @@ def make_app(tmp_path: Path, sim: Simulator, sim_server: SimServer, sim_clock: M
         if provider == "openai" and chat is None:
             fake = model_server or request.getfixturevalue("fake_model")
             url = fake.base_url
+        url_storage = request.getfixturevalue("storage_url")
+        if url_storage is not None and "storage" not in sections:
+            sections["storage"] = {"url": url_storage}
         s = settings_for(tmp_path, sim_server.url, model_url=url, provider=provider, demand=demand, **sections)
         app = App(s, env={"VAST_API_KEY": sim.api_key}, clock=sim_clock, provider=chat)
         app.init_database(exist_ok=True)  # the first App creates it, as 'fleet-agent init' does
@@ -101,6 +104,52 @@ def make_app(tmp_path: Path, sim: Simulator, sim_server: SimServer, sim_clock: M
     yield make
     for app in apps:
         app.close()
+
+
+# ------------------------------------------------------------------ storage backends
+# A module runs its tests on both backends with ``pytestmark = pytest.mark.usefixtures("backend")``: each
+# test runs on SQLite and on PostgreSQL (a throwaway server, tests/pgserver.py); ``make_app`` and
+# ``new_log`` then open the log there. Without ``backend`` they use SQLite, as before.
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The storage backend this test runs on."""
+    return str(request.param)
+
+
+@pytest.fixture
+def storage_url(request: pytest.FixtureRequest) -> str | None:
+    """storage.url for this test: None (SQLite in data_dir) unless it runs on PostgreSQL, then a fresh
+    database owned by a fresh ordinary role."""
+    if "backend" not in request.fixturenames or request.getfixturevalue("backend") == "sqlite":
+        return None
+    from tests.pgserver import create_fleet_database
+
+    return create_fleet_database(request.getfixturevalue("pg_server"))
+
+
+@pytest.fixture
+def new_log(storage_url: str | None, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """``new_log(name="log", agent_id="fleet-1", **kw)`` -> an EventLog on this test's backend: the SQLite
+    file tmp_path/NAME.db, or fleet AGENT_ID in the test's PostgreSQL database (state files in tmp_path).
+    Logs opened through it are closed after the test."""
+    from agent.store.log import EventLog
+    from agent.store.target import PgTarget
+
+    opened: list[EventLog] = []
+
+    def make(name: str = "log", agent_id: str = "fleet-1", **kw: Any) -> EventLog:
+        where: Path | PgTarget = tmp_path / f"{name}.db"
+        if storage_url is not None:
+            where = PgTarget(storage_url, agent_id, state_dir=tmp_path)
+        log = EventLog(where, **kw)
+        opened.append(log)
+        return log
+
+    yield make
+    for log in opened:
+        log.close()
 
 
 # ------------------------------------------------------------------ helpers for tick tests

@@ -151,3 +151,19 @@ def pg_server() -> Iterator[PgServer]:
 def pg_dsn(pg_server: PgServer) -> str:
     """A fresh, empty database on the session's server (socket DSN, trusted)."""
     return pg_server.create_database()
+
+
+def create_fleet_database(srv: PgServer, role: str | None = None) -> str:
+    """A new database owned by a new ordinary role (no superuser, no BYPASSRLS: what fleet-agent accepts);
+    returns its socket URL naming that role (trusted on the socket, no password)."""
+    role = role or "r_" + uuid.uuid4().hex[:12]
+    name = "f_" + uuid.uuid4().hex[:12]
+    srv.psql(f'CREATE ROLE "{role}" LOGIN')
+    srv.psql(f'CREATE DATABASE "{name}" OWNER "{role}"')
+    return f"postgresql://{role}@/{name}?host={srv.socket_dir}&port={srv.port}"
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    """A fresh database owned by a fresh ordinary role; the URL fleet-agent's storage.url takes."""
+    return create_fleet_database(pg_server)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from agent.tick import run_tick
 from tests.conftest import events_of, offer_rows, plant_ours, rent_puts, tool_messages, within_policy
 from tests.fakes.openai_server import RecordedRequest, Step, reply
@@ -33,6 +35,9 @@ def _rent_two_good(sim: Any) -> Any:
             for o in picks])
 
     return step
+
+
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def test_demand_rise_rents_instances_that_reach_running_and_requests_extend_byte_for_byte(sim, make_app,

@@ -66,7 +66,10 @@ def cmd_init(args: argparse.Namespace, _app: App | None) -> int:
     with ``--config FILE`` and no DIR, what an existing config names (the config is left as it is)."""
     try:
         if args.config and args.dir is None:
-            return _init_from(Path(args.config))
+            return _init_from(Path(args.config), grant=args.grant)
+        if args.grant:
+            raise FleetAgentError("init --grant: needs --config FILE whose storage.url names the PostgreSQL "
+                                  "database (run it as the role that owns the schema)")
         return _init_dir(Path(args.dir or ".").resolve())
     except OSError as e:
         where = e.filename or "the directory"
@@ -95,21 +98,29 @@ def _init_dir(root: Path) -> int:
     return 0
 
 
-def _init_from(cfg: Path) -> int:
+def _init_from(cfg: Path, *, grant: str | None = None) -> int:
     settings = config.load(str(cfg))
-    _init_data(settings)
+    if grant is not None and not settings.storage.is_pg:
+        raise FleetAgentError(f"init --grant: {cfg} keeps the log in SQLite (storage.url); GRANTs are for a "
+                              "PostgreSQL storage.url")
+    _init_data(settings, grant=grant)
     _print(f"next: 'fleet-agent --config {cfg} doctor'")
     return 0
 
 
-def _init_data(settings: config.Settings) -> None:
+def _init_data(settings: config.Settings, *, grant: str | None = None) -> None:
     """The database (refusing an existing one) and the knowledge directory with its example file."""
     app = App(settings)
     try:
         app.init_database()
+        if grant is not None:
+            from agent.store import pg
+
+            for stmt in pg.apply_grants(app.log, grant):
+                _print(stmt)
     finally:
         app.close()
-    _print(f"created {settings.db_path}")
+    _print(f"created {settings.log_location}")
     kdir = settings.knowledge_path
     kdir.mkdir(parents=True, exist_ok=True)
     example = kdir / "fleet-notes.md"
@@ -377,6 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "creates a database; every other command refuses a missing or empty one. Refuses to "
                        "overwrite.")
     s.add_argument("dir", nargs="?", default=None, help="where to create them (default: .)")
+    s.add_argument("--grant", metavar="ROLE", default=None,
+                   help="PostgreSQL storage: also GRANT ROLE what a fleet needs (read and append only on the "
+                   "events, read and write on the read models) and print the statements; run as the schema's owner")
     s.set_defaults(func=cmd_init, no_config=True)
 
     c = sub.add_parser("config", help="check or show the configuration", description="Check or show settings.")

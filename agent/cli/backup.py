@@ -14,7 +14,15 @@ from agent.lock import FleetLock
 from agent.store import backup as backup_
 
 
+def _not_on_postgres(app: App, what: str) -> None:
+    if app.settings.storage.is_pg:
+        raise FleetAgentError(f"{what} copies a SQLite file; this log is in PostgreSQL ({app.settings.log_location}): "
+                              "back it up with the server's tools (pg_dump), or copy this fleet's log into a SQLite "
+                              "file with 'fleet-agent log migrate --to FILE'")
+
+
 def cmd_backup(args: argparse.Namespace, app: App) -> int:
+    _not_on_postgres(app, "backup")
     dest = backup_.backup_target(Path(args.path), app.settings.agent_id)
     r = backup_.backup(app.log, dest)
     if args.json:
@@ -26,6 +34,7 @@ def cmd_backup(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_restore(args: argparse.Namespace, app: App) -> int:
+    _not_on_postgres(app, "restore")
     src = Path(args.path)
     try:
         lock = FleetLock(app.settings.data_path).acquire()

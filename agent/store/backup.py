@@ -136,6 +136,7 @@ def restore(src: Path, db_path: Path, now: datetime | None = None) -> RestoreRes
     os.replace(staged, db_path)
     with EventLog(db_path, create=False) as restored:
         seq, h = restored.head()
+        assert restored.head_file is not None  # a SQLite log always has one
         restored.head_file.write_text(f"{seq} {h}\n", encoding="ascii")
         os.chmod(restored.head_file, 0o600)
     with contextlib.suppress(OSError):

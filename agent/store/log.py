@@ -34,12 +34,14 @@ from agent.events import Event
 from agent.store import readmodels
 from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
+from agent.store.target import PgTarget
 from agent.tokens import Tokenizer, get_tokenizer
 
 GENESIS = "0" * 64
 _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
 _INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _INSERT_FTS = "INSERT INTO events_fts (rowid, text, kind) VALUES (?,?,?)"
+_INSERT_FTS_PG = "INSERT INTO events_fts (seq, text, kind) VALUES (?,?,?)"
 _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
 Item = tuple[str, dict[str, Any], str, "int | None"]
 
@@ -79,6 +81,14 @@ def utc_ts(dt: datetime | None = None) -> str:
     if 1000 <= dt.year <= 9999:
         return dt.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
     return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def db_errors() -> tuple[type[BaseException], ...]:
+    """The database drivers' error classes loaded in this process (psycopg's only once a PostgreSQL log opened)."""
+    import sys
+
+    pg = sys.modules.get("psycopg")
+    return (sqlite3.Error,) if pg is None else (sqlite3.Error, pg.Error)
 
 
 def _row_to_event(r: tuple[Any, ...]) -> Event:
@@ -140,6 +150,25 @@ def _anchor_mismatch(conn: sqlite3.Connection, rec: tuple[int, str], end: int, w
     return None
 
 
+def _pages(conn: Any, sql: str, since: int, size: int, *, paged: bool) -> Iterator[list[Any]]:
+    """Rows of ``sql`` (which ends in "seq > ?") in seq order, ``size`` at a time: one statement fetched
+    in chunks, or (``paged``: PostgreSQL, whose client-side cursor holds every row) one LIMIT per page."""
+    if not paged:
+        cur = conn.execute(sql + " ORDER BY seq", (since,))
+        while rows := cur.fetchmany(size):
+            yield rows
+        return
+    last = since
+    while rows := conn.execute(sql + " ORDER BY seq LIMIT ?", (last, size)).fetchall():
+        yield rows
+        last = rows[-1][0]
+
+
+def _fts_text(text: str, pg: bool) -> str:
+    """PostgreSQL text cannot hold NUL; the search text drops it (the payload keeps it, escaped)."""
+    return text.replace("\x00", "") if pg and "\x00" in text else text
+
+
 class Transaction:
     """An open BEGIN IMMEDIATE transaction: read, then append, atomically."""
 
@@ -176,7 +205,7 @@ class Transaction:
         text = ev.search_text(event, msg) if msg is not None else f"{kind} {payload_json}"
         execute = self.conn.execute
         execute(_INSERT_EVENT, (seq, eid, ts, kind, k.version, source, tick, payload_json, None, prev, h))
-        execute(_INSERT_FTS, (seq, text, kind))
+        execute(self.log._insert_fts, (seq, _fts_text(text, self.log.is_pg), kind))
         readmodels.apply(self.conn, event)
         self._seq, self._hash = seq, h
         self.appended.append(event)
@@ -186,19 +215,29 @@ class Transaction:
 class EventLog:
     """The append-only log in one SQLite file."""
 
-    def __init__(self, path: str | os.PathLike[str], *, encoding: str = "cl100k_base", encoding_file: str | None = None,
+    def __init__(self, path: str | os.PathLike[str] | PgTarget, *, encoding: str = "cl100k_base", encoding_file: str | None = None,
                  encoding_sha256: str | None = None, clock: Callable[[], datetime] | None = None,
                  readonly: bool = False, head_file: str | os.PathLike[str] | None = None,
                  create: bool = True) -> None:
-        """Open the log at ``path``. With ``create=False`` (every command but ``init``, and the daemon)
-        a missing, empty or foreign database is refused instead of starting a new history."""
-        self.path = Path(path)
-        self.conn = connect(self.path, readonly=readonly, create=create and not readonly)
+        """Open the log at ``path`` (a SQLite file, or a fleet in a PostgreSQL database: ``PgTarget``). With
+        ``create=False`` (every command but ``init``, and the daemon) a missing, empty or foreign database is
+        refused instead of starting a new history."""
+        self.target = path if isinstance(path, PgTarget) else None
+        self.path: Path | PgTarget = path if isinstance(path, PgTarget) else Path(path)
+        self.is_pg = self.target is not None
+        self._insert_fts = _INSERT_FTS_PG if self.is_pg else _INSERT_FTS
+        self.conn: Any = self._connect(readonly=readonly, create=create and not readonly)
         self.clock = clock or (lambda: datetime.now(UTC))
         self._enc = (encoding, encoding_file, encoding_sha256)
         self._tokenizer: Tokenizer | None = None
-        self.head_file = Path(head_file) if head_file else self.path.with_name(self.path.name + ".head")
-        self.checkpoint_file = self.path.with_name(self.path.name + ".verified")
+        self.head_file: Path | None
+        self.checkpoint_file: Path | None
+        if isinstance(self.path, Path):
+            self.head_file = Path(head_file) if head_file else self.path.with_name(self.path.name + ".head")
+            self.checkpoint_file = self.path.with_name(self.path.name + ".verified")
+        else:
+            self.head_file = Path(head_file) if head_file else self.path.head_file
+            self.checkpoint_file = self.path.checkpoint_file
         self._opened_ident = self._file_ident()  # the file this connection reads (follow notices a move)
         self.readonly = readonly
         self._head_fd: int | None = None
@@ -207,6 +246,22 @@ class EventLog:
         # The daemon sets it to its leadership check (agent.leader), so a daemon that lost the lock
         # appends nothing.
         self.fence: Callable[[], None] | None = None
+
+    def _connect(self, *, readonly: bool, create: bool) -> Any:
+        """A connection to the log's database: the SQLite file's, or a PostgreSQL one naming the fleet."""
+        if self.target is None:
+            assert isinstance(self.path, Path)
+            return connect(self.path, readonly=readonly, create=create)
+        from agent.store import pg
+
+        return pg.connect(self.target, readonly=readonly, create=create)
+
+    def _snapshot_conn(self) -> Any:
+        """A fresh read-only connection reading one snapshot (verify walks it while others append)."""
+        conn = self._connect(readonly=True, create=False)
+        if self.is_pg:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        return conn
 
     @cached_property
     def store(self) -> Store:
@@ -256,8 +311,10 @@ class EventLog:
         except BaseException as e:
             if held and self._held is not None:
                 self._held[:0] = held  # not committed: still held, still first
-            if isinstance(e, sqlite3.Error):
-                raise LogError(f"the event log at {self.path} could not be written: {e}") from e
+            if isinstance(e, db_errors()):
+                from agent.secrets import scrub
+
+                raise LogError(f"the event log at {self.path} could not be written: {scrub(str(e))}") from e
             raise
         if tx.appended:
             self._write_head(tx.appended[-1])
@@ -322,7 +379,7 @@ class EventLog:
                 if bad is not None:
                     raise ChainBroken(f"cannot copy the origin's events: {bad[1]}")
                 self.conn.execute(_INSERT_EVENT, row)
-                self.conn.execute(_INSERT_FTS, (e.seq, ev.search_text(e), e.kind))
+                self.conn.execute(self._insert_fts, (e.seq, _fts_text(ev.search_text(e), self.is_pg), e.kind))
                 readmodels.apply(self.conn, e)
                 prev_seq, prev_hash = e.seq, e.hash
                 tx._seq, tx._hash = e.seq, e.hash
@@ -335,6 +392,8 @@ class EventLog:
         The file stays open and is rewritten in place under an exclusive flock, so
         writers in several processes never move it backwards. Best effort: a failed
         write is reported by verify, not by the append (which has committed)."""
+        if self.head_file is None:
+            return
         try:
             if self._head_fd is None:
                 self._head_fd = os.open(self.head_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -353,6 +412,8 @@ class EventLog:
             pass  # verify() compares what is there; the append itself has committed
 
     def _read_head(self) -> tuple[int, str] | None:
+        if self.head_file is None:
+            return None
         try:
             return _parse_head(self.head_file.read_bytes())
         except OSError:
@@ -393,6 +454,9 @@ class EventLog:
         if tick is not None:
             where.append("tick = ?")
             params.append(tick)
+        if self.is_pg:
+            yield from self._read_pages(where, params, limit=limit, newest_first=newest_first)
+            return
         sql = f"SELECT {_COLS} FROM events WHERE {' AND '.join(where)} ORDER BY seq {'DESC' if newest_first else 'ASC'}"
         if limit is not None:
             sql += " LIMIT ?"
@@ -404,6 +468,24 @@ class EventLog:
                 return
             for r in rows:
                 yield _row_to_event(r)
+
+    def _read_pages(self, where: list[str], params: list[Any], *, limit: int | None,
+                    newest_first: bool) -> Iterator[Event]:
+        """``read`` on PostgreSQL: pages of 500 by seq (a client-side cursor would hold every row at once)."""
+        bound: int | None = None
+        left = limit
+        while left is None or left > 0:
+            extra = [] if bound is None else [f"seq {'<' if newest_first else '>'} ?"]
+            size = 500 if left is None else min(500, left)
+            sql = (f"SELECT {_COLS} FROM events WHERE {' AND '.join(where + extra)} "
+                   f"ORDER BY seq {'DESC' if newest_first else 'ASC'} LIMIT ?")
+            rows = self.conn.execute(sql, [*params, *([] if bound is None else [bound]), size]).fetchall()
+            for r in rows:
+                yield _row_to_event(r)
+            if len(rows) < size:
+                return
+            bound = rows[-1][0]
+            left = None if left is None else left - len(rows)
 
     def follow(self, since: int = 0, *, poll: float = 0.25, stop: Callable[[], bool] = lambda: False,
                kinds: Iterable[str] | None = None) -> Iterator[Event]:
@@ -426,6 +508,8 @@ class EventLog:
 
     def _file_ident(self) -> tuple[int, int] | None:
         """(device, inode) of the database file now; None when nothing is at its path."""
+        if not isinstance(self.path, Path):
+            return (0, 0)  # a PostgreSQL database cannot be moved from under the connection
         try:
             st = os.stat(self.path)
         except OSError:
@@ -437,6 +521,8 @@ class EventLog:
         terms = [t for t in query.replace('"', " ").split() if t]
         if not terms:
             return []
+        if self.is_pg:
+            return self._search_pg(" ".join(terms), limit, until_seq)
         match = " ".join(f'"{t}"' for t in terms)
         sql = ("SELECT rowid, snippet(events_fts, 0, '[', ']', ' … ', 24) FROM events_fts WHERE events_fts MATCH ?"
                + (" AND rowid <= ?" if until_seq is not None else "") + " ORDER BY rowid DESC LIMIT ?")
@@ -451,6 +537,18 @@ class EventLog:
             if hit is not None:
                 out.append((hit, snip))
         return out
+
+    def _search_pg(self, text: str, limit: int, until_seq: int | None) -> list[tuple[Event, str]]:
+        """``search`` on PostgreSQL: every term must match (tsvector, GIN index), with the same snippet marks."""
+        sql = ("SELECT seq, ts_headline('english', text, q, 'StartSel=[, StopSel=], MaxWords=24, MinWords=8,"
+               " MaxFragments=2, FragmentDelimiter=\" … \"') FROM events_fts, plainto_tsquery('english', ?) q"
+               " WHERE tsv @@ q" + (" AND seq <= ?" if until_seq is not None else "") + " ORDER BY seq DESC LIMIT ?")
+        params: list[Any] = [text] + ([until_seq] if until_seq is not None else []) + [limit]
+        try:
+            rows = self.conn.execute(sql, params).fetchall()
+        except db_errors() as e:
+            raise LogError(f"search query {text!r} could not run: {e}") from e
+        return [(hit, snip) for seq, snip in rows if (hit := self.get(seq)) is not None]
 
     def count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
@@ -467,7 +565,7 @@ class EventLog:
         # after each commit, so every seq it names is in the snapshot the walk reads, even while
         # another process appends (and whatever statement this log's own connection has open).
         head = self._read_head()
-        conn = connect(self.path, readonly=True)
+        conn = self._snapshot_conn()
         try:
             r = self._walk(conn, 0, GENESIS)
             r = self._check_anchors(conn, r, head, anchor)
@@ -482,7 +580,7 @@ class EventLog:
         reached; the row at that seq must still carry that hash, then the events after it are
         walked. A clean result moves the checkpoint to the head (best effort)."""
         head, cp = self._read_head(), self._read_checkpoint()
-        conn = connect(self.path, readonly=True)
+        conn = self._snapshot_conn()
         try:
             r = self._from_checkpoint(conn, cp)
             r = self._check_anchors(conn, r, head, None)
@@ -523,13 +621,9 @@ class EventLog:
             return VerifyReport(False, 0, seq - 1, bad[0], bad[1])
         return self._walk(conn, seq, h, since=seq)
 
-    def _walk(self, conn: sqlite3.Connection, prev_seq: int, prev_hash: str, *, since: int = 0) -> VerifyReport:
+    def _walk(self, conn: Any, prev_seq: int, prev_hash: str, *, since: int = 0) -> VerifyReport:
         checked = 0
-        cur = conn.execute(f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq", (since,))
-        while True:
-            rows = cur.fetchmany(2000)
-            if not rows:
-                break
+        for rows in _pages(conn, f"SELECT {_COLS} FROM events WHERE seq > ?", since, 2000, paged=self.is_pg):
             for r in rows:
                 bad = _bad_row(r, prev_seq, prev_hash)
                 if bad is not None:
@@ -549,12 +643,14 @@ class EventLog:
             bad = _anchor_mismatch(conn, rec, r.head_seq, what)
             if bad is not None:
                 return dataclasses.replace(r, ok=False, first_bad_seq=bad[0], reason=bad[1])
-        if head is None and r.head_seq > 0:
+        if head is None and r.head_seq > 0 and not self.is_pg:
             return dataclasses.replace(r, warnings=(f"no head file at {self.head_file}: deleting the newest events "
                                                     "cannot be detected without one",))
         return r
 
     def _read_checkpoint(self) -> tuple[int, str] | None:
+        if self.checkpoint_file is None:
+            return None
         try:
             return _parse_head(self.checkpoint_file.read_bytes())
         except OSError:
@@ -562,6 +658,8 @@ class EventLog:
 
     def _write_checkpoint(self, seq: int, h: str) -> bool:
         """Record a verified (seq, hash) beside the database, atomically; False when it cannot be written."""
+        if self.checkpoint_file is None:
+            return False
         tmp = self.checkpoint_file.with_name(self.checkpoint_file.name + f".{os.getpid()}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)

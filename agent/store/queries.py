@@ -191,11 +191,88 @@ GROUP BY kind, a, b
 """
 
 
+# ------------------------------------------------------------------ PostgreSQL variants
+# The queries whose SQL differs beyond what agent/store/pg.py translates (placeholders, quoting): JSON
+# through the jsonb ``body`` column (the payload text parsed; the hash covers the text), GLOB as LIKE.
+
+_LIVE_ALERTS_PG = """
+SELECT a.* FROM alerts a
+WHERE {where} AND (a.status = 'open' OR (a.status = 'acked' AND NOT EXISTS (
+    SELECT 1 FROM events e WHERE e.kind LIKE 'alert.%' AND e.body->>'alert_id' = a.id::text
+      AND e.seq > a.closed_seq AND e.kind = 'alert.resolved')))
+ORDER BY a.id
+"""
+
+_INTENTS_SINCE_PG = ("SELECT COUNT(*) FROM events e JOIN intents i ON i.called_seq = e.seq "
+                     "WHERE i.tool = ? AND e.ts >= ? AND e.kind = 'tool.called'")
+
+
+def _pg_num(path: str, cast: str = "double precision") -> str:
+    """The JSON number at ``path`` of the payload (NULL when it is anything else), as ``cast``."""
+    return f"(CASE WHEN jsonb_typeof(body #> '{path}') = 'number' THEN (body #>> '{path}')::numeric::{cast} END)"
+
+
+_METRIC_TOTALS_PG = f"""
+SELECT kind,
+  CASE kind WHEN 'tick.failed' THEN COALESCE(body->>'error_kind', 'other')
+            WHEN 'tool.result' THEN body->>'name'
+            WHEN 'policy.blocked' THEN body->>'rule'
+            WHEN 'context.compacted' THEN body->>'method' END AS a,
+  CASE kind WHEN 'tool.result' THEN CASE WHEN body->'ok' IN ('true'::jsonb) OR (jsonb_typeof(body->'ok') = 'number'
+                                             AND (body->>'ok')::numeric <> 0) THEN 'ok' ELSE 'error' END
+            WHEN 'policy.blocked' THEN body->>'name' END AS b,
+  COUNT(*) AS n,
+  SUM(CASE WHEN kind = 'model.response' THEN {_pg_num('{usage,prompt_tokens}', 'bigint')} END)::bigint AS prompt,
+  SUM(CASE WHEN kind = 'model.response' THEN {_pg_num('{usage,cached_tokens}', 'bigint')} END)::bigint AS cached,
+  SUM(CASE WHEN kind = 'model.response' THEN {_pg_num('{usage,completion_tokens}', 'bigint')} END)::bigint
+      AS completion,
+  SUM(CASE WHEN kind = 'tick.completed' AND COALESCE(CASE WHEN jsonb_typeof(body->'actions') = 'array'
+           THEN jsonb_array_length(body->'actions') END, 0) = 0 THEN 1 ELSE 0 END)::bigint AS idle
+FROM events
+WHERE seq > ? AND seq <= ? AND kind IN ('tick.completed', 'tick.failed', 'model.response', 'tool.result',
+                                        'policy.blocked', 'context.compacted')
+GROUP BY kind, a, b
+"""
+
+_PG: dict[str, str] = {
+    "alert_history": ("SELECT seq FROM events WHERE kind LIKE 'alert.%' AND body->>'alert_id' = CAST(? AS text)"
+                      " UNION SELECT seq FROM events WHERE kind = 'alert.notified' AND EXISTS ("
+                      "SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(body->'alerts') = 'array'"
+                      " THEN body->'alerts' ELSE '[]'::jsonb END) j WHERE j->>'alert_id' = CAST(? AS text))"
+                      " ORDER BY seq"),
+    "input_hashes": "SELECT body->>'sha256' AS h FROM events WHERE kind = 'input.recorded'",
+    "payload_bytes": ("SELECT kind, COUNT(*) AS n, SUM(octet_length(payload))::bigint AS b FROM events"
+                      " GROUP BY kind ORDER BY kind"),
+    "tick_durations": (f"SELECT {_pg_num('{duration_ms}')} AS d FROM events"
+                       " WHERE kind = 'tick.completed' AND seq > ? AND seq <= ? ORDER BY seq"),
+    "fleet_rates": (f"SELECT seq, ts, {_pg_num('{observation,fleet_dph}')} AS dph FROM events"
+                    " WHERE kind = 'tick.started' AND seq > ? ORDER BY seq"),
+    "observed_running": (
+        "SELECT e.ts AS ts, CASE WHEN jsonb_typeof(j->'id') = 'number' THEN (j->>'id')::numeric::bigint END AS id,"
+        " j->>'status' AS status FROM events e, jsonb_array_elements(CASE WHEN"
+        " jsonb_typeof(e.body #> '{observation,instances}') = 'array' THEN e.body #> '{observation,instances}'"
+        " ELSE '[]'::jsonb END) j"
+        " WHERE e.kind = 'tick.started' AND e.ts >= ? AND (j->'ours' = 'true'::jsonb OR j->'ours' = '1'::jsonb)"
+        " ORDER BY e.seq"),
+    "host_failures": ("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= ?"
+                      " AND body->>'host_id' = CAST(? AS text)"),
+    "host_failure_logged": ("SELECT 1 FROM events WHERE kind = 'host.failed' AND body->>'instance_id' = CAST(? AS text)"
+                            " AND body->>'status' = ? LIMIT 1"),
+}
+
+
 class Store:
-    """The queries against one connection: the log's own, or the one an append transaction holds open."""
+    """The queries against one connection: the log's own, or the one an append transaction holds open.
+
+    On PostgreSQL (``conn`` an agent.store.pg.PgConnection) the SQL of a few queries is a variant
+    (``_PG``); row-level security keeps every query to the connection's fleet."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self._pg = getattr(conn, "dialect", "sqlite") == "postgresql"
+
+    def _sql(self, sqlite_sql: str, pg_key: str) -> str:
+        return _PG[pg_key] if self._pg else sqlite_sql
 
     # ------------------------------------------------------------------ plumbing
 
@@ -215,7 +292,11 @@ class Store:
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self._conn.execute(sql, list(args))
         cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        if self._pg and "agent_id" in cols:  # the fleet's own column: never part of what a query answers
+            for r in rows:
+                del r["agent_id"]
+        return rows
 
     def _value(self, sql: str, args: Sequence[Any] = ()) -> Any:
         row = self._conn.execute(sql, list(args)).fetchone()
@@ -243,10 +324,11 @@ class Store:
         """Alerts whose condition still holds (open, or acked and not resolved since), by exact
         dedup key or by key prefix; oldest first."""
         live = "a.status IN ('open', 'acked') AND "  # index alerts_live: resolved alerts are never read
+        sql = _LIVE_ALERTS_PG if self._pg else _LIVE_ALERTS
         if key is not None:
-            rows = self._query(_LIVE_ALERTS.format(where=live + "a.dedup_key = ?"), [key])
+            rows = self._query(sql.format(where=live + "a.dedup_key = ?"), [key])
         elif prefix is not None:
-            rows = self._query(_LIVE_ALERTS.format(where=live + "a.dedup_key >= ? AND a.dedup_key <= ?"
+            rows = self._query(sql.format(where=live + "a.dedup_key >= ? AND a.dedup_key <= ?"
                                                    " AND substr(a.dedup_key, 1, ?) = ?"),
                                [prefix, prefix + "\U0010ffff", len(prefix), prefix])
         else:
@@ -260,10 +342,11 @@ class Store:
         """The seqs of every event about alert ``alert_id`` (raised, repeated, retitled, acked, resolved, and
         the notifications that name it, first or not), in order. The first part goes through index
         events_alert; notifications are few (one per opening, repeat or resolution)."""
-        rows = self._query("SELECT seq FROM events WHERE kind GLOB 'alert.*' AND json_extract(payload, '$.alert_id') = ?"
-                           " UNION SELECT seq FROM events WHERE kind = 'alert.notified' AND EXISTS ("
-                           "SELECT 1 FROM json_each(payload, '$.alerts') j WHERE json_extract(j.value, '$.alert_id') = ?)"
-                           " ORDER BY seq", [alert_id, alert_id])
+        rows = self._query(self._sql(
+            "SELECT seq FROM events WHERE kind GLOB 'alert.*' AND json_extract(payload, '$.alert_id') = ?"
+            " UNION SELECT seq FROM events WHERE kind = 'alert.notified' AND EXISTS ("
+            "SELECT 1 FROM json_each(payload, '$.alerts') j WHERE json_extract(j.value, '$.alert_id') = ?)"
+            " ORDER BY seq", "alert_history"), [alert_id, alert_id])
         return [int(r["seq"]) for r in rows]
 
     # ------------------------------------------------------------------ instances and intents
@@ -306,10 +389,10 @@ class Store:
 
     def rents_since(self, ts: str) -> int:
         """Rent intents logged at or after ``ts`` (each may have spent money)."""
-        return int(self._value(_INTENTS_SINCE, ["rent_instance", ts]))
+        return int(self._value(_INTENTS_SINCE_PG if self._pg else _INTENTS_SINCE, ["rent_instance", ts]))
 
     def destroys_since(self, ts: str) -> int:
-        return int(self._value(_INTENTS_SINCE, ["destroy_instance", ts]))
+        return int(self._value(_INTENTS_SINCE_PG if self._pg else _INTENTS_SINCE, ["destroy_instance", ts]))
 
     # ------------------------------------------------------------------ memory and directives
 
@@ -331,7 +414,8 @@ class Store:
 
     def recorded_input_hashes(self) -> set[str]:
         """The sha256 of every request input (prompt, policy, tool schemas) already logged in full."""
-        rows = self._query("SELECT json_extract(payload, '$.sha256') AS h FROM events WHERE kind = 'input.recorded'")
+        rows = self._query(self._sql("SELECT json_extract(payload, '$.sha256') AS h FROM events"
+                                     " WHERE kind = 'input.recorded'", "input_hashes"))
         return {str(r["h"]) for r in rows}
 
     def knowledge_names(self) -> list[str]:
@@ -405,6 +489,12 @@ class Store:
         return self._check("PRAGMA integrity_check")
 
     def _check(self, pragma: str) -> list[str]:
+        if self._pg:  # the server keeps its own files sound; what is checked here is that the log reads
+            try:
+                self._value("SELECT COUNT(*) FROM events")
+            except Exception as e:  # noqa: BLE001 - any driver error is the answer
+                return [str(e)]
+            return ["ok"]
         try:
             return [str(r[0]) for r in self._conn.execute(pragma).fetchall()]
         except sqlite3.DatabaseError as e:
@@ -418,8 +508,8 @@ class Store:
 
     def payload_bytes_by_kind(self) -> dict[str, tuple[int, int]]:
         """kind -> (events, bytes of their payload JSON), for every kind in the log."""
-        rows = self._query("SELECT kind, COUNT(*) AS n, SUM(length(CAST(payload AS BLOB))) AS b FROM events"
-                           " GROUP BY kind ORDER BY kind")
+        rows = self._query(self._sql("SELECT kind, COUNT(*) AS n, SUM(length(CAST(payload AS BLOB))) AS b FROM events"
+                                     " GROUP BY kind ORDER BY kind", "payload_bytes"))
         return {str(r["kind"]): (int(r["n"]), int(r["b"] or 0)) for r in rows}
 
     def has_rent_key(self, key: str) -> bool:
@@ -454,12 +544,13 @@ class Store:
         by one or two labels: the failure kind of a failed tick, a tool's name and outcome, a policy rule,
         a compaction's method. Sums: prompt, cached and completion tokens of model responses; ticks
         whose model took no action (``idle``)."""
-        return self._query(_METRIC_TOTALS, [since, until])
+        return self._query(_METRIC_TOTALS_PG if self._pg else _METRIC_TOTALS, [since, until])
 
     def tick_durations(self, since: int, until: int) -> list[float]:
         """The ``duration_ms`` of every completed tick in (since, until], in order."""
-        rows = self._query("SELECT json_extract(payload, '$.duration_ms') AS d FROM events"
-                           " WHERE kind = 'tick.completed' AND seq > ? AND seq <= ? ORDER BY seq", [since, until])
+        rows = self._query(self._sql("SELECT json_extract(payload, '$.duration_ms') AS d FROM events"
+                                     " WHERE kind = 'tick.completed' AND seq > ? AND seq <= ? ORDER BY seq",
+                                     "tick_durations"), [since, until])
         return [float(r["d"]) for r in rows if isinstance(r["d"], int | float)]
 
     def fleet_rates(self, *, after_seq: int, since_ts: str) -> list[tuple[int, str, float | None]]:
@@ -472,8 +563,8 @@ class Store:
             if first is None:
                 return []
             after_seq = int(first) - 1
-        rows = self._query("SELECT seq, ts, json_extract(payload, '$.observation.fleet_dph') AS dph FROM events"
-                           " WHERE kind = 'tick.started' AND seq > ? ORDER BY seq", [after_seq])
+        rows = self._query(self._sql("SELECT seq, ts, json_extract(payload, '$.observation.fleet_dph') AS dph FROM events"
+                                     " WHERE kind = 'tick.started' AND seq > ? ORDER BY seq", "fleet_rates"), [after_seq])
         return [(int(r["seq"]), str(r["ts"]), _num(r["dph"])) for r in rows]
 
     def last_event_ts(self, kinds: Sequence[str]) -> str | None:
@@ -526,11 +617,11 @@ class Store:
     def observed_running(self, since_ts: str) -> dict[int, list[tuple[str, bool]]]:
         """instance id -> (tick ts, whether it was running) for each tick observation of an instance of
         ours at or after ``since_ts``, in log order."""
-        rows = self._query(
+        rows = self._query(self._sql(
             "SELECT e.ts AS ts, json_extract(j.value, '$.id') AS id, json_extract(j.value, '$.status') AS status"
             " FROM events e, json_each(e.payload, '$.observation.instances') j"
             " WHERE e.kind = 'tick.started' AND e.ts >= ? AND json_extract(j.value, '$.ours') = 1"
-            " ORDER BY e.seq", [since_ts])
+            " ORDER BY e.seq", "observed_running"), [since_ts])
         out: dict[int, list[tuple[str, bool]]] = {}
         for r in rows:
             if isinstance(r["id"], int):
@@ -539,14 +630,15 @@ class Store:
 
     def host_failures_since(self, host_id: int, ts: str) -> int:
         """``host.failed`` events for ``host_id`` logged at or after ``ts``."""
-        return int(self._value("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= ?"
-                               " AND json_extract(payload, '$.host_id') = ?", [ts, host_id]))
+        return int(self._value(self._sql("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= ?"
+                                         " AND json_extract(payload, '$.host_id') = ?", "host_failures"), [ts, host_id]))
 
     def host_failure_logged(self, instance_id: int, status: str) -> bool:
         """Whether a ``host.failed`` for this instance entering ``status`` is already logged."""
-        return self._value("SELECT 1 FROM events WHERE kind = 'host.failed'"
-                           " AND json_extract(payload, '$.instance_id') = ?"
-                           " AND json_extract(payload, '$.status') = ? LIMIT 1", [instance_id, status]) is not None
+        return self._value(self._sql("SELECT 1 FROM events WHERE kind = 'host.failed'"
+                                     " AND json_extract(payload, '$.instance_id') = ?"
+                                     " AND json_extract(payload, '$.status') = ? LIMIT 1", "host_failure_logged"),
+                           [instance_id, status]) is not None
 
 
 def _num(v: Any) -> float | None:

@@ -18,6 +18,9 @@ from agent.store.db import database, sqlite3
 # The read-model tables (schema.sql, migrations 002_read_models, 003_alert_silences and 006_instance_states);
 # each is compared in primary-key order.
 TABLES = ("alerts", "memory", "directives", "instances", "intents", "knowledge", "silences", "instance_states")
+# Each table's primary key (on PostgreSQL after the fleet's agent_id).
+KEYS = {"alerts": "id", "memory": "key", "directives": "id", "instances": "instance_id", "intents": "call_id",
+        "knowledge": "name, version", "silences": "id", "instance_states": "instance_id"}
 
 Projector = Callable[[sqlite3.Connection, Event], None]
 
@@ -196,7 +199,11 @@ def apply(conn: sqlite3.Connection, event: Event) -> None:
 
 
 def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
-    """Every read-model row, table by table, in primary-key order."""
+    """Every read-model row, table by table, in primary-key order (on PostgreSQL without the agent_id
+    column: row-level security shows this fleet's rows only)."""
+    if getattr(conn, "dialect", "sqlite") == "postgresql":
+        return {t: [tuple(r[1:]) for r in conn.execute(f"SELECT * FROM {t} ORDER BY {KEYS[t]}").fetchall()]
+                for t in TABLES}
     db = database(conn)
     out: dict[str, list[tuple[Any, ...]]] = {}
     for t in TABLES:
@@ -207,6 +214,10 @@ def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
 
 def clear(conn: sqlite3.Connection) -> None:
     """Empty every read-model table (inside the caller's transaction), ready for a replay."""
+    if getattr(conn, "dialect", "sqlite") == "postgresql":
+        for t in TABLES:
+            conn.execute(f"DELETE FROM {t}")
+        return
     db = database(conn)
     for t in TABLES:
         db.table(t).delete_where()
