@@ -319,6 +319,8 @@ class Daemon:
         """As a standby: poll the lock until it is ours (seconds waited) or a stop signal arrives (None).
         A SIGHUP while waiting stays queued for the main loop (the config is read again then)."""
         started = time.monotonic()
+        if self.leader.try_acquire():
+            return 0.0
         self.notifier.ready(f"standby; waiting for the fleet's lock ({self.leader.holder()})")
         log.info("daemon.standby", pid=os.getpid(), holder=self.leader.holder(), lock=self.leader.kind,
                  failover_seconds=self.leader.failover_seconds)

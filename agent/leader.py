@@ -333,6 +333,7 @@ class PgLeader(_Heartbeat):
         self.application_name = identity(agent_id)
         self.idle_timeout_s = max(1.0, self.failover_seconds / 2)
         self._conn: Any = None
+        self._saw_holder = False  # a poll found the lock taken: taking it later means its holder went
 
     def _connection(self) -> Any:
         from agent.store import pglock
@@ -369,6 +370,9 @@ class PgLeader(_Heartbeat):
                 return False
             if got:
                 self._held_at = self.acquired_at = time.monotonic()
+                self.took_because = ("its holder's session ended (it stopped, died or lost its connection)"
+                                     if self._saw_holder else "free")
+            self._saw_holder = self._saw_holder or not got
         return got
 
     def _verify(self) -> str | None:

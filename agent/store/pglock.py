@@ -47,7 +47,7 @@ def open_lock_session(conninfo: str, *, application_name: str, idle_timeout_s: f
                            **kwargs)
     try:
         if conn.info.server_version >= 140000:
-            conn.execute(f"SET idle_session_timeout = {idle * 1000}")
+            conn.execute(f"SET idle_session_timeout = {max(1000, int(idle_timeout_s * 1000))}")
         conn.execute(f"SET tcp_keepalives_idle = {idle}")
         conn.execute(f"SET tcp_keepalives_interval = {max(1, idle // 3)}")
         conn.execute("SET tcp_keepalives_count = 3")

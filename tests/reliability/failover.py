@@ -7,8 +7,10 @@
                                         take over, SIGCONT the old one: what it appended and sent.
 
 Both run real ``fleet-agent run --standby`` processes (the console script's code path,
-``python -m agent.cli``) over one SQLite data directory against the simulator on 127.0.0.1,
-with the built-in rules provider as the model. ``bench/failover.py`` prints the figures; the
+``python -m agent.cli``) against the simulator on 127.0.0.1, with the built-in rules provider as
+the model, over one log: the SQLite file in a shared data directory, or, given ``storage_url``,
+the fleet in a PostgreSQL database (each daemon then has a data directory of its own, as on two
+hosts). ``bench/failover.py`` prints the figures; the
 slow tests in tests/test_failover.py assert them.
 """
 
@@ -29,7 +31,9 @@ from typing import Any
 
 from agent.events import Event
 from agent.store.log import EventLog
+from agent.store.target import PgTarget
 from tests.reliability.harness import (
+    AGENT_ID,
     ROOT,
     CountingSim,
     audit_intents,
@@ -68,19 +72,31 @@ def suspended(pid: int) -> bool:
 class Fleet:
     """The daemon processes of one fleet, and what its log says."""
 
-    def __init__(self, root: Path, cfg: Path) -> None:
-        self.root, self.cfg, self.db = root, cfg, db_path(root)
+    def __init__(self, root: Path, cfg: Path, storage_url: str | None = None) -> None:
+        self.root, self.cfg = root, cfg
+        self.db: Path | PgTarget = db_path(root) if storage_url is None else \
+            PgTarget(storage_url, AGENT_ID, state_dir=root / "check")
+        (root / "check").mkdir(exist_ok=True)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.stderr_paths: dict[int, Path] = {}
         self.n = 0
 
     def start(self, *, standby: bool = True) -> subprocess.Popen[bytes]:
+        """A daemon; on PostgreSQL each in a copy of the config in a directory of its own (another host)."""
         self.n += 1
+        cfg = self.cfg
+        if isinstance(self.db, PgTarget):
+            host = self.root / f"host-{self.n}"
+            host.mkdir()
+            (host / "knowledge").mkdir()
+            for name in ("config.yaml", "vast_api_key"):
+                (host / name).write_bytes((self.root / name).read_bytes())
+            cfg = host / "config.yaml"
         path = self.root / f"daemon-{self.n}.stderr"
         err = path.open("wb")
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
         env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-        argv = [sys.executable, "-m", "agent.cli", "--config", str(self.cfg), "run"] + (["--standby"] if standby
+        argv = [sys.executable, "-m", "agent.cli", "--config", str(cfg), "run"] + (["--standby"] if standby
                                                                                          else [])
         p = subprocess.Popen(argv, cwd=self.root, env=env, stdout=subprocess.DEVNULL, stderr=err)
         err.close()
@@ -92,7 +108,7 @@ class Fleet:
         return self.stderr_paths[pid].read_text(errors="replace")
 
     def events(self, since: int = 0, kinds: list[str] | None = None) -> list[Event]:
-        if not self.db.exists():
+        if isinstance(self.db, Path) and not self.db.exists():
             return []
         with EventLog(self.db, readonly=True) as lg:
             return list(lg.read(since, kinds=kinds))
@@ -121,11 +137,15 @@ class Fleet:
         return codes
 
 
-def _config(root: Path, sim: CountingSim, url: str, failover: float) -> Path:
+def _config(root: Path, sim: CountingSim, url: str, failover: float, storage_url: str | None = None) -> Path:
+    storage: dict[str, Any] = {"failover_seconds": f"{failover:g}s"}
+    if storage_url is not None:
+        storage["url"] = storage_url
     return write_config(root, url, key=sim.api_key, schedule={"interval": "1s", "max_steps": 4,
                                                                 "misfire_grace": "5s", "stop_deadline": "5s"},
-                        storage={"failover_seconds": f"{failover:g}s"}, http={"listen": None},
-                        policy={"max_instances": 10, "max_total_dph": 40.0}, vast={"settle_after": 60.0})
+                        storage=storage, http={"listen": None},
+                        policy={"max_instances": 10, "max_total_dph": 40.0},
+                        vast={"settle_after": 60.0, "timeout": 5.0})
 
 
 @dataclass
@@ -175,16 +195,17 @@ def _kill_active(fleet: Fleet, sim: CountingSim, acquired: Event, rng: random.Ra
     return t
 
 
-def run_failover(root: Path, *, kills: int = 20, seed: int = 1, failover: float = 10.0) -> FailoverReport:
+def run_failover(root: Path, *, kills: int = 20, seed: int = 1, failover: float = 10.0,
+                 storage_url: str | None = None) -> FailoverReport:
     """SIGKILL the active daemon ``kills`` times; after each the standby must take over within
     ``failover`` seconds and name the killed one in ``leader.lost``. At the end both daemons stop
     cleanly and the log and the simulator are audited."""
     rng = random.Random(seed)
     rep = FailoverReport(failover_seconds=failover)
     with running_sim(seed) as (sim, server):
-        cfg = _config(root, sim, server.url, failover)
+        cfg = _config(root, sim, server.url, failover, storage_url)
         sim.pending = 600.0
-        fleet = Fleet(root, cfg)
+        fleet = Fleet(root, cfg, storage_url)
         try:
             fleet.start()
             fleet.start()
@@ -230,16 +251,17 @@ class PartitionReport:
     intents: dict[str, Any] = field(default_factory=dict)
 
 
-def run_partition(root: Path, *, seed: int = 2, failover: float = 3.0) -> PartitionReport:
+def run_partition(root: Path, *, seed: int = 2, failover: float = 3.0,
+                  storage_url: str | None = None) -> PartitionReport:
     """SIGSTOP the active daemon mid-tick, let the standby take over (past ``failover``), SIGSTOP the new
     active too so nothing else moves, SIGCONT the old one: it must exit 3 having appended nothing and
     sent nothing. Then the new active resumes, ticks, and both are audited."""
     rng = random.Random(seed)
     rep = PartitionReport()
     with running_sim(seed) as (sim, server):
-        cfg = _config(root, sim, server.url, failover)
+        cfg = _config(root, sim, server.url, failover, storage_url)
         sim.pending = 600.0
-        fleet = Fleet(root, cfg)
+        fleet = Fleet(root, cfg, storage_url)
         try:
             old = fleet.start(standby=False)
             first = wait_for(lambda: fleet.acquired_after(0), "the first daemon to become active")

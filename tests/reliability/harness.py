@@ -568,9 +568,10 @@ class ChainWatch:
         return problems
 
 
-def check_db(path: Path, *, rebuild: bool = True) -> list[str]:
-    """Integrity, hash chain (which also catches seq gaps) and read models rebuilt from the log."""
-    if not path.exists():
+def check_db(path: Any, *, rebuild: bool = True) -> list[str]:
+    """Integrity, hash chain (which also catches seq gaps) and read models rebuilt from the log (a SQLite
+    file, or a ``PgTarget``)."""
+    if isinstance(path, Path) and not path.exists():
         return []
     problems = []
     with _open(path) as log:
