@@ -104,6 +104,10 @@ class App:
                                  encoding_sha256=c.encoding_sha256,
                                  clock=lambda: datetime.fromtimestamp(self.clock(), UTC), create=False)
             self._log.fence = self.fence
+            if self.fence is not None:  # the daemon's log: a suspended holder must not block its successor
+                from agent.store.pglock import bound_idle_transactions
+
+                bound_idle_transactions(self._log, float(self.settings.storage.failover_seconds) / 2)
         return self._log
 
     def init_database(self, *, exist_ok: bool = False) -> Path:

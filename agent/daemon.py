@@ -83,6 +83,7 @@ from agent.sdnotify import SystemdNotifier
 from agent.secrets import scrub
 from agent.store.db import check_database_file
 from agent.store.log import EventLog
+from agent.store.pglock import bound_idle_transactions
 from agent.tick import reconcile_at_start, run_tick
 
 log = structlog.get_logger(__name__)
@@ -262,6 +263,7 @@ class Daemon:
             self.events = EventLog(s.log_target(self.env), encoding=s.context.encoding, encoding_file=s.context.encoding_file,
                                    encoding_sha256=s.context.encoding_sha256, create=False)
             self.events.fence = self.leader.check
+            bound_idle_transactions(self.events, float(s.storage.failover_seconds) / 2)
             verified = self.events.check_before_append()  # ChainBroken (exit 1) before the first append
             log.info("log.verified", since_seq=verified.since, checked=verified.checked,
                      head=f"{verified.head_seq}:{verified.head_hash}")

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 from agent import config
 from agent.clients.vast import VastClient
-from agent.errors import ConfigError
+from agent.errors import ConfigError, LogError
 from agent.leader import FileLeader, LeadershipLost, PgLeader, identity, leader_for
 from agent.lock import FleetLock
 from agent.sim import SimServer, Simulator
@@ -323,3 +324,23 @@ def test_failover_seconds_is_bounded_with_file_and_line(tmp_path: Path):
     assert float(s.storage.failover_seconds) == 30.0
     lead = leader_for(s)
     assert isinstance(lead, FileLeader) and lead.path == s.data_path / "fleet-agent.leader"
+
+
+def test_pg_a_suspended_daemon_mid_append_does_not_hold_the_append_lock(pg_url: str, tmp_path: Path):
+    """The daemon's logs on PostgreSQL end their session after failover/2 inside an open transaction: an
+    append left open (as by a daemon suspended mid-append) is rolled back by the server, and another
+    writer's append goes through instead of waiting for the suspended one."""
+    from agent.store.pglock import bound_idle_transactions
+    from agent.store.target import PgTarget
+
+    with EventLog(PgTarget(pg_url, "fleet-1", state_dir=tmp_path), create=True) as lg, \
+            EventLog(PgTarget(pg_url, "fleet-1", state_dir=tmp_path)) as other:
+        bound_idle_transactions(lg, 1.0)
+        successor = threading.Thread(target=other.append, args=("daemon.stopped", {"reason": "the new active"},
+                                                                "system"), daemon=True)
+        with pytest.raises(LogError), lg.transaction() as tx:
+            tx.append("daemon.stopped", {"reason": "suspended mid-append"}, "system")
+            successor.start()  # waits for the fleet's append lock, held by this open transaction
+            successor.join(30)
+            assert not successor.is_alive(), "the open transaction kept the append lock"
+        assert [e.payload["reason"] for e in other.read(0)] == ["the new active"]

@@ -18,9 +18,10 @@ notices it). The holder queries at least every ``idle_timeout / 3`` to keep it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
+if TYPE_CHECKING:  # the driver loads when a lock session opens: SQLite users never load it
+    import psycopg
 
 LOCK_CLASS = 0x46414C4B  # "FALK": the first half of every fleet-agent leadership key
 _KEY = "classid = %s::bigint::oid AND objid = (hashtext(%s)::bigint & 4294967295)::oid AND objsubid = 2"
@@ -40,6 +41,8 @@ class LockHolder:
 def open_lock_session(conninfo: str, *, application_name: str, idle_timeout_s: float,
                       connect_timeout_s: float = 10.0, **kwargs: Any) -> psycopg.Connection[Any]:
     """An autocommit connection for the lock alone. Raises ``psycopg.Error``."""
+    import psycopg
+
     idle = max(1, int(idle_timeout_s))
     conn = psycopg.connect(conninfo, autocommit=True, application_name=application_name[:63],
                            connect_timeout=max(1, int(connect_timeout_s)), keepalives=1,
@@ -84,3 +87,12 @@ def lock_holders(conn: psycopg.Connection[Any], agent_id: str) -> list[LockHolde
         f"FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND {_KEY} "
         "AND l.granted ORDER BY l.pid", (LOCK_CLASS, agent_id)).fetchall()
     return [LockHolder(int(r[0]), r[1] or "", r[2], r[3], r[4]) for r in rows]
+
+
+def bound_idle_transactions(log: Any, seconds: float) -> None:
+    """On a log in PostgreSQL: the server ends the log's session once it has sat ``seconds`` inside an
+    open transaction. A daemon suspended mid-append would otherwise keep the fleet's append lock, and
+    block the daemon that took over, for as long as it stays suspended. Nothing on a SQLite log."""
+    conn: Any = getattr(log, "conn", None)
+    if getattr(conn, "dialect", None) == "postgresql":
+        conn.raw.execute(f"SET idle_in_transaction_session_timeout = {max(1000, int(seconds * 1000))}")
