@@ -344,3 +344,55 @@ def test_pg_a_suspended_daemon_mid_append_does_not_hold_the_append_lock(pg_url: 
             successor.join(30)
             assert not successor.is_alive(), "the open transaction kept the append lock"
         assert [e.payload["reason"] for e in other.read(0)] == ["the new active"]
+
+
+# ------------------------------------------------------------------ doctor
+
+
+def _settings(tmp_path: Path, storage_url: str | None = None) -> config.Settings:
+    cfg = tmp_path / "config.yaml"
+    extra = f'storage:\n  url: "{storage_url}"\n' if storage_url else ""
+    cfg.write_text(f"agent_id: fleet-1\ndata_dir: ./data\n{extra}", encoding="utf-8")
+    return config.load(str(cfg))
+
+
+def test_doctor_names_the_file_lock_holder_and_fails_a_stale_one(tmp_path: Path):
+    """doctor's lock check: no daemon active (ok), the holder's pid and host with its heartbeat age (ok),
+    and a holder whose heartbeat is older than failover_seconds (FAIL: suspended or hung, with the fix)."""
+    from agent.doctor import check_leader
+
+    s = _settings(tmp_path)
+    c = check_leader(s)
+    assert (c.ok, c.detail) == (True, "no daemon is active")
+    lead = FileLeader(s.data_path, "fleet-1", failover_seconds=30)
+    assert lead.try_acquire()
+    c = check_leader(s)
+    assert c.ok and c.detail.startswith(f"held by pid {os.getpid()} on {socket.gethostname()}, heartbeat ")
+    lead.release()
+    stale = FileLeader(s.data_path, "fleet-1", failover_seconds=30, clock=lambda: time.time() - 31)
+    assert stale.try_acquire()
+    c = check_leader(s)
+    assert not c.ok and "stale" in c.detail and c.fix is not None and "suspended or hung" in c.fix
+    stale.release()
+
+
+def test_doctor_names_the_pg_lock_holder_by_application_name(pg_url: str, tmp_path: Path):
+    """doctor's lock check on PostgreSQL reads pg_locks and pg_stat_activity: nobody (ok), a daemon named
+    "fleet-agent fleet-1 <host> <pid>" (ok), a session of something else holding the fleet's key (FAIL,
+    with the pg_terminate_backend fix)."""
+    import psycopg
+
+    from agent.doctor import check_leader
+    from agent.store import pglock
+
+    s = _settings(tmp_path, pg_url)
+    assert check_leader(s).detail == "no daemon holds the advisory lock of fleet 'fleet-1'"
+    lead = pg_leader(pg_url)
+    assert lead.try_acquire()
+    c = check_leader(s)
+    assert c.ok and f"'{identity('fleet-1')}'" in c.detail
+    lead.release()
+    with psycopg.connect(pg_url, autocommit=True, application_name="psql") as other:
+        assert pglock.try_lock(other, "fleet-1")
+        c = check_leader(s)
+        assert not c.ok and "'psql'" in c.detail and c.fix is not None and "pg_terminate_backend" in c.fix
