@@ -129,3 +129,59 @@ class Tamper:
         """Overwrite columns in every row of read-model ``table`` (the log no longer implies it)."""
         sets = ", ".join(f"{c} = ?" for c in columns)
         self.conn.execute(f"UPDATE {table} SET {sets}", tuple(columns.values()))
+
+
+# ------------------------------------------------------------------ PostgreSQL
+
+PG_TRUNCATE = "TRUNCATE events"
+
+
+def pg_attempt(url: str, agent_id: str, statement: str) -> None:
+    """Run ``statement`` as the URL's role, naming fleet ``agent_id``, with every trigger and grant in place
+    (raises what the server raises)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT set_config('fleet_agent.agent_id', %s, false)", [agent_id])
+        conn.execute(statement)
+
+
+def edit_read_model(log: Any, table: str, **columns: Any) -> None:
+    """Overwrite columns in every row of read-model ``table`` of ``log``'s fleet, on either backend (on
+    PostgreSQL as the log's own role, which may write the read models)."""
+    if not getattr(log, "is_pg", False):
+        with Tamper(log.path) as t:
+            t.edit_read_model(table, **columns)
+        return
+    import psycopg
+
+    with psycopg.connect(log.target.url, autocommit=True) as conn:
+        conn.execute("SELECT set_config('fleet_agent.agent_id', %s, false)", [log.target.agent_id])
+        conn.execute(f"UPDATE {table} SET " + ", ".join(f"{c} = %s" for c in columns), list(columns.values()))
+
+
+class PgTamper:
+    """The database's superuser, triggers off for the session: one fleet's events can be edited."""
+
+    def __init__(self, superuser_dsn: str, agent_id: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(superuser_dsn, autocommit=True)
+        self.conn.execute("SET session_replication_role = replica")  # user triggers do not fire
+        self.agent_id = agent_id
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> PgTamper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def replace_in_payload(self, seq: int, old: str, new: str) -> None:
+        self.conn.execute("UPDATE events SET payload = replace(payload, %s, %s) WHERE agent_id = %s AND seq = %s",
+                          [old, new, self.agent_id, seq])
+
+    def delete(self, seq: int) -> None:
+        self.conn.execute("DELETE FROM events WHERE agent_id = %s AND seq = %s", [self.agent_id, seq])

@@ -15,6 +15,9 @@ from agent.errors import FleetAgentError
 from agent.events import render
 from tests.test_feedback import app, inst, obs, with_notify  # noqa: F401 - the fixture
 
+# Runs on SQLite and on PostgreSQL (the app fixture opens the log on the test's backend).
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 class Clock:
     """The log's clock, moved by the test."""

@@ -7,6 +7,7 @@ context test modules import them.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from agent.errors import ConfigError, UsageError
 from agent.events import Event
 from agent.prompts import load_prompts, render_system
 from agent.store.log import EventLog, utc_ts
+from agent.store.target import PgTarget
 from tests.tamper import Tamper
 
 POLICY = {"max_instances": 4, "allowed_gpus": ["RTX_4090", "A100"], "max_dph": 0.6}
@@ -50,8 +52,23 @@ class Clock:
         return self.t
 
 
+# Each test runs on SQLite and on PostgreSQL: open_log puts the log of ``path`` in the test's database then,
+# one fleet per file name (two paths, two logs, as with files).
+pytestmark = pytest.mark.usefixtures("backend")
+_PG_URL: list[str | None] = [None]
+
+
+@pytest.fixture(autouse=True)
+def _logs_on_backend(storage_url: str | None) -> Iterator[None]:
+    _PG_URL[0] = storage_url
+    yield
+    _PG_URL[0] = None
+
+
 def open_log(path: Path) -> EventLog:
-    return EventLog(path, clock=Clock())
+    if _PG_URL[0] is None:
+        return EventLog(path, clock=Clock())
+    return EventLog(PgTarget(_PG_URL[0], "t-" + path.stem, state_dir=path.parent), clock=Clock())
 
 
 def words(n: int, k: int) -> str:
@@ -314,7 +331,7 @@ def test_project_at_time_tick_and_seq(tmp_path):
 def test_render_cache_never_serves_a_stale_rendering(tmp_path):
     """The projection cache gives exactly render(event): a row edited behind its hash
     (triggers dropped by hand) projects with its new content, not the cached one."""
-    log = open_log(tmp_path / "f.db")
+    log = EventLog(tmp_path / "f.db", clock=Clock())  # edited behind its hash: a SQLite file
     cache = ProjectionCache()
     simple_tick(log, 1)
     log.append("operator.note", {"text": "keep four RTX 4090", "by": "alice"}, "operator")

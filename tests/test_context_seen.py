@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,9 @@ from tests.test_context_props import PROMPTS
 SETTINGS = {"budget_tokens": 6000, "output_reserve": 500, "high_water": 0.6, "low_water": 0.3,
             "tool_output_max_tokens": 700, "summary_max_tokens": 500, "pinned_max_tokens": 1200,
             "mask_after_ticks": 0}
+
+# Runs on SQLite and on PostgreSQL (make_app opens the log on the test's backend).
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def _agent(body: dict[str, Any]) -> Any:

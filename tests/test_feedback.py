@@ -29,17 +29,22 @@ alerts:
 """
 
 
-def make_app(tmp_path: Path, extra: str = "") -> App:
+def make_app(tmp_path: Path, extra: str = "", storage_url: str | None = None) -> App:
     cfg = tmp_path / "config.yaml"
-    cfg.write_text(CONFIG + extra, encoding="utf-8")
+    storage = f'storage:\n  url: "{storage_url}"\n' if storage_url else ""
+    cfg.write_text(CONFIG + extra + storage, encoding="utf-8")
     app = App(config.load(str(cfg)))
     app.init_database(exist_ok=True)
     return app
 
 
+# Alerts, notes and knowledge run on SQLite and on PostgreSQL (every module using the app fixture).
+pytestmark = pytest.mark.usefixtures("backend")
+
+
 @pytest.fixture
-def app(tmp_path: Path):
-    a = make_app(tmp_path)
+def app(tmp_path: Path, storage_url: str | None):
+    a = make_app(tmp_path, storage_url=storage_url)
     try:
         yield a
     finally:

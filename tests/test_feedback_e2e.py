@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from agent import feedback
 from agent.tick import run_tick
 from tests.fakes.openai_server import is_summary_request, reply, summary_reply
+
+# Runs on SQLite and on PostgreSQL (make_app opens the log on the test's backend).
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def _contents(body: dict[str, Any]) -> list[str]:

@@ -13,11 +13,14 @@ from agent.errors import FleetAgentError, UsageError
 from agent.events import render
 from tests.test_feedback import make_app
 
+# Runs on SQLite and on PostgreSQL (the app fixture opens the log on the test's backend).
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 @pytest.fixture
-def app(tmp_path: Path, monkeypatch):
+def app(tmp_path: Path, monkeypatch, storage_url):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # refused edits keep their copy there
-    a = make_app(tmp_path)
+    a = make_app(tmp_path, storage_url=storage_url)
     a.settings.knowledge_path.mkdir()
     try:
         yield a

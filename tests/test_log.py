@@ -20,7 +20,19 @@ from tests import tamper
 
 
 @pytest.fixture
-def log(tmp_path):
+def log(backend, new_log, tmp_path):
+    """The log on each backend (SQLite: tmp_path/data/events.db; PostgreSQL: a fresh database)."""
+    if backend == "sqlite":
+        with EventLog(tmp_path / "data" / "events.db") as lg:
+            yield lg
+    else:
+        yield new_log()
+
+
+@pytest.fixture
+def sqlite_log(tmp_path):
+    """The log in a SQLite file, for what only a file has (its triggers as SQLite raises them, the head file
+    beside it, the statement trace)."""
     with EventLog(tmp_path / "data" / "events.db") as lg:
         yield lg
 
@@ -73,13 +85,13 @@ def test_bad_payload_is_refused_and_nothing_written(log, kind, payload, source, 
 
 
 @pytest.mark.parametrize("sql", tamper.EVENT_REWRITES)
-def test_update_and_delete_on_events_fail(log, sql):
+def test_update_and_delete_on_events_fail(sqlite_log, sql):
     """Triggers refuse UPDATE and DELETE on events, whatever the statement."""
-    log.append("operator.note", note(), "operator")
+    sqlite_log.append("operator.note", note(), "operator")
     with pytest.raises(pysqlite3.dbapi2.IntegrityError, match="append-only"):
-        tamper.attempt(log.path, sql)
-    assert log.count() == 1
-    assert log.verify().ok
+        tamper.attempt(sqlite_log.path, sql)
+    assert sqlite_log.count() == 1
+    assert sqlite_log.verify().ok
 
 
 def test_append_many_is_atomic(log):
@@ -160,13 +172,13 @@ def test_export_writes_every_field(log):
     assert log.export(buf, since=1) == 1
 
 
-def test_head_file_tracks_newest_event(log):
+def test_head_file_tracks_newest_event(sqlite_log):
     """Each commit records the newest seq and hash in <db>.head, private to the owner."""
-    log.append("operator.note", note(), "operator")
-    e = log.append_many([("operator.note", note(str(i)), "operator", None) for i in range(3)])[-1]
-    assert log.head_file.name == "events.db.head"
-    assert log.head_file.read_text().split() == [str(e.seq), e.hash]
-    assert stat.S_IMODE(os.stat(log.head_file).st_mode) == 0o600
+    sqlite_log.append("operator.note", note(), "operator")
+    e = sqlite_log.append_many([("operator.note", note(str(i)), "operator", None) for i in range(3)])[-1]
+    assert sqlite_log.head_file.name == "events.db.head"
+    assert sqlite_log.head_file.read_text().split() == [str(e.seq), e.hash]
+    assert stat.S_IMODE(os.stat(sqlite_log.head_file).st_mode) == 0o600
 
 
 def test_rebuild_check_matches_and_detects_drift(log):
@@ -183,8 +195,7 @@ def test_rebuild_check_matches_and_detects_drift(log):
     log.append("knowledge.changed", {"name": "a.md", "change": "added", "hash": "h", "size": 3, "text": "abc"},
                "system")
     assert log.rebuild_check() == []
-    with tamper.Tamper(log.path) as t:
-        t.edit_read_model("memory", text="tampered")
+    tamper.edit_read_model(log, "memory", text="tampered")
     diffs = log.rebuild_check()
     assert any("memory" in d for d in diffs)
     log.rebuild()
@@ -286,22 +297,22 @@ def test_verify_while_another_connection_appends(tmp_path):
             assert reader.verify().ok
 
 
-def test_held_appends_commit_first_in_the_next_transaction_or_at_the_end(log):
-    """Inside holding(), append_held keeps its events out of the log until the next transaction, which
+def test_held_appends_commit_first_in_the_next_transaction_or_at_the_end(sqlite_log):
+    """Inside holding(), append_held keeps its events out of the sqlite_log until the next transaction, which
     appends them first (one commit for both), and the block's end commits what is left; a bad payload is
     refused when held; outside holding() append_held commits at once; the chain verifies."""
     from agent.store import plans
 
-    with log.holding():
-        log.append_held([("operator.note", note("a"), "operator", None), ("operator.note", note("b"), "operator", None)])
-        assert log.count() == 0
+    with sqlite_log.holding():
+        sqlite_log.append_held([("operator.note", note("a"), "operator", None), ("operator.note", note("b"), "operator", None)])
+        assert sqlite_log.count() == 0
         with pytest.raises(PayloadError):
-            log.append_held([("operator.note", {"by": "alice"}, "operator", None)])
-        with plans.record(log) as statements:
-            c = log.append("operator.note", note("c"), "operator")
+            sqlite_log.append_held([("operator.note", {"by": "alice"}, "operator", None)])
+        with plans.record(sqlite_log) as statements:
+            c = sqlite_log.append("operator.note", note("c"), "operator")
         assert sum(s.startswith("COMMIT") for s in statements) == 1
-        log.append_held([("operator.note", note("d"), "operator", None)])
-        assert log.count() == 3
-    assert [e.payload["text"] for e in log.read()] == ["a", "b", "c", "d"] and c.seq == 3
-    log.append_held([("operator.note", note("e"), "operator", None)])
-    assert log.count() == 5 and log.verify().ok
+        sqlite_log.append_held([("operator.note", note("d"), "operator", None)])
+        assert sqlite_log.count() == 3
+    assert [e.payload["text"] for e in sqlite_log.read()] == ["a", "b", "c", "d"] and c.seq == 3
+    sqlite_log.append_held([("operator.note", note("e"), "operator", None)])
+    assert sqlite_log.count() == 5 and sqlite_log.verify().ok

@@ -23,9 +23,13 @@ _props = settings(max_examples=60, deadline=None, suppress_health_check=[HealthC
 
 
 @pytest.fixture
-def log(tmp_path):
-    with EventLog(tmp_path / "props.db") as lg:
-        yield lg
+def log(backend, new_log, tmp_path):
+    """The log on each backend (SQLite: tmp_path/props.db; PostgreSQL: a fresh database)."""
+    if backend == "sqlite":
+        with EventLog(tmp_path / "props.db") as lg:
+            yield lg
+    else:
+        yield new_log()
 
 
 @_props

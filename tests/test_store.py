@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,9 +32,13 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def log(tmp_path: Path, clock: Clock) -> Iterator[EventLog]:
-    with EventLog(tmp_path / "store.db", clock=clock) as lg:
-        yield lg
+def log(backend: str, new_log: Callable[..., EventLog], tmp_path: Path, clock: Clock) -> Iterator[EventLog]:
+    """The log on each backend (SQLite: tmp_path/store.db; PostgreSQL: a fresh database)."""
+    if backend == "sqlite":
+        with EventLog(tmp_path / "store.db", clock=clock) as lg:
+            yield lg
+    else:
+        yield new_log(clock=clock)
 
 
 def raised(alert_id: int, key: str, title: str = "t", severity: str = "warning") -> dict:
@@ -293,8 +297,7 @@ def test_rebuild_compares_and_repairs_through_the_store(log: EventLog):
     """A read model edited behind the log's back shows in rebuild_check, and rebuild() restores what the
     Store answers."""
     log.append("memory.written", {"key": "k", "text": "v"}, "model")
-    with tamper.Tamper(log.path) as t:
-        t.edit_read_model("memory", text="tampered")
+    tamper.edit_read_model(log, "memory", text="tampered")
     assert [m.text for m in log.store.memories()] == ["tampered"]
     assert any(d.startswith("memory: live has") for d in log.rebuild_check())
     log.rebuild()

@@ -31,6 +31,8 @@ from tests.conftest_sim import SIM_SEED
 from tests.fakes.openai_server import reply
 
 REPO = Path(__file__).resolve().parent.parent
+# Each test runs on SQLite and on PostgreSQL (the killed tick and the next one share the database).
+pytestmark = pytest.mark.usefixtures("backend")
 WAIT_S = 30.0
 
 TICK_SCRIPT = """
@@ -41,7 +43,8 @@ from agent.tick import run_tick
 from tests.conftest import settings_for
 from agent.sim import ManualClock
 a = json.loads(sys.argv[1])
-s = settings_for(Path(a["tmp"]), a["sim_url"], model_url=a["model_url"])
+s = settings_for(Path(a["tmp"]), a["sim_url"], model_url=a["model_url"],
+                 **({"storage": {"url": a["storage"]}} if a["storage"] else {}))
 app = App(s, env={"VAST_API_KEY": a["key"]}, clock=ManualClock(a["now"]))
 app.init_database(exist_ok=True)
 run_tick(app)
@@ -82,31 +85,32 @@ def _wait_for(cond: Any, what: str) -> None:
         time.sleep(0.02)
 
 
-def _rent_intent_logged(db: Path) -> bool:
-    if not db.exists():
+def _rent_intent_logged(db: Any) -> bool:
+    if isinstance(db, Path) and not db.exists():
         return False
     try:
-        with EventLog(db, readonly=True) as log:
+        with EventLog(db, readonly=True, create=False) as log:
             return any(e.payload.get("name") == "rent_instance" for e in log.read(0, kinds=["tool.called"]))
     except (LogError, sqlite3.OperationalError):
         return False  # the schema is not there yet
 
 
 def _kill_tick_mid_rent(tmp_path: Path, sim: GatedSimulator, sim_server: Any, fake_model: Any,
-                        offer_id: int, in_flight: Any) -> None:
+                        offer_id: int, in_flight: Any, storage_url: str | None) -> None:
     """Run a tick in a subprocess that rents ``offer_id``; SIGKILL it once the intent is logged
     and ``in_flight()`` says the rent reached vast.ai, before any answer."""
     fake_model.enqueue(reply("renting", tool_calls=[("rent_instance", {"offer_id": offer_id,
                                                                        "reason": "queue growing"})]))
     args = {"tmp": str(tmp_path), "sim_url": sim_server.url, "model_url": fake_model.base_url, "key": sim.api_key,
-            "now": sim.now()}
+            "now": sim.now(), "storage": storage_url}
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = tmp_path / "tick-subprocess.log"
     with out.open("wb") as sink:
         proc = subprocess.Popen([sys.executable, "-c", TICK_SCRIPT, json.dumps(args)], cwd=str(tmp_path),
                                 env=env, stdout=sink, stderr=subprocess.STDOUT)
         try:
-            db = settings_for(tmp_path, sim_server.url).db_path
+            storage = {"storage": {"url": storage_url}} if storage_url else {}
+            db = settings_for(tmp_path, sim_server.url, **storage).log_target()
             _wait_for(lambda: proc.poll() is not None or (_rent_intent_logged(db) and in_flight()),
                       "the rent intent and the rent request")
             assert proc.poll() is None, out.read_text(errors="replace")[-3000:]
@@ -131,7 +135,8 @@ def _rent_result(app: Any) -> Any:
 
 
 @pytest.mark.slow
-def test_killed_while_rent_is_in_flight_and_not_created(tmp_path, sim, sim_server, make_app, fake_model):
+def test_killed_while_rent_is_in_flight_and_not_created(tmp_path, sim, sim_server, make_app, fake_model,
+                                                        storage_url):
     """Killed after the rent intent is logged while the request is held before vast.ai
     processes it: the next tick records the rent as pending (recovered; one listing without
     the label proves nothing), owns nothing, never re-sends the rent; once vast.settle_after
@@ -140,7 +145,7 @@ def test_killed_while_rent_is_in_flight_and_not_created(tmp_path, sim, sim_serve
     app_settings = settings_for(tmp_path, sim_server.url)
     offer = good_offer(sim, app_settings)
     sim.hold_rents = True
-    _kill_tick_mid_rent(tmp_path, sim, sim_server, fake_model, offer["id"], sim.held.is_set)
+    _kill_tick_mid_rent(tmp_path, sim, sim_server, fake_model, offer["id"], sim.held.is_set, storage_url)
     sim.hold_rents = False
     sim.release.set()
 
@@ -168,7 +173,7 @@ def test_killed_while_rent_is_in_flight_and_not_created(tmp_path, sim, sim_serve
 
 @pytest.mark.slow
 def test_killed_after_vast_created_the_instance_but_before_the_result(tmp_path, sim, sim_server, make_app,
-                                                                      fake_model):
+                                                                      fake_model, storage_url):
     """Killed after vast.ai created the instance but before its answer (so no tool.result):
     the next tick finds our label, records exactly that instance as ours (recovered success),
     the rent PUT appears exactly once, and the log verifies and rebuilds to the same read models."""
@@ -177,7 +182,8 @@ def test_killed_after_vast_created_the_instance_but_before_the_result(tmp_path, 
     sim.realism.update({"listing_lag": 0})  # listed at once; a late listing leaves the rent pending (test_uncertain)
     sim.faults.update({"ambiguous_rent": 1.0, "ambiguous_rent_mode": "hang", "hang_seconds": WAIT_S,
                        "paths": ["/api/v0/asks/"]})
-    _kill_tick_mid_rent(tmp_path, sim, sim_server, fake_model, offer["id"], lambda: bool(sim.instances))
+    _kill_tick_mid_rent(tmp_path, sim, sim_server, fake_model, offer["id"], lambda: bool(sim.instances),
+                        storage_url)
     sim.faults.update({"ambiguous_rent": 0.0})
 
     app = make_app()

@@ -24,6 +24,9 @@ from tests.fakes.openai_server import (
 SUMMARY = ("## Fleet state and commitments\n- no instances yet\n## Decisions and why\n- waited for demand\n"
            "## Open problems\n- none\n## Operator directives\n- none\n## Completed actions\n- none")
 
+# Runs on SQLite and on PostgreSQL (make_app opens the log on the test's backend).
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def _ends(app: Any) -> dict[int, list[str]]:
     """tick -> the kinds of its terminal events."""

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 
 from agent.clients.vast import VastClient
 from agent.sim import ManualClock, Simulator
@@ -21,6 +22,9 @@ from tests.conftest import events_of, good_offer, rent_puts, tool_messages, with
 from tests.fakes.openai_server import FakeOpenAI, reply
 
 LATE_S = 1.0
+
+# Runs on SQLite and on PostgreSQL (make_app opens the log on the test's backend).
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def _rent(offer_id: int) -> tuple[str, dict[str, Any]]:

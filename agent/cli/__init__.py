@@ -27,6 +27,7 @@ from agent.cli import export as export_commands
 from agent.cli import feedback as feedback_commands
 from agent.cli import fork as fork_commands
 from agent.cli import hosts as hosts_commands
+from agent.cli import log as log_commands
 from agent.cli import manual as manual_commands
 from agent.cli import ops as ops_commands
 from agent.cli import output
@@ -421,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(the daemon logs it as head= on every 'tick' line)")
     s.set_defaults(func=cmd_log_verify)
     export_commands.add_log_export(lsub)
+    log_commands.add_log_migrate(lsub)
     s = lsub.add_parser("search", help="full-text search over every event",
                         description="Full-text search over the rendered text of every event, newest first.")
     s.add_argument("query", nargs="+", help="words to find (all must match)")
