@@ -445,7 +445,7 @@ def check_leader(s: Settings, env: Mapping[str, str] | None = None) -> Check:
     who = f"server pid {h.pid}, '{h.application_name}'" + (f" from {h.client}" if h.client else "")
     if not h.application_name.startswith(f"fleet-agent {s.agent_id} "):
         return Check("lock", False, f"held by {who}, not a fleet-agent daemon of this fleet",
-                     f"end that session (SELECT pg_terminate_backend({h.pid})) if it is not yours")
+                     f"if it is not yours, end that session: pg_terminate_backend({h.pid})")
     return Check("lock", True, f"held by {who}, last query {h.last_query_at}")
 
 

@@ -46,6 +46,9 @@ from agent.lock import FleetLock
 log = structlog.get_logger(__name__)
 
 # check() trusts the heartbeat thread's last success for this long; older, it checks synchronously.
+# Sound because no other daemon can get the lock sooner after that success: on SQLite a standby needs the
+# heartbeat older than failover_seconds, on PostgreSQL the server ends the session failover_seconds / 2
+# after its last query, and the config keeps failover_seconds at 3 s or more.
 FRESH_S = 1.0
 LEASE_NAME = "fleet-agent.leader"
 _LEASE_SIZE = 1024

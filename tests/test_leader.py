@@ -26,6 +26,7 @@ from agent.errors import ConfigError, LogError
 from agent.leader import FileLeader, LeadershipLost, PgLeader, identity, leader_for
 from agent.lock import FleetLock
 from agent.sim import SimServer, Simulator
+from agent.store import pglock
 from agent.store.log import EventLog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -260,7 +261,7 @@ def test_pg_one_holder_named_by_application_name_and_a_release_hands_over(pg_dsn
         (h,) = a.holders()
         assert h.application_name == identity("fleet-1")
         assert f"'{identity('fleet-1')}'" in b.holder()
-        assert a._conn.execute("SHOW idle_session_timeout").fetchone()[0] == "15s"
+        assert pglock.session_setting(a._conn, "idle_session_timeout") == "15s"
         a.release()
         assert b.try_acquire()
         assert b.holders()[0].pid != h.pid
@@ -269,15 +270,15 @@ def test_pg_one_holder_named_by_application_name_and_a_release_hands_over(pg_dsn
             x.release()
 
 
-def test_pg_fence_refuses_once_the_lock_session_is_gone(pg_dsn: str, pg_server: Any):
-    """When the server ends the lock session (here: pg_terminate_backend, as idle_session_timeout or a
-    lost connection would), the next synchronous check raises LeadershipLost and a standby gets the lock."""
+def test_pg_fence_refuses_once_the_lock_session_is_gone(pg_dsn: str):
+    """When the server ends the lock session (here: its backend gets SIGTERM, as from pg_terminate_backend,
+    and as idle_session_timeout or a lost connection would end it), the next synchronous check raises LeadershipLost and a standby gets the lock."""
     a, b = pg_leader(pg_dsn), pg_leader(pg_dsn)
     a.fresh_s = 0.0
     try:
         assert a.try_acquire()
         (h,) = a.holders()
-        pg_server.psql(f"SELECT pg_terminate_backend({h.pid})")
+        os.kill(h.pid, signal.SIGTERM)  # the server ends that session, as pg_terminate_backend does
         with pytest.raises(LeadershipLost, match="lock session"):
             a.check()
         assert b.try_acquire()
@@ -383,7 +384,6 @@ def test_doctor_names_the_pg_lock_holder_by_application_name(pg_url: str, tmp_pa
     import psycopg
 
     from agent.doctor import check_leader
-    from agent.store import pglock
 
     s = _settings(tmp_path, pg_url)
     assert check_leader(s).detail == "no daemon holds the advisory lock of fleet 'fleet-1'"

@@ -80,6 +80,12 @@ def unlock(conn: psycopg.Connection[Any], agent_id: str) -> None:
     conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_CLASS, agent_id))
 
 
+def session_setting(conn: psycopg.Connection[Any], name: str) -> str:
+    """A setting as this session has it (``idle_session_timeout``: '15s')."""
+    row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+    return str(row[0]) if row else ""
+
+
 def lock_holders(conn: psycopg.Connection[Any], agent_id: str) -> list[LockHolder]:
     """The sessions holding the fleet's key (none or one), with what pg_stat_activity says of them."""
     rows = conn.execute(
