@@ -246,9 +246,9 @@ def _steering_lines(sv: dict[str, Any]) -> list[str]:
 def collect(app: App) -> dict[str, Any]:
     """Everything ``status`` shows, as a JSON-able dict."""
     s = app.settings
-    st: dict[str, Any] = {"agent_id": s.agent_id, "config": s.source_path, "database": str(s.db_path)}
+    st: dict[str, Any] = {"agent_id": s.agent_id, "config": s.source_path, "database": s.log_location}
     st["daemon"] = daemon_state(s.data_path)
-    if not s.db_path.exists():
+    if not s.storage.is_pg and not s.db_path.exists():
         st["error"] = f"no database at {s.db_path}; run 'fleet-agent init' or fix data_dir"
         return st
     lg = app.log

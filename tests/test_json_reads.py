@@ -45,7 +45,7 @@ READS: list[tuple[tuple[str, ...], str]] = [
     (("instances",), "json"),
 ]
 # Commands with --json that change something: covered by their own tests.
-WRITES = {"tick", "backup", "restore"}
+WRITES = {"tick", "backup", "restore", "log migrate"}  # log migrate: tests/test_pg_store.py reads its --json
 ALWAYS_JSON = {"config show", "log export"}  # print JSON without being asked
 # Read commands that need more than a fleet's own config: parsed with --json by their own tests.
 ELSEWHERE = {"fork diff"}  # tests/test_fork.py reads a fork's directory

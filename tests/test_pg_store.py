@@ -81,7 +81,15 @@ def test_init_tick_notes_verify_search_and_time_travel_on_postgresql(pg_url, sim
     assert code == 0, err
     code, out, err = run(capsys, cfg, "status", "--json")
     assert code == 0, err
-    assert json.loads(out)
+    st = json.loads(out)
+    assert "error" not in st and st["database"].startswith("postgresql://") and st["events"] > 3
+    for argv in (["thread", "show", "--kind", "tool.", "--tail", "5"], ["alerts", "list", "--all"], ["directives"],
+                 ["policy", "show"], ["hosts", "list"], ["spend", "--json"], ["knowledge", "list"], ["config", "diff"],
+                 ["log", "export"], ["pause", "--for", "1h", "--reason", "maintenance"], ["resume"], ["unpin", "1"]):
+        code, out, err = run(capsys, cfg, *argv)
+        assert code in (0, 1) and not err.startswith("Traceback") and "Error" not in err, (argv, err)
+    code, out, err = run(capsys, cfg, "log", "verify")
+    assert code == 0, err + out
 
 
 def _target(url: str, agent_id: str, tmp_path: Path, **kw: object) -> PgTarget:
@@ -290,3 +298,61 @@ def test_sqlite_commands_never_import_psycopg(tmp_path):
             "log.append('operator.note', {'text': 'x', 'by': 'a'}, 'operator')\nassert log.verify().ok\n"
             "assert 'psycopg' not in sys.modules, 'psycopg was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(Path(__file__).parent.parent))
+
+
+def test_fork_of_a_postgresql_log_writes_its_own_sqlite_log_and_diffs(pg_url, sim, sim_server, tmp_path, capsys,
+                                                                      monkeypatch):
+    """fork from a fleet kept in PostgreSQL reads the origin there (read-only) and writes its re-run into a
+    SQLite log in the fork's own directory: the origin fleet's events are unchanged; fork diff finds the
+    origin again through the recorded URL and fleet."""
+    monkeypatch.setenv("VAST_API_KEY", sim.api_key)
+    cfg = write_config(tmp_path / "site", pg_url, sim_server.url)
+    assert run(capsys, cfg, "init")[0] == 0
+    assert run(capsys, cfg, "tick")[0] == 0
+    with EventLog(_target(pg_url, "fleet-a", tmp_path), create=False) as log:
+        before = [(e.seq, e.hash) for e in log.read()]
+    out = tmp_path / "fork"
+    code, stdout, err = run(capsys, cfg, "fork", "--tick", "1", "--rules", "--out", str(out))
+    assert code == 0, err
+    assert (out / "data" / "fleet-agent.db").exists()
+    assert config.load(str(out / "config.yaml")).storage.url is None
+    with EventLog(_target(pg_url, "fleet-a", tmp_path), create=False) as log:
+        assert [(e.seq, e.hash) for e in log.read()] == before
+    code, stdout, err = run(capsys, cfg, "fork", "diff", str(out))
+    assert code == 0, err
+
+
+@pytest.mark.slow
+def test_the_daemon_ticks_on_postgresql_and_stops_cleanly(pg_url, tmp_path):
+    """`fleet-agent run` with a PostgreSQL storage.url verifies the log, ticks against the simulator and, on
+    SIGTERM, exits 0 with daemon.stopped; the chain verifies and the read models match a rebuild."""
+    import signal
+
+    from agent.sim import SimServer, Simulator
+    from tests.test_daemon import env_for, wait_for
+
+    with SimServer(Simulator(seed=7)) as server:
+        cfg = write_config(tmp_path, pg_url, server.url, extra="logging:\n  format: json\n")
+        cfg.write_text(cfg.read_text().replace("schedule:\n  max_steps: 3", "schedule:\n  max_steps: 2\n"
+                                               "  interval: 1s\n  misfire_grace: 5s"))
+        assert run_init(cfg) == 0
+        err = (tmp_path / "daemon.stderr").open("w")
+        p = subprocess.Popen([sys.executable, "-m", "agent.cli", "--config", str(cfg), "run"], cwd=tmp_path,
+                             env=env_for(), stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            with EventLog(_target(pg_url, "fleet-a", tmp_path), create=False) as log:
+                wait_for(lambda: p.poll() is not None or log.store.count_events_after(0, "tick.completed") >= 2,
+                         "two completed ticks")
+                assert p.poll() is None, (tmp_path / "daemon.stderr").read_text()
+                p.send_signal(signal.SIGTERM)
+                assert p.wait(timeout=60) == 0
+                assert log.store.count_events_after(0, "daemon.stopped") == 1
+                assert log.verify().ok and log.rebuild_check() == []
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+
+
+def run_init(cfg: Path) -> int:
+    return cli.main(["--config", str(cfg), "init"])

@@ -14,6 +14,7 @@ origin, then the re-run ticks.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from agent.fork.point import ForkPoint
 from agent.fork.run import ForkResult, Where, fork_point, make_fork, open_origin
 from agent.fork.setup import Change
 from agent.store.log import EventLog
+from agent.store.target import PgTarget
 
 __all__ = ["Change", "Decision", "ForkOrigin", "ForkPoint", "ForkResult", "TickDecisions", "TickDiff", "Where",
            "compare", "decisions", "diff_fork", "fork_point", "make_fork", "open_origin", "render"]
@@ -38,6 +40,7 @@ class ForkOrigin:
             raise UsageError(f"{fork_dir} is not a fork directory (no config.yaml); give the directory "
                              "`fleet-agent fork` printed")
         s = config.load(str(cfg))
+        self.settings = s
         self.log = EventLog(s.db_path, readonly=True, create=False)
         started = next(iter(self.log.read(0, kinds=["fork.started"], limit=1)), None)
         if started is None:
@@ -52,12 +55,22 @@ class ForkOrigin:
         self.log.close()
 
 
+def origin_location(recorded: str, fork_settings: config.Settings) -> Path | PgTarget:
+    """The origin log a fork.started names: a SQLite path, or "URL (fleet AGENT_ID)" for a fleet in
+    PostgreSQL (the password from the fork's storage.password_* settings, copied from the origin's)."""
+    m = re.fullmatch(r"(postgres(?:ql)?://\S+) \(fleet (\S+)\)", recorded)
+    if m is None:
+        return Path(recorded)
+    pw = config.find_secret("storage.password", fork_settings.storage.password_ref, fork_settings, None)
+    return PgTarget(m.group(1), m.group(2), password=pw)
+
+
 def diff_fork(fork_dir: Path) -> tuple[dict[str, Any], list[TickDiff], list[str]]:
     """(the fork's origin pointer, the per-tick comparison, warnings) for the fork in ``fork_dir``."""
     f = ForkOrigin(fork_dir)
     try:
         p = f.started
-        origin_db = Path(str(p["origin_db"]))
+        origin_db = origin_location(str(p["origin_db"]), f.settings)
         try:
             origin = EventLog(origin_db, readonly=True, create=False)
         except LogError as e:

@@ -48,7 +48,7 @@ class ForkResult:
 def open_origin(settings: Settings) -> EventLog:
     """The origin log, read-only: a fork never writes to it (nor to its head or checkpoint files)."""
     c = settings.context
-    return EventLog(settings.db_path, readonly=True, encoding=c.encoding, encoding_file=c.encoding_file,
+    return EventLog(settings.log_target(), readonly=True, encoding=c.encoding, encoding_file=c.encoding_file,
                     encoding_sha256=c.encoding_sha256, create=False)
 
 
@@ -145,7 +145,7 @@ def _run(settings: Settings, origin: EventLog, point: ForkPoint, seeded: Seeded,
         head_seq, head_hash = origin.head()
         model = "rules" if fs.model.provider == "rules" else f"{fs.model.name} at {fs.model.base_url}"
         app.log.append("fork.started", {
-            "origin_fleet": settings.agent_id, "origin_db": str(settings.db_path), "origin_seq": point.seq,
+            "origin_fleet": settings.agent_id, "origin_db": settings.log_location, "origin_seq": point.seq,
             "origin_hash": point.hash, "origin_head_seq": head_seq, "origin_head_hash": head_hash,
             "at": point.label, "changes": spec.change.describe(), "model": model, "ticks": spec.ticks,
             "seeded": seeded.to_dict()}, "operator")

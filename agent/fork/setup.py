@@ -128,6 +128,7 @@ def write_config(origin_settings: Settings, out: Path, sim_url: str, *, prompts:
                       "api_key_file": str(out / "vast_api_key")})
     d["demand"]["url"] = f"{sim_url}/demand" if s.demand.url else None
     d["alerts"]["notify_command"] = None  # a fork pages no one
+    d["storage"]["url"] = None  # a fork writes its own SQLite log in its data_dir, never the origin's database
     if change.prompt_dir is not None:
         d["prompts_dir"] = str(change.prompt_dir.resolve())
     else:

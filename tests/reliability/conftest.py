@@ -14,7 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability import harness
 from tests.reliability.harness import Zygote
+
+
+@pytest.fixture(autouse=True)
+def _harness_storage(storage_url: str | None) -> Iterator[None]:
+    """A module with ``pytestmark = pytest.mark.usefixtures("backend")`` runs the harness on SQLite and on
+    PostgreSQL: the configs it writes name the test's database then."""
+    harness.use_storage(storage_url)
+    yield
+    harness.use_storage(None)
 
 
 @pytest.fixture

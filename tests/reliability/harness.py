@@ -70,9 +70,20 @@ def config_dict(sim_url: str, *, provider: str = "rules", model_url: str | None 
                    "max_rents_per_hour": 100_000, "max_destroys_per_hour": 100_000},
         "alerts": {"stuck_after": "15m"},
     }
+    if _STORAGE[0] is not None:
+        d["storage"] = {"url": _STORAGE[0]}
     for name, fields in sections.items():
         d[name] = {**d.get(name, {}), **fields}
     return d
+
+
+# The storage the configs name: None = SQLite in root/data; a postgresql:// URL (set through
+# ``use_storage`` by the reliability suite's backend fixture) = fleet AGENT_ID in that database.
+_STORAGE: list[str | None] = [None]
+
+
+def use_storage(url: str | None) -> None:
+    _STORAGE[0] = url
 
 
 def write_config(root: Path, sim_url: str, *, key: str = SIM_KEY, **kw: Any) -> Path:
@@ -90,8 +101,18 @@ def write_config(root: Path, sim_url: str, *, key: str = SIM_KEY, **kw: Any) -> 
     return cfg
 
 
-def db_path(root: Path) -> Path:
-    return root / "data" / "fleet-agent.db"
+def db_path(root: Path) -> Any:
+    """Where the run's log lives: the SQLite file, or the fleet in the PostgreSQL database."""
+    if _STORAGE[0] is None:
+        return root / "data" / "fleet-agent.db"
+    from agent.store.target import PgTarget
+
+    return PgTarget(_STORAGE[0], AGENT_ID, state_dir=root / "data")
+
+
+def log_exists(where: Any) -> bool:
+    """Whether the run's log is there to check (a PostgreSQL one is, from write_config's init on)."""
+    return where.exists() if isinstance(where, Path) else True
 
 
 # ------------------------------------------------------------------ the simulator
@@ -543,7 +564,7 @@ def _quiet(main: Any, argv: list[str], io: Any) -> int:
 # ------------------------------------------------------------------ checking a database
 
 
-def _open(path: Path) -> Any:
+def _open(path: Any) -> Any:
     from agent.store.log import EventLog
 
     return EventLog(path)
@@ -569,9 +590,8 @@ class ChainWatch:
 
 
 def check_db(path: Any, *, rebuild: bool = True) -> list[str]:
-    """Integrity, hash chain (which also catches seq gaps) and read models rebuilt from the log (a SQLite
-    file, or a ``PgTarget``)."""
-    if isinstance(path, Path) and not path.exists():
+    """Integrity, hash chain (which also catches seq gaps) and read models rebuilt from the log."""
+    if not log_exists(path):
         return []
     problems = []
     with _open(path) as log:
@@ -865,7 +885,7 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
                     durations.append(elapsed)
                     if rc not in (0, 1):
                         rep.problems.append(f"run {n}: exit {rc}: {(root / 'err.txt').read_text()[-400:]}")
-                if db_path(root).exists():
+                if log_exists(db_path(root)):
                     # After every restart: nothing lost, integrity, chain; read models every 10th run
                     # (a full rebuild per kill would make the loop quadratic) and at the end.
                     found = watch.check(db_path(root)) + check_db(db_path(root), rebuild=n % 10 == 9)

@@ -6,7 +6,12 @@ by sending the rent again.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.reliability.harness import run_ambiguous
+
+# Runs on SQLite and on PostgreSQL (the harness writes configs naming the test's database).
+pytestmark = pytest.mark.usefixtures("backend")
 
 
 def test_every_ambiguous_rent_is_resolved_within_its_tick_and_never_duplicated(fast_root):

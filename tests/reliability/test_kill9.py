@@ -15,6 +15,9 @@ import pytest
 
 from tests.reliability.harness import run_kill9
 
+# Runs on SQLite and on PostgreSQL (the harness writes configs naming the test's database).
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 @pytest.mark.slow
 def test_kill9_loop_loses_no_event_and_rents_nothing_twice(fast_root, zygote):
