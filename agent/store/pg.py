@@ -85,12 +85,22 @@ class PgConnection:
     def __init__(self, raw: psycopg.Connection[Any], target: PgTarget) -> None:
         self.raw = raw
         self.target = target
+        self._pipe: Any = None
 
     def execute(self, sql: str, params: Any = ()) -> psycopg.Cursor[Any]:
         if sql == "BEGIN IMMEDIATE":
             cur = self.raw.execute("BEGIN")
             self.raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [APPEND_LOCK, self.target.agent_id])
+            self._pipe = self.raw.pipeline()
+            self._pipe.__enter__()
             return cur
+        if sql in ("COMMIT", "ROLLBACK") and self._pipe is not None:
+            pipe, self._pipe = self._pipe, None
+            try:
+                pipe.__exit__(None, None, None)
+            except psycopg.Error:
+                if sql == "COMMIT":
+                    raise
         return self.raw.execute(translate(sql), list(params))
 
     @property

@@ -291,8 +291,9 @@ class Store:
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self._conn.execute(sql, list(args))
+        fetched = cur.fetchall()  # first: inside a PostgreSQL pipeline the columns are known once it has run
         cols = [d[0] for d in cur.description]
-        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        rows = [dict(zip(cols, r, strict=True)) for r in fetched]
         if self._pg and "agent_id" in cols:  # the fleet's own column: never part of what a query answers
             for r in rows:
                 del r["agent_id"]
