@@ -337,6 +337,7 @@ def test_pg_a_suspended_daemon_mid_append_does_not_hold_the_append_lock(pg_url: 
     with EventLog(PgTarget(pg_url, "fleet-1", state_dir=tmp_path), create=True) as lg, \
             EventLog(PgTarget(pg_url, "fleet-1", state_dir=tmp_path)) as other:
         bound_idle_transactions(lg, 1.0)
+        lg.fence = lambda: None  # a daemon's log: fenced, so each append's statements go out at once
         successor = threading.Thread(target=other.append, args=("daemon.stopped", {"reason": "the new active"},
                                                                 "system"), daemon=True)
         with pytest.raises(LogError), lg.transaction() as tx:

@@ -209,6 +209,11 @@ class Transaction:
         readmodels.apply(self.conn, event)
         self._seq, self._hash = seq, h
         self.appended.append(event)
+        if self.log.fence is not None and (sync := getattr(self.conn, "sync", None)) is not None:
+            # A daemon's append on PostgreSQL: its pipelined statements go out now, so a daemon suspended
+            # before the commit leaves its session idle in the transaction, which the server ends
+            # (agent.store.pglock.bound_idle_transactions) instead of keeping the fleet's append lock.
+            sync()
         return event
 
 
