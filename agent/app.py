@@ -34,13 +34,16 @@ class App:
     ``provider`` and ``prompts``, when given, are used instead of building them
     (a test's scripted model; the prompts the daemon read at start or reload).
     ``lock_held`` says the caller (the daemon) holds the single-writer lock, so a
-    tick must not take it again.
+    tick must not take it again; ``fence`` is the daemon's leadership check, which
+    the log runs before every append commits and the vast.ai client before every request.
     """
 
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
                  clock: Callable[[], float] | None = None, provider: ChatProvider | None = None,
-                 prompts: Prompts | None = None, lock_held: bool = False) -> None:
+                 prompts: Prompts | None = None, lock_held: bool = False,
+                 fence: Callable[[], None] | None = None) -> None:
         self.settings = settings
+        self.fence = fence  # the daemon's leadership check: the log calls it before each append commits
         self.env = env
         self.clock = clock or time.time  # the fleet's clock (the simulator's, in demos and tests)
         self.lock_held = lock_held
@@ -58,6 +61,7 @@ class App:
             v = self.settings.vast
             self._vast = VastClient(v.url, self.settings.vast_api_key(self.env).reveal(), timeout=v.timeout,
                                     max_attempts=v.max_attempts, min_interval=v.min_interval)
+            self._vast.fence = self.fence
         return self._vast
 
     def demand(self) -> DemandClient | None:
@@ -103,6 +107,11 @@ class App:
                                  clock=lambda: datetime.fromtimestamp(self.clock(), UTC), create=False)
             if self.settings.storage.archive_url:
                 self._log.segment_files.open_remote = self.archive_remote
+            self._log.fence = self.fence
+            if self.fence is not None:  # the daemon's log: a suspended holder must not block its successor
+                from agent.store.pglock import bound_idle_transactions
+
+                bound_idle_transactions(self._log, float(self.settings.storage.failover_seconds) / 2)
         return self._log
 
     def archive_remote(self) -> Remote:

@@ -272,6 +272,9 @@ class StorageSettings:
     password_env: str | None = "FLEET_AGENT_PG_PASSWORD"
     password_file: str | None = None
     password_credential: str | None = "pg_password"
+    # A standby daemon (``fleet-agent run --standby``) takes over within this long of the active one
+    # dying or hanging (its heartbeat ages past it; on PostgreSQL its lock session ends at half of it).
+    failover_seconds: Duration = Duration(30)
     # The log's tiers (agent/store/archive.py): old months move into sealed segment files.
     # Events older than this and covered by a summary move into one segment per month; null = never.
     archive_after: Duration | None = None
@@ -823,6 +826,12 @@ def _check_schedule(sch: ScheduleSettings, loc: _Loc) -> None:
                             "fields, minute hour day month weekday (UTC), e.g. '*/5 * * * *'") from None
 
 
+def _check_failover(st: StorageSettings, loc: _Loc) -> None:
+    if not 3 <= float(st.failover_seconds) <= 3600:
+        raise loc.error("storage.failover_seconds", f"must be between 3s and 1h (got {float(st.failover_seconds):g}s); "
+                        "a standby takes over this long after the active daemon stops, e.g. 30s")
+
+
 def _check_limits(s: Settings, loc: _Loc) -> None:
     for key, v in (("policy.max_instances", s.policy.max_instances),
                    ("policy.max_rents_per_hour", s.policy.max_rents_per_hour),
@@ -917,6 +926,7 @@ def _check(s: Settings, loc: _Loc) -> None:
     _check_http(s.http, loc)
     _check_storage(s.storage, loc)
     _check_archive(s.storage, loc)
+    _check_failover(s.storage, loc)
 
 
 def _check_archive(st: StorageSettings, loc: _Loc) -> None:

@@ -29,9 +29,21 @@ never interrupted mid-write.
 - A refused reload is appended as ``config.refused`` and stays in ``STATUS=``
   until a reload succeeds.
 
-The daemon holds the single-writer lock for its whole life and appends its own
-events through a connection of its own, so they never share a transaction
-with the tick's.
+The daemon holds the fleet's leadership lock (agent.leader) for its whole
+life and appends its own events through a connection of its own, so they never
+share a transaction with the tick's. Another daemon for the same fleet is
+refused, unless started with ``standby``: it then waits (polling the lock every
+``STANDBY_POLL_S``; SIGTERM/SIGINT end the wait, exit 0) and takes over when the
+active one dies, hangs or stops: ``leader.lost`` (when the old one did not stop
+cleanly) and ``leader.acquired``, then the usual start, whose first job is the
+reconcile with vast.ai, as after any crash.
+
+Fencing: every append (the tick's and the daemon's own) checks the lock just
+before it commits, and every side-effecting vast.ai call checks it after its
+intent is logged. A daemon that finds it lost the lock (it was suspended or cut
+off past ``storage.failover_seconds``) appends nothing more, sends nothing more,
+logs ``leader.lost`` and exits with ``EXIT_LOST`` (3); systemd restarts it, and
+it comes back as a standby when started with ``--standby``.
 """
 
 from __future__ import annotations
@@ -63,13 +75,14 @@ from apscheduler.triggers.interval import IntervalTrigger
 from agent import __version__, config, logsetup
 from agent.app import App
 from agent.config import Settings
-from agent.errors import ChainBroken, ConfigError, FleetAgentError
-from agent.lock import FleetLock
+from agent.errors import ChainBroken, ConfigError, FleetAgentError, LockError
+from agent.leader import FileLeader, LeadershipLost, PgLeader, identity, leader_for
 from agent.prompts import Prompts, load_prompts
 from agent.sdnotify import SystemdNotifier
 from agent.secrets import scrub
 from agent.store.db import check_database_file
 from agent.store.log import EventLog
+from agent.store.pglock import bound_idle_transactions
 from agent.tick import reconcile_at_start, run_tick
 
 log = logsetup.get_logger(__name__)
@@ -78,6 +91,10 @@ JOB_ID = "tick"
 MAIN_LOOP_WAKE_S = 0.5
 # A reload reads the config and prompt files for at most this long before it is refused.
 RELOAD_LIMIT_S = 10.0
+# A standby tries the fleet's lock this often.
+STANDBY_POLL_S = 0.25
+# The exit code of a daemon that lost the fleet's lock to another one.
+EXIT_LOST = LeadershipLost.exit_code
 SIGNAL_NAMES: dict[int, str] = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT", signal.SIGHUP: "SIGHUP"}
 
 SignalHandler = Callable[[int, FrameType | None], Any] | int | None
@@ -190,8 +207,10 @@ class Daemon:
 
     def __init__(self, settings: Settings, *, config_path: str | None, tick_fn: TickFn,
                  reconcile_fn: ReconcileFn | None = None, env: Mapping[str, str] | None = None,
-                 notifier: SystemdNotifier | None = None) -> None:
+                 notifier: SystemdNotifier | None = None, standby: bool = False,
+                 leader: FileLeader | PgLeader | None = None) -> None:
         self.settings = settings
+        self.standby = standby
         self.config_path = config_path or settings.source_path
         self.tick_fn = tick_fn
         self.reconcile_fn = reconcile_fn
@@ -202,7 +221,8 @@ class Daemon:
         self._archived_at: float | None = None  # monotonic time of the last daily archive run
         self.events: EventLog | None = None  # the daemon's own connection
         self.scheduler: BackgroundScheduler | None = None
-        self.lock = FleetLock(settings.data_path)
+        self.leader = leader if leader is not None else leader_for(settings, env)
+        self._lost: str | None = None  # why the leadership lock was lost mid-run
         self._prompt_hashes: dict[str, str] = {}
         self._state = threading.Lock()
         self._idle = threading.Event()
@@ -230,18 +250,31 @@ class Daemon:
         trigger = make_trigger(s.schedule)
         if not s.storage.is_pg:
             check_database_file(s.db_path)  # only init creates one; refuse before the lock file is made
-        self.lock.acquire()
         old_handlers: dict[int, SignalHandler] = {}
         try:
+            waited = 0.0
+            if self.standby:
+                old_handlers = self._install_signals()
+                got = self._wait_for_leadership()
+                if got is None:
+                    log.info("daemon.standby_stopped", reason="a stop signal arrived while waiting as a standby")
+                    return 0
+                waited = got
+            elif not self.leader.try_acquire():
+                raise LockError(self._refusal())
+            self.leader.start_heartbeat(self._on_leadership_lost)
             self.app = self._make_app(s, prompts)
             self.events = EventLog(s.log_target(self.env), encoding=s.context.encoding, encoding_file=s.context.encoding_file,
                                    encoding_sha256=s.context.encoding_sha256, create=False)
+            self.events.fence = self.leader.check
+            bound_idle_transactions(self.events, float(s.storage.failover_seconds) / 2)
             verified = self.events.check_before_append()  # ChainBroken (exit 1) before the first append
             log.info("log.verified", since_seq=verified.since, checked=verified.checked,
                      head=f"{verified.head_seq}:{verified.head_hash}")
             for w in verified.warnings:
                 log.warning("log.verify_warning", warning=w)
             self._prompt_hashes = dict(prompts.hashes)
+            self._append_leadership(waited)
             self.events.append("daemon.started", {
                 "version": __version__, "config_hash": s.config_hash(), "prompt_hashes": self._prompt_hashes,
                 "pid": os.getpid()}, "system")
@@ -253,7 +286,8 @@ class Daemon:
                      config_hash=s.config_hash()[:12])
             log.info("config.effective", settings=effective(s))
             self._web = self._start_web(s, prompts)
-            old_handlers = self._install_signals()
+            if not old_handlers:
+                old_handlers = self._install_signals()
             # Ready before the worker starts: its start-up reconcile may wait on vast.ai for long.
             self.notifier.ready(f"running; {schedule_text(s.schedule)}; first tick now")
             watchdog = self._start_watchdog()
@@ -276,7 +310,63 @@ class Daemon:
                 self.events.close()
             if self._idle.is_set() and self.app is not None:
                 self.app.close()
-            self.lock.release()
+            self.leader.release()
+
+    # -------------------------------------------------------------- leadership
+
+    def _refusal(self) -> str:
+        lock = self.leader
+        where = f"the lock on the fleet '{self.settings.agent_id}' on PostgreSQL" if isinstance(lock, PgLeader) \
+            else str(lock.flock.path)
+        return (f"another fleet-agent holds {where} ({lock.holder()}); stop it first, start this one with "
+                "--standby to take over when it stops, or use a different data_dir")
+
+    def _wait_for_leadership(self) -> float | None:
+        """As a standby: poll the lock until it is ours (seconds waited) or a stop signal arrives (None).
+        A SIGHUP while waiting stays queued for the main loop (the config is read again then)."""
+        started = time.monotonic()
+        if self.leader.try_acquire():
+            return 0.0
+        self.notifier.ready(f"standby; waiting for the fleet's lock ({self.leader.holder()})")
+        log.info("daemon.standby", pid=os.getpid(), holder=self.leader.holder(), lock=self.leader.kind,
+                 failover_seconds=self.leader.failover_seconds)
+        while True:
+            if any(sig != signal.SIGHUP for sig in self._signals):
+                self._signals[:] = [sig for sig in self._signals if sig == signal.SIGHUP]
+                return None
+            if self.leader.try_acquire():
+                waited = time.monotonic() - started
+                log.info("leader.acquired", waited_s=round(waited, 3), lock=self.leader.kind,
+                         because=self.leader.took_because)
+                return waited
+            with contextlib.suppress(InterruptedError):
+                select.select([self._wake_r], [], [], STANDBY_POLL_S)
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.read(self._wake_r, 4096)
+
+    def _append_leadership(self, waited: float) -> None:
+        """``leader.lost`` for a previous active that never stopped cleanly, then ``leader.acquired``."""
+        assert self.events is not None
+        prev = next(self.events.read(0, kinds=["leader.acquired", "daemon.stopped"], newest_first=True, limit=1),
+                    None)
+        lock = self.leader
+        items: list[tuple[str, dict[str, Any], str, int | None]] = []
+        if prev is not None and prev.kind == "leader.acquired":
+            items.append(("leader.lost", {"holder": str(prev.payload.get("holder")), "acquired_seq": prev.seq,
+                                          "why": lock.took_because if lock.took_because != "free" else
+                                          "it did not stop cleanly"}, "system", None))
+        items.append(("leader.acquired", {"lock": lock.kind, "holder": identity(self.settings.agent_id),
+                                          "because": lock.took_because, "waited_s": round(waited, 3),
+                                          "failover_seconds": lock.failover_seconds}, "system", None))
+        self.events.append_many(items)
+
+    def _on_leadership_lost(self, why: str) -> None:
+        """From the heartbeat thread or a fence check: stop at once; nothing more is appended or sent."""
+        self._lost = why
+        self.stop_event.set()
+        with contextlib.suppress(OSError):
+            if self._wake_w >= 0:
+                os.write(self._wake_w, b"\0")
 
     def _start_web(self, s: Settings, prompts: Prompts) -> Any:
         """Metrics, health and the console from this process (``http.listen``), on a connection of their
@@ -296,7 +386,7 @@ class Daemon:
     def _make_app(self, settings: Settings, prompts: Prompts) -> App:
         # The prompts read at start or reload, not re-read mid-run; the daemon holds the
         # single-writer lock, so the tick must not take it.
-        return App(settings, env=self.env, prompts=prompts, lock_held=True)
+        return App(settings, env=self.env, prompts=prompts, lock_held=True, fence=self.leader.check)
 
     def _reconcile(self, app: App) -> None:
         """The start-up reconcile (worker thread, ahead of the first tick)."""
@@ -329,6 +419,8 @@ class Daemon:
                 select.select([self._wake_r], [], [], MAIN_LOOP_WAKE_S)
             with contextlib.suppress(BlockingIOError, OSError):
                 os.read(self._wake_r, 4096)
+            if self._lost is not None:
+                return EXIT_LOST, f"lost the fleet's lock: {self._lost}"
             while self._signals:
                 signum = self._signals.pop(0)
                 if signum == signal.SIGHUP:
@@ -353,6 +445,8 @@ class Daemon:
         with self._state:
             self.stop_event.set()
         deadline = float(self.settings.schedule.stop_deadline)
+        if self._lost is not None:
+            deadline = min(deadline, 2.0)  # the tick can append and send nothing: no reason to wait for it
         if not self._idle.wait(deadline):
             tick = self._current_tick()
             log.error("daemon.tick_abandoned", tick=tick, stop_deadline_s=deadline)
@@ -365,8 +459,8 @@ class Daemon:
 
     def _append_stopped(self, reason: str) -> None:
         assert self.events is not None
-        if self._broken is not None:
-            return  # nothing is appended to a log that does not verify
+        if self._broken is not None or self._lost is not None:
+            return  # nothing is appended to a log that does not verify, nor by a daemon that lost the lock
         try:
             self.events.append("daemon.stopped", {"reason": reason}, "system")
         except FleetAgentError as e:
@@ -426,6 +520,8 @@ class Daemon:
             except ChainBroken as e:
                 self._refuse_log(str(e))
                 return
+            except LeadershipLost:
+                return  # the main loop stops the daemon; this tick's end belongs to the new active one
             except Exception as e:
                 # A tick that raises must not stop the schedule: close it in the log, then let the
                 # EVENT_JOB_ERROR listener log the traceback.
@@ -712,13 +808,14 @@ def _open_tick(log_: EventLog | None) -> int | None:
 
 def run_daemon(settings: Settings, *, config_path: str | os.PathLike[str] | None, tick_fn: TickFn | None = None,
                env: Mapping[str, str] | None = None, reconcile_fn: ReconcileFn | None = None,
-               hard_exit: bool = False) -> int:
+               hard_exit: bool = False, standby: bool = False) -> int:
     """Run the daemon in the foreground until SIGTERM/SIGINT; the exit code.
 
     ``tick_fn(app, stop=event)`` defaults to ``agent.tick.run_tick`` (with
     ``agent.tick.reconcile_at_start`` before the first tick); an injected
     ``tick_fn`` runs with ``reconcile_fn`` only. Raises ``LockError`` when another
-    process holds the data directory, ``ConfigError`` for bad settings. With
+    process holds the data directory (unless ``standby``: then it waits to take
+    over), ``ConfigError`` for bad settings. With
     ``hard_exit`` (the CLI), a tick still running after the stop deadline does not
     hold the process: it exits at once.
     """
@@ -726,7 +823,7 @@ def run_daemon(settings: Settings, *, config_path: str | os.PathLike[str] | None
         tick_fn = run_tick
         reconcile_fn = reconcile_fn or reconcile_at_start
     d = Daemon(settings, config_path=str(config_path) if config_path else None, tick_fn=tick_fn,
-               reconcile_fn=reconcile_fn, env=env)
+               reconcile_fn=reconcile_fn, env=env, standby=standby)
     code = d.run()
     if hard_exit and not d.idle:
         # A tick overran the stop deadline: its committed events are whole (every append is

@@ -5,7 +5,8 @@ the database (``PRAGMA quick_check``) and the log's hash chain; the runtime
 SQLite version; vast.ai reachable and the key accepted; the model endpoint
 reachable and serving the configured model, answering a one-tool probe with real ``tool_calls``, and its
 context window (where the server says it) holding the budget (skipped for the rules provider);
-the demand source answering (when configured); the token encoding loads offline; the knowledge directory; the prompt files.
+the demand source answering (when configured); the token encoding loads offline; the knowledge directory; the prompt files;
+who holds the fleet's leadership lock (``check_leader``).
 
 Each check is a function returning ``Check``; the network checks take their
 client as an argument, so tests point them at servers on 127.0.0.1.
@@ -403,6 +404,7 @@ def run_checks(config_path: str | None = None, *, env: Mapping[str, str] | None 
     else:
         out += check_database(s)
         out.append(check_sqlite_version())
+    out.append(check_leader(s, env))
     out.append(_vast_check(s, env, vast))
     out.append(_model_check(s, env, provider))
     out.append(_demand_check(s))
@@ -410,6 +412,41 @@ def run_checks(config_path: str | None = None, *, env: Mapping[str, str] | None 
     out.append(check_knowledge(s))
     out.append(check_prompts(s))
     return out
+
+
+def check_leader(s: Settings, env: Mapping[str, str] | None = None) -> Check:
+    """Who holds the fleet's leadership lock (agent.leader): on PostgreSQL the session in pg_locks, named
+    by its application_name "fleet-agent <agent_id> <host> <pid>"; on SQLite the lease in data_dir. Fails
+    when the holder is a daemon that stopped heartbeating (suspended or hung) or the server cannot say."""
+    from agent.leader import FileLeader, leader_for
+
+    try:
+        lead = leader_for(s, env)
+    except FleetAgentError as e:
+        return Check("lock", False, _err(e), "fix storage.url and its password (see the storage check)")
+    if isinstance(lead, FileLeader):
+        lease = lead.read_lease() if lead.path.exists() else None
+        who = lead.holder()
+        if lease is None or lease.get("released"):
+            return Check("lock", True, f"no daemon is active ({who})" if who != "nobody" else
+                         "no daemon is active")
+        age = lead.clock() - float(lease.get("beat") or 0)
+        if age > lead.failover_seconds:
+            return Check("lock", False, f"held by {who}: stale", f"that daemon (pid {lease.get('pid')}) is "
+                         "suspended or hung; a standby takes over now; without one, kill it and start the daemon")
+        return Check("lock", True, f"held by {who}")
+    try:
+        holders = lead.holders()
+    except Exception as e:  # noqa: BLE001 - psycopg's errors; the driver loads only here
+        return Check("lock", False, f"cannot read pg_locks: {_err(e)}", "check storage.url and the server")
+    if not holders:
+        return Check("lock", True, f"no daemon holds the advisory lock of fleet '{s.agent_id}'")
+    h = holders[0]
+    who = f"server pid {h.pid}, '{h.application_name}'" + (f" from {h.client}" if h.client else "")
+    if not h.application_name.startswith(f"fleet-agent {s.agent_id} "):
+        return Check("lock", False, f"held by {who}, not a fleet-agent daemon of this fleet",
+                     f"if it is not yours, end that session: pg_terminate_backend({h.pid})")
+    return Check("lock", True, f"held by {who}, last query {h.last_query_at}")
 
 
 def _vast_check(s: Settings, env: Mapping[str, str] | None, client: Any) -> Check:

@@ -7,6 +7,8 @@
     │   ├── PayloadError       an event payload does not match its kind's shape
     │   └── ChainBroken        the log fails verification; nothing may be appended to it
     ├── LockError              another process holds the single-writer lock (exit 1)
+    ├── LeadershipLost         this daemon lost the fleet's leadership lock to another one; it
+    │                          appends and sends nothing more (exit 3) (agent/leader.py)
     ├── LLMError               a model call failed; ``kind`` and ``retryable`` say how (agent/llm.py)
     ├── VastError              a vast.ai call failed: HTTP status, vast's code and message
     │                          (agent/clients/vast.py)

@@ -11,7 +11,8 @@ Every call the model makes runs through ``run_tool_call`` and nowhere else:
    may declare a check that returns a ``Block`` or None;
 3. log intent: an action's ``tool.called``, committed before the call, carries a
    fresh idempotency key (its instance label), which is what reconcile finds after
-   a crash; a call with no side effect (a read, a dry run, marked ``dry_run``) logs
+   a crash; then the log's fence (a daemon's leadership check, agent.leader) must
+   pass, or nothing is sent; a call with no side effect (a read, a dry run, marked ``dry_run``) logs
    its ``tool.called`` with its result instead, in one transaction;
 4. call: the handler, given the prepared value and the key for an action;
 5. log result: ``tool.result``, built by ``result_payload`` (the one builder of
@@ -129,6 +130,9 @@ def _run_action(tool: Action[Any], ctx: ToolContext, call: ToolCall, args: Args,
     # The intent is committed before the call: after a crash, reconcile finds it.
     who = {"by": ctx.operator} if ctx.operator else {}
     _log_call(ctx, call, {"idempotency_key": key, "side_effect": True, **who})
+    # Fencing: a daemon that lost the fleet's lock since the intent committed sends nothing
+    # (LeadershipLost propagates; the active daemon's reconcile settles the intent).
+    ctx.log.check_fence()
     try:
         outcome = tool.handler(ctx, args, prepared, key)
     except FleetAgentError as e:

@@ -205,6 +205,12 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
         ("ours", {"instance_id": 21000123, "by": "alice", "reason": "stuck in loading"}),
         ("forced", {"instance_id": 21000124, "by": "bob", "reason": _FORGED_M, "force": True})],
     ("operator.drain", 1): [("two", {"by": "alice", "reason": "end of campaign", "instance_ids": [1, 2]})],
+    # leadership (agent/events/kinds_pgha.py)
+    ("leader.acquired", 1): [("takeover", {"lock": "file", "holder": "fleet-agent fleet-1 host-b 4243",
+                                           "because": "its holder (pid 4242) died", "waited_s": 812.5,
+                                           "failover_seconds": 30.0})],
+    ("leader.lost", 1): [("killed", {"holder": "fleet-agent fleet-1 host-a 4242", "acquired_seq": 17,
+                                     "why": "its holder (pid 4242) has not heartbeated for 31.2s"})],
     # the system's own destroy of a stopped instance (agent/events/kinds_stopped.py)
     ("system.destroy", 1): [("stopped", {"instance_id": 21000123, "status": "stopped", "reason": "stopped without "
                                          "our asking: fleet-agent never stops an instance; it bills storage"})],

@@ -177,10 +177,10 @@ def test_the_daemon_stops_with_exit_1_when_the_log_is_edited_while_it_runs(site:
     with capture_logs() as logs:
         code = run_daemon(settings, config_path=str(cfg), tick_fn=tick, env={"VAST_API_KEY": "sim-key"})
     assert code == 1 and len(calls) == 1
-    assert any(x["event"] == "log.verify_failed" and f"at seq {N + 3}" in x["error"] for x in logs)
+    assert any(x["event"] == "log.verify_failed" and f"at seq {N + 4}" in x["error"] for x in logs)
     with EventLog(db, readonly=True) as log:
         kinds = [e.kind for e in log.read(N)]
-    assert kinds == ["daemon.started", "config.applied", "operator.note"]
+    assert kinds == ["leader.acquired", "daemon.started", "config.applied", "operator.note"]
 
 
 class _Result:

@@ -15,7 +15,8 @@ def _print(s: str = "") -> None:
 def cmd_run(args: argparse.Namespace, app: App) -> int:
     from agent.daemon import run_daemon
 
-    return run_daemon(app.settings, config_path=app.settings.source_path, env=app.env, hard_exit=True)
+    return run_daemon(app.settings, config_path=app.settings.source_path, env=app.env, hard_exit=True,
+                      standby=bool(args.standby))
 
 
 def cmd_status(args: argparse.Namespace, app: App) -> int:
@@ -46,7 +47,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("run", help="run the daemon in the foreground (ticks on the configured schedule)",
                        description="Run the daemon: take the single-writer lock, tick on the schedule "
                        "(schedule.interval or schedule.cron), reload on SIGHUP, stop on SIGTERM/SIGINT. "
-                       "Under systemd it speaks sd_notify (READY, STATUS, WATCHDOG, STOPPING).")
+                       "Under systemd it speaks sd_notify (READY, STATUS, WATCHDOG, STOPPING). Exit 3 when "
+                       "it lost the fleet's lock to another daemon (it was suspended or cut off).")
+    s.add_argument("--standby", action="store_true",
+                   help="when another daemon is active for this fleet, wait and take over within "
+                   "storage.failover_seconds of it dying or hanging, instead of refusing to start")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("status", help="is the daemon running; last tick, fleet, alerts, context size",

@@ -277,6 +277,9 @@ class VastClient:
         self.max_attempts = max_attempts
         self._sleep = sleep
         self._rng = rng
+        # Called before every request is sent; raising sends nothing. The daemon sets it to its leadership
+        # check (agent.leader), so a daemon that lost the fleet's lock makes no call.
+        self.fence: Callable[[], None] | None = None
         self._http = httpx.Client(timeout=timeout, transport=transport,
                                   headers={"User-Agent": "fleet-agent/0.1"}, follow_redirects=False)
 
@@ -356,6 +359,8 @@ class VastClient:
         delay = FIRST_BACKOFF_S
         for attempt in range(1, attempts + 1):
             self._pace(method, api_path)
+            if self.fence is not None:
+                self.fence()
             try:
                 resp = self._http.request(method, url, headers=headers, content=content,
                                           timeout=timeout if timeout is not None else self.timeout)

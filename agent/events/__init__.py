@@ -48,6 +48,7 @@ KIND_MODULES = (
     "kinds_models",
     "kinds_money",
     "kinds_ops",
+    "kinds_pgha",  # leader.acquired, leader.lost
     "kinds_stopped",  # system.destroy
     "kinds_storage",  # model.request v2 (inputs by hash)
 )

@@ -298,7 +298,15 @@ class Transaction:
             self._seq, self._hash = event.seq - 1, event.prev_hash
             raise
         self.appended.append(event)
+        self._sync_if_fenced()
         return event
+
+    def _sync_if_fenced(self) -> None:
+        if self.log.fence is not None and (sync := getattr(self.conn, "sync", None)) is not None:
+            # A daemon's append on PostgreSQL: its pipelined statements go out now, so a daemon suspended
+            # before the commit leaves its session idle in the transaction, which the server ends
+            # (agent.store.pglock.bound_idle_transactions) instead of keeping the fleet's append lock.
+            sync()
 
     def extend(self, items: Iterable[Item]) -> list[Event]:
         """``append`` each item, the rows inserted in one statement; nothing is inserted unless every
@@ -320,6 +328,7 @@ class Transaction:
             self._seq, self._hash = seq, h
             raise
         self.appended.extend(events)
+        self._sync_if_fenced()
         return events
 
     def _row(self, kind: str, payload: dict[str, Any], source: str, tick: int | None) -> tuple[tuple[Any, ...], Event]:
@@ -428,6 +437,10 @@ class EventLog:
         # Archived months (agent/store/archive.py): read through here, transparently.
         self.segment_files = SegmentFiles(self.path if isinstance(self.path, Path) else Path(str(self.head_file)))
         self._segments: tuple[int, list[Segment]] | None = None
+        # Called inside every transaction that appends, just before it commits; raising rolls it back.
+        # The daemon sets it to its leadership check (agent.leader), so a daemon that lost the lock
+        # appends nothing.
+        self.fence: Callable[[], None] | None = None
 
     def _connect(self, *, readonly: bool, create: bool) -> Any:
         """A connection to the log's database: the SQLite file's, or a PostgreSQL one naming the fleet."""
@@ -499,6 +512,8 @@ class EventLog:
                     if held:
                         tx.extend(held)
                     yield tx
+                    if tx.appended and self.fence is not None:
+                        self.fence()
                 finally:
                     self._open = None
         except BaseException as e:
@@ -546,6 +561,11 @@ class EventLog:
             outer[0].after.append(fn)
         else:
             fn()
+
+    def check_fence(self) -> None:
+        """Raise what ``fence`` raises (a lost leadership) before a side effect; nothing when unset."""
+        if self.fence is not None:
+            self.fence()
 
     @contextmanager
     def holding(self) -> Iterator[None]:

@@ -87,13 +87,14 @@ class PgConnection:
         self.raw = raw
         self.target = target
         self._pipe: Any = None
+        self._pipeline: Any = None  # the open pipeline itself (``_pipe`` is its context manager)
 
     def execute(self, sql: str, params: Any = ()) -> psycopg.Cursor[Any]:
         if sql == "BEGIN IMMEDIATE":
             cur = self.raw.execute("BEGIN")
             self.raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [APPEND_LOCK, self.target.agent_id])
             self._pipe = self.raw.pipeline()
-            self._pipe.__enter__()
+            self._pipeline = self._pipe.__enter__()
             return cur
         if sql in ("COMMIT", "ROLLBACK") and self._pipe is not None:
             pipe, self._pipe = self._pipe, None
@@ -109,6 +110,12 @@ class PgConnection:
         cur = self.raw.cursor()
         cur.executemany(translate(sql), [list(r) for r in rows])
         return cur
+
+    def sync(self) -> None:
+        """Send what the open append's pipeline holds and wait for the server: from then on the session is
+        idle in its transaction, so ``idle_in_transaction_session_timeout`` ends it if the client stalls."""
+        if self._pipe is not None:
+            self._pipeline.sync()
 
     @property
     def in_transaction(self) -> bool:

@@ -1,0 +1,441 @@
+"""Leadership: exactly one active daemon per fleet; any other one waits as a standby and takes over.
+
+    leader_for(settings, ...) -> Leader     FileLeader (SQLite, one host) or PgLeader (PostgreSQL)
+    Leader.try_acquire() -> bool            take the fleet's lock if it is free (or its holder is gone)
+    Leader.check()                          the fence: raises LeadershipLost once the lock is not ours
+    Leader.release()                        give it up (a clean stop)
+    Leader.holder() -> str                  who holds it, for errors, ``doctor`` and the log
+
+Both kinds keep a "still held as of T" time that a heartbeat thread renews every ``beat_s``;
+``check()`` costs a clock read while that time is under ``FRESH_S`` old and runs the synchronous
+check (a read of the lease file, a query on the lock's own connection) only when it is older, so a
+process that was suspended (SIGSTOP) and resumed checks for real before its next append or call.
+
+FileLeader (the SQLite log, daemons on one host): a lease file ``<data_dir>/fleet-agent.leader`` (a
+random token, pid, host, heartbeat time) read and written under its own short ``flock``, beside the
+single-writer ``flock`` of ``agent.lock.FleetLock`` that ``fleet-agent tick`` and ``backup`` respect.
+A standby takes over when the holder's ``FleetLock`` is free (the kernel released it: the holder died),
+or when the holder's heartbeat is older than ``failover_seconds`` (it is alive but stopped). A holder
+whose token is no longer in the lease has lost.
+
+PgLeader (storage on PostgreSQL, daemons on several hosts): ``agent.store.pglock``'s session-level
+advisory lock on the fleet's key, on a connection of its own whose ``idle_session_timeout`` is
+``failover_seconds / 2``: when the holder stops heartbeating (killed, cut off, suspended) the server
+ends its session and frees the lock, and a standby polling ``pg_try_advisory_lock`` gets it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from agent.errors import FleetAgentError, LockError
+from agent.lock import FleetLock
+
+log = structlog.get_logger(__name__)
+
+# check() trusts the heartbeat thread's last success for this long; older, it checks synchronously.
+# Sound because no other daemon can get the lock sooner after that success: on SQLite a standby needs the
+# heartbeat older than failover_seconds, on PostgreSQL the server ends the session failover_seconds / 2
+# after its last query, and the config keeps failover_seconds at 3 s or more.
+FRESH_S = 1.0
+LEASE_NAME = "fleet-agent.leader"
+_LEASE_SIZE = 1024
+
+
+class LeadershipLost(FleetAgentError):
+    """This process held the fleet's lock and does not any more: it must append nothing and call nothing."""
+
+    exit_code = 3
+
+
+class Leader(Protocol):
+    """What the daemon needs from a leadership lock."""
+
+    kind: str
+    failover_seconds: float
+
+    def try_acquire(self) -> bool: ...
+    def check(self) -> None: ...
+    def release(self) -> None: ...
+    def holder(self) -> str: ...
+    def start_heartbeat(self, on_lost: Callable[[str], None]) -> None: ...
+
+    @property
+    def held(self) -> bool: ...
+
+
+def identity(agent_id: str) -> str:
+    """``fleet-agent <agent_id> <hostname> <pid>``: how a holder names itself."""
+    return f"fleet-agent {agent_id} {socket.gethostname()} {os.getpid()}"
+
+
+class _Heartbeat:
+    """The shared half: the "held as of" time, the fence, the heartbeat thread."""
+
+    kind = "base"
+
+    def __init__(self, failover_seconds: float, beat_s: float | None = None) -> None:
+        self.failover_seconds = float(failover_seconds)
+        self.beat_s = beat_s if beat_s is not None else min(0.5, self.failover_seconds / 6)
+        self.fresh_s = FRESH_S  # how long check() trusts the last successful check
+        self._held_at: float | None = None  # monotonic time of the last successful check
+        self._lost: str | None = None
+        self._io = threading.Lock()  # one check at a time (the heartbeat thread and the fence)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._on_lost: Callable[[str], None] | None = None
+        self.acquired_at: float | None = None
+        self.took_because = "free"  # why the lock could be taken (for leader.acquired)
+
+    @property
+    def held(self) -> bool:
+        return self._held_at is not None and self._lost is None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the lock was lost, once it was."""
+        return self._lost
+
+    def _verify(self) -> str | None:  # pragma: no cover - each kind defines it
+        """None while the lock is ours, else why it is not (called with ``_io`` held)."""
+        raise NotImplementedError
+
+    def _mark_lost(self, why: str) -> None:
+        first = self._lost is None
+        self._lost = why
+        self._held_at = None
+        if first:
+            log.error("leader.lost", lock=self.kind, why=why)
+            if self._on_lost is not None:
+                self._on_lost(why)
+
+    def _renew(self) -> None:
+        with self._io:
+            if self._lost is not None:
+                return
+            why = self._verify()
+            if why is None:
+                self._held_at = time.monotonic()
+            else:
+                self._mark_lost(why)
+
+    def check(self) -> None:
+        """The fence: returns while the lock is ours, else raises ``LeadershipLost``."""
+        held_at = self._held_at
+        if self._lost is None and held_at is not None and time.monotonic() - held_at <= self.fresh_s:
+            return
+        if self._lost is None and held_at is not None:
+            self._renew()
+        if self._lost is not None or self._held_at is None:
+            raise LeadershipLost(f"this daemon lost the fleet's {self.kind} lock ({self._lost or 'not held'}); "
+                                 "another daemon is active: nothing more is appended or sent from here")
+
+    def start_heartbeat(self, on_lost: Callable[[str], None]) -> None:
+        self._on_lost = on_lost
+        self._thread = threading.Thread(target=self._beat_loop, name="leader-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(self.beat_s):
+            try:
+                self._renew()
+            except Exception as e:  # noqa: BLE001 - a heartbeat that cannot check has lost
+                with self._io:
+                    self._mark_lost(f"the heartbeat failed: {type(e).__name__}: {e}"[:300])
+            if self._lost is not None:
+                return
+
+    def _stop_heartbeat(self) -> None:
+        self._stop.set()
+        t, self._thread = self._thread, None
+        if t is not None and t is not threading.current_thread():
+            t.join(5)
+
+
+# ------------------------------------------------------------------ SQLite: one host
+
+
+class FileLeader(_Heartbeat):
+    """The lease file plus the single-writer flock, in the data directory."""
+
+    kind = "file"
+
+    def __init__(self, data_dir: Path, agent_id: str, *, failover_seconds: float, beat_s: float | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(failover_seconds, beat_s)
+        self.data_dir = Path(data_dir)
+        self.path = self.data_dir / LEASE_NAME
+        self.agent_id = agent_id
+        self.flock = FleetLock(self.data_dir)
+        self.token = uuid.uuid4().hex
+        self.clock = clock
+        self._fd: int | None = None
+
+    # -- the lease file
+
+    @contextlib.contextmanager
+    def _lease(self) -> Iterator[int]:
+        """The lease file's descriptor under its flock (waits up to 2 s for another reader or writer)."""
+        if self._fd is None:
+            try:
+                self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as e:
+                raise LockError(f"cannot open the lease file {self.path}: {e.strerror}; the data directory must "
+                                "be writable by the user running fleet-agent") from None
+        fd = self._fd
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LockError(f"the lease file {self.path} stayed locked for 2s") from None
+                time.sleep(0.01)
+        try:
+            yield fd
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    @staticmethod
+    def _read(fd: int) -> dict[str, Any] | None:
+        raw = os.pread(fd, _LEASE_SIZE, 0).rstrip(b" \n\0")
+        try:
+            d = json.loads(raw) if raw else None
+        except ValueError:
+            return None  # a writer killed mid-write: nobody's lease
+        return d if isinstance(d, dict) else None
+
+    def _write(self, fd: int, lease: dict[str, Any]) -> None:
+        data = json.dumps(lease, sort_keys=True).encode()
+        os.pwrite(fd, data.ljust(_LEASE_SIZE - 1) + b"\n", 0)
+
+    def read_lease(self) -> dict[str, Any] | None:
+        """The lease as it stands (for ``doctor`` and ``holder``)."""
+        if not self.path.exists():
+            return None
+        with self._lease() as fd:
+            return self._read(fd)
+
+    def _mine(self, lease: dict[str, Any] | None) -> bool:
+        return bool(lease) and lease.get("token") == self.token  # type: ignore[union-attr]
+
+    def _takeable(self, lease: dict[str, Any] | None) -> str | None:
+        """Why the lease can be taken now, or None (its holder is alive, or a ``fleet-agent tick`` or
+        ``backup`` holds the single-writer lock). A free or released lease, or one whose holder had the
+        single-writer lock that the kernel has now released, needs that lock; a holder that is alive but
+        has not heartbeated for ``failover_seconds`` (suspended, hung) loses the lease without it."""
+        free = lease is None or bool(lease.get("released"))
+        if self.flock.held and (free or (lease or {}).get("has_flock")):
+            return "free" if free else f"its holder (pid {(lease or {}).get('pid')}) died"
+        if free or lease is None:
+            return None
+        age = self.clock() - float(lease.get("beat") or 0)
+        if age > self.failover_seconds:
+            return f"its holder (pid {lease.get('pid')}) has not heartbeated for {age:.1f}s"
+        return None
+
+    # -- the Leader interface
+
+    def try_acquire(self) -> bool:
+        if self.held:
+            return True
+        if self._lost is not None:
+            return False
+        if not self.flock.held:
+            with contextlib.suppress(LockError):
+                self.flock.acquire()
+        with self._lease() as fd:
+            lease = self._read(fd)
+            why = self._takeable(lease)
+            if why is None:
+                if self.flock.held and not (lease or {}).get("has_flock"):
+                    self.flock.release()  # the active took over without it; let it have it back
+                return False
+            now = self.clock()
+            self._write(fd, {"token": self.token, "pid": os.getpid(), "host": socket.gethostname(),
+                             "agent_id": self.agent_id, "since": now, "beat": now, "has_flock": self.flock.held,
+                             "epoch": int((lease or {}).get("epoch") or 0) + 1})
+            self._held_at = self.acquired_at = time.monotonic()
+            self.took_because = why
+        return True
+
+    def _verify(self) -> str | None:
+        if not self.flock.held:
+            with contextlib.suppress(LockError):
+                self.flock.acquire()
+        with self._lease() as fd:
+            lease = self._read(fd)
+            if not self._mine(lease):
+                holder = f"pid {lease.get('pid')} on {lease.get('host')}" if lease else "nobody"
+                return f"the lease in {self.path} is now held by {holder}"
+            assert lease is not None
+            lease["beat"] = self.clock()
+            lease["has_flock"] = self.flock.held
+            self._write(fd, lease)
+        return None
+
+    def release(self) -> None:
+        self._stop_heartbeat()
+        try:
+            if self._held_at is not None and self._lost is None:
+                with self._lease() as fd:
+                    lease = self._read(fd)
+                    if self._mine(lease):
+                        assert lease is not None
+                        lease["released"] = True
+                        self._write(fd, lease)
+        except (LockError, OSError) as e:
+            log.warning("leader.release_failed", error=str(e)[:200])
+        finally:
+            self._held_at = None
+            self.flock.release()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def holder(self) -> str:
+        try:
+            lease = self.read_lease()
+        except LockError as e:
+            return str(e)
+        if lease is None or lease.get("released"):
+            flock = self.flock.holder()
+            return "nobody" if flock == "unknown" else flock
+        age = self.clock() - float(lease.get("beat") or 0)
+        return f"pid {lease.get('pid')} on {lease.get('host')}, heartbeat {age:.1f}s ago"
+
+
+# ------------------------------------------------------------------ PostgreSQL: several hosts
+
+
+class PgLeader(_Heartbeat):
+    """The fleet's advisory lock, held by a session of its own."""
+
+    kind = "postgresql"
+
+    def __init__(self, conninfo: str, agent_id: str, *, failover_seconds: float, beat_s: float | None = None,
+                 connect_kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__(failover_seconds, beat_s)
+        self.conninfo = conninfo
+        self.agent_id = agent_id
+        self.connect_kwargs = dict(connect_kwargs or {})
+        self.application_name = identity(agent_id)
+        self.idle_timeout_s = max(1.0, self.failover_seconds / 2)
+        self._conn: Any = None
+        self._saw_holder = False  # a poll found the lock taken: taking it later means its holder went
+
+    def _connection(self) -> Any:
+        from agent.store import pglock
+
+        if self._conn is None or self._conn.closed:
+            self._conn = pglock.open_lock_session(self.conninfo, application_name=self.application_name,
+                                                  idle_timeout_s=self.idle_timeout_s,
+                                                  connect_timeout_s=min(10.0, self.idle_timeout_s),
+                                                  **self.connect_kwargs)
+        return self._conn
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def try_acquire(self) -> bool:
+        import psycopg
+
+        from agent.store import pglock
+
+        if self.held:
+            return True
+        if self._lost is not None:
+            return False
+        with self._io:
+            try:
+                conn = self._connection()
+                got = pglock.try_lock(conn, self.agent_id)
+            except psycopg.Error as e:
+                log.warning("leader.standby_query_failed", error=str(e).strip()[:200])
+                self._drop()  # a standby's session may have been ended too: the next poll reconnects
+                return False
+            if got:
+                self._held_at = self.acquired_at = time.monotonic()
+                self.took_because = ("its holder's session ended (it stopped, died or lost its connection)"
+                                     if self._saw_holder else "free")
+            self._saw_holder = self._saw_holder or not got
+        return got
+
+    def _verify(self) -> str | None:
+        import psycopg
+
+        from agent.store import pglock
+
+        try:
+            if self._conn is None or not pglock.holds_lock(self._conn, self.agent_id):
+                return "the lock session no longer holds the fleet's advisory lock"
+        except psycopg.Error as e:
+            self._drop()
+            return f"the lock session is gone ({str(e).strip()[:200]})"
+        return None
+
+    def release(self) -> None:
+        import psycopg
+
+        from agent.store import pglock
+
+        self._stop_heartbeat()
+        with self._io:
+            if self._conn is not None and self._held_at is not None and self._lost is None:
+                with contextlib.suppress(psycopg.Error):
+                    pglock.unlock(self._conn, self.agent_id)
+            self._held_at = None
+            self._drop()
+
+    def holders(self) -> list[Any]:
+        """The sessions holding the fleet's key, read on a short connection of its own."""
+        import psycopg
+
+        from agent.store import pglock
+
+        with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10, **self.connect_kwargs) as conn:
+            return list(pglock.lock_holders(conn, self.agent_id))
+
+    def holder(self) -> str:
+        import psycopg
+
+        try:
+            found = self.holders()
+        except psycopg.Error as e:
+            return f"unknown (cannot ask the server: {str(e).strip()[:200]})"
+        if not found:
+            return "nobody"
+        h = found[0]
+        return f"server pid {h.pid}, '{h.application_name}'" + (f" from {h.client}" if h.client else "")
+
+
+# ------------------------------------------------------------------ choosing
+
+
+def leader_for(settings: Any, env: Mapping[str, str] | None = None) -> FileLeader | PgLeader:
+    """The leadership lock for ``settings``' storage: the advisory lock in the PostgreSQL database
+    ``storage.url`` names (with the role's password from ``storage.password_*``), else the file lock in
+    ``data_dir``."""
+    failover = float(settings.storage.failover_seconds)
+    if settings.storage.is_pg:
+        target = settings.log_target(env)
+        kw = {"password": target.password.reveal()} if target.password is not None else {}
+        return PgLeader(target.url, settings.agent_id, failover_seconds=failover, connect_kwargs=kw)
+    return FileLeader(settings.data_path, settings.agent_id, failover_seconds=failover)

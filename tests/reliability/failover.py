@@ -1,0 +1,296 @@
+"""Two daemons, one fleet: kill -9 or suspend the active one and watch the standby take over.
+
+    run_failover(root, kills=20, ...)   SIGKILL the active daemon mid-tick, ``kills`` times; a new
+                                        standby replaces each killed one. Returns a FailoverReport
+                                        (takeover seconds per kill, audit figures, problems).
+    run_partition(root, ...)            SIGSTOP the active past failover_seconds, let the standby
+                                        take over, SIGCONT the old one: what it appended and sent.
+
+Both run real ``fleet-agent run --standby`` processes (the console script's code path,
+``python -m agent.cli``) against the simulator on 127.0.0.1, with the built-in rules provider as
+the model, over one log: the SQLite file in a shared data directory, or, given ``storage_url``,
+the fleet in a PostgreSQL database (each daemon then has a data directory of its own, as on two
+hosts). ``bench/failover.py`` prints the figures; the
+slow tests in tests/test_failover.py assert them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agent.events import Event
+from agent.store.log import EventLog
+from agent.store.target import PgTarget
+from tests.reliability.harness import (
+    AGENT_ID,
+    ROOT,
+    CountingSim,
+    audit_intents,
+    audit_rentals,
+    check_db,
+    db_path,
+    mutating,
+    running_sim,
+    write_config,
+)
+
+WAIT_S = 90.0
+
+
+def wait_for(pred: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.02)
+
+
+def ts_seconds(ts: str) -> float:
+    """An event's ts ('2026-12-01T06:01:51.123456Z') as a Unix time."""
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def suspended(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+class Fleet:
+    """The daemon processes of one fleet, and what its log says."""
+
+    def __init__(self, root: Path, cfg: Path, storage_url: str | None = None) -> None:
+        self.root, self.cfg = root, cfg
+        self.db: Path | PgTarget = db_path(root) if storage_url is None else \
+            PgTarget(storage_url, AGENT_ID, state_dir=root / "check")
+        (root / "check").mkdir(exist_ok=True)
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.stderr_paths: dict[int, Path] = {}
+        self.n = 0
+
+    def start(self, *, standby: bool = True) -> subprocess.Popen[bytes]:
+        """A daemon; on PostgreSQL each in a copy of the config in a directory of its own (another host)."""
+        self.n += 1
+        cfg = self.cfg
+        if isinstance(self.db, PgTarget):
+            host = self.root / f"host-{self.n}"
+            host.mkdir()
+            (host / "knowledge").mkdir()
+            for name in ("config.yaml", "vast_api_key"):
+                (host / name).write_bytes((self.root / name).read_bytes())
+            cfg = host / "config.yaml"
+        path = self.root / f"daemon-{self.n}.stderr"
+        err = path.open("wb")
+        env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
+        env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        argv = [sys.executable, "-m", "agent.cli", "--config", str(cfg), "run"] + (["--standby"] if standby
+                                                                                         else [])
+        p = subprocess.Popen(argv, cwd=self.root, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        err.close()
+        self.procs[p.pid] = p
+        self.stderr_paths[p.pid] = path
+        return p
+
+    def stderr(self, pid: int) -> str:
+        return self.stderr_paths[pid].read_text(errors="replace")
+
+    def events(self, since: int = 0, kinds: list[str] | None = None) -> list[Event]:
+        if isinstance(self.db, Path) and not self.db.exists():
+            return []
+        with EventLog(self.db, readonly=True) as lg:
+            return list(lg.read(since, kinds=kinds))
+
+    def acquired_after(self, seq: int) -> Event | None:
+        got = self.events(seq, ["leader.acquired"])
+        return got[-1] if got else None
+
+    @staticmethod
+    def holder_pid(e: Event) -> int:
+        return int(str(e.payload["holder"]).rsplit(" ", 1)[1])
+
+    def stop_all(self) -> dict[int, int | None]:
+        codes: dict[int, int | None] = {}
+        for pid, p in self.procs.items():
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGCONT)
+                    p.send_signal(signal.SIGTERM)
+        for pid, p in self.procs.items():
+            try:
+                codes[pid] = p.wait(WAIT_S)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes[pid] = p.wait(10)
+        return codes
+
+
+def _config(root: Path, sim: CountingSim, url: str, failover: float, storage_url: str | None = None) -> Path:
+    storage: dict[str, Any] = {"failover_seconds": f"{failover:g}s"}
+    if storage_url is not None:
+        storage["url"] = storage_url
+    return write_config(root, url, key=sim.api_key, schedule={"interval": "1s", "max_steps": 4,
+                                                                "misfire_grace": "5s", "stop_deadline": "5s"},
+                        storage=storage, http={"listen": None},
+                        policy={"max_instances": 10, "max_total_dph": 40.0},
+                        vast={"settle_after": 60.0, "timeout": 5.0})
+
+
+@dataclass
+class FailoverReport:
+    kills: int = 0
+    takeover_s: list[float] = field(default_factory=list)
+    failover_seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+    lost_named: int = 0  # takeovers whose leader.lost names the killed daemon
+    kills_after_mutation: int = 0
+    audit: dict[str, int] = field(default_factory=dict)
+    intents: dict[str, Any] = field(default_factory=dict)
+    exit_codes: list[int | None] = field(default_factory=list)
+
+    def figures(self) -> dict[str, Any]:
+        t = sorted(self.takeover_s)
+        return {"kills": self.kills, "failover_seconds": self.failover_seconds,
+                "takeover_p50_s": round(t[len(t) // 2], 3) if t else None,
+                "takeover_max_s": round(t[-1], 3) if t else None, "lost_named": self.lost_named,
+                "kills_after_mutation": self.kills_after_mutation, "audit": self.audit,
+                "duplicate_requests": self.intents.get("duplicate_requests"), "problems": self.problems}
+
+
+def _kill_active(fleet: Fleet, sim: CountingSim, acquired: Event, rng: random.Random, rep: FailoverReport) -> float:
+    """Wait until the active daemon ticks, then SIGKILL it at a random point: half the time right after a
+    fleet-changing request reached the simulator, else a random moment into a tick. Returns the kill time."""
+    pid = fleet.holder_pid(acquired)
+    proc = fleet.procs[pid]
+    wait_for(lambda: fleet.events(acquired.seq, ["tick.started"]) or proc.poll() is not None,
+             f"daemon {pid} to start a tick")
+    if rng.random() < 0.5:
+        start = len(sim.requests)
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:
+            with sim._lock:
+                hit = any(mutating(r) for r in sim.requests[start:])
+            if hit:
+                rep.kills_after_mutation += 1
+                time.sleep(rng.uniform(0.0, 0.01))
+                break
+            time.sleep(0.002)
+    else:
+        time.sleep(rng.uniform(0.0, 0.6))
+    t = time.time()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(WAIT_S)
+    return t
+
+
+def run_failover(root: Path, *, kills: int = 20, seed: int = 1, failover: float = 10.0,
+                 storage_url: str | None = None) -> FailoverReport:
+    """SIGKILL the active daemon ``kills`` times; after each the standby must take over within
+    ``failover`` seconds and name the killed one in ``leader.lost``. At the end both daemons stop
+    cleanly and the log and the simulator are audited."""
+    rng = random.Random(seed)
+    rep = FailoverReport(failover_seconds=failover)
+    with running_sim(seed) as (sim, server):
+        cfg = _config(root, sim, server.url, failover, storage_url)
+        sim.pending = 600.0
+        fleet = Fleet(root, cfg, storage_url)
+        try:
+            fleet.start()
+            fleet.start()
+            acquired = wait_for(lambda: fleet.acquired_after(0), "the first daemon to become active")
+            for n in range(kills):
+                sim.pending = 0.0 if n % 4 == 3 else 600.0
+                sim.advance(rng.choice([60.0, 300.0]))
+                killed_pid = fleet.holder_pid(acquired)
+                t_kill = _kill_active(fleet, sim, acquired, rng, rep)
+                rep.kills += 1
+                fleet.start()  # the next standby
+                prev = acquired
+                acquired = wait_for(lambda p=prev: fleet.acquired_after(p.seq), "a standby to take over")
+                took = ts_seconds(acquired.ts) - t_kill
+                rep.takeover_s.append(took)
+                if took > failover:
+                    rep.problems.append(f"kill {n + 1}: takeover took {took:.2f}s > {failover:g}s")
+                lost = [e for e in fleet.events(prev.seq, ["leader.lost"]) if e.seq < acquired.seq]
+                if any(f" {killed_pid}" in str(e.payload["holder"]) for e in lost):
+                    rep.lost_named += 1
+                rep.problems += [f"kill {n + 1}: {p}" for p in check_db(fleet.db, rebuild=False)]
+            wait_for(lambda: fleet.events(acquired.seq, ["tick.completed"]), "the last active daemon to tick")
+        finally:
+            codes = fleet.stop_all()
+        rep.exit_codes = [c for pid, c in codes.items() if c != -signal.SIGKILL]
+        rep.problems += check_db(fleet.db)
+        rep.audit = dict(vars(audit_rentals(sim, fleet.db)))
+        rep.intents = audit_intents(sim, fleet.db)
+    return rep
+
+
+@dataclass
+class PartitionReport:
+    takeover_s: float = 0.0
+    old_exit: int | None = None
+    old_appended: int = 0
+    old_requests: int = 0
+    old_logged_lost: bool = False
+    new_ticked_after: bool = False
+    exit_codes: list[int | None] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    audit: dict[str, int] = field(default_factory=dict)
+    intents: dict[str, Any] = field(default_factory=dict)
+
+
+def run_partition(root: Path, *, seed: int = 2, failover: float = 3.0,
+                  storage_url: str | None = None) -> PartitionReport:
+    """SIGSTOP the active daemon mid-tick, let the standby take over (past ``failover``), SIGSTOP the new
+    active too so nothing else moves, SIGCONT the old one: it must exit 3 having appended nothing and
+    sent nothing. Then the new active resumes, ticks, and both are audited."""
+    rng = random.Random(seed)
+    rep = PartitionReport()
+    with running_sim(seed) as (sim, server):
+        cfg = _config(root, sim, server.url, failover, storage_url)
+        sim.pending = 600.0
+        fleet = Fleet(root, cfg, storage_url)
+        try:
+            old = fleet.start(standby=False)
+            first = wait_for(lambda: fleet.acquired_after(0), "the first daemon to become active")
+            new = fleet.start()
+            wait_for(lambda: "daemon.standby" in fleet.stderr(new.pid), "the second daemon to wait as a standby")
+            wait_for(lambda: fleet.events(first.seq, ["tick.started"]), "the active daemon to tick")
+            time.sleep(rng.uniform(0.0, 0.5))
+            t_stop = time.time()
+            old.send_signal(signal.SIGSTOP)
+            wait_for(lambda: suspended(old.pid), "the active daemon to stop")
+            took = wait_for(lambda: fleet.acquired_after(first.seq), "the standby to take over")
+            rep.takeover_s = ts_seconds(took.ts) - t_stop
+            wait_for(lambda: fleet.events(took.seq, ["tick.completed"]), "the new active daemon to tick")
+            new.send_signal(signal.SIGSTOP)
+            wait_for(lambda: suspended(new.pid), "the new active daemon to stop")
+            head, requests = len(fleet.events()), len(sim.requests)
+            old.send_signal(signal.SIGCONT)
+            rep.old_exit = old.wait(WAIT_S)
+            rep.old_appended = len(fleet.events()) - head
+            rep.old_requests = len(sim.requests) - requests
+            rep.old_logged_lost = '"leader.lost"' in fleet.stderr(old.pid)
+            new.send_signal(signal.SIGCONT)
+            mark = fleet.events()[-1].seq
+            rep.new_ticked_after = bool(wait_for(lambda: fleet.events(mark, ["tick.completed"]),
+                                                 "the new active daemon to tick again"))
+        finally:
+            codes = fleet.stop_all()
+        rep.exit_codes = [c for pid, c in codes.items() if pid != old.pid]
+        rep.problems += check_db(fleet.db)
+        rep.audit = dict(vars(audit_rentals(sim, fleet.db)))
+        rep.intents = audit_intents(sim, fleet.db)
+    return rep
