@@ -38,12 +38,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-import structlog
-
+from agent import logsetup
 from agent.errors import FleetAgentError, LockError
 from agent.lock import FleetLock
 
-log = structlog.get_logger(__name__)
+log = logsetup.get_logger(__name__)
 
 # check() trusts the heartbeat thread's last success for this long; older, it checks synchronously.
 # Sound because no other daemon can get the lock sooner after that success: on SQLite a standby needs the
