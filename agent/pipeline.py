@@ -101,7 +101,7 @@ def run_tool_call(toolbox: Toolbox, ctx: ToolContext, call: ToolCall, *, dry_run
         tool = toolbox.get(call["name"])
         args = parse_arguments(tool, call["arguments"])
     except ToolInputError as e:
-        return log_result(ctx.log, call, Outcome(False, error=f"not run: {e}"), ctx.tick), False
+        return _not_run(ctx.log, call, str(e), ctx.tick), False
     try:
         bind_steering(ctx)
         if isinstance(tool, Action):
@@ -169,7 +169,15 @@ def _blocked(ctx: ToolContext, call: ToolCall, block: Block) -> Outcome:
 
 def refuse_call(log: EventLog, call: ToolCall, reason: str, tick: int) -> Outcome:
     """A call the tick does not run at all (past the per-response limit): its error result only."""
-    return log_result(log, call, Outcome(False, error=f"not run: {reason}"), tick)
+    return _not_run(log, call, reason, tick)
+
+
+def _not_run(log: EventLog, call: ToolCall, reason: str, tick: int | None) -> Outcome:
+    """The error result of a call that did not run: nothing happened, so it commits with the next commit
+    of the tick (``EventLog.holding``), as a read-only call's result does."""
+    outcome = Outcome(False, error=f"not run: {reason}")
+    log.append_held([("tool.result", result_payload(call["id"], call["name"], outcome), "tool", tick)])
+    return outcome
 
 
 def run_destroy(ctx: ToolContext, iid: int, *, call_id: str, reason: str, dry_run: bool) -> Outcome:

@@ -22,6 +22,7 @@ from agent.clients.vast import Instance, VastError, spendable
 from agent.config import ContextSettings
 from agent.context.inputs import log_request
 from agent.errors import FleetAgentError
+from agent.events import Event
 from agent.feedback.knowledge import save_memo
 from agent.idle import check_idle
 from agent.llm import LLMError, ModelReply, TextCall, call_with_retries, find_text_calls
@@ -172,6 +173,13 @@ class _Run:
     steps: int = 0
     blocks: int = 0
     corrections: int = 0
+    calibration: tuple[int, int] | None = None  # (estimated, reported) prompt tokens of the last reply
+
+    def calibrate(self) -> None:
+        """Fold the last reply's reported prompt tokens into the calibration (inside the caller's commit)."""
+        if self.calibration is not None:
+            context.update_calibration(self.app.log, *self.calibration, tick=self.tick)
+            self.calibration = None
 
     def fail(self, reason: str, kind: str) -> TickResult:
         return _fail(self.app, self.tick, reason, kind, self.steps, self.usage, self.t0)
@@ -226,16 +234,19 @@ def _steps(run: _Run, stop: threading.Event) -> TickResult:
     try:
         model = _Model.of(run.app)
         deadline = run.t0 + s.schedule.tick_timeout
-        while run.steps < s.schedule.max_steps:
-            calls = _ask(run, model, stop, deadline)
-            if isinstance(calls, TickResult):
-                return calls
-            if calls is None:
-                continue
-            if not calls:
-                break
-            _run_calls(run, model.toolbox, ctx, calls)
-        return _complete(run)
+        # A reply and the read-only calls it asked for commit with the next commit: the next step's
+        # request, an action's intent, or the tick's end (``EventLog.holding``).
+        with run.app.log.holding():
+            while run.steps < s.schedule.max_steps:
+                calls = _ask(run, model, stop, deadline)
+                if isinstance(calls, TickResult):
+                    return calls
+                if calls is None:
+                    continue
+                if not calls:
+                    break
+                _run_calls(run, model.toolbox, ctx, calls)
+            return _complete(run)
     finally:
         ctx.vast.deadline = None  # the client outlives the tick
 
@@ -255,12 +266,13 @@ def _start(run: _Run) -> ToolContext | TickResult:
         ctx.vast.deadline = None
         return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
     obs = observe(app, ctx, tick)
-    log.append("tick.started", {"observation": obs}, "scheduler", tick)
-    steering.note_in_force(log, tick)
-    feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
+    with log.transaction():  # the tick's start and what its observation brings in: one commit
+        log.append("tick.started", {"observation": obs}, "scheduler", tick)
+        steering.note_in_force(log, tick)
+        feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
+        feedback.check_conditions(log, s, obs, tick)
+        steering.note_host_failures(log, s, obs, tick)
     save_memo(s.data_path, app.knowledge_memo)
-    feedback.check_conditions(log, s, obs, tick)
-    steering.note_host_failures(log, s, obs, tick)
     # fleet-agent never stops an instance: one of ours that shows stopped is destroyed here, whatever the model
     for outcome in stopped.destroy_stopped(ctx, dry_run=s.policy.dry_run):
         if outcome.effect:
@@ -277,12 +289,16 @@ def _ask(run: _Run, model: _Model, stop: threading.Event, deadline: float) -> li
     if time.monotonic() > deadline:
         return run.fail(f"time budget of {run.app.settings.schedule.tick_timeout:.0f}s used up", "timeout")
     log = run.app.log
-    proj = _project(run, model)
-    ended = _over_budget(run, model, proj)
-    if ended is not None:
-        return ended
-    req = log_request(log, proj, prompts=run.app.prompts, policy=model.policy, tools=model.tools, tick=run.tick,
-                      params=model.params)
+    with log.transaction():  # what the last step held commits with this request, which sees it
+        run.calibrate()
+        proj = _projection(run, model)
+        due = context.needs_compaction(proj, model.cs) or not context.fits(proj, model.cs)
+        req = None if due else _request(run, model, proj)
+    if due:  # compaction asks the model: outside any transaction
+        proj = _project(run, model, proj)
+        req = _request(run, model, proj)
+    if not isinstance(req, Event):
+        return req
     run.steps += 1
     try:
         reply = call_with_retries(model.provider, proj.messages, model.tools,
@@ -295,6 +311,17 @@ def _ask(run: _Run, model: _Model, stop: threading.Event, deadline: float) -> li
     return _answered(run, model, reply, req.seq, proj.tokens)
 
 
+def _request(run: _Run, model: _Model, proj: context.Projection) -> Event | TickResult:
+    """Log the request about to be sent (with the inputs it uses), or the tick's end when it would not fit."""
+    ended = _over_budget(run, model, proj)
+    if ended is not None:
+        return ended
+    log = run.app.log
+    with log.transaction():
+        return log_request(log, proj, prompts=run.app.prompts, policy=model.policy, tools=model.tools, tick=run.tick,
+                           params=model.params)
+
+
 def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, estimated: int) -> list[ToolCall] | None:
     """Log the reply; its calls, or None when it wrote calls as text and gets a correction (ask again)."""
     log = run.app.log
@@ -305,13 +332,14 @@ def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, est
         calls = [accepted]
     payload = reply.to_payload()
     payload.update({"tool_calls": calls, "request_seq": request_seq, "provider": getattr(model.provider, "name", "")})
-    resp = log.append("model.response", payload, "model", run.tick)
     for k in run.usage:
         run.usage[k] += int(payload["usage"].get(k, 0) or 0)
-    if reply.usage.prompt_tokens:
-        context.update_calibration(log, estimated, reply.usage.prompt_tokens, tick=run.tick)
-    if not written:
+    if reply.usage.prompt_tokens:  # folded in with the next commit, before the next projection reads it
+        run.calibration = (estimated, reply.usage.prompt_tokens)
+    if not written:  # held: it commits with the next commit of the tick (see _steps)
+        log.append_held([("model.response", payload, "model", run.tick)])
         return calls
+    resp = log.append("model.response", payload, "model", run.tick)
     log.append("model.text_tool_calls", {"response_seq": resp.seq, "accepted": accepted is not None,
                                          "calls": [{"name": c.name, "arguments": c.arguments, "shape": c.shape}
                                                    for c in written]}, "system", run.tick)
@@ -348,12 +376,16 @@ def _wait(stop: threading.Event, deadline: float, seconds: float) -> bool:
     return not stop.wait(seconds)
 
 
-def _project(run: _Run, model: _Model) -> context.Projection:
-    """The request's context, compacted first when it is due or does not fit (at a step boundary: every
-    call of the previous step has its result by now)."""
+def _projection(run: _Run, model: _Model) -> context.Projection:
+    app = run.app
+    return context.project(app.log, app.prompts, model.cs, policy=model.policy, tools=model.tools,
+                           model=model.name, cache=app.projection_cache, params=model.params)
+
+
+def _project(run: _Run, model: _Model, proj: context.Projection) -> context.Projection:
+    """The request's context ``proj``, compacted first when it is due or does not fit (at a step boundary:
+    every call of the previous step has its result by now)."""
     app, cs = run.app, model.cs
-    proj = context.project(app.log, app.prompts, cs, policy=model.policy, tools=model.tools, model=model.name,
-                           cache=app.projection_cache, params=model.params)
     if context.needs_compaction(proj, cs) or not context.fits(proj, cs):
         if context.fits(proj, cs) and _warn(app, run.tick, model):
             # one step to save what matters before the oldest ticks are summarised
@@ -429,13 +461,16 @@ def _rent_offer(call: ToolCall) -> int | None:
 
 def _complete(run: _Run) -> TickResult:
     log, tick = run.app.log, run.tick
-    feedback.note_policy_blocks(log, run.app.settings, run.blocks, tick)
-    feedback.dispatch_notifications(log, run.app.settings, tick=tick)  # repeats and resolutions, too
-    if run.app.settings.model.provider != "rules":  # the rules provider is code deciding, not a model to watch
-        check_idle(log, run.app.settings, tick)
-    dur = (time.monotonic() - run.t0) * 1000
-    log.append("tick.completed", {"steps": run.steps, "usage": run.usage, "actions": run.actions,
-                                  "duration_ms": dur}, "system", tick)
+    with log.transaction() as tx:  # the tick's end, with what its last step held: one commit
+        run.calibrate()
+        feedback.note_policy_blocks(log, run.app.settings, run.blocks, tick)
+        feedback.dispatch_notifications(log, run.app.settings, tick=tick)  # repeats and resolutions, too
+        if run.app.settings.model.provider != "rules":  # the rules provider is code deciding, not a model to watch
+            check_idle(log, run.app.settings, tick)
+        dur = (time.monotonic() - run.t0) * 1000
+        tx.append("tick.completed", {"steps": run.steps, "usage": run.usage, "actions": run.actions,
+                                     "duration_ms": dur}, "system", tick)
+        tx.index_search()  # the search index catches up once a tick
     log_.info("tick", tick=tick, ok=True, steps=run.steps, actions=run.actions, duration_ms=round(dur),
               head=_head(app=run.app), **run.usage)
     return TickResult(tick, True, None, run.steps, run.usage, dur, run.actions)
@@ -465,7 +500,9 @@ def _fail(app: App, tick: int, reason: str, kind: str, steps: int, usage: dict[s
     reason = scrub(reason)
     dur = (time.monotonic() - t0) * 1000
     try:
-        app.log.append("tick.failed", {"reason": reason, "error_kind": kind, "steps": steps}, "system", tick)
+        with app.log.transaction() as tx:
+            tx.append("tick.failed", {"reason": reason, "error_kind": kind, "steps": steps}, "system", tick)
+            tx.index_search()
     except FleetAgentError:
         log_.exception("tick.failed_unlogged", tick=tick)
     log_.warning("tick", tick=tick, ok=False, reason=reason, steps=steps, duration_ms=round(dur), head=_head(app=app),

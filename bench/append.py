@@ -1,14 +1,19 @@
 """Append throughput and latency of the event log against a raw SQLite insert loop, in the same run.
 
 Ours: ``EventLog.append`` (single-event commits) and ``EventLog.append_many`` (batches of 100),
-each commit BEGIN IMMEDIATE + synchronous=FULL + hash chain + full-text index + read models.
-The baseline: the same driver (pysqlite3) and pragmas (WAL, synchronous=FULL), a table with the
-events table's columns and indexes, and plain ``INSERT`` statements of prepared rows (the same
-payloads as JSON text), committed one by one and in batches of 100.
+each commit BEGIN IMMEDIATE + synchronous=FULL + validation + canonical JSON + hash chain + read
+models + the head file. The full-text index is not written by an append: ``index_search`` renders
+and indexes what it lacks (before a search, and once a tick in the tick's last transaction); its
+CPU per event is printed beside, measured once over the whole log at the end.
+The baseline: a database opened as the log opens its own (the same driver, pysqlite3, pragmas, WAL
+and synchronous=FULL, and schema: the events table with all its indexes), and plain ``INSERT``
+statements of prepared rows (the same payloads as JSON text), committed one by one and in batches
+of 100.
 
 Raw and ours take turns, round by round, so a busy machine slows both alike. Prints one JSON
 line: batched events/s of each and their ratio, CPU microseconds per batched event, single-append
-p50 of each and their ratio. ``--profile`` adds cProfile's top lines for the batched appends.
+p50 of each and their ratio, the search index's CPU per event. ``--profile`` adds cProfile's top
+lines for the batched appends.
 
     python bench/append.py [--rounds 40] [--single 20] [--dir DIR] [--profile]
 """
@@ -24,24 +29,17 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-from agent.store.db import sqlite3
-from agent.store.log import EventLog, canonical
+from agent.store.db import connect, sqlite3
+from agent.store.log import EventLog, canonical, utc_ts
 
 # A mix close to a tick's: model-visible notes and tool results, an invisible intent.
 _OUTPUT = "offer 123456 RTX 4090 x1 $0.38/h reliability 0.991 host 4411 " * 4
 BATCH = 100
 
-_RAW_SCHEMA = (
-    "CREATE TABLE events (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, ts TEXT NOT NULL, kind TEXT NOT NULL,"
-    " version INTEGER NOT NULL, source TEXT NOT NULL, tick INTEGER, payload TEXT NOT NULL, tokens INTEGER,"
-    " prev_hash TEXT NOT NULL, hash TEXT NOT NULL)",
-    "CREATE INDEX events_kind_seq ON events(kind, seq)",
-    "CREATE INDEX events_tick ON events(tick) WHERE tick IS NOT NULL",
-    "CREATE INDEX events_ts ON events(ts)",
-)
 _RAW_INSERT = ("INSERT INTO events (seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash)"
                " VALUES (?,?,?,?,?,?,?,?,?,?,?)")
 
@@ -59,21 +57,19 @@ def payloads(i: int) -> tuple[str, dict[str, Any], str, int | None]:
 
 
 def _raw_row(seq: int) -> tuple[Any, ...]:
+    """A row as an append writes it (a uuid4, a rising timestamp, 64-hex hashes), prepared in advance."""
     kind, payload, source, tick = payloads(seq)
-    h = f"{seq:064x}"
-    return (seq, f"id-{seq}", f"2026-12-01T00:00:{seq % 60:02d}.000000Z", kind, 1, source, tick, canonical(payload),
-            None, h, h)
+    return (seq, str(uuid.uuid4()), utc_ts(), kind, 1, source, tick, canonical(payload), None,
+            f"{seq - 1:064x}", f"{seq:064x}")
 
 
 class _Raw:
-    """The baseline: prepared rows inserted with the same driver and pragmas, no chain, no FTS."""
+    """The baseline: prepared rows inserted into a database opened as the log opens its own (same
+    driver, pragmas and schema: the events table with all its indexes), no chain, no search index,
+    no read models."""
 
     def __init__(self, directory: Path) -> None:
-        self.conn = sqlite3.connect(str(directory / "raw.db"), isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA synchronous = FULL")
-        for stmt in _RAW_SCHEMA:
-            self.conn.execute(stmt)
+        self.conn = connect(directory / "raw.db", create=True)
         self.seq = 0
 
     def rows(self, n: int) -> list[tuple[Any, ...]]:
@@ -126,6 +122,9 @@ def run(directory: Path, rounds: int, single: int, profile: bool = False) -> dic
             if prof is not None:
                 prof.disable()
         ok = log.verify().ok
+        c = time.process_time()
+        indexed = log.index_search()
+        index_us = 1e6 * (time.process_time() - c) / max(indexed, 1)
     finally:
         log.close()
         rw.conn.close()
@@ -139,7 +138,7 @@ def run(directory: Path, rounds: int, single: int, profile: bool = False) -> dic
         "cpu_us_per_event": round(cpu_us["ours"], 1), "raw_cpu_us_per_event": round(cpu_us["raw"], 1),
         "single_p50_ms": round(p50["ours"], 3), "raw_single_p50_ms": round(p50["raw"], 3),
         "single_p50_vs_raw": round(p50["ours"] / p50["raw"], 2),
-        "events": n + 1, "chain_verifies": ok,
+        "search_index_cpu_us_per_event": round(index_us, 1), "events": n + 1, "chain_verifies": ok,
     }
     if prof is not None:
         out = io.StringIO()

@@ -67,20 +67,6 @@ class _TimedProvider:
         return getattr(self.inner, name)
 
 
-def _commits_that_wrote(statements: list[str]) -> int:
-    """Transactions that wrote something (each one fsync with synchronous=FULL; an empty one writes
-    no WAL frame)."""
-    n, wrote = 0, False
-    for s in statements:
-        if s.startswith("BEGIN"):
-            wrote = False
-        elif s.startswith(("INSERT", "UPDATE", "DELETE")):
-            wrote = True
-        elif s.startswith("COMMIT") and wrote:
-            n += 1
-    return n
-
-
 def _app(root: Path, url: str, sim: Simulator, clock: ManualClock) -> App:
     app = App(settings_for(root, url, provider="rules"), env={"VAST_API_KEY": sim.api_key}, clock=clock)
     app.init_database()
@@ -107,7 +93,7 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
                 wall = time.perf_counter() - t
             walls.append(wall * 1e3)
             overhead.append((wall - _OUTSIDE["s"]) * 1e3)
-            txs.append(_commits_that_wrote(statements))
+            txs.append(plans.commits_that_wrote(statements))
             side = sum(1 for e in app.log.read(0, kinds=["tool.called"], tick=r.tick) if e.payload.get("side_effect"))
             aims.append(2 + r.steps + 2 * side)
         t = time.perf_counter()
@@ -134,11 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         for n, size in enumerate(sizes):
             prof = cProfile.Profile() if a.profile and n == len(sizes) - 1 else None
             clock = ManualClock()
-            sim = Simulator(seed=7, clock=clock)  # a fresh market per size: no instance of another run is an orphan
-            with SimServer(sim) as server:
-                tpl = _app(Path(d) / f"template{size}", server.url, sim, clock)
-                template = record_template(tpl, sim.advance, ticks=4)
+            tsim = Simulator(seed=7, clock=clock)
+            with SimServer(tsim) as server:
+                tpl = _app(Path(d) / f"template{size}", server.url, tsim, clock)
+                template = record_template(tpl, tsim.advance, ticks=4)
                 tpl.close()
+            # a fresh market for the measured ticks: the template's instances are not orphans to them
+            sim = Simulator(seed=7, clock=clock)
+            with SimServer(sim) as server:
                 rows.append(measure(size, a.ticks, template, server.url, sim, clock, Path(d) / f"s{size}", prof))
             base = rows[0]["tick_overhead_p50_ms"]
             r = rows[-1]

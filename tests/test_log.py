@@ -68,7 +68,7 @@ def test_bad_payload_is_refused_and_nothing_written(log, kind, payload, source, 
     assert fragment in str(exc.value)
     assert log.count() == 1
     assert log.head() == (1, first.hash)
-    assert log.store.search_index_size() == 1
+    assert log.index_search() == 1 and log.store.search_index_size() == 1
     assert log.verify().ok
 
 
@@ -90,7 +90,7 @@ def test_append_many_is_atomic(log):
     with pytest.raises(PayloadError):
         log.append_many(batch)
     assert log.count() == 1
-    assert log.store.search_index_size() == 1
+    assert log.index_search() == 1 and log.store.search_index_size() == 1
     assert log._read_head()[0] == 1
     batch[5] = ("memory.written", {"key": "k", "text": "v"}, "model", 3)
     got = log.append_many(batch)
@@ -305,3 +305,119 @@ def test_held_appends_commit_first_in_the_next_transaction_or_at_the_end(log):
     assert [e.payload["text"] for e in log.read()] == ["a", "b", "c", "d"] and c.seq == 3
     log.append_held([("operator.note", note("e"), "operator", None)])
     assert log.count() == 5 and log.verify().ok
+
+
+def test_search_index_trails_appends_and_catches_up_in_order(log):
+    """Appends do not render into the full-text index; index_search() adds exactly the events it lacks
+    (a prefix of the log stays indexed), and search() brings it up to the head before matching."""
+    for i in range(3):
+        log.append("operator.note", note(f"gpu{i} host 770{i}"), "operator")
+    assert log.store.search_index_size() == 0
+    assert [e.seq for e, _ in log.search("host")] == [3, 2, 1]
+    assert log.store.search_index_size() == 3
+    log.append("tool.called", {"call_id": "c9", "name": "destroy_instance", "arguments": '{"id": 7702}'}, "model")
+    assert log.store.search_index_size() == 3
+    assert log.index_search() == 1 and log.index_search() == 0
+    assert [e.seq for e, _ in log.search("7702")] == [4, 3]
+
+
+def test_read_only_log_searches_what_was_indexed(log):
+    """A read-only log never writes: its search covers the indexed prefix, not the events after it."""
+    log.append("operator.note", note("first alpha"), "operator")
+    log.index_search()
+    log.append("operator.note", note("second alpha"), "operator")
+    with EventLog(log.path, readonly=True, create=False) as ro:
+        assert [e.seq for e, _ in ro.search("alpha")] == [1]
+        assert ro.index_search() == 0
+    assert log.store.search_index_size() == 1
+
+
+def test_event_ids_are_distinct_uuid4_text_and_a_forked_child_draws_its_own():
+    """new_event_id gives RFC 4122 version-4 UUIDs in str(uuid) form, never twice, and a process forked
+    after ids were drawn does not repeat the parent's next ones."""
+    import uuid
+
+    from agent.store.log import new_event_id
+
+    ids = [new_event_id() for _ in range(600)]  # more than one refill of the random pool
+    assert len(set(ids)) == 600
+    for i in ids[:50]:
+        u = uuid.UUID(i)
+        assert str(u) == i and u.version == 4 and u.variant == uuid.RFC_4122
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: write its next ids and leave at once
+        os.write(w, " ".join(new_event_id() for _ in range(5)).encode())
+        os._exit(0)
+    os.close(w)
+    child = os.read(r, 4096).decode().split()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert len(child) == 5 and not set(child) & {new_event_id() for _ in range(5)}
+
+
+@pytest.mark.parametrize("dt", [datetime(2026, 11, 29, 10, 0, 3, 999999, tzinfo=UTC),
+                                datetime(2026, 11, 29, 10, 0, 4, 5, tzinfo=UTC),
+                                datetime(2026, 11, 29, 11, 0, 4, 5, tzinfo=UTC),
+                                datetime(1969, 12, 31, 23, 59, 59, 500000, tzinfo=UTC),
+                                datetime(2026, 11, 29, 12, 0, 4, 5, tzinfo=UTC) + timedelta(hours=0)])
+def test_utc_ts_matches_isoformat_across_seconds(dt):
+    """utc_ts reuses the text up to the second only within that second: each value formats as isoformat
+    does, also one after another across a second, an hour and the epoch, and from another time zone."""
+    from datetime import timezone
+
+    from agent.store.log import utc_ts
+
+    want = dt.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    assert utc_ts(dt) == want
+    assert utc_ts(dt.astimezone(timezone(timedelta(hours=5, minutes=30)))) == want
+
+
+def test_a_transaction_inside_another_joins_it_and_commits_with_it(log):
+    """A transaction opened inside one this thread has open joins it: its appends are seen inside, are
+    not in the file for another connection until the outer block ends, and commit with the outer one
+    (one head-file record, after the commit)."""
+    with log.transaction() as outer:
+        outer.append("operator.note", note("outer"), "operator")
+        inner = log.append("operator.note", note("inner"), "operator")
+        assert inner.seq == 2 and log.store.search_index_size() == 0
+        assert [e.seq for e in log.read()] == [1, 2]
+        with EventLog(log.path, readonly=True, create=False) as other:
+            assert other.count() == 0
+        assert log._read_head() is None
+    assert log.count() == 2 and log._read_head() == (2, inner.hash)
+    assert log.verify().ok
+
+
+def test_a_failing_inner_transaction_rolls_back_alone(log):
+    """An exception inside a joined transaction undoes that block's appends (and read-model changes)
+    only; the outer block goes on with the chain where it was and commits the rest."""
+    with log.transaction() as outer:
+        outer.append("operator.note", note("kept"), "operator")
+        with pytest.raises(PayloadError):
+            with log.transaction() as tx:
+                tx.append("memory.written", {"key": "k", "text": "gone"}, "model")
+                tx.append("operator.note", {"text": "no author"}, "operator")
+        assert not log.store.memory_has("k")
+        last = outer.append("operator.note", note("after"), "operator")
+    assert [e.payload["text"] for e in log.read()] == ["kept", "after"]
+    assert last.seq == 2 and log.verify().ok
+
+
+def test_after_commit_runs_once_committed_and_never_after_a_rollback(log):
+    """after_commit runs at once outside a transaction, after the commit inside one, and not at all
+    when the transaction (or the joined block that asked) rolls back."""
+    ran: list[str] = []
+    log.after_commit(lambda: ran.append("now"))
+    assert ran == ["now"]
+    with log.transaction() as tx:
+        tx.append("operator.note", note(), "operator")
+        log.after_commit(lambda: ran.append(f"committed {log.count()}"))
+        with pytest.raises(RuntimeError), log.transaction():
+            log.after_commit(lambda: ran.append("inner rolled back"))
+            raise RuntimeError("inner")
+        assert ran == ["now"]
+    with pytest.raises(RuntimeError), log.transaction():
+        log.after_commit(lambda: ran.append("outer rolled back"))
+        raise RuntimeError("outer")
+    assert ran == ["now", "committed 1"]

@@ -63,4 +63,4 @@ def test_two_processes_append_concurrently(tmp_path):
         report = log.verify()
         assert report.ok, report
         assert report.checked == 2 * n + 2
-        assert log.store.search_index_size() == 2 * n + 2
+        assert log.index_search() == 2 * n + 2 and log.store.search_index_size() == 2 * n + 2

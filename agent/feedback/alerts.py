@@ -10,6 +10,7 @@ appends ``alert.repeated`` (count + 1) instead of a new alert. Each change is ch
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
@@ -252,5 +253,5 @@ def dispatch_notifications(log: EventLog, settings: Any, *, tick: int | None = N
         events = [tx.append("alert.notified", p, "system", tick) for p in due]
     for e in events:
         if not e.payload.get("silenced"):
-            submit_notification(settings, e)
+            log.after_commit(functools.partial(submit_notification, settings, e))  # once it committed
     return events

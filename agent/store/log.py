@@ -17,8 +17,8 @@ import fcntl
 import hashlib
 import json
 import os
+import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,14 +40,19 @@ GENESIS = "0" * 64
 _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
 _INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _INSERT_FTS = "INSERT INTO events_fts (rowid, text, kind) VALUES (?,?,?)"
+_FTS_HEAD_SQL = "SELECT rowid FROM events_fts ORDER BY rowid DESC LIMIT 1"
 _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
 Item = tuple[str, dict[str, Any], str, "int | None"]
+_new = object.__new__
+
+
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 def canonical(obj: Any) -> str:
     """Canonical JSON: sorted keys, no spaces, UTF-8, no NaN/Infinity."""
     try:
-        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _ENCODE(obj)
     except ValueError as e:
         raise PayloadError(f"payload is not valid JSON: {e}") from e
     except TypeError as e:
@@ -73,12 +78,42 @@ def _row_header(seq: Any, id: Any, ts: Any, kind: Any, version: Any, source: Any
 
 def utc_ts(dt: datetime | None = None) -> str:
     """'2026-11-29T10:05:12.123456Z': UTC, microseconds, fixed width (sorts as text)."""
+    global _TS_MEMO
     dt = dt or datetime.now(UTC)
     if dt.tzinfo is not UTC:
         dt = dt.astimezone(UTC)
-    if 1000 <= dt.year <= 9999:
-        return dt.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if not 1000 <= dt.year <= 9999:
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    second = dt.timestamp() // 1
+    memo = _TS_MEMO
+    if memo[0] != second:  # the text up to the second is formatted once a second
+        memo = _TS_MEMO = (second, dt.isoformat(timespec="seconds")[:-6])  # drops "+00:00"
+    return f"{memo[1]}.{dt.microsecond:06d}Z"
+
+
+_TS_MEMO: tuple[float, str] = (-1.5, "")  # (a second since the epoch, its text): replaced whole, never edited
+
+
+_RANDOM = bytearray()  # os.urandom bytes not yet used for an event id
+_RANDOM_LOCK = threading.Lock()
+
+
+def _forget_random() -> None:
+    _RANDOM.clear()  # a forked child must not hand out its parent's ids
+
+
+os.register_at_fork(after_in_child=_forget_random)
+
+
+def new_event_id() -> str:
+    """A random (version 4) UUID as text, as ``str(uuid.uuid4())`` gives, from os.urandom read 4 KiB
+    at a time."""
+    with _RANDOM_LOCK:
+        if not _RANDOM:
+            _RANDOM.extend(os.urandom(4096))
+        h = _RANDOM[-16:].hex()
+        del _RANDOM[-16:]
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
 
 def _row_to_event(r: tuple[Any, ...]) -> Event:
@@ -150,6 +185,7 @@ class Transaction:
         self._seq: int = row[0] if row else 0
         self._hash: str = row[1] if row else GENESIS
         self.appended: list[Event] = []
+        self.after: list[Callable[[], object]] = []  # to run once this commits (``EventLog.after_commit``)
 
     @cached_property
     def store(self) -> Store:
@@ -157,30 +193,101 @@ class Transaction:
         return Store(self.conn)
 
     def append(self, kind: str, payload: dict[str, Any], source: str, tick: int | None = None) -> Event:
-        """Validate, encode (once), hash, insert with its search text and apply to the read models.
+        """Validate, encode (once), hash, insert and apply to the read models.
 
         Tokens are not counted here: the projection counts a message the first time it renders it
         (``agent.context.cache``), so ``tokens`` is NULL on every event this version appends; rows
-        written by older versions keep the count they were hashed with."""
+        written by older versions keep the count they were hashed with. Nor is the event rendered
+        for the full-text index here: ``index_search`` does that for every event not yet indexed
+        (a search first, and the daemon once a tick, in the tick's last transaction)."""
+        row, event = self._row(kind, payload, source, tick)
+        try:
+            self.conn.execute(_INSERT_EVENT, row)
+            if kind in readmodels.PROJECTORS:
+                readmodels.PROJECTORS[kind](self.conn, event)
+        except BaseException:
+            self._seq, self._hash = event.seq - 1, event.prev_hash
+            raise
+        self.appended.append(event)
+        return event
+
+    def extend(self, items: Iterable[Item]) -> list[Event]:
+        """``append`` each item, the rows inserted in one statement; nothing is inserted unless every
+        item is valid."""
+        rows: list[tuple[Any, ...]] = []
+        events: list[Event] = []
+        seq, h = self._seq, self._hash
+        projectors = readmodels.PROJECTORS
+        try:
+            for kind, payload, source, tick in items:
+                row, event = self._row(kind, payload, source, tick)
+                rows.append(row)
+                events.append(event)
+            self.conn.executemany(_INSERT_EVENT, rows)
+            for event in events:
+                if event.kind in projectors:
+                    projectors[event.kind](self.conn, event)
+        except BaseException:
+            self._seq, self._hash = seq, h
+            raise
+        self.appended.extend(events)
+        return events
+
+    def _row(self, kind: str, payload: dict[str, Any], source: str, tick: int | None) -> tuple[tuple[Any, ...], Event]:
+        """Validate, encode (once) and hash the next event: its row and the event; moves the head."""
         k = ev.kind(kind)
         if source not in ev.SOURCES:
             raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
         k.validate(payload)
         payload_json = canonical(payload)
-        seq, prev = self._seq + 1, self._hash
-        eid, ts, body = str(uuid.uuid4()), utc_ts(self.log.clock()), json.loads(payload_json)
-        h = row_hash(seq, eid, ts, kind, k.version, source, tick, payload_json, None, prev)
-        event = Event(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick, payload=body, version=k.version,
-                      prev_hash=prev, hash=h)
-        msg = k.render_checked(event)
-        text = ev.search_text(event, msg) if msg is not None or k.current.search else f"{kind} {payload_json}"
-        execute = self.conn.execute
-        execute(_INSERT_EVENT, (seq, eid, ts, kind, k.version, source, tick, payload_json, None, prev, h))
-        execute(_INSERT_FTS, (seq, text, kind))
-        readmodels.apply(self.conn, event)
+        seq, prev, version = self._seq + 1, self._hash, k.version
+        eid, ts = new_event_id(), utc_ts(self.log.clock())
+        if tick is None or type(tick) is int:  # row_hash's header, built here for the usual types
+            header = f'[{seq},"{eid}","{ts}",{_json_str(kind)},{version},"{source}",{"null" if tick is None else tick},null]'
+            h = hashlib.sha256(f"{prev}\n{header}\n{payload_json}".encode()).hexdigest()
+        else:
+            h = row_hash(seq, eid, ts, kind, version, source, tick, payload_json, None, prev)
+        # Event's own __init__ (a frozen dataclass's) costs as much as the rest of this line; the fields
+        # are set directly, all of them, as it would.
+        event = _new(Event)
+        event.__dict__.update(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick,
+                              payload=json.loads(payload_json), tokens=None, version=version, prev_hash=prev, hash=h)
         self._seq, self._hash = seq, h
-        self.appended.append(event)
-        return event
+        return (seq, eid, ts, kind, version, source, tick, payload_json, None, prev, h), event
+
+    def index_search(self) -> int:
+        """Add to the full-text index every event it does not hold yet, in seq order; how many.
+
+        The index holds a prefix of the log (rowid = seq): appends leave it behind and this brings
+        it up to the head, rendering each event once. An event that does not render is indexed by
+        its kind and payload, as an invisible one is."""
+        row = self.conn.execute(_FTS_HEAD_SQL).fetchone()
+        done = row[0] if row else 0
+        n = 0
+        while done < self._seq:
+            rows = self.conn.execute(f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq LIMIT 1000",
+                                     (done,)).fetchall()
+            if not rows:
+                break
+            self.conn.executemany(_INSERT_FTS, [(r[0], _search_text(r), r[3]) for r in rows])
+            done, n = rows[-1][0], n + len(rows)
+        return n
+
+
+def _search_text(r: tuple[Any, ...]) -> str:
+    """What the full-text index holds for the events row ``r``."""
+    e = _row_to_event(r)
+    try:
+        msg = ev.render(e)
+    except Exception:  # noqa: BLE001 - a rendering bug must not keep the rest of the log out of the index
+        msg = None
+    if msg is not None:
+        return ev.search_text(e, msg)
+    try:
+        text = ev.VOCABULARY.search(e)  # what a version that is not model-visible indexes, if it says
+    except Exception:  # noqa: BLE001 - as for rendering
+        text = None
+    return text if text is not None else f"{e.kind} {r[7]}"
 
 
 class EventLog:
@@ -203,6 +310,7 @@ class EventLog:
         self.readonly = readonly
         self._head_fd: int | None = None
         self._held: list[Item] | None = None  # appends held for the next commit (see ``holding``)
+        self._open: tuple[Transaction, int] | None = None  # the transaction in progress and its thread
 
     @cached_property
     def store(self) -> Store:
@@ -237,16 +345,29 @@ class EventLog:
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         """Read and append atomically; every event appended commits together or not at all.
-        Events held by ``append_held`` are appended first, in the same transaction."""
+        Events held by ``append_held`` are appended first, in the same transaction.
+
+        Inside a transaction this thread opened on this log, a transaction joins it (as a savepoint:
+        an exception rolls back the inner block alone) and commits with it, so a caller can group
+        what several steps append into one commit (one fsync)."""
         if self.readonly:
             raise LogError("this log was opened read-only")
+        outer = self._open
+        if outer is not None and outer[1] == threading.get_ident():
+            with self._joined(outer[0]) as tx:
+                yield tx
+            return
         held, self._held = self._held or [], ([] if self._held is not None else None)
         try:
             with immediate(self.conn):
                 tx = Transaction(self, self.conn)
-                for item in held:
-                    tx.append(*item)
-                yield tx
+                self._open = (tx, threading.get_ident())
+                try:
+                    if held:
+                        tx.extend(held)
+                    yield tx
+                finally:
+                    self._open = None
         except BaseException as e:
             if held and self._held is not None:
                 self._held[:0] = held  # not committed: still held, still first
@@ -255,6 +376,41 @@ class EventLog:
             raise
         if tx.appended:
             self._write_head(tx.appended[-1])
+        for fn in tx.after:
+            fn()
+
+    @contextmanager
+    def _joined(self, tx: Transaction) -> Iterator[Transaction]:
+        """A transaction inside ``tx``: a savepoint; on an exception the block's appends (and the
+        held events it took) are undone and ``tx`` goes on as it was."""
+        seq, h, n, m = tx._seq, tx._hash, len(tx.appended), len(tx.after)
+        held, self._held = self._held or [], ([] if self._held is not None else None)
+        self.conn.execute("SAVEPOINT joined")
+        try:
+            if held:
+                tx.extend(held)
+            yield tx
+            self.conn.execute("RELEASE joined")
+        except BaseException as e:
+            if self.conn.in_transaction:  # SQLite may have rolled the whole transaction back already
+                self.conn.execute("ROLLBACK TO joined")
+                self.conn.execute("RELEASE joined")
+            tx._seq, tx._hash = seq, h
+            del tx.appended[n:], tx.after[m:]
+            if held and self._held is not None:
+                self._held[:0] = held
+            if isinstance(e, sqlite3.Error):
+                raise LogError(f"the event log at {self.path} could not be written: {e}") from e
+            raise
+
+    def after_commit(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` once the transaction this thread has open on this log commits (not at all if it
+        rolls back); at once when none is open."""
+        outer = self._open
+        if outer is not None and outer[1] == threading.get_ident():
+            outer[0].after.append(fn)
+        else:
+            fn()
 
     @contextmanager
     def holding(self) -> Iterator[None]:
@@ -292,7 +448,7 @@ class EventLog:
 
     def append_many(self, items: Iterable[Item]) -> list[Event]:
         with self.transaction() as tx:
-            return [tx.append(k, p, s, t) for k, p, s, t in items]
+            return tx.extend(items)
 
     def adopt(self, events: Iterable[Event]) -> int:
         """Copy another log's events into this empty log row for row: same seq, id, ts, payload and
@@ -421,11 +577,26 @@ class EventLog:
             return None
         return st.st_dev, st.st_ino
 
+    def index_search(self) -> int:
+        """Bring the full-text index up to the head (``Transaction.index_search``) in one transaction,
+        when it is behind (joining the transaction this thread has open); how many events it added.
+        A read-only log is left as it is."""
+        outer = self._open
+        if self.readonly or (self.conn.in_transaction and (outer is None or outer[1] != threading.get_ident())):
+            return 0
+        row = self.conn.execute(_FTS_HEAD_SQL).fetchone()
+        if (row[0] if row else 0) >= self.last_seq():
+            return 0
+        with self.transaction() as tx:
+            return tx.index_search()
+
     def search(self, query: str, *, limit: int = 20, until_seq: int | None = None) -> list[tuple[Event, str]]:
-        """Full-text search over every event's rendered text, newest first."""
+        """Full-text search over every event's rendered text, newest first (the index is brought up to
+        the head first; a read-only log searches what was indexed)."""
         terms = [t for t in query.replace('"', " ").split() if t]
         if not terms:
             return []
+        self.index_search()
         match = " ".join(f'"{t}"' for t in terms)
         sql = ("SELECT rowid, snippet(events_fts, 0, '[', ']', ' … ', 24) FROM events_fts WHERE events_fts MATCH ?"
                + (" AND rowid <= ?" if until_seq is not None else "") + " ORDER BY rowid DESC LIMIT ?")

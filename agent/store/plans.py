@@ -1,6 +1,7 @@
 """What a statement costs, without a clock: its query plan and the virtual-machine instructions it takes.
 
-``record(log)`` collects every statement the log's connection runs (SQLite's trace hook);
+``record(log)`` collects every statement the log's connection runs (SQLite's trace hook;
+``commits_that_wrote`` counts the commits among them);
 ``problems(log, statements, max_vm_steps)`` names each one that scans the events table whole
 (or the full-text index without a MATCH), or that, as a read, takes more than ``max_vm_steps``
 instructions (SQLite's progress handler counts them). On a big log the second catches any
@@ -32,6 +33,20 @@ def record(log: EventLog) -> Iterator[list[str]]:
         yield statements
     finally:
         log.conn.set_trace_callback(None)
+
+
+def commits_that_wrote(statements: Iterable[str]) -> int:
+    """Transactions among ``statements`` (from ``record``) that wrote something: each one commit, so one
+    fsync with synchronous=FULL (one that wrote nothing writes no WAL frame)."""
+    n, wrote = 0, False
+    for s in statements:
+        if s.startswith("BEGIN"):
+            wrote = False
+        elif s.startswith(("INSERT", "UPDATE", "DELETE", "REPLACE")):
+            wrote = True
+        elif s.startswith("COMMIT") and wrote:
+            n += 1
+    return n
 
 
 def plan(log: EventLog, sql: str) -> list[str]:
