@@ -167,3 +167,9 @@ CREATE TABLE instance_states (
     since       REAL NOT NULL,    -- epoch seconds
     seen_seq    INTEGER NOT NULL  -- the tick.started that last listed it
 );
+-- migration: 009_contentless_search
+-- The full-text index keeps no copy of the text it indexes (content=''): a search finds the seqs here
+-- and computes the few snippets it shows from each hit's rendering, which is a function of the event.
+-- The new index starts empty; the next search (or tick) catches it up from the log, in batches.
+DROP TABLE events_fts;
+CREATE VIRTUAL TABLE events_fts USING fts5(text, content = '', tokenize = 'porter unicode61');

@@ -39,7 +39,8 @@ from agent.tokens import Tokenizer, get_tokenizer
 GENESIS = "0" * 64
 _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
 _INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-_INSERT_FTS = "INSERT INTO events_fts (rowid, text, kind) VALUES (?,?,?)"
+_INSERT_FTS = "INSERT INTO events_fts (rowid, text) VALUES (?,?)"
+_FTS_TOKENIZE = "porter unicode61"  # as schema.sql creates events_fts
 _FTS_HEAD_SQL = "SELECT rowid FROM events_fts ORDER BY rowid DESC LIMIT 1"
 _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
 Item = tuple[str, dict[str, Any], str, "int | None"]
@@ -262,16 +263,33 @@ class Transaction:
         it up to the head, rendering each event once. An event that does not render is indexed by
         its kind and payload, as an invisible one is."""
         row = self.conn.execute(_FTS_HEAD_SQL).fetchone()
-        done = row[0] if row else 0
-        n = 0
-        while done < self._seq:
-            rows = self.conn.execute(f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq LIMIT 1000",
-                                     (done,)).fetchall()
-            if not rows:
-                break
-            self.conn.executemany(_INSERT_FTS, [(r[0], _search_text(r), r[3]) for r in rows])
-            done, n = rows[-1][0], n + len(rows)
-        return n
+        return _index_from(self.conn, row[0] if row else 0, self._seq)
+
+
+def _index_from(conn: sqlite3.Connection, done: int, head: int) -> int:
+    """Index the events after seq ``done`` up to ``head``, 1,000 rows a statement; how many. The index
+    keeps no copy of the text (content=''): ``search`` renders the hits it shows again."""
+    n = 0
+    while done < head:
+        rows = conn.execute(f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq LIMIT 1000", (done,)).fetchall()
+        if not rows:
+            break
+        conn.executemany(_INSERT_FTS, [(r[0], _search_text(r)) for r in rows])
+        done, n = rows[-1][0], n + len(rows)
+    return n
+
+
+def _snippets(match: str, hits: list[tuple[int, str]]) -> dict[int, str]:
+    """seq -> snippet of each hit's index text for the FTS5 query ``match``: the same FTS5 ``snippet()``
+    the index gave when it kept the text, run over an in-memory index of just these texts."""
+    mem = sqlite3.connect(":memory:")
+    try:
+        mem.execute(f"CREATE VIRTUAL TABLE hit USING fts5(text, tokenize = '{_FTS_TOKENIZE}')")
+        mem.executemany("INSERT INTO hit (rowid, text) VALUES (?,?)", hits)
+        rows = mem.execute("SELECT rowid, snippet(hit, 0, '[', ']', ' … ', 24) FROM hit WHERE hit MATCH ?", (match,))
+        return {int(seq): str(snip) for seq, snip in rows}
+    finally:
+        mem.close()
 
 
 def _search_text(r: tuple[Any, ...]) -> str:
@@ -288,6 +306,12 @@ def _search_text(r: tuple[Any, ...]) -> str:
     except Exception:  # noqa: BLE001 - as for rendering
         text = None
     return text if text is not None else f"{e.kind} {r[7]}"
+
+
+def _start(text: str, words: int = 24) -> str:
+    """The first ``words`` words of ``text`` on one line: a hit's snippet when its text shows no match."""
+    parts = text.split()
+    return " ".join(parts[:words]) + (" …" if len(parts) > words else "")
 
 
 class EventLog:
@@ -453,8 +477,9 @@ class EventLog:
     def adopt(self, events: Iterable[Event]) -> int:
         """Copy another log's events into this empty log row for row: same seq, id, ts, payload and
         hash, so this log's chain is that log's prefix (``fork``). Each row must link to the one
-        before and match its hash, or nothing is written (``ChainBroken``). Read models and the
-        search index are built as for appended events. Returns how many were copied."""
+        before and match its hash, or nothing is written (``ChainBroken``). Read models are built as for
+        appended events, and the search index catches up as it does after them (``index_search``).
+        Returns how many were copied."""
         with self.transaction() as tx:
             if tx._seq != 0:
                 raise LogError(f"{self.path} already holds events; a prefix can only be copied into a new log")
@@ -467,7 +492,6 @@ class EventLog:
                 if bad is not None:
                     raise ChainBroken(f"cannot copy the origin's events: {bad[1]}")
                 self.conn.execute(_INSERT_EVENT, row)
-                self.conn.execute(_INSERT_FTS, (e.seq, ev.search_text(e), e.kind))
                 readmodels.apply(self.conn, e)
                 prev_seq, prev_hash = e.seq, e.hash
                 tx._seq, tx._hash = e.seq, e.hash
@@ -598,19 +622,19 @@ class EventLog:
             return []
         self.index_search()
         match = " ".join(f'"{t}"' for t in terms)
-        sql = ("SELECT rowid, snippet(events_fts, 0, '[', ']', ' … ', 24) FROM events_fts WHERE events_fts MATCH ?"
+        sql = ("SELECT rowid FROM events_fts WHERE events_fts MATCH ?"
                + (" AND rowid <= ?" if until_seq is not None else "") + " ORDER BY rowid DESC LIMIT ?")
         params: list[Any] = [match] + ([until_seq] if until_seq is not None else []) + [limit]
         try:
             rows = self.conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as e:
             raise LogError(f"search query {query!r} could not run: {e}") from e
-        out: list[tuple[Event, str]] = []
-        for seq, snip in rows:
-            hit = self.get(seq)
-            if hit is not None:
-                out.append((hit, snip))
-        return out
+        found = [(r[0], self.conn.execute(f"SELECT {_COLS} FROM events WHERE seq = ?", (r[0],)).fetchone())
+                 for r in rows]
+        texts = [(seq, _search_text(r)) for seq, r in found if r is not None]
+        snips = _snippets(match, texts)
+        # A hit whose text no longer matches (indexed by an older build that rendered it otherwise) shows its start.
+        return [(_row_to_event(r), snips.get(seq) or _start(dict(texts)[seq])) for seq, r in found if r is not None]
 
     def count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
@@ -754,8 +778,10 @@ class EventLog:
             rebuilt.close()
 
     def rebuild(self) -> None:
-        """Replace the read models with a rebuild from the log (one transaction)."""
+        """Replace the read models and the full-text index with a rebuild from the log (one transaction)."""
         with immediate(self.conn):
             readmodels.clear(self.conn)
             for e in self.read(0):
                 readmodels.apply(self.conn, e)
+            self.conn.execute("INSERT INTO events_fts (events_fts) VALUES ('delete-all')")
+            _index_from(self.conn, 0, self.last_seq())
