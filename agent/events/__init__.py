@@ -26,6 +26,7 @@ from agent.events import kinds_money as _kinds_money  # noqa: F401 - defines its
 from agent.events import kinds_ops as _kinds_ops  # noqa: F401 - defines its kinds in VOCABULARY
 from agent.events import kinds_stopped as _kinds_stopped  # noqa: F401 - defines system.destroy
 from agent.events import kinds_storage as _kinds_storage  # noqa: F401 - model.request v2 (inputs by hash)
+from agent.events import kinds_storage2 as _kinds_storage2  # noqa: F401 - tick.started v3 (instances as columns)
 from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import FieldSpec, Payload
@@ -44,8 +45,8 @@ from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, 
 __all__ = [
     "AS_NEXT", "KINDS", "KNOWLEDGE_DIFF_CHARS", "SOURCES", "VOCABULARY", "Event", "FieldSpec", "JsonArray",
     "JsonObject", "Kind", "Message", "Payload", "Renderer", "Upcaster", "Version", "Vocabulary", "data",
-    "epoch_minute", "fence", "inline", "kind", "payload_of", "render", "render_observation", "render_tool_content", "search_text",
-    "ts_minute", "upcast",
+    "decode", "epoch_minute", "fence", "inline", "kind", "payload_of", "render", "render_observation", "render_tool_content",
+    "search_text", "stored_payload", "ts_minute", "upcast",
 ]
 
 KINDS: dict[str, Kind] = VOCABULARY.kinds
@@ -61,6 +62,17 @@ def render(event: Event) -> Message | None:
     """The chat message the model sees for ``event`` as its stored version renders it, or None if it is
     not model-visible."""
     return VOCABULARY.render(event)
+
+
+def decode(kind: str, version: int, stored: JsonObject) -> JsonObject:
+    """The payload readers see for a row holding ``stored`` (itself unless its version stores a smaller
+    form; ``Version.stored``). The log reads every row through this."""
+    return VOCABULARY.decode(kind, version, stored)
+
+
+def stored_payload(event: Event) -> JsonObject:
+    """What the row of ``event`` holds, the form its hash covers (``decode`` reversed)."""
+    return VOCABULARY.encode(event.kind, event.version, event.payload)
 
 
 def upcast(event: Event) -> Event:

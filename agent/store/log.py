@@ -119,7 +119,7 @@ def new_event_id() -> str:
 
 def _row_to_event(r: tuple[Any, ...]) -> Event:
     return Event(seq=r[0], id=r[1], ts=r[2], kind=r[3], version=r[4], source=r[5], tick=r[6],
-                 payload=json.loads(r[7]), tokens=r[8], prev_hash=r[9], hash=r[10])
+                 payload=ev.decode(r[3], r[4], json.loads(r[7])), tokens=r[8], prev_hash=r[9], hash=r[10])
 
 
 def _parse_head(data: bytes) -> tuple[int, str] | None:
@@ -241,6 +241,9 @@ class Transaction:
             raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
         k.validate(payload)
         payload_json = canonical(payload)
+        body = json.loads(payload_json)
+        if k.current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
+            payload_json = canonical(k.current.stored.encode(json.loads(payload_json)))
         seq, prev, version = self._seq + 1, self._hash, k.version
         eid, ts = new_event_id(), utc_ts(self.log.clock())
         if tick is None or type(tick) is int:  # row_hash's header, built here for the usual types
@@ -252,7 +255,7 @@ class Transaction:
         # are set directly, all of them, as it would.
         event = _new(Event)
         event.__dict__.update(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick,
-                              payload=json.loads(payload_json), tokens=None, version=version, prev_hash=prev, hash=h)
+                              payload=body, tokens=None, version=version, prev_hash=prev, hash=h)
         self._seq, self._hash = seq, h
         return (seq, eid, ts, kind, version, source, tick, payload_json, None, prev, h), event
 
@@ -485,7 +488,7 @@ class EventLog:
                 raise LogError(f"{self.path} already holds events; a prefix can only be copied into a new log")
             prev_seq, prev_hash = 0, GENESIS
             for e in events:
-                payload_json = canonical(e.payload)
+                payload_json = canonical(ev.stored_payload(e))
                 row = (e.seq, e.id, e.ts, e.kind, e.version, e.source, e.tick, payload_json, e.tokens,
                        e.prev_hash, e.hash)
                 bad = _bad_row(row, prev_seq, prev_hash)
@@ -762,10 +765,12 @@ class EventLog:
             return False
 
     def export(self, out: IO[str], since: int = 0, since_ts: str | None = None) -> int:
-        """Write every event with seq > since (and ts >= since_ts) as JSON lines, every field included."""
+        """Write every event with seq > since (and ts >= since_ts) as JSON lines, every field included (the
+        payload as the row holds it: the form the hash covers)."""
         n = 0
         for e in self.read(since, since_ts=since_ts):
-            out.write(json.dumps(e.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
+            out.write(json.dumps({**e.to_dict(), "payload": ev.stored_payload(e)}, ensure_ascii=False, sort_keys=True)
+                      + "\n")
             n += 1
         return n
 

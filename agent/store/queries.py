@@ -191,6 +191,25 @@ GROUP BY kind, a, b
 """
 
 
+# Each tick's observation of each instance of ours: the records of a list (tick.started v1, v2), or of the
+# v3 table (agent.events.kinds_storage2), walked by its "id" column, each other field taken from its
+# column (by the record's position) or from "same" (one value every record shares).
+_V3_FIELD = ("CASE WHEN json_type(e.payload, '$.observation.instances.columns.{f}') = 'array'"
+             " THEN json_extract(e.payload, '$.observation.instances.columns.{f}[' || j.key || ']')"
+             " ELSE json_extract(e.payload, '$.observation.instances.same.{f}') END")
+_OBSERVED_RUNNING = (
+    "SELECT e.seq AS seq, e.ts AS ts, json_extract(j.value, '$.id') AS id, json_extract(j.value, '$.status') AS status"
+    " FROM events e, json_each(e.payload, '$.observation.instances') j"
+    " WHERE e.kind = 'tick.started' AND e.ts >= ? AND json_type(e.payload, '$.observation.instances') = 'array'"
+    " AND json_extract(j.value, '$.ours') = 1"
+    " UNION ALL"
+    f" SELECT e.seq AS seq, e.ts AS ts, j.value AS id, {_V3_FIELD.format(f='status')} AS status"
+    " FROM events e, json_each(e.payload, '$.observation.instances.columns.id') j"
+    " WHERE e.kind = 'tick.started' AND e.ts >= ? AND json_type(e.payload, '$.observation.instances') = 'object'"
+    f" AND {_V3_FIELD.format(f='ours')} = 1"
+    " ORDER BY seq")
+
+
 class Store:
     """The queries against one connection: the log's own, or the one an append transaction holds open."""
 
@@ -525,12 +544,9 @@ class Store:
 
     def observed_running(self, since_ts: str) -> dict[int, list[tuple[str, bool]]]:
         """instance id -> (tick ts, whether it was running) for each tick observation of an instance of
-        ours at or after ``since_ts``, in log order."""
-        rows = self._query(
-            "SELECT e.ts AS ts, json_extract(j.value, '$.id') AS id, json_extract(j.value, '$.status') AS status"
-            " FROM events e, json_each(e.payload, '$.observation.instances') j"
-            " WHERE e.kind = 'tick.started' AND e.ts >= ? AND json_extract(j.value, '$.ours') = 1"
-            " ORDER BY e.seq", [since_ts])
+        ours at or after ``since_ts``, in log order. Reads the records as stored: a list (tick.started
+        v1, v2) or the v3 table (agent.events.kinds_storage2), each walked in SQL."""
+        rows = self._query(_OBSERVED_RUNNING, [since_ts, since_ts])
         out: dict[int, list[tuple[str, bool]]] = {}
         for r in rows:
             if isinstance(r["id"], int):
