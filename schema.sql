@@ -168,8 +168,10 @@ CREATE TABLE instance_states (
     seen_seq    INTEGER NOT NULL  -- the tick.started that last listed it
 );
 -- migration: 009_contentless_search
--- The full-text index keeps no copy of the text it indexes (content=''): a search finds the seqs here
--- and computes the few snippets it shows from each hit's rendering, which is a function of the event.
--- The new index starts empty; the next search (or tick) catches it up from the log, in batches.
+-- The full-text index keeps no copy of the text it indexes (content='') nor where in it each word
+-- stands (detail=none): a search finds the events holding every word of the query here, then matches
+-- the query itself (phrases in order) and computes the snippets it shows over those events' renderings,
+-- which are a function of the event. The new index starts empty; the next search (or tick) catches it
+-- up from the log, in batches.
 DROP TABLE events_fts;
-CREATE VIRTUAL TABLE events_fts USING fts5(text, content = '', tokenize = 'porter unicode61');
+CREATE VIRTUAL TABLE events_fts USING fts5(text, content = '', detail = none, tokenize = 'porter unicode61');

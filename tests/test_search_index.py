@@ -96,3 +96,19 @@ def test_a_log_from_before_009_is_indexed_on_upgrade_and_by_rebuild(tmp_path: Pa
         log.rebuild()
         assert log.store.search_index_size() == 5
         assert [e.seq for e, _ in log.search("oslo")] == [5, 4, 1]
+
+
+def test_a_phrase_matches_in_order_past_many_events_holding_its_words(log: EventLog) -> None:
+    """The index knows which words an event holds, not their order: a term that is several words
+    ("destroy_instance") still matches only where they stand in a row, found past more candidates than
+    one batch holds, and ``limit`` and ``until_seq`` bound the hits as before."""
+    log.append("operator.note", {"text": "please destroy_instance 4411", "by": "alice"}, "operator")
+    log.append("operator.note", {"text": "destroy instance 4412 too", "by": "alice"}, "operator")
+    log.append_many(("operator.note", {"text": f"the instance {n} we will not destroy", "by": "bob"}, "operator", None)
+                    for n in range(120))
+    assert [(e.seq, s) for e, s in log.search("destroy_instance")] == [
+        (2, "[operator note · alice] [destroy instance] 4412 too"),
+        (1, "[operator note · alice] please [destroy_instance] 4411")]
+    assert [e.seq for e, _ in log.search("destroy instance", limit=3)] == [122, 121, 120]
+    assert [e.seq for e, _ in log.search("instance destroy", until_seq=2)] == [2, 1]
+    assert log.search("destroy_instance", until_seq=0) == []

@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -41,6 +42,7 @@ _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, h
 _INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _INSERT_FTS = "INSERT INTO events_fts (rowid, text) VALUES (?,?)"
 _FTS_TOKENIZE = "porter unicode61"  # as schema.sql creates events_fts
+_WORD = re.compile(r"[^\W_]+")  # a run of letters and digits: one word to the index's tokenizer (unicode61)
 _FTS_HEAD_SQL = "SELECT rowid FROM events_fts ORDER BY rowid DESC LIMIT 1"
 _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
 Item = tuple[str, dict[str, Any], str, "int | None"]
@@ -283,8 +285,9 @@ def _index_from(conn: sqlite3.Connection, done: int, head: int) -> int:
 
 
 def _snippets(match: str, hits: list[tuple[int, str]]) -> dict[int, str]:
-    """seq -> snippet of each hit's index text for the FTS5 query ``match``: the same FTS5 ``snippet()``
-    the index gave when it kept the text, run over an in-memory index of just these texts."""
+    """seq -> snippet of each of ``hits`` (seq, index text) that matches the FTS5 query ``match``: the same
+    FTS5 ``snippet()`` the index gave when it kept the text, run over an in-memory index (detail=full, so
+    phrases match in order) of just these texts."""
     mem = sqlite3.connect(":memory:")
     try:
         mem.execute(f"CREATE VIRTUAL TABLE hit USING fts5(text, tokenize = '{_FTS_TOKENIZE}')")
@@ -309,12 +312,6 @@ def _search_text(r: tuple[Any, ...]) -> str:
     except Exception:  # noqa: BLE001 - as for rendering
         text = None
     return text if text is not None else f"{e.kind} {r[7]}"
-
-
-def _start(text: str, words: int = 24) -> str:
-    """The first ``words`` words of ``text`` on one line: a hit's snippet when its text shows no match."""
-    parts = text.split()
-    return " ".join(parts[:words]) + (" …" if len(parts) > words else "")
 
 
 class EventLog:
@@ -621,23 +618,35 @@ class EventLog:
         """Full-text search over every event's rendered text, newest first (the index is brought up to
         the head first; a read-only log searches what was indexed)."""
         terms = [t for t in query.replace('"', " ").split() if t]
-        if not terms:
+        words = [w for t in terms for w in _WORD.findall(t)]
+        if not words:
             return []
         self.index_search()
-        match = " ".join(f'"{t}"' for t in terms)
+        match = " ".join(f'"{t}"' for t in terms)  # each term a phrase: "destroy_instance" is two words in a row
+        loose = " ".join(f'"{w}"' for w in words)  # the index (detail=none) knows words, not their order
+        out: list[tuple[Event, str]] = []
+        below = until_seq
+        while len(out) < limit:
+            batch = self._candidates(query, loose, below, max(limit, 50))
+            texts = [(r[0], _search_text(r)) for r in batch]
+            snips = _snippets(match, texts)  # the events that match the query itself, with their snippets
+            out += [(_row_to_event(r), snips[r[0]]) for r in batch if r[0] in snips]
+            if len(batch) < max(limit, 50):
+                break
+            below = batch[-1][0] - 1
+        return out[:limit]
+
+    def _candidates(self, query: str, loose: str, below: int | None, n: int) -> list[tuple[Any, ...]]:
+        """The newest ``n`` events (seq <= ``below``) holding every word of the query, newest first."""
         sql = ("SELECT rowid FROM events_fts WHERE events_fts MATCH ?"
-               + (" AND rowid <= ?" if until_seq is not None else "") + " ORDER BY rowid DESC LIMIT ?")
-        params: list[Any] = [match] + ([until_seq] if until_seq is not None else []) + [limit]
+               + (" AND rowid <= ?" if below is not None else "") + " ORDER BY rowid DESC LIMIT ?")
+        params: list[Any] = [loose] + ([below] if below is not None else []) + [n]
         try:
-            rows = self.conn.execute(sql, params).fetchall()
+            seqs = [r[0] for r in self.conn.execute(sql, params).fetchall()]
         except sqlite3.OperationalError as e:
             raise LogError(f"search query {query!r} could not run: {e}") from e
-        found = [(r[0], self.conn.execute(f"SELECT {_COLS} FROM events WHERE seq = ?", (r[0],)).fetchone())
-                 for r in rows]
-        texts = [(seq, _search_text(r)) for seq, r in found if r is not None]
-        snips = _snippets(match, texts)
-        # A hit whose text no longer matches (indexed by an older build that rendered it otherwise) shows its start.
-        return [(_row_to_event(r), snips.get(seq) or _start(dict(texts)[seq])) for seq, r in found if r is not None]
+        rows = [self.conn.execute(f"SELECT {_COLS} FROM events WHERE seq = ?", (seq,)).fetchone() for seq in seqs]
+        return [r for r in rows if r is not None]
 
     def count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
