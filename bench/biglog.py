@@ -89,7 +89,8 @@ def grow(log: EventLog, template: list[list[Item]], events: int, *, now: datetim
          first_tick: int = 1) -> int:
     """Append copies of ``template``'s ticks until ``log`` holds ``events`` events; the next free tick number.
 
-    Events are stamped ``SECONDS_PER_EVENT`` apart, ending ``PAST`` before ``now``."""
+    Events are stamped ``SECONDS_PER_EVENT`` apart, ending ``PAST`` before ``now``; the search index
+    is brought up to the head at the end."""
     now = now or log.clock()
     have = log.last_seq()
     start = now - PAST - timedelta(seconds=SECONDS_PER_EVENT * max(0, events - have))
@@ -116,6 +117,7 @@ def grow(log: EventLog, template: list[list[Item]], events: int, *, now: datetim
                 have, batch = have + len(batch), []
         if batch:
             log.append_many(batch)
+        log.index_search()  # as a daemon's ticks keep it: indexed up to the last tick
     finally:
         log.clock = saved
     return tick

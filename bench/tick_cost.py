@@ -2,8 +2,9 @@
 
 For each size a log is built through ``EventLog.append_many`` from copies of real ticks
 (bench/biglog.py), then ``--ticks`` real ticks run against the simulator with the rules provider.
-Per tick it measures the wall time, the time spent in HTTP calls (vast.ai, the demand queue) and
-in the model, and what is left: the tick's own overhead. It counts the tick's transactions that
+Per tick it measures the wall time, the time spent in HTTP calls (vast.ai, the demand queue), in
+waits between vast.ai requests (its rate limit) and in the model, and what is left: the tick's own
+overhead. It counts the tick's transactions that
 wrote (each one commit, so one fsync with synchronous=FULL) next to the aim 2 + model steps +
 2 x side-effecting calls. Prints one line per size, with p50 overhead as a ratio to the
 smallest size's in the same run.
@@ -27,6 +28,7 @@ from typing import Any
 import httpx
 
 from agent.app import App
+from agent.clients.vast import VastClient
 from agent.sim import ManualClock, SimServer, Simulator
 from agent.store import plans
 from agent.tick import run_tick
@@ -115,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",")]
     httpx.Client.send = _timed_send(httpx.Client.send)  # type: ignore[method-assign]
+    # the wait between two requests to one vast.ai endpoint (its rate limit) is API time too
+    VastClient._pace = _timed_send(VastClient._pace)  # type: ignore[method-assign]
     rows = []
     with tempfile.TemporaryDirectory(prefix="fleet-agent-bench-") as d:
         for n, size in enumerate(sizes):

@@ -421,3 +421,19 @@ def test_after_commit_runs_once_committed_and_never_after_a_rollback(log):
         log.after_commit(lambda: ran.append("outer rolled back"))
         raise RuntimeError("outer")
     assert ran == ["now", "committed 1"]
+
+
+def test_an_appended_event_owns_its_payload_and_equals_its_row(log):
+    """The event an append returns has its own copy of the payload, equal to the row read back (flat
+    payloads, nested ones, a float, a tuple that JSON makes a list); changing the caller's dict later
+    changes neither."""
+    flat = note("flat", x=1.5, y=None, z=True)
+    nested = {"call_id": "c1", "name": "search_offers", "ok": True, "output": "x", "effect": {"type": "none"},
+              "extra": (1, 2)}
+    a = log.append("operator.note", flat, "operator")
+    b = log.append("tool.result", nested, "tool", 3)
+    flat["text"] = "changed"
+    nested["effect"]["type"] = "changed"
+    assert a.payload["text"] == "flat" and b.payload["effect"] == {"type": "none"}
+    assert b.payload["extra"] == [1, 2]
+    assert list(log.read()) == [a, b]

@@ -243,9 +243,9 @@ class Transaction:
             raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
         k.validate(payload)
         payload_json = canonical(payload)
-        body = json.loads(payload_json)
+        body = _own_copy(payload, payload_json)
         if k.current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
-            payload_json = canonical(k.current.stored.encode(json.loads(payload_json)))
+            payload_json = canonical(k.current.stored.encode(body))
         seq, prev, version = self._seq + 1, self._hash, k.version
         eid, ts = new_event_id(), utc_ts(self.log.clock())
         if tick is None or type(tick) is int:  # row_hash's header, built here for the usual types
@@ -296,6 +296,19 @@ def _snippets(match: str, hits: list[tuple[int, str]]) -> dict[int, str]:
         return {int(seq): str(snip) for seq, snip in rows}
     finally:
         mem.close()
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _own_copy(payload: dict[str, Any], payload_json: str) -> dict[str, Any]:
+    """The event's own copy of ``payload``, equal to what reading its row back gives: a plain copy when
+    every key is text and every value a JSON scalar (which encode and decode unchanged), else decoded
+    from ``payload_json``."""
+    for k, v in payload.items():
+        if type(k) is not str or type(v) not in _SCALARS:
+            return json.loads(payload_json)  # type: ignore[no-any-return]
+    return dict(payload)
 
 
 def _search_text(r: tuple[Any, ...]) -> str:
