@@ -259,3 +259,12 @@ CREATE TRIGGER events_no_delete BEFORE DELETE ON events
 WHEN NOT EXISTS (SELECT 1 FROM segments s WHERE s.first_seq = (
     SELECT MAX(first_seq) FROM segments WHERE first_seq <= OLD.seq) AND OLD.seq <= s.last_seq)
 BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused (only rows a sealed segment holds move out, through fleet-agent log archive)'); END;
+
+-- migration: 009_contentless_search
+-- The full-text index keeps no copy of the text it indexes (content='') nor where in it each word
+-- stands (detail=none): a search finds the events holding every word of the query here, then matches
+-- the query itself (phrases in order) and computes the snippets it shows over those events' renderings,
+-- which are a function of the event. The new index starts empty; the next search (or tick) catches it
+-- up from the log, in batches.
+DROP TABLE events_fts;
+CREATE VIRTUAL TABLE events_fts USING fts5(text, content = '', detail = none, tokenize = 'porter unicode61');

@@ -34,7 +34,7 @@ from agent.context import ProjectionCache
 from agent.context.inputs import manifest_of, recorded
 from agent.context.replay import rederive
 from agent.errors import FleetAgentError, UsageError
-from agent.events import Event, render
+from agent.events import Event, render, stored_payload
 from agent.prompts import Prompts
 from agent.store.log import EventLog, canonical
 
@@ -65,10 +65,11 @@ def select(log: EventLog, sel: Selection) -> Iterator[Event]:
 
 
 def write_jsonl(events: Iterable[Event], out: IO[str]) -> int:
-    """Every field of each event, one JSON object a line (payloads as objects)."""
+    """Every field of each event, one JSON object a line (payloads as objects, as the row holds them: the
+    form the hash covers)."""
     n = 0
     for e in events:
-        out.write(json.dumps(e.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
+        out.write(json.dumps({**e.to_dict(), "payload": stored_payload(e)}, ensure_ascii=False, sort_keys=True) + "\n")
         n += 1
     return n
 
@@ -99,7 +100,7 @@ def write_parquet(events: Iterable[Event], path: Path) -> int:
         batch: list[dict[str, Any]] = []
         for e in events:
             row = e.to_dict()
-            row["payload"] = canonical(e.payload)
+            row["payload"] = canonical(stored_payload(e))
             batch.append(row)
             if len(batch) >= PARQUET_BATCH:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(a.ticks):
             run_tick(app)
             sim.advance(300)
+        app.log.index_search()  # appends leave the full-text index behind; a search (or the daemon) catches it up
         by_kind = app.log.store.payload_bytes_by_kind()
         events = app.log.count()
         db = app.settings.db_path

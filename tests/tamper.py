@@ -154,6 +154,24 @@ class Tamper:
         sets = ", ".join(f"{c} = ?" for c in columns)
         self.conn.execute(f"UPDATE {table} SET {sets}", tuple(columns.values()))
 
+    def index_as_before_contentless(self, texts: dict[int, str]) -> None:
+        """Put back the full-text index a release before migration 009 kept: a copy of each event's text
+        (``texts``: seq -> text) and its kind, with 009 not yet applied."""
+        self.conn.execute("BEGIN")
+        self.conn.execute("DROP TABLE events_fts")
+        self.conn.execute("CREATE VIRTUAL TABLE events_fts USING fts5(text, kind UNINDEXED,"
+                          " tokenize = 'porter unicode61')")
+        for seq, text in texts.items():
+            kind = self.conn.execute("SELECT kind FROM events WHERE seq = ?", (seq,)).fetchone()[0]
+            self.conn.execute("INSERT INTO events_fts (rowid, text, kind) VALUES (?,?,?)", (seq, text, kind))
+        self.conn.execute("DELETE FROM _migrations WHERE name = '009_contentless_search'")
+        self.conn.execute("COMMIT")
+
+    def search_as_before_contentless(self, match: str, limit: int = 20) -> list[tuple[int, str]]:
+        """(seq, snippet) newest first as the content-keeping index answered ``match`` (an FTS5 query)."""
+        return [(int(s), str(t)) for s, t in self.conn.execute(
+            "SELECT rowid, snippet(events_fts, 0, '[', ']', ' … ', 24) FROM events_fts WHERE events_fts MATCH ?"
+            " ORDER BY rowid DESC LIMIT ?", (match, limit))]
 
 # ------------------------------------------------------------------ PostgreSQL
 

@@ -281,6 +281,8 @@ SAMPLES.update({
                                               {"key": "policy.max_instances", "old": 8, "new": 4},
                                               {"key": "schedule.interval", "old": 300.0, "new": 120.0}]})],
 })
+# tick.started v3 stores its instance records as columns (agent.events.kinds_storage2) and renders as v2.
+SAMPLES[("tick.started", 3)] = SAMPLES[("tick.started", 2)]
 SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
     "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
                      "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,

@@ -51,6 +51,8 @@ def v1_log(path: Path, prompts: Prompts, ticks: list[dict[str, Any]], *, inputs:
         payload, version = e.payload, e.version
         if e.seq in manifests:
             payload, version = {"request_hash": e.payload["request_hash"], "manifest": manifests[e.seq]}, 1
+        if e.kind == "tick.started":
+            version = 2  # that release stored observations as v2 (instance records as a list)
         h = row_hash(e.seq, e.id, e.ts, e.kind, version, e.source, e.tick, canonical(payload), e.tokens, prev)
         rows.append(dataclasses.replace(e, payload=payload, version=version, prev_hash=prev, hash=h))
         prev = h

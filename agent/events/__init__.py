@@ -51,13 +51,14 @@ KIND_MODULES = (
     "kinds_pgha",  # leader.acquired, leader.lost
     "kinds_stopped",  # system.destroy
     "kinds_storage",  # model.request v2 (inputs by hash)
+    "kinds_storage2",  # tick.started v3 (instances as columns)
 )
 
 __all__ = [
     "AS_NEXT", "KINDS", "KNOWLEDGE_DIFF_CHARS", "SOURCES", "VOCABULARY", "Event", "FieldSpec", "JsonArray",
     "JsonObject", "Kind", "Message", "Payload", "Renderer", "Upcaster", "Version", "Vocabulary", "data",
-    "epoch_minute", "fence", "inline", "kind", "payload_of", "render", "render_observation", "render_tool_content", "search_text",
-    "ts_minute", "upcast",
+    "decode", "epoch_minute", "fence", "inline", "kind", "payload_of", "render", "render_observation", "render_tool_content",
+    "search_text", "stored_payload", "ts_minute", "upcast",
 ]
 
 KINDS: dict[str, Kind]
@@ -94,6 +95,17 @@ def render(event: Event) -> Message | None:
     """The chat message the model sees for ``event`` as its stored version renders it, or None if it is
     not model-visible."""
     return _vocabulary().render(event)
+
+
+def decode(kind: str, version: int, stored: JsonObject) -> JsonObject:
+    """The payload readers see for a row holding ``stored`` (itself unless its version stores a smaller
+    form; ``Version.stored``). The log reads every row through this."""
+    return _vocabulary().decode(kind, version, stored)
+
+
+def stored_payload(event: Event) -> JsonObject:
+    """What the row of ``event`` holds, the form its hash covers (``decode`` reversed)."""
+    return VOCABULARY.encode(event.kind, event.version, event.payload)
 
 
 def upcast(event: Event) -> Event:

@@ -18,7 +18,9 @@ Message = dict[str, Any]
 @dataclass(frozen=True)
 class Event:
     """One row of the log. ``payload`` and ``version`` are what was stored: the hash
-    covers them, so readers upcast a copy (``agent.events.upcast``), never the row."""
+    covers them, so readers upcast a copy (``agent.events.upcast``), never the row. A version that
+    stores a smaller form (``Version.stored``) is read back decoded: ``payload`` is what was appended,
+    ``agent.events.stored_payload`` the form the row holds."""
 
     seq: int
     id: str

@@ -41,6 +41,18 @@ Upcaster = Callable[[JsonObject], JsonObject]
 """Upgrades a payload of version n-1 to version n; gets a copy it may change, returns the new payload."""
 
 
+@dataclass(frozen=True)
+class Stored:
+    """How a version writes its payload to the log in a smaller form than readers see it. ``encode``
+    turns the payload (checked against the version's class) into what the row holds and the hash
+    covers; ``decode`` gives the payload back exactly, from any value ``encode`` returned, and returns
+    anything else (a row edited behind the log's back) unchanged. ``encode`` is deterministic, so
+    ``encode(decode(stored)) == stored`` for every row this version wrote."""
+
+    encode: Callable[[JsonObject], JsonObject]
+    decode: Callable[[JsonObject], JsonObject]
+
+
 class _AsNext:
     def __repr__(self) -> str:
         return "AS_NEXT"
@@ -59,6 +71,7 @@ class Version(Generic[P]):
     render: Callable[[Event, P], Message | None] | _AsNext | None = None
     upcast: Upcaster | None = None  # from number-1; required for every version after 1
     search: Indexer | None = None   # not model-visible: the index text (default: the kind and payload JSON)
+    stored: Stored | None = None    # the row holds a smaller form than readers see (default: the payload)
 
     @property
     def visible(self) -> bool:
@@ -134,6 +147,7 @@ class Vocabulary:
     def __init__(self) -> None:
         self.kinds: dict[str, Kind] = {}
         self.upcasters: dict[tuple[str, int], Upcaster] = {}  # (kind, from version) -> upgrade to +1
+        self.stored: dict[tuple[str, int], Stored] = {}  # (kind, version) -> its stored form, where it has one
 
     def define(self, name: str, doc: str, *versions: Version[Any]) -> Kind:
         """Add a kind. Versions are numbered 1..N in order; every version after 1 has an upcaster; the
@@ -148,6 +162,8 @@ class Vocabulary:
                 if v.upcast is None:
                     raise ValueError(f"{name} v{v.number}: needs an upcaster from v{v.number - 1}")
                 self.upcasters[(name, v.number - 1)] = v.upcast
+            if v.stored is not None:
+                self.stored[(name, v.number)] = v.stored
         if versions[-1].render is AS_NEXT:
             raise ValueError(f"{name} v{versions[-1].number}: the current version has no next to render as")
         k = Kind(name, doc, tuple(versions), self)
@@ -165,6 +181,17 @@ class Vocabulary:
         except ValueError:
             self.kinds[name] = k
             raise
+
+    def decode(self, kind: str, version: int, stored: JsonObject) -> JsonObject:
+        """The payload readers see for a row of ``kind`` and ``version`` holding ``stored`` (itself, unless
+        the version stores a smaller form)."""
+        form = self.stored.get((kind, version))
+        return stored if form is None else form.decode(stored)
+
+    def encode(self, kind: str, version: int, payload: JsonObject) -> JsonObject:
+        """What a row of ``kind`` and ``version`` holds for ``payload`` (``decode`` reversed)."""
+        form = self.stored.get((kind, version))
+        return payload if form is None else form.encode(payload)
 
     def search(self, event: Event) -> str | None:
         """The full-text index text the stored version of ``event`` gives when it is not model-visible

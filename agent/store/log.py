@@ -18,6 +18,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -42,7 +43,9 @@ from agent.tokens import Tokenizer, get_tokenizer
 GENESIS = "0" * 64
 _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
 _INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-_INSERT_FTS = "INSERT INTO events_fts (rowid, text, kind) VALUES (?,?,?)"
+_INSERT_FTS = "INSERT INTO events_fts (rowid, text) VALUES (?,?)"
+_FTS_TOKENIZE = "porter unicode61"  # as schema.sql creates events_fts
+_WORD = re.compile(r"[^\W_]+")  # a run of letters and digits: one word to the index's tokenizer (unicode61)
 _FTS_HEAD_SQL = "SELECT rowid FROM events_fts ORDER BY rowid DESC LIMIT 1"
 _FTS_HEAD_SQL_PG = "SELECT seq FROM events_fts ORDER BY seq DESC LIMIT 1"
 _INSERT_FTS_PG = "INSERT INTO events_fts (seq, text, kind) VALUES (?,?,?)"
@@ -131,7 +134,7 @@ def db_errors() -> tuple[type[BaseException], ...]:
 
 def _row_to_event(r: tuple[Any, ...]) -> Event:
     return Event(seq=r[0], id=r[1], ts=r[2], kind=r[3], version=r[4], source=r[5], tick=r[6],
-                 payload=json.loads(r[7]), tokens=r[8], prev_hash=r[9], hash=r[10])
+                 payload=ev.decode(r[3], r[4], json.loads(r[7])), tokens=r[8], prev_hash=r[9], hash=r[10])
 
 
 def _parse_head(data: bytes) -> tuple[int, str] | None:
@@ -338,6 +341,9 @@ class Transaction:
             raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
         k.validate(payload)
         payload_json = canonical(payload)
+        body = _own_copy(payload, payload_json)
+        if k.current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
+            payload_json = canonical(k.current.stored.encode(body))
         seq, prev, version = self._seq + 1, self._hash, k.version
         eid, ts = new_event_id(), utc_ts(self.log.clock())
         if tick is None or type(tick) is int:  # row_hash's header, built here for the usual types
@@ -349,8 +355,7 @@ class Transaction:
         # are set directly, all of them, as it would.
         event = _new(Event)
         event.__dict__.update(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick,
-                              payload=_own_copy(payload, payload_json), tokens=None, version=version,
-                              prev_hash=prev, hash=h)
+                              payload=body, tokens=None, version=version, prev_hash=prev, hash=h)
         self._seq, self._hash = seq, h
         return (seq, eid, ts, kind, version, source, tick, payload_json, None, prev, h), event
 
@@ -362,16 +367,38 @@ class Transaction:
         its kind and payload, as an invisible one is."""
         pg = self.log.is_pg
         row = self.conn.execute(_FTS_HEAD_SQL_PG if pg else _FTS_HEAD_SQL).fetchone()
-        done = row[0] if row else 0
-        n = 0
-        while done < self._seq:
-            rows = self.conn.execute(f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq LIMIT 1000",
-                                     (done,)).fetchall()
-            if not rows:
-                break
-            self.conn.executemany(self.log._insert_fts, [(r[0], _fts_text(_search_text(r), pg), r[3]) for r in rows])
-            done, n = rows[-1][0], n + len(rows)
-        return n
+        return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg)
+
+
+def _index_from(conn: Any, done: int, head: int, *, pg: bool = False) -> int:
+    """Index the events after seq ``done`` up to ``head``, 1,000 rows a statement; how many. SQLite's
+    index keeps no copy of the text (content=''): ``search`` renders the hits it shows again. PostgreSQL's
+    keeps the text, for ``ts_headline``."""
+    n = 0
+    while done < head:
+        rows = conn.execute(f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq LIMIT 1000", (done,)).fetchall()
+        if not rows:
+            break
+        if pg:
+            conn.executemany(_INSERT_FTS_PG, [(r[0], _fts_text(_search_text(r), True), r[3]) for r in rows])
+        else:
+            conn.executemany(_INSERT_FTS, [(r[0], _search_text(r)) for r in rows])
+        done, n = rows[-1][0], n + len(rows)
+    return n
+
+
+def _snippets(match: str, hits: list[tuple[int, str]]) -> dict[int, str]:
+    """seq -> snippet of each of ``hits`` (seq, index text) that matches the FTS5 query ``match``: the same
+    FTS5 ``snippet()`` the index gave when it kept the text, run over an in-memory index (detail=full, so
+    phrases match in order) of just these texts."""
+    mem = sqlite3.connect(":memory:")
+    try:
+        mem.execute(f"CREATE VIRTUAL TABLE hit USING fts5(text, tokenize = '{_FTS_TOKENIZE}')")
+        mem.executemany("INSERT INTO hit (rowid, text) VALUES (?,?)", hits)
+        rows = mem.execute("SELECT rowid, snippet(hit, 0, '[', ']', ' … ', 24) FROM hit WHERE hit MATCH ?", (match,))
+        return {int(seq): str(snip) for seq, snip in rows}
+    finally:
+        mem.close()
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -416,7 +443,6 @@ class EventLog:
         self.target = path if isinstance(path, PgTarget) else None
         self.path: Path | PgTarget = path if isinstance(path, PgTarget) else Path(path)
         self.is_pg = self.target is not None
-        self._insert_fts = _INSERT_FTS_PG if self.is_pg else _INSERT_FTS
         self.conn: Any = self._connect(readonly=readonly, create=create and not readonly)
         self.clock = clock or (lambda: datetime.now(UTC))
         self._enc = (encoding, encoding_file, encoding_sha256)
@@ -608,21 +634,21 @@ class EventLog:
     def adopt(self, events: Iterable[Event]) -> int:
         """Copy another log's events into this empty log row for row: same seq, id, ts, payload and
         hash, so this log's chain is that log's prefix (``fork``). Each row must link to the one
-        before and match its hash, or nothing is written (``ChainBroken``). Read models and the
-        search index are built as for appended events. Returns how many were copied."""
+        before and match its hash, or nothing is written (``ChainBroken``). Read models are built as for
+        appended events, and the search index catches up as it does after them (``index_search``).
+        Returns how many were copied."""
         with self.transaction() as tx:
             if tx._seq != 0:
                 raise LogError(f"{self.path} already holds events; a prefix can only be copied into a new log")
             prev_seq, prev_hash = 0, GENESIS
             for e in events:
-                payload_json = canonical(e.payload)
+                payload_json = canonical(ev.stored_payload(e))
                 row = (e.seq, e.id, e.ts, e.kind, e.version, e.source, e.tick, payload_json, e.tokens,
                        e.prev_hash, e.hash)
                 bad = _bad_row(row, prev_seq, prev_hash)
                 if bad is not None:
                     raise ChainBroken(f"cannot copy the origin's events: {bad[1]}")
                 self.conn.execute(_INSERT_EVENT, row)
-                self.conn.execute(self._insert_fts, (e.seq, _fts_text(ev.search_text(e), self.is_pg), e.kind))
                 readmodels.apply(self.conn, e)
                 prev_seq, prev_hash = e.seq, e.hash
                 tx._seq, tx._hash = e.seq, e.hash
@@ -820,25 +846,37 @@ class EventLog:
         """Full-text search over every event's rendered text, newest first (the index is brought up to
         the head first; a read-only log searches what was indexed)."""
         terms = [t for t in query.replace('"', " ").split() if t]
-        if not terms:
+        words = [w for t in terms for w in _WORD.findall(t)]
+        if not words:
             return []
         self.index_search()
         if self.is_pg:
             return self._search_pg(" ".join(terms), limit, until_seq)
-        match = " ".join(f'"{t}"' for t in terms)
-        sql = ("SELECT rowid, snippet(events_fts, 0, '[', ']', ' … ', 24) FROM events_fts WHERE events_fts MATCH ?"
-               + (" AND rowid <= ?" if until_seq is not None else "") + " ORDER BY rowid DESC LIMIT ?")
-        params: list[Any] = [match] + ([until_seq] if until_seq is not None else []) + [limit]
+        match = " ".join(f'"{t}"' for t in terms)  # each term a phrase: "destroy_instance" is two words in a row
+        loose = " ".join(f'"{w}"' for w in words)  # the index (detail=none) knows words, not their order
+        out: list[tuple[Event, str]] = []
+        below = until_seq
+        while len(out) < limit:
+            batch = self._candidates(query, loose, below, max(limit, 50))
+            texts = [(r[0], _search_text(r)) for r in batch]
+            snips = _snippets(match, texts)  # the events that match the query itself, with their snippets
+            out += [(_row_to_event(r), snips[r[0]]) for r in batch if r[0] in snips]
+            if len(batch) < max(limit, 50):
+                break
+            below = batch[-1][0] - 1
+        return out[:limit]
+
+    def _candidates(self, query: str, loose: str, below: int | None, n: int) -> list[tuple[Any, ...]]:
+        """The newest ``n`` events (seq <= ``below``) holding every word of the query, newest first."""
+        sql = ("SELECT rowid FROM events_fts WHERE events_fts MATCH ?"
+               + (" AND rowid <= ?" if below is not None else "") + " ORDER BY rowid DESC LIMIT ?")
+        params: list[Any] = [loose] + ([below] if below is not None else []) + [n]
         try:
-            rows = self.conn.execute(sql, params).fetchall()
+            seqs = [r[0] for r in self.conn.execute(sql, params).fetchall()]
         except sqlite3.OperationalError as e:
             raise LogError(f"search query {query!r} could not run: {e}") from e
-        out: list[tuple[Event, str]] = []
-        for seq, snip in rows:
-            hit = self.get(seq)
-            if hit is not None:
-                out.append((hit, snip))
-        return out
+        rows = [self._row_at(self.conn, seq) for seq in seqs]  # an archived event from its segment
+        return [r for r in rows if r is not None]
 
     def _search_pg(self, text: str, limit: int, until_seq: int | None) -> list[tuple[Event, str]]:
         """``search`` on PostgreSQL: every term must match (tsvector, GIN index), with the same snippet marks."""
@@ -1009,10 +1047,12 @@ class EventLog:
             return False
 
     def export(self, out: IO[str], since: int = 0, since_ts: str | None = None) -> int:
-        """Write every event with seq > since (and ts >= since_ts) as JSON lines, every field included."""
+        """Write every event with seq > since (and ts >= since_ts) as JSON lines, every field included (the
+        payload as the row holds it: the form the hash covers)."""
         n = 0
         for e in self.read(since, since_ts=since_ts):
-            out.write(json.dumps(e.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
+            out.write(json.dumps({**e.to_dict(), "payload": ev.stored_payload(e)}, ensure_ascii=False, sort_keys=True)
+                      + "\n")
             n += 1
         return n
 
@@ -1025,8 +1065,22 @@ class EventLog:
             rebuilt.close()
 
     def rebuild(self) -> None:
-        """Replace the read models with a rebuild from the log (one transaction)."""
+        """Replace the read models and the full-text index with a rebuild from the log (one transaction)."""
         with immediate(self.conn):
             readmodels.clear(self.conn)
             for e in self.read(0):
                 readmodels.apply(self.conn, e)
+            if not self.is_pg:  # PostgreSQL's index is append-only like its log; it is rebuilt by log migrate
+                self.conn.execute("INSERT INTO events_fts (events_fts) VALUES ('delete-all')")
+                self._index_all()
+
+    def _index_all(self) -> None:
+        """Index every event, archived months included (their rows come from the segments)."""
+        batch: list[tuple[int, str]] = []
+        for r in self._rows(_Filter(0, None, None, None, None, None)):
+            batch.append((r[0], _search_text(r)))
+            if len(batch) >= 1000:
+                self.conn.executemany(_INSERT_FTS, batch)
+                batch = []
+        if batch:
+            self.conn.executemany(_INSERT_FTS, batch)
