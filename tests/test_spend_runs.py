@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.store.log import EventLog
+from agent.events import Event
+from agent.store.log import GENESIS, EventLog, canonical, row_hash
 from tests import tamper
 
 # Per tick: instance id (or a bad one) -> (ours, status). Instance 7 is not ours; "x" has no integer id.
@@ -27,6 +28,23 @@ def _log(path: Path) -> tuple[EventLog, list[str]]:
         log.append("tick.started", {"observation": {"instances": instances, "balance": 5.0}}, "scheduler", n)
     ts = [e.ts for e in log.read(0, kinds=["tick.started"])]
     return log, ts
+
+
+def _v2_log(path: Path) -> tuple[EventLog, list[str]]:
+    """The same ticks as the release before this read model logged them: tick.started version 2, whose
+    rows hold the instance records as a list (version 3 came later)."""
+    events, prev = [], GENESIS
+    for n, seen in enumerate(TICKS, 1):
+        instances = [{"id": iid, "ours": ours, "status": status} for iid, ours, status in seen]
+        payload = {"observation": {"instances": instances, "balance": 5.0}}
+        eid, ts = f"00000000-0000-4000-8000-{n:012d}", f"2026-11-29T10:0{n}:00.000000Z"
+        h = row_hash(n, eid, ts, "tick.started", 2, "scheduler", n, canonical(payload), None, prev)
+        events.append(Event(seq=n, id=eid, ts=ts, kind="tick.started", source="scheduler", tick=n, payload=payload,
+                            version=2, prev_hash=prev, hash=h))
+        prev = h
+    log = EventLog(path)
+    log.adopt(events)
+    return log, [e.ts for e in events]
 
 
 def _expected(ts: list[str]) -> dict[int, list[tuple[str, str, bool]]]:
@@ -50,7 +68,7 @@ def test_migration_007_fills_the_runs_from_a_log_written_before_it(tmp_path: Pat
     """A database from before the spend read model gets its runs from the tick observations already
     logged when it is next opened: the same runs the ticks would have kept, and rebuild --check agrees."""
     path = tmp_path / "old.db"
-    log, ts = _log(path)
+    log, ts = _v2_log(path)
     log.close()
     tamper.unapply_migration(path, "007_observed_runs", "observed_runs")
     with EventLog(path) as log:

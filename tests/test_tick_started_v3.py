@@ -137,7 +137,7 @@ def _seen(log: EventLog) -> dict[str, Any]:
 def test_readers_see_a_v3_log_as_they_see_a_v2_log(tmp_path: Path) -> None:
     """The same observations logged as v2 and as v3 (and a v2 log continued by v3) read the same
     everywhere: the payloads, the text the model sees, the instance states, the spend's running
-    observations (walked in SQL) and the fleet's $/h; each log verifies, and a v3 log copies into a
+    observation runs (the spend read model) and the fleet's $/h; each log verifies, and a v3 log copies into a
     fork's log with its hashes."""
     payloads = [{"observation": o} for o in TICKS]
     logs = {}
@@ -149,9 +149,8 @@ def test_readers_see_a_v3_log_as_they_see_a_v2_log(tmp_path: Path) -> None:
     try:
         seen = {name: _seen(lg) for name, lg in logs.items()}
         assert seen["v3"] == seen["v2"] and seen["mixed"] == seen["v2"]
-        assert seen["v2"]["running"] == {1: [("2026-11-29T10:01:00.000000Z", True), ("2026-11-29T10:02:00.000000Z", True)],
-                                         2: [("2026-11-29T10:01:00.000000Z", False), ("2026-11-29T10:02:00.000000Z", True),
-                                             ("2026-11-29T10:03:00.000000Z", False)]}
+        t1, t2, t3 = (f"2026-11-29T10:0{n}:00.000000Z" for n in (1, 2, 3))
+        assert seen["v2"]["running"] == {1: [(t1, t2, True)], 2: [(t1, t1, False), (t2, t2, True), (t3, t3, False)]}
         with EventLog(tmp_path / "fork" / "events.db") as fork:
             assert fork.adopt(logs["v3"].read()) == 4
             assert [e.hash for e in fork.read()] == [e.hash for e in logs["v3"].read()] and fork.verify().ok

@@ -36,7 +36,7 @@ from agent.events.rendering import (
     render_tool_content,
     ts_minute,
 )
-from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, Vocabulary
+from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Stored, Upcaster, Version, Vocabulary
 
 if TYPE_CHECKING:
     from agent.events.kinds import VOCABULARY
@@ -53,6 +53,19 @@ KIND_MODULES = (
     "kinds_storage",  # model.request v2 (inputs by hash)
     "kinds_storage2",  # tick.started v3 (instances as columns)
 )
+
+# The (kind, version) pairs whose rows hold a smaller form than readers see (``Version.stored``), named
+# here so that reading a row never loads the vocabulary; tests/test_events_versions.py checks it against
+# the vocabulary.
+STORED_FORMS = frozenset({("tick.started", 3)})
+
+
+def _stored_form(kind: str, version: int) -> Stored | None:
+    if (kind, version) not in STORED_FORMS:
+        return None
+    from agent.events.columns import INSTANCE_COLUMNS  # the only stored form so far (tick.started v3)
+
+    return INSTANCE_COLUMNS
 
 __all__ = [
     "AS_NEXT", "KINDS", "KNOWLEDGE_DIFF_CHARS", "SOURCES", "VOCABULARY", "Event", "FieldSpec", "JsonArray",
@@ -100,12 +113,14 @@ def render(event: Event) -> Message | None:
 def decode(kind: str, version: int, stored: JsonObject) -> JsonObject:
     """The payload readers see for a row holding ``stored`` (itself unless its version stores a smaller
     form; ``Version.stored``). The log reads every row through this."""
-    return _vocabulary().decode(kind, version, stored)
+    form = _stored_form(kind, version)
+    return stored if form is None else form.decode(stored)
 
 
 def stored_payload(event: Event) -> JsonObject:
     """What the row of ``event`` holds, the form its hash covers (``decode`` reversed)."""
-    return VOCABULARY.encode(event.kind, event.version, event.payload)
+    form = _stored_form(event.kind, event.version)
+    return event.payload if form is None else form.encode(event.payload)
 
 
 def upcast(event: Event) -> Event:
