@@ -46,7 +46,8 @@ def _one(backend: str, base: Path, args: argparse.Namespace, url: Any) -> dict[s
     t0 = time.monotonic()
     rep = run_failover(root / "kill9", kills=args.kills, seed=args.seed, failover=args.failover,
                        storage_url=url() if url else None)
-    out: dict[str, Any] = {"kill9": rep.figures(), "kill9_seconds": round(time.monotonic() - t0, 1)}
+    out: dict[str, Any] = {"kill9": rep.figures(), "kill9_seconds": round(time.monotonic() - t0, 1),
+                           "kill9_past_failover_seconds": rep.late}
     part = run_partition(root / "partition", seed=args.seed, failover=args.partition_failover,
                          storage_url=url() if url else None)
     out["partition"] = {"failover_seconds": args.partition_failover, "takeover_s": round(part.takeover_s, 3),
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         if r is None:
             continue
         p = r["partition"]
-        bad = bad or _bad(r["kill9"]) or _bad(p) or p["resumed_exit"] != 3 or \
+        bad = bad or _bad(r["kill9"]) or bool(r["kill9_past_failover_seconds"]) or _bad(p) or p["resumed_exit"] != 3 or \
             (p["resumed_appended"], p["resumed_requests"]) != (0, 0)
     out["ok"] = not bad
     print(json.dumps(out, indent=2))

@@ -152,6 +152,7 @@ def _config(root: Path, sim: CountingSim, url: str, failover: float, storage_url
 class FailoverReport:
     kills: int = 0
     takeover_s: list[float] = field(default_factory=list)
+    late: list[str] = field(default_factory=list)  # takeovers past failover_seconds (the bench reports them)
     failover_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     lost_named: int = 0  # takeovers whose leader.lost names the killed daemon
@@ -221,8 +222,8 @@ def run_failover(root: Path, *, kills: int = 20, seed: int = 1, failover: float 
                 acquired = wait_for(lambda p=prev: fleet.acquired_after(p.seq), "a standby to take over")
                 took = ts_seconds(acquired.ts) - t_kill
                 rep.takeover_s.append(took)
-                if took > failover:
-                    rep.problems.append(f"kill {n + 1}: takeover took {took:.2f}s > {failover:g}s")
+                if took > failover:  # a figure for bench/failover.py, not a test failure (no timed assertions)
+                    rep.late.append(f"kill {n + 1}: takeover took {took:.2f}s > {failover:g}s")
                 lost = [e for e in fleet.events(prev.seq, ["leader.lost"]) if e.seq < acquired.seq]
                 if any(f" {killed_pid}" in str(e.payload["holder"]) for e in lost):
                     rep.lost_named += 1
