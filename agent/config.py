@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import hashlib
 import json
 import math
@@ -752,6 +751,8 @@ def _unknown_key(key: str, path: tuple[str, ...], fields: list[str], loc: _Loc) 
         return ConfigError(f"{loc.at(kpath)}: {kd}: secrets never go in the config file; "
                            f"name where the key comes from with {key}_env, {key}_file or "
                            f"{key}_credential instead")
+    import difflib  # only for the hint in this error
+
     near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
     hint = f"did you mean {'.'.join(path + (near[0],))!r}?" if near else \
         f"valid keys here: {', '.join(sorted(fields))}"

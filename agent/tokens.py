@@ -19,7 +19,6 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,6 +104,8 @@ def _load_encoding(name: str, file: str | None, sha256: str | None) -> tiktoken.
                 f"{', '.join(sorted(KNOWN))}. Set context.encoding_file (and encoding_sha256) to a local .tiktoken file"
             )
         package, rel, expected, special, pat = KNOWN[name]
+        from importlib import resources  # only to read an offline encoding
+
         try:
             ref = resources.files(package).joinpath(rel)
             data = ref.read_bytes()

@@ -84,6 +84,20 @@ def test_commands_that_read_read_models_load_neither_structlog_nor_the_event_kin
     assert got[-1][1] == 0 and "agent.events.kinds" in got[-1][2]
 
 
+STDLIB = ("agent.feedback.alert_hook", "subprocess", "tempfile", "zipfile", "importlib.resources", "difflib",
+          "getpass")
+
+
+def test_commands_that_read_read_models_load_no_stdlib_they_do_not_use(tmp_path: Path) -> None:
+    """alerts list, directives, status, knowledge list and log verify exit 0 without the alert hook (subprocess,
+    tempfile), importlib.resources (zipfile), difflib (only for error hints) or getpass; then say, which names
+    the operator, loads getpass (the probe sees a module when it is there)."""
+    cfg = _setup(tmp_path)
+    got = _probe(cfg, [*READS, ["say", "a note"]], STDLIB)
+    assert [(argv, code, loaded) for argv, code, loaded in got[:-1]] == [(argv, 0, []) for argv in READS]
+    assert got[-1][1] == 0 and "getpass" in got[-1][2]
+
+
 def test_the_group_table_names_exactly_the_commands_each_group_registers() -> None:
     """COMMAND_GROUPS (which module a command's run imports) lists, for each group module, the top-level
     commands its register() adds, in order; no name is in two groups or among the core commands."""

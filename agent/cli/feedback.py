@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import getpass
 import json
 import os
 import sys
@@ -33,6 +32,8 @@ def invoking_user() -> str:
     sudo = os.environ.get("SUDO_USER")
     if sudo:
         return sudo
+    import getpass  # termios; only for commands that record who ran them
+
     try:
         return getpass.getuser()
     except (OSError, KeyError):  # no login name and no passwd entry (containers)

@@ -2,13 +2,15 @@
 
 A ``ProjectionCache`` is an object its owner keeps (the app keeps one for the
 life of the process) and passes to every projection; nothing is cached at
-module level. Each table is an LRU bounded by entries and by the bytes of text it keeps alive. A hit always returns exactly
+module level. Each table is an LRU bounded by entries and by the bytes it keeps alive (texts; for
+rendered rows also their decoded payloads). A hit always returns exactly
 what computing afresh would, so a cache only changes how fast a request is
 built, never its bytes.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -22,11 +24,11 @@ V = TypeVar("V")
 
 COUNT_ENTRIES = 1024     # texts whose token count is kept
 CUT_ENTRIES = 1024       # (text, cap) truncations kept
-RENDER_ENTRIES = 2048    # rendered thread messages kept (a thread is a few hundred at most)
+RENDER_ENTRIES = 1024    # rendered thread messages kept (a thread is a few hundred at most)
 # Bounds by size as well: one 5 MB tool output must not pin 1,024 times its size (texts are keys).
 COUNT_BYTES = 8 << 20
 CUT_BYTES = 8 << 20
-RENDER_BYTES = 16 << 20
+RENDER_BYTES = 4 << 20   # counted as what the entries keep alive: decoded payloads and rendered messages
 
 Message = dict[str, Any]
 _Fields = tuple[str, int | None, str, dict[str, Any]]
@@ -86,15 +88,22 @@ def _text_bytes(key: tuple[Any, ...], value: Any) -> int:
     return n
 
 
-def _message_bytes(key: tuple[Any, ...], value: tuple[_Fields, Message | None]) -> int:
-    """A rendered row: its payload (as the fields compared on a hit) and its message's content."""
-    fields, msg = value
-    n = 256 + len(repr(fields[3]))
-    if msg is not None:
-        n += len(msg.get("content") or "")
-        for c in msg.get("tool_calls") or ():
-            n += len(str(c))
+def _kept(obj: Any) -> int:
+    """Bytes ``obj`` keeps alive as the interpreter counts them (``sys.getsizeof``), through the dicts,
+    lists and tuples of a decoded JSON payload or a message; shared small objects are counted each time."""
+    n = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            n += _kept(k) + _kept(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            n += _kept(v)
     return n
+
+
+def _message_bytes(key: tuple[Any, ...], value: tuple[_Fields, Message | None]) -> int:
+    """A rendered row: the fields compared on a hit (its decoded payload above all) and its message."""
+    return 64 + _kept(value)
 
 
 class ProjectionCache:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
@@ -206,6 +205,8 @@ class Vocabulary:
         try:
             return self.kinds[name]
         except KeyError:
+            import difflib  # only for the hint in this error
+
             near = difflib.get_close_matches(name, self.kinds, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise PayloadError(f"unknown event kind {name!r}{hint}") from None

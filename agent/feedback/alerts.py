@@ -17,7 +17,6 @@ from typing import Any
 
 from agent.errors import FleetAgentError
 from agent.events import Event
-from agent.feedback.alert_hook import submit_notification
 from agent.feedback.notes import MAX_NOTE_CHARS, operator_name, utf8_text
 from agent.store.log import EventLog, Transaction, utc_ts
 from agent.store.queries import Alert, Silence
@@ -251,7 +250,9 @@ def dispatch_notifications(log: EventLog, settings: Any, *, tick: int | None = N
     with log.transaction() as tx:
         due = pending_notifications(tx, log.clock(), repeat_after)
         events = [tx.append("alert.notified", p, "system", tick) for p in due]
-    for e in events:
-        if not e.payload.get("silenced"):
-            log.after_commit(functools.partial(submit_notification, settings, e))  # once it committed
+    sending = [e for e in events if not e.payload.get("silenced")]
+    if sending:
+        from agent.feedback.alert_hook import submit_notification  # subprocess, tempfile: only to send one
+    for e in sending:
+        log.after_commit(functools.partial(submit_notification, settings, e))  # once it committed
     return events

@@ -8,7 +8,6 @@ event carrying the diff and the full new text, so the log alone can say what the
 from __future__ import annotations
 
 import contextlib
-import difflib
 import hashlib
 import json
 import os
@@ -185,6 +184,8 @@ def _latest_versions(tx_or_log: Transaction | EventLog) -> dict[str, KnowledgeVe
 
 
 def unified_diff(old: str, new: str, name: str) -> str:
+    import difflib  # only when a knowledge file changed
+
     return "\n".join(difflib.unified_diff(old.splitlines(), new.splitlines(), f"a/{name}", f"b/{name}",
                                           n=2, lineterm=""))
 

@@ -14,7 +14,6 @@ import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +36,9 @@ def sqlite_version() -> tuple[int, int, int]:
 
 
 def _schema_text() -> str:
-    return resources.files("agent").joinpath("schema.sql").read_text(encoding="utf-8")
+    """schema.sql beside the package's modules (read as a file: importlib.resources costs an operator
+    command more to import than the read itself)."""
+    return (Path(__file__).resolve().parent.parent / "schema.sql").read_text(encoding="utf-8")
 
 
 def migrations() -> list[tuple[str, str]]:
