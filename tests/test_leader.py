@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +29,13 @@ from agent.lock import FleetLock
 from agent.sim import SimServer, Simulator
 from agent.store import pglock
 from agent.store.log import EventLog
+from tests.test_daemon import wait_for as _wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT_S = 60.0
 
 
-def wait_for(pred: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
+wait_for = partial(_wait_for, timeout=WAIT_S)  # daemons starting and taking over under load
 
 
 def stopped(pid: int) -> bool:

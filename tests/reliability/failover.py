@@ -23,9 +23,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,19 +44,12 @@ from tests.reliability.harness import (
     running_sim,
     write_config,
 )
+from tests.test_daemon import wait_for as _wait_for
 
 WAIT_S = 90.0
 
 
-def wait_for(pred: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
+wait_for = partial(_wait_for, timeout=WAIT_S)  # daemons starting and taking over under load
 
 
 def ts_seconds(ts: str) -> float:
