@@ -14,7 +14,8 @@ every fleet's rows, so it is refused. ``BEGIN IMMEDIATE`` becomes ``BEGIN`` plus
 advisory lock on the fleet, so appends from several processes and hosts form one linear chain.
 
 Advisory lock keys (two-int form, class first): ``APPEND_LOCK`` (per fleet, for each append transaction),
-``MIGRATE_LOCK`` (while migrating); ``LEADER_LOCK`` is reserved for the daemon's leadership of a fleet.
+``MIGRATE_LOCK`` (while migrating); the daemon's leadership of a fleet is agent/store/pglock.py's
+``LOCK_CLASS`` (a session lock, held while it is active).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from agent.store.target import PgTarget
 
 APPEND_LOCK = 0x66610001
 MIGRATE_LOCK = 0x66610000
-LEADER_LOCK = 0x66610002
 MIN_SERVER = 120000  # generated columns, FORCE row-level security, websearch text search
 CONNECT_TIMEOUT_S = 10
 SETTING = "fleet_agent.agent_id"
