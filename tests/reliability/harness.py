@@ -892,6 +892,10 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
                     rep.problems += [f"run {n}: {p}" for p in found]
                     rep.db_checks += 1
             sim.quiet()
+            # A request the last killed run sent "late" reaches the simulator late_seconds after it was sent,
+            # whoever still waits: let it land before the clock moves past the listing lag, so the final
+            # tick lists what it created (otherwise that rent is rightly still pending, adopted a tick later).
+            time.sleep(sim.faults.late_seconds + 0.5)
             sim.advance(60.0)
             pid = spawner.spawn(["--config", str(cfg), "tick"], root / "out.txt", root / "err.txt", install=install)
             rep.final_tick_rc = spawner.wait(pid)
