@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 
 MIN_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_MS = 30_000
+PAGE_SIZE = 8192
+"""Bytes per page of a new database. Events are rows of 150 to 2,000 bytes and a 4 KiB page (SQLite's
+default) holds about four, leaving a quarter of each leaf page unused once the next row does not fit; 8 KiB
+pages hold twice as many and leave half that gap (bench/storage.py prints the file's bytes per event). A
+database keeps the page size it was created with (``fleet-agent init``); VACUUM outside WAL mode converts one."""
 
 __all__ = ["sqlite3", "connect", "check_database_file", "database", "migrations", "applied_migrations", "immediate", "sqlite_version"]
 
@@ -114,12 +119,21 @@ def _check_schema(conn: sqlite3.Connection, p: Path, *, create: bool) -> None:
         raise LogError(f"{p} has no events table: the event log was dropped; restore the database from a backup with 'fleet-agent restore BACKUP' (a copy 'fleet-agent backup PATH' wrote)")
 
 
-def connect(path: str | os.PathLike[str], *, readonly: bool = False, create: bool = False) -> sqlite3.Connection:
+def _set_page_size(conn: sqlite3.Connection, page_size: int) -> None:
+    """``page_size`` for a database with no page written yet (before its first table, and before WAL mode
+    fixes it); an existing database keeps its own."""
+    if int(conn.execute("PRAGMA page_count").fetchone()[0]) == 0:
+        conn.execute(f"PRAGMA page_size = {int(page_size)}")
+
+
+def connect(path: str | os.PathLike[str], *, readonly: bool = False, create: bool = False,
+            page_size: int | None = None) -> sqlite3.Connection:
     """A connection in autocommit mode with WAL, synchronous=FULL and a long busy timeout.
 
     Only ``create=True`` (``fleet-agent init``) may make a new database file; otherwise a
-    missing, empty or foreign file is refused with ``LogError``. Pending migrations are
-    applied (each in its own transaction) unless ``readonly``.
+    missing, empty or foreign file is refused with ``LogError``; a new one gets ``page_size``-byte
+    pages (default ``PAGE_SIZE``). Pending migrations are applied (each in its own transaction) unless
+    ``readonly``.
     """
     if sqlite_version() < MIN_SQLITE:
         raise LogError(
@@ -149,6 +163,8 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False, create: boo
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _check_schema(conn, p, create=create and not readonly)
+        if create and not readonly:
+            _set_page_size(conn, PAGE_SIZE if page_size is None else page_size)
         if not readonly:
             conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")

@@ -677,6 +677,25 @@ class Store:
         """Rows in the events table after ``seq``."""
         return int(self._value("SELECT COUNT(*) FROM events WHERE seq > ?", [seq]))
 
+    # ------------------------------------------------------------------ the file's pages (SQLite; bench/storage.py)
+
+    def page_size(self) -> int:
+        """The database file's page size in bytes."""
+        return int(self._value("PRAGMA page_size"))
+
+    def checkpoint(self) -> int:
+        """Copy every frame of the write-ahead log into the database file and truncate the log to 0 bytes;
+        the number of frames it held (each one page plus a 24-byte header)."""
+        frames = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]  # TRUNCATE reports 0
+        busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        if busy:
+            raise sqlite3.OperationalError("the write-ahead log could not be checkpointed: another connection reads")
+        return int(frames)
+
+    def autocheckpoint(self, pages: int) -> None:
+        """Checkpoint this connection's commits once the write-ahead log holds ``pages`` frames (0: never)."""
+        self._conn.execute(f"PRAGMA wal_autocheckpoint = {int(pages)}")
+
 
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
