@@ -268,3 +268,12 @@ BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused (only rows a s
 -- up from the log, in batches.
 DROP TABLE events_fts;
 CREATE VIRTUAL TABLE events_fts USING fts5(text, content = '', detail = none, tokenize = 'porter unicode61');
+
+-- migration: 010_tick_marks_index
+-- events_kind_tick held every event of every tick (most of the log) to answer two questions: the highest
+-- tick of the tick.started and tick.failed events (the next tick's number) and one kind's events of one
+-- tick. The second goes through events_tick (a tick has a few dozen events); the first needs only the
+-- tick.started and tick.failed rows, about one event in eight, which this index holds. The planner uses
+-- it when the query names one of those two kinds (a bound parameter too: SQLite plans with its value).
+DROP INDEX events_kind_tick;
+CREATE INDEX events_tick_marks ON events(kind, tick) WHERE kind = 'tick.started' OR kind = 'tick.failed';

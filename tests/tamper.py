@@ -72,6 +72,28 @@ def unapply_migration(path: str | os.PathLike[str], name: str, table: str) -> No
         conn.close()
 
 
+def event_indexes(path: str | os.PathLike[str]) -> set[str]:
+    """The names of the indexes on the events table."""
+    conn = _plain(path)
+    try:
+        return {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'"
+                                                " AND tbl_name = 'events'")}
+    finally:
+        conn.close()
+
+
+def indexes_as_before_010(path: str | os.PathLike[str]) -> None:
+    """The events table's indexes as a fleet-agent from before migration 010 left them (events_kind_tick over
+    every event of a tick, no events_tick_marks), with 010 forgotten."""
+    conn = _plain(path)
+    try:
+        conn.execute("DROP INDEX events_tick_marks")
+        conn.execute("CREATE INDEX events_kind_tick ON events(kind, tick) WHERE tick IS NOT NULL")
+        conn.execute("DELETE FROM _migrations WHERE name = '010_tick_marks_index'")
+    finally:
+        conn.close()
+
+
 class Tamper:
     """A plain connection to the database file with every trigger dropped: events can be edited."""
 
