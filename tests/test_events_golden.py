@@ -283,6 +283,8 @@ SAMPLES.update({
 })
 # tick.started v3 stores its instance records as columns (agent.events.kinds_storage2) and renders as v2.
 SAMPLES[("tick.started", 3)] = SAMPLES[("tick.started", 2)]
+# v4 stores a column whose values repeat as distinct values and an index (kinds_storage2) and renders as v2.
+SAMPLES[("tick.started", 4)] = SAMPLES[("tick.started", 2)]
 SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
     "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
                      "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,

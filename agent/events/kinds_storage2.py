@@ -15,11 +15,30 @@ keys and values exactly as appended) wherever it reads one, through ``Vocabulary
 readers of ``observation.instances`` across the code are unchanged. The hash covers the stored form;
 ``stored_payload`` gives it back for an export or a copy. A list of records that do not all have the
 same keys, or an empty one, is stored as it is. v3 renders exactly as v2: the model sees the same text.
+
+``tick.started`` v4: a column whose values repeat is stored once per distinct value. Most columns repeat a
+few values: a fleet runs two or three GPU models, its instances are in three or four states, and vast.ai
+gives the instances of one host or one image the same message. v4 stores such a column as its distinct
+values, in the order first seen, and each instance's position among them, whenever that is shorter as JSON
+than the plain array (``id``, and a column of distinct values, stay arrays)::
+
+    "gpu_name": {"index": [0, 0, 1, 0, 2, 1], "values": ["RTX 3090", "RTX 4090", "RTX A6000"]}
+
+As with v3, readers never see it (agent/events/columns.py decodes a row without loading the vocabulary),
+the hash covers the stored form, and v4 renders exactly as v2 and v3. Rows written as v3 stay v3. Both
+versions are defined here, v3 before v4, because a module that defines a kind's next version must run
+after the one that defines the version before.
 """
 
 from __future__ import annotations
 
-from agent.events.columns import INSTANCE_COLUMNS, KIND, pack_instances, unpack_instances
+from agent.events.columns import (
+    INSTANCE_COLUMNS,
+    INSTANCE_DICTIONARIES,
+    KIND,
+    pack_instances,
+    unpack_instances,
+)
 from agent.events.kinds import VOCABULARY, TickStartedV1, _r_tick_started_v2, _same_shape
 from agent.events.vocabulary import Version
 
@@ -28,3 +47,5 @@ __all__ = ["INSTANCE_COLUMNS", "pack_instances", "unpack_instances"]
 
 VOCABULARY.add_version(KIND, Version(3, TickStartedV1, _r_tick_started_v2, upcast=_same_shape,
                                      stored=INSTANCE_COLUMNS))
+VOCABULARY.add_version(KIND, Version(4, TickStartedV1, _r_tick_started_v2, upcast=_same_shape,
+                                     stored=INSTANCE_DICTIONARIES))
