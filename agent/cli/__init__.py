@@ -448,6 +448,7 @@ def _add_core(sub: argparse._SubParsersAction[_Parser]) -> None:
     group_module("export").add_log_export(lsub)
     group_module("archive").add_log_commands(lsub)
     group_module("log").add_log_migrate(lsub)
+    group_module("compact").add_log_compact(lsub)
     s = lsub.add_parser("search", help="full-text search over every event",
                         description="Full-text search over the rendered text of every event, newest first.")
     s.add_argument("query", nargs="+", help="words to find (all must match)")

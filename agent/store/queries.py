@@ -692,6 +692,19 @@ class Store:
             raise sqlite3.OperationalError("the write-ahead log could not be checkpointed: another connection reads")
         return int(frames)
 
+    def compact(self, page_size: int) -> None:
+        """Rewrite the database file with ``page_size``-byte pages and no free pages (VACUUM, which changes the
+        page size only outside WAL mode), then go back to WAL mode. Leaving WAL mode needs every other
+        connection to the file closed; one that stays open makes this fail after the busy timeout."""
+        mode = self._conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
+        if str(mode).lower() != "delete":
+            raise sqlite3.OperationalError("another connection has the database open; close it and run again")
+        try:
+            self._conn.execute(f"PRAGMA page_size = {int(page_size)}")
+            self._conn.execute("VACUUM")
+        finally:
+            self._conn.execute("PRAGMA journal_mode = WAL")
+
     def autocheckpoint(self, pages: int) -> None:
         """Checkpoint this connection's commits once the write-ahead log holds ``pages`` frames (0: never)."""
         self._conn.execute(f"PRAGMA wal_autocheckpoint = {int(pages)}")
