@@ -3,12 +3,24 @@ kind's share of the payload bytes.
 
 Runs ``--ticks`` real ticks against the simulator with the scripted model (tests/fakes/openai_server.py
 through the real openai SDK; each tick asks for the fleet, then answers) at the default context budget,
-then checkpoints the write-ahead log into the database and prints one JSON line: events, file bytes
-per event, payload bytes per event, the kinds with the largest share of payload bytes, each kind's
-payload bytes per event, and (where the Python's own sqlite3 has the ``dbstat`` table) the file's bytes
-per event by table and index.
+with ``--instances`` instances on the account that every tick observes (10 by default: a fleet, as the
+agent runs one), and prints one JSON line:
 
-    python bench/storage.py [--ticks 200] [--instances 0] [--keep copy.db]
+- ``file_bytes_per_event``: the whole database file (write-ahead log checkpointed into it) over every
+  event. It includes the fixed cost of ~40 tables and indexes of at least one page each, which a short
+  run spreads over few events;
+- ``marginal_file_bytes_per_event``: what the file grows by per event appended over the second half of
+  the run (checkpointed at the midpoint and at the end). The fixed cost is paid by then, so this is what
+  each further event costs a log that runs for months: the figure for a realistic run;
+- ``wal_bytes_per_commit``: bytes the second half's commits wrote to the write-ahead log (whole pages,
+  each with its 24-byte frame header), per commit that wrote, and ``commits_per_tick``;
+- payload bytes per event, the kinds with the largest share of payload bytes, each kind's payload bytes
+  per event, and (where the Python's own sqlite3 has the ``dbstat`` table) the file's bytes per event by
+  table and index.
+
+``--page-size`` creates the database with another page size than the one ``fleet-agent init`` uses.
+
+    python bench/storage.py [--ticks 200] [--instances 10] [--page-size 8192] [--keep copy.db]
 """
 
 from __future__ import annotations
