@@ -1,9 +1,8 @@
 """The instance records of a tick's observation as columns (``tick.started`` v3's and v4's stored forms).
 
 Pure functions with no import of the vocabulary, so that the log can decode a v3 or v4 row for a command
-that never loads the event kinds (``agent.events.decode``); agent/events/kinds_storage2.py defines v3,
-agent/events/kinds_storage3.py v4 (a column whose values repeat is stored as its distinct values and an
-index into them).
+that never loads the event kinds (``agent.events.decode``); agent/events/kinds_storage2.py defines both
+versions (v4: a column whose values repeat is stored as its distinct values and an index into them).
 """
 
 from __future__ import annotations
