@@ -46,7 +46,7 @@ READS: list[tuple[tuple[str, ...], str]] = [
     (("instances",), "json"),
 ]
 # Commands with --json that change something: covered by their own tests.
-WRITES = {"tick", "backup", "restore", "log archive", "log prune", "log migrate"}  # archive: tests/test_archive*.py; log migrate: tests/test_pg_store.py reads its --json
+WRITES = {"tick", "backup", "restore", "log archive", "log prune", "log migrate", "log compact"}  # archive: tests/test_archive*.py; log migrate: tests/test_pg_store.py reads its --json; log compact: tests/test_log_compact.py
 ALWAYS_JSON = {"config show", "log export"}  # print JSON without being asked
 # Read commands that need more than a fleet's own config: parsed with --json by their own tests.
 ELSEWHERE = {"fork diff"}  # tests/test_fork.py reads a fork's directory
