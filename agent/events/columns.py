@@ -7,6 +7,7 @@ never loads the event kinds (``agent.events.decode``); agent/events/kinds_storag
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 from agent.errors import PayloadError
@@ -14,6 +15,7 @@ from agent.events.event import JsonObject
 from agent.events.vocabulary import Stored
 
 KIND = "tick.started"
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # values a record may share without a copy of its own
 
 
 def _same_json(a: Any, b: Any) -> bool:
@@ -54,6 +56,9 @@ def unpack_instances(stored: Any) -> Any:
             or any(not isinstance(v, list) or len(v) != n for v in columns.values()) or set(columns) & set(same)):
         return stored
     keys = sorted([*columns, *same])
+    if keys and all(type(v) in _SCALARS for v in same.values()):  # the usual table: shared values need no copies
+        values = [columns[k] if k in columns else itertools.repeat(same[k], n) for k in keys]
+        return [dict(zip(keys, row, strict=True)) for row in zip(*values, strict=True)]
     return [{k: columns[k][j] if k in columns else copy.deepcopy(same[k]) for k in keys} for j in range(n)]
 
 
