@@ -448,3 +448,20 @@ def test_an_appended_event_owns_its_payload_and_equals_its_row(log):
     assert a.payload["text"] == "flat" and b.payload["effect"] == {"type": "none"}
     assert b.payload["extra"] == [1, 2]
     assert list(log.read()) == [a, b]
+
+
+def test_a_row_read_again_gives_back_the_event_decoded_before_unless_the_row_changed(sqlite_log):
+    """An unchanged row read again (by get or read) is the Event decoded the first time, not a second
+    decode of its JSON; a row edited behind the log's back is decoded afresh, so a reader sees what the
+    file holds; a row too long to keep is decoded each time."""
+    e = sqlite_log.append("operator.note", note("hello"), "operator")
+    big = sqlite_log.append("operator.note", note("x" * 100_000), "operator")
+    first = sqlite_log.get(e.seq)
+    assert first == e
+    assert sqlite_log.get(e.seq) is first
+    assert next(sqlite_log.read(0)) is first
+    with tamper.Tamper(sqlite_log.path) as t:
+        t.replace_in_payload(e.seq, "hello", "HELLO")
+    again = sqlite_log.get(e.seq)
+    assert again.payload["text"] == "HELLO" and again.hash == e.hash
+    assert sqlite_log.get(big.seq) == big and sqlite_log.get(big.seq) is not sqlite_log.get(big.seq)

@@ -137,6 +137,43 @@ def _row_to_event(r: tuple[Any, ...]) -> Event:
                  payload=ev.decode(r[3], r[4], json.loads(r[7])), tokens=r[8], prev_hash=r[9], hash=r[10])
 
 
+class _Decoded:
+    """Events decoded from their rows, by seq: a row read again, identical field for field, gives back
+    the Event decoded the first time instead of its JSON decoded again (every projection reads every
+    event since the last compaction). An LRU bounded by entries and by payload text (``KEEP_BYTES``;
+    a row longer than ``ROW_BYTES`` is not kept). Readers never change an event's payload (upcasters
+    work on copies), so one Event can be shared."""
+
+    ENTRIES = 2048
+    KEEP_BYTES = 2 << 20
+    ROW_BYTES = 64 << 10
+
+    def __init__(self) -> None:
+        self._items: dict[int, tuple[tuple[Any, ...], Event, int]] = {}  # in use order, oldest first
+        self._lock = threading.Lock()
+        self.bytes = 0
+
+    def event(self, r: tuple[Any, ...]) -> Event:
+        seq = r[0]
+        with self._lock:
+            hit = self._items.pop(seq, None)
+            if hit is not None:
+                if hit[0] == r:
+                    self._items[seq] = hit
+                    return hit[1]
+                self.bytes -= hit[2]
+        e = _row_to_event(r)
+        n = len(r[7]) + 256 if type(r[7]) is str else self.ROW_BYTES
+        if n < self.ROW_BYTES and type(r) is tuple:
+            with self._lock:
+                old = self._items.pop(seq, None)
+                self.bytes += n - (old[2] if old is not None else 0)
+                self._items[seq] = (r, e, n)
+                while len(self._items) > self.ENTRIES or self.bytes > self.KEEP_BYTES:
+                    self.bytes -= self._items.pop(next(iter(self._items)))[2]
+        return e
+
+
 def _parse_head(data: bytes) -> tuple[int, str] | None:
     try:
         seq, h = data.decode("ascii").split()
@@ -463,6 +500,7 @@ class EventLog:
         # Archived months (agent/store/archive.py): read through here, transparently.
         self.segment_files = SegmentFiles(self.path if isinstance(self.path, Path) else Path(str(self.head_file)))
         self._segments: tuple[int, list[Segment]] | None = None
+        self._decoded = _Decoded()  # rows read before, decoded once
         # Called inside every transaction that appends, just before it commits; raising rolls it back.
         # The daemon sets it to its leadership check (agent.leader), so a daemon that lost the lock
         # appends nothing.
@@ -699,7 +737,7 @@ class EventLog:
 
     def get(self, seq: int) -> Event | None:
         r = self._row_at(self.conn, seq)
-        return _row_to_event(r) if r else None
+        return self._decoded.event(r) if r else None
 
     def _row_at(self, conn: sqlite3.Connection, seq: int, *, fresh: bool = False) -> tuple[Any, ...] | None:
         """The row at ``seq``: from the events table, else from the segment that archived it."""
@@ -725,8 +763,9 @@ class EventLog:
             where, params = q.where(after=0)
             yield from self._read_pages([where], params, limit=limit, newest_first=newest_first)
             return
+        event = self._decoded.event
         for r in self._rows(q, limit=limit, newest_first=newest_first):
-            yield _row_to_event(r)
+            yield event(r)
 
     def _rows(self, q: _Filter, *, limit: int | None = None, newest_first: bool = False) -> Iterator[tuple[Any, ...]]:
         """The one iteration over the log's rows: the sealed segments and the events table, as one sequence.
@@ -794,7 +833,7 @@ class EventLog:
                    f"ORDER BY seq {'DESC' if newest_first else 'ASC'} LIMIT ?")
             rows = self.conn.execute(sql, [*params, *([] if bound is None else [bound]), size]).fetchall()
             for r in rows:
-                yield _row_to_event(r)
+                yield self._decoded.event(r)
             if len(rows) < size:
                 return
             bound = rows[-1][0]
