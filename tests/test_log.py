@@ -465,3 +465,18 @@ def test_a_row_read_again_gives_back_the_event_decoded_before_unless_the_row_cha
     again = sqlite_log.get(e.seq)
     assert again.payload["text"] == "HELLO" and again.hash == e.hash
     assert sqlite_log.get(big.seq) == big and sqlite_log.get(big.seq) is not sqlite_log.get(big.seq)
+
+
+def test_canonical_json_is_sorted_compact_utf8_and_refuses_what_json_cannot_hold():
+    """canonical() writes what json.dumps(sort_keys, compact separators, UTF-8) writes, byte for byte; a
+    payload holding NaN, an object JSON has no form for, or itself is refused with PayloadError."""
+    from agent.store.log import canonical
+
+    sample = {"z": [1, 2.5, -0.0, 1e300, None, True, False], "a": {"é": "line\nbreak \"quoted\" \u2028"},
+              "m": 10**30, "e": [], "o": {}}
+    assert canonical(sample) == json.dumps(sample, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    loop: dict = {"a": 1}
+    loop["self"] = loop
+    for bad in ({"x": float("nan")}, {"x": object()}, loop):
+        with pytest.raises(PayloadError):
+            canonical(bad)
