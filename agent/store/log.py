@@ -127,26 +127,31 @@ def utc_ts(dt: datetime | None = None) -> str:
 _TS_MEMO: tuple[float, str] = (-1.5, "")  # (a second since the epoch, its text): replaced whole, never edited
 
 
-_RANDOM = bytearray()  # os.urandom bytes not yet used for an event id
-_RANDOM_LOCK = threading.Lock()
+_IDS: list[str] = []  # event ids made from os.urandom and not handed out yet
+_VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}  # a version 4 UUID's variant digit
 
 
-def _forget_random() -> None:
-    _RANDOM.clear()  # a forked child must not hand out its parent's ids
+def _forget_ids() -> None:
+    _IDS.clear()  # a forked child must not hand out its parent's ids
 
 
-os.register_at_fork(after_in_child=_forget_random)
+os.register_at_fork(after_in_child=_forget_ids)
+
+
+def _make_ids(n: int) -> list[str]:
+    h = os.urandom(16 * n).hex()
+    return [f"{h[i:i + 8]}-{h[i + 8:i + 12]}-4{h[i + 13:i + 16]}-{_VARIANT[h[i + 16]]}{h[i + 17:i + 20]}-{h[i + 20:i + 32]}"
+            for i in range(0, 32 * n, 32)]
 
 
 def new_event_id() -> str:
     """A random (version 4) UUID as text, as ``str(uuid.uuid4())`` gives, from os.urandom read 4 KiB
-    at a time."""
-    with _RANDOM_LOCK:
-        if not _RANDOM:
-            _RANDOM.extend(os.urandom(4096))
-        h = _RANDOM[-16:].hex()
-        del _RANDOM[-16:]
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+    at a time (256 ids formatted at once; ``list.pop`` hands each out to one thread only)."""
+    while True:
+        try:
+            return _IDS.pop()
+        except IndexError:
+            _IDS.extend(_make_ids(256))
 
 
 def db_errors() -> tuple[type[BaseException], ...]:
