@@ -181,6 +181,17 @@ def test_head_file_tracks_newest_event(sqlite_log):
     assert stat.S_IMODE(os.stat(sqlite_log.head_file).st_mode) == 0o600
 
 
+def test_a_head_file_holding_something_longer_is_rewritten_to_the_one_record(sqlite_log):
+    """A head file that holds more than a record (a stray edit) is cut to the newest seq and hash on the
+    next commit; a record that only grows is rewritten in place."""
+    sqlite_log.append("operator.note", note(), "operator")
+    sqlite_log.head_file.write_text("not a record " * 20 + "\n")
+    e = sqlite_log.append("operator.note", note("again"), "operator")
+    assert sqlite_log.head_file.read_text() == f"{e.seq} {e.hash}\n"
+    last = sqlite_log.append_many([("operator.note", note(str(i)), "operator", None) for i in range(9)])[-1]
+    assert sqlite_log.head_file.read_text() == f"{last.seq} {last.hash}\n"
+
+
 def test_rebuild_check_matches_and_detects_drift(log):
     """Read models rebuilt from the log equal the live ones; a hand-edited read model shows as a difference,
     and rebuild() repairs it."""

@@ -737,12 +737,14 @@ class EventLog:
             fd = self._head_fd
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                cur = _parse_head(os.pread(fd, 128, 0))
+                data = os.pread(fd, 128, 0)
+                cur = _parse_head(data)
                 if cur is not None and cur[0] >= e.seq:
                     return
                 record = f"{e.seq} {e.hash}\n".encode("ascii")
                 os.pwrite(fd, record, 0)
-                os.ftruncate(fd, len(record))
+                if len(data) > len(record):  # seqs only grow longer: truncate only what was there before
+                    os.ftruncate(fd, len(record))
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError:
