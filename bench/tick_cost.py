@@ -7,7 +7,11 @@ waiting for vast.ai's rate limit (``vast.min_interval`` between two requests to 
 the model, and what is left: the tick's own overhead. It counts the tick's transactions that
 wrote (each one commit, so one fsync with synchronous=FULL) next to the aim 2 + model steps +
 2 x side-effecting calls. Prints one line per size, with p50 overhead as a ratio to the
-smallest size's in the same run, and the process's resident memory after the size's ticks.
+smallest size's in the same run, the tick's own CPU time (this thread's, the model's and the HTTP
+calls' left out: the part that does not depend on how busy the machine is), and the process's
+resident memory after the size's ticks. Under it: what one synchronous=FULL commit costs on this
+disk now (so the overhead splits into commits and everything else) and how much other processes
+slow a pure-Python loop down now (wall over CPU; 1.0 on an idle machine).
 
 Each grown log is kept under /tmp/fleet-agent-biglogs (``$FLEET_AGENT_BIGLOG_CACHE``; bench/biglog.py
 ``grow_cached``), so a rerun at 10^6 copies the database instead of appending 10^6 events again.
@@ -118,6 +122,39 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
             "transactions_max": max(txs), "next_tick_number_ms": ntn}
 
 
+def commit_ms(directory: Path, n: int = 60) -> float:
+    """p50 of one synchronous=FULL commit of one small row in WAL, on a database opened as the log opens
+    its own, in ``directory``: what each of a tick's commits costs in fsync on this machine."""
+    from agent.store.db import connect
+
+    conn = connect(directory / "commit-cost.db", create=True)
+    try:
+        conn.execute("CREATE TABLE t (x TEXT)")
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t VALUES (?)", ("x" * 200,))
+            conn.execute("COMMIT")
+            times.append(time.perf_counter() - t)
+    finally:
+        conn.close()
+    return statistics.median(times) * 1e3
+
+
+def contention(n: int = 15) -> float:
+    """Wall time over CPU time of a pure-Python loop, p50: how much other processes slow this one down now
+    (1.0 on an idle machine)."""
+    ratios = []
+    for _ in range(n):
+        t, c = time.perf_counter(), time.thread_time()
+        x = 0
+        for i in range(200_000):
+            x += i * i
+        ratios.append((time.perf_counter() - t) / max(time.thread_time() - c, 1e-9))
+    return statistics.median(ratios)
+
+
 def _rss_mb() -> float:
     with open("/proc/self/status", encoding="ascii") as f:
         kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
@@ -156,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"transactions p50 {r['transactions_p50']:.0f} (max {r['transactions_max']}, aim <= {r['aim_p50']:.0f})  "
                   f"next_tick_number {r['next_tick_number_ms']:.3f} ms  bench RSS {r['rss_mb']:.0f} MB"
                   f"{'  (log from cache)' if r['cached'] else ''}", flush=True)
+            print(f"                  one synchronous=FULL commit p50 {commit_ms(Path(d)):.2f} ms "
+                  f"(x{r['transactions_p50']:.0f} a tick); machine contention now: wall/CPU of a pure-Python "
+                  f"loop x{contention():.2f}", flush=True)
             if prof is not None:
                 out = io.StringIO()
                 stats = pstats.Stats(prof, stream=out)
