@@ -129,7 +129,7 @@ def commit_ms(directory: Path, n: int = 60) -> float:
 
     conn = connect(directory / "commit-cost.db", create=True)
     try:
-        conn.execute("CREATE TABLE t (x TEXT)")
+        conn.execute("CREATE TABLE IF NOT EXISTS t (x TEXT)")
         times = []
         for _ in range(n):
             t = time.perf_counter()
