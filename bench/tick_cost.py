@@ -41,6 +41,7 @@ from agent.store import plans
 from agent.tick import run_tick
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.append import commit_ms  # noqa: E402
 from bench.biglog import grow_cached, record_template  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
 
@@ -120,26 +121,6 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
             "tick_cpu_p50_ms": statistics.median(cpu), "tick_wall_p50_ms": statistics.median(walls),
             "transactions_p50": statistics.median(txs), "aim_p50": statistics.median(aims),
             "transactions_max": max(txs), "next_tick_number_ms": ntn}
-
-
-def commit_ms(directory: Path, n: int = 60) -> float:
-    """p50 of one synchronous=FULL commit of one small row in WAL, on a database opened as the log opens
-    its own, in ``directory``: what each of a tick's commits costs in fsync on this machine."""
-    from agent.store.db import connect
-
-    conn = connect(directory / "commit-cost.db", create=True)
-    try:
-        conn.execute("CREATE TABLE IF NOT EXISTS t (x TEXT)")
-        times = []
-        for _ in range(n):
-            t = time.perf_counter()
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO t VALUES (?)", ("x" * 200,))
-            conn.execute("COMMIT")
-            times.append(time.perf_counter() - t)
-    finally:
-        conn.close()
-    return statistics.median(times) * 1e3
 
 
 def contention(n: int = 15) -> float:
