@@ -87,6 +87,18 @@ class _Raw:
         self.conn.execute("COMMIT")
 
 
+def commit_ms(directory: Path, n: int = 60) -> float:
+    """p50 of ``n`` raw single-event commits (BEGIN IMMEDIATE, one INSERT, COMMIT: synchronous=FULL in WAL)
+    on a fresh database in ``directory`` opened as the log opens its own: what one fsync'd commit costs on
+    this disk now (bench/tick_cost.py prints it beside a tick's commits)."""
+    raw = _Raw(Path(tempfile.mkdtemp(prefix="commit-", dir=directory)))
+    try:
+        times = [_timed(raw.single, row)[0] for row in raw.rows(n)]
+    finally:
+        raw.conn.close()
+    return statistics.median(times) * 1e3
+
+
 def _timed(fn: Any, *args: Any) -> tuple[float, float]:
     w, c = time.perf_counter(), time.process_time()
     fn(*args)

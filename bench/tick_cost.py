@@ -7,7 +7,11 @@ waiting for vast.ai's rate limit (``vast.min_interval`` between two requests to 
 the model, and what is left: the tick's own overhead. It counts the tick's transactions that
 wrote (each one commit, so one fsync with synchronous=FULL) next to the aim 2 + model steps +
 2 x side-effecting calls. Prints one line per size, with p50 overhead as a ratio to the
-smallest size's in the same run, and the process's resident memory after the size's ticks.
+smallest size's in the same run, the tick's own CPU time (this thread's, the model's and the HTTP
+calls' left out: the part that does not depend on how busy the machine is), and the process's
+resident memory after the size's ticks. Under it: what one synchronous=FULL commit costs on this
+disk now (so the overhead splits into commits and everything else) and how much other processes
+slow a pure-Python loop down now (wall over CPU; 1.0 on an idle machine).
 
 Each grown log is kept under /tmp/fleet-agent-biglogs (``$FLEET_AGENT_BIGLOG_CACHE``; bench/biglog.py
 ``grow_cached``), so a rerun at 10^6 copies the database instead of appending 10^6 events again.
@@ -37,20 +41,22 @@ from agent.store import plans
 from agent.tick import run_tick
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.append import commit_ms  # noqa: E402
 from bench.biglog import grow_cached, record_template  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
 
-_OUTSIDE = {"s": 0.0}
+_OUTSIDE = {"s": 0.0, "cpu": 0.0}  # wall and this thread's CPU time spent in the model and in API calls
 
 
 def _timed_send(orig: Any) -> Any:
     """``orig`` (an HTTP send, or the vast.ai client's wait for its rate limit), its time counted as API time."""
     def send(self: Any, *a: Any, **k: Any) -> Any:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         try:
             return orig(self, *a, **k)
         finally:
             _OUTSIDE["s"] += time.perf_counter() - t
+            _OUTSIDE["cpu"] += time.thread_time() - c
     return send
 
 
@@ -63,11 +69,12 @@ class _TimedProvider:
         self.can_summarise = getattr(inner, "can_summarise", True)
 
     def complete(self, messages: Any, tools: Any) -> Any:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         try:
             return self.inner.complete(messages, tools)
         finally:
             _OUTSIDE["s"] += time.perf_counter() - t
+            _OUTSIDE["cpu"] += time.thread_time() - c
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -85,20 +92,22 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
     app._provider = _TimedProvider(app.provider())  # noqa: SLF001 - the bench's timing wrapper
     try:
         cached = grow_cached(app, template, size, "tick_cost")
-        overhead, walls, txs, aims = [], [], [], []
-        for _ in range(ticks):
+        overhead, cpu, walls, txs, aims = [], [], [], [], []
+        for n in range(ticks):
             clock.advance(300)
-            _OUTSIDE["s"] = 0.0
+            _OUTSIDE["s"] = _OUTSIDE["cpu"] = 0.0
+            on = prof is not None and n > 0  # the first tick verifies the whole log once: not a tick's usual cost
             with plans.record(app.log) as statements:
-                t = time.perf_counter()
-                if prof is not None:
+                t, c = time.perf_counter(), time.thread_time()
+                if on and prof is not None:
                     prof.enable()
                 r = run_tick(app)
-                if prof is not None:
+                if on and prof is not None:
                     prof.disable()
-                wall = time.perf_counter() - t
+                wall, used = time.perf_counter() - t, time.thread_time() - c
             walls.append(wall * 1e3)
             overhead.append((wall - _OUTSIDE["s"]) * 1e3)
+            cpu.append((used - _OUTSIDE["cpu"]) * 1e3)
             txs.append(plans.commits_that_wrote(statements))
             side = sum(1 for e in app.log.read(0, kinds=["tool.called"], tick=r.tick) if e.payload.get("side_effect"))
             aims.append(2 + r.steps + 2 * side)
@@ -108,9 +117,23 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
         ntn = (time.perf_counter() - t) / 200 * 1e3
     finally:
         app.close()
-    return {"events": size, "cached": cached, "rss_mb": _rss_mb(), "tick_overhead_p50_ms": statistics.median(overhead), "tick_wall_p50_ms": statistics.median(walls),
+    return {"events": size, "cached": cached, "rss_mb": _rss_mb(), "tick_overhead_p50_ms": statistics.median(overhead),
+            "tick_cpu_p50_ms": statistics.median(cpu), "tick_wall_p50_ms": statistics.median(walls),
             "transactions_p50": statistics.median(txs), "aim_p50": statistics.median(aims),
             "transactions_max": max(txs), "next_tick_number_ms": ntn}
+
+
+def contention(n: int = 15) -> float:
+    """Wall time over CPU time of a pure-Python loop, p50: how much other processes slow this one down now
+    (1.0 on an idle machine)."""
+    ratios = []
+    for _ in range(n):
+        t, c = time.perf_counter(), time.thread_time()
+        x = 0
+        for i in range(200_000):
+            x += i * i
+        ratios.append((time.perf_counter() - t) / max(time.thread_time() - c, 1e-9))
+    return statistics.median(ratios)
 
 
 def _rss_mb() -> float:
@@ -123,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000", help="log sizes, comma-separated")
     ap.add_argument("--ticks", type=int, default=30, help="real ticks per size")
-    ap.add_argument("--profile", action="store_true", help="cProfile's top lines over the largest size's ticks")
+    ap.add_argument("--profile", action="store_true", help="cProfile's top lines (cumulative, then own time) over the largest size's ticks "
+                    "but the first (which verifies the whole log once)")
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",")]
     httpx.Client.send = _timed_send(httpx.Client.send)  # type: ignore[method-assign]
@@ -146,13 +170,18 @@ def main(argv: list[str] | None = None) -> int:
             base = rows[0]["tick_overhead_p50_ms"]
             r = rows[-1]
             print(f"events {r['events']:>8,}  tick overhead p50 {r['tick_overhead_p50_ms']:7.1f} ms "
-                  f"(x{r['tick_overhead_p50_ms'] / base:4.2f} of {sizes[0]:,})  wall p50 {r['tick_wall_p50_ms']:7.1f} ms  "
+                  f"(x{r['tick_overhead_p50_ms'] / base:4.2f} of {sizes[0]:,}; its CPU {r['tick_cpu_p50_ms']:.1f} ms)  wall p50 {r['tick_wall_p50_ms']:7.1f} ms  "
                   f"transactions p50 {r['transactions_p50']:.0f} (max {r['transactions_max']}, aim <= {r['aim_p50']:.0f})  "
                   f"next_tick_number {r['next_tick_number_ms']:.3f} ms  bench RSS {r['rss_mb']:.0f} MB"
                   f"{'  (log from cache)' if r['cached'] else ''}", flush=True)
+            print(f"                  one synchronous=FULL commit p50 {commit_ms(Path(d)):.2f} ms "
+                  f"(x{r['transactions_p50']:.0f} a tick); machine contention now: wall/CPU of a pure-Python "
+                  f"loop x{contention():.2f}", flush=True)
             if prof is not None:
                 out = io.StringIO()
-                pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(25)
+                stats = pstats.Stats(prof, stream=out)
+                stats.sort_stats("cumulative").print_stats(30)
+                stats.sort_stats("tottime").print_stats(30)
                 print(out.getvalue())
     return 0
 

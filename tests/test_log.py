@@ -181,6 +181,17 @@ def test_head_file_tracks_newest_event(sqlite_log):
     assert stat.S_IMODE(os.stat(sqlite_log.head_file).st_mode) == 0o600
 
 
+def test_a_head_file_holding_something_longer_is_rewritten_to_the_one_record(sqlite_log):
+    """A head file that holds more than a record (a stray edit) is cut to the newest seq and hash on the
+    next commit; a record that only grows is rewritten in place."""
+    sqlite_log.append("operator.note", note(), "operator")
+    sqlite_log.head_file.write_text("not a record " * 20 + "\n")
+    e = sqlite_log.append("operator.note", note("again"), "operator")
+    assert sqlite_log.head_file.read_text() == f"{e.seq} {e.hash}\n"
+    last = sqlite_log.append_many([("operator.note", note(str(i)), "operator", None) for i in range(9)])[-1]
+    assert sqlite_log.head_file.read_text() == f"{last.seq} {last.hash}\n"
+
+
 def test_rebuild_check_matches_and_detects_drift(log):
     """Read models rebuilt from the log equal the live ones; a hand-edited read model shows as a difference,
     and rebuild() repairs it."""
@@ -448,3 +459,35 @@ def test_an_appended_event_owns_its_payload_and_equals_its_row(log):
     assert a.payload["text"] == "flat" and b.payload["effect"] == {"type": "none"}
     assert b.payload["extra"] == [1, 2]
     assert list(log.read()) == [a, b]
+
+
+def test_a_row_read_again_gives_back_the_event_decoded_before_unless_the_row_changed(sqlite_log):
+    """An unchanged row read again (by get or read) is the Event decoded the first time, not a second
+    decode of its JSON; a row edited behind the log's back is decoded afresh, so a reader sees what the
+    file holds; a row too long to keep is decoded each time."""
+    e = sqlite_log.append("operator.note", note("hello"), "operator")
+    big = sqlite_log.append("operator.note", note("x" * 100_000), "operator")
+    first = sqlite_log.get(e.seq)
+    assert first == e
+    assert sqlite_log.get(e.seq) is first
+    assert next(sqlite_log.read(0)) is first
+    with tamper.Tamper(sqlite_log.path) as t:
+        t.replace_in_payload(e.seq, "hello", "HELLO")
+    again = sqlite_log.get(e.seq)
+    assert again.payload["text"] == "HELLO" and again.hash == e.hash
+    assert sqlite_log.get(big.seq) == big and sqlite_log.get(big.seq) is not sqlite_log.get(big.seq)
+
+
+def test_canonical_json_is_sorted_compact_utf8_and_refuses_what_json_cannot_hold():
+    """canonical() writes what json.dumps(sort_keys, compact separators, UTF-8) writes, byte for byte; a
+    payload holding NaN, an object JSON has no form for, or itself is refused with PayloadError."""
+    from agent.store.log import canonical
+
+    sample = {"z": [1, 2.5, -0.0, 1e300, None, True, False], "a": {"é": "line\nbreak \"quoted\" \u2028"},
+              "m": 10**30, "e": [], "o": {}}
+    assert canonical(sample) == json.dumps(sample, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    loop: dict = {"a": 1}
+    loop["self"] = loop
+    for bad in ({"x": float("nan")}, {"x": object()}, loop):
+        with pytest.raises(PayloadError):
+            canonical(bad)

@@ -194,20 +194,22 @@ def collapse_knowledge(run: list[Event], settings: ContextSettings, meter: Meter
     return Entry(run[0].seq, "knowledge.collapsed", run[0].tick, msg, meter.message(msg), operator=True)
 
 
-def _runs(events: list[Event], meter: Meter) -> list[Event | list[Event]]:
-    """``events`` with each run of more than COLLAPSE_AT consecutive knowledge changes of one tick grouped."""
-    out: list[Event | list[Event]] = []
+def _runs(events: list[Event], meter: Meter) -> list[tuple[Event, int] | list[Event]]:
+    """``events`` the model sees, each with its tokens, with each run of more than COLLAPSE_AT consecutive
+    knowledge changes of one tick grouped."""
+    out: list[tuple[Event, int] | list[Event]] = []
     run: list[Event] = []
 
     def flush() -> None:
         if len(run) > COLLAPSE_AT:
             out.append(list(run))
         else:
-            out.extend(run)
+            out.extend((e, meter.event_tokens(e) or 0) for e in run)
         run.clear()
 
     for ev in events:
-        if meter.event_tokens(ev) is None:
+        tokens = meter.event_tokens(ev)
+        if tokens is None:
             continue
         if ev.kind == "knowledge.changed" and (not run or run[-1].tick == ev.tick):
             run.append(ev)
@@ -216,7 +218,7 @@ def _runs(events: list[Event], meter: Meter) -> list[Event | list[Event]]:
         if ev.kind == "knowledge.changed":
             run.append(ev)
         else:
-            out.append(ev)
+            out.append((ev, tokens))
     flush()
     return out
 
@@ -227,12 +229,12 @@ def build_thread(events: list[Event], settings: ContextSettings, meter: Meter,
     a flood of knowledge changes in one tick is one message; tool outputs up to ``masked_to`` (set by the
     compaction the thread follows) are one-line stubs."""
     t = _Threader(settings, meter, masked_to=masked_to)
-    for ev in _runs(events, meter):
-        if isinstance(ev, list):
-            t.add(collapse_knowledge(ev, settings, meter))
-        elif ev.kind == "tool.result":
-            t.result(ev, meter.event_tokens(ev) or 0)
+    for item in _runs(events, meter):
+        if isinstance(item, list):
+            t.add(collapse_knowledge(item, settings, meter))
+        elif item[0].kind == "tool.result":
+            t.result(*item)
         else:
-            t.other(ev, meter.event_tokens(ev) or 0)
+            t.other(*item)
     t.close()
     return t.out

@@ -8,6 +8,7 @@ versions (v4: a column whose values repeat is stored as its distinct values and 
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 from agent.errors import PayloadError
@@ -15,6 +16,7 @@ from agent.events.event import JsonObject
 from agent.events.vocabulary import Stored
 
 KIND = "tick.started"
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # values a record may share without a copy of its own
 
 
 def _same_json(a: Any, b: Any) -> bool:
@@ -105,6 +107,9 @@ def unpack_instances(stored: Any, *, dictionaries: bool = False) -> Any:
             return stored
         lists[k] = values
     keys = sorted([*columns, *same])
+    if keys and all(type(v) in _SCALARS for v in same.values()):  # the usual table: shared values need no copies
+        cols = [lists[k] if k in lists else itertools.repeat(same[k], n) for k in keys]
+        return [dict(zip(keys, row, strict=True)) for row in zip(*cols, strict=True)]
     return [{k: lists[k][j] if k in lists else copy.deepcopy(same[k]) for k in keys} for j in range(n)]
 
 

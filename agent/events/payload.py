@@ -81,15 +81,31 @@ def _check_type(kind: str, spec: FieldSpec, value: object) -> None:
         raise PayloadError(f"{kind}: field {spec.name!r} must be {base}, got {type(value).__name__}")
 
 
+_EXACT: dict[str, frozenset[type]] = {"str": frozenset({str}), "int": frozenset({int}), "float": frozenset({int, float}),
+                                      "bool": frozenset({bool}), "dict": frozenset({dict}), "list": frozenset({list}),
+                                      "any": frozenset({str, int, float, bool, dict, list})}
+_MISSING = object()
+
+
+def _fast_check(spec: FieldSpec) -> tuple[str, frozenset[type], FieldSpec]:
+    """(name, the exact types a value of ``spec`` may have without a closer look, spec): null among them
+    when it may be null; any other value (a subclass, a wrong type) goes through ``_check_type``."""
+    ok = _EXACT[spec.base]
+    return spec.name, ok | {type(None)} if spec.nullable or not spec.required else ok, spec
+
+
 @dataclass(frozen=True, kw_only=True)
 class Payload:
     """Base of every payload class. Subclasses are frozen, keyword-only dataclasses."""
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = ()
 
+    _CHECKS: ClassVar[tuple[tuple[str, frozenset[type], FieldSpec], ...] | None] = None
+
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         cls.FIELDS = ()  # filled by fields_of() once the dataclass decorator has run
+        cls._CHECKS = None  # filled by check() on its first call, from fields_of()
 
     @classmethod
     def fields_of(cls) -> tuple[FieldSpec, ...]:
@@ -102,12 +118,17 @@ class Payload:
         """``payload`` itself; PayloadError naming ``kind`` and the field when it does not fit this class."""
         if not isinstance(payload, dict):
             raise PayloadError(f"{kind}: payload must be a JSON object, got {type(payload).__name__}")
-        specs = cls.fields_of()
-        for spec in specs:
-            if spec.name in payload:
-                _check_type(kind, spec, payload[spec.name])
+        checks = cls._CHECKS
+        if checks is None:
+            checks = cls._CHECKS = tuple(_fast_check(s) for s in cls.fields_of())
+        for name, exact, spec in checks:  # a field in order: required first (the append path: once an event)
+            value = payload.get(name, _MISSING)
+            if type(value) in exact:
+                continue
+            if value is not _MISSING:
+                _check_type(kind, spec, value)
             elif spec.required:
-                required = ", ".join(sorted(s.name for s in specs if s.required))
+                required = ", ".join(sorted(s.name for s in cls.fields_of() if s.required))
                 raise PayloadError(f"{kind}: payload is missing required field {spec.name!r} "
                                    f"(required: {required})")
         return payload

@@ -54,7 +54,30 @@ Item = tuple[str, dict[str, Any], str, "int | None"]
 _new = object.__new__
 
 
-_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _one_shot_encoder() -> Callable[[Any], str]:
+    """``_ENCODER.encode``, or the C encoder it builds on every call built once (the same bytes, a few
+    microseconds less an event) when this Python's json module has the one it expects. Without the
+    circular-reference check: a payload that contains itself fails with RecursionError instead."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _ENCODER.encode
+    try:
+        c = make(None, _ENCODER.default, _json_str, None, ":", ",", True, False, False)
+        sample = {"b": [1, 2.5, -0.0, None, True], "a": {"z": "é\n\"", "y": 10**20}}
+        if "".join(c(sample, 0)) != _ENCODER.encode(sample):
+            return _ENCODER.encode
+    except (TypeError, ValueError):  # another signature (another Python)
+        return _ENCODER.encode
+
+    def encode(obj: Any) -> str:
+        return "".join(c(obj, 0))
+    return encode
+
+
+_ENCODE = _one_shot_encoder()
 
 
 def canonical(obj: Any) -> str:
@@ -65,6 +88,8 @@ def canonical(obj: Any) -> str:
         raise PayloadError(f"payload is not valid JSON: {e}") from e
     except TypeError as e:
         raise PayloadError(f"payload is not JSON-serialisable: {e}") from e
+    except RecursionError as e:
+        raise PayloadError(f"payload is not valid JSON: it contains itself, or nests too deep ({e})") from e
 
 
 def row_hash(seq: int, id: str, ts: str, kind: str, version: int, source: str, tick: int | None,
@@ -102,26 +127,31 @@ def utc_ts(dt: datetime | None = None) -> str:
 _TS_MEMO: tuple[float, str] = (-1.5, "")  # (a second since the epoch, its text): replaced whole, never edited
 
 
-_RANDOM = bytearray()  # os.urandom bytes not yet used for an event id
-_RANDOM_LOCK = threading.Lock()
+_IDS: list[str] = []  # event ids made from os.urandom and not handed out yet
+_VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}  # a version 4 UUID's variant digit
 
 
-def _forget_random() -> None:
-    _RANDOM.clear()  # a forked child must not hand out its parent's ids
+def _forget_ids() -> None:
+    _IDS.clear()  # a forked child must not hand out its parent's ids
 
 
-os.register_at_fork(after_in_child=_forget_random)
+os.register_at_fork(after_in_child=_forget_ids)
+
+
+def _make_ids(n: int) -> list[str]:
+    h = os.urandom(16 * n).hex()
+    return [f"{h[i:i + 8]}-{h[i + 8:i + 12]}-4{h[i + 13:i + 16]}-{_VARIANT[h[i + 16]]}{h[i + 17:i + 20]}-{h[i + 20:i + 32]}"
+            for i in range(0, 32 * n, 32)]
 
 
 def new_event_id() -> str:
     """A random (version 4) UUID as text, as ``str(uuid.uuid4())`` gives, from os.urandom read 4 KiB
-    at a time."""
-    with _RANDOM_LOCK:
-        if not _RANDOM:
-            _RANDOM.extend(os.urandom(4096))
-        h = _RANDOM[-16:].hex()
-        del _RANDOM[-16:]
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+    at a time (256 ids formatted at once; ``list.pop`` hands each out to one thread only)."""
+    while True:
+        try:
+            return _IDS.pop()
+        except IndexError:
+            _IDS.extend(_make_ids(256))
 
 
 def db_errors() -> tuple[type[BaseException], ...]:
@@ -135,6 +165,43 @@ def db_errors() -> tuple[type[BaseException], ...]:
 def _row_to_event(r: tuple[Any, ...]) -> Event:
     return Event(seq=r[0], id=r[1], ts=r[2], kind=r[3], version=r[4], source=r[5], tick=r[6],
                  payload=ev.decode(r[3], r[4], json.loads(r[7])), tokens=r[8], prev_hash=r[9], hash=r[10])
+
+
+class _Decoded:
+    """Events decoded from their rows, by seq: a row read again, identical field for field, gives back
+    the Event decoded the first time instead of its JSON decoded again (every projection reads every
+    event since the last compaction). An LRU bounded by entries and by payload text (``KEEP_BYTES``;
+    a row longer than ``ROW_BYTES`` is not kept). Readers never change an event's payload (upcasters
+    work on copies), so one Event can be shared."""
+
+    ENTRIES = 2048
+    KEEP_BYTES = 2 << 20
+    ROW_BYTES = 64 << 10
+
+    def __init__(self) -> None:
+        self._items: dict[int, tuple[tuple[Any, ...], Event, int]] = {}  # in use order, oldest first
+        self._lock = threading.Lock()
+        self.bytes = 0
+
+    def event(self, r: tuple[Any, ...]) -> Event:
+        seq = r[0]
+        with self._lock:
+            hit = self._items.pop(seq, None)
+            if hit is not None:
+                if hit[0] == r:
+                    self._items[seq] = hit
+                    return hit[1]
+                self.bytes -= hit[2]
+        e = _row_to_event(r)
+        n = len(r[7]) + 256 if type(r[7]) is str else self.ROW_BYTES
+        if n < self.ROW_BYTES and type(r) is tuple:
+            with self._lock:
+                old = self._items.pop(seq, None)
+                self.bytes += n - (old[2] if old is not None else 0)
+                self._items[seq] = (r, e, n)
+                while len(self._items) > self.ENTRIES or self.bytes > self.KEEP_BYTES:
+                    self.bytes -= self._items.pop(next(iter(self._items)))[2]
+        return e
 
 
 def _parse_head(data: bytes) -> tuple[int, str] | None:
@@ -336,15 +403,15 @@ class Transaction:
 
     def _row(self, kind: str, payload: dict[str, Any], source: str, tick: int | None) -> tuple[tuple[Any, ...], Event]:
         """Validate, encode (once) and hash the next event: its row and the event; moves the head."""
-        k = ev.kind(kind)
+        current = ev.kind(kind).versions[-1]
         if source not in ev.SOURCES:
             raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
-        k.validate(payload)
+        current.payload.check(kind, payload)  # Kind.validate, without its lookups
         payload_json = canonical(payload)
         body = _own_copy(payload, payload_json)
-        if k.current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
-            payload_json = canonical(k.current.stored.encode(body))
-        seq, prev, version = self._seq + 1, self._hash, k.version
+        if current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
+            payload_json = canonical(current.stored.encode(body))
+        seq, prev, version = self._seq + 1, self._hash, current.number
         eid, ts = new_event_id(), utc_ts(self.log.clock())
         if tick is None or type(tick) is int:  # row_hash's header, built here for the usual types
             header = f'[{seq},"{eid}","{ts}",{_json_str(kind)},{version},"{source}",{"null" if tick is None else tick},null]'
@@ -463,6 +530,7 @@ class EventLog:
         # Archived months (agent/store/archive.py): read through here, transparently.
         self.segment_files = SegmentFiles(self.path if isinstance(self.path, Path) else Path(str(self.head_file)))
         self._segments: tuple[int, list[Segment]] | None = None
+        self._decoded = _Decoded()  # rows read before, decoded once
         # Called inside every transaction that appends, just before it commits; raising rolls it back.
         # The daemon sets it to its leadership check (agent.leader), so a daemon that lost the lock
         # appends nothing.
@@ -669,12 +737,14 @@ class EventLog:
             fd = self._head_fd
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                cur = _parse_head(os.pread(fd, 128, 0))
+                data = os.pread(fd, 128, 0)
+                cur = _parse_head(data)
                 if cur is not None and cur[0] >= e.seq:
                     return
                 record = f"{e.seq} {e.hash}\n".encode("ascii")
                 os.pwrite(fd, record, 0)
-                os.ftruncate(fd, len(record))
+                if len(data) > len(record):  # seqs only grow longer: truncate only what was there before
+                    os.ftruncate(fd, len(record))
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError:
@@ -699,7 +769,7 @@ class EventLog:
 
     def get(self, seq: int) -> Event | None:
         r = self._row_at(self.conn, seq)
-        return _row_to_event(r) if r else None
+        return self._decoded.event(r) if r else None
 
     def _row_at(self, conn: sqlite3.Connection, seq: int, *, fresh: bool = False) -> tuple[Any, ...] | None:
         """The row at ``seq``: from the events table, else from the segment that archived it."""
@@ -725,8 +795,9 @@ class EventLog:
             where, params = q.where(after=0)
             yield from self._read_pages([where], params, limit=limit, newest_first=newest_first)
             return
+        event = self._decoded.event
         for r in self._rows(q, limit=limit, newest_first=newest_first):
-            yield _row_to_event(r)
+            yield event(r)
 
     def _rows(self, q: _Filter, *, limit: int | None = None, newest_first: bool = False) -> Iterator[tuple[Any, ...]]:
         """The one iteration over the log's rows: the sealed segments and the events table, as one sequence.
@@ -794,7 +865,7 @@ class EventLog:
                    f"ORDER BY seq {'DESC' if newest_first else 'ASC'} LIMIT ?")
             rows = self.conn.execute(sql, [*params, *([] if bound is None else [bound]), size]).fetchall()
             for r in rows:
-                yield _row_to_event(r)
+                yield self._decoded.event(r)
             if len(rows) < size:
                 return
             bound = rows[-1][0]
