@@ -166,14 +166,16 @@ def test_the_first_log_call_loads_structlog_with_the_configured_setup() -> None:
 def test_libyaml_and_the_pure_python_loader_read_the_example_config_alike() -> None:
     """The config read through libyaml gives the same values and the same line for every key as PyYAML's
     pure-Python loader (which still reads, and words the errors of, anything libyaml refuses)."""
+    from agent import configyaml
+
     text = config.example_text()
-    fast = config._compose_fast(text)
+    fast = configyaml._compose_fast(text)
     assert fast is not None
-    slow = config._NoAliasLoader(text).get_single_node()
+    slow = configyaml._NoAliasLoader(text).get_single_node()
     loc_fast, loc_slow = config._Loc("f"), config._Loc("f")
-    assert config._to_python(fast, (), loc_fast) == config._to_python(slow, (), loc_slow)
+    assert configyaml._to_python(fast, (), loc_fast) == configyaml._to_python(slow, (), loc_slow)
     assert loc_fast.lines == loc_slow.lines and len(loc_fast.lines) > 20
-    assert config._compose_fast("a: &x 1\nb: *x\n") is None
+    assert configyaml._compose_fast("a: &x 1\nb: *x\n") is None
 
 
 def test_the_tokenizer_keeps_no_python_copy_of_its_ranks_and_still_counts() -> None:

@@ -13,7 +13,6 @@ segments, ``agent.store.log`` reads and verifies through ``SegmentFiles``.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 import os
 from collections import OrderedDict
@@ -112,6 +111,8 @@ def decompress(data: bytes, name: str) -> bytes:
 
 
 def sha256(data: bytes) -> str:
+    import hashlib  # OpenSSL loads when a segment is written or checked, not with every command
+
     return hashlib.sha256(data).hexdigest()
 
 
