@@ -510,7 +510,7 @@ class _Loc:
 # them matches is not text. The plain reader converts the simplest of those itself (decimal integers,
 # decimals, true/false/yes/no/on/off, null and ~) and leaves every other match to PyYAML.
 # tests/test_config_plain.py checks them against PyYAML's own table.
-_YAML_RESOLVERS = tuple(re.compile(p, re.X) for p in (
+_YAML_RESOLVER_PATTERNS = (
     r"""^(?:yes|Yes|YES|no|No|NO
                     |true|True|TRUE|false|False|FALSE
                     |on|On|ON|off|Off|OFF)$""",
@@ -534,7 +534,21 @@ _YAML_RESOLVERS = tuple(re.compile(p, re.X) for p in (
                      (?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9][0-9])?))?)$""",
     r"^(?:<<)$",
     r"^(?:=)$",
-))
+)
+# What those patterns can match at all: a scalar with any other character is text, no pattern needed.
+_YAML_NUMBER_CHARS = frozenset("0123456789_+-.:xabcdefABCDEFtTZ inINF<=")
+_YAML_NUMBER_FIRST = frozenset("0123456789+-.<=")
+_yaml_resolvers: list[re.Pattern[str]] = []
+
+
+def _yaml_resolved(s: str) -> bool:
+    """Whether one of PyYAML's implicit resolvers would read ``s`` as other than text (compiled on first use)."""
+    if s[:1] not in _YAML_NUMBER_FIRST or s.count(".") > 1 or not set(s) <= _YAML_NUMBER_CHARS:
+        return False  # (each pattern starts so, and has at most one dot)
+    if not _yaml_resolvers:
+        _yaml_resolvers.extend(re.compile(p, re.X) for p in _YAML_RESOLVER_PATTERNS)
+    return any(r.match(s) for r in _yaml_resolvers)
+
 _YAML_BOOLS = {**dict.fromkeys(("yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
                **dict.fromkeys(("no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), False)}
 _YAML_NULLS = ("null", "Null", "NULL", "~")
@@ -564,7 +578,7 @@ def _plain_text(s: str) -> Any:
         return int(s)
     if _PLAIN_FLOAT.fullmatch(s):
         return float(s)
-    if any(r.match(s) for r in _YAML_RESOLVERS):  # octal, hex, 1_000, 1:30, .inf, a date, <<, =
+    if _yaml_resolved(s):  # octal, hex, 1_000, 1:30, .inf, a date, <<, =
         raise _NotPlain
     return s
 

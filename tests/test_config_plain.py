@@ -94,7 +94,8 @@ def test_the_resolvers_are_pyyamls_own() -> None:
     refuses as a first character)."""
     theirs = {rx.pattern for resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.values()
               for tag, rx in resolvers if tag != "tag:yaml.org,2002:yaml"}
-    assert {rx.pattern for rx in config._YAML_RESOLVERS} == theirs  # (re.X: the same for '<<' and '=')
+    assert set(config._YAML_RESOLVER_PATTERNS) == theirs  # (compiled with re.X: the same for '<<' and '=')
+    assert config._yaml_resolved("012") and not config._yaml_resolved("5m") and not config._yaml_resolved("1.2.3")
 
 
 def test_what_the_plain_reader_reads_is_what_pyyaml_reads() -> None:

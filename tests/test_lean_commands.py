@@ -85,13 +85,15 @@ def test_commands_that_read_read_models_load_neither_structlog_nor_the_event_kin
 
 
 STDLIB = ("agent.feedback.alert_hook", "subprocess", "tempfile", "zipfile", "importlib.resources", "difflib",
-          "getpass")
+          "getpass", "shutil", "yaml", "agent.tokens", "agent.events.rendering", "agent.events.vocabulary")
 
 
 def test_commands_that_read_read_models_load_no_stdlib_they_do_not_use(tmp_path: Path) -> None:
     """alerts list, directives, status, knowledge list and log verify exit 0 without the alert hook (subprocess,
-    tempfile), importlib.resources (zipfile), difflib (only for error hints) or getpass; then say, which names
-    the operator, loads getpass (the probe sees a module when it is there)."""
+    tempfile), importlib.resources (zipfile), difflib (only for error hints), getpass, shutil (argparse asks it
+    for the terminal width), PyYAML (the config is plain), the tokenizer module, the event renderers or the
+    event vocabulary (a row is decoded without it); then say,
+    which names the operator, loads getpass (the probe sees a module when it is there)."""
     cfg = _setup(tmp_path)
     got = _probe(cfg, [*READS, ["say", "a note"]], STDLIB)
     assert [(argv, code, loaded) for argv, code, loaded in got[:-1]] == [(argv, 0, []) for argv in READS]

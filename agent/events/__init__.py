@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
+from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message, Stored
 
 if TYPE_CHECKING:
     from agent.events.kinds import VOCABULARY
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         render_tool_content,
         ts_minute,
     )
-    from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Stored, Upcaster, Version, Vocabulary
+    from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, Vocabulary
 
 # Names this package hands out from its modules, each module loaded when one of its names is first read:
 # a command that only reads rows needs ``Event`` and ``decode``, not the payload classes or the renderers.
@@ -47,7 +47,7 @@ _FROM = {
     **dict.fromkeys(("FieldSpec", "Payload"), "payload"),
     **dict.fromkeys(("KNOWLEDGE_DIFF_CHARS", "data", "epoch_minute", "fence", "inline", "render_observation",
                      "render_tool_content", "ts_minute"), "rendering"),
-    **dict.fromkeys(("AS_NEXT", "Kind", "Renderer", "Stored", "Upcaster", "Version", "Vocabulary"), "vocabulary"),
+    **dict.fromkeys(("AS_NEXT", "Kind", "Renderer", "Upcaster", "Version", "Vocabulary"), "vocabulary"),
 }
 
 # The modules beyond kinds.py that define kinds in VOCABULARY; kinds.py imports each when it loads.

@@ -10,8 +10,7 @@ import copy
 from typing import Any
 
 from agent.errors import PayloadError
-from agent.events.event import JsonObject
-from agent.events.vocabulary import Stored
+from agent.events.event import JsonObject, Stored
 
 KIND = "tick.started"
 
