@@ -202,3 +202,23 @@ def test_the_vocabulary_is_whole_whichever_module_loads_it_first(first: str) -> 
     code = f"{first}\nfrom agent.events import KINDS\nprint(' '.join(sorted(KINDS)))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert r.stdout.split() == sorted(KINDS) and "system.destroy" in KINDS and "rent.settled" in KINDS
+
+
+@pytest.mark.parametrize("columns", ["57", "0", "wide", None])
+def test_help_is_as_wide_as_shutil_says_without_importing_it(columns: str | None,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parser's formatter takes the terminal width as shutil.get_terminal_size would ($COLUMNS when it is a
+    positive number, else the terminal, else 80), and the help wraps to it."""
+    import shutil
+
+    from agent import cli
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert cli._columns() == shutil.get_terminal_size().columns
+    if columns == "57":
+        lines = build_parser().format_help().splitlines()
+        assert max(len(ln) for ln in lines) <= 55 < max(len(ln) for ln in build_parser("alerts").format_help()
+                                                        .replace("\n ", " ").splitlines())
