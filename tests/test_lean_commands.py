@@ -232,3 +232,31 @@ def test_alerts_list_builds_only_the_rows_it_reads(tmp_path: Path) -> None:
         log.append("operator.note", {"text": "at most 4 instances", "by": "alice", "pin": True}, "operator")
     got = _probe(cfg, [["alerts", "list"], ["alerts", "list", "--json"], ["directives"]], ("agent.store.rows",))
     assert [(code, loaded) for _, code, loaded in got] == [(0, []), (0, []), (0, ["agent.store.rows"])]
+
+
+_CATALOG = """
+import argparse, gettext, os, struct, sys
+from pathlib import Path
+
+root = Path(sys.argv[1])
+if sys.argv[2] == "catalog":  # a one-entry .mo file: 'options' -> 'OPTIONEN'
+    (root / "xx" / "LC_MESSAGES").mkdir(parents=True)
+    key, value = b"options", b"OPTIONEN"
+    header = struct.pack("<7I", 0x950412DE, 0, 1, 28, 36, 0, 44)
+    body = struct.pack("<4I", len(key), 44, len(value), 44 + len(key) + 1) + key + b"\\0" + value + b"\\0"
+    (root / "xx" / "LC_MESSAGES" / "messages.mo").write_bytes(header[:28] + body)
+gettext.bindtextdomain("messages", str(root))
+os.environ["LANGUAGE"] = "xx"
+from agent.cli import build_parser
+text = build_parser("alerts").format_help()
+print(argparse._ is str, "OPTIONEN" in text)
+"""
+
+
+@pytest.mark.parametrize(("catalog", "expected"), [("none", "True False"), ("catalog", "False True")])
+def test_argparse_skips_gettext_only_when_there_is_no_catalog(catalog: str, expected: str, tmp_path: Path) -> None:
+    """Without a message catalog for the locale, argparse's gettext becomes the identity (each lookup would
+    return its message unchanged); with one, help is still translated through it."""
+    r = subprocess.run([sys.executable, "-c", _CATALOG, str(tmp_path), catalog], capture_output=True, text=True,
+                       timeout=60, check=True)
+    assert r.stdout.strip() == expected

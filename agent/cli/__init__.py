@@ -410,9 +410,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"fleet-agent: error: {message} (see '{self.prog} --help')\n")
 
 
+def _untranslated() -> None:
+    """Let argparse skip gettext when there is no message catalog to translate from.
+
+    argparse passes every heading and help string it makes through ``gettext.gettext``, which looks for
+    a catalog on disk each time (``gettext.find``: the locale variables normalised, a stat per language):
+    some fifty lookups, several milliseconds, for one group's parser. When no catalog exists for the
+    current locale every lookup returns its message unchanged, so argparse's ``_`` becomes that; with a
+    catalog it keeps translating."""
+    import gettext
+
+    domain = gettext.textdomain()
+    if gettext.find(domain, gettext.bindtextdomain(domain)) is None:
+        setattr(argparse, "_", str)  # noqa: B010  (a module global argparse reads, not an attribute of ours)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command-line parser: every command, or with ``only`` (a top-level command name) only the
     commands of its group (the core ones, or one module's), which is all a run of it needs to import."""
+    _untranslated()
     p = _Parser(prog="fleet-agent", description="Run a vast.ai GPU fleet with an LLM in the loop, on an "
                 "append-only, replayable event log.")
     p.add_argument("--config", help="config file (default: $FLEET_AGENT_CONFIG, ./config.yaml, "
