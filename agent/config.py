@@ -854,11 +854,29 @@ def _unknown_key(key: str, path: tuple[str, ...], fields: list[str], loc: _Loc) 
     return ConfigError(f"{loc.at(kpath)}: {kd}: unknown key; {hint}")
 
 
+_TYPES: dict[str, object] = {}
+
+
+def _field_types(cls: type) -> dict[str, object]:
+    """Each field's type, as ``typing.get_type_hints`` gives it: the annotation text (this module's
+    ``from __future__ import annotations``) evaluated in this module, once per distinct text (a config
+    has ~100 fields of ~20 types; get_type_hints compiles every annotation of every class afresh)."""
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(cls):
+        t = f.type
+        if isinstance(t, str):
+            if t not in _TYPES:
+                _TYPES[t] = eval(t, globals())  # noqa: S307  (this module's own annotations)
+            t = _TYPES[t]
+        out[f.name] = t
+    return out
+
+
 def _build(cls: type[_D], data: object, path: tuple[str, ...], loc: _Loc) -> _D:
     dotted = ".".join(path) or "(top level)"
     if not isinstance(data, dict):
         raise ConfigError(f"{loc.at(path)}: {dotted}: expected a mapping of settings, got {data!r}"[:300])
-    hints = typing.get_type_hints(cls)
+    hints = _field_types(cls)
     fields = [f.name for f in dataclasses.fields(typing.cast(Any, cls)) if not f.metadata.get("internal")]
     kwargs: dict[str, object] = {}
     for key, value in data.items():
