@@ -421,7 +421,9 @@ def _untranslated() -> None:
     import gettext
 
     domain = gettext.textdomain()
-    if gettext.find(domain, gettext.bindtextdomain(domain)) is None:
+    localedir = gettext.bindtextdomain(domain)
+    # (every catalog find() looks for is under localedir: without it, skip find's import of locale)
+    if not os.path.isdir(localedir) or gettext.find(domain, localedir) is None:
         setattr(argparse, "_", str)  # noqa: B010  (a module global argparse reads, not an attribute of ours)
 
 
