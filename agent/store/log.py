@@ -36,10 +36,11 @@ from agent.events import Event
 from agent.store import readmodels
 from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
-from agent.store.segments import Segment, SegmentFiles
+from agent.store.segments import SegmentFiles
 from agent.store.target import PgTarget
 
 if TYPE_CHECKING:  # the tokenizer loads when an event's tokens are first counted, not with every command
+    from agent.store.segment_types import Segment
     from agent.tokens import Tokenizer
 
 GENESIS = "0" * 64

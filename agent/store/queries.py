@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from agent.store.db import sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
-from agent.store.segments import Segment
 
 if TYPE_CHECKING:  # the other rows are defined when a question that returns one is first asked
     from agent.store.rows import (
@@ -34,6 +33,7 @@ if TYPE_CHECKING:  # the other rows are defined when a question that returns one
         OpenTick,
         Rental,
     )
+    from agent.store.segment_types import Segment
 
 __all__ = ["Alert", "Directive", "FailedRun", "Instance", "InstanceState", "Intent", "KnowledgeVersion", "Memory",
            "OpenTick", "Rental", "Silence", "Store"]
@@ -594,6 +594,8 @@ class Store:
 
     def segments(self) -> list[Segment]:
         """Every sealed segment's stub, in seq order ([] on a database from before segments existed)."""
+        from agent.store.segment_types import Segment
+
         try:
             return [Segment(**r) for r in self._rows("segments", order_by="first_seq")]
         except sqlite3.OperationalError as e:
