@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message, Stored
+from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
 
 if TYPE_CHECKING:
     from agent.events.kinds import VOCABULARY
@@ -39,12 +39,14 @@ if TYPE_CHECKING:
         render_tool_content,
         ts_minute,
     )
+    from agent.events.stored import Stored
     from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, Vocabulary
 
 # Names this package hands out from its modules, each module loaded when one of its names is first read:
 # a command that only reads rows needs ``Event`` and ``decode``, not the payload classes or the renderers.
 _FROM = {
     **dict.fromkeys(("FieldSpec", "Payload"), "payload"),
+    "Stored": "stored",
     **dict.fromkeys(("KNOWLEDGE_DIFF_CHARS", "data", "epoch_minute", "fence", "inline", "render_observation",
                      "render_tool_content", "ts_minute"), "rendering"),
     **dict.fromkeys(("AS_NEXT", "Kind", "Renderer", "Upcaster", "Version", "Vocabulary"), "vocabulary"),

@@ -10,7 +10,8 @@ import copy
 from typing import Any
 
 from agent.errors import PayloadError
-from agent.events.event import JsonObject, Stored
+from agent.events.event import JsonObject
+from agent.events.stored import Stored
 
 KIND = "tick.started"
 

@@ -29,8 +29,8 @@ from typing import Any, Final, Generic, TypeVar
 
 from agent.errors import PayloadError
 from agent.events.event import Event, JsonObject, Message
-from agent.events.event import Stored as Stored  # defined beside Event: a row is decoded without this module
 from agent.events.payload import FieldSpec, Payload
+from agent.events.stored import Stored as Stored  # its own module: a row is decoded without this one
 
 P = TypeVar("P", bound=Payload)
 Renderer = Callable[[Event, Any], "Message | None"]
