@@ -226,13 +226,14 @@ def test_help_is_as_wide_as_shutil_says_without_importing_it(columns: str | None
 
 def test_alerts_list_builds_only_the_rows_it_reads(tmp_path: Path) -> None:
     """alerts list (and --json) exit 0 without defining the Store's other row classes (agent.store.rows), a
-    segment's records (agent.store.segment_types) or a version's stored form (agent.events.stored); then
+    segment's records (agent.store.segment_types), a version's stored form (agent.events.stored) or the
+    Unicode database (only naming an operator checks characters with it); then
     directives, which reads a Directive row, loads the rows (the probe sees the module when it is there)."""
     cfg = _setup(tmp_path)
     with EventLog(config.load(str(cfg)).db_path) as log:
         log.append("operator.note", {"text": "at most 4 instances", "by": "alice", "pin": True}, "operator")
     got = _probe(cfg, [["alerts", "list"], ["alerts", "list", "--json"], ["directives"]],
-                 ("agent.store.rows", "agent.store.segment_types", "agent.events.stored"))
+                 ("agent.store.rows", "agent.store.segment_types", "agent.events.stored", "unicodedata"))
     assert [(code, loaded) for _, code, loaded in got] == [(0, []), (0, []), (0, ["agent.store.rows"])]
 
 
