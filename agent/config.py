@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -25,8 +24,6 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
-
-import yaml
 
 from agent import logsetup
 from agent.errors import ConfigError
@@ -378,6 +375,8 @@ class Settings:
         return d
 
     def config_hash(self) -> str:
+        import hashlib  # OpenSSL loads for the hash, not with every command
+
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
 
     def vast_api_key(self, env: typing.Mapping[str, str] | None = None) -> Secret:
@@ -505,113 +504,209 @@ class _Loc:
         return ConfigError(f"{self.at(tuple(dotted.split('.')))}: {dotted}: {msg}")
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """PyYAML's safe loader without anchors and aliases: a config has no use for them, and nested
-    aliases expand exponentially (a few lines can take minutes, or forever, to load)."""
+# ------------------------------------------------------------------ the plain subset, read without PyYAML
 
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in PyYAML's stubs
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise yaml.composer.ComposerError(
-                None, None, "anchors (&name) and aliases (*name) are not allowed in the config; "
-                "write each value out", event.start_mark)
-        return super().compose_node(parent, index)
+# PyYAML's implicit resolvers (YAML 1.1, yaml/resolver.py), pattern for pattern: a plain scalar that one of
+# them matches is not text. The plain reader converts the simplest of those itself (decimal integers,
+# decimals, true/false/yes/no/on/off, null and ~) and leaves every other match to PyYAML.
+# tests/test_config_plain.py checks them against PyYAML's own table.
+_YAML_RESOLVER_PATTERNS = (
+    r"""^(?:yes|Yes|YES|no|No|NO
+                    |true|True|TRUE|false|False|FALSE
+                    |on|On|ON|off|Off|OFF)$""",
+    r"""^(?: ~
+                    |null|Null|NULL
+                    | )$""",
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+                    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""",
+    r"""^(?:[-+]?0b[0-1_]+
+                    |[-+]?0[0-7_]+
+                    |[-+]?(?:0|[1-9][0-9_]*)
+                    |[-+]?0x[0-9a-fA-F_]+
+                    |[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+)$""",
+    r"""^(?:[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]
+                    |[0-9][0-9][0-9][0-9] -[0-9][0-9]? -[0-9][0-9]?
+                     (?:[Tt]|[ \t]+)[0-9][0-9]?
+                     :[0-9][0-9] :[0-9][0-9] (?:\.[0-9]*)?
+                     (?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9][0-9])?))?)$""",
+    r"^(?:<<)$",
+    r"^(?:=)$",
+)
+# What those patterns can match at all: a scalar with any other character is text, no pattern needed.
+_YAML_NUMBER_CHARS = frozenset("0123456789_+-.:xabcdefABCDEFtTZ inINF<=")
+_YAML_NUMBER_FIRST = frozenset("0123456789+-.<=")
+_yaml_resolvers: list[re.Pattern[str]] = []
 
 
-def _scalar(node: yaml.Node) -> Any:
-    return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+def _yaml_resolved(s: str) -> bool:
+    """Whether one of PyYAML's implicit resolvers would read ``s`` as other than text (compiled on first use)."""
+    if s[:1] not in _YAML_NUMBER_FIRST or s.count(".") > 1 or not set(s) <= _YAML_NUMBER_CHARS:
+        return False  # (each pattern starts so, and has at most one dot)
+    if not _yaml_resolvers:
+        _yaml_resolvers.extend(re.compile(p, re.X) for p in _YAML_RESOLVER_PATTERNS)
+    return any(r.match(s) for r in _yaml_resolvers)
+
+_YAML_BOOLS = {**dict.fromkeys(("yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
+               **dict.fromkeys(("no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), False)}
+_YAML_NULLS = ("null", "Null", "NULL", "~")
+_PLAIN_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+_PLAIN_FLOAT = re.compile(r"[-+]?[0-9]+\.[0-9]+")
+# A line of the subset: an indented ``key:`` with an optional value, or a ``- item``.
+_PLAIN_KEY = re.compile(r"( *)([A-Za-z_][A-Za-z0-9_]*):(?: +(.*))?")
+_PLAIN_ITEM = re.compile(r"( *)- +(.*)")
+_PLAIN_CHARS = re.compile(r"[^\n\x20-\x7e]")  # anything else (tabs, CR, non-ASCII): PyYAML reads the file
 
 
-def _compose_fast(text: str) -> yaml.Node | None:
-    """``text`` composed by libyaml when it is there and the text is plain: valid YAML without anchors or
-    aliases (else None, and the pure-Python loader reads it again and words any error)."""
-    loader_class = getattr(yaml, "CSafeLoader", None)
-    if loader_class is None:
+class _NotPlain(Exception):
+    """The text leaves the plain subset; PyYAML reads it (and words the error when it is not YAML)."""
+
+
+def _plain_text(s: str) -> Any:
+    """A scalar written plain (no quotes) as PyYAML's safe loader reads it."""
+    if not s or s[0] in "?:,[]{}#&*!|>'\"%@`" or (s[0] == "-" and s[1:2] in ("", " ")):
+        raise _NotPlain
+    if ": " in s or s.endswith(":") or " #" in s:
+        raise _NotPlain
+    if s in _YAML_BOOLS:
+        return _YAML_BOOLS[s]
+    if s in _YAML_NULLS:
         return None
-    try:
-        for event in yaml.parse(text, Loader=loader_class):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                return None
-        loader = loader_class(text)
-        try:
-            node: yaml.Node | None = loader.get_single_node()
-        finally:
-            loader.dispose()
-        return node
-    except (yaml.YAMLError, RecursionError, UnicodeError):  # libyaml refuses the characters PyYAML does
-        return None
+    if _PLAIN_INT.fullmatch(s):
+        return int(s)
+    if _PLAIN_FLOAT.fullmatch(s):
+        return float(s)
+    if _yaml_resolved(s):  # octal, hex, 1_000, 1:30, .inf, a date, <<, =
+        raise _NotPlain
+    return s
 
 
-def _to_python(node: yaml.Node, path: tuple[str, ...], loc: _Loc) -> Any:
-    if isinstance(node, yaml.MappingNode):
+def _quoted(s: str) -> str:
+    """A one-line quoted scalar without escapes: what is between the quotes."""
+    q = s[0]
+    end = s.find(q, 1)
+    if end < 0 or (q == '"' and "\\" in s[:end]) or s[end + 1:].strip():
+        raise _NotPlain
+    return s[1:end]
+
+
+def _plain_value(v: str) -> Any:
+    """The value after ``key: `` (its comment already cut off, unless it is quoted or a flow list)."""
+    if v[0] in "\"'":
+        end = v.find(v[0], 1) + 1
+        return _quoted(v[:end] if end and _comment(v[end:]) else v)
+    if v[0] == "[":
+        end = v.find("]") + 1
+        if not end or not (_comment(v[end:]) or not v[end:].strip()):
+            raise _NotPlain
+        inner = v[1:end - 1].strip()
+        return [] if not inner else [_flow_item(x.strip()) for x in inner.split(",")]
+    if v.split(" #", 1)[0].rstrip() == "{}":
+        return {}
+    return _plain_text(v.split(" #", 1)[0].rstrip())
+
+
+def _comment(tail: str) -> bool:
+    """Whether ``tail`` (what follows a value on its line) is a comment after whitespace."""
+    return tail[:1] == " " and tail.lstrip().startswith("#")
+
+
+def _flow_item(s: str) -> Any:
+    if not s or any(c in s for c in ":#[]{}"):
+        raise _NotPlain
+    return _quoted(s) if s[0] in "\"'" else _plain_text(s)
+
+
+class _PlainReader:
+    """Block mappings of ``key: value`` lines, block lists of scalars, ``[a, b]``, ``{}`` and comments."""
+
+    def __init__(self, text: str, loc: _Loc) -> None:
+        self.loc = loc
+        self.lines = [(n, len(t) - len(t.lstrip(" ")), t.rstrip()) for n, t in enumerate(text.split("\n"), 1)
+                      if t.strip() and not t.lstrip().startswith("#")]
+        self.i = 0
+
+    def _next(self, indent: int) -> tuple[int, str] | None:
+        """The next line's (indent, text) when it is at ``indent`` or deeper, else None."""
+        if self.i >= len(self.lines):
+            return None
+        _, at, t = self.lines[self.i]
+        return (at, t) if at >= indent else None
+
+    def mapping(self, indent: int, path: tuple[str, ...]) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for k, v in node.value:
-            key = str(_scalar(k) if not isinstance(k, yaml.ScalarNode) else k.value)
-            loc.lines[path + (key,)] = k.start_mark.line + 1
-            if key in out:
-                raise ConfigError(f"{loc.file}:{k.start_mark.line + 1}: {'.'.join(path + (key,))}: "
-                                  "the key appears twice; keep one")
-            out[key] = _to_python(v, path + (key,), loc)
+        while (nxt := self._next(indent)) is not None:
+            at, t = nxt
+            m = _PLAIN_KEY.fullmatch(t)
+            if at != indent or m is None or m.group(2) in out:
+                raise _NotPlain  # a deeper line, a list item, or a repeated key (PyYAML says which)
+            key, v = m.group(2), (m.group(3) or "").strip()
+            self.loc.lines[path + (key,)] = self.lines[self.i][0]
+            self.i += 1
+            out[key] = self._value(v, indent, path + (key,))
         return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_to_python(v, path + (str(i),), loc) for i, v in enumerate(node.value)]
-    try:
-        return _scalar(node)
-    except (ValueError, OverflowError) as e:  # e.g. a date like 2026-13-45
-        where = ".".join(path) or "(top level)"
-        raise ConfigError(f"{loc.file}:{node.start_mark.line + 1}: {where}: {node.value!r} cannot be read "
-                          f"({e}); quote it if it is text") from None
+
+    def _value(self, v: str, indent: int, path: tuple[str, ...]) -> Any:
+        if v and not v.startswith("#"):
+            if (nxt := self._next(indent + 1)) is not None:
+                raise _NotPlain  # a value continued on the next line
+            return _plain_value(v)
+        nxt = self._next(indent)
+        if nxt is None:
+            return None
+        at, t = nxt
+        if _PLAIN_ITEM.fullmatch(t):
+            return self.sequence(at)
+        return self.mapping(at, path) if at > indent else None
+
+    def sequence(self, indent: int) -> list[Any]:
+        out: list[Any] = []
+        while (nxt := self._next(indent)) is not None:
+            at, t = nxt
+            m = _PLAIN_ITEM.fullmatch(t)
+            if m is None:
+                if at == indent and _PLAIN_KEY.fullmatch(t):
+                    break  # the next key of the mapping this list (written at the key's indent) belongs to
+                raise _NotPlain
+            if at != indent or m.group(2)[0] in "[{-":
+                raise _NotPlain
+            self.i += 1
+            if self._next(indent + 1) is not None:
+                raise _NotPlain
+            out.append(_plain_value(m.group(2)))
+        return out
 
 
-def _compose(text: str, file: str) -> yaml.Node | None:
-    fast = _compose_fast(text)
-    if fast is not None:
-        return fast
-    loader: _NoAliasLoader | None = None
+def _read_plain(text: str, file: str) -> tuple[dict[str, Any], _Loc] | None:
+    """``text`` read without PyYAML when it keeps to the plain subset a config is written in: ASCII
+    ``key: value`` lines, nested mappings, lists of scalars (``- x`` or ``[a, b]``), ``{}``, comments,
+    quoted strings without escapes. Gives exactly what PyYAML's safe loader gives (values and the line of
+    each key); None for anything else, which PyYAML then reads (and words any error of)."""
+    if _PLAIN_CHARS.search(text):
+        return None
+    loc = _Loc(file)
+    reader = _PlainReader(text, loc)
     try:
-        loader = _NoAliasLoader(text)  # the reader checks the characters here already
-        return loader.get_single_node()
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        started = ""
-        if e.context and e.context_mark and mark and e.context_mark.line != mark.line:
-            started = f" ({e.context} started at line {e.context_mark.line + 1})"
-        raise ConfigError(f"{file}{line}: not valid YAML: {e.problem or e.context}{started}; "
-                          "fix the syntax there") from None
-    except yaml.reader.ReaderError as e:
-        lineno = text.count("\n", 0, e.position) + 1
-        raise ConfigError(f"{file}:{lineno}: not valid YAML: {e.reason} (character {e.character!r}); "
-                          "remove that character or save the file as plain UTF-8 text") from None
-    except yaml.YAMLError as e:
-        one_line = " ".join(str(e).split())
-        raise ConfigError(f"{file}: not valid YAML: {one_line}") from None
-    except RecursionError:
-        raise ConfigError(f"{file}: not valid YAML: nested too deeply; a config is a few levels of "
-                          "key: value, see config.example.yaml") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
+        if reader.lines and reader.lines[0][1] != 0:
+            return None
+        data = reader.mapping(0, ())
+    except (_NotPlain, RecursionError):
+        return None
+    return (data, loc) if reader.i == len(reader.lines) else None
 
 
 def _parse_yaml(text: str, file: str) -> tuple[dict[str, Any], _Loc]:
-    loc = _Loc(file)
-    node = _compose(text, file)
-    if node is None:
-        return {}, loc
-    if not isinstance(node, yaml.MappingNode):
-        raise ConfigError(f"{file}:{node.start_mark.line + 1}: the top level must be a mapping of settings "
-                          "(key: value), see config.example.yaml")
-    try:
-        return _to_python(node, (), loc), loc
-    except RecursionError:
-        raise ConfigError(f"{file}: nested too deeply; a config is a few levels of key: value, "
-                          "see config.example.yaml") from None
-    except yaml.YAMLError as e:  # a scalar PyYAML cannot construct (e.g. a bad timestamp)
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{file}{line}: not valid YAML: {' '.join(str(getattr(e, 'problem', e)).split())}; "
-                          "fix the value there") from None
+    """``text``'s mapping of settings and the line of each key: read here when it is plain (the common
+    case, see ``_read_plain``), else by PyYAML (agent/configyaml.py), which also words every error."""
+    plain = _read_plain(text, file)
+    if plain is not None:
+        return plain
+    from agent import configyaml
+
+    return configyaml.parse(text, file)
+
 
 
 # ------------------------------------------------------------------ validation
@@ -759,11 +854,29 @@ def _unknown_key(key: str, path: tuple[str, ...], fields: list[str], loc: _Loc) 
     return ConfigError(f"{loc.at(kpath)}: {kd}: unknown key; {hint}")
 
 
+_TYPES: dict[str, object] = {}
+
+
+def _field_types(cls: type) -> dict[str, object]:
+    """Each field's type, as ``typing.get_type_hints`` gives it: the annotation text (this module's
+    ``from __future__ import annotations``) evaluated in this module, once per distinct text (a config
+    has ~100 fields of ~20 types; get_type_hints compiles every annotation of every class afresh)."""
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(cls):
+        t = f.type
+        if isinstance(t, str):
+            if t not in _TYPES:
+                _TYPES[t] = eval(t, globals())  # noqa: S307  (this module's own annotations)
+            t = _TYPES[t]
+        out[f.name] = t
+    return out
+
+
 def _build(cls: type[_D], data: object, path: tuple[str, ...], loc: _Loc) -> _D:
     dotted = ".".join(path) or "(top level)"
     if not isinstance(data, dict):
         raise ConfigError(f"{loc.at(path)}: {dotted}: expected a mapping of settings, got {data!r}"[:300])
-    hints = typing.get_type_hints(cls)
+    hints = _field_types(cls)
     fields = [f.name for f in dataclasses.fields(typing.cast(Any, cls)) if not f.metadata.get("internal")]
     kwargs: dict[str, object] = {}
     for key, value in data.items():

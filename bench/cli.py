@@ -1,26 +1,35 @@
 """Wall time of operator commands against ``python -c 'import sqlite3'``, in the same run.
 
 Makes a data directory (``fleet-agent init``) with a few alerts, then runs each command as a
-new process ``--runs`` times, taking turns with the baseline so a busy machine slows both
-alike. Prints one line per command: p50 wall ms, the baseline's p50 and the ratio, and
-which heavy modules the process imported (``-X importtime``): the model SDK, the tokenizer,
-structlog, rich, the event kinds.
+new process ``--runs`` times, through the ``fleet-agent`` console script as an operator does,
+taking turns with the baseline so a busy machine slows both alike. Prints one line per
+command: p50 wall ms, the baseline's p50 and the ratio, and which heavy modules the process
+imported (``-X importtime``): the model SDK, the tokenizer, PyYAML, structlog, rich, the event
+kinds.
+
+Two installs, each figure labelled: ``editable`` is this checkout's venv (``pip install -e``),
+whose site startup runs setuptools' editable finder, for the baseline too (it imports pathlib,
+urllib.parse, fnmatch, ...); ``regular`` (with ``--installed``) is a regular install of this
+checkout into a new venv that takes the dependencies from this one without running its
+``.pth`` files: what an operator who installed the package runs, and the honest ratio.
 
 Every process runs with bytecode caching on (into a temporary ``PYTHONPYCACHEPREFIX``), as an
 installed package runs from its compiled ``.pyc`` files, even when the calling environment sets
 ``PYTHONDONTWRITEBYTECODE``; one untimed run of each command fills the cache first.
 ``--source`` measures with caching off instead (every module compiled from source each time).
 
-    python bench/cli.py [--runs 15] [--source]
+    python bench/cli.py [--runs 15] [--installed] [--source]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -30,12 +39,30 @@ from agent.feedback import raise_alert
 from agent.store.log import EventLog
 
 COMMANDS = (["alerts", "list"], ["status"], ["directives"], ["say", "bench note"], ["context"])
-BASELINE = [sys.executable, "-c", "import sqlite3"]
-HEAVY = ("openai", "tiktoken", "structlog", "rich", "agent.events.kinds")
+HEAVY = ("openai", "tiktoken", "yaml", "structlog", "rich", "agent.events.kinds")
+REPO = Path(config.__file__).resolve().parent.parent  # the checkout this python's agent package comes from
 
 
-def _cli(cfg: Path, argv: list[str]) -> list[str]:
-    return [sys.executable, "-m", "agent.cli", "--config", str(cfg), *argv]
+def _cli(py: str, script: str, cfg: Path, argv: list[str]) -> list[str]:
+    return [py, script, "--config", str(cfg), *argv]
+
+
+def _regular_install(root: Path) -> tuple[str, str]:
+    """A regular (not editable) install of this checkout in a new venv under ``root``, its dependencies
+    read from this venv's site-packages (a path in a ``.pth`` file: that directory's own ``.pth`` files, the
+    editable finder among them, do not run). Returns the venv's python and the console script."""
+    src = root / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "__pycache__",
+                                                             "fleet-data", "demo-run"))
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "fleet-agent-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site, str(src)],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return py, str(Path(site) / "bin" / "fleet-agent")
 
 
 def _wall(cmd: list[str]) -> float:
@@ -54,9 +81,26 @@ def _heavy(cmd: list[str]) -> list[str]:
 _ENV = dict(os.environ)
 
 
+def _measure(label: str, py: str, script: str, cfg: Path, runs: int) -> None:
+    baseline = [py, "-c", "import sqlite3"]
+    print(f"{label} install ({py}):")
+    for argv_ in COMMANDS:
+        _wall(baseline)
+        _wall(_cli(py, script, cfg, argv_))  # fills the bytecode cache; not timed
+        ours, base = [], []
+        for _ in range(runs):
+            base.append(_wall(baseline))
+            ours.append(_wall(_cli(py, script, cfg, argv_)))
+        p50, b50 = statistics.median(ours) * 1e3, statistics.median(base) * 1e3
+        print(f"  {' '.join(argv_):<14} p50 {p50:7.1f} ms   import sqlite3 p50 {b50:6.1f} ms   ratio {p50 / b50:5.2f}"
+              f"   imports {','.join(_heavy(_cli(py, script, cfg, argv_))) or '-'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--installed", action="store_true",
+                    help="also measure a regular (not editable) install of this checkout in a new venv")
     ap.add_argument("--source", action="store_true", help="bytecode caching off: compile every module each run")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="fleet-agent-bench-") as d:
@@ -65,25 +109,18 @@ def main(argv: list[str] | None = None) -> int:
         _ENV["PYTHONPYCACHEPREFIX"] = str(env_dir / "pycache")
         if a.source:
             _ENV["PYTHONDONTWRITEBYTECODE"] = "1"
-        subprocess.run([sys.executable, "-m", "agent.cli", "init", str(env_dir)], check=True,
-                       stdout=subprocess.DEVNULL)
-        cfg = env_dir / "config.yaml"
+        script = str(Path(sys.executable).parent / "fleet-agent")
+        subprocess.run([sys.executable, script, "init", str(env_dir / "data")], check=True, stdout=subprocess.DEVNULL)
+        cfg = env_dir / "data" / "config.yaml"
         with EventLog(config.load(str(cfg)).db_path) as log:
             log.append("tick.started", {"observation": {"instances": [], "balance": 10.0}}, "scheduler", 1)
             for n in range(5):
                 raise_alert(log, key=f"bench:{n}", severity="warning", title=f"bench alert {n}", tick=1)
         _ENV.setdefault("VAST_API_KEY", "bench")
         print(f"bytecode: {'off (compiled from source each run)' if a.source else 'cached, as installed'}")
-        for argv_ in COMMANDS:
-            _wall(BASELINE)
-            _wall(_cli(cfg, argv_))  # fills the bytecode cache; not timed
-            ours, base = [], []
-            for _ in range(a.runs):
-                base.append(_wall(BASELINE))
-                ours.append(_wall(_cli(cfg, argv_)))
-            p50, b50 = statistics.median(ours) * 1e3, statistics.median(base) * 1e3
-            print(f"{' '.join(argv_):<14} p50 {p50:7.1f} ms   import sqlite3 p50 {b50:6.1f} ms   ratio {p50 / b50:5.2f}"
-                  f"   imports {','.join(_heavy(_cli(cfg, argv_))) or '-'}")
+        _measure("editable", sys.executable, script, cfg, a.runs)
+        if a.installed:
+            _measure("regular", *_regular_install(env_dir / "regular"), cfg, a.runs)
     return 0
 
 

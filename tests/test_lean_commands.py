@@ -85,13 +85,15 @@ def test_commands_that_read_read_models_load_neither_structlog_nor_the_event_kin
 
 
 STDLIB = ("agent.feedback.alert_hook", "subprocess", "tempfile", "zipfile", "importlib.resources", "difflib",
-          "getpass")
+          "getpass", "shutil", "yaml", "agent.tokens", "agent.events.rendering", "agent.events.vocabulary")
 
 
 def test_commands_that_read_read_models_load_no_stdlib_they_do_not_use(tmp_path: Path) -> None:
     """alerts list, directives, status, knowledge list and log verify exit 0 without the alert hook (subprocess,
-    tempfile), importlib.resources (zipfile), difflib (only for error hints) or getpass; then say, which names
-    the operator, loads getpass (the probe sees a module when it is there)."""
+    tempfile), importlib.resources (zipfile), difflib (only for error hints), getpass, shutil (argparse asks it
+    for the terminal width), PyYAML (the config is plain), the tokenizer module, the event renderers or the
+    event vocabulary (a row is decoded without it); then say,
+    which names the operator, loads getpass (the probe sees a module when it is there)."""
     cfg = _setup(tmp_path)
     got = _probe(cfg, [*READS, ["say", "a note"]], STDLIB)
     assert [(argv, code, loaded) for argv, code, loaded in got[:-1]] == [(argv, 0, []) for argv in READS]
@@ -166,14 +168,16 @@ def test_the_first_log_call_loads_structlog_with_the_configured_setup() -> None:
 def test_libyaml_and_the_pure_python_loader_read_the_example_config_alike() -> None:
     """The config read through libyaml gives the same values and the same line for every key as PyYAML's
     pure-Python loader (which still reads, and words the errors of, anything libyaml refuses)."""
+    from agent import configyaml
+
     text = config.example_text()
-    fast = config._compose_fast(text)
+    fast = configyaml._compose_fast(text)
     assert fast is not None
-    slow = config._NoAliasLoader(text).get_single_node()
+    slow = configyaml._NoAliasLoader(text).get_single_node()
     loc_fast, loc_slow = config._Loc("f"), config._Loc("f")
-    assert config._to_python(fast, (), loc_fast) == config._to_python(slow, (), loc_slow)
+    assert configyaml._to_python(fast, (), loc_fast) == configyaml._to_python(slow, (), loc_slow)
     assert loc_fast.lines == loc_slow.lines and len(loc_fast.lines) > 20
-    assert config._compose_fast("a: &x 1\nb: *x\n") is None
+    assert configyaml._compose_fast("a: &x 1\nb: *x\n") is None
 
 
 def test_the_tokenizer_keeps_no_python_copy_of_its_ranks_and_still_counts() -> None:
@@ -198,3 +202,64 @@ def test_the_vocabulary_is_whole_whichever_module_loads_it_first(first: str) -> 
     code = f"{first}\nfrom agent.events import KINDS\nprint(' '.join(sorted(KINDS)))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert r.stdout.split() == sorted(KINDS) and "system.destroy" in KINDS and "rent.settled" in KINDS
+
+
+@pytest.mark.parametrize("columns", ["57", "0", "wide", None])
+def test_help_is_as_wide_as_shutil_says_without_importing_it(columns: str | None,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parser's formatter takes the terminal width as shutil.get_terminal_size would ($COLUMNS when it is a
+    positive number, else the terminal, else 80), and the help wraps to it."""
+    import shutil
+
+    from agent import cli
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert cli._columns() == shutil.get_terminal_size().columns
+    if columns == "57":
+        lines = build_parser().format_help().splitlines()
+        assert max(len(ln) for ln in lines) <= 55 < max(len(ln) for ln in build_parser("alerts").format_help()
+                                                        .replace("\n ", " ").splitlines())
+
+
+def test_alerts_list_builds_only_the_rows_it_reads(tmp_path: Path) -> None:
+    """alerts list (and --json) exit 0 without defining the Store's other row classes (agent.store.rows), a
+    segment's records (agent.store.segment_types), a version's stored form (agent.events.stored) or the
+    Unicode database (only naming an operator checks characters with it); then
+    directives, which reads a Directive row, loads the rows (the probe sees the module when it is there)."""
+    cfg = _setup(tmp_path)
+    with EventLog(config.load(str(cfg)).db_path) as log:
+        log.append("operator.note", {"text": "at most 4 instances", "by": "alice", "pin": True}, "operator")
+    got = _probe(cfg, [["alerts", "list"], ["alerts", "list", "--json"], ["directives"]],
+                 ("agent.store.rows", "agent.store.segment_types", "agent.events.stored", "unicodedata"))
+    assert [(code, loaded) for _, code, loaded in got] == [(0, []), (0, []), (0, ["agent.store.rows"])]
+
+
+_CATALOG = """
+import argparse, gettext, os, struct, sys
+from pathlib import Path
+
+root = Path(sys.argv[1])
+if sys.argv[2] == "catalog":  # a one-entry .mo file: 'options' -> 'OPTIONEN'
+    (root / "xx" / "LC_MESSAGES").mkdir(parents=True)
+    key, value = b"options", b"OPTIONEN"
+    header = struct.pack("<7I", 0x950412DE, 0, 1, 28, 36, 0, 44)
+    body = struct.pack("<4I", len(key), 44, len(value), 44 + len(key) + 1) + key + b"\\0" + value + b"\\0"
+    (root / "xx" / "LC_MESSAGES" / "messages.mo").write_bytes(header[:28] + body)
+gettext.bindtextdomain("messages", str(root))
+os.environ["LANGUAGE"] = "xx"
+from agent.cli import build_parser
+text = build_parser("alerts").format_help()
+print(argparse._ is str, "OPTIONEN" in text)
+"""
+
+
+@pytest.mark.parametrize(("catalog", "expected"), [("none", "True False"), ("catalog", "False True")])
+def test_argparse_skips_gettext_only_when_there_is_no_catalog(catalog: str, expected: str, tmp_path: Path) -> None:
+    """Without a message catalog for the locale, argparse's gettext becomes the identity (each lookup would
+    return its message unchanged); with one, help is still translated through it."""
+    r = subprocess.run([sys.executable, "-c", _CATALOG, str(tmp_path), catalog], capture_output=True, text=True,
+                       timeout=60, check=True)
+    assert r.stdout.strip() == expected

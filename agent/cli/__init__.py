@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from agent import __version__
 from agent.cli import args as args_
@@ -379,14 +379,58 @@ def cmd_sim(args: argparse.Namespace, _app: App | None) -> int:
 # ------------------------------------------------------------------ parser
 
 
+def _columns() -> int:
+    """``shutil.get_terminal_size().columns``, without importing shutil (and with it bz2, lzma and fnmatch)
+    for every command: argparse's formatter asks for the width each time an argument is added."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+        columns = columns or 80
+    return columns
+
+
+class _Formatter(argparse.HelpFormatter):
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2
         self.exit(2, f"fleet-agent: error: {message} (see '{self.prog} --help')\n")
+
+
+def _untranslated() -> None:
+    """Let argparse skip gettext when there is no message catalog to translate from.
+
+    argparse passes every heading and help string it makes through ``gettext.gettext``, which looks for
+    a catalog on disk each time (``gettext.find``: the locale variables normalised, a stat per language):
+    some fifty lookups, several milliseconds, for one group's parser. When no catalog exists for the
+    current locale every lookup returns its message unchanged, so argparse's ``_`` becomes that; with a
+    catalog it keeps translating."""
+    import gettext
+
+    domain = gettext.textdomain()
+    localedir = gettext.bindtextdomain(domain)
+    # (every catalog find() looks for is under localedir: without it, skip find's import of locale)
+    if not os.path.isdir(localedir) or gettext.find(domain, localedir) is None:
+        setattr(argparse, "_", str)  # noqa: B010  (a module global argparse reads, not an attribute of ours)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command-line parser: every command, or with ``only`` (a top-level command name) only the
     commands of its group (the core ones, or one module's), which is all a run of it needs to import."""
+    _untranslated()
     p = _Parser(prog="fleet-agent", description="Run a vast.ai GPU fleet with an LLM in the loop, on an "
                 "append-only, replayable event log.")
     p.add_argument("--config", help="config file (default: $FLEET_AGENT_CONFIG, ./config.yaml, "

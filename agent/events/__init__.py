@@ -25,21 +25,32 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
-from agent.events.payload import FieldSpec, Payload
-from agent.events.rendering import (
-    KNOWLEDGE_DIFF_CHARS,
-    data,
-    epoch_minute,
-    fence,
-    inline,
-    render_observation,
-    render_tool_content,
-    ts_minute,
-)
-from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Stored, Upcaster, Version, Vocabulary
 
 if TYPE_CHECKING:
     from agent.events.kinds import VOCABULARY
+    from agent.events.payload import FieldSpec, Payload
+    from agent.events.rendering import (
+        KNOWLEDGE_DIFF_CHARS,
+        data,
+        epoch_minute,
+        fence,
+        inline,
+        render_observation,
+        render_tool_content,
+        ts_minute,
+    )
+    from agent.events.stored import Stored
+    from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, Vocabulary
+
+# Names this package hands out from its modules, each module loaded when one of its names is first read:
+# a command that only reads rows needs ``Event`` and ``decode``, not the payload classes or the renderers.
+_FROM = {
+    **dict.fromkeys(("FieldSpec", "Payload"), "payload"),
+    "Stored": "stored",
+    **dict.fromkeys(("KNOWLEDGE_DIFF_CHARS", "data", "epoch_minute", "fence", "inline", "render_observation",
+                     "render_tool_content", "ts_minute"), "rendering"),
+    **dict.fromkeys(("AS_NEXT", "Kind", "Renderer", "Upcaster", "Version", "Vocabulary"), "vocabulary"),
+}
 
 # The modules beyond kinds.py that define kinds in VOCABULARY; kinds.py imports each when it loads.
 KIND_MODULES = (
@@ -92,6 +103,12 @@ def _vocabulary() -> Vocabulary:
 
 
 def __getattr__(name: str) -> Any:
+    if name in _FROM:
+        import importlib
+
+        value = getattr(importlib.import_module(f"agent.events.{_FROM[name]}"), name)
+        globals()[name] = value  # later reads skip this function
+        return value
     if name not in ("VOCABULARY", "KINDS"):
         raise AttributeError(f"module 'agent.events' has no attribute {name!r}")
     vocabulary = _vocabulary()

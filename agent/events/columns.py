@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.errors import PayloadError
 from agent.events.event import JsonObject
-from agent.events.vocabulary import Stored
+from agent.events.stored import Stored
 
 KIND = "tick.started"
 _SCALARS = frozenset({str, int, float, bool, type(None)})  # values a record may share without a copy of its own

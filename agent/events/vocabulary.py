@@ -30,6 +30,7 @@ from typing import Any, Final, Generic, TypeVar
 from agent.errors import PayloadError
 from agent.events.event import Event, JsonObject, Message
 from agent.events.payload import FieldSpec, Payload
+from agent.events.stored import Stored as Stored  # its own module: a row is decoded without this one
 
 P = TypeVar("P", bound=Payload)
 Renderer = Callable[[Event, Any], "Message | None"]
@@ -38,18 +39,6 @@ Indexer = Callable[[Event, Any], str]
 """What the full-text index holds for an event stored under a version the model does not see."""
 Upcaster = Callable[[JsonObject], JsonObject]
 """Upgrades a payload of version n-1 to version n; gets a copy it may change, returns the new payload."""
-
-
-@dataclass(frozen=True)
-class Stored:
-    """How a version writes its payload to the log in a smaller form than readers see it. ``encode``
-    turns the payload (checked against the version's class) into what the row holds and the hash
-    covers; ``decode`` gives the payload back exactly, from any value ``encode`` returned, and returns
-    anything else (a row edited behind the log's back) unchanged. ``encode`` is deterministic, so
-    ``encode(decode(stored)) == stored`` for every row this version wrote."""
-
-    encode: Callable[[JsonObject], JsonObject]
-    decode: Callable[[JsonObject], JsonObject]
 
 
 class _AsNext:

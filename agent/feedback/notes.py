@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Any
 
 from agent.errors import FleetAgentError, UsageError
@@ -38,6 +37,8 @@ def decode_note(data: bytes) -> str:
 
 
 def operator_name(by: str) -> str:
+    import unicodedata  # its character database loads for the commands that name an operator
+
     by = utf8_text("--by", (by or "").strip())
     if not by:
         raise UsageError("say who you are: --by NAME must not be empty")

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from json.encoder import encode_basestring as _json_str
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from agent import events as ev
 from agent.errors import ChainBroken, LogError, PayloadError
@@ -36,9 +36,12 @@ from agent.events import Event
 from agent.store import readmodels
 from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
-from agent.store.segments import Segment, SegmentFiles
+from agent.store.segments import SegmentFiles
 from agent.store.target import PgTarget
-from agent.tokens import Tokenizer, get_tokenizer
+
+if TYPE_CHECKING:  # the tokenizer loads when an event's tokens are first counted, not with every command
+    from agent.store.segment_types import Segment
+    from agent.tokens import Tokenizer
 
 GENESIS = "0" * 64
 _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
@@ -565,6 +568,8 @@ class EventLog:
     @property
     def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:
+            from agent.tokens import get_tokenizer
+
             self._tokenizer = get_tokenizer(*self._enc)
         return self._tokenizer
 

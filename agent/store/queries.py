@@ -16,14 +16,36 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.store.db import sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
-from agent.store.segments import Segment
 
-__all__ = ["Alert", "Directive", "FailedRun", "Instance", "Intent", "KnowledgeVersion", "Memory", "OpenTick",
-           "Rental", "Silence", "Store"]
+if TYPE_CHECKING:  # the other rows are defined when a question that returns one is first asked
+    from agent.store.rows import (
+        Directive,
+        FailedRun,
+        Instance,
+        InstanceState,
+        Intent,
+        KnowledgeVersion,
+        Memory,
+        OpenTick,
+        Rental,
+    )
+    from agent.store.segment_types import Segment
+
+__all__ = ["Alert", "Directive", "FailedRun", "Instance", "InstanceState", "Intent", "KnowledgeVersion", "Memory",
+           "OpenTick", "Rental", "Silence", "Store"]
+_ROWS = frozenset(__all__) - {"Alert", "Silence", "Store"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ROWS:
+        raise AttributeError(f"module 'agent.store.queries' has no attribute {name!r}")
+    from agent.store import rows
+
+    return getattr(rows, name)
 
 
 @dataclass(frozen=True)
@@ -64,96 +86,13 @@ class Silence:
     lifted_seq: int | None = None
 
 
-@dataclass(frozen=True)
-class Instance:
-    """An instance this agent rented or adopted (the ownership read model)."""
-
-    instance_id: int
-    label: str
-    idem_key: str | None
-    offer_id: int | None
-    gpu_name: str | None
-    dph: float | None
-    rented_seq: int
-    status: str  # active | destroyed
-    destroyed_seq: int | None = None
 
 
-@dataclass(frozen=True)
-class Intent:
-    """A side-effecting tool call; ``result_seq`` None while its outcome is not logged."""
-
-    call_id: str
-    idem_key: str | None
-    tool: str
-    arguments: str  # the call's arguments as the model sent them (JSON text)
-    called_seq: int
-    result_seq: int | None = None
-    ok: bool | None = None
 
 
-@dataclass(frozen=True)
-class Directive:
-    """A standing operator directive; ``id`` is the seq of its ``operator.note``."""
-
-    id: int
-    text: str
-    by: str
-    ts: str
-    active: bool
-    unpinned_seq: int | None = None
 
 
-@dataclass(frozen=True)
-class KnowledgeVersion:
-    """One logged version of a knowledge file; ``hash`` None when the file was removed."""
 
-    name: str
-    version: int
-    hash: str | None
-    size: int
-    seq: int
-    ts: str
-    change: str  # added | changed | removed
-
-
-@dataclass(frozen=True)
-class Memory:
-    """One entry of the agent's memory (remember / forget)."""
-
-    key: str
-    text: str
-    seq: int
-    ts: str
-
-
-@dataclass(frozen=True)
-class OpenTick:
-    """The newest tick that started and has neither completed nor failed."""
-
-    tick: int
-    seq: int  # of its tick.started
-    ts: str
-
-
-@dataclass(frozen=True)
-class Rental:
-    """An instance of ours with the times its rent and its end were logged (``end_ts`` None: live)."""
-
-    instance_id: int
-    gpu_name: str | None
-    dph: float | None
-    label: str
-    start_ts: str
-    end_ts: str | None = None
-
-
-@dataclass(frozen=True)
-class FailedRun:
-    """The ticks that failed in a row at the end of the log, and the newest failure's reason."""
-
-    count: int
-    latest_reason: str | None
 
 
 _LIVE_ALERTS = """
@@ -348,17 +287,23 @@ class Store:
 
     def owned_instances(self) -> list[Instance]:
         """The instances this agent owns now (active), by id."""
+        from agent.store.rows import Instance
+
         return [Instance(**r) for r in self._rows("instances", "status = 'active'", order_by="instance_id")]
 
     def owned_instance_ids(self) -> list[int]:
         return [i.instance_id for i in self.owned_instances()]
 
     def instance(self, instance_id: int) -> Instance | None:
+        from agent.store.rows import Instance
+
         rows = self._rows("instances", "instance_id = ?", [instance_id])
         return Instance(**rows[0]) if rows else None
 
     def instance_states(self) -> dict[int, InstanceState]:
         """Every instance the last observation listed: its status and since when (fleet clock)."""
+        from agent.store.rows import InstanceState
+
         return {int(r["instance_id"]): InstanceState(**r) for r in self._rows("instance_states",
                                                                              order_by="instance_id")}
 
@@ -392,6 +337,8 @@ class Store:
     # ------------------------------------------------------------------ memory and directives
 
     def memories(self) -> list[Memory]:
+        from agent.store.rows import Memory
+
         return [Memory(**r) for r in self._rows("memory", order_by="key")]
 
     def memory_has(self, key: str) -> bool:
@@ -419,12 +366,16 @@ class Store:
 
     def knowledge_latest(self) -> dict[str, KnowledgeVersion]:
         """name -> the newest logged version of each knowledge file."""
+        from agent.store.rows import KnowledgeVersion
+
         rows = self._query("SELECT k.* FROM knowledge k WHERE k.version ="
                            " (SELECT MAX(version) FROM knowledge WHERE name = k.name) ORDER BY k.name")
         return {r["name"]: KnowledgeVersion(**r) for r in rows}
 
     def knowledge_versions(self, name: str) -> list[KnowledgeVersion]:
         """Every logged version of ``name``, oldest first."""
+        from agent.store.rows import KnowledgeVersion
+
         return [KnowledgeVersion(**r) for r in self._rows("knowledge", "name = ?", [name], order_by="version")]
 
     def knowledge_text(self, name: str) -> str | None:
@@ -449,6 +400,8 @@ class Store:
     def open_tick(self) -> OpenTick | None:
         """The newest tick that has ``tick.started`` but neither ``tick.completed`` nor ``tick.failed``
         after it (running now, or interrupted)."""
+        from agent.store.rows import OpenTick
+
         rows = self._query("SELECT tick, seq, ts FROM events WHERE kind = 'tick.started' ORDER BY seq DESC LIMIT 1")
         if not rows or rows[0]["tick"] is None:
             return None
@@ -459,6 +412,8 @@ class Store:
 
     def consecutive_failed_ticks(self, cap: int = 1000) -> FailedRun:
         """How many ticks failed in a row at the end of the log (looking back at most ``cap`` tick ends)."""
+        from agent.store.rows import FailedRun
+
         done = self._value("SELECT seq FROM events WHERE kind = 'tick.completed' ORDER BY seq DESC LIMIT 1")
         rows = self._query("SELECT payload FROM events WHERE kind = 'tick.failed' AND seq > ?"
                            " ORDER BY seq DESC LIMIT ?", [done or 0, cap])
@@ -603,6 +558,8 @@ class Store:
     def rentals(self) -> list[Rental]:
         """Every instance this agent rented or adopted, with when its rent (or adoption) and its end
         (destroy result or ``instance.gone``) were logged; by id."""
+        from agent.store.rows import Rental
+
         rows = self._query(
             "SELECT i.instance_id, i.gpu_name, i.dph, i.label, s.ts AS start_ts, d.ts AS end_ts"
             " FROM instances i JOIN events s ON s.seq = i.rented_seq"
@@ -637,6 +594,8 @@ class Store:
 
     def segments(self) -> list[Segment]:
         """Every sealed segment's stub, in seq order ([] on a database from before segments existed)."""
+        from agent.store.segment_types import Segment
+
         try:
             return [Segment(**r) for r in self._rows("segments", order_by="first_seq")]
         except sqlite3.OperationalError as e:
@@ -714,23 +673,17 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-@dataclass(frozen=True)
-class InstanceState:
-    """What vast.ai last reported for an instance, and since when it has reported it."""
-
-    instance_id: int
-    status: str
-    intended: str | None
-    since: float
-    seen_seq: int
-
 
 def _intent(r: dict[str, Any]) -> Intent:
+    from agent.store.rows import Intent
+
     ok = r["ok"]
     return Intent(call_id=r["call_id"], idem_key=r["idem_key"], tool=r["tool"], arguments=r["arguments"],
                   called_seq=r["called_seq"], result_seq=r["result_seq"], ok=None if ok is None else bool(ok))
 
 
 def _directive(r: dict[str, Any]) -> Directive:
+    from agent.store.rows import Directive
+
     return Directive(id=r["id"], text=r["text"], by=r["by"], ts=r["ts"], active=bool(r["active"]),
                      unpinned_seq=r["unpinned_seq"])

@@ -13,19 +13,19 @@ segments, ``agent.store.log`` reads and verifies through ``SegmentFiles``.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
 from agent.errors import LogError
-from agent.secrets import Secret
+
+if TYPE_CHECKING:  # a segment's records are defined when one is first read or sealed (segment_types.py)
+    from agent.store.segment_types import S3Credentials as S3Credentials
+    from agent.store.segment_types import Segment as Segment
 
 # The columns of an event row, in the order log.py reads them.
 COLUMNS = ("seq", "id", "ts", "kind", "version", "source", "tick", "payload", "tokens", "prev_hash", "hash")
@@ -33,45 +33,12 @@ ZSTD_LEVEL = 10
 SUFFIX = ".jsonl.zst"
 
 
-@dataclass(frozen=True)
-class Segment:
-    """One stub row of the ``segments`` table: what a sealed file holds and how to check it."""
+def __getattr__(name: str) -> Any:
+    if name not in ("Segment", "S3Credentials"):
+        raise AttributeError(f"module 'agent.store.segments' has no attribute {name!r}")
+    from agent.store import segment_types
 
-    first_seq: int
-    last_seq: int
-    name: str
-    month: str
-    prev_hash: str
-    last_hash: str
-    first_ts: str
-    last_ts: str
-    events: int
-    kinds: str  # JSON list
-    min_tick: int | None
-    max_tick: int | None
-    bytes: int
-    raw_bytes: int
-    sha256: str
-    sealed_ts: str
-    copy_url: str | None = None
-    copy_ts: str | None = None
-    pruned_ts: str | None = None
-
-    @cached_property
-    def kind_set(self) -> frozenset[str]:
-        return frozenset(json.loads(self.kinds))
-
-    def may_hold(self, *, since: int, until_seq: int | None, since_ts: str | None, until_ts: str | None,
-                 kinds: frozenset[str] | None, tick: int | None) -> bool:
-        """False when no event of this segment can match the filter (its stub says so)."""
-        if self.last_seq <= since or (until_seq is not None and self.first_seq > until_seq):
-            return False
-        if (since_ts is not None and self.last_ts < since_ts) or (until_ts is not None and self.first_ts > until_ts):
-            return False
-        if kinds is not None and not (kinds & self.kind_set):
-            return False
-        return tick is None or (self.min_tick is not None and self.max_tick is not None
-                                and self.min_tick <= tick <= self.max_tick)
+    return getattr(segment_types, name)
 
 
 def encode(rows: Iterable[tuple[Any, ...]]) -> bytes:
@@ -112,6 +79,8 @@ def decompress(data: bytes, name: str) -> bytes:
 
 
 def sha256(data: bytes) -> str:
+    import hashlib  # OpenSSL loads when a segment is written or checked, not with every command
+
     return hashlib.sha256(data).hexdigest()
 
 
@@ -149,14 +118,6 @@ class Remote(Protocol):
     def get(self, name: str) -> bytes: ...
 
     def location(self, name: str) -> str: ...
-
-
-@dataclass(frozen=True)
-class S3Credentials:
-    """An access key pair for object storage; the secret never prints."""
-
-    key_id: Secret
-    secret: Secret
 
 
 class DirRemote:
