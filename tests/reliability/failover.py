@@ -111,8 +111,10 @@ class Fleet:
         return got[-1] if got else None
 
     @staticmethod
-    def holder_pid(e: Event) -> int:
-        return int(str(e.payload["holder"]).rsplit(" ", 1)[1])
+    def holder_pid(e: Event) -> int | None:
+        """The pid ending the event's ``holder`` ("fleet-agent AGENT HOST PID"), or None when it names none."""
+        last = str(e.payload.get("holder", "")).rsplit(" ", 1)[-1]
+        return int(last) if last.isdigit() else None
 
     def stop_all(self) -> dict[int, int | None]:
         codes: dict[int, int | None] = {}
@@ -218,7 +220,7 @@ def run_failover(root: Path, *, kills: int = 20, seed: int = 1, failover: float 
                 if took > failover:  # a figure for bench/failover.py, not a test failure (no timed assertions)
                     rep.late.append(f"kill {n + 1}: takeover took {took:.2f}s > {failover:g}s")
                 lost = [e for e in fleet.events(prev.seq, ["leader.lost"]) if e.seq < acquired.seq]
-                if any(f" {killed_pid}" in str(e.payload["holder"]) for e in lost):
+                if any(Fleet.holder_pid(e) == killed_pid for e in lost):
                     rep.lost_named += 1
                 rep.problems += [f"kill {n + 1}: {p}" for p in check_db(fleet.db, rebuild=False)]
             wait_for(lambda: fleet.events(acquired.seq, ["tick.completed"]), "the last active daemon to tick")
