@@ -240,11 +240,30 @@ class PartitionReport:
     old_appended: int = 0
     old_requests: int = 0
     old_logged_lost: bool = False
-    new_ticked_after: bool = False
-    exit_codes: list[int | None] = field(default_factory=list)
+    # The new active, suspended while the old one runs, may outlast its own lease (failover_seconds / 2 on
+    # PostgreSQL) on a loaded machine: then it must exit 3 having appended nothing, and a fresh daemon takes over.
+    new_lost_while_suspended: bool = False
+    new_exit: int | None = None
+    new_appended_after_lost: int = 0
+    new_ticked_after: bool = False  # the fleet ticks again after the partition (the new active, or its successor)
+    exit_codes: list[int | None] = field(default_factory=list)  # daemons still active at the end
     problems: list[str] = field(default_factory=list)
     audit: dict[str, int] = field(default_factory=dict)
     intents: dict[str, Any] = field(default_factory=dict)
+
+
+def _ticks_after_partition(fleet: Fleet, new: subprocess.Popen[bytes], mark: int, rep: PartitionReport) -> bool:
+    """After SIGCONT: the new active ticks again, or (its lease ran out while it was suspended) it exits 3
+    having appended nothing and a fresh daemon takes over and ticks."""
+    wait_for(lambda: fleet.events(mark, ["tick.completed"]) or new.poll() is not None,
+             "the new active daemon to tick again or to exit")
+    if new.poll() is None or fleet.events(mark, ["tick.completed"]):
+        return True
+    rep.new_lost_while_suspended = True
+    rep.new_exit = new.wait(WAIT_S)
+    rep.new_appended_after_lost = len(fleet.events(mark))
+    fleet.start(standby=False)
+    return bool(wait_for(lambda: fleet.events(mark, ["tick.completed"]), "a fresh daemon to tick"))
 
 
 def run_partition(root: Path, *, seed: int = 2, failover: float = 3.0,
@@ -278,14 +297,14 @@ def run_partition(root: Path, *, seed: int = 2, failover: float = 3.0,
             rep.old_exit = old.wait(WAIT_S)
             rep.old_appended = len(fleet.events()) - head
             rep.old_requests = len(sim.requests) - requests
+            new.send_signal(signal.SIGCONT)  # at once: the longer it stays suspended, the likelier it loses its lease
             rep.old_logged_lost = '"leader.lost"' in fleet.stderr(old.pid)
-            new.send_signal(signal.SIGCONT)
-            mark = fleet.events()[-1].seq
-            rep.new_ticked_after = bool(wait_for(lambda: fleet.events(mark, ["tick.completed"]),
-                                                 "the new active daemon to tick again"))
+            mark = head + rep.old_appended
+            rep.new_ticked_after = _ticks_after_partition(fleet, new, mark, rep)
         finally:
             codes = fleet.stop_all()
-        rep.exit_codes = [c for pid, c in codes.items() if pid != old.pid]
+        rep.exit_codes = [c for pid, c in codes.items() if pid != old.pid and not (
+            pid == new.pid and rep.new_lost_while_suspended)]
         rep.problems += check_db(fleet.db)
         rep.audit = dict(vars(audit_rentals(sim, fleet.db)))
         rep.intents = audit_intents(sim, fleet.db)
