@@ -358,11 +358,16 @@ def run_init(cfg: Path) -> int:
     return cli.main(["--config", str(cfg), "init"])
 
 
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="known defect: an append transaction's reads and its projection run in a "
+                   "pipeline, where PostgreSQL arms no idle timeout, so a daemon suspended there keeps the append "
+                   "lock; sending each statement alone instead lets the timeout end a daemon that is merely slow "
+                   "(the projection is computed inside the transaction) and the daemon never reconnects")
 def test_a_daemon_stalled_inside_an_append_transaction_never_keeps_the_append_lock(pg_url, tmp_path):
     """A daemon's log (idle transactions bounded, as the daemon bounds them) stalled inside an append
-    transaction right after a read in it, as a SIGSTOP there leaves it: the server ends that session once the
-    bound has passed, so the fleet's append lock is free for the daemon that takes over; the stalled
-    transaction commits nothing."""
+    transaction right after a read in it, as a SIGSTOP there leaves it: the server should end that session
+    once the bound has passed, so the fleet's append lock is free for the daemon that takes over; the
+    stalled transaction commits nothing. Today the lock stays held for as long as the stall lasts."""
     import contextlib
     import threading
 
@@ -397,7 +402,8 @@ def test_a_daemon_stalled_inside_an_append_transaction_never_keeps_the_append_lo
                                     [APPEND_LOCK, "fleet-a"]).fetchone()
                 return bool(got and got[0])
 
-            wait_for(append_lock_free, "the server to end the stalled session and free the append lock", timeout=60)
+            # 15 times the bound: a loaded machine's server still ends the session well within it.
+            wait_for(append_lock_free, "the server to end the stalled session and free the append lock", timeout=15)
     finally:
         release.set()
         t.join(60)

@@ -88,20 +88,13 @@ class PgConnection:
         self.target = target
         self._pipe: Any = None
         self._pipeline: Any = None  # the open pipeline itself (``_pipe`` is its context manager)
-        # An append transaction's statements go out in a pipeline (no round trip per statement). Off for a
-        # log whose idle transactions are bounded (agent.store.pglock.bound_idle_transactions): between
-        # pipelined statements the server waits for the next one with no timeout armed (it arms
-        # idle_in_transaction_session_timeout only after answering a Sync), so a daemon suspended there
-        # would keep the fleet's append lock, and block the daemon that took over, for as long as it stays so.
-        self.pipelined = True
 
     def execute(self, sql: str, params: Any = ()) -> psycopg.Cursor[Any]:
         if sql == "BEGIN IMMEDIATE":
             cur = self.raw.execute("BEGIN")
             self.raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [APPEND_LOCK, self.target.agent_id])
-            if self.pipelined:
-                self._pipe = self.raw.pipeline()
-                self._pipeline = self._pipe.__enter__()
+            self._pipe = self.raw.pipeline()
+            self._pipeline = self._pipe.__enter__()
             return cur
         if sql in ("COMMIT", "ROLLBACK") and self._pipe is not None:
             pipe, self._pipe = self._pipe, None

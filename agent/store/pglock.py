@@ -102,4 +102,3 @@ def bound_idle_transactions(log: Any, seconds: float) -> None:
     conn: Any = getattr(log, "conn", None)
     if getattr(conn, "dialect", None) == "postgresql":
         conn.raw.execute(f"SET idle_in_transaction_session_timeout = {max(1000, int(seconds * 1000))}")
-        conn.pipelined = False  # the timeout runs only between answered statements (see PgConnection)
