@@ -371,8 +371,8 @@ def test_a_daemon_stalled_inside_an_append_transaction_never_keeps_the_append_lo
     import contextlib
     import threading
 
-    from agent.store.pg import APPEND_LOCK
     from agent.store.pglock import bound_idle_transactions
+    from tests.tamper import pg_append_lock_free
     from tests.test_daemon import wait_for
 
     log = EventLog(_target(pg_url, "fleet-a", tmp_path), create=True)
@@ -396,14 +396,9 @@ def test_a_daemon_stalled_inside_an_append_transaction_never_keeps_the_append_lo
     t.start()
     try:
         assert inside.wait(60)
-        with psycopg.connect(pg_url, autocommit=True) as other:
-            def append_lock_free() -> bool:
-                got = other.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
-                                    [APPEND_LOCK, "fleet-a"]).fetchone()
-                return bool(got and got[0])
-
-            # 15 times the bound: a loaded machine's server still ends the session well within it.
-            wait_for(append_lock_free, "the server to end the stalled session and free the append lock", timeout=15)
+        # 15 times the bound: a loaded machine's server still ends the session well within it.
+        wait_for(lambda: pg_append_lock_free(pg_url, "fleet-a"),
+                 "the server to end the stalled session and free the append lock", timeout=15)
     finally:
         release.set()
         t.join(60)
