@@ -10,12 +10,15 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from agent import config
 from agent.app import App
@@ -24,6 +27,15 @@ from agent.sim import ManualClock, SimServer, Simulator
 from tests.fakes.openai_server import FakeOpenAI
 
 pytest_plugins = ["tests.conftest_sim", "tests.pgserver"]
+
+# Property tests: never fail on how fast a loaded machine generates examples (no per-example deadline, no
+# too-slow health check). Under CI (``CI`` set) they also draw the same examples on every run, so a red
+# CI run means the code changed, not that this run's random draw differed; elsewhere each run explores
+# new examples. A test's own @settings still wins for the fields it names.
+hypothesis_settings.register_profile("fleet-agent", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.register_profile("fleet-agent-ci", hypothesis_settings.get_profile("fleet-agent"),
+                                     derandomize=True, database=None)
+hypothesis_settings.load_profile("fleet-agent-ci" if os.environ.get("CI") else "fleet-agent")
 
 
 @pytest.fixture(autouse=True)

@@ -120,16 +120,33 @@ def start_server() -> PgServer:
         shutil.rmtree(root, ignore_errors=True)
         raise RuntimeError(f"initdb failed: {e.stderr.strip()}") from None
     pwfile.unlink()
-    opts = (f"-k {root} -p {srv.port} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
+    for attempt in range(PORT_ATTEMPTS):
+        # The free port was only free when it was chosen: on a shared machine another process may bind it
+        # before the server does. That start fails naming the address; try again on another port.
+        srv.port = srv.port if attempt == 0 else _free_port()
+        started, log = _pg_ctl_start(srv)
+        if started.returncode == 0:
+            return srv
+        if "could not bind" not in log and "could not create any TCP/IP sockets" not in log:
+            break
+    shutil.rmtree(root, ignore_errors=True)
+    raise RuntimeError(f"pg_ctl start failed: {started.stderr.strip()}\n{log[-2000:]}")
+
+
+PORT_ATTEMPTS = 5
+
+
+def _pg_ctl_start(srv: PgServer) -> tuple[subprocess.CompletedProcess[str], str]:
+    """pg_ctl start on ``srv.port``; the result and this start's part of the server log."""
+    logfile = srv.root / "server.log"
+    before = logfile.stat().st_size if logfile.exists() else 0
+    opts = (f"-k {srv.root} -p {srv.port} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
             "-c full_page_writes=off -c max_connections=100 -c shared_buffers=32MB")
-    started = subprocess.run(srv._cmd(str(bindir / "pg_ctl"), "-D", str(root / "data"), "-o", opts,
-                                      "-l", str(root / "server.log"), "-w", "-t", "60", "start"),
+    started = subprocess.run(srv._cmd(str(srv.bin / "pg_ctl"), "-D", str(srv.root / "data"), "-o", opts,
+                                      "-l", str(logfile), "-w", "-t", "60", "start"),
                              capture_output=True, text=True)
-    if started.returncode != 0:
-        log = (root / "server.log").read_text(errors="replace") if (root / "server.log").exists() else ""
-        shutil.rmtree(root, ignore_errors=True)
-        raise RuntimeError(f"pg_ctl start failed: {started.stderr.strip()}\n{log[-2000:]}")
-    return srv
+    log = logfile.read_bytes()[before:].decode(errors="replace") if logfile.exists() else ""
+    return started, log
 
 
 @pytest.fixture(scope="session")

@@ -210,6 +210,21 @@ def pg_attempt(url: str, agent_id: str, statement: str) -> None:
         conn.execute(statement)
 
 
+def pg_append_lock_free(url: str, agent_id: str) -> bool:
+    """Whether another writer could take fleet ``agent_id``'s append lock now (taken and let go at once, on a
+    connection of its own)."""
+    import psycopg
+
+    from agent.store.pg import APPEND_LOCK
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", [APPEND_LOCK, agent_id]).fetchone()
+        if row and row[0]:
+            conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [APPEND_LOCK, agent_id])
+            return True
+    return False
+
+
 def edit_read_model(log: Any, table: str, **columns: Any) -> None:
     """Overwrite columns in every row of read-model ``table`` of ``log``'s fleet, on either backend (on
     PostgreSQL as the log's own role, which may write the read models)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -126,20 +127,37 @@ def test_thread_show_variants(site):
 
 
 def test_thread_show_follow_prints_events_from_another_process(site):
-    """'thread show --follow' prints events another process appends while it runs."""
+    """'thread show --follow' prints events another process appends while it runs, and Ctrl-C ends it
+    with exit 0."""
     cfg, settings = site
-    p = subprocess.Popen(_cmd("--config", str(cfg), "thread", "show", "--follow", "--follow-for", "3"),
+    # --follow-for only bounds a run that never sees the new event; the test stops it once it has.
+    p = subprocess.Popen(_cmd("--config", str(cfg), "thread", "show", "--follow", "--follow-for", "120"),
                          env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = []
-    while not any(line.startswith("#7 ") for line in seen):  # the existing events are out: now following
+    try:
+        seen = _lines_until(p, "#7 ")  # the existing events are out: now following
+        with EventLog(settings.db_path) as log:
+            log.append("operator.note", {"text": "appended while following", "by": "bob"}, "operator")
+        new = _lines_until(p, "#8 ")[-1] + p.stdout.readline()  # the event's head line, then its text
+        p.send_signal(signal.SIGINT)
+        _out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=30)
+    assert p.returncode == 0, err
+    assert not any(line.startswith("#8 ") for line in seen)
+    assert new.startswith("#8 ") and new.endswith("\n  [operator note · bob] appended while following\n")
+
+
+def _lines_until(p: subprocess.Popen, head: str) -> list[str]:
+    """Lines read from ``p``'s stdout up to and including the one starting with ``head``; fails (with
+    its stderr) if the process ends first."""
+    seen: list[str] = []
+    while not (seen and seen[-1].startswith(head)):
         line = p.stdout.readline()
         assert line, p.stderr.read()
         seen.append(line)
-    with EventLog(settings.db_path) as log:
-        log.append("operator.note", {"text": "appended while following", "by": "bob"}, "operator")
-    rest, err = p.communicate(timeout=60)
-    assert p.returncode == 0, err
-    assert "#8 " in rest and "[operator note · bob] appended while following" in rest
+    return seen
 
 
 def test_log_export_search_rebuild(site, tmp_path):

@@ -225,6 +225,9 @@ def _partition(tmp_path: Path, drivers: list[Driver], kind: str, target: str,
         t0 = time.monotonic()
         wait_for(lambda: standby.try_acquire() or time.sleep(0.1), "the standby to take over", timeout=60)
         print(f"{kind}: takeover {time.monotonic() - t0:.2f}s after SIGSTOP")
+        # Now active, it heartbeats as a daemon does: however long the old holder takes to wake and exit on a
+        # loaded machine, its own lease (on PostgreSQL, a session idle past failover/2) does not run out.
+        standby.start_heartbeat(lambda why: None)
         d.proc.send_signal(signal.SIGCONT)
         assert d.proc.wait(WAIT_S) == 3, d.output()
         assert "lost: " in d.output()

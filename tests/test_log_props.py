@@ -19,7 +19,8 @@ json_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4)
 extras = st.dictionaries(st.text(max_size=12).filter(lambda k: k not in ("text", "by", "pin")), json_values,
                          max_size=5)
 
-_props = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_props = settings(max_examples=60, deadline=None,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 @pytest.fixture

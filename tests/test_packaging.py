@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".git", ".ruff_cache",
-                               "venv", ".venv", ".hypothesis", "tests", "bench")
+                               "venv", ".venv", ".hypothesis", ".pytest_cache", ".mypy_cache", "tests", "bench")
 
 CHECK = r"""
 import sys

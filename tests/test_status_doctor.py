@@ -69,12 +69,13 @@ model:
     return cfg
 
 
-def closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections for the whole test: bound but never listening, so no
+    other process (another xdist worker's server) can take it between choosing it and connecting to it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
@@ -205,12 +206,12 @@ def test_doctor_all_good(tmp_path, capsys, sim_server, fake_model, monkeypatch):
     assert SIM_KEY not in out
 
 
-def test_doctor_reports_each_failure_with_its_fix(tmp_path, capsys, sim_server, monkeypatch):
+def test_doctor_reports_each_failure_with_its_fix(tmp_path, capsys, sim_server, monkeypatch, closed_port):
     """A rejected vast.ai key (401), an unreachable model endpoint and an edited event row each
     show as FAIL with a fix, and doctor exits 1; the wrong key is never printed."""
     wrong = "wrong-key-5678"
     monkeypatch.setenv("TEST_VAST_KEY", wrong)
-    cfg = make_setup(tmp_path, sim_server.url, openai_block(f"http://127.0.0.1:{closed_port()}/v1"))
+    cfg = make_setup(tmp_path, sim_server.url, openai_block(f"http://127.0.0.1:{closed_port}/v1"))
     db = config.load(str(cfg)).db_path
     with EventLog(db) as lg:
         lg.append("operator.note", {"text": "keep two 4090s", "by": "alice"}, "operator")
@@ -272,7 +273,7 @@ def test_doctor_missing_pieces(tmp_path, capsys, sim_server, monkeypatch):
     assert lines[-1] == "1 of 1 checks failed"
 
 
-def test_doctor_checks_the_demand_source(tmp_path, capsys, sim_server, monkeypatch):
+def test_doctor_checks_the_demand_source(tmp_path, capsys, sim_server, monkeypatch, closed_port):
     """A configured demand.url is read once: the simulator's queue is ok with its pending count; a
     closed port fails with the fix; no demand.url is reported as not configured, not as a failure."""
     monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
@@ -286,7 +287,7 @@ def test_doctor_checks_the_demand_source(tmp_path, capsys, sim_server, monkeypat
     line = next(x for x in out.splitlines() if x.split()[1] == "demand")
     assert code == 0 and line.startswith("ok") and " pending, " in line, out
 
-    cfg.write_text(text + f"demand:\n  url: http://127.0.0.1:{closed_port()}/demand\n", encoding="utf-8")
+    cfg.write_text(text + f"demand:\n  url: http://127.0.0.1:{closed_port}/demand\n", encoding="utf-8")
     code, out = run_cli(capsys, "--config", str(cfg), "doctor")
     line = next(x for x in out.splitlines() if x.split()[1] == "demand")
     assert code == 1 and line.startswith("FAIL") and "cannot reach" in line and "fix: check demand.url" in line

@@ -21,7 +21,10 @@ from agent.tick import run_tick
 from tests.conftest import events_of, good_offer, rent_puts, tool_messages, within_policy
 from tests.fakes.openai_server import FakeOpenAI, reply
 
-LATE_S = 1.0
+# A scripted fault is the only answer slower than the client's timeout: the timeout leaves an ordinary
+# request on a loaded machine a wide margin, and a late request lands well after the client gave up.
+TIMEOUT_S = 1.0
+LATE_S = 2.0
 
 # Runs on SQLite and on PostgreSQL (make_app opens the log on the test's backend).
 pytestmark = pytest.mark.usefixtures("backend")
@@ -39,7 +42,7 @@ def _two_offers(sim: Simulator, app: Any) -> list[dict[str, Any]]:
 
 def _app(make_app: Any, **policy: Any) -> Any:
     return make_app(policy={"max_instances": 1, "max_rents_per_hour": 100, **policy},
-                    vast={"timeout": 0.4, "max_attempts": 3, "settle_after": 600.0})
+                    vast={"timeout": TIMEOUT_S, "max_attempts": 3, "settle_after": 600.0})
 
 
 def _wait_for(pred: Any, what: str) -> None:

@@ -111,8 +111,10 @@ class Fleet:
         return got[-1] if got else None
 
     @staticmethod
-    def holder_pid(e: Event) -> int:
-        return int(str(e.payload["holder"]).rsplit(" ", 1)[1])
+    def holder_pid(e: Event) -> int | None:
+        """The pid ending the event's ``holder`` ("fleet-agent AGENT HOST PID"), or None when it names none."""
+        last = str(e.payload.get("holder", "")).rsplit(" ", 1)[-1]
+        return int(last) if last.isdigit() else None
 
     def stop_all(self) -> dict[int, int | None]:
         codes: dict[int, int | None] = {}
@@ -218,7 +220,7 @@ def run_failover(root: Path, *, kills: int = 20, seed: int = 1, failover: float 
                 if took > failover:  # a figure for bench/failover.py, not a test failure (no timed assertions)
                     rep.late.append(f"kill {n + 1}: takeover took {took:.2f}s > {failover:g}s")
                 lost = [e for e in fleet.events(prev.seq, ["leader.lost"]) if e.seq < acquired.seq]
-                if any(f" {killed_pid}" in str(e.payload["holder"]) for e in lost):
+                if any(Fleet.holder_pid(e) == killed_pid for e in lost):
                     rep.lost_named += 1
                 rep.problems += [f"kill {n + 1}: {p}" for p in check_db(fleet.db, rebuild=False)]
             wait_for(lambda: fleet.events(acquired.seq, ["tick.completed"]), "the last active daemon to tick")
@@ -238,11 +240,30 @@ class PartitionReport:
     old_appended: int = 0
     old_requests: int = 0
     old_logged_lost: bool = False
-    new_ticked_after: bool = False
-    exit_codes: list[int | None] = field(default_factory=list)
+    # The new active, suspended while the old one runs, may outlast its own lease (failover_seconds / 2 on
+    # PostgreSQL) on a loaded machine: then it must exit 3 having appended nothing, and a fresh daemon takes over.
+    new_lost_while_suspended: bool = False
+    new_exit: int | None = None
+    new_appended_after_lost: int = 0
+    new_ticked_after: bool = False  # the fleet ticks again after the partition (the new active, or its successor)
+    exit_codes: list[int | None] = field(default_factory=list)  # daemons still active at the end
     problems: list[str] = field(default_factory=list)
     audit: dict[str, int] = field(default_factory=dict)
     intents: dict[str, Any] = field(default_factory=dict)
+
+
+def _ticks_after_partition(fleet: Fleet, new: subprocess.Popen[bytes], mark: int, rep: PartitionReport) -> bool:
+    """After SIGCONT: the new active ticks again, or (its lease ran out while it was suspended) it exits 3
+    having appended nothing and a fresh daemon takes over and ticks."""
+    wait_for(lambda: fleet.events(mark, ["tick.completed"]) or new.poll() is not None,
+             "the new active daemon to tick again or to exit")
+    if new.poll() is None or fleet.events(mark, ["tick.completed"]):
+        return True
+    rep.new_lost_while_suspended = True
+    rep.new_exit = new.wait(WAIT_S)
+    rep.new_appended_after_lost = len(fleet.events(mark))
+    fleet.start(standby=False)
+    return bool(wait_for(lambda: fleet.events(mark, ["tick.completed"]), "a fresh daemon to tick"))
 
 
 def run_partition(root: Path, *, seed: int = 2, failover: float = 3.0,
@@ -276,14 +297,14 @@ def run_partition(root: Path, *, seed: int = 2, failover: float = 3.0,
             rep.old_exit = old.wait(WAIT_S)
             rep.old_appended = len(fleet.events()) - head
             rep.old_requests = len(sim.requests) - requests
+            new.send_signal(signal.SIGCONT)  # at once: the longer it stays suspended, the likelier it loses its lease
             rep.old_logged_lost = '"leader.lost"' in fleet.stderr(old.pid)
-            new.send_signal(signal.SIGCONT)
-            mark = fleet.events()[-1].seq
-            rep.new_ticked_after = bool(wait_for(lambda: fleet.events(mark, ["tick.completed"]),
-                                                 "the new active daemon to tick again"))
+            mark = head + rep.old_appended
+            rep.new_ticked_after = _ticks_after_partition(fleet, new, mark, rep)
         finally:
             codes = fleet.stop_all()
-        rep.exit_codes = [c for pid, c in codes.items() if pid != old.pid]
+        rep.exit_codes = [c for pid, c in codes.items() if pid != old.pid and not (
+            pid == new.pid and rep.new_lost_while_suspended)]
         rep.problems += check_db(fleet.db)
         rep.audit = dict(vars(audit_rentals(sim, fleet.db)))
         rep.intents = audit_intents(sim, fleet.db)
