@@ -374,8 +374,24 @@ class PgLeader(_Heartbeat):
                 self._held_at = self.acquired_at = time.monotonic()
                 self.took_because = ("its holder's session ended (it stopped, died or lost its connection)"
                                      if self._saw_holder else "free")
+                self._end_fenced_appends(conn)
             self._saw_holder = self._saw_holder or not got
         return got
+
+    def _end_fenced_appends(self, conn: Any) -> None:
+        """An earlier active suspended inside an append would keep the fleet's append lock: end its session."""
+        import psycopg
+
+        from agent.store import pglock
+
+        try:
+            ended = pglock.end_fenced_appends(conn, self.agent_id, self.application_name)
+        except psycopg.Error as e:  # the first append waits for the lock as before; the next check says more
+            log.warning("leader.fence_query_failed", error=str(e).strip()[:200])
+            return
+        for h in ended:
+            log.warning("leader.ended_fenced_session", pid=h.pid, holder=h.application_name,
+                        why="an earlier active of this fleet still held the append lock")
 
     def _verify(self) -> str | None:
         import psycopg

@@ -358,52 +358,73 @@ def run_init(cfg: Path) -> int:
     return cli.main(["--config", str(cfg), "init"])
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known defect: an append transaction's reads and its projection run in a "
-                   "pipeline, where PostgreSQL arms no idle timeout, so a daemon suspended there keeps the append "
-                   "lock; sending each statement alone instead lets the timeout end a daemon that is merely slow "
-                   "(the projection is computed inside the transaction) and the daemon never reconnects")
-def test_a_daemon_stalled_inside_an_append_transaction_never_keeps_the_append_lock(pg_url, tmp_path):
-    """A daemon's log (idle transactions bounded, as the daemon bounds them) stalled inside an append
-    transaction right after a read in it, as a SIGSTOP there leaves it: the server should end that session
-    once the bound has passed, so the fleet's append lock is free for the daemon that takes over; the
-    stalled transaction commits nothing. Today the lock stays held for as long as the stall lasts."""
-    import contextlib
-    import threading
+_STALLED_DAEMON = """
+import sys
+from pathlib import Path
+from agent.store.log import EventLog
+from agent.store.pglock import bound_idle_transactions
+from agent.store.target import PgTarget
+log = EventLog(PgTarget(sys.argv[1], "fleet-a", state_dir=Path(sys.argv[2])), create=False)
+log.fence = lambda: None  # a daemon's log: every append is fenced
+bound_idle_transactions(log, 1.0)
+with log.transaction() as tx:
+    tx.store.open_alerts()  # a read inside the append transaction's pipeline, then the process stops
+    print("inside", flush=True)
+    sys.stdin.readline()  # the test SIGSTOPs it here
+    tx.append("operator.note", {"text": "never committed", "by": "alice"}, "operator")
+"""
 
-    from agent.store.pglock import bound_idle_transactions
+
+@pytest.mark.slow
+def test_a_daemon_stalled_inside_an_append_never_keeps_the_append_lock_from_its_successor(pg_url, tmp_path):
+    """A daemon suspended (SIGSTOP) inside an append transaction, right after a read in its pipeline, where
+    the server arms no idle timeout: it keeps the fleet's append lock. The daemon that takes the fleet over
+    ends that session as it takes the leadership lock, so the append lock is free for its first append,
+    and the stalled transaction commits nothing when the old process resumes."""
+    import os
+    import signal
+
+    from agent.leader import PgLeader
     from tests.tamper import pg_append_lock_free
     from tests.test_daemon import wait_for
 
-    log = EventLog(_target(pg_url, "fleet-a", tmp_path), create=True)
-    log.append("operator.note", {"text": "before", "by": "alice"}, "operator")
-    log.fence = lambda: None  # a daemon's log: every append is fenced
-    bound_idle_transactions(log, 1.0)
-    inside, release = threading.Event(), threading.Event()
-    failed: list[BaseException] = []
-
-    def daemon() -> None:
-        try:
-            with log.transaction() as tx:
-                tx.store.open_alerts()  # a read inside the append transaction, then the process stops
-                inside.set()
-                release.wait(120)
-                tx.append("operator.note", {"text": "never committed", "by": "alice"}, "operator")
-        except Exception as e:  # noqa: BLE001 - the server ended the session: any error, so long as nothing commits
-            failed.append(e)
-
-    t = threading.Thread(target=daemon, daemon=True)
-    t.start()
+    with EventLog(_target(pg_url, "fleet-a", tmp_path), create=True) as log:
+        log.append("operator.note", {"text": "before", "by": "alice"}, "operator")
+    old = subprocess.Popen([sys.executable, "-c", _STALLED_DAEMON, pg_url, str(tmp_path)], text=True,
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    leader = PgLeader(pg_url, "fleet-a", failover_seconds=30)
     try:
-        assert inside.wait(60)
-        # 15 times the bound: a loaded machine's server still ends the session well within it.
-        wait_for(lambda: pg_append_lock_free(pg_url, "fleet-a"),
-                 "the server to end the stalled session and free the append lock", timeout=15)
+        assert old.stdout is not None and old.stdout.readline().strip() == "inside"
+        old.send_signal(signal.SIGSTOP)
+        assert not pg_append_lock_free(pg_url, "fleet-a")  # held by the suspended transaction
+        assert leader.try_acquire()  # nobody holds the leadership lock: the old one had lost it
+        wait_for(lambda: pg_append_lock_free(pg_url, "fleet-a"), "the stalled session to be ended", timeout=30)
+        old.send_signal(signal.SIGCONT)
+        _, err = old.communicate("go\n", timeout=60)
+        assert old.returncode != 0, err  # its session is gone: the append fails
     finally:
-        release.set()
-        t.join(60)
-        with contextlib.suppress(Exception):
-            log.close()
-    assert failed, "the stalled transaction went on after its session was ended"
+        leader.release()
+        if old.poll() is None:
+            old.send_signal(signal.SIGCONT)
+            old.kill()
+            old.wait(30)
     with EventLog(_target(pg_url, "fleet-a", tmp_path), create=False, readonly=True) as after:
         assert [e.payload["text"] for e in after.read(kinds=["operator.note"])] == ["before"]
+
+
+def test_an_operators_append_is_never_ended_by_a_takeover(pg_url, tmp_path):
+    """Only an earlier daemon's sessions are ended at a takeover: an operator's command in the middle of an
+    append (its session named for the fleet, not for a daemon) keeps its transaction and commits."""
+    from agent.leader import PgLeader
+
+    with EventLog(_target(pg_url, "fleet-a", tmp_path), create=True) as log:
+        leader = PgLeader(pg_url, "fleet-a", failover_seconds=30)
+        try:
+            with log.transaction() as tx:
+                tx.store.open_alerts()
+                assert leader.try_acquire()
+                tx.append("operator.note", {"text": "kept", "by": "alice"}, "operator")
+        finally:
+            leader.release()
+        assert [e.payload["text"] for e in log.read(kinds=["operator.note"])] == ["kept"]

@@ -101,4 +101,31 @@ def bound_idle_transactions(log: Any, seconds: float) -> None:
     block the daemon that took over, for as long as it stays suspended. Nothing on a SQLite log."""
     conn: Any = getattr(log, "conn", None)
     if getattr(conn, "dialect", None) == "postgresql":
+        from agent.leader import identity
+
         conn.raw.execute(f"SET idle_in_transaction_session_timeout = {max(1000, int(seconds * 1000))}")
+        # Named as the daemon's lock session is, so a daemon that takes over can tell this session from an
+        # operator's (end_fenced_appends).
+        conn.raw.execute("SELECT set_config('application_name', %s, false)", [identity(conn.target.agent_id)[:63]])
+
+
+def end_fenced_appends(conn: psycopg.Connection[Any], agent_id: str, own: str) -> list[LockHolder]:
+    """What a daemon does as it takes the fleet over, before its first append: end the sessions of an
+    earlier active daemon of this fleet that still hold the fleet's append lock.
+
+    The timeout that ``bound_idle_transactions`` sets does not cover every stall: inside an append's
+    pipeline the server waits for the client as an *active* query, and arms no idle timeout, so a daemon
+    suspended there (SIGSTOP, a frozen VM) would keep the append lock, and block its successor, for as
+    long as it stays suspended. That daemon has lost the fleet (this one holds the leadership lock), so
+    its open transaction can only end in a rollback: the server rolls it back now. Only daemon sessions
+    (named ``fleet-agent <agent_id> <host> <pid>``, not ``own``) are ended; an operator's command is not."""
+    from agent.store.pg import APPEND_LOCK
+
+    rows = conn.execute(
+        "SELECT a.pid, a.application_name, a.client_addr::text, a.backend_start::text, a.state_change::text "
+        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+        f"AND {_KEY} AND l.granted AND starts_with(a.application_name, %s) AND a.application_name <> %s "
+        "AND a.pid <> pg_backend_pid()", (APPEND_LOCK, agent_id, f"fleet-agent {agent_id} ", own[:63])).fetchall()
+    for r in rows:
+        conn.execute("SELECT pg_terminate_backend(%s)", (int(r[0]),))
+    return [LockHolder(int(r[0]), r[1] or "", r[2], r[3], r[4]) for r in rows]
