@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 
 MIN_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_MS = 30_000
+# Each connection's page cache, in KiB (``PRAGMA cache_size`` takes it negated). SQLite's default is
+# 2,000 KiB; every connection's cache is resident memory of the process that holds it, and the daemon holds
+# two for its whole life. A tick reads a few hundred pages through the indexes; the kernel's page cache
+# keeps the rest of the file close (bench/rss.py, bench/tick_cost.py).
+PAGE_CACHE_KIB = 512
 
 __all__ = ["sqlite3", "connect", "check_database_file", "database", "migrations", "applied_migrations", "immediate", "sqlite_version"]
 
@@ -148,6 +153,7 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False, create: boo
                        "belongs to the user running fleet-agent") from e
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
         _check_schema(conn, p, create=create and not readonly)
         if not readonly:
             conn.execute("PRAGMA journal_mode = WAL")
