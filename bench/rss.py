@@ -14,7 +14,11 @@ the warm-up (least squares), the growth from the warm-up to the end, and RSS eve
 With ``--trace`` the child also takes tracemalloc snapshots after the warm-up and at the end and
 prints the 15 source lines whose allocations grew most in between (ticks run slower while traced).
 
-    python bench/rss.py [--ticks 600] [--warmup 100] [--events 10000] [--trace]
+With ``--python`` the child runs in another interpreter: a virtualenv with fleet-agent installed without
+the dev extra measures the daemon as it runs in production (the dev extra's selenium brings trio, which
+httpcore imports when it is installed).
+
+    python bench/rss.py [--ticks 600] [--warmup 100] [--events 10000] [--trace] [--python VENV/bin/python]
 """
 
 from __future__ import annotations
