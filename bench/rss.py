@@ -15,8 +15,8 @@ With ``--trace`` the child also takes tracemalloc snapshots after the warm-up an
 prints the 15 source lines whose allocations grew most in between (ticks run slower while traced).
 
 With ``--python`` the child runs in another interpreter: a virtualenv with fleet-agent installed without
-the dev extra measures the daemon as it runs in production (the dev extra's selenium brings trio, which
-httpcore imports when it is installed).
+the dev extra measures the daemon as it runs in production (the dev extra brings aiohttp, which the openai
+SDK imports when it is installed, and trio, which httpcore imports: 16 MB more).
 
     python bench/rss.py [--ticks 600] [--warmup 100] [--events 10000] [--trace] [--python VENV/bin/python]
 """
