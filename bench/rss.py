@@ -14,7 +14,11 @@ the warm-up (least squares), the growth from the warm-up to the end, and RSS eve
 With ``--trace`` the child also takes tracemalloc snapshots after the warm-up and at the end and
 prints the 15 source lines whose allocations grew most in between (ticks run slower while traced).
 
-    python bench/rss.py [--ticks 600] [--warmup 100] [--events 10000] [--trace]
+With ``--python`` the child runs in another interpreter: a virtualenv with fleet-agent installed without
+the dev extra measures the daemon as it runs in production (the dev extra brings aiohttp, which the openai
+SDK imports when it is installed, and trio, which httpcore imports: 16 MB more).
+
+    python bench/rss.py [--ticks 600] [--warmup 100] [--events 10000] [--trace] [--python VENV/bin/python]
 """
 
 from __future__ import annotations
@@ -37,12 +41,19 @@ from tests.conftest import settings_for  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, reply  # noqa: E402
 
 _CHILD = """
-import json, sys
+import dataclasses, json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
+from agent import config
 from agent.app import App
 from agent.tick import run_tick
-from tests.conftest import settings_for
+
+def settings_for(root, sim_url, model_url):
+    # tests/conftest.py's settings_for, without pytest: the child may run in an install without the dev extra
+    s = config.parse(config.example_text(), str(root / "config.yaml"))
+    return dataclasses.replace(s, vast=dataclasses.replace(s.vast, url=sim_url),
+                               demand=dataclasses.replace(s.demand, url=sim_url + "/demand"),
+                               model=dataclasses.replace(s.model, provider="openai", max_retries=0, base_url=model_url))
 
 def rss_kb():
     for line in open("/proc/self/status"):
@@ -100,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--events", type=int, default=10_000, help="grow the log to this many events first")
     ap.add_argument("--trace", action="store_true", help="print where allocations grew after the warm-up")
+    ap.add_argument("--python", default=sys.executable,
+                    help="the interpreter that runs the ticks, e.g. a virtualenv's with fleet-agent installed "
+                         "without the dev extra (as it runs in production)")
     a = ap.parse_args(argv)
     logsetup.configure("warning", "auto")
     clock = ManualClock()
@@ -110,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         fake.enqueue(*[s for _ in range(a.ticks + 10) for s in (reply(tool_calls=[("get_balance", {})]),
                                                                  reply("steady"))])
         _prepare(Path(d), sim, server.url, fake.base_url, a.events, clock)
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(REPO), d, server.url, fake.base_url, sim.api_key,
+        proc = subprocess.Popen([a.python, "-c", _CHILD, str(REPO), d, server.url, fake.base_url, sim.api_key,
                                  str(a.ticks), str(a.warmup), "1" if a.trace else "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -128,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     warm = [p for p in points if p[0] > a.warmup] or points
     print(json.dumps({
-        "bench": "rss", "ticks": len(points), "failed_ticks": failed, "events_before": a.events,
+        "bench": "rss", "python": a.python, "ticks": len(points), "failed_ticks": failed, "events_before": a.events,
         "rss_first_tick_mb": round(points[0][1] / 1024, 1), "rss_after_warmup_mb": round(warm[0][1] / 1024, 1),
         "rss_end_mb": round(points[-1][1] / 1024, 1),
         "slope_after_warmup_mb_per_100_ticks": round(_slope(warm), 3),

@@ -37,16 +37,18 @@ _Fields = tuple[str, int | None, str, dict[str, Any]]
 class LRU(Generic[K, V]):
     """A thread-safe map holding at most ``max_entries`` items and ``max_bytes`` of them as ``size``
     measures each (key and value), dropping the least recently used. An item bigger than
-    ``max_bytes`` on its own is not kept."""
+    ``max_bytes`` on its own is not kept. Each item remembers the ``epoch`` it was last used in;
+    ``sweep(oldest)`` drops those not used since ``oldest``."""
 
     def __init__(self, max_entries: int, max_bytes: int | None = None,
                  size: Callable[[K, V], int] | None = None) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._size = size or (lambda _k, _v: 0)
-        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._items: OrderedDict[K, tuple[V, int, int]] = OrderedDict()
         self._lock = threading.Lock()
         self.bytes = 0
+        self.epoch = 0
 
     def get(self, key: K) -> V | None:
         with self._lock:
@@ -54,6 +56,8 @@ class LRU(Generic[K, V]):
             if hit is None:
                 return None
             self._items.move_to_end(key)
+            if hit[2] != self.epoch:
+                self._items[key] = (hit[0], hit[1], self.epoch)
             return hit[0]
 
     def put(self, key: K, value: V) -> None:
@@ -64,11 +68,21 @@ class LRU(Generic[K, V]):
                 self.bytes -= old[1]
             if self.max_bytes is not None and n > self.max_bytes:
                 return
-            self._items[key] = (value, n)
+            self._items[key] = (value, n, self.epoch)
             self.bytes += n
             while len(self._items) > self.max_entries or (self.max_bytes is not None and self.bytes > self.max_bytes):
-                _, (_, dropped) = self._items.popitem(last=False)
+                _, (_, dropped, _) = self._items.popitem(last=False)
                 self.bytes -= dropped
+
+    def sweep(self, oldest: int) -> None:
+        """Drop the items last used before epoch ``oldest`` (the least recently used come first)."""
+        with self._lock:
+            while self._items:
+                key, (_, n, used) = next(iter(self._items.items()))
+                if used >= oldest:
+                    return
+                del self._items[key]
+                self.bytes -= n
 
     def clear(self) -> None:
         with self._lock:
@@ -107,7 +121,13 @@ def _message_bytes(key: tuple[Any, ...], value: tuple[_Fields, Message | None]) 
 
 
 class ProjectionCache:
-    """Memo tables shared by successive projections; bounded by entries and by bytes."""
+    """Memo tables shared by successive projections; bounded by entries and by bytes, and holding only
+    what the last ``KEEP_PROJECTIONS`` projections used: each ``meter()`` starts a projection, and
+    an entry none of the last ones used (a row compacted out of the thread, an observation no longer
+    shown) is dropped then, so the tables stay the size of what the model is shown rather than filling
+    to their bounds over hundreds of ticks (bench/rss.py)."""
+
+    KEEP_PROJECTIONS = 32
 
     def __init__(self, *, counts: int = COUNT_ENTRIES, cuts: int = CUT_ENTRIES, rendered: int = RENDER_ENTRIES,
                  max_bytes: tuple[int, int, int] = (COUNT_BYTES, CUT_BYTES, RENDER_BYTES)) -> None:
@@ -121,7 +141,13 @@ class ProjectionCache:
         """Counting with ``tokenizer`` through this cache."""
         key = id(tokenizer.encoding)
         self._encodings.setdefault(key, tokenizer.encoding)
+        self._next_epoch()
         return Meter(tokenizer, key, self)
+
+    def _next_epoch(self) -> None:
+        for table in (self.counts, self.cuts, self.rendered):
+            table.epoch += 1
+            table.sweep(table.epoch - self.KEEP_PROJECTIONS)
 
     def render(self, ev: Event) -> Message | None:
         """``render(ev)``, remembered per row (seq, hash). A hit also needs the fields a renderer reads

@@ -31,6 +31,11 @@ PAGE_SIZE = 8192
 default) holds about four, leaving a quarter of each leaf page unused once the next row does not fit; 8 KiB
 pages hold twice as many and leave half that gap (bench/storage.py prints the file's bytes per event). A
 database keeps the page size it was created with (``fleet-agent init``); VACUUM outside WAL mode converts one."""
+# Each connection's page cache, in KiB (``PRAGMA cache_size`` takes it negated). SQLite's default is
+# 2,000 KiB; every connection's cache is resident memory of the process that holds it, and the daemon holds
+# two for its whole life. A tick reads a few hundred pages through the indexes; the kernel's page cache
+# keeps the rest of the file close (bench/rss.py, bench/tick_cost.py).
+PAGE_CACHE_KIB = 512
 
 __all__ = ["sqlite3", "connect", "check_database_file", "database", "migrations", "applied_migrations", "immediate", "sqlite_version"]
 
@@ -162,6 +167,7 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False, create: boo
                        "belongs to the user running fleet-agent") from e
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
         _check_schema(conn, p, create=create and not readonly)
         if create and not readonly:
             _set_page_size(conn, PAGE_SIZE if page_size is None else page_size)
