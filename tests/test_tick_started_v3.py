@@ -134,26 +134,27 @@ def _seen(log: EventLog) -> dict[str, Any]:
             "rates": [r[2] for r in log.store.fleet_rates(after_seq=0, since_ts="")]}
 
 
-def test_readers_see_a_v3_log_as_they_see_a_v2_log(tmp_path: Path) -> None:
-    """The same observations logged as v2 and as v3 (and a v2 log continued by v3) read the same
-    everywhere: the payloads, the text the model sees, the instance states, the spend's running
-    observation runs (the spend read model) and the fleet's $/h; each log verifies, and a v3 log copies into a
-    fork's log with its hashes."""
+@pytest.mark.parametrize("new", [3, 4])
+def test_readers_see_a_v3_or_v4_log_as_they_see_a_v2_log(tmp_path: Path, new: int) -> None:
+    """The same observations logged as v2 and as v3 or v4 (and a v2 log continued by v3, then v4) read the
+    same everywhere: the payloads, the text the model sees, the instance states, the spend's running
+    observation runs (the spend read model) and the fleet's $/h; each log verifies, and a v3 or v4 log
+    copies into a fork's log with its hashes."""
     payloads = [{"observation": o} for o in TICKS]
     logs = {}
-    for name, versions in (("v2", [2, 2, 2, 2]), ("v3", [3, 3, 3, 3]), ("mixed", [2, 2, 3, 3])):
+    for name, versions in (("v2", [2, 2, 2, 2]), ("new", [new] * 4), ("mixed", [2, 2, 3, new])):
         lg = EventLog(tmp_path / name / "events.db")
         lg.adopt(_chained(list(zip(versions, payloads, strict=True))))
         assert lg.verify().ok
         logs[name] = lg
     try:
         seen = {name: _seen(lg) for name, lg in logs.items()}
-        assert seen["v3"] == seen["v2"] and seen["mixed"] == seen["v2"]
+        assert seen["new"] == seen["v2"] and seen["mixed"] == seen["v2"]
         t1, t2, t3 = (f"2026-11-29T10:0{n}:00.000000Z" for n in (1, 2, 3))
         assert seen["v2"]["running"] == {1: [(t1, t2, True)], 2: [(t1, t1, False), (t2, t2, True), (t3, t3, False)]}
         with EventLog(tmp_path / "fork" / "events.db") as fork:
-            assert fork.adopt(logs["v3"].read()) == 4
-            assert [e.hash for e in fork.read()] == [e.hash for e in logs["v3"].read()] and fork.verify().ok
+            assert fork.adopt(logs["new"].read()) == 4
+            assert [e.hash for e in fork.read()] == [e.hash for e in logs["new"].read()] and fork.verify().ok
     finally:
         for lg in logs.values():
             lg.close()

@@ -13,7 +13,6 @@ from agent import events as ev
 from agent.events.columns import dictionary, pack_instances, undictionary, unpack_instances
 from agent.store.log import EventLog, canonical
 from tests.tamper import Tamper
-from tests.test_tick_started_v3 import TICKS, _chained, _seen
 
 GPUS = ("RTX 3090", "RTX 4090", "RTX A6000")
 STATES = ("running", "loading", "exited")
@@ -82,25 +81,3 @@ def test_a_fleet_observation_is_smaller_as_v4_and_reads_back_as_appended(tmp_pat
             t.replace_in_payload(2, '"index":[0,1,2,0,', '"index":[0,1,1,0,')
         r = log.verify()
         assert not r.ok and r.first_bad_seq == 2
-
-
-def test_readers_see_a_v4_log_as_they_see_a_v2_log(tmp_path: Path) -> None:
-    """The same observations logged as v2, as v4, and as v2 then v3 then v4, read the same everywhere
-    (payloads, the model's text, instance states, the spend's observation runs, the fleet's $/h); each log
-    verifies, and a v4 log copies into a fork's log with its hashes."""
-    payloads = [{"observation": o} for o in TICKS]
-    logs = {}
-    for name, versions in (("v2", [2, 2, 2, 2]), ("v4", [4, 4, 4, 4]), ("mixed", [2, 3, 4, 4])):
-        lg = EventLog(tmp_path / name / "events.db")
-        lg.adopt(_chained(list(zip(versions, payloads, strict=True))))
-        assert lg.verify().ok
-        logs[name] = lg
-    try:
-        seen = {name: _seen(lg) for name, lg in logs.items()}
-        assert seen["v4"] == seen["v2"] and seen["mixed"] == seen["v2"]
-        with EventLog(tmp_path / "fork" / "events.db") as fork:
-            assert fork.adopt(logs["v4"].read()) == 4
-            assert [e.hash for e in fork.read()] == [e.hash for e in logs["v4"].read()] and fork.verify().ok
-    finally:
-        for lg in logs.values():
-            lg.close()
