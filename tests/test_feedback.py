@@ -321,13 +321,14 @@ def test_hanging_notify_command_is_killed_at_the_timeout(app, tmp_path):
     script = tmp_path / "hang.sh"
     script.write_text(f"#!/bin/sh\nsleep 30 &\necho $$ $! > {pids}\nwait\n")
     script.chmod(0o755)
-    s = with_notify(app, str(script), timeout=1.0)
+    # 3 s: the shell must have started its child and written the pids before the timeout, on a loaded machine
+    s = with_notify(app, str(script), timeout=3.0)
     with capture_logs() as logs:
         assert feedback.raise_alert(app.log, key="h", severity="warning", title="H", settings=s) == (1, True)
         assert feedback.drain_alert_hooks(30)
     assert [x["event"] for x in logs if x["event"].startswith("alert.notify")] == ["alert.notify_timeout"]
     shell, child = (int(x) for x in pids.read_text().split())
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a bound, not a measure: the loop ends as soon as both are gone
     while not (_gone(shell) and _gone(child)) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert _gone(shell) and _gone(child)
