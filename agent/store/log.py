@@ -53,6 +53,9 @@ _FTS_HEAD_SQL = "SELECT rowid FROM events_fts ORDER BY rowid DESC LIMIT 1"
 _FTS_HEAD_SQL_PG = "SELECT seq FROM events_fts ORDER BY seq DESC LIMIT 1"
 _INSERT_FTS_PG = "INSERT INTO events_fts (seq, text, kind) VALUES (?,?,?)"
 _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+# The checkpoint file is rewritten (fsync'd) once verification has moved this many events past what it records;
+# in between, the process remembers how far it verified. A start after a crash walks at most this many more.
+CHECKPOINT_EVERY = 2000
 Item = tuple[str, dict[str, Any], str, "int | None"]
 _new = object.__new__
 
@@ -534,6 +537,9 @@ class EventLog:
         self.segment_files = SegmentFiles(self.path if isinstance(self.path, Path) else Path(str(self.head_file)))
         self._segments: tuple[int, list[Segment]] | None = None
         self._decoded = _Decoded()  # rows read before, decoded once
+        self._verified: tuple[int, str] | None = None  # the (seq, hash) this process's last verification reached
+        self._filed: int | None = None  # the seq the checkpoint file records, as last read or written here
+        self._verify_conn: Any = None  # the read-only connection verification reads its snapshots through
         # Called inside every transaction that appends, just before it commits; raising rolls it back.
         # The daemon sets it to its leadership check (agent.leader), so a daemon that lost the lock
         # appends nothing.
@@ -574,6 +580,11 @@ class EventLog:
         return self._tokenizer
 
     def close(self) -> None:
+        if self._verified is not None and self._verified[0] > (self._filed or 0):
+            self._write_checkpoint(*self._verified)  # how far this process verified, for the next start
+        if self._verify_conn is not None:
+            self._verify_conn.close()
+            self._verify_conn = None
         if self._head_fd is not None:
             os.close(self._head_fd)
             self._head_fd = None
@@ -996,19 +1007,42 @@ class EventLog:
     def verify_since_checkpoint(self) -> VerifyReport:
         """Verify only what the last verification did not cover (fast at start-up, whatever the size).
 
-        The checkpoint file beside the database records the (seq, hash) a previous verification
-        reached; the row at that seq must still carry that hash, then the events after it are
-        walked. A clean result moves the checkpoint to the head (best effort)."""
-        head, cp = self._read_head(), self._read_checkpoint()
-        conn = self._snapshot_conn()
+        The checkpoint is the (seq, hash) a previous verification reached: this process's own last one, else
+        the one recorded in the checkpoint file beside the database. The row at that seq must still carry
+        that hash, then the events after it are walked. A clean result moves the checkpoint to the head;
+        the file is rewritten (best effort) when it records nothing yet, once it is ``CHECKPOINT_EVERY``
+        events behind, and when the log closes."""
+        head = self._read_head()
+        cp = self._verified
+        if cp is None:
+            cp = self._read_checkpoint()
+            self._filed = cp[0] if cp is not None else None
+        conn, shared = self._verify_snapshot()
         try:
             r = self._from_checkpoint(conn, cp)
             r = self._check_anchors(conn, r, head, None)
         finally:
-            conn.close()
-        if r.ok and (cp is None or r.head_seq > cp[0]):
-            self._write_checkpoint(r.head_seq, r.head_hash)
+            if not shared:
+                conn.close()
+            elif conn.in_transaction:
+                conn.execute("ROLLBACK")  # the snapshot ends: the next verification reads a new one
+        if r.ok:
+            self._verified = (r.head_seq, r.head_hash)
+            if self._filed is None or r.head_seq - self._filed >= CHECKPOINT_EVERY:
+                if self._write_checkpoint(r.head_seq, r.head_hash):
+                    self._filed = r.head_seq
         return r
+
+    def _verify_snapshot(self) -> tuple[Any, bool]:
+        """(a connection reading one snapshot, whether it is kept for the next verification): on SQLite one
+        read-only connection kept open, a read transaction begun on it (nothing else runs statements on it, so
+        its first read takes a snapshot as of now); on PostgreSQL a fresh one."""
+        if self.is_pg:
+            return self._snapshot_conn(), False
+        if self._verify_conn is None:
+            self._verify_conn = self._connect(readonly=True, create=False)
+        self._verify_conn.execute("BEGIN")
+        return self._verify_conn, True
 
     def check_before_append(self) -> VerifyReport:
         """``verify_since_checkpoint``, raising ``ChainBroken`` (one line: the seq and the fix) on failure.
