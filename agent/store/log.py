@@ -849,6 +849,12 @@ class EventLog:
             self._segments = (version, self.store.segments())
         return self._segments[1]
 
+    def others_version(self) -> int | None:
+        """A number that changes whenever another connection commits to the database (SQLite's
+        ``PRAGMA data_version``; a reader that saw it unchanged knows every row it read before is as it was,
+        this connection only appending); None on PostgreSQL, which keeps no such number."""
+        return None if self.is_pg else self.store.data_version()
+
     def forget_segments(self) -> None:
         """Drop the stubs read before: this connection changed them (its own commits leave data_version alone)."""
         self._segments = None
