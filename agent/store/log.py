@@ -819,9 +819,13 @@ class EventLog:
         """The one iteration over the log's rows: the sealed segments and the events table, as one sequence.
 
         The stubs are read again once the events query has started: an archive that committed in between
-        is then read from its segments, and rows the query still saw are not given twice."""
-        before = self.segments()
-        where, params = q.where(after=before[-1].last_seq if before else 0)
+        is then read from its segments, and rows the query still saw are not given twice. The stubs read
+        before (``segments``) bound the query without a check of their own: the one check comes once the query
+        has its snapshot, and an archive that moved the bound since makes the read start again."""
+        cached = self._segments
+        before = cached[1] if cached is not None else self.segments()
+        bound = before[-1].last_seq if before else 0
+        where, params = q.where(after=bound)
         sql = f"SELECT {_COLS} FROM events WHERE {where} ORDER BY seq {'DESC' if newest_first else 'ASC'}"
         if limit is not None:
             sql += " LIMIT ?"
@@ -829,6 +833,10 @@ class EventLog:
         cur = self.conn.execute(sql, params)
         first = cur.fetchmany(500)
         segs = self.segments()
+        if (segs[-1].last_seq if segs else 0) != bound:  # an archive committed since the stubs were read
+            cur.close()
+            yield from self._rows(q, limit=limit, newest_first=newest_first)
+            return
         if not segs:
             yield from _batches(first, cur)
             return
