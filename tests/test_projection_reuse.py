@@ -102,3 +102,17 @@ def test_a_compaction_or_a_calibration_appended_since_is_taken_in(log: EventLog)
     assert p.manifest["covered_to"] == cut
     assert cache.loaded[2].compaction.seq == cut + 1
     assert [e.seq for e in cache.loaded[2].events] == [e.seq for e in load(log).events]
+
+
+def test_the_request_hash_is_the_hash_of_the_canonical_request(log: EventLog) -> None:
+    """The manifest's request and tools hashes (the tools encoded once for both) are those of the canonical JSON
+    of what is sent, with and without model parameters, for tools whose text is not ASCII."""
+    from agent.context import request_hash
+    from agent.context.build import tools_hash
+
+    tools = [*TOOLS, {"type": "function", "function": {"name": "note", "description": "Écrit une note « ici ».",
+                                                       "parameters": {"type": "object", "properties": {}}}}]
+    for params in (None, {"temperature": 0.2, "tool_choice": "auto", "max_tokens": 512}):
+        p = project(log, load_prompts(None), SETTINGS, policy=POLICY, tools=tools, model="m-1", params=params)
+        assert p.request_hash == request_hash("m-1", p.messages, tools, params)
+        assert p.manifest["tools_hash"] == tools_hash(tools)

@@ -440,10 +440,11 @@ class Transaction:
         its kind and payload, as an invisible one is."""
         pg = self.log.is_pg
         row = self.conn.execute(_FTS_HEAD_SQL_PG if pg else _FTS_HEAD_SQL).fetchone()
-        return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg)
+        return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg, decode=self.log._decoded.event)
 
 
-def _index_from(conn: Any, done: int, head: int, *, pg: bool = False) -> int:
+def _index_from(conn: Any, done: int, head: int, *, pg: bool = False,
+                decode: Callable[[tuple[Any, ...]], Event] | None = None) -> int:
     """Index the events after seq ``done`` up to ``head``, 1,000 rows a statement; how many. SQLite's
     index keeps no copy of the text (content=''): ``search`` renders the hits it shows again. PostgreSQL's
     keeps the text, for ``ts_headline``."""
@@ -453,9 +454,9 @@ def _index_from(conn: Any, done: int, head: int, *, pg: bool = False) -> int:
         if not rows:
             break
         if pg:
-            conn.executemany(_INSERT_FTS_PG, [(r[0], _fts_text(_search_text(r), True), r[3]) for r in rows])
+            conn.executemany(_INSERT_FTS_PG, [(r[0], _fts_text(_search_text(r, decode), True), r[3]) for r in rows])
         else:
-            conn.executemany(_INSERT_FTS, [(r[0], _search_text(r)) for r in rows])
+            conn.executemany(_INSERT_FTS, [(r[0], _search_text(r, decode)) for r in rows])
         done, n = rows[-1][0], n + len(rows)
     return n
 
@@ -487,9 +488,10 @@ def _own_copy(payload: dict[str, Any], payload_json: str) -> dict[str, Any]:
     return dict(payload)
 
 
-def _search_text(r: tuple[Any, ...]) -> str:
-    """What the full-text index holds for the events row ``r``."""
-    e = _row_to_event(r)
+def _search_text(r: tuple[Any, ...], decode: Callable[[tuple[Any, ...]], Event] | None = None) -> str:
+    """What the full-text index holds for the events row ``r`` (``decode``: how the row becomes its Event,
+    a log's cache of rows it decoded before; by default decoded afresh)."""
+    e = (decode or _row_to_event)(r)
     try:
         msg = ev.render(e)
     except Exception:  # noqa: BLE001 - a rendering bug must not keep the rest of the log out of the index
