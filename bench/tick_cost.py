@@ -7,9 +7,13 @@ waiting for vast.ai's rate limit (``vast.min_interval`` between two requests to 
 the model, and what is left: the tick's own overhead. It counts the tick's transactions that
 wrote (each one commit, so one fsync with synchronous=FULL) next to the aim 2 + model steps +
 2 x side-effecting calls. Prints one line per size, with p50 overhead as a ratio to the
-smallest size's in the same run, the tick's own CPU time (this thread's, the model's and the HTTP
-calls' left out: the part that does not depend on how busy the machine is), and the process's
-resident memory after the size's ticks. Under it: what one synchronous=FULL commit costs on this
+smallest size's in the same run, then what the overhead is made of: the tick's own CPU time (this
+thread's, the model's and the HTTP calls' left out: the part that does not depend on how busy the
+machine is), the time it was ready to run but waited for a core other processes held (the kernel's
+run-queue time for this thread, /proc/thread-self/schedstat) and the rest, the time it was blocked
+(fsyncs and other I/O, another thread holding the GIL); and the process's resident memory after the
+size's ticks. ``--profile`` pauses cProfile inside the model and the HTTP calls, so its lines are the
+tick's own work (a function that calls them shows only its time outside them, cumulatively). Under it: what one synchronous=FULL commit costs on this
 disk now (so the overhead splits into commits and everything else) and how much other processes
 slow a pure-Python loop down now (wall over CPU; 1.0 on an idle machine).
 
