@@ -8,8 +8,8 @@ the model, and what is left: the tick's own overhead. It counts the tick's trans
 wrote (each one commit, so one fsync with synchronous=FULL) next to the aim 2 + model steps +
 2 x side-effecting calls. Prints one line per size, with p50 overhead as a ratio to the
 smallest size's in the same run, then what the overhead is made of: the tick's own CPU time (this
-thread's, the model's and the HTTP calls' left out: the part that does not depend on how busy the
-machine is), the time it was ready to run but waited for a core other processes held (the kernel's
+thread's, the model's and the HTTP calls' left out; on a machine whose physical cores other processes
+share, it still grows with their load, 2-3x on a busy 2-core VM), the time it was ready to run but waited for a core other processes held (the kernel's
 run-queue time for this thread, /proc/thread-self/schedstat) and the rest, the time it was blocked
 (fsyncs and other I/O, another thread holding the GIL); and the process's resident memory after the
 size's ticks. ``--profile`` pauses cProfile inside the model and the HTTP calls, so its lines are the
