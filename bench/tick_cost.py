@@ -7,9 +7,13 @@ waiting for vast.ai's rate limit (``vast.min_interval`` between two requests to 
 the model, and what is left: the tick's own overhead. It counts the tick's transactions that
 wrote (each one commit, so one fsync with synchronous=FULL) next to the aim 2 + model steps +
 2 x side-effecting calls. Prints one line per size, with p50 overhead as a ratio to the
-smallest size's in the same run, the tick's own CPU time (this thread's, the model's and the HTTP
-calls' left out: the part that does not depend on how busy the machine is), and the process's
-resident memory after the size's ticks. Under it: what one synchronous=FULL commit costs on this
+smallest size's in the same run, then what the overhead is made of: the tick's own CPU time (this
+thread's, the model's and the HTTP calls' left out; on a machine whose physical cores other processes
+share, it still grows with their load, 2-3x on a busy 2-core VM), the time it was ready to run but waited for a core other processes held (the kernel's
+run-queue time for this thread, /proc/thread-self/schedstat) and the rest, the time it was blocked
+(fsyncs and other I/O, another thread holding the GIL); and the process's resident memory after the
+size's ticks. ``--profile`` pauses cProfile inside the model and the HTTP calls, so its lines are the
+tick's own work (a function that calls them shows only its time outside them, cumulatively). Under it: what one synchronous=FULL commit costs on this
 disk now (so the overhead splits into commits and everything else) and how much other processes
 slow a pure-Python loop down now (wall over CPU; 1.0 on an idle machine).
 
@@ -29,6 +33,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +51,56 @@ from bench.append import commit_ms  # noqa: E402
 from bench.biglog import grow_cached, record_template  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
 
-_OUTSIDE = {"s": 0.0, "cpu": 0.0}  # wall and this thread's CPU time spent in the model and in API calls
+
+def _runq() -> float:
+    """Seconds this thread has waited on the run queue (ready, but another process had the core)."""
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[1]) / 1e9
+    except OSError:
+        return 0.0
+
+
+class _Outside:
+    """Time spent in the model and in API calls (wall, this thread's CPU, its wait for a core), summed
+    over a tick; the profiler, when one runs, is paused inside, so it sees only the tick's own work."""
+
+    def __init__(self) -> None:
+        self.s = self.cpu = self.runq = 0.0
+        self.depth = 0
+        self.prof: cProfile.Profile | None = None
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        self.depth += 1
+        if self.depth > 1:  # already inside: counted once, by the outer call
+            try:
+                yield
+            finally:
+                self.depth -= 1
+            return
+        if self.prof is not None:
+            self.prof.disable()
+        t, c, q = time.perf_counter(), time.thread_time(), _runq()
+        try:
+            yield
+        finally:
+            self.s += time.perf_counter() - t
+            self.cpu += time.thread_time() - c
+            self.runq += _runq() - q
+            self.depth -= 1
+            if self.prof is not None:
+                self.prof.enable()
+
+
+_OUTSIDE = _Outside()
 
 
 def _timed_send(orig: Any) -> Any:
     """``orig`` (an HTTP send, or the vast.ai client's wait for its rate limit), its time counted as API time."""
     def send(self: Any, *a: Any, **k: Any) -> Any:
-        t, c = time.perf_counter(), time.thread_time()
-        try:
+        with _OUTSIDE.timed():
             return orig(self, *a, **k)
-        finally:
-            _OUTSIDE["s"] += time.perf_counter() - t
-            _OUTSIDE["cpu"] += time.thread_time() - c
     return send
 
 
@@ -69,12 +113,8 @@ class _TimedProvider:
         self.can_summarise = getattr(inner, "can_summarise", True)
 
     def complete(self, messages: Any, tools: Any) -> Any:
-        t, c = time.perf_counter(), time.thread_time()
-        try:
+        with _OUTSIDE.timed():
             return self.inner.complete(messages, tools)
-        finally:
-            _OUTSIDE["s"] += time.perf_counter() - t
-            _OUTSIDE["cpu"] += time.thread_time() - c
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -92,22 +132,25 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
     app._provider = _TimedProvider(app.provider())  # noqa: SLF001 - the bench's timing wrapper
     try:
         cached = grow_cached(app, template, size, "tick_cost")
-        overhead, cpu, walls, txs, aims = [], [], [], [], []
+        overhead, cpu, runq, walls, txs, aims = [], [], [], [], [], []
         for n in range(ticks):
             clock.advance(300)
-            _OUTSIDE["s"] = _OUTSIDE["cpu"] = 0.0
+            _OUTSIDE.s = _OUTSIDE.cpu = _OUTSIDE.runq = 0.0
             on = prof is not None and n > 0  # the first tick verifies the whole log once: not a tick's usual cost
             with plans.record(app.log) as statements:
-                t, c = time.perf_counter(), time.thread_time()
+                t, c, q = time.perf_counter(), time.thread_time(), _runq()
                 if on and prof is not None:
+                    _OUTSIDE.prof = prof
                     prof.enable()
                 r = run_tick(app)
                 if on and prof is not None:
                     prof.disable()
-                wall, used = time.perf_counter() - t, time.thread_time() - c
+                    _OUTSIDE.prof = None
+                wall, used, queued = time.perf_counter() - t, time.thread_time() - c, _runq() - q
             walls.append(wall * 1e3)
-            overhead.append((wall - _OUTSIDE["s"]) * 1e3)
-            cpu.append((used - _OUTSIDE["cpu"]) * 1e3)
+            overhead.append((wall - _OUTSIDE.s) * 1e3)
+            cpu.append((used - _OUTSIDE.cpu) * 1e3)
+            runq.append((queued - _OUTSIDE.runq) * 1e3)
             txs.append(plans.commits_that_wrote(statements))
             side = sum(1 for e in app.log.read(0, kinds=["tool.called"], tick=r.tick) if e.payload.get("side_effect"))
             aims.append(2 + r.steps + 2 * side)
@@ -118,7 +161,8 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
     finally:
         app.close()
     return {"events": size, "cached": cached, "rss_mb": _rss_mb(), "tick_overhead_p50_ms": statistics.median(overhead),
-            "tick_cpu_p50_ms": statistics.median(cpu), "tick_wall_p50_ms": statistics.median(walls),
+            "tick_cpu_p50_ms": statistics.median(cpu), "tick_runq_p50_ms": statistics.median(runq),
+            "tick_blocked_p50_ms": statistics.median(o - c - q for o, c, q in zip(overhead, cpu, runq, strict=True)), "tick_wall_p50_ms": statistics.median(walls),
             "transactions_p50": statistics.median(txs), "aim_p50": statistics.median(aims),
             "transactions_max": max(txs), "next_tick_number_ms": ntn}
 
@@ -148,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ticks", type=int, default=30, help="real ticks per size")
     ap.add_argument("--profile", action="store_true", help="cProfile's top lines (cumulative, then own time) over the largest size's ticks "
                     "but the first (which verifies the whole log once)")
+    ap.add_argument("--profile-out", metavar="FILE", help="with --profile, also write the raw profile to FILE (pstats)")
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",")]
     httpx.Client.send = _timed_send(httpx.Client.send)  # type: ignore[method-assign]
@@ -170,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
             base = rows[0]["tick_overhead_p50_ms"]
             r = rows[-1]
             print(f"events {r['events']:>8,}  tick overhead p50 {r['tick_overhead_p50_ms']:7.1f} ms "
-                  f"(x{r['tick_overhead_p50_ms'] / base:4.2f} of {sizes[0]:,}; its CPU {r['tick_cpu_p50_ms']:.1f} ms)  wall p50 {r['tick_wall_p50_ms']:7.1f} ms  "
+                  f"(x{r['tick_overhead_p50_ms'] / base:4.2f} of {sizes[0]:,}; its CPU {r['tick_cpu_p50_ms']:.1f} ms, "
+                  f"waiting for a core {r['tick_runq_p50_ms']:.1f} ms, blocked {r['tick_blocked_p50_ms']:.1f} ms)  wall p50 {r['tick_wall_p50_ms']:7.1f} ms  "
                   f"transactions p50 {r['transactions_p50']:.0f} (max {r['transactions_max']}, aim <= {r['aim_p50']:.0f})  "
                   f"next_tick_number {r['next_tick_number_ms']:.3f} ms  bench RSS {r['rss_mb']:.0f} MB"
                   f"{'  (log from cache)' if r['cached'] else ''}", flush=True)
@@ -180,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             if prof is not None:
                 out = io.StringIO()
                 stats = pstats.Stats(prof, stream=out)
+                if a.profile_out:
+                    stats.dump_stats(a.profile_out)
                 stats.sort_stats("cumulative").print_stats(30)
                 stats.sort_stats("tottime").print_stats(30)
                 print(out.getvalue())

@@ -57,6 +57,13 @@ def request_hash(model: str, messages: list[Message], tools: list[dict[str, Any]
     return sha256_text(canonical(body))
 
 
+def _request_hash(model: str, messages: list[Message], tools_text: str, params: dict[str, Any] | None) -> str:
+    """``request_hash`` with the tools' canonical JSON already made: the same text, keys in the order
+    canonical() sorts them (messages, model, params, tools)."""
+    extra = "" if params is None else ',"params":' + canonical(params)
+    return sha256_text(f'{{"messages":{canonical(messages)},"model":{canonical(model)}{extra},"tools":{tools_text}}}')
+
+
 def params_hash(params: dict[str, Any]) -> str:
     return sha256_text(canonical(params))
 
@@ -287,6 +294,7 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
     tokens = REQUEST_OVERHEAD + sum(sections.values())
     calibrated = v.calibration.calibrated(tokens)
     comp = v.compaction
+    tools_text = canonical(tools)  # encoded once: its hash, and its part of the request's
     manifest = {
         "model": model,
         "covered_to": v.covered_to,
@@ -296,7 +304,7 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
         "thread_events": len(v.thread),
         "prompt_hashes": dict(prompts.hashes),
         "policy_hash": sha256_text(canonical(policy)),
-        "tools_hash": tools_hash(tools),
+        "tools_hash": sha256_text(tools_text),
         "settings": budget_fields(settings),
         "calibration": v.calibration.ratio,
         "calibration_seq": v.calibration.seq,
@@ -304,7 +312,7 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
         "estimated_tokens": tokens,
         "calibrated_tokens": calibrated,
         "shrunk": bool(shrink_notes),
-        "request_hash": request_hash(model, messages, tools, params),
+        "request_hash": _request_hash(model, messages, tools_text, params),
     }
     if params is not None:
         manifest["params_hash"] = params_hash(params)

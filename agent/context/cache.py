@@ -115,9 +115,21 @@ def _kept(obj: Any) -> int:
     return n
 
 
-def _message_bytes(key: tuple[Any, ...], value: tuple[_Fields, Message | None]) -> int:
+class _Rendered:
+    """A rendered row: the fields a hit must match, its message, and the message's tokens once counted
+    (with the key of the encoding that counted them)."""
+
+    __slots__ = ("fields", "message", "tokens")
+
+    def __init__(self, fields: _Fields, message: Message | None) -> None:
+        self.fields = fields
+        self.message = message
+        self.tokens: tuple[int, int] | None = None
+
+
+def _message_bytes(key: tuple[Any, ...], value: _Rendered) -> int:
     """A rendered row: the fields compared on a hit (its decoded payload above all) and its message."""
-    return 64 + _kept(value)
+    return 64 + _kept((value.fields, value.message))
 
 
 class ProjectionCache:
@@ -133,9 +145,11 @@ class ProjectionCache:
                  max_bytes: tuple[int, int, int] = (COUNT_BYTES, CUT_BYTES, RENDER_BYTES)) -> None:
         self.counts: LRU[tuple[int, str], int] = LRU(counts, max_bytes[0], _text_bytes)
         self.cuts: LRU[tuple[int, str, int], tuple[str, int, int]] = LRU(cuts, max_bytes[1], _text_bytes)
-        self.rendered: LRU[tuple[int, str], tuple[_Fields, Message | None]] = LRU(rendered, max_bytes[2],
-                                                                                  _message_bytes)
+        self.rendered: LRU[tuple[int, str], _Rendered] = LRU(rendered, max_bytes[2], _message_bytes)
         self._encodings: dict[int, Any] = {}   # keeps each keyed encoding alive, so its id stays unique
+        # The inputs the last projection loaded, as (log, log.others_version() then, Inputs): the next one
+        # extends them with what was appended since (agent.context.load.load) instead of reading them again.
+        self.loaded: Any = None
 
     def meter(self, tokenizer: Tokenizer) -> Meter:
         """Counting with ``tokenizer`` through this cache."""
@@ -152,18 +166,41 @@ class ProjectionCache:
     def render(self, ev: Event) -> Message | None:
         """``render(ev)``, remembered per row (seq, hash). A hit also needs the fields a renderer reads
         to be equal, so the result is always exactly ``render(ev)``, even for a row edited behind its hash."""
-        if not ev.hash:
-            return render(ev)
-        key = (ev.seq, ev.hash)
-        fields: _Fields = (ev.kind, ev.tick, ev.ts, ev.payload)
-        hit = self.rendered.get(key)
-        if hit is not None and hit[0] == fields:
-            return None if hit[1] is None else dict(hit[1])
-        msg = render(ev)
-        self.rendered.put(key, (fields, msg))
+        msg = self._rendered(ev).message
         return None if msg is None else dict(msg)
 
+    def _rendered(self, ev: Event) -> _Rendered:
+        """The cache's entry for ``ev``, made (and kept) on a miss; its message is never handed out (callers
+        copy it)."""
+        fields: _Fields = (ev.kind, ev.tick, ev.ts, ev.payload)
+        if not ev.hash:
+            return _Rendered(fields, render(ev))
+        key = (ev.seq, ev.hash)
+        hit = self.rendered.get(key)
+        if hit is not None and hit.fields == fields:
+            return hit
+        entry = _Rendered(fields, render(ev))
+        self.rendered.put(key, entry)
+        return entry
+
+    def event_message(self, ev: Event, count: Callable[[Message], int], encoding: int) -> tuple[Message, int] | None:
+        """(``render(ev)``, its tokens), None when the model does not see ``ev``: one lookup for both. The
+        tokens are the count stored with the row (logs written before counting moved off the append path),
+        else ``count(message)`` (``encoding`` names what counts), counted once and remembered with the
+        rendering."""
+        hit = self._rendered(ev)
+        msg = hit.message
+        if msg is None:
+            return None
+        if ev.tokens is not None:
+            return dict(msg), ev.tokens
+        counted = hit.tokens
+        if counted is None or counted[0] != encoding:
+            counted = hit.tokens = (encoding, count(msg))
+        return dict(msg), counted[1]
+
     def clear(self) -> None:
+        self.loaded = None
         self.counts.clear()
         self.cuts.clear()
         self.rendered.clear()
@@ -225,7 +262,9 @@ class Meter:
         """Tokens of ``ev``'s message, None when the model does not see it: the count stored with the row
         (logs written before counting moved off the append path), else counted from its rendering and
         remembered with it."""
-        msg = self.cache.render(ev)
-        if msg is None:
-            return None
-        return ev.tokens if ev.tokens is not None else self.message(msg)
+        hit = self.cache.event_message(ev, self.message, self._key)
+        return None if hit is None else hit[1]
+
+    def event_message(self, ev: Event) -> tuple[Message, int] | None:
+        """(``ev``'s message, its tokens), None when the model does not see it (``event_tokens``)."""
+        return self.cache.event_message(ev, self.message, self._key)

@@ -95,7 +95,7 @@ class _Threader:
         self.out.extend(self.buffer)
         self.buffer.clear()
 
-    def result(self, ev: Event, tokens: int) -> None:
+    def result(self, ev: Event, tokens: int, msg: Message) -> None:
         p = ev.payload
         cid = p["call_id"]
         e = Entry(ev.seq, ev.kind, ev.tick, {"role": "tool", "tool_call_id": cid}, tokens,
@@ -110,8 +110,6 @@ class _Threader:
         elif tokens > self.settings.tool_output_max_tokens or is_late:
             shrink_entry(e, self.settings.tool_output_max_tokens, self.meter)
         else:
-            msg = self.meter.render(ev)
-            assert msg is not None
             e.message = msg
         if is_late:
             (self.buffer if self.pending else self.out).append(e)
@@ -121,12 +119,9 @@ class _Threader:
         if not self.pending:
             self.close()
 
-    def other(self, ev: Event, tokens: int) -> None:
+    def other(self, ev: Event, tokens: int, msg: Message) -> None:
         if self.pending and ev.kind in ("model.response", "tick.started"):
             self.close()
-        msg = self.meter.render(ev)
-        if msg is None:
-            return
         p = ev.payload
         entry = Entry(ev.seq, ev.kind, ev.tick, msg, tokens,
                       text=msg.get("content") if msg["role"] == "user" else None,
@@ -194,31 +189,32 @@ def collapse_knowledge(run: list[Event], settings: ContextSettings, meter: Meter
     return Entry(run[0].seq, "knowledge.collapsed", run[0].tick, msg, meter.message(msg), operator=True)
 
 
-def _runs(events: list[Event], meter: Meter) -> list[tuple[Event, int] | list[Event]]:
-    """``events`` the model sees, each with its tokens, with each run of more than COLLAPSE_AT consecutive
-    knowledge changes of one tick grouped."""
-    out: list[tuple[Event, int] | list[Event]] = []
-    run: list[Event] = []
+def _runs(events: list[Event], meter: Meter) -> list[tuple[Event, int, Message] | list[Event]]:
+    """``events`` the model sees, each with its tokens and its message, with each run of more than COLLAPSE_AT
+    consecutive knowledge changes of one tick grouped."""
+    out: list[tuple[Event, int, Message] | list[Event]] = []
+    run: list[tuple[Event, int, Message]] = []
 
     def flush() -> None:
         if len(run) > COLLAPSE_AT:
-            out.append(list(run))
+            out.append([e for e, _, _ in run])
         else:
-            out.extend((e, meter.event_tokens(e) or 0) for e in run)
+            out.extend(run)
         run.clear()
 
+    message = meter.event_message
     for ev in events:
-        tokens = meter.event_tokens(ev)
-        if tokens is None:
+        hit = message(ev)
+        if hit is None:
             continue
-        if ev.kind == "knowledge.changed" and (not run or run[-1].tick == ev.tick):
-            run.append(ev)
-            continue
-        flush()
         if ev.kind == "knowledge.changed":
-            run.append(ev)
-        else:
-            out.append((ev, tokens))
+            if run and run[-1][0].tick != ev.tick:
+                flush()
+            run.append((ev, hit[1], hit[0]))
+            continue
+        if run:
+            flush()
+        out.append((ev, hit[1], hit[0]))
     flush()
     return out
 

@@ -53,6 +53,9 @@ _FTS_HEAD_SQL = "SELECT rowid FROM events_fts ORDER BY rowid DESC LIMIT 1"
 _FTS_HEAD_SQL_PG = "SELECT seq FROM events_fts ORDER BY seq DESC LIMIT 1"
 _INSERT_FTS_PG = "INSERT INTO events_fts (seq, text, kind) VALUES (?,?,?)"
 _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+# The checkpoint file is rewritten (fsync'd) once verification has moved this many events past what it records;
+# in between, the process remembers how far it verified. A start after a crash walks at most this many more.
+CHECKPOINT_EVERY = 2000
 Item = tuple[str, dict[str, Any], str, "int | None"]
 _new = object.__new__
 
@@ -437,10 +440,11 @@ class Transaction:
         its kind and payload, as an invisible one is."""
         pg = self.log.is_pg
         row = self.conn.execute(_FTS_HEAD_SQL_PG if pg else _FTS_HEAD_SQL).fetchone()
-        return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg)
+        return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg, decode=self.log._decoded.event)
 
 
-def _index_from(conn: Any, done: int, head: int, *, pg: bool = False) -> int:
+def _index_from(conn: Any, done: int, head: int, *, pg: bool = False,
+                decode: Callable[[tuple[Any, ...]], Event] | None = None) -> int:
     """Index the events after seq ``done`` up to ``head``, 1,000 rows a statement; how many. SQLite's
     index keeps no copy of the text (content=''): ``search`` renders the hits it shows again. PostgreSQL's
     keeps the text, for ``ts_headline``."""
@@ -450,9 +454,9 @@ def _index_from(conn: Any, done: int, head: int, *, pg: bool = False) -> int:
         if not rows:
             break
         if pg:
-            conn.executemany(_INSERT_FTS_PG, [(r[0], _fts_text(_search_text(r), True), r[3]) for r in rows])
+            conn.executemany(_INSERT_FTS_PG, [(r[0], _fts_text(_search_text(r, decode), True), r[3]) for r in rows])
         else:
-            conn.executemany(_INSERT_FTS, [(r[0], _search_text(r)) for r in rows])
+            conn.executemany(_INSERT_FTS, [(r[0], _search_text(r, decode)) for r in rows])
         done, n = rows[-1][0], n + len(rows)
     return n
 
@@ -484,9 +488,10 @@ def _own_copy(payload: dict[str, Any], payload_json: str) -> dict[str, Any]:
     return dict(payload)
 
 
-def _search_text(r: tuple[Any, ...]) -> str:
-    """What the full-text index holds for the events row ``r``."""
-    e = _row_to_event(r)
+def _search_text(r: tuple[Any, ...], decode: Callable[[tuple[Any, ...]], Event] | None = None) -> str:
+    """What the full-text index holds for the events row ``r`` (``decode``: how the row becomes its Event,
+    a log's cache of rows it decoded before; by default decoded afresh)."""
+    e = (decode or _row_to_event)(r)
     try:
         msg = ev.render(e)
     except Exception:  # noqa: BLE001 - a rendering bug must not keep the rest of the log out of the index
@@ -534,6 +539,9 @@ class EventLog:
         self.segment_files = SegmentFiles(self.path if isinstance(self.path, Path) else Path(str(self.head_file)))
         self._segments: tuple[int, list[Segment]] | None = None
         self._decoded = _Decoded()  # rows read before, decoded once
+        self._verified: tuple[int, str] | None = None  # the (seq, hash) this process's last verification reached
+        self._filed: int | None = None  # the seq the checkpoint file records, as last read or written here
+        self._verify_conn: Any = None  # the read-only connection verification reads its snapshots through
         # Called inside every transaction that appends, just before it commits; raising rolls it back.
         # The daemon sets it to its leadership check (agent.leader), so a daemon that lost the lock
         # appends nothing.
@@ -574,6 +582,11 @@ class EventLog:
         return self._tokenizer
 
     def close(self) -> None:
+        if self._verified is not None and self._verified[0] > (self._filed or 0):
+            self._write_checkpoint(*self._verified)  # how far this process verified, for the next start
+        if self._verify_conn is not None:
+            self._verify_conn.close()
+            self._verify_conn = None
         if self._head_fd is not None:
             os.close(self._head_fd)
             self._head_fd = None
@@ -808,9 +821,13 @@ class EventLog:
         """The one iteration over the log's rows: the sealed segments and the events table, as one sequence.
 
         The stubs are read again once the events query has started: an archive that committed in between
-        is then read from its segments, and rows the query still saw are not given twice."""
-        before = self.segments()
-        where, params = q.where(after=before[-1].last_seq if before else 0)
+        is then read from its segments, and rows the query still saw are not given twice. The stubs read
+        before (``segments``) bound the query without a check of their own: the one check comes once the query
+        has its snapshot, and an archive that moved the bound since makes the read start again."""
+        cached = self._segments
+        before = cached[1] if cached is not None else self.segments()
+        bound = before[-1].last_seq if before else 0
+        where, params = q.where(after=bound)
         sql = f"SELECT {_COLS} FROM events WHERE {where} ORDER BY seq {'DESC' if newest_first else 'ASC'}"
         if limit is not None:
             sql += " LIMIT ?"
@@ -818,6 +835,10 @@ class EventLog:
         cur = self.conn.execute(sql, params)
         first = cur.fetchmany(500)
         segs = self.segments()
+        if (segs[-1].last_seq if segs else 0) != bound:  # an archive committed since the stubs were read
+            cur.close()
+            yield from self._rows(q, limit=limit, newest_first=newest_first)
+            return
         if not segs:
             yield from _batches(first, cur)
             return
@@ -837,6 +858,12 @@ class EventLog:
         if self._segments is None or self._segments[0] != version:
             self._segments = (version, self.store.segments())
         return self._segments[1]
+
+    def others_version(self) -> int | None:
+        """A number that changes whenever another connection commits to the database (SQLite's
+        ``PRAGMA data_version``; a reader that saw it unchanged knows every row it read before is as it was,
+        this connection only appending); None on PostgreSQL, which keeps no such number."""
+        return None if self.is_pg else self.store.data_version()
 
     def forget_segments(self) -> None:
         """Drop the stubs read before: this connection changed them (its own commits leave data_version alone)."""
@@ -996,19 +1023,42 @@ class EventLog:
     def verify_since_checkpoint(self) -> VerifyReport:
         """Verify only what the last verification did not cover (fast at start-up, whatever the size).
 
-        The checkpoint file beside the database records the (seq, hash) a previous verification
-        reached; the row at that seq must still carry that hash, then the events after it are
-        walked. A clean result moves the checkpoint to the head (best effort)."""
-        head, cp = self._read_head(), self._read_checkpoint()
-        conn = self._snapshot_conn()
+        The checkpoint is the (seq, hash) a previous verification reached: this process's own last one, else
+        the one recorded in the checkpoint file beside the database. The row at that seq must still carry
+        that hash, then the events after it are walked. A clean result moves the checkpoint to the head;
+        the file is rewritten (best effort) when it records nothing yet, once it is ``CHECKPOINT_EVERY``
+        events behind, and when the log closes."""
+        head = self._read_head()
+        cp = self._verified
+        if cp is None:
+            cp = self._read_checkpoint()
+            self._filed = cp[0] if cp is not None else None
+        conn, shared = self._verify_snapshot()
         try:
             r = self._from_checkpoint(conn, cp)
             r = self._check_anchors(conn, r, head, None)
         finally:
-            conn.close()
-        if r.ok and (cp is None or r.head_seq > cp[0]):
-            self._write_checkpoint(r.head_seq, r.head_hash)
+            if not shared:
+                conn.close()
+            elif conn.in_transaction:
+                conn.execute("ROLLBACK")  # the snapshot ends: the next verification reads a new one
+        if r.ok:
+            self._verified = (r.head_seq, r.head_hash)
+            if self._filed is None or r.head_seq - self._filed >= CHECKPOINT_EVERY:
+                if self._write_checkpoint(r.head_seq, r.head_hash):
+                    self._filed = r.head_seq
         return r
+
+    def _verify_snapshot(self) -> tuple[Any, bool]:
+        """(a connection reading one snapshot, whether it is kept for the next verification): on SQLite one
+        read-only connection kept open, a read transaction begun on it (nothing else runs statements on it, so
+        its first read takes a snapshot as of now); on PostgreSQL a fresh one."""
+        if self.is_pg:
+            return self._snapshot_conn(), False
+        if self._verify_conn is None:
+            self._verify_conn = self._connect(readonly=True, create=False)
+        self._verify_conn.execute("BEGIN")
+        return self._verify_conn, True
 
     def check_before_append(self) -> VerifyReport:
         """``verify_since_checkpoint``, raising ``ChainBroken`` (one line: the seq and the fix) on failure.

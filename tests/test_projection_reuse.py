@@ -1,0 +1,118 @@
+"""A projection through a ProjectionCache extends the inputs the last one loaded instead of reading the thread
+again; the request it builds is always exactly the one a projection without a cache builds from the log as it
+is: after appends, after another connection changed a row, after an append this connection rolled back, and
+across a compaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.context import ContextSettings, ProjectionCache, project
+from agent.context.load import load
+from agent.prompts import load_prompts
+from agent.store.log import EventLog
+from tests.tamper import Tamper
+from tests.test_context import POLICY, TOOLS, Clock, simple_tick, tick_start, tool_step
+
+SETTINGS = ContextSettings(budget_tokens=30_000, output_reserve=500, tool_output_max_tokens=300)
+
+
+def _project(log: EventLog, cache: ProjectionCache | None) -> Any:
+    return project(log, load_prompts(None), SETTINGS, policy=POLICY, tools=TOOLS, cache=cache)
+
+
+def _same_as_afresh(log: EventLog, cache: ProjectionCache) -> Any:
+    """The projection through ``cache``, checked against one without a cache (messages and manifest)."""
+    cached, fresh = _project(log, cache), _project(log, None)
+    assert cached.messages == fresh.messages
+    assert cached.manifest == fresh.manifest
+    return cached
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> EventLog:
+    log = EventLog(tmp_path / "a.db", clock=Clock())
+    for n in range(1, 4):
+        simple_tick(log, n)
+    return log
+
+
+def test_appends_extend_the_loaded_inputs_and_the_request_is_exact(log: EventLog) -> None:
+    """After the first projection, the next loads only what was appended since (the inputs it returns hold the
+    very Event objects loaded before), and each request equals a projection from scratch."""
+    cache = ProjectionCache()
+    first = _same_as_afresh(log, cache)
+    loaded = cache.loaded[2]
+    simple_tick(log, 4)
+    second = _same_as_afresh(log, cache)
+    again = cache.loaded[2]
+    assert again.events[: len(loaded.events)] == loaded.events
+    assert all(a is b for a, b in zip(again.events, loaded.events, strict=False))
+    assert again.end == log.last_seq() > loaded.end
+    assert second.messages[: len(first.messages)] == first.messages
+
+
+def test_a_row_changed_by_another_connection_is_seen(log: EventLog) -> None:
+    """A row of the thread rewritten through another connection (data_version moves) is read again: the request
+    shows the row as it now is, as a projection from scratch does."""
+    cache = ProjectionCache()
+    before = _same_as_afresh(log, cache)
+    seq = next(e.seq for e in log.read(0, kinds=["tool.result"]))
+    text = log.get(seq).payload["output"].split()[0]  # type: ignore[union-attr]
+    with Tamper(log.path) as t:  # type: ignore[arg-type]
+        t.replace_in_payload(seq, text, "REWRITTEN")
+    after = _same_as_afresh(log, cache)
+    assert after.messages != before.messages
+    assert any("REWRITTEN" in str(m.get("content")) for m in after.messages)
+
+
+def test_an_append_rolled_back_after_a_projection_saw_it_is_not_kept(log: EventLog) -> None:
+    """A projection inside a transaction sees what it appended; when that rolls back, the next projection
+    does not keep the row it saw (a different event now has its seq) and equals one from scratch."""
+    cache = ProjectionCache()
+    _same_as_afresh(log, cache)
+    with pytest.raises(RuntimeError), log.transaction():
+        tick_start(log, 9)
+        inside = _project(log, cache)
+        assert "[tick 9 · " in inside.messages[-1]["content"]
+        raise RuntimeError("rolled back")
+    tick_start(log, 5)
+    after = _same_as_afresh(log, cache)
+    assert "[tick 5 · " in after.messages[-1]["content"]
+    assert not any("[tick 9 · " in str(m.get("content")) for m in after.messages)
+
+
+def test_a_compaction_or_a_calibration_appended_since_is_taken_in(log: EventLog) -> None:
+    """A calibration appended after the loaded inputs moves the ratio the next request is built with, and a
+    compaction appended after them makes the next load read the thread from the compaction on."""
+    cache = ProjectionCache()
+    _same_as_afresh(log, cache)
+    log.append("context.calibrated", {"ratio": 1.25}, "system", 3)
+    p = _same_as_afresh(log, cache)
+    assert p.manifest["calibration"] == 1.25
+    cut = log.last_seq()
+    log.append("context.compacted", {"summary": "earlier ticks: steady", "covered_to": cut, "method": "fallback",
+                                     "pinned": {}, "tokens_before": 1, "tokens_after": 1}, "system", 3)
+    tick_start(log, 4)
+    tool_step(log, 4, [50])
+    p = _same_as_afresh(log, cache)
+    assert p.manifest["covered_to"] == cut
+    assert cache.loaded[2].compaction.seq == cut + 1
+    assert [e.seq for e in cache.loaded[2].events] == [e.seq for e in load(log).events]
+
+
+def test_the_request_hash_is_the_hash_of_the_canonical_request(log: EventLog) -> None:
+    """The manifest's request and tools hashes (the tools encoded once for both) are those of the canonical JSON
+    of what is sent, with and without model parameters, for tools whose text is not ASCII."""
+    from agent.context import request_hash
+    from agent.context.build import tools_hash
+
+    tools = [*TOOLS, {"type": "function", "function": {"name": "note", "description": "Écrit une note « ici ».",
+                                                       "parameters": {"type": "object", "properties": {}}}}]
+    for params in (None, {"temperature": 0.2, "tool_choice": "auto", "max_tokens": 512}):
+        p = project(log, load_prompts(None), SETTINGS, policy=POLICY, tools=tools, model="m-1", params=params)
+        assert p.request_hash == request_hash("m-1", p.messages, tools, params)
+        assert p.manifest["tools_hash"] == tools_hash(tools)
