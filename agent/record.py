@@ -318,9 +318,12 @@ _ATOMIC = (str, int, float, bool, type(None), bytes)
 
 def asdict(obj: object) -> dict[str, Any]:
     """``dataclasses.asdict`` for a record (records, lists, tuples and dicts inside it taken apart alike, other
-    values deep-copied), without making its ``Field`` objects."""
+    values deep-copied), without making its ``Field`` objects; for any other dataclass, ``dataclasses.asdict``."""
     if not is_record(type(obj)):
-        raise TypeError("asdict() should be called on record instances")
+        import dataclasses
+
+        plain: dict[str, Any] = dataclasses.asdict(obj)  # type: ignore[call-overload]
+        return plain
     out: dict[str, Any] = _inner(obj)
     return out
 
