@@ -863,7 +863,7 @@ def _field_types(cls: type) -> dict[str, object]:
     ``from __future__ import annotations``) evaluated in this module, once per distinct text (a config
     has ~100 fields of ~20 types; get_type_hints compiles every annotation of every class afresh)."""
     out: dict[str, object] = {}
-    for name, t, _ in fields_of(cls):
+    for name, t, _, _ in fields_of(cls):
         if isinstance(t, str):
             if t not in _TYPES:
                 _TYPES[t] = eval(t, globals())  # noqa: S307  (this module's own annotations)
@@ -877,7 +877,7 @@ def _build(cls: type[_D], data: object, path: tuple[str, ...], loc: _Loc) -> _D:
     if not isinstance(data, dict):
         raise ConfigError(f"{loc.at(path)}: {dotted}: expected a mapping of settings, got {data!r}"[:300])
     hints = _field_types(cls)
-    fields = [name for name, _, meta in fields_of(cls) if not meta.get("internal")]
+    fields = [name for name, _, meta, _ in fields_of(cls) if not meta.get("internal")]
     kwargs: dict[str, object] = {}
     for key, value in data.items():
         if key not in fields:

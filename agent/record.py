@@ -14,10 +14,10 @@ A record is a dataclass to every function of ``dataclasses``: the first time one
 ``dataclass`` itself from the same annotations and defaults, and kept on the class. Type checkers see
 ``dataclasses.dataclass`` and ``dataclasses.field`` themselves.
 
-Supported: ``frozen``, ``eq`` and ``repr`` on the class; ``default``, ``default_factory``, ``repr``,
-``hash``, ``compare`` and ``metadata`` on a field; bases that are records. Anything else (``slots``,
-``order``, ``kw_only``, ``init=False``, ``InitVar``) is refused when the class is defined: use
-``dataclasses.dataclass``.
+Supported: ``frozen``, ``eq``, ``repr`` and ``kw_only`` on the class; ``default``, ``default_factory``,
+``repr``, ``hash``, ``compare`` and ``metadata`` on a field; bases that are records (``kw_only`` alike, or
+without fields). Anything else (``slots``, ``order``, ``init=False``, ``InitVar``) is refused when the
+class is defined: use ``dataclasses.dataclass``, which can also define a subclass of a record.
 """
 
 from __future__ import annotations
@@ -66,19 +66,22 @@ class _Spec:
     """One record class's fields (bases' first, in order) and options."""
 
     def __init__(self, cls: type, fields: dict[str, tuple[str, _Field]], frozen: bool, eq: bool,
-                 repr_: bool) -> None:
+                 repr_: bool, kw_only: bool) -> None:
         self.cls: type = cls
         self.fields = fields
-        self.frozen, self.eq, self.repr = frozen, eq, repr_
+        self.frozen, self.eq, self.repr, self.kw_only = frozen, eq, repr_, kw_only
         self.names = tuple(fields)
+        self.positional = () if kw_only else self.names
 
 
-def _fields_of(cls: type) -> dict[str, tuple[str, _Field]]:
+def _fields_of(cls: type, kw_only: bool) -> dict[str, tuple[str, _Field]]:
     """Each field's (annotation, spec): the record bases' fields, then the class's own annotations."""
     out: dict[str, tuple[str, _Field]] = {}
     for base in reversed(cls.__mro__[1:]):
         spec = base.__dict__.get("__record__")
         if spec is not None:
+            if spec.fields and spec.kw_only != kw_only:
+                raise TypeError(f"record {cls.__qualname__}: kw_only differs from its base {base.__qualname__}'s")
             out.update(spec.fields)
         elif "__dataclass_fields__" in base.__dict__:
             raise TypeError(f"record {cls.__qualname__}: base {base.__qualname__} is a dataclass; "
@@ -104,6 +107,8 @@ def _fields_of(cls: type) -> dict[str, tuple[str, _Field]]:
 
 
 def _check_order(spec: _Spec) -> None:
+    if spec.kw_only:
+        return
     seen_default = None
     for name, (_, f) in spec.fields.items():
         if f.default is not _MISSING or f.default_factory is not _MISSING:
@@ -114,17 +119,20 @@ def _check_order(spec: _Spec) -> None:
 
 def _init_fn(spec: _Spec) -> Callable[..., None]:
     names, n, qual = spec.names, len(spec.names), spec.cls.__qualname__
+    positional, n_pos = spec.positional, len(spec.positional)
     known = frozenset(names)
     defaults = {k: f.default for k, (_, f) in spec.fields.items() if f.default is not _MISSING}
     factories = {k: f.default_factory for k, (_, f) in spec.fields.items() if f.default_factory is not _MISSING}
     post_init = hasattr(spec.cls, "__post_init__")
-    required = sum(1 for k in names if k not in defaults and k not in factories)
+    required = sum(1 for k in positional if k not in defaults and k not in factories)
+    kind = "keyword-only" if spec.kw_only else "positional"
 
     def slow(d: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if len(args) > n:
-            takes = f"from {required + 1} to {n + 1}" if required < n else f"{n + 1}"
-            raise TypeError(f"{qual}.__init__() takes {takes} positional arguments but {len(args) + 1} were given")
-        given = dict(zip(names, args, strict=False))
+        if len(args) > n_pos:
+            takes = f"from {required + 1} to {n_pos + 1}" if required < n_pos else f"{n_pos + 1}"
+            raise TypeError(f"{qual}.__init__() takes {takes} positional argument{'s' if takes != '1' else ''} "
+                            f"but {len(args) + 1} were given")
+        given = dict(zip(positional, args, strict=False))
         for k, v in kwargs.items():
             if k not in known:
                 raise TypeError(f"{qual}.__init__() got an unexpected keyword argument {k!r}")
@@ -134,14 +142,14 @@ def _init_fn(spec: _Spec) -> Callable[..., None]:
         missing = [k for k in names if k not in given and k not in defaults and k not in factories]
         if missing:
             listed = " and ".join(", ".join(repr(k) for k in missing).rsplit(", ", 1))
-            raise TypeError(f"{qual}.__init__() missing {len(missing)} required positional argument"
+            raise TypeError(f"{qual}.__init__() missing {len(missing)} required {kind} argument"
                             f"{'s' if len(missing) > 1 else ''}: {listed}")
         for k in names:
             d[k] = given[k] if k in given else defaults[k] if k in defaults else factories[k]()
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         d = self.__dict__
-        if len(args) == n:
+        if len(args) == n_pos and n_pos:
             if kwargs:
                 slow(d, args, kwargs)
             else:
@@ -245,7 +253,7 @@ def _upgrade(spec: _Spec) -> None:
                           "__annotations__": {k: ann for k, (ann, _) in spec.fields.items()}}
     for k, (_, f) in spec.fields.items():
         ns[k] = dataclasses.field(**f.options())
-    model: Any = dataclasses.dataclass(frozen=spec.frozen, eq=spec.eq, repr=spec.repr)(
+    model: Any = dataclasses.dataclass(frozen=spec.frozen, eq=spec.eq, repr=spec.repr, kw_only=spec.kw_only)(
         type(spec.cls.__name__, (), ns))
     setattr(spec.cls, "__dataclass_params__", model.__dataclass_params__)  # noqa: B010
     setattr(spec.cls, "__dataclass_fields__", model.__dataclass_fields__)  # noqa: B010
@@ -274,17 +282,17 @@ def _install(spec: _Spec) -> None:
         setattr_, delattr_ = _frozen_fns(spec)
         setattr(cls, "__setattr__", setattr_)  # noqa: B010
         setattr(cls, "__delattr__", delattr_)  # noqa: B010
-    put("__match_args__", spec.names)
+    put("__match_args__", spec.positional)
     setattr(cls, "__dataclass_fields__", _Fields(spec, "__dataclass_fields__"))  # noqa: B010
     setattr(cls, "__dataclass_params__", _Fields(spec, "__dataclass_params__"))  # noqa: B010
 
 
 def _record(cls: type[_T] | None = None, /, *, frozen: bool = False, eq: bool = True,
-            repr: bool = True) -> Any:  # noqa: A002
+            repr: bool = True, kw_only: bool = False) -> Any:  # noqa: A002
     def wrap(c: type[_T]) -> type[_T]:
         if "__slots__" in c.__dict__:
             raise TypeError(f"record {c.__qualname__}: __slots__ is not supported; use dataclass")
-        spec = _Spec(c, _fields_of(c), frozen, eq, repr)
+        spec = _Spec(c, _fields_of(c, kw_only), frozen, eq, repr, kw_only)
         _check_order(spec)
         setattr(c, "__record__", spec)  # noqa: B010
         _install(spec)
@@ -293,10 +301,18 @@ def _record(cls: type[_T] | None = None, /, *, frozen: bool = False, eq: bool = 
     return wrap if cls is None else wrap(cls)
 
 
-def fields_of(cls: type) -> tuple[tuple[str, Any, dict[str, Any]], ...]:
-    """Each field of a record class as (name, annotation, metadata), in order, without making ``Field`` objects."""
-    spec: _Spec = cls.__dict__["__record__"]
-    return tuple((k, ann, f.metadata or {}) for k, (ann, f) in spec.fields.items())
+def fields_of(cls: type) -> tuple[tuple[str, Any, dict[str, Any], bool], ...]:
+    """Each field of a dataclass as (name, annotation, metadata, required), in order: for a record without
+    making ``Field`` objects, for any other dataclass from ``dataclasses.fields``."""
+    spec: _Spec | None = cls.__dict__.get("__record__")
+    if spec is None:
+        import dataclasses
+
+        return tuple((f.name, f.type, dict(f.metadata),
+                      f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                     for f in dataclasses.fields(cls))
+    return tuple((k, ann, f.metadata or {}, f.default is _MISSING and f.default_factory is _MISSING)
+                 for k, (ann, f) in spec.fields.items())
 
 
 def is_record(t: object) -> TypeGuard[type[Any]]:

@@ -14,7 +14,7 @@ import pickle
 import subprocess
 import sys
 import threading
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -99,7 +99,7 @@ def test_dataclasses_functions_see_genuine_fields() -> None:
     assert dataclasses.astuple(p) == dataclasses.astuple(q)
     assert repr(dataclasses.replace(p, y=5)) == repr(dataclasses.replace(q, y=5)) == repr(rec.replace(p, y=5))
     assert rc.__dataclass_params__.frozen is True  # type: ignore[attr-defined]
-    assert [name for name, _, _ in rec.fields_of(rc)] == [f.name for f in dataclasses.fields(dc)]
+    assert [name for name, _, _, _ in rec.fields_of(rc)] == [f.name for f in dataclasses.fields(dc)]
 
 
 def test_a_record_is_hashed_the_same_before_and_after_its_fields_are_made() -> None:
@@ -200,3 +200,22 @@ def test_records_pickle_across_processes_and_define_without_dataclasses() -> Non
     r = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(e), capture_output=True, timeout=60,
                        check=True)
     assert r.stdout.decode().split() == ["False", "{'a':", "[1]}", "11", "True"]
+
+
+KW_CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+    ((), {"a": 1}), ((), {"a": 1, "b": "x"}), ((1,), {}), ((), {}), ((), {"b": "x"}), ((), {"a": 1, "c": 2}),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs"), KW_CALLS, ids=range(len(KW_CALLS)))
+def test_keyword_only_records_construct_and_refuse_as_dataclass_does(args: tuple[Any, ...],
+                                                                     kwargs: dict[str, Any]) -> None:
+    """A kw_only record (the event payload classes) takes its fields by keyword only, a required one after a
+    defaulted one included: the same repr or error as the kw_only dataclass; fields() agree, no match args."""
+    body: dict[str, Any] = {"__module__": __name__, "__qualname__": "Kw",
+                            "__annotations__": {"b": "str | None", "a": "int"}, "b": None}
+    dc = dataclasses.dataclass(frozen=True, kw_only=True)(type("Kw", (), dict(body)))
+    rc = rec.record(frozen=True, kw_only=True)(type("Kw", (), dict(body)))
+    assert _outcome(lambda: rc(*args, **kwargs)) == _outcome(lambda: dc(*args, **kwargs))
+    assert [(f.name, f.kw_only) for f in dataclasses.fields(rc)] == [(f.name, f.kw_only) for f in dataclasses.fields(dc)]
+    assert rc.__match_args__ == dc.__match_args__ == ()  # type: ignore[attr-defined]
