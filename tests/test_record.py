@@ -14,7 +14,7 @@ import pickle
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import Any, ClassVar  # noqa: F401  (dataclasses reads the annotation "ClassVar[str]" through this name)
 
 import pytest
 
@@ -219,3 +219,20 @@ def test_keyword_only_records_construct_and_refuse_as_dataclass_does(args: tuple
     assert _outcome(lambda: rc(*args, **kwargs)) == _outcome(lambda: dc(*args, **kwargs))
     assert [(f.name, f.kw_only) for f in dataclasses.fields(rc)] == [(f.name, f.kw_only) for f in dataclasses.fields(dc)]
     assert rc.__match_args__ == dc.__match_args__ == ()  # type: ignore[attr-defined]
+
+
+def test_a_dataclass_may_subclass_a_record_payload_base() -> None:
+    """A payload class still written with dataclasses.dataclass on the record base Payload gets its fields
+    and schema as before: the required field checked, extras dropped by parse, the optional one null."""
+    from agent.errors import PayloadError
+    from agent.events.payload import Payload
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Legacy(Payload):
+        a: int
+        b: str | None = None
+
+    assert [(s.name, s.type, s.required) for s in Legacy.fields_of()] == [("a", "int", True), ("b", "str?", False)]
+    assert repr(Legacy.parse("k", {"a": 2, "z": 1})).endswith("Legacy(a=2, b=None)")
+    with pytest.raises(PayloadError, match="missing required field 'a'"):
+        Legacy.check("k", {})
