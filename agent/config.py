@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from agent import logsetup
 from agent.errors import ConfigError
-from agent.record import field, fields_of, is_record, record, replace
+from agent.record import asdict, field, fields_of, is_record, record, replace
 from agent.secrets import Secret
 
 if TYPE_CHECKING:  # the scheduler loads when a cron expression is read, not with every command
@@ -369,9 +369,7 @@ class Settings:
         return self.path(self.prompts_dir) if self.prompts_dir else None
 
     def to_dict(self) -> dict[str, Any]:
-        import dataclasses  # its Field objects are made for this, not for every command
-
-        d = dataclasses.asdict(self)
+        d = asdict(self)
         d.pop("source_path", None)
         return d
 

@@ -107,11 +107,11 @@ def test_commands_define_their_records_and_payloads_without_dataclasses(tmp_path
     """alerts list and directives exit 0 without importing dataclasses (nor inspect, which it brings) or
     hashlib (OpenSSL); status and knowledge list (which hash the knowledge files), log verify and say (which
     hashes the event it appends, checked against its payload class) load hashlib but not dataclasses; then
-    config show, which takes the settings apart with dataclasses.asdict, loads it (the probe sees the module
-    when it is there)."""
+    context, which renders a request through modules that still define dataclasses, loads it (the probe
+    sees the module when it is there)."""
     cfg = _setup(tmp_path)
     commands = [*READS, ["say", "a note"]]
-    got = _probe(cfg, [*commands, ["config", "show"]], DEFINING)
+    got = _probe(cfg, [*commands, ["context"]], DEFINING)
     hashing = (["status"], ["knowledge", "list"], ["log", "verify"], ["say", "a note"])
     assert [(argv, code, loaded) for argv, code, loaded in got[:-1]] == [
         (argv, 0, ["hashlib"] if argv in hashing else []) for argv in commands]
