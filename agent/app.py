@@ -6,7 +6,6 @@ made the same way everywhere (and closed in one place).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.errors import ConfigError, LogError
+from agent.record import asdict
 
 if TYPE_CHECKING:  # the log, the clients and the model SDK load only when a command uses them
     from agent.clients.demand import DemandClient
@@ -187,7 +187,7 @@ class App:
 
     def policy_dict(self) -> dict[str, Any]:
         """The fleet policy as the system prompt states it (what code enforces)."""
-        d = dataclasses.asdict(self.settings.policy)
+        d = asdict(self.settings.policy)
         f = self.settings.fleet
         d["fleet_template"] = {"image": f.image, "disk_gb": f.disk_gb, "label_prefix": f.label_prefix}
         return d

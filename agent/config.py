@@ -12,7 +12,6 @@ Search order: ``--config PATH``, ``$FLEET_AGENT_CONFIG``, ``./config.yaml``,
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -20,13 +19,13 @@ import re
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from agent import logsetup
 from agent.errors import ConfigError
+from agent.record import asdict, field, fields_of, is_record, record, replace
 from agent.secrets import Secret
 
 if TYPE_CHECKING:  # the scheduler loads when a cron expression is read, not with every command
@@ -56,7 +55,7 @@ _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SecretRef:
     """Where a secret comes from. The value itself is never in the YAML."""
 
@@ -81,7 +80,7 @@ class _KeyFrom:
 # ------------------------------------------------------------------ the settings
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LoggingSettings:
     """``logging:`` how much the daemon says, and in which form."""
 
@@ -89,7 +88,7 @@ class LoggingSettings:
     format: LogFormat = "auto"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ScheduleSettings:
     """``schedule:`` when ticks run and how long they may take."""
 
@@ -105,7 +104,7 @@ class ScheduleSettings:
     stop_deadline: Duration = Duration(60)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VastSettings(_KeyFrom):
     """``vast:`` the vast.ai API and where its key comes from."""
 
@@ -127,14 +126,14 @@ class VastSettings(_KeyFrom):
     settle_after: Duration = Duration(300)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DemandSettings:
     """``demand:`` the job queue whose pending count says how much capacity is wanted."""
 
     url: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModelSettings(_KeyFrom):
     """``model:`` the model that decides, its server, its key and its sampling settings."""
 
@@ -153,7 +152,7 @@ class ModelSettings(_KeyFrom):
     text_tool_calls: TextToolCalls = "reject"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ContextSettings:
     """``context:`` the token budget of each request and when the conversation is compacted."""
 
@@ -181,7 +180,7 @@ class ContextSettings:
     memory_max_tokens: int = 2000
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FleetSettings:
     """``fleet:`` what runs on every rented machine (the model cannot change it)."""
 
@@ -194,7 +193,7 @@ class FleetSettings:
     search_limit: int = 10  # offers search_offers shows the model
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PolicySettings:
     """``policy:`` the limits code enforces on every call that changes the fleet."""
 
@@ -217,7 +216,7 @@ class PolicySettings:
     host_failure_exclusion: Duration = Duration(86400)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AlertSettings:
     """``alerts:`` when an alert opens, and the command told about it."""
 
@@ -236,7 +235,7 @@ class AlertSettings:
     repeat_after: Duration = Duration(4 * 3600)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HttpSettings:
     """``http:`` the metrics, health and console endpoint the daemon (and ``fleet-agent web``) serves."""
 
@@ -255,7 +254,7 @@ class HttpSettings:
         return SecretRef(None, self.token_file, self.token_credential)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StorageSettings:
     """``storage:`` where the event log lives (a SQLite file, the default, or a PostgreSQL database), and
     its tiers: old months move into sealed segment files (agent/store/archive.py)."""
@@ -299,7 +298,7 @@ class StorageSettings:
         return SecretRef(self.password_env, self.password_file, self.password_credential)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Settings:
     """The whole configuration file, validated; paths resolve against the file's directory."""
 
@@ -370,7 +369,7 @@ class Settings:
         return self.path(self.prompts_dir) if self.prompts_dir else None
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        d = asdict(self)
         d.pop("source_path", None)
         return d
 
@@ -862,13 +861,12 @@ def _field_types(cls: type) -> dict[str, object]:
     ``from __future__ import annotations``) evaluated in this module, once per distinct text (a config
     has ~100 fields of ~20 types; get_type_hints compiles every annotation of every class afresh)."""
     out: dict[str, object] = {}
-    for f in dataclasses.fields(cls):
-        t = f.type
+    for name, t, _, _ in fields_of(cls):
         if isinstance(t, str):
             if t not in _TYPES:
                 _TYPES[t] = eval(t, globals())  # noqa: S307  (this module's own annotations)
             t = _TYPES[t]
-        out[f.name] = t
+        out[name] = t
     return out
 
 
@@ -877,14 +875,14 @@ def _build(cls: type[_D], data: object, path: tuple[str, ...], loc: _Loc) -> _D:
     if not isinstance(data, dict):
         raise ConfigError(f"{loc.at(path)}: {dotted}: expected a mapping of settings, got {data!r}"[:300])
     hints = _field_types(cls)
-    fields = [f.name for f in dataclasses.fields(typing.cast(Any, cls)) if not f.metadata.get("internal")]
+    fields = [name for name, _, meta, _ in fields_of(cls) if not meta.get("internal")]
     kwargs: dict[str, object] = {}
     for key, value in data.items():
         if key not in fields:
             raise _unknown_key(key, path, fields, loc)
         kpath = path + (key,)
         t = hints[key]
-        if isinstance(t, type) and dataclasses.is_dataclass(t):
+        if is_record(t):
             kwargs[key] = _build(t, value if value is not None else {}, kpath, loc)
         else:
             kwargs[key] = _coerce(value, t, loc.at(kpath), ".".join(kpath))
@@ -1063,7 +1061,7 @@ def parse(text: str, file: str = "<config>") -> Settings:
     data, loc = _parse_yaml(text, file)
     s = _build(Settings, data, (), loc)
     _check(s, loc)
-    return dataclasses.replace(s, source_path=None if file.startswith("<") else file)
+    return replace(s, source_path=None if file.startswith("<") else file)
 
 
 def find_config(explicit: str | None, env: typing.Mapping[str, str] | None = None) -> Path:

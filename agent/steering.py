@@ -12,10 +12,8 @@ overrides in force applied; the tool pipeline checks every call against it.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +21,8 @@ from agent.config import PolicySettings, Settings
 from agent.errors import UsageError
 from agent.events import Event
 from agent.policy import norm_gpu
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
+from agent.record import replace
 from agent.store.log import EventLog, utc_ts
 
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m|h|d|w)\s*$")
@@ -184,7 +184,7 @@ def active_overrides(log: EventLog) -> dict[str, Override]:
 def effective_policy(settings: Settings, log: EventLog) -> PolicySettings:
     """The config's policy with every override in force applied."""
     changes = {k: o.value for k, o in active_overrides(log).items() if k in OVERRIDABLE}
-    return dataclasses.replace(settings.policy, **changes) if changes else settings.policy
+    return replace(settings.policy, **changes) if changes else settings.policy
 
 
 def set_override(log: EventLog, settings: Settings, key: str, raw: str, *, by: str, reason: str,

@@ -8,11 +8,11 @@ fits the window, so a compaction never produces a thread the server refuses agai
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from agent import feedback, logsetup
 from agent.config import ContextSettings
+from agent.record import replace
 from agent.store.log import EventLog
 
 log_ = logsetup.get_logger(__name__)
@@ -40,7 +40,7 @@ def effective_context(log: EventLog, settings: Any) -> ContextSettings:
     budget = budget_for(int(latest["window"]), cs, int(settings.model.max_output_tokens))
     if budget >= cs.budget_tokens:
         return cs
-    return dataclasses.replace(cs, budget_tokens=max(budget, 2 * cs.output_reserve + 1))
+    return replace(cs, budget_tokens=max(budget, 2 * cs.output_reserve + 1))
 
 
 def learn_window(log: EventLog, settings: Any, window: int, source: str, tick: int | None) -> ContextSettings:

@@ -18,7 +18,13 @@ installed package runs from its compiled ``.pyc`` files, even when the calling e
 ``PYTHONDONTWRITEBYTECODE``; one untimed run of each command fills the cache first.
 ``--source`` measures with caching off instead (every module compiled from source each time).
 
-    python bench/cli.py [--runs 15] [--installed] [--source]
+A first line per install times the standard modules every command imports before fleet-agent's own (the
+console script's ``re``, argparse, json, pathlib, typing, the SQLite driver) against the same baseline.
+
+``--against REV`` instead times regular installs of this checkout and of a git revision of it (``main``,
+a commit), each command of both taking turns with the baseline: a before/after pair under the same load.
+
+    python bench/cli.py [--runs 15] [--installed] [--source] [--against REV]
 """
 
 from __future__ import annotations
@@ -47,13 +53,19 @@ def _cli(py: str, script: str, cfg: Path, argv: list[str]) -> list[str]:
     return [py, script, "--config", str(cfg), *argv]
 
 
-def _regular_install(root: Path) -> tuple[str, str]:
-    """A regular (not editable) install of this checkout in a new venv under ``root``, its dependencies
-    read from this venv's site-packages (a path in a ``.pth`` file: that directory's own ``.pth`` files, the
-    editable finder among them, do not run). Returns the venv's python and the console script."""
+def _regular_install(root: Path, rev: str | None = None) -> tuple[str, str]:
+    """A regular (not editable) install of this checkout (or of its git revision ``rev``) in a new venv under
+    ``root``, its dependencies read from this venv's site-packages (a path in a ``.pth`` file: that
+    directory's own ``.pth`` files, the editable finder among them, do not run). Returns the venv's python
+    and the console script."""
     src = root / "src"
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info", "__pycache__",
-                                                             "fleet-data", "demo-run"))
+    if rev is None:
+        shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "*.egg-info",
+                                                                 "__pycache__", "fleet-data", "demo-run"))
+    else:
+        src.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = str(venv / "bin" / "python")
@@ -81,9 +93,22 @@ def _heavy(cmd: list[str]) -> list[str]:
 _ENV = dict(os.environ)
 
 
+# What any command here imports before its own code: the console script's re, then argparse, json, pathlib,
+# typing and the SQLite driver. Printed as a second line of reference: the part of the ratio no change to
+# fleet-agent's own modules can remove.
+FLOOR = "import re, argparse, json, pathlib, typing, pysqlite3.dbapi2"
+
+
 def _measure(label: str, py: str, script: str, cfg: Path, runs: int) -> None:
     baseline = [py, "-c", "import sqlite3"]
     print(f"{label} install ({py}):")
+    floor, base = [], []
+    for _ in range(runs):
+        base.append(_wall(baseline))
+        floor.append(_wall([py, "-c", FLOOR]))
+    f50, b50 = statistics.median(floor) * 1e3, statistics.median(base) * 1e3
+    print(f"  {'(stdlib floor)':<14} p50 {f50:7.1f} ms   import sqlite3 p50 {b50:6.1f} ms   ratio {f50 / b50:5.2f}"
+          f"   ({FLOOR.removeprefix('import ')})")
     for argv_ in COMMANDS:
         _wall(baseline)
         _wall(_cli(py, script, cfg, argv_))  # fills the bytecode cache; not timed
@@ -96,12 +121,31 @@ def _measure(label: str, py: str, script: str, cfg: Path, runs: int) -> None:
               f"   imports {','.join(_heavy(_cli(py, script, cfg, argv_))) or '-'}")
 
 
+def _measure_against(rev: str, before: tuple[str, str], after: tuple[str, str], cfg: Path, runs: int) -> None:
+    """Each command of two regular installs, ``rev`` and this checkout, taking turns with the baseline."""
+    baseline = [after[0], "-c", "import sqlite3"]
+    print(f"regular installs, {rev} against this checkout:")
+    for argv_ in COMMANDS[:-1]:
+        old, new = _cli(*before, cfg, argv_), _cli(*after, cfg, argv_)
+        _wall(old), _wall(new)  # fill the bytecode cache; not timed
+        t: dict[str, list[float]] = {"base": [], "old": [], "new": []}
+        for _ in range(runs):
+            t["base"].append(_wall(baseline))
+            t["old"].append(_wall(old))
+            t["new"].append(_wall(new))
+        b50, o50, n50 = (statistics.median(t[k]) * 1e3 for k in ("base", "old", "new"))
+        print(f"  {' '.join(argv_):<14} import sqlite3 p50 {b50:6.1f} ms   {rev} p50 {o50:7.1f} ms ratio "
+              f"{o50 / b50:5.2f}   this checkout p50 {n50:7.1f} ms ratio {n50 / b50:5.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--installed", action="store_true",
                     help="also measure a regular (not editable) install of this checkout in a new venv")
     ap.add_argument("--source", action="store_true", help="bytecode caching off: compile every module each run")
+    ap.add_argument("--against", metavar="REV", help="instead: regular installs of this checkout and of git "
+                    "revision REV, each command of both taking turns with the baseline (a before/after pair)")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="fleet-agent-bench-") as d:
         env_dir = Path(d)
@@ -118,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise_alert(log, key=f"bench:{n}", severity="warning", title=f"bench alert {n}", tick=1)
         _ENV.setdefault("VAST_API_KEY", "bench")
         print(f"bytecode: {'off (compiled from source each run)' if a.source else 'cached, as installed'}")
+        if a.against:
+            _measure_against(a.against, _regular_install(env_dir / "against", a.against),
+                             _regular_install(env_dir / "regular"), cfg, a.runs)
+            return 0
         _measure("editable", sys.executable, script, cfg, a.runs)
         if a.installed:
             _measure("regular", *_regular_install(env_dir / "regular"), cfg, a.runs)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import config
+from agent import __version__, config
 from agent.cli import COMMAND_GROUPS, CORE_COMMANDS, build_parser, command_of, group_module, main
 from agent.feedback import raise_alert
 from agent.store.log import EventLog
@@ -98,6 +98,46 @@ def test_commands_that_read_read_models_load_no_stdlib_they_do_not_use(tmp_path:
     got = _probe(cfg, [*READS, ["say", "a note"]], STDLIB)
     assert [(argv, code, loaded) for argv, code, loaded in got[:-1]] == [(argv, 0, []) for argv in READS]
     assert got[-1][1] == 0 and "getpass" in got[-1][2]
+
+
+DEFINING = ("dataclasses", "inspect", "hashlib")
+
+
+def test_commands_define_their_records_and_payloads_without_dataclasses(tmp_path: Path) -> None:
+    """alerts list and directives exit 0 without importing dataclasses (nor inspect, which it brings) or
+    hashlib (OpenSSL); status and knowledge list (which hash the knowledge files), log verify and say (which
+    hashes the event it appends, checked against its payload class) load hashlib but not dataclasses; then
+    context, which renders a request through modules that still define dataclasses, loads it (the probe
+    sees the module when it is there)."""
+    cfg = _setup(tmp_path)
+    commands = [*READS, ["say", "a note"]]
+    got = _probe(cfg, [*commands, ["context"]], DEFINING)
+    hashing = (["status"], ["knowledge", "list"], ["log", "verify"], ["say", "a note"])
+    assert [(argv, code, loaded) for argv, code, loaded in got[:-1]] == [
+        (argv, 0, ["hashlib"] if argv in hashing else []) for argv in commands]
+    assert got[-1][1] == 0 and "dataclasses" in got[-1][2]
+
+
+_VERSION = """
+import sys
+from agent.cli import main
+try:
+    main(["--version"])
+except SystemExit as e:
+    print("exit", e.code, sorted(m for m in sys.modules if m.startswith("agent.cli.")))
+"""
+
+
+def test_version_answers_without_loading_a_command_group() -> None:
+    """--version prints what the full parser prints and exits 0, with no command group module imported
+    (the full parser imports every one of them)."""
+    r = subprocess.run([sys.executable, "-c", _VERSION], capture_output=True, text=True, timeout=60, check=True)
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["--version"])
+    assert e.value.code == 0
+    version, tail = r.stdout.splitlines()
+    assert version == f"fleet-agent {__version__}"
+    assert tail == "exit 0 ['agent.cli.args', 'agent.cli.output']"
 
 
 def test_the_group_table_names_exactly_the_commands_each_group_registers() -> None:

@@ -65,6 +65,22 @@ def test_escapes_look_like_cat_v():
     assert line("plain text, é and → stay") == "plain text, é and → stay"
 
 
+def test_every_character_made_visible_is_one_isprintable_refuses():
+    """Printable text skips the scan (output._safe), so every code point the three patterns match must be one
+    str.isprintable() refuses: else a printable string holding it would pass through unescaped. The newline
+    and tab that text() and json_text() keep are the only refused characters their patterns leave alone."""
+    import re
+
+    from agent.cli import output
+
+    for pattern, kept in ((output._UNSAFE_LINE, ""), (output._UNSAFE_TEXT, "\n\t"), (output._UNSAFE_JSON, "\n")):
+        rx = re.compile(pattern)
+        matched = [c for c in map(chr, range(0x110000)) if rx.fullmatch(c)]
+        assert len(matched) > 100 and not [c for c in matched if c.isprintable()]
+        assert all(rx.fullmatch(c) is None for c in kept)
+    assert line("a\x85b") == "a<U+0085>b" and line("a\xa0b") == "a\xa0b"  # NBSP: refused, not matched, kept
+
+
 @pytest.fixture
 def hostile(tmp_path, sim, make_app, fake_model) -> Path:
     """A data directory whose log holds the whole corpus: model answers and alert titles from a

@@ -429,7 +429,8 @@ def _untranslated() -> None:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command-line parser: every command, or with ``only`` (a top-level command name) only the
-    commands of its group (the core ones, or one module's), which is all a run of it needs to import."""
+    commands of its group (the core ones, or one module's), which is all a run of it needs to import;
+    ``only=""`` gives the top-level options alone (all ``--version`` needs)."""
     _untranslated()
     p = _Parser(prog="fleet-agent", description="Run a vast.ai GPU fleet with an LLM in the loop, on an "
                 "append-only, replayable event log.")
@@ -558,7 +559,7 @@ def command_of(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(command_of(argv)).parse_args(argv)
+    args = build_parser("" if argv == ["--version"] else command_of(argv)).parse_args(argv)
     handler: Callable[[argparse.Namespace, App | None], int] = args.func
     app: App | None = None
     try:

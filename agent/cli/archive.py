@@ -4,7 +4,6 @@ archived, and where), `log prune` (delete local segment files that have a verifi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from agent.app import App
 from agent.cli import args as args_
 from agent.cli import output
 from agent.errors import UsageError
+from agent.record import asdict
 from agent.store.segments import Remote
 
 
@@ -38,8 +38,8 @@ def cmd_log_archive(args: argparse.Namespace, app: App) -> int:
     if args.json:
         output.out(output.json_text({"dry_run": args.dry_run, "before_ts": r.plan.before_ts,
                                      "covered_to": r.plan.covered_to, "cut_seq": r.plan.cut_seq,
-                                     "months": [dataclasses.asdict(m) for m in r.plan.months],
-                                     "sealed": [dataclasses.asdict(s) for s in r.sealed]}, sort_keys=True))
+                                     "months": [asdict(m) for m in r.plan.months],
+                                     "sealed": [asdict(s) for s in r.sealed]}, sort_keys=True))
         return 0
     if not r.plan.months:
         output.out(f"nothing to archive: no whole month before {r.plan.before_ts[:19]}Z is covered by a summary "
@@ -62,7 +62,7 @@ def cmd_log_archive(args: argparse.Namespace, app: App) -> int:
 def cmd_log_segments(args: argparse.Namespace, app: App) -> int:
     segs = app.log.store.segments()
     if args.json:
-        output.out(output.json_text([dataclasses.asdict(s) for s in segs], sort_keys=True))
+        output.out(output.json_text([asdict(s) for s in segs], sort_keys=True))
         return 0
     if not segs:
         output.out("no archived segments: every event is in the database")

@@ -7,7 +7,6 @@ daemon's lock, so they all work while the daemon runs.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -20,6 +19,7 @@ from agent.cli import output
 from agent.cli.output import line
 from agent.errors import FleetAgentError, UsageError
 from agent.events import render
+from agent.record import asdict
 from agent.store.log import utc_ts
 
 
@@ -56,7 +56,7 @@ def _alerts(app: App, *, all_: bool) -> list[dict[str, Any]]:
 
 
 def _with_silence(a: Any, s: Any) -> dict[str, Any]:
-    return {**dataclasses.asdict(a), "silenced_until": s.until_ts if s else None, "silence_id": s.id if s else None}
+    return {**asdict(a), "silenced_until": s.until_ts if s else None, "silence_id": s.id if s else None}
 
 
 def _alert_fields(app: App, alert_id: int) -> dict[str, Any] | None:
@@ -141,7 +141,7 @@ def cmd_alerts_silences(args: argparse.Namespace, app: App) -> int:
     rows = []
     for s in app.log.store.silences(now_ts=None if args.all else now):
         state = "lifted" if s.lifted_seq is not None else "expired" if s.until_ts <= now else "active"
-        rows.append({**dataclasses.asdict(s), "state": state})
+        rows.append({**asdict(s), "state": state})
     if args.json:
         _print(output.json_text(rows, indent=2))
         return 0

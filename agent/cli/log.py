@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 from agent.app import App
 from agent.cli import output
 from agent.errors import ConfigError, UsageError
+from agent.record import asdict
 from agent.store.target import LogLocation, PgTarget, is_pg_url
 
 
@@ -40,7 +40,7 @@ def cmd_log_migrate(args: argparse.Namespace, app: App) -> int:
     target = _location(app, args.to, "--to")
     r = migrate(source, target)
     if args.json:
-        output.out(output.json_text(dataclasses.asdict(r), sort_keys=True))
+        output.out(output.json_text(asdict(r), sort_keys=True))
         return 0
     output.out(f"migrated {r.events} events from {output.line(r.source)} to {output.line(r.target)}: both verify "
                f"to head {r.head_seq}:{r.head_hash}; read models rebuilt and checked")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 
 # C0 controls and DEL (tab and newline are handled per mode), C1 controls (U+0085 among them), soft
 # hyphen, Arabic letter mark, Mongolian vowel separator, zero-width and directional marks, line and
@@ -21,9 +22,24 @@ import sys
 # annotation, lone surrogates and tag characters.
 _INVISIBLE = ("\x80-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb"
               "\ud800-\udfff\U000e0000-\U000e007f")
-_UNSAFE_LINE = re.compile(f"[\x00-\x1f\x7f{_INVISIBLE}]")
-_UNSAFE_TEXT = re.compile(f"[\x00-\x08\x0b-\x1f\x7f{_INVISIBLE}]")  # keeps \t and \n
-_UNSAFE_JSON = re.compile(f"[{_INVISIBLE}]")  # json.dumps already escapes C0 controls
+_UNSAFE_LINE = f"[\x00-\x1f\x7f{_INVISIBLE}]"
+_UNSAFE_TEXT = f"[\x00-\x08\x0b-\x1f\x7f{_INVISIBLE}]"  # keeps \t and \n
+_UNSAFE_JSON = f"[{_INVISIBLE}]"  # json.dumps already escapes C0 controls
+_compiled: dict[str, re.Pattern[str]] = {}
+
+
+def _safe(s: str, pattern: str, repl: Callable[[re.Match[str]], str], keep: str = "") -> str:
+    """``re.sub(pattern, repl, s)``, the pattern compiled on first use. Every character a pattern matches is
+    one ``str.isprintable`` refuses, so text that is printable but for the characters in ``keep`` (which no
+    pattern given them matches) is returned as it is, unscanned: nearly every line, and no pattern compiled."""
+    plain = s
+    for c in keep:
+        plain = plain.replace(c, "")
+    if plain.isprintable():
+        return s
+    if pattern not in _compiled:
+        _compiled[pattern] = re.compile(pattern)
+    return _compiled[pattern].sub(repl, s)
 
 
 def _visible(m: re.Match[str]) -> str:
@@ -38,12 +54,12 @@ def _visible(m: re.Match[str]) -> str:
 
 def line(text: object) -> str:
     """``text`` as one terminal-safe line: newlines, tabs and every control character made visible."""
-    return _UNSAFE_LINE.sub(_visible, str(text))
+    return _safe(str(text), _UNSAFE_LINE, _visible)
 
 
 def text(s: object) -> str:
     """``s`` terminal-safe, keeping its newlines and tabs (for multi-line views like ``knowledge show``)."""
-    return _UNSAFE_TEXT.sub(_visible, str(s))
+    return _safe(str(s), _UNSAFE_TEXT, _visible, keep="\n\t")
 
 
 def _json_escape(m: re.Match[str]) -> str:
@@ -57,7 +73,7 @@ def _json_escape(m: re.Match[str]) -> str:
 def json_text(obj: object, **kwargs: object) -> str:
     """``json.dumps(obj, ensure_ascii=False, ...)`` with the invisible characters escaped as ``\\uXXXX``."""
     dumped = json.dumps(obj, ensure_ascii=False, **kwargs)  # type: ignore[arg-type]
-    return _UNSAFE_JSON.sub(_json_escape, dumped)
+    return _safe(dumped, _UNSAFE_JSON, _json_escape, keep="\n")
 
 
 def out(s: str = "") -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 
 SOURCES = ("scheduler", "model", "tool", "operator", "system")
 

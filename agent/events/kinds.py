@@ -11,7 +11,6 @@ and write its golden file (``UPDATE_GOLDEN=1``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from agent.events.event import Event, JsonArray, JsonObject, Message
 from agent.events.payload import Payload
@@ -24,6 +23,7 @@ from agent.events.rendering import (
     user,
 )
 from agent.events.vocabulary import Version, Vocabulary
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 
 VOCABULARY = Vocabulary()
 _define = VOCABULARY.define

@@ -3,13 +3,12 @@ context window, and a step the budget refused."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from agent.events.event import Event, JsonArray, Message
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import Payload
 from agent.events.rendering import inline, user
 from agent.events.vocabulary import Version
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 
 _define = VOCABULARY.define
 

@@ -8,13 +8,12 @@ reason included, which may quote vast.ai) is written ``inline``, so none can spe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from agent.events.event import Event, JsonArray, JsonObject, Message
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import Payload
 from agent.events.rendering import inline, ts_minute, user
 from agent.events.vocabulary import Version
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 
 _define = VOCABULARY.define
 

@@ -8,11 +8,10 @@ nothing more, so it never writes its own ``leader.lost``. Neither is shown to th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import Payload
 from agent.events.vocabulary import Version
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,13 +8,12 @@ for an operator's destroy (``operator.destroy``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from agent.events.event import Event, Message
 from agent.events.kinds import VOCABULARY
 from agent.events.payload import Payload
 from agent.events.rendering import inline, user
 from agent.events.vocabulary import Version
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 
 
 @dataclass(frozen=True, kw_only=True)

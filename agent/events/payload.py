@@ -13,13 +13,13 @@ carry extra keys: they are stored unchanged and ignored by the typed view.
 
 from __future__ import annotations
 
-import dataclasses
 import types
-from dataclasses import dataclass
 from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 
 from agent.errors import PayloadError
 from agent.events.event import JsonObject
+from agent.record import fields_of
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 
 _NAMES: dict[object, str] = {str: "str", int: "int", float: "float", bool: "bool", dict: "dict", list: "list",
                              object: "any", Any: "any"}
@@ -61,11 +61,10 @@ def _type_name(annotation: object) -> str:
 def _field_specs(cls: type) -> tuple[FieldSpec, ...]:
     hints = get_type_hints(cls)
     specs = []
-    for f in dataclasses.fields(cls):
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        spec = FieldSpec(f.name, _type_name(hints[f.name]), required)
+    for name, _, _, required in fields_of(cls):
+        spec = FieldSpec(name, _type_name(hints[name]), required)
         if not required and not spec.nullable:
-            raise TypeError(f"{cls.__name__}.{f.name}: an optional field may be null, so annotate it "
+            raise TypeError(f"{cls.__name__}.{name}: an optional field may be null, so annotate it "
                             f"'{spec.type} | None'")
         specs.append(spec)
     return tuple(sorted(specs, key=lambda s: not s.required))  # required first, each group in order
@@ -109,7 +108,7 @@ class Payload:
 
     @classmethod
     def fields_of(cls) -> tuple[FieldSpec, ...]:
-        if not cls.FIELDS and dataclasses.fields(cls):
+        if not cls.FIELDS and fields_of(cls):
             cls.FIELDS = _field_specs(cls)
         return cls.FIELDS
 

@@ -7,9 +7,9 @@ for a command that reads no such row, this record.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from agent.events.event import JsonObject
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,15 @@ hash chain covers them).
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
 from agent.errors import PayloadError
 from agent.events.event import Event, JsonObject, Message
 from agent.events.payload import FieldSpec, Payload
 from agent.events.stored import Stored as Stored  # its own module: a row is decoded without this one
+from agent.record import field, replace
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 
 P = TypeVar("P", bound=Payload)
 Renderer = Callable[[Event, Any], "Message | None"]
@@ -221,7 +221,7 @@ class Vocabulary:
         if event.version == k.version:
             return event
         payload = self.upcast_payload(event.kind, event.version, event.payload)
-        return dataclasses.replace(event, payload=payload, version=k.version)
+        return replace(event, payload=payload, version=k.version)
 
     def payload_of(self, event: Event) -> Payload:
         """The typed payload of ``event``, upcast to the current version of its kind."""

@@ -216,7 +216,8 @@ def apply_migrations(conn: sqlite3.Connection) -> list[str]:
     conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
     done = {r[0] for r in conn.execute("SELECT name FROM _migrations")}
     applied = []
-    for name, sql in migrations():
+    declared = migrations()  # schema.sql read and split once
+    for name, sql in declared:
         if name in done:
             continue
         with immediate(conn):
@@ -230,7 +231,7 @@ def apply_migrations(conn: sqlite3.Connection) -> list[str]:
                 (name,),
             )
         applied.append(name)
-    known = {n for n, _ in migrations()}
+    known = {n for n, _ in declared}
     newer = sorted({r[0] for r in conn.execute("SELECT name FROM _migrations")} - known)
     if newer:
         raise LogError(

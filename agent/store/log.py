@@ -12,9 +12,7 @@ reordering shows up in ``verify()``; a head file kept beside the database lets
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
-import hashlib
 import itertools
 import json
 import os
@@ -23,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
 from json.encoder import encode_basestring as _json_str
@@ -31,8 +28,11 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from agent import events as ev
+from agent import lazy
 from agent.errors import ChainBroken, LogError, PayloadError
 from agent.events import Event
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
+from agent.record import replace
 from agent.store import readmodels
 from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
@@ -40,8 +40,12 @@ from agent.store.segments import SegmentFiles
 from agent.store.target import PgTarget
 
 if TYPE_CHECKING:  # the tokenizer loads when an event's tokens are first counted, not with every command
+    import hashlib
+
     from agent.store.segment_types import Segment
     from agent.tokens import Tokenizer
+else:  # OpenSSL loads at the first hash (an append, a verify), not with every command
+    hashlib = lazy.module("hashlib", globals())
 
 GENESIS = "0" * 64
 _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
@@ -1139,9 +1143,9 @@ class EventLog:
                 continue
             bad = _anchor_mismatch(lambda s: self._row_at(conn, s), rec, r.head_seq, what)
             if bad is not None:
-                return dataclasses.replace(r, ok=False, first_bad_seq=bad[0], reason=bad[1])
+                return replace(r, ok=False, first_bad_seq=bad[0], reason=bad[1])
         if head is None and r.head_seq > 0 and not self.is_pg:
-            return dataclasses.replace(r, warnings=(f"no head file at {self.head_file}: deleting the newest events "
+            return replace(r, warnings=(f"no head file at {self.head_file}: deleting the newest events "
                                                     "cannot be detected without one",))
         return r
 

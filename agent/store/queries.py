@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.store.db import sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
 

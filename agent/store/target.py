@@ -7,11 +7,12 @@ config (agent/config.py) becomes one of these; ``EventLog`` takes either.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from agent.errors import ConfigError
+from agent.record import field
+from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.secrets import Secret
 
 PG_SCHEMES = ("postgresql", "postgres")
