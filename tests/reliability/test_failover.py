@@ -80,7 +80,8 @@ def test_standby_takes_over_after_kill9_and_settles_the_intent_before_its_first_
                                                "connection)")
             lost = fleet.events(took.seq - 2)[0]
             assert (lost.kind, lost.payload["holder"]) == ("leader.lost", first.payload["holder"])
-            assert fleet.events(took.seq)[0].kind == "daemon.started"
+            after = wait_for(lambda: fleet.events(took.seq), "the new active daemon's next event")
+            assert after[0].kind == "daemon.started"
             tick = wait_for(lambda: fleet.events(took.seq, ["tick.started"]), "the new active daemon to tick")[0]
             for intent in open_intents:
                 (settled,) = [e for e in fleet.events(intent.seq, ["tool.result"])
