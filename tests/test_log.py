@@ -192,6 +192,42 @@ def test_a_head_file_holding_something_longer_is_rewritten_to_the_one_record(sql
     assert sqlite_log.head_file.read_text() == f"{last.seq} {last.hash}\n"
 
 
+def _projected_batch() -> list[tuple[str, dict, str, int | None]]:
+    """Events of every shape a projector handles: runs of one statement (two alert repeats, three results),
+    writes a later read depends on (two changes of one knowledge file), a read-heavy tick.started."""
+    raised = {"alert_id": 1, "severity": "warning", "title": "low balance", "dedup_key": "bal", "raised_by": "system"}
+    doc = {"name": "a.md", "change": "added", "hash": "h", "size": 3, "text": "abc"}
+    obs = {"time": 100.0, "instances": [{"id": 7, "status": "running", "ours": 1}, {"id": 8, "status": "loading"}]}
+    return [
+        ("alert.raised", raised, "system", None),
+        ("alert.repeated", {"alert_id": 1, "count": 2}, "system", None),
+        ("alert.repeated", {"alert_id": 1, "count": 3}, "system", None),
+        ("memory.written", {"key": "k", "text": "v1"}, "model", 1),
+        ("memory.written", {"key": "k", "text": "v2"}, "model", 1),
+        ("tool.called", {"call_id": "c1", "name": "rent", "arguments": "{}", "side_effect": True,
+                         "idempotency_key": "fa-fleet-1-abc"}, "model", 1),
+        ("tool.result", {"call_id": "c1", "name": "rent", "ok": True,
+                         "effect": {"type": "rented", "instance_id": 42, "label": "fa-fleet-1-abc"}}, "tool", 1),
+        ("tool.result", {"call_id": "c2", "name": "search", "ok": True}, "tool", 1),
+        ("tool.result", {"call_id": "c3", "name": "search", "ok": False}, "tool", 1),
+        ("knowledge.changed", doc, "system", None),
+        ("knowledge.changed", {**doc, "change": "changed", "hash": "h2"}, "system", None),
+        ("tick.started", {"observation": obs}, "system", 2),
+        ("memory.deleted", {"key": "k"}, "model", 2),
+        ("operator.note", {"text": "pin me", "by": "bob", "pin": True}, "operator", None),
+    ]
+
+
+def test_a_batch_projects_as_its_events_one_by_one(log):
+    """A batch's read models (writes of one statement sent together, reads seeing every earlier write) equal
+    a rebuild from the log, which applies its events one at a time."""
+    log.append_many(_projected_batch())
+    assert log.rebuild_check() == []
+    assert [(k.version, k.hash) for k in log.store.knowledge_versions("a.md")] == [(1, "h"), (2, "h2")]
+    assert log.store.instance(42).status == "active"
+    assert not log.store.memory_has("k")
+
+
 def test_rebuild_check_matches_and_detects_drift(log):
     """Read models rebuilt from the log equal the live ones; a hand-edited read model shows as a difference,
     and rebuild() repairs it."""
