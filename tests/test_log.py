@@ -228,6 +228,31 @@ def test_a_batch_projects_as_its_events_one_by_one(log):
     assert not log.store.memory_has("k")
 
 
+def test_appends_from_two_connections_interleaved_stay_chained(log, new_log):
+    """A log that remembers its head between its own commits still chains onto what another connection
+    appended in between (single appends, batches, a rolled-back transaction), and the chain verifies."""
+    other = new_log("events") if log.is_pg else EventLog(log.path)
+    try:
+        order = ["a", "a", "b", "a", "b", "b", "a"]
+        for i, who in enumerate(order):
+            (log if who == "a" else other).append("operator.note", note(f"{who}{i}"), "operator")
+        other.append_many([("operator.note", note(f"batch {i}"), "operator", None) for i in range(3)])
+        with pytest.raises(RuntimeError), log.transaction() as tx:
+            tx.append("operator.note", note("rolled back"), "operator")
+            raise RuntimeError("undo")
+        log.append_many([("operator.note", note(f"mine {i}"), "operator", None) for i in range(2)])
+        other.append("operator.note", note("last"), "operator")
+        events = list(log.read())
+        assert [e.payload["text"] for e in events] == [f"{w}{i}" for i, w in enumerate(order)] + [
+            "batch 0", "batch 1", "batch 2", "mine 0", "mine 1", "last"]
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert all(b.prev_hash == a.hash for a, b in zip(events, events[1:], strict=False))
+        assert log.verify().ok
+    finally:
+        if not log.is_pg:
+            other.close()
+
+
 def test_rebuild_check_matches_and_detects_drift(log):
     """Read models rebuilt from the log equal the live ones; a hand-edited read model shows as a difference,
     and rebuild() repairs it."""

@@ -360,12 +360,10 @@ def _fts_text(text: str, pg: bool) -> str:
 class Transaction:
     """An open BEGIN IMMEDIATE transaction: read, then append, atomically."""
 
-    def __init__(self, log: EventLog, conn: sqlite3.Connection) -> None:
+    def __init__(self, log: EventLog, conn: sqlite3.Connection, head: tuple[int, str]) -> None:
         self.log = log
         self.conn = conn
-        row = conn.execute(_HEAD_SQL).fetchone()
-        self._seq: int = row[0] if row else 0
-        self._hash: str = row[1] if row else GENESIS
+        self._seq, self._hash = head
         self.appended: list[Event] = []
         self.after: list[Callable[[], object]] = []  # to run once this commits (``EventLog.after_commit``)
 
@@ -600,6 +598,9 @@ class EventLog:
         self._opened_ident = self._file_ident()  # the file this connection reads (follow notices a move)
         self.readonly = readonly
         self._head_fd: int | None = None
+        # (data_version, seq, hash) after this connection's last commit; _version: data_version at BEGIN
+        self._head_at_begin: tuple[int, int, str] | None = None
+        self._version: int | None = None
         self._held: list[Item] | None = None  # appends held for the next commit (see ``holding``)
         self._open: tuple[Transaction, int] | None = None  # the transaction in progress and its thread
         # Archived months (agent/store/archive.py): read through here, transparently.
@@ -677,7 +678,8 @@ class EventLog:
         held, self._held = self._held or [], ([] if self._held is not None else None)
         try:
             with immediate(self.conn):
-                tx = Transaction(self, self.conn)
+                tx = Transaction(self, self.conn, self._begun_head())
+                self._head_at_begin = None  # known again once this commits
                 self._open = (tx, threading.get_ident())
                 try:
                     if held:
@@ -687,6 +689,8 @@ class EventLog:
                         self.fence()
                 finally:
                     self._open = None
+            if self._version is not None:
+                self._head_at_begin = (self._version, tx._seq, tx._hash)
         except BaseException as e:
             if held and self._held is not None:
                 self._held[:0] = held  # not committed: still held, still first
@@ -699,6 +703,20 @@ class EventLog:
             self._write_head(tx.appended[-1])
         for fn in tx.after:
             fn()
+
+    def _begun_head(self) -> tuple[int, str]:
+        """(seq, hash) of the newest event, read in a transaction that holds the write lock. On SQLite it is
+        remembered from this connection's last commit while ``PRAGMA data_version`` says no other connection
+        committed since (one pragma instead of a search of the events table); a failed or rolled-back
+        transaction forgets it, and PostgreSQL always reads it."""
+        self._version = None
+        if not self.is_pg:
+            self._version = version = self.store.data_version()
+            known = self._head_at_begin
+            if known is not None and known[0] == version:
+                return known[1], known[2]
+        row = self.conn.execute(_HEAD_SQL).fetchone()
+        return (row[0], row[1]) if row else (0, GENESIS)
 
     @contextmanager
     def _joined(self, tx: Transaction) -> Iterator[Transaction]:
