@@ -676,9 +676,11 @@ class EventLog:
                 yield tx
             return
         held, self._held = self._held or [], ([] if self._held is not None else None)
+        conn = self.conn
         try:
-            with immediate(self.conn):
-                tx = Transaction(self, self.conn, self._begun_head())
+            conn.execute("BEGIN IMMEDIATE")  # agent.store.db.immediate, written out: one generator less a commit
+            try:
+                tx = Transaction(self, conn, self._begun_head())
                 self._head_at_begin = None  # known again once this commits
                 self._open = (tx, threading.get_ident())
                 try:
@@ -689,6 +691,11 @@ class EventLog:
                         self.fence()
                 finally:
                     self._open = None
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:  # SQLite may have rolled back already (a failed COMMIT, some I/O errors)
+                    conn.execute("ROLLBACK")
+                raise
             if self._version is not None:
                 self._head_at_begin = (self._version, tx._seq, tx._hash)
         except BaseException as e:
