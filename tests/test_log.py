@@ -456,6 +456,26 @@ def test_utc_ts_matches_isoformat_across_seconds(dt):
     assert utc_ts(dt.astimezone(timezone(timedelta(hours=5, minutes=30)))) == want
 
 
+def test_an_append_on_the_default_clock_stamps_now_in_utc_ts_form(log):
+    """An append on the log's default clock (stamped from the clock's nanoseconds, no datetime) gives each
+    event utc_ts's fixed-width text for a moment between the times read before and after it."""
+    import re
+
+    from agent.store import log as log_module
+    from agent.store.log import utc_ts
+
+    before = utc_ts()
+    log_module._TS_MEMO = (-1.5, "")  # the append formats its second itself, not from utc_ts's memo
+    events = [log.append("operator.note", note(), "operator")] + log.append_many(
+        [("operator.note", note(str(i)), "operator", None) for i in range(3)])
+    after = utc_ts()
+    for e in events:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", e.ts), e.ts
+        assert before <= e.ts <= after
+        assert datetime.fromisoformat(e.ts[:-1]).isoformat(timespec="microseconds") + "Z" == e.ts
+    assert [e.ts for e in events] == sorted(e.ts for e in events)
+
+
 def test_a_transaction_inside_another_joins_it_and_commits_with_it(log):
     """A transaction opened inside one this thread has open joins it: its appends are seen inside, are
     not in the file for another connection until the outer block ends, and commit with the outer one
