@@ -421,7 +421,10 @@ class Transaction:
 
     def _row(self, kind: str, payload: dict[str, Any], source: str, tick: int | None) -> tuple[tuple[Any, ...], Event]:
         """Validate, encode (once) and hash the next event: its row and the event; moves the head."""
-        current = ev.kind(kind).versions[-1]
+        spec = _APPENDING.get(kind)
+        if spec is None or ev.KINDS.get(kind) is not spec[0]:  # a kind given a new version since: look again
+            spec = _appending(kind)
+        _, current, kind_json = spec
         if source not in ev.SOURCES:
             raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
         current.payload.check(kind, payload)  # Kind.validate, without its lookups
@@ -437,7 +440,7 @@ class Transaction:
         clock = self.log.clock
         eid, ts = new_event_id(), _now_ts() if clock is _utc_now else utc_ts(clock())
         if tick is None or type(tick) is int:  # row_hash's header, built here for the usual types
-            header = f'[{seq},"{eid}","{ts}",{_json_str(kind)},{version},"{source}",{"null" if tick is None else tick},null]'
+            header = f'[{seq},"{eid}","{ts}",{kind_json},{version},"{source}",{"null" if tick is None else tick},null]'
             h = hashlib.sha256(f"{prev}\n{header}\n{payload_json}".encode()).hexdigest()
         else:
             h = row_hash(seq, eid, ts, kind, version, source, tick, payload_json, None, prev)
@@ -474,6 +477,16 @@ def _insert(conn: Any, rows: list[tuple[Any, ...]], *, pg: bool) -> None:
             i += n
     if i < len(rows):
         conn.execute(_INSERT_EVENT, rows[i])
+
+
+_APPENDING: dict[str, tuple[Any, Any, str]] = {}  # kind -> (its Kind, current version, name as JSON text)
+
+
+def _appending(kind: str) -> tuple[Any, Any, str]:
+    """What an append of ``kind`` needs, looked up once (PayloadError naming the nearest kind when unknown)."""
+    k = ev.kind(kind)
+    spec = _APPENDING[kind] = (k, k.versions[-1], _json_str(kind))
+    return spec
 
 
 def _index_from(conn: Any, done: int, head: int, *, pg: bool = False) -> int:
