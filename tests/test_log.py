@@ -192,6 +192,67 @@ def test_a_head_file_holding_something_longer_is_rewritten_to_the_one_record(sql
     assert sqlite_log.head_file.read_text() == f"{last.seq} {last.hash}\n"
 
 
+def _projected_batch() -> list[tuple[str, dict, str, int | None]]:
+    """Events of every shape a projector handles: runs of one statement (two alert repeats, three results),
+    writes a later read depends on (two changes of one knowledge file), a read-heavy tick.started."""
+    raised = {"alert_id": 1, "severity": "warning", "title": "low balance", "dedup_key": "bal", "raised_by": "system"}
+    doc = {"name": "a.md", "change": "added", "hash": "h", "size": 3, "text": "abc"}
+    obs = {"time": 100.0, "instances": [{"id": 7, "status": "running", "ours": 1}, {"id": 8, "status": "loading"}]}
+    return [
+        ("alert.raised", raised, "system", None),
+        ("alert.repeated", {"alert_id": 1, "count": 2}, "system", None),
+        ("alert.repeated", {"alert_id": 1, "count": 3}, "system", None),
+        ("memory.written", {"key": "k", "text": "v1"}, "model", 1),
+        ("memory.written", {"key": "k", "text": "v2"}, "model", 1),
+        ("tool.called", {"call_id": "c1", "name": "rent", "arguments": "{}", "side_effect": True,
+                         "idempotency_key": "fa-fleet-1-abc"}, "model", 1),
+        ("tool.result", {"call_id": "c1", "name": "rent", "ok": True,
+                         "effect": {"type": "rented", "instance_id": 42, "label": "fa-fleet-1-abc"}}, "tool", 1),
+        ("tool.result", {"call_id": "c2", "name": "search", "ok": True}, "tool", 1),
+        ("tool.result", {"call_id": "c3", "name": "search", "ok": False}, "tool", 1),
+        ("knowledge.changed", doc, "system", None),
+        ("knowledge.changed", {**doc, "change": "changed", "hash": "h2"}, "system", None),
+        ("tick.started", {"observation": obs}, "system", 2),
+        ("memory.deleted", {"key": "k"}, "model", 2),
+        ("operator.note", {"text": "pin me", "by": "bob", "pin": True}, "operator", None),
+    ]
+
+
+def test_a_batch_projects_as_its_events_one_by_one(log):
+    """A batch's read models (writes of one statement sent together, reads seeing every earlier write) equal
+    a rebuild from the log, which applies its events one at a time."""
+    log.append_many(_projected_batch())
+    assert log.rebuild_check() == []
+    assert [(k.version, k.hash) for k in log.store.knowledge_versions("a.md")] == [(1, "h"), (2, "h2")]
+    assert log.store.instance(42).status == "active"
+    assert not log.store.memory_has("k")
+
+
+def test_appends_from_two_connections_interleaved_stay_chained(log, new_log):
+    """A log that remembers its head between its own commits still chains onto what another connection
+    appended in between (single appends, batches, a rolled-back transaction), and the chain verifies."""
+    other = new_log("events") if log.is_pg else EventLog(log.path)
+    try:
+        order = ["a", "a", "b", "a", "b", "b", "a"]
+        for i, who in enumerate(order):
+            (log if who == "a" else other).append("operator.note", note(f"{who}{i}"), "operator")
+        other.append_many([("operator.note", note(f"batch {i}"), "operator", None) for i in range(3)])
+        with pytest.raises(RuntimeError), log.transaction() as tx:
+            tx.append("operator.note", note("rolled back"), "operator")
+            raise RuntimeError("undo")
+        log.append_many([("operator.note", note(f"mine {i}"), "operator", None) for i in range(2)])
+        other.append("operator.note", note("last"), "operator")
+        events = list(log.read())
+        assert [e.payload["text"] for e in events] == [f"{w}{i}" for i, w in enumerate(order)] + [
+            "batch 0", "batch 1", "batch 2", "mine 0", "mine 1", "last"]
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert all(b.prev_hash == a.hash for a, b in zip(events, events[1:], strict=False))
+        assert log.verify().ok
+    finally:
+        if not log.is_pg:
+            other.close()
+
+
 def test_rebuild_check_matches_and_detects_drift(log):
     """Read models rebuilt from the log equal the live ones; a hand-edited read model shows as a difference,
     and rebuild() repairs it."""
@@ -393,6 +454,26 @@ def test_utc_ts_matches_isoformat_across_seconds(dt):
     want = dt.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
     assert utc_ts(dt) == want
     assert utc_ts(dt.astimezone(timezone(timedelta(hours=5, minutes=30)))) == want
+
+
+def test_an_append_on_the_default_clock_stamps_now_in_utc_ts_form(log):
+    """An append on the log's default clock (stamped from the clock's nanoseconds, no datetime) gives each
+    event utc_ts's fixed-width text for a moment between the times read before and after it."""
+    import re
+
+    from agent.store import log as log_module
+    from agent.store.log import utc_ts
+
+    before = utc_ts()
+    log_module._TS_MEMO = (-1.5, "")  # the append formats its second itself, not from utc_ts's memo
+    events = [log.append("operator.note", note(), "operator")] + log.append_many(
+        [("operator.note", note(str(i)), "operator", None) for i in range(3)])
+    after = utc_ts()
+    for e in events:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", e.ts), e.ts
+        assert before <= e.ts <= after
+        assert datetime.fromisoformat(e.ts[:-1]).isoformat(timespec="microseconds") + "Z" == e.ts
+    assert [e.ts for e in events] == sorted(e.ts for e in events)
 
 
 def test_a_transaction_inside_another_joins_it_and_commits_with_it(log):

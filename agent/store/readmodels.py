@@ -219,6 +219,46 @@ def apply(conn: sqlite3.Connection, event: Event) -> None:
         proj(conn, event)
 
 
+class _Runs:
+    """What projectors write, sent as runs: consecutive writes of one statement go to the database as one
+    ``executemany`` (which runs them one by one, in order), so the statements run in exactly the order the
+    projectors issued them. A read (SELECT) first sends what is pending, so it sees every earlier write."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.sql = ""
+        self.rows: list[Any] = []
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        if sql.startswith("SELECT"):
+            self.flush()
+            return self.conn.execute(sql, params)
+        if sql != self.sql:
+            self.flush()
+            self.sql = sql
+        self.rows.append(params)
+        return None
+
+    def flush(self) -> None:
+        rows, self.rows = self.rows, []
+        if len(rows) == 1:
+            self.conn.execute(self.sql, rows[0])
+        elif rows:
+            self.conn.executemany(self.sql, rows)
+
+
+def apply_many(conn: sqlite3.Connection, events: Iterable[Event]) -> None:
+    """``apply`` each event in order (the append path of a batch): the same statements in the same order,
+    a run of one statement sent in one call."""
+    runs = _Runs(conn)
+    target: Any = runs  # a projector only executes statements on what it is given
+    for event in events:
+        proj = PROJECTORS.get(event.kind)
+        if proj is not None:
+            proj(target, event)
+    runs.flush()
+
+
 def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
     """Every read-model row, table by table, in primary-key order (on PostgreSQL without the agent_id
     column: row-level security shows this fleet's rows only)."""
