@@ -414,7 +414,7 @@ class Transaction:
         seq, h = self._seq, self._hash
         try:
             for kind, payload, source, tick in items:
-                row, event = self._row(kind, payload, source, tick)
+                row, event = self._row(kind, payload, source, tick, batch=True)
                 rows.append(row)
                 events.append(event)
             _insert(self.conn, rows, pg=self.log.is_pg)
@@ -426,8 +426,11 @@ class Transaction:
         self._sync_if_fenced()
         return events
 
-    def _row(self, kind: str, payload: dict[str, Any], source: str, tick: int | None) -> tuple[tuple[Any, ...], Event]:
-        """Validate, encode (once) and hash the next event: its row and the event; moves the head."""
+    def _row(self, kind: str, payload: dict[str, Any], source: str, tick: int | None,
+             batch: bool = False) -> tuple[tuple[Any, ...], Event]:
+        """Validate, encode (once) and hash the next event: its row and the event; moves the head. Only a
+        batch (``extend``) encodes through orjson: importing it (with ``dataclasses``, ``uuid``, ...) costs
+        a command that appends one event more than it saves."""
         spec = _APPENDING.get(kind)
         if spec is None or ev.KINDS.get(kind) is not spec[0]:  # a kind given a new version since: look again
             spec = _appending(kind)
@@ -436,7 +439,7 @@ class Transaction:
             raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
         current.payload.check(kind, payload)  # Kind.validate, without its lookups
         if _flat(payload):  # the event's own copy, equal to what reading its row back gives
-            payload_json = _canonical_flat(payload)
+            payload_json = _canonical_flat(payload) if batch else canonical(payload)
             body = dict(payload)
         else:
             payload_json = canonical(payload)
