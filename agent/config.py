@@ -678,8 +678,8 @@ class _PlainReader:
 
     def __init__(self, text: str, loc: _Loc) -> None:
         self.loc = loc
-        self.lines = [(n, len(t) - len(t.lstrip(" ")), t.rstrip()) for n, t in enumerate(text.split("\n"), 1)
-                      if t.strip() and not t.lstrip().startswith("#")]
+        self.lines = [(n, len(t) - len(body), t.rstrip()) for n, t in enumerate(text.split("\n"), 1)
+                      if (body := t.lstrip(" ")) and body[0] != "#"]  # (no other whitespace: _plain_chars)
         self.i = 0
 
     def _next(self, indent: int) -> tuple[int, str] | None:
@@ -919,6 +919,7 @@ def _kind(text: str) -> _Kind:
 
 
 _KINDS: dict[type, dict[str, _Kind]] = {}
+_KIND_OF: dict[str, _Kind] = {}  # (~100 fields have ~20 distinct annotations)
 
 
 def _field_kinds(cls: type) -> dict[str, _Kind]:
@@ -926,8 +927,11 @@ def _field_kinds(cls: type) -> dict[str, _Kind]:
     the annotations once per class."""
     kinds = _KINDS.get(cls)
     if kinds is None:
-        kinds = _KINDS[cls] = {name: _kind(t if isinstance(t, str) else t.__name__)
-                               for name, t, meta, _ in fields_of(cls) if not meta.get("internal")}
+        kinds = _KINDS[cls] = {}
+        for name, t, meta, _ in fields_of(cls):
+            text = t if isinstance(t, str) else t.__name__
+            if not meta.get("internal"):
+                kinds[name] = _KIND_OF.get(text) or _KIND_OF.setdefault(text, _kind(text))
     return kinds
 
 
