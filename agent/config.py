@@ -657,9 +657,8 @@ def _plain_value(v: str) -> Any:
             raise _NotPlain
         inner = v[1:end - 1].strip()
         return [] if not inner else [_flow_item(x.strip()) for x in inner.split(",")]
-    if v.split(" #", 1)[0].rstrip() == "{}":
-        return {}
-    return _plain_text(v.split(" #", 1)[0].rstrip())
+    v = v.split(" #", 1)[0].rstrip()
+    return {} if v == "{}" else _plain_text(v)
 
 
 def _comment(tail: str) -> bool:
@@ -935,12 +934,13 @@ def _field_kinds(cls: type) -> dict[str, _Kind]:
     return kinds
 
 
-def _coerce(value: object, kind: _Kind, where: str, key: str) -> object:
-    """``value`` as ``kind`` holds it; a ConfigError at ``where`` naming ``key`` when it does not fit."""
+def _coerce(value: object, kind: _Kind, kpath: tuple[str, ...], loc: _Loc) -> object:
+    """``value`` as ``kind`` holds it; a ConfigError at the line of ``kpath`` naming it when it does not fit."""
     try:
         return kind.convert(value)
     except _Refused as e:
-        raise ConfigError(f"{where}: {key}: expected {kind.expected}, got {value!r}"[:300] + e.why) from None
+        raise ConfigError(f"{loc.at(kpath)}: {'.'.join(kpath)}: expected {kind.expected}, got {value!r}"[:300]
+                          + e.why) from None
 
 
 def _unknown_key(key: str, path: tuple[str, ...], fields: list[str], loc: _Loc) -> ConfigError:
@@ -972,7 +972,7 @@ def _build(cls: type[_D], data: object, path: tuple[str, ...], loc: _Loc) -> _D:
         if kind.section is not None:
             kwargs[key] = _build(kind.section, value if value is not None else {}, kpath, loc)
         else:
-            kwargs[key] = _coerce(value, kind, loc.at(kpath), ".".join(kpath))
+            kwargs[key] = _coerce(value, kind, kpath, loc)
     return cls(**kwargs)
 
 
