@@ -50,11 +50,24 @@ else:  # OpenSSL loads at the first hash (an append, a verify), not with every c
 GENESIS = "0" * 64
 _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
 _INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-# Rows of a batch go in as few statements as their count has binary digits: one statement per 64, 32, ...
-# rows (SQLite parses each shape once; executemany costs a step and a reset per row, a fifth more).
-_CHUNKS = (64, 32, 16, 8, 4, 2)
-_NCOLS = 11
-_INSERT_N = {n: f"INSERT INTO events ({_COLS}) VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * n) for n in _CHUNKS}
+# An append's rows go in as few statements as their count has binary digits: one statement per 64, 32, ... rows
+# (SQLite parses each shape once; executemany costs a step and a reset per row, a fifth more). Its values come
+# as [the first row's prev_hash, then 9 a row: seq, id, ts, kind, version, source, tick, payload, hash]: each
+# row's prev_hash is the previous row's hash parameter, bound once; tokens is NULL, written in the statement.
+# The driver binds None through its adaptation lookup, which costs as much as several other values: a NULL
+# tick is bound as a NaN, which SQLite stores as NULL.
+_CHUNKS = (64, 32, 16, 8, 4, 2, 1)
+_PER_ROW = 9
+_NULL_TICK = float("nan")
+
+
+def _insert_rows_sql(n: int) -> str:
+    rows = [f"(?{b + 1},?{b + 2},?{b + 3},?{b + 4},?{b + 5},?{b + 6},?{b + 7},?{b + 8},NULL,?{b},?{b + 9})"
+            for b in range(1, 1 + _PER_ROW * n, _PER_ROW)]
+    return f"INSERT INTO events ({_COLS}) VALUES " + ",".join(rows)
+
+
+_INSERT_N = {n: _insert_rows_sql(n) for n in _CHUNKS}
 _INSERT_FTS = "INSERT INTO events_fts (rowid, text) VALUES (?,?)"
 _FTS_TOKENIZE = "porter unicode61"  # as schema.sql creates events_fts
 _WORD = re.compile(r"[^\W_]+")  # a run of letters and digits: one word to the index's tokenizer (unicode61)
@@ -400,7 +413,7 @@ class Transaction:
         (a search first, and the daemon once a tick, in the tick's last transaction)."""
         params, events = self._rows([(kind, payload, source, tick)], canonical)
         event = events[0]
-        self.conn.execute(_INSERT_EVENT, params)
+        _insert(self.conn, event.prev_hash, params, pg=self.log.is_pg)
         if kind in readmodels.PROJECTORS:
             readmodels.PROJECTORS[kind](self.conn, event)
         self._seq, self._hash = event.seq, event.hash
@@ -422,7 +435,7 @@ class Transaction:
         params, events = self._rows(items if isinstance(items, list) else list(items), _flat_text())
         if not events:
             return events
-        _insert(self.conn, params, pg=self.log.is_pg)
+        _insert(self.conn, events[0].prev_hash, params, pg=self.log.is_pg)
         readmodels.apply_many(self.conn, events)
         self._seq, self._hash = events[-1].seq, events[-1].hash
         self.appended.extend(events)
@@ -431,19 +444,23 @@ class Transaction:
 
     def _rows(self, items: list[Item], flat_text: Callable[[dict[str, Any]], str]) -> tuple[list[Any], list[Event]]:
         """Validate, encode (once: ``flat_text`` for a flat payload) and hash each item, chained on from the
-        head: their rows' column values one after the other (``_COLS``, 11 a row) and their events. The head
-        does not move (the caller moves it once the rows are in).
+        head: their rows' values one after the other (9 a row, as ``_insert`` takes them) and their events.
+        The head does not move (the caller moves it once the rows are in).
 
-        Every event of the call gets one timestamp, read once: they are appended in one act (one statement
-        or a few, in one transaction), nothing can come between them, and none is visible before the
-        others. Reading the clock again for each would only tell how long the loop took to format them."""
+        On the system clock every event of the call gets one timestamp, read once: they are appended in one
+        act (one statement or a few, in one transaction), nothing can come between them, and none is
+        visible before the others; reading the clock again for each would only tell how long this loop
+        took. A clock the log was given is read for every event, as it always was: its readings are what
+        it was given to say (a simulation's time, a test's script)."""
         clock = self.log.clock
-        ts = _now_ts() if clock is _utc_now else utc_ts(clock())
+        given = None if clock is _utc_now else clock
+        ts = _now_ts() if given is None else ""
         seq, prev, n = self._seq, self._hash, len(items)
         params: list[Any] = []
         events: list[Event] = []
         specs: dict[str, tuple[Any, str, Callable[[str, object], bool]]] = {}
         sources, sha256, take_id, add = ev.SOURCES, hashlib.sha256, _IDS.pop, events.append
+        null_tick = None if self.log.is_pg else _NULL_TICK
         for kind, payload, source, tick in items:
             spec = specs.get(kind) or specs.setdefault(kind, _spec(kind, n))
             current, kind_json, check = spec
@@ -461,6 +478,8 @@ class Transaction:
             if current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
                 text = canonical(current.stored.encode(body))
             seq, version = seq + 1, current.number
+            if given is not None:
+                ts = utc_ts(given())
             try:
                 eid = take_id()
             except IndexError:
@@ -470,7 +489,7 @@ class Transaction:
                            f'{"null" if tick is None else tick},null]\n{text}'.encode()).hexdigest()
             else:
                 h = row_hash(seq, eid, ts, kind, version, source, tick, text, None, prev)
-            params += (seq, eid, ts, kind, version, source, tick, text, None, prev, h)
+            params += (seq, eid, ts, kind, version, source, null_tick if tick is None else tick, text, h)
             # Event's own __init__ (a frozen dataclass's) costs as much as the rest of this loop; the fields
             # are set directly, all of them, as it would.
             e = _new(Event)
@@ -492,21 +511,24 @@ class Transaction:
         return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg, decode=self.log._decoded.event)
 
 
-def _insert(conn: Any, params: list[Any], *, pg: bool) -> None:
-    """Insert the rows whose column values ``params`` holds one after the other (11 a row), in order: on
-    SQLite in statements of 64, 32, ... rows each; on PostgreSQL in one pipelined ``executemany``."""
-    rows = len(params) // _NCOLS
-    if pg or rows < 2:
-        if rows:
-            conn.executemany(_INSERT_EVENT, list(zip(*[iter(params)] * _NCOLS, strict=True)))
+def _insert(conn: Any, prev: str, params: list[Any], *, pg: bool) -> None:
+    """Insert, in order, the rows ``params`` holds (9 values a row, see ``_INSERT_N``), the first chained on
+    ``prev``: on SQLite in statements of 64, 32, ... rows each; on PostgreSQL as whole rows in one pipelined
+    ``executemany``."""
+    if pg:
+        rows = []
+        for i in range(0, len(params), _PER_ROW):
+            seq, eid, ts, kind, version, source, tick, text, h = params[i:i + _PER_ROW]
+            rows.append((seq, eid, ts, kind, version, source, tick, text, None, prev, h))
+            prev = h
+        conn.executemany(_INSERT_EVENT, rows)
         return
-    i = 0
+    i, n_rows = 0, len(params) // _PER_ROW
     for n in _CHUNKS:
-        while rows - i >= n:
-            conn.execute(_INSERT_N[n], params[i * _NCOLS:(i + n) * _NCOLS])
+        while n_rows - i >= n:
+            conn.execute(_INSERT_N[n], [prev, *params[i * _PER_ROW:(i + n) * _PER_ROW]])
             i += n
-    if i < rows:
-        conn.execute(_INSERT_EVENT, params[i * _NCOLS:])
+            prev = params[i * _PER_ROW - 1]
 
 
 _APPENDING: dict[str, tuple[Any, Any, str]] = {}  # kind -> (its Kind, current version, name as JSON text)
