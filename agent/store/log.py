@@ -411,7 +411,7 @@ class Transaction:
         written by older versions keep the count they were hashed with. Nor is the event rendered
         for the full-text index here: ``index_search`` does that for every event not yet indexed
         (a search first, and the daemon once a tick, in the tick's last transaction)."""
-        params, events = self._rows([(kind, payload, source, tick)], canonical)
+        params, events = self._rows([(kind, payload, source, tick)], _FLAT_TEXT[0] if _FLAT_TEXT else canonical)
         event = events[0]
         _insert(self.conn, event.prev_hash, params, pg=self.log.is_pg)
         if kind in readmodels.PROJECTORS:
@@ -430,8 +430,8 @@ class Transaction:
 
     def extend(self, items: Iterable[Item]) -> list[Event]:
         """``append`` each item, the rows inserted in a few statements; nothing is inserted unless every
-        item is valid. Only a batch encodes through orjson: importing it (with ``dataclasses``, ``uuid``,
-        ...) costs a command that appends one event more than it saves."""
+        item is valid. A batch loads orjson, which a single append then uses too: importing it (with
+        ``dataclasses``, ``uuid``, ...) costs a command that appends one event more than it saves."""
         params, events = self._rows(items if isinstance(items, list) else list(items), _flat_text())
         if not events:
             return events
