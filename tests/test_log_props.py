@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from agent.errors import PayloadError
 from agent.events import KINDS
-from agent.store.log import EventLog, _canonical_flat, _flat, canonical, row_hash
+from agent.events.payload import flat as _flat
+from agent.store.log import EventLog, _canonical_flat, canonical, row_hash
 
 _scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1)
             | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40))

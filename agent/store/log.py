@@ -50,10 +50,24 @@ else:  # OpenSSL loads at the first hash (an append, a verify), not with every c
 GENESIS = "0" * 64
 _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
 _INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-# Rows of a batch go in as few statements as their count has binary digits: one statement per 64, 32, ...
-# rows (SQLite parses each shape once; executemany costs a step and a reset per row, a fifth more).
-_CHUNKS = (64, 32, 16, 8, 4, 2)
-_INSERT_N = {n: f"INSERT INTO events ({_COLS}) VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * n) for n in _CHUNKS}
+# An append's rows go in as few statements as their count has binary digits: one statement per 64, 32, ... rows
+# (SQLite parses each shape once; executemany costs a step and a reset per row, a fifth more). Its values come
+# as [the first row's prev_hash, then 9 a row: seq, id, ts, kind, version, source, tick, payload, hash]: each
+# row's prev_hash is the previous row's hash parameter, bound once; tokens is NULL, written in the statement.
+# The driver binds None through its adaptation lookup, which costs as much as several other values: a NULL
+# tick is bound as a NaN, which SQLite stores as NULL.
+_CHUNKS = (64, 32, 16, 8, 4, 2, 1)
+_PER_ROW = 9
+_NULL_TICK = float("nan")
+
+
+def _insert_rows_sql(n: int) -> str:
+    rows = [f"(?{b + 1},?{b + 2},?{b + 3},?{b + 4},?{b + 5},?{b + 6},?{b + 7},?{b + 8},NULL,?{b},?{b + 9})"
+            for b in range(1, 1 + _PER_ROW * n, _PER_ROW)]
+    return f"INSERT INTO events ({_COLS}) VALUES " + ",".join(rows)
+
+
+_INSERT_N = {n: _insert_rows_sql(n) for n in _CHUNKS}
 _INSERT_FTS = "INSERT INTO events_fts (rowid, text) VALUES (?,?)"
 _FTS_TOKENIZE = "porter unicode61"  # as schema.sql creates events_fts
 _WORD = re.compile(r"[^\W_]+")  # a run of letters and digits: one word to the index's tokenizer (unicode61)
@@ -158,7 +172,14 @@ def _now_ts() -> str:
 
 
 _IDS: list[str] = []  # event ids made from os.urandom and not handed out yet
-_VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}  # a version 4 UUID's variant digit
+# str(uuid.uuid4()) is 36 characters, 8-4-4-4-12 hex digits; the third group starts with the version (4) and
+# the fourth with the variant (8, 9, a or b). Ids are written side by side into copies of a template, each
+# followed by a space, position by position across all of them at once (one extended-slice assignment per
+# position), then split apart: a few C calls for 256 ids instead of a formatted string each.
+_ID_TEMPLATE = b"-" * 14 + b"4" + b"-" * 21 + b" "
+_ID_HEX = tuple((dst + k, src + k) for dst, src, width in ((0, 0, 8), (9, 8, 4), (15, 13, 3), (20, 17, 3), (24, 20, 12))
+                for k in range(width))  # (position in the id, position in its 32 random hex digits)
+_VARIANT = bytes.maketrans(b"0123456789abcdef", b"89ab89ab89ab89ab")  # a hex digit's two low bits -> variant digit
 
 
 def _forget_ids() -> None:
@@ -169,9 +190,12 @@ os.register_at_fork(after_in_child=_forget_ids)
 
 
 def _make_ids(n: int) -> list[str]:
-    h = os.urandom(16 * n).hex()
-    return [f"{h[i:i + 8]}-{h[i + 8:i + 12]}-4{h[i + 13:i + 16]}-{_VARIANT[h[i + 16]]}{h[i + 17:i + 20]}-{h[i + 20:i + 32]}"
-            for i in range(0, 32 * n, 32)]
+    h = os.urandom(16 * n).hex().encode("ascii")  # 32 hex digits an id
+    out = bytearray(_ID_TEMPLATE * n)
+    for dst, src in _ID_HEX:
+        out[dst::37] = h[src::32]
+    out[19::37] = h[16::32].translate(_VARIANT)
+    return out.decode("ascii").split()
 
 
 def new_event_id() -> str:
@@ -387,14 +411,12 @@ class Transaction:
         written by older versions keep the count they were hashed with. Nor is the event rendered
         for the full-text index here: ``index_search`` does that for every event not yet indexed
         (a search first, and the daemon once a tick, in the tick's last transaction)."""
-        row, event = self._row(kind, payload, source, tick)
-        try:
-            self.conn.execute(_INSERT_EVENT, row)
-            if kind in readmodels.PROJECTORS:
-                readmodels.PROJECTORS[kind](self.conn, event)
-        except BaseException:
-            self._seq, self._hash = event.seq - 1, event.prev_hash
-            raise
+        params, events = self._rows([(kind, payload, source, tick)], _FLAT_TEXT[0] if _FLAT_TEXT else canonical)
+        event = events[0]
+        _insert(self.conn, event.prev_hash, params, pg=self.log.is_pg)
+        if kind in readmodels.PROJECTORS:
+            readmodels.PROJECTORS[kind](self.conn, event)
+        self._seq, self._hash = event.seq, event.hash
         self.appended.append(event)
         self._sync_if_fenced()
         return event
@@ -407,60 +429,76 @@ class Transaction:
             sync()
 
     def extend(self, items: Iterable[Item]) -> list[Event]:
-        """``append`` each item, the rows inserted in one statement; nothing is inserted unless every
-        item is valid."""
-        rows: list[tuple[Any, ...]] = []
-        events: list[Event] = []
-        seq, h = self._seq, self._hash
-        try:
-            for kind, payload, source, tick in items:
-                row, event = self._row(kind, payload, source, tick, batch=True)
-                rows.append(row)
-                events.append(event)
-            _insert(self.conn, rows, pg=self.log.is_pg)
-            readmodels.apply_many(self.conn, events)
-        except BaseException:
-            self._seq, self._hash = seq, h
-            raise
+        """``append`` each item, the rows inserted in a few statements; nothing is inserted unless every
+        item is valid. A batch loads orjson, which a single append then uses too: importing it (with
+        ``dataclasses``, ``uuid``, ...) costs a command that appends one event more than it saves."""
+        params, events = self._rows(items if isinstance(items, list) else list(items), _flat_text())
+        if not events:
+            return events
+        _insert(self.conn, events[0].prev_hash, params, pg=self.log.is_pg)
+        readmodels.apply_many(self.conn, events)
+        self._seq, self._hash = events[-1].seq, events[-1].hash
         self.appended.extend(events)
         self._sync_if_fenced()
         return events
 
-    def _row(self, kind: str, payload: dict[str, Any], source: str, tick: int | None,
-             batch: bool = False) -> tuple[tuple[Any, ...], Event]:
-        """Validate, encode (once) and hash the next event: its row and the event; moves the head. Only a
-        batch (``extend``) encodes through orjson: importing it (with ``dataclasses``, ``uuid``, ...) costs
-        a command that appends one event more than it saves."""
-        spec = _APPENDING.get(kind)
-        if spec is None or ev.KINDS.get(kind) is not spec[0]:  # a kind given a new version since: look again
-            spec = _appending(kind)
-        _, current, kind_json = spec
-        if source not in ev.SOURCES:
-            raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
-        current.payload.check(kind, payload)  # Kind.validate, without its lookups
-        if _flat(payload):  # the event's own copy, equal to what reading its row back gives
-            payload_json = _canonical_flat(payload) if batch else canonical(payload)
-            body = dict(payload)
-        else:
-            payload_json = canonical(payload)
-            body = json.loads(payload_json)
-        if current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
-            payload_json = canonical(current.stored.encode(body))
-        seq, prev, version = self._seq + 1, self._hash, current.number
+    def _rows(self, items: list[Item], flat_text: Callable[[dict[str, Any]], str]) -> tuple[list[Any], list[Event]]:
+        """Validate, encode (once: ``flat_text`` for a flat payload) and hash each item, chained on from the
+        head: their rows' values one after the other (9 a row, as ``_insert`` takes them) and their events.
+        The head does not move (the caller moves it once the rows are in).
+
+        On the system clock every event of the call gets one timestamp, read once: they are appended in one
+        act (one statement or a few, in one transaction), nothing can come between them, and none is
+        visible before the others; reading the clock again for each would only tell how long this loop
+        took. A clock the log was given is read for every event, as it always was: its readings are what
+        it was given to say (a simulation's time, a test's script)."""
         clock = self.log.clock
-        eid, ts = new_event_id(), _now_ts() if clock is _utc_now else utc_ts(clock())
-        if tick is None or type(tick) is int:  # row_hash's header, built here for the usual types
-            header = f'[{seq},"{eid}","{ts}",{kind_json},{version},"{source}",{"null" if tick is None else tick},null]'
-            h = hashlib.sha256(f"{prev}\n{header}\n{payload_json}".encode()).hexdigest()
-        else:
-            h = row_hash(seq, eid, ts, kind, version, source, tick, payload_json, None, prev)
-        # Event's own __init__ (a frozen dataclass's) costs as much as the rest of this line; the fields
-        # are set directly, all of them, as it would.
-        event = _new(Event)
-        event.__dict__.update(seq=seq, id=eid, ts=ts, kind=kind, source=source, tick=tick,
-                              payload=body, tokens=None, version=version, prev_hash=prev, hash=h)
-        self._seq, self._hash = seq, h
-        return (seq, eid, ts, kind, version, source, tick, payload_json, None, prev, h), event
+        given = None if clock is _utc_now else clock
+        ts = _now_ts() if given is None else ""
+        seq, prev, n = self._seq, self._hash, len(items)
+        params: list[Any] = []
+        events: list[Event] = []
+        specs: dict[str, tuple[Any, str, Callable[[str, object], bool]]] = {}
+        sources, sha256, take_id, add = ev.SOURCES, hashlib.sha256, _IDS.pop, events.append
+        null_tick = None if self.log.is_pg else _NULL_TICK
+        for kind, payload, source, tick in items:
+            spec = specs.get(kind) or specs.setdefault(kind, _spec(kind, n))
+            current, kind_json, check = spec
+            if source not in sources:
+                raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
+            if check(kind, payload):  # Kind.validate, written out for the kind's fields; True when flat
+                try:
+                    text = flat_text(payload)
+                except TypeError:  # orjson refuses an integer beyond 64 bits, a lone surrogate: canonical decides
+                    text = canonical(payload)
+                body = dict(payload)  # the event's own copy, equal to what reading its row back gives
+            else:
+                text = canonical(payload)
+                body = json.loads(text)
+            if current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
+                text = canonical(current.stored.encode(body))
+            seq, version = seq + 1, current.number
+            if given is not None:
+                ts = utc_ts(given())
+            try:
+                eid = take_id()
+            except IndexError:
+                eid = new_event_id()
+            if tick is None or type(tick) is int:  # row_hash, written out for the usual types
+                h = sha256(f'{prev}\n[{seq},"{eid}","{ts}",{kind_json},{version},"{source}",'
+                           f'{"null" if tick is None else tick},null]\n{text}'.encode()).hexdigest()
+            else:
+                h = row_hash(seq, eid, ts, kind, version, source, tick, text, None, prev)
+            params += (seq, eid, ts, kind, version, source, null_tick if tick is None else tick, text, h)
+            # Event's own __init__ (a frozen dataclass's) costs as much as the rest of this loop; the fields
+            # are set directly, all of them, as it would.
+            e = _new(Event)
+            d = e.__dict__
+            d["seq"], d["id"], d["ts"], d["kind"], d["source"], d["tick"] = seq, eid, ts, kind, source, tick
+            d["payload"], d["tokens"], d["version"], d["prev_hash"], d["hash"] = body, None, version, prev, h
+            add(e)
+            prev = h
+        return params, events
 
     def index_search(self) -> int:
         """Add to the full-text index every event it does not hold yet, in seq order; how many.
@@ -473,20 +511,24 @@ class Transaction:
         return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg, decode=self.log._decoded.event)
 
 
-def _insert(conn: Any, rows: list[tuple[Any, ...]], *, pg: bool) -> None:
-    """Insert ``rows`` in order: on SQLite in statements of 64, 32, ... rows each; on PostgreSQL in one
-    pipelined ``executemany``."""
-    if pg or len(rows) < 2:
-        if rows:
-            conn.executemany(_INSERT_EVENT, rows)
+def _insert(conn: Any, prev: str, params: list[Any], *, pg: bool) -> None:
+    """Insert, in order, the rows ``params`` holds (9 values a row, see ``_INSERT_N``), the first chained on
+    ``prev``: on SQLite in statements of 64, 32, ... rows each; on PostgreSQL as whole rows in one pipelined
+    ``executemany``."""
+    if pg:
+        rows = []
+        for i in range(0, len(params), _PER_ROW):
+            seq, eid, ts, kind, version, source, tick, text, h = params[i:i + _PER_ROW]
+            rows.append((seq, eid, ts, kind, version, source, tick, text, None, prev, h))
+            prev = h
+        conn.executemany(_INSERT_EVENT, rows)
         return
-    i = 0
+    i, n_rows = 0, len(params) // _PER_ROW
     for n in _CHUNKS:
-        while len(rows) - i >= n:
-            conn.execute(_INSERT_N[n], [v for r in rows[i:i + n] for v in r])
+        while n_rows - i >= n:
+            conn.execute(_INSERT_N[n], [prev, *params[i * _PER_ROW:(i + n) * _PER_ROW]])
             i += n
-    if i < len(rows):
-        conn.execute(_INSERT_EVENT, rows[i])
+            prev = params[i * _PER_ROW - 1]
 
 
 _APPENDING: dict[str, tuple[Any, Any, str]] = {}  # kind -> (its Kind, current version, name as JSON text)
@@ -497,6 +539,14 @@ def _appending(kind: str) -> tuple[Any, Any, str]:
     k = ev.kind(kind)
     spec = _APPENDING[kind] = (k, k.versions[-1], _json_str(kind))
     return spec
+
+
+def _spec(kind: str, n: int) -> tuple[Any, str, Callable[[str, object], bool]]:
+    """(current version, the name as JSON text, the check) of ``kind`` for ``n`` payloads about to be appended."""
+    spec = _APPENDING.get(kind)
+    if spec is None or ev.KINDS.get(kind) is not spec[0]:  # a kind given a new version since: look again
+        spec = _appending(kind)
+    return spec[1], spec[2], spec[1].payload.checker(n)
 
 
 def _index_from(conn: Any, done: int, head: int, *, pg: bool = False,
@@ -531,51 +581,37 @@ def _snippets(match: str, hits: list[tuple[int, str]]) -> dict[int, str]:
         mem.close()
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-_INF = float("inf")
-
-
-def _flat(payload: dict[str, Any]) -> bool:
-    """True when every key is text and every value a JSON scalar that encodes and decodes unchanged and
-    that orjson writes byte for byte as the json module does: text, an integer, a boolean, null, or a float
-    that is 0 or finite and at least 1e-4 in magnitude (orjson writes 1e-05 as 0.00001)."""
-    for k, v in payload.items():
-        t = type(v)
-        if type(k) is not str or t not in _SCALARS:
-            return False
-        if t is float and not (1e-4 <= abs(v) < _INF or v == 0.0):
-            return False
-    return True
-
-
-def _orjson_dumps() -> Callable[[Any], bytes] | None:
+def _orjson_text() -> Callable[[dict[str, Any]], str]:
+    """``canonical(payload)`` for a payload ``flat`` accepts: orjson's text, about a tenth of the json
+    module's time (the same bytes: keys sorted by code point, the same escapes, the same float digits in
+    that range); it refuses (TypeError) an integer beyond 64 bits or a lone surrogate, which ``canonical``
+    then decides. The json module's own text when orjson is not installed."""
     try:
         import orjson
-    except ImportError:  # the json module encodes everything
-        return None
+    except ImportError:
+        return canonical
     dumps, option = orjson.dumps, orjson.OPT_SORT_KEYS
 
-    def encode(obj: Any) -> bytes:
-        return dumps(obj, option=option)
+    def encode(payload: dict[str, Any]) -> str:
+        return dumps(payload, option=option).decode()
     return encode
 
 
-_FLAT_DUMPS: list[Callable[[Any], bytes] | None] = []  # orjson's encoder once loaded (or None without it)
+_FLAT_TEXT: list[Callable[[dict[str, Any]], str]] = []  # the flat encoder, once made
+
+
+def _flat_text() -> Callable[[dict[str, Any]], str]:
+    if not _FLAT_TEXT:
+        _FLAT_TEXT.append(_orjson_text())
+    return _FLAT_TEXT[0]
 
 
 def _canonical_flat(payload: dict[str, Any]) -> str:
-    """``canonical(payload)`` for a payload ``_flat`` accepts: orjson's text, about a tenth of the json
-    module's time (the same bytes: keys sorted by code point, the same escapes, the same float digits in
-    that range); an integer beyond 64 bits or a lone surrogate goes to ``canonical``, which decides."""
-    if not _FLAT_DUMPS:
-        _FLAT_DUMPS.append(_orjson_dumps())
-    dumps = _FLAT_DUMPS[0]
-    if dumps is not None:
-        try:
-            return dumps(payload).decode()
-        except TypeError:  # orjson.JSONEncodeError
-            pass
-    return canonical(payload)
+    """What an append writes for a payload ``flat`` accepts: the flat encoder's text, or canonical's."""
+    try:
+        return _flat_text()(payload)
+    except TypeError:
+        return canonical(payload)
 
 
 def _search_text(r: tuple[Any, ...], decode: Callable[[tuple[Any, ...]], Event] | None = None) -> str:
