@@ -28,7 +28,8 @@ RENDER_ENTRIES = 1024    # rendered thread messages kept (a thread is a few hund
 # Bounds by size as well: one 5 MB tool output must not pin 1,024 times its size (texts are keys).
 COUNT_BYTES = 8 << 20
 CUT_BYTES = 8 << 20
-RENDER_BYTES = 4 << 20   # counted as what the entries keep alive: decoded payloads and rendered messages
+RENDER_BYTES = 4 << 20
+THREAD_PASSES = 2        # passes over a thread kept: the tick's projection's and a compaction's masked view   # counted as what the entries keep alive: decoded payloads and rendered messages
 
 Message = dict[str, Any]
 _Fields = tuple[str, int | None, str, dict[str, Any]]
@@ -150,6 +151,24 @@ class ProjectionCache:
         # The inputs the last projection loaded, as (log, log.others_version() then, Inputs): the next one
         # extends them with what was appended since (agent.context.load.load) instead of reading them again.
         self.loaded: Any = None
+        # The passes over the thread the last projections made (agent.context.thread.build_thread), by what
+        # they depend on besides the events: the next projection feeds them only the events appended since.
+        self._threads: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._threads_lock = threading.Lock()
+        # The canonical JSON of the last request's messages and the sha256 state after each
+        # (agent.context.build._hashed_messages): the next request hashes only what it adds.
+        self.hashed: tuple[list[str], list[Any]] | None = None
+
+    def take_thread(self, key: tuple[Any, ...]) -> Any:
+        """The kept pass over a thread for ``key`` (removed: its taker keeps it again when done), or None."""
+        with self._threads_lock:
+            return self._threads.pop(key, None)
+
+    def keep_thread(self, key: tuple[Any, ...], builder: Any) -> None:
+        with self._threads_lock:
+            self._threads[key] = builder
+            while len(self._threads) > THREAD_PASSES:
+                self._threads.popitem(last=False)
 
     def meter(self, tokenizer: Tokenizer) -> Meter:
         """Counting with ``tokenizer`` through this cache."""
@@ -201,6 +220,9 @@ class ProjectionCache:
 
     def clear(self) -> None:
         self.loaded = None
+        self.hashed = None
+        with self._threads_lock:
+            self._threads.clear()
         self.counts.clear()
         self.cuts.clear()
         self.rendered.clear()
@@ -217,6 +239,11 @@ class Meter:
         self.tokenizer = tokenizer
         self._key = key
         self.cache = cache
+
+    @property
+    def key(self) -> int:
+        """What names this meter's encoding in the cache's tables."""
+        return self._key
 
     def count(self, text: str) -> int:
         key = (self._key, text)
