@@ -470,7 +470,8 @@ def _complete(run: _Run) -> TickResult:
         dur = (time.monotonic() - run.t0) * 1000
         tx.append("tick.completed", {"steps": run.steps, "usage": run.usage, "actions": run.actions,
                                      "duration_ms": dur}, "system", tick)
-        tx.index_search()  # the search index catches up once a tick
+        tx.index_search(run.app.projection_cache.render)  # the search index catches up once a tick, from the
+        # renderings the tick's projections already made
     log_.info("tick", tick=tick, ok=True, steps=run.steps, actions=run.actions, duration_ms=round(dur),
               head=_head(app=run.app), **run.usage)
     return TickResult(tick, True, None, run.steps, run.usage, dur, run.actions)
