@@ -204,8 +204,10 @@ class _Model:
     def of(cls, app: App) -> _Model:
         provider = app.provider()
         toolbox = load_tools()
-        specs = toolbox.specs()
-        return cls(provider, toolbox, specs, app.policy_dict(), getattr(provider, "name", app.settings.model.name),
+        # the same objects as the last tick's while they are equal: the projection keeps their encodings
+        specs = app.projection_cache.stable("tools", toolbox.specs())
+        policy = app.projection_cache.stable("policy", app.policy_dict())
+        return cls(provider, toolbox, specs, policy, getattr(provider, "name", app.settings.model.name),
                    provider if getattr(provider, "can_summarise", True) else None,
                    window.effective_context(app.log, app.settings), context.model_params(provider, specs))
 

@@ -170,3 +170,42 @@ def test_a_budget_cut_does_not_reach_the_kept_pass(log: EventLog) -> None:
     assert cut.messages != whole.messages
     again = _same_as_afresh(log, cache)
     assert again.messages == whole.messages and again.request_hash == whole.request_hash
+
+
+def test_a_policy_or_tools_changed_in_place_are_seen(log: EventLog) -> None:
+    """The cache keeps the system prompt and the tools' encodings made for the very policy and tools objects it
+    was given; the same objects changed in place since (a value of the policy, a tool's description) give the
+    request a projection from scratch gives, not the one kept."""
+    import copy
+
+    policy, tools = copy.deepcopy(POLICY), copy.deepcopy(TOOLS)
+    cache = ProjectionCache()
+
+    def both() -> tuple[Any, Any]:
+        a = project(log, load_prompts(None), SETTINGS, policy=policy, tools=tools, cache=cache)
+        b = project(log, load_prompts(None), SETTINGS, policy=copy.deepcopy(policy), tools=copy.deepcopy(tools))
+        assert a.messages == b.messages and a.manifest == b.manifest
+        return a, b
+
+    before, _ = both()
+    key = sorted(policy)[0]
+    policy[key] = "changed in place"
+    after, _ = both()
+    assert after.messages[0] != before.messages[0]
+    assert after.manifest["policy_hash"] != before.manifest["policy_hash"]
+    tools[0]["function"]["description"] = "changed in place"
+    last, _ = both()
+    assert last.manifest["tools_hash"] != after.manifest["tools_hash"]
+    assert last.request_hash != after.request_hash
+
+
+def test_stable_hands_back_the_kept_object_only_while_equal() -> None:
+    """``stable`` returns the object kept under a name while the new value equals it, so successive ticks
+    share one object; an unequal value (or one of another type) replaces it."""
+    cache = ProjectionCache()
+    first = [{"a": 1}]
+    assert cache.stable("tools", first) is first
+    assert cache.stable("tools", [{"a": 1}]) is first
+    other = [{"a": 2}]
+    assert cache.stable("tools", other) is other
+    assert cache.stable("tools", ({"a": 2},)) == ({"a": 2},)

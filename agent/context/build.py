@@ -209,7 +209,8 @@ def make_view(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, po
             if comp.version >= 3 else None
         if facts is not None and summary_text is not None:
             summary_text += "\n" + facts
-    return View(end=inputs.end, compaction=comp, covered_to=covered_to, system=render_system(prompts, policy),
+    system = meter.cache.derived("system", (prompts, policy), lambda: render_system(prompts, policy))
+    return View(end=inputs.end, compaction=comp, covered_to=covered_to, system=system,
                 pinned_text=pinned_text, summary_text=summary_text, events=inputs.events,
                 thread=build_thread(inputs.events, settings, meter, masked_to), tools_tokens=meter.tools(tools),
                 calibration=Calibration(inputs.ratio, settings.calibration_margin, inputs.ratio_seq), meter=meter)
@@ -330,7 +331,8 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
     tokens = REQUEST_OVERHEAD + sum(sections.values())
     calibrated = v.calibration.calibrated(tokens)
     comp = v.compaction
-    tools_text = canonical(tools)  # encoded once: its hash, and its part of the request's
+    derived = v.meter.cache.derived
+    tools_text = derived("tools", (tools,), lambda: canonical(tools))  # its hash, and its part of the request's
     manifest = {
         "model": model,
         "covered_to": v.covered_to,
@@ -339,8 +341,8 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
         "thread_to": v.end,
         "thread_events": len(v.thread),
         "prompt_hashes": dict(prompts.hashes),
-        "policy_hash": sha256_text(canonical(policy)),
-        "tools_hash": sha256_text(tools_text),
+        "policy_hash": derived("policy_hash", (policy,), lambda: sha256_text(canonical(policy))),
+        "tools_hash": derived("tools_hash", (tools,), lambda: sha256_text(tools_text)),
         "settings": budget_fields(settings),
         "calibration": v.calibration.ratio,
         "calibration_seq": v.calibration.seq,

@@ -10,16 +10,18 @@ built, never its bytes.
 
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from agent.events import Event, render
 from agent.tokens import Tokenizer, message_tokens, text_message_tokens, tools_json
 
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 V = TypeVar("V")
 
 COUNT_ENTRIES = 1024     # texts whose token count is kept
@@ -158,6 +160,31 @@ class ProjectionCache:
         # The canonical JSON of the last request's messages and the sha256 state after each
         # (agent.context.build._hashed_messages): the next request hashes only what it adds.
         self.hashed: tuple[list[str], list[Any]] | None = None
+        # What the projection derives from its other inputs (the tools' encodings, the system prompt), by
+        # name: (the objects it was derived from, a copy of them then, the value).
+        self._derived: dict[str, tuple[tuple[Any, ...], Any, Any]] = {}
+        self._stable: dict[str, Any] = {}
+
+    def stable(self, name: str, value: T) -> T:
+        """``value``, or the value kept under ``name`` when it is equal: a caller that makes its tools or
+        policy afresh for every tick hands the projection the very same object each time, so what
+        ``derived`` keeps for it holds from one tick to the next."""
+        kept: T | None = self._stable.get(name)
+        if kept is not None and type(kept) is type(value) and kept == value:
+            return kept
+        self._stable[name] = value
+        return value
+
+    def derived(self, name: str, of: tuple[Any, ...], make: Callable[[], T]) -> T:
+        """``make()``, a function of the objects ``of`` alone, remembered under ``name`` while it is asked for
+        the very same objects, unchanged since (compared with a copy taken when it was made)."""
+        hit = self._derived.get(name)
+        if hit is not None and len(hit[0]) == len(of) and all(a is b for a, b in zip(hit[0], of, strict=True)) \
+                and hit[1] == of:
+            return cast(T, hit[2])
+        value = make()
+        self._derived[name] = (of, copy.deepcopy(of), value)
+        return value
 
     def take_thread(self, key: tuple[Any, ...]) -> Any:
         """The kept pass over a thread for ``key`` (removed: its taker keeps it again when done), or None."""
@@ -221,6 +248,8 @@ class ProjectionCache:
     def clear(self) -> None:
         self.loaded = None
         self.hashed = None
+        self._derived.clear()
+        self._stable.clear()
         with self._threads_lock:
             self._threads.clear()
         self.counts.clear()
@@ -280,7 +309,7 @@ class Meter:
         return text_message_tokens(text, self.count)
 
     def tools(self, tools: list[dict[str, Any]]) -> int:
-        return 0 if not tools else self.count(tools_json(tools))
+        return 0 if not tools else self.count(self.cache.derived("tools_json", (tools,), lambda: tools_json(tools)))
 
     def render(self, ev: Event) -> Message | None:
         return self.cache.render(ev)
