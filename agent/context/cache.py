@@ -105,16 +105,21 @@ def _text_bytes(key: tuple[Any, ...], value: Any) -> int:
     return n
 
 
+_SIZE = sys.getsizeof
+_LEAVES = frozenset({str, int, float, bool, type(None)})   # no items of their own: their size is all they keep
+
+
 def _kept(obj: Any) -> int:
     """Bytes ``obj`` keeps alive as the interpreter counts them (``sys.getsizeof``), through the dicts,
-    lists and tuples of a decoded JSON payload or a message; shared small objects are counted each time."""
-    n = sys.getsizeof(obj)
+    lists and tuples of a decoded JSON payload or a message; shared small objects are counted each time.
+    (A JSON leaf is sized without a call of its own: a payload holds hundreds of them.)"""
+    n = _SIZE(obj)
     if isinstance(obj, dict):
         for k, v in obj.items():
-            n += _kept(k) + _kept(v)
+            n += (_SIZE(k) if type(k) in _LEAVES else _kept(k)) + (_SIZE(v) if type(v) in _LEAVES else _kept(v))
     elif isinstance(obj, list | tuple):
         for v in obj:
-            n += _kept(v)
+            n += _SIZE(v) if type(v) in _LEAVES else _kept(v)
     return n
 
 
