@@ -170,8 +170,10 @@ def _settle_ownership(log: EventLog, vast: VastClient, policy: Policy, listing: 
     # 4. Ownership: adopt, orphans, gone. An instance the log knows in any state is never adopted
     # again (a destroyed one vast.ai still lists is on its way out).
     owned = set(log.store.owned_instance_ids())
-    for inst in listing:
-        if not policy.is_our_label(inst.label) or log.store.instance(inst.id) is not None:
+    ours = [i for i in listing if policy.is_our_label(i.label)]
+    known = log.store.known_instance_ids(i.id for i in ours) if ours else set()
+    for inst in ours:
+        if inst.id in known:
             continue
         key = policy.key_of(inst.label)
         if key is not None and log.store.has_rent_key(key):
@@ -232,8 +234,9 @@ def _resolve_gone_orphans(log: EventLog, listing: list[Instance], policy: Policy
     """Orphan alerts whose instance is no longer listed (or is ours now) are resolved."""
     from agent.feedback import resolve_absent
 
-    present = {f"orphan:{i.id}" for i in listing
-               if policy.is_our_label(i.label) and log.store.instance(i.id) is None}
+    ours = [i for i in listing if policy.is_our_label(i.label)]
+    known = log.store.known_instance_ids(i.id for i in ours) if ours else set()
+    present = {f"orphan:{i.id}" for i in ours if i.id not in known}
     resolve_absent(log, "orphan:", present, reason="the orphan instance is gone")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -208,3 +209,19 @@ def test_edit_refuses_binary_and_failed_editor(app, tmp_path):
     with pytest.raises(FleetAgentError, match="status 4"):
         feedback.knowledge_edit(app.settings, app.log, "a.md", f"{sys.executable} -c 'raise SystemExit(4)'")
     assert (kdir(app) / "a.md").read_text() == "a\n"
+
+
+def test_the_stat_memo_is_rewritten_only_when_it_changed(tmp_path: Path) -> None:
+    """Saving the scanner's stat memo again unchanged leaves the file as it was (no new file renamed over it),
+    a changed memo replaces it, and what is read back is always the memo last saved."""
+    from agent.feedback.knowledge import MEMO_NAME, load_memo, save_memo
+
+    memo = {"a.md": ((1, 2, 3), "h1")}
+    save_memo(tmp_path, memo)  # type: ignore[arg-type]
+    first = os.stat(tmp_path / MEMO_NAME).st_ino
+    save_memo(tmp_path, dict(memo))  # type: ignore[arg-type]
+    assert os.stat(tmp_path / MEMO_NAME).st_ino == first
+    changed = {**memo, "b.md": ((4, 5, 6), "h2")}
+    save_memo(tmp_path, changed)  # type: ignore[arg-type]
+    assert os.stat(tmp_path / MEMO_NAME).st_ino != first
+    assert load_memo(tmp_path) == changed

@@ -116,3 +116,96 @@ def test_the_request_hash_is_the_hash_of_the_canonical_request(log: EventLog) ->
         p = project(log, load_prompts(None), SETTINGS, policy=POLICY, tools=tools, model="m-1", params=params)
         assert p.request_hash == request_hash("m-1", p.messages, tools, params)
         assert p.manifest["tools_hash"] == tools_hash(tools)
+
+
+def _knowledge(log: EventLog, name: str, tick: int) -> None:
+    log.append("knowledge.changed", {"name": name, "change": "added", "hash": f"h{name}", "size": 5, "diff": "",
+                                     "text": "hello"}, "operator", tick)
+
+
+def test_the_kept_pass_over_the_thread_goes_on_exactly_where_it_stopped(log: EventLog) -> None:
+    """The pass over the thread the cache keeps is fed only what was appended since: calls still waiting for
+    their results (placeholders now, results later), a run of knowledge changes that grows past the size at
+    which it becomes one message across two projections; every request equals a projection from scratch, and
+    the pass is resumed (not rebuilt) each time."""
+    cache = ProjectionCache()
+    _same_as_afresh(log, cache)
+    tick_start(log, 4)
+    waiting = tool_step(log, 4, [40, 40], with_results=False)
+    p = _same_as_afresh(log, cache)
+    assert sum("interrupted: no result recorded yet" in str(m.get("content")) for m in p.messages) == 2
+    for n, c in enumerate(waiting[0].payload["tool_calls"]):
+        log.append("tool.result", {"call_id": c["id"], "name": c["name"], "ok": True, "output": f"out {n}"},
+                   "tool", 4)
+    p = _same_as_afresh(log, cache)
+    assert not any("interrupted" in str(m.get("content")) for m in p.messages)
+    tick_start(log, 5)
+    for n in range(5):
+        _knowledge(log, f"k{n}.md", 5)
+    p = _same_as_afresh(log, cache)
+    assert sum("[knowledge edit · k" in str(m.get("content")) for m in p.messages) == 5
+    for n in range(5, 10):
+        _knowledge(log, f"k{n}.md", 5)
+    fed = []
+    for pass_ in cache._threads.values():  # noqa: SLF001 - the pass kept, to see it is the one resumed
+        fed.append(len(pass_.fed))
+    p = _same_as_afresh(log, cache)
+    assert sum("[knowledge edit · 10 files]" in str(m.get("content")) for m in p.messages) == 1
+    assert [len(b.fed) for b in cache._threads.values()][0] > fed[0]  # noqa: SLF001
+
+
+def test_a_budget_cut_does_not_reach_the_kept_pass(log: EventLog) -> None:
+    """A request cut to fit a small budget (tool outputs truncated behind a marker) equals one from scratch,
+    and the next request at the full budget, through the same cache, is the uncut one again, as a
+    projection from scratch is: the cut changed copies, not the entries the kept pass shares."""
+    from dataclasses import replace
+
+    cache = ProjectionCache()
+    whole = _same_as_afresh(log, cache)
+    full = whole.manifest["estimated_tokens"]
+    tight = replace(SETTINGS, budget_tokens=SETTINGS.output_reserve + full - 150)
+    cut = project(log, load_prompts(None), tight, policy=POLICY, tools=TOOLS, cache=cache)
+    assert cut.shrink_notes and cut.manifest == project(log, load_prompts(None), tight, policy=POLICY,
+                                                         tools=TOOLS).manifest
+    assert cut.messages != whole.messages
+    again = _same_as_afresh(log, cache)
+    assert again.messages == whole.messages and again.request_hash == whole.request_hash
+
+
+def test_a_policy_or_tools_changed_in_place_are_seen(log: EventLog) -> None:
+    """The cache keeps the system prompt and the tools' encodings made for the very policy and tools objects it
+    was given; the same objects changed in place since (a value of the policy, a tool's description) give the
+    request a projection from scratch gives, not the one kept."""
+    import copy
+
+    policy, tools = copy.deepcopy(POLICY), copy.deepcopy(TOOLS)
+    cache = ProjectionCache()
+
+    def both() -> tuple[Any, Any]:
+        a = project(log, load_prompts(None), SETTINGS, policy=policy, tools=tools, cache=cache)
+        b = project(log, load_prompts(None), SETTINGS, policy=copy.deepcopy(policy), tools=copy.deepcopy(tools))
+        assert a.messages == b.messages and a.manifest == b.manifest
+        return a, b
+
+    before, _ = both()
+    key = sorted(policy)[0]
+    policy[key] = "changed in place"
+    after, _ = both()
+    assert after.messages[0] != before.messages[0]
+    assert after.manifest["policy_hash"] != before.manifest["policy_hash"]
+    tools[0]["function"]["description"] = "changed in place"
+    last, _ = both()
+    assert last.manifest["tools_hash"] != after.manifest["tools_hash"]
+    assert last.request_hash != after.request_hash
+
+
+def test_stable_hands_back_the_kept_object_only_while_equal() -> None:
+    """``stable`` returns the object kept under a name while the new value equals it, so successive ticks
+    share one object; an unequal value (or one of another type) replaces it."""
+    cache = ProjectionCache()
+    first = [{"a": 1}]
+    assert cache.stable("tools", first) is first
+    assert cache.stable("tools", [{"a": 1}]) is first
+    other = [{"a": 2}]
+    assert cache.stable("tools", other) is other
+    assert cache.stable("tools", ({"a": 2},)) == ({"a": 2},)

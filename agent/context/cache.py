@@ -10,16 +10,18 @@ built, never its bytes.
 
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from agent.events import Event, render
 from agent.tokens import Tokenizer, message_tokens, text_message_tokens, tools_json
 
 K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 V = TypeVar("V")
 
 COUNT_ENTRIES = 1024     # texts whose token count is kept
@@ -28,7 +30,8 @@ RENDER_ENTRIES = 1024    # rendered thread messages kept (a thread is a few hund
 # Bounds by size as well: one 5 MB tool output must not pin 1,024 times its size (texts are keys).
 COUNT_BYTES = 8 << 20
 CUT_BYTES = 8 << 20
-RENDER_BYTES = 4 << 20   # counted as what the entries keep alive: decoded payloads and rendered messages
+RENDER_BYTES = 4 << 20
+THREAD_PASSES = 2        # passes over a thread kept: the tick's projection's and a compaction's masked view   # counted as what the entries keep alive: decoded payloads and rendered messages
 
 Message = dict[str, Any]
 _Fields = tuple[str, int | None, str, dict[str, Any]]
@@ -102,16 +105,21 @@ def _text_bytes(key: tuple[Any, ...], value: Any) -> int:
     return n
 
 
+_SIZE = sys.getsizeof
+_LEAVES = frozenset({str, int, float, bool, type(None)})   # no items of their own: their size is all they keep
+
+
 def _kept(obj: Any) -> int:
     """Bytes ``obj`` keeps alive as the interpreter counts them (``sys.getsizeof``), through the dicts,
-    lists and tuples of a decoded JSON payload or a message; shared small objects are counted each time."""
-    n = sys.getsizeof(obj)
+    lists and tuples of a decoded JSON payload or a message; shared small objects are counted each time.
+    (A JSON leaf is sized without a call of its own: a payload holds hundreds of them.)"""
+    n = _SIZE(obj)
     if isinstance(obj, dict):
         for k, v in obj.items():
-            n += _kept(k) + _kept(v)
+            n += (_SIZE(k) if type(k) in _LEAVES else _kept(k)) + (_SIZE(v) if type(v) in _LEAVES else _kept(v))
     elif isinstance(obj, list | tuple):
         for v in obj:
-            n += _kept(v)
+            n += _SIZE(v) if type(v) in _LEAVES else _kept(v)
     return n
 
 
@@ -150,6 +158,49 @@ class ProjectionCache:
         # The inputs the last projection loaded, as (log, log.others_version() then, Inputs): the next one
         # extends them with what was appended since (agent.context.load.load) instead of reading them again.
         self.loaded: Any = None
+        # The passes over the thread the last projections made (agent.context.thread.build_thread), by what
+        # they depend on besides the events: the next projection feeds them only the events appended since.
+        self._threads: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._threads_lock = threading.Lock()
+        # The canonical JSON of the last request's messages and the sha256 state after each
+        # (agent.context.build._hashed_messages): the next request hashes only what it adds.
+        self.hashed: tuple[list[str], list[Any]] | None = None
+        # What the projection derives from its other inputs (the tools' encodings, the system prompt), by
+        # name: (the objects it was derived from, a copy of them then, the value).
+        self._derived: dict[str, tuple[tuple[Any, ...], Any, Any]] = {}
+        self._stable: dict[str, Any] = {}
+
+    def stable(self, name: str, value: T) -> T:
+        """``value``, or the value kept under ``name`` when it is equal: a caller that makes its tools or
+        policy afresh for every tick hands the projection the very same object each time, so what
+        ``derived`` keeps for it holds from one tick to the next."""
+        kept: T | None = self._stable.get(name)
+        if kept is not None and type(kept) is type(value) and kept == value:
+            return kept
+        self._stable[name] = value
+        return value
+
+    def derived(self, name: str, of: tuple[Any, ...], make: Callable[[], T]) -> T:
+        """``make()``, a function of the objects ``of`` alone, remembered under ``name`` while it is asked for
+        the very same objects, unchanged since (compared with a copy taken when it was made)."""
+        hit = self._derived.get(name)
+        if hit is not None and len(hit[0]) == len(of) and all(a is b for a, b in zip(hit[0], of, strict=True)) \
+                and hit[1] == of:
+            return cast(T, hit[2])
+        value = make()
+        self._derived[name] = (of, copy.deepcopy(of), value)
+        return value
+
+    def take_thread(self, key: tuple[Any, ...]) -> Any:
+        """The kept pass over a thread for ``key`` (removed: its taker keeps it again when done), or None."""
+        with self._threads_lock:
+            return self._threads.pop(key, None)
+
+    def keep_thread(self, key: tuple[Any, ...], builder: Any) -> None:
+        with self._threads_lock:
+            self._threads[key] = builder
+            while len(self._threads) > THREAD_PASSES:
+                self._threads.popitem(last=False)
 
     def meter(self, tokenizer: Tokenizer) -> Meter:
         """Counting with ``tokenizer`` through this cache."""
@@ -201,6 +252,11 @@ class ProjectionCache:
 
     def clear(self) -> None:
         self.loaded = None
+        self.hashed = None
+        self._derived.clear()
+        self._stable.clear()
+        with self._threads_lock:
+            self._threads.clear()
         self.counts.clear()
         self.cuts.clear()
         self.rendered.clear()
@@ -217,6 +273,11 @@ class Meter:
         self.tokenizer = tokenizer
         self._key = key
         self.cache = cache
+
+    @property
+    def key(self) -> int:
+        """What names this meter's encoding in the cache's tables."""
+        return self._key
 
     def count(self, text: str) -> int:
         key = (self._key, text)
@@ -253,7 +314,7 @@ class Meter:
         return text_message_tokens(text, self.count)
 
     def tools(self, tools: list[dict[str, Any]]) -> int:
-        return 0 if not tools else self.count(tools_json(tools))
+        return 0 if not tools else self.count(self.cache.derived("tools_json", (tools,), lambda: tools_json(tools)))
 
     def render(self, ev: Event) -> Message | None:
         return self.cache.render(ev)

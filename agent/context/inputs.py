@@ -42,8 +42,11 @@ def _inputs(prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]
     texts = {"system.md": prompts.system, "summarize.md": prompts.summarize}
     out: list[dict[str, Any]] = [{"name": name, "sha256": prompts.hashes[name], "content": texts[name]}
                                  for name in sorted(texts) if name in prompts.hashes]
-    out.append({"name": "policy", "sha256": sha256_text(canonical(policy)), "content": policy})
-    out.append({"name": "tools", "sha256": tools_hash(tools), "content": tools})
+    # The projection about to be logged was built from this policy and these tools: its manifest holds their
+    # hashes already (the tools' encoding is the largest of a request's inputs).
+    m = request.manifest if request is not None else {}
+    out.append({"name": "policy", "sha256": m.get("policy_hash") or sha256_text(canonical(policy)), "content": policy})
+    out.append({"name": "tools", "sha256": m.get("tools_hash") or tools_hash(tools), "content": tools})
     out.extend({"name": "params", "sha256": params_hash(p), "content": p} for p in params)
     if request is not None:
         bundle = request_bundle(request)
@@ -60,7 +63,7 @@ def record_inputs(log: EventLog, prompts: Prompts, policy: dict[str, Any], tools
                   tick: int | None, *params: dict[str, Any] | None, request: Projection | None = None) -> int:
     """Log each input whose hash the log has not seen yet (``params``: the model parameters of the
     requests about to be sent; ``request``: the projection about to be logged as a ``model.request``,
-    whose bundle its manifest names); returns how many were logged."""
+    whose bundle its manifest names, built from ``policy`` and ``tools``); returns how many were logged."""
     seen = log.store.recorded_input_hashes()  # hashes only: the texts are not decoded at every step
     given = [p for p in params if p is not None]
     new = [i for i in _inputs(prompts, policy, tools, given, request) if i["sha256"] not in seen]

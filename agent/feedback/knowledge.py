@@ -202,11 +202,23 @@ def save_memo(data_path: Path, memo: StatMemo) -> None:
     tell what changed on disk since the last scan without reading a file. A cache: the log stays the truth."""
     path = Path(data_path) / MEMO_NAME
     tmp = path.with_suffix(".tmp")
+    text = json.dumps({n: [list(k), h] for n, (k, h) in sorted(memo.items())})
     try:
-        tmp.write_text(json.dumps({n: [list(k), h] for n, (k, h) in sorted(memo.items())}), encoding="utf-8")
+        if _holds(path, text):  # most ticks change nothing: no write, no rename
+            return
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as e:
         logger.warning("knowledge.memo_unsaved", path=str(path), error=e.strerror)
+
+
+def _holds(path: Path, text: str) -> bool:
+    """Whether the file at ``path`` holds exactly ``text`` (False when it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(len(text) + 1) == text
+    except (OSError, ValueError):
+        return False
 
 
 def load_memo(data_path: Path) -> StatMemo:

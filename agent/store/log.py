@@ -500,15 +500,18 @@ class Transaction:
             prev = h
         return params, events
 
-    def index_search(self) -> int:
+    def index_search(self, render: Callable[[Event], dict[str, Any] | None] | None = None) -> int:
         """Add to the full-text index every event it does not hold yet, in seq order; how many.
 
         The index holds a prefix of the log (rowid = seq): appends leave it behind and this brings
-        it up to the head, rendering each event once. An event that does not render is indexed by
-        its kind and payload, as an invisible one is."""
+        it up to the head, rendering each event once (``render``: a renderer that gives exactly
+        ``agent.events.render``'s message, such as a projection cache's, which has most of a tick's
+        events already). An event that does not render is indexed by its kind and payload, as an
+        invisible one is."""
         pg = self.log.is_pg
         row = self.conn.execute(_FTS_HEAD_SQL_PG if pg else _FTS_HEAD_SQL).fetchone()
-        return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg, decode=self.log._decoded.event)
+        return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg, decode=self.log._decoded.event,
+                           render=render)
 
 
 def _insert(conn: Any, prev: str, params: list[Any], *, pg: bool) -> None:
@@ -550,7 +553,8 @@ def _spec(kind: str, n: int) -> tuple[Any, str, Callable[[str, object], bool]]:
 
 
 def _index_from(conn: Any, done: int, head: int, *, pg: bool = False,
-                decode: Callable[[tuple[Any, ...]], Event] | None = None) -> int:
+                decode: Callable[[tuple[Any, ...]], Event] | None = None,
+                render: Callable[[Event], dict[str, Any] | None] | None = None) -> int:
     """Index the events after seq ``done`` up to ``head``, 1,000 rows a statement; how many. SQLite's
     index keeps no copy of the text (content=''): ``search`` renders the hits it shows again. PostgreSQL's
     keeps the text, for ``ts_headline``."""
@@ -560,9 +564,10 @@ def _index_from(conn: Any, done: int, head: int, *, pg: bool = False,
         if not rows:
             break
         if pg:
-            conn.executemany(_INSERT_FTS_PG, [(r[0], _fts_text(_search_text(r, decode), True), r[3]) for r in rows])
+            conn.executemany(_INSERT_FTS_PG, [(r[0], _fts_text(_search_text(r, decode, render), True), r[3])
+                                              for r in rows])
         else:
-            conn.executemany(_INSERT_FTS, [(r[0], _search_text(r, decode)) for r in rows])
+            conn.executemany(_INSERT_FTS, [(r[0], _search_text(r, decode, render)) for r in rows])
         done, n = rows[-1][0], n + len(rows)
     return n
 
@@ -614,12 +619,14 @@ def _canonical_flat(payload: dict[str, Any]) -> str:
         return canonical(payload)
 
 
-def _search_text(r: tuple[Any, ...], decode: Callable[[tuple[Any, ...]], Event] | None = None) -> str:
+def _search_text(r: tuple[Any, ...], decode: Callable[[tuple[Any, ...]], Event] | None = None,
+                 render: Callable[[Event], dict[str, Any] | None] | None = None) -> str:
     """What the full-text index holds for the events row ``r`` (``decode``: how the row becomes its Event,
-    a log's cache of rows it decoded before; by default decoded afresh)."""
+    a log's cache of rows it decoded before; by default decoded afresh; ``render``: how an Event becomes
+    its message, by default ``agent.events.render``)."""
     e = (decode or _row_to_event)(r)
     try:
-        msg = ev.render(e)
+        msg = (render or ev.render)(e)
     except Exception:  # noqa: BLE001 - a rendering bug must not keep the rest of the log out of the index
         msg = None
     if msg is not None:
