@@ -9,10 +9,13 @@ can fail. Commands that only read read models load neither structlog nor the eve
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -303,3 +306,96 @@ def test_argparse_skips_gettext_only_when_there_is_no_catalog(catalog: str, expe
     r = subprocess.run([sys.executable, "-c", _CATALOG, str(tmp_path), catalog], capture_output=True, text=True,
                        timeout=60, check=True)
     assert r.stdout.strip() == expected
+
+
+def _exiting(code: str, stdout: Any, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with stdout block-buffered (as under an operator's pipe)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    return subprocess.run([sys.executable, "-c", code], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                          timeout=60, check=False, env=env, cwd=tmp_path)
+
+
+_EXIT_NOW = """
+import atexit, sys
+from agent.cli import exit_now
+atexit.register(lambda: sys.stdout.write("atexit ran\\n"))
+sys.stdout.write("x" * 100000 + "\\n")
+exit_now(3)
+"""
+
+
+def test_the_quick_exit_runs_atexit_flushes_stdout_and_keeps_the_code(tmp_path: Path) -> None:
+    """exit_now ends the process with its code after running the atexit functions and flushing stdout:
+    output sent to a file or a pipe is complete, the atexit function's line last."""
+    with open(tmp_path / "out", "w", encoding="utf-8") as f:
+        r = _exiting(_EXIT_NOW, f, tmp_path)
+    piped = _exiting(_EXIT_NOW, subprocess.PIPE, tmp_path)
+    expected = "x" * 100000 + "\natexit ran\n"
+    assert (r.returncode, r.stderr, (tmp_path / "out").read_text(encoding="utf-8")) == (3, "", expected)
+    assert (piped.returncode, piped.stderr, piped.stdout) == (3, "", expected)
+
+
+@pytest.mark.parametrize("ending", ["exit_now(0)", "sys.exit(0)"])
+def test_a_closed_pipe_at_exit_ends_as_the_interpreter_ends_it(ending: str, tmp_path: Path) -> None:
+    """Output still buffered when the reader has gone: exit_now hands over to the interpreter's own exit,
+    which reports the broken pipe and exits 120, exactly as sys.exit does."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        r = _exiting(f"import sys\nfrom agent.cli import exit_now\nprint('lost')\n{ending}\n", write, tmp_path)
+    finally:
+        os.close(write)
+    assert r.returncode == 120
+    assert "BrokenPipeError" in r.stderr and r.stderr.startswith("Exception ignored in: <_io.TextIOWrapper")
+
+
+_THREAD = """
+import threading, time
+from agent.cli import exit_now
+def late():
+    time.sleep(0.3)
+    print("thread done", flush=True)
+threading.Thread(target=late).start()
+exit_now(4)
+"""
+
+
+def test_the_quick_exit_waits_for_a_live_non_daemon_thread(tmp_path: Path) -> None:
+    """With another non-daemon thread alive, exit_now leaves the exit to the interpreter, which waits for
+    the thread: its output arrives and the code is kept."""
+    r = _exiting(_THREAD, subprocess.PIPE, tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (4, "thread done\n", "")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["alert", "list"], ["alerts", "show", "x"]])
+def test_the_module_entry_exits_as_argparse_says(argv: list[str], tmp_path: Path) -> None:
+    """``python -m agent.cli`` (the console script's entry) ends argparse's own exits with their code and
+    their whole output: --help exits 0 with the full parser's help, usage errors exit 2 with one line."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    r = subprocess.run([sys.executable, "-m", "agent.cli", *argv], capture_output=True, text=True, timeout=60,
+                       check=False, env=env, cwd=tmp_path)
+    if argv == ["--help"]:
+        assert (r.returncode, r.stdout, r.stderr) == (0, build_parser().format_help(), "")
+    else:
+        assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1
+        assert r.stderr.startswith("fleet-agent: error: ")
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_command_leaves_the_garbage_collector_as_it_found_it(enabled: bool, tmp_path: Path) -> None:
+    """main() pauses the cyclic GC only while the command starts: after a command, after a usage error and
+    after --version, the collector is on or off as it was before."""
+    cfg = _setup(tmp_path)
+    try:
+        if not enabled:
+            gc.disable()
+        states = []
+        assert main(["--config", str(cfg), "alerts", "list"]) == 0
+        states.append(gc.isenabled())
+        for argv in (["--version"], ["alerts", "show", "x"]):
+            with pytest.raises(SystemExit):
+                main(argv)
+            states.append(gc.isenabled())
+    finally:
+        gc.enable()
+    assert states == [enabled] * 3

@@ -8,6 +8,7 @@ lives in a small module with a ``register(subparsers)`` function; handlers are
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -557,9 +558,38 @@ def command_of(argv: list[str]) -> str | None:
     return None
 
 
+class _StartupGc:
+    """The cyclic garbage collector paused while a command starts (``with``), resumed as it was by
+    ``resume()`` or at the end of the block, whichever comes first.
+
+    Starting a command imports its modules, builds its parser and reads the config: objects that live as
+    long as the process, which the collector would walk again and again as they pile up (a few
+    milliseconds of a short command's run, for nothing). The command itself runs with the collector on."""
+
+    def __enter__(self) -> _StartupGc:
+        self.paused = gc.isenabled()
+        gc.disable()
+        return self
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            gc.enable()
+
+    def __exit__(self, *exc: object) -> None:
+        self.resume()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser("" if argv == ["--version"] else command_of(argv)).parse_args(argv)
+    with _StartupGc() as startup:
+        args = build_parser("" if argv == ["--version"] else command_of(argv)).parse_args(argv)
+        return _run(args, startup.resume)
+
+
+def _run(args: argparse.Namespace, started: Callable[[], None]) -> int:
+    """Load the config and the App (none for a ``no_config`` command), call ``started``, run the handler;
+    errors become one line on stderr and the exit code."""
     handler: Callable[[argparse.Namespace, App | None], int] = args.func
     app: App | None = None
     try:
@@ -568,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if getattr(args, "no_config", False):
             logsetup.configure("warning", "auto")
+            started()
             return handler(args, None)
         settings = config.load(args.config)
         logsetup.configure(settings.logging.level if args.command in ("run", "tick") else "warning",
@@ -575,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         from agent.app import App
 
         app = App(settings)
+        started()
         return handler(args, app)
     except FleetAgentError as e:
         from agent.secrets import scrub
@@ -594,8 +626,50 @@ def main(argv: list[str] | None = None) -> int:
             app.close()
 
 
-def entry() -> None:  # pragma: no cover - console script shim
-    sys.exit(main())
+def entry() -> NoReturn:
+    """The ``fleet-agent`` console script (and ``python -m agent.cli``): run ``main`` and end the process.
+
+    The exit is what ``sys.exit(main())`` does, in the same order, less the interpreter's teardown of
+    every module and object (some 110 modules for ``alerts list``, about a sixth of its wall time):
+    ``exit_now`` waits for nothing and frees nothing that would outlive the process anyway. argparse's
+    own exits (``--help``, a usage error) end the same way, with their code."""
+    try:
+        code = main()
+    except SystemExit as e:
+        if e.code is not None and not isinstance(e.code, int):
+            raise
+        code = e.code or 0
+    exit_now(code)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with ``code`` as the interpreter's own exit would, without its teardown.
+
+    What ``sys.exit`` runs that matters to the world outside the process, in its order: waiting for
+    non-daemon threads, the ``atexit`` functions (logging's flush, the alert hooks' drain, temporary
+    directories' cleanup), then flushing stdout and stderr. This runs the ``atexit`` functions and the
+    flushes itself, then ``os._exit``. What it skips is freeing memory, clearing modules and collecting
+    objects still referenced: ``main`` has closed the App (the event log's connection, its head file,
+    the PostgreSQL connection) in its ``finally``, every file the commands write is written in a
+    ``with`` block, and a connection left open would lose nothing either way (a commit is durable when
+    it returns; an open transaction is rolled back by the database when the process's connection goes,
+    at exit or at teardown alike). The cases where the teardown could still do something are handed to
+    ``sys.exit`` unchanged: another live non-daemon thread (the interpreter waits for it), or a flush of
+    stdout or stderr that fails (a closed pipe: the interpreter reports it and exits 120, as before)."""
+    threading = sys.modules.get("threading")
+    if threading is not None and any(t.is_alive() and not t.daemon and t is not threading.main_thread()
+                                     for t in threading.enumerate()):
+        sys.exit(code)
+    import atexit
+
+    atexit._run_exitfuncs()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    os._exit(code & 0xFF)
 
 
 
