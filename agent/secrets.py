@@ -7,10 +7,10 @@ can scrub it from anything, even text that was never meant to carry it.
 
 from __future__ import annotations
 
-import threading
+import _thread  # the lock alone, without the threading module
 
 _known: set[str] = set()
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 REDACTED = "***"
 
 

@@ -9,18 +9,21 @@ can fail. Commands that only read read models load neither structlog nor the eve
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import io
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent import __version__, config
-from agent.cli import COMMAND_GROUPS, CORE_COMMANDS, build_parser, command_of, group_module, main
+from agent.cli import COMMAND_GROUPS, CORE_COMMANDS, build_parser, command_of, group_module, main, parser_for
 from agent.feedback import raise_alert
 from agent.store.log import EventLog
 from tests.test_status_doctor import make_setup
@@ -399,3 +402,69 @@ def test_a_command_leaves_the_garbage_collector_as_it_found_it(enabled: bool, tm
     finally:
         gc.enable()
     assert states == [enabled] * 3
+
+
+def _command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> Iterator[list[str]]:
+    """Every command and subcommand of ``parser``, as the words that name it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield [*prefix, name]
+                yield from _command_paths(sub, (*prefix, name))
+
+
+def _outcome(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[object, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            result: object = sorted(vars(parser.parse_args(argv)).items(), key=lambda kv: kv[0])
+        except SystemExit as e:
+            result = ("exit", e.code)
+    return result, out.getvalue(), err.getvalue()
+
+
+def test_the_parser_built_for_a_run_answers_as_the_full_parser_for_every_command(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """For every command and subcommand, alone, with --help, with an unknown option, with a stray word and
+    after --config, the parser main() builds for that run (only the command named, only its subcommand
+    named) gives the same namespace, or the same exit code and byte-identical help and error text, as
+    the parser of every command."""
+    monkeypatch.setenv("COLUMNS", "100")
+    full = build_parser()
+    paths = list(_command_paths(full))
+    assert ["alerts", "list"] in paths and ["log", "verify"] in paths and ["say"] in paths and len(paths) > 60
+    narrowed = 0
+    for path in paths:
+        for argv in (path, [*path, "--help"], [*path, "--no-such-option"], [*path, "no-such-word"],
+                     ["--config", "c.yaml", *path, "-h"], [*path, "1", "--json"]):
+            lazy = parser_for(argv)
+            narrowed += lazy is not full and len(list(_command_paths(lazy))) < len(paths) // 4
+            assert _outcome(lazy, argv) == _outcome(full, argv), argv
+    assert narrowed > len(paths)
+    lazy = parser_for(["alerts", "list"])
+    assert list(_command_paths(lazy)) == [p for p in paths if p[0] == "alerts"]
+    built = {" ".join(p): len(_subparser(lazy, p)._actions) for p in _command_paths(lazy)}
+    assert built["alerts show"] == built["alerts ack"] == 1 < built["alerts list"]  # -h alone, or the options
+
+
+def _subparser(parser: argparse.ArgumentParser, path: list[str]) -> argparse.ArgumentParser:
+    for word in path:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[word]
+    return parser
+
+
+def test_reading_commands_load_neither_threading_nor_the_segment_reader(tmp_path: Path) -> None:
+    """alerts list, directives, status, knowledge list, log verify and say run without the threading module
+    (the log and the secrets take their locks from _thread); alerts list and directives also without fcntl
+    (only writing the head file locks it) or agent.store.segments (only reading events may reach archived
+    months);
+    then log verify, which walks every event, loads the segment reader (the probe sees it when it is there)."""
+    cfg = _setup(tmp_path)
+    got = _probe(cfg, [*READS, ["say", "a note"]], ("threading", "fcntl", "agent.store.segments"))
+    assert [(argv, code) for argv, code, _ in got] == [(argv, 0) for argv in [*READS, ["say", "a note"]]]
+    loaded = {" ".join(argv): names for argv, _, names in got}
+    assert all("threading" not in names for names in loaded.values())
+    for argv in ("alerts list", "alerts list --json", "directives"):
+        assert loaded[argv] == [], argv
+    assert "agent.store.segments" in loaded["log verify"]
