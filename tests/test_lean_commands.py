@@ -468,3 +468,20 @@ def test_reading_commands_load_neither_threading_nor_the_segment_reader(tmp_path
     for argv in ("alerts list", "alerts list --json", "directives"):
         assert loaded[argv] == [], argv
     assert "agent.store.segments" in loaded["log verify"]
+
+
+def test_payload_field_types_are_what_get_type_hints_gives_for_every_kind() -> None:
+    """The payload field types, evaluated once per distinct annotation text and module, equal
+    typing.get_type_hints for every field of every version of every event kind."""
+    from typing import get_type_hints
+
+    from agent.events import KINDS
+    from agent.events.payload import field_types
+
+    checked = 0
+    for kind in KINDS.values():
+        for version in kind.versions:
+            hints, got = get_type_hints(version.payload), field_types(version.payload)
+            assert got == {name: hints[name] for name in got}, version
+            checked += len(got)
+    assert checked > 200
