@@ -485,3 +485,18 @@ def test_payload_field_types_are_what_get_type_hints_gives_for_every_kind() -> N
             assert got == {name: hints[name] for name in got}, version
             checked += len(got)
     assert checked > 200
+
+
+def test_reading_and_appending_commands_load_no_deep_copy(tmp_path: Path) -> None:
+    """alerts list, directives, status, knowledge list, log verify and say run without the copy module (and
+    the weakref module it brings): a deep copy is made only when a stored form is expanded or an old version
+    upcast; then thread show, over a tick.started row whose records share a non-scalar value (each record
+    gets its own copy), loads it (the probe sees the module when it is there)."""
+    cfg = _setup(tmp_path)
+    commands = [*READS, ["say", "a note"]]
+    got = _probe(cfg, commands, ("copy",))
+    assert [(argv, code, loaded) for argv, code, loaded in got] == [(argv, 0, []) for argv in commands]
+    with EventLog(config.load(str(cfg)).db_path) as log:
+        log.append("tick.started", {"observation": {"balance": 1.0, "instances": [
+            {"id": n, "gpu_name": "RTX 4090", "ports": {"22/tcp": 22}} for n in (1, 2)]}}, "scheduler", 2)
+    assert _probe(cfg, [["thread", "show"]], ("copy",)) == [[["thread", "show"], 0, ["copy"]]]
