@@ -389,6 +389,7 @@ def test_a_command_leaves_the_garbage_collector_as_it_found_it(enabled: bool, tm
     """main() pauses the cyclic GC only while the command starts: after a command, after a usage error and
     after --version, the collector is on or off as it was before."""
     cfg = _setup(tmp_path)
+    frozen = gc.get_freeze_count()
     try:
         if not enabled:
             gc.disable()
@@ -402,6 +403,23 @@ def test_a_command_leaves_the_garbage_collector_as_it_found_it(enabled: bool, tm
     finally:
         gc.enable()
     assert states == [enabled] * 3
+    assert gc.get_freeze_count() == frozen  # an in-process caller's objects stay collectable
+
+
+_WHOLE = """
+import gc, sys
+from agent.cli import main
+code = main(["--config", sys.argv[1], "alerts", "list"], whole_process=True)
+print(code, gc.isenabled(), gc.get_freeze_count() > 1000)
+"""
+
+
+def test_the_console_script_freezes_what_the_start_made() -> None:
+    """A whole-process run (the console script's) resumes the collector with what the start made frozen out
+    of its sight: thousands of objects; the collector is on again."""
+    r = subprocess.run([sys.executable, "-c", _WHOLE, "/nonexistent/config.yaml"], capture_output=True, text=True,
+                       timeout=60, check=True)
+    assert r.stdout.split() == ["2", "True", "True"]
 
 
 def _command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> Iterator[list[str]]:
