@@ -518,3 +518,22 @@ def test_reading_and_appending_commands_load_no_deep_copy(tmp_path: Path) -> Non
         log.append("tick.started", {"observation": {"balance": 1.0, "instances": [
             {"id": n, "gpu_name": "RTX 4090", "ports": {"22/tcp": 22}} for n in (1, 2)]}}, "scheduler", 2)
     assert _probe(cfg, [["thread", "show"]], ("copy",)) == [[["thread", "show"], 0, ["copy"]]]
+
+
+def test_the_migration_names_an_open_checks_are_the_declared_ones(tmp_path: Path) -> None:
+    """The names found without splitting schema.sql are the declared migrations' names, in order; a database
+    with all of them applied opens applying none, and one that records a migration this version does not
+    declare is refused naming it."""
+    from agent.errors import LogError
+    from agent.store import db
+
+    assert db.migration_names() == [name for name, _ in db.migrations()] and len(db.migration_names()) >= 10
+    path = config.load(str(_setup(tmp_path))).db_path
+    conn = db.connect(path)
+    try:
+        assert db.apply_migrations(conn) == []
+        conn.execute("INSERT INTO _migrations (name, applied_at) VALUES ('999_from_the_future', 'x')")
+        with pytest.raises(LogError, match="999_from_the_future"):
+            db.apply_migrations(conn)
+    finally:
+        conn.close()
