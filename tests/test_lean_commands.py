@@ -26,6 +26,7 @@ from agent import __version__, config
 from agent.cli import COMMAND_GROUPS, CORE_COMMANDS, build_parser, command_of, group_module, main, parser_for
 from agent.feedback import raise_alert
 from agent.store.log import EventLog
+from tests import tamper
 from tests.test_status_doctor import make_setup
 
 LEAN = [["alerts", "list"], ["alerts", "show", "1"], ["alerts", "ack", "1", "--note", "seen"],
@@ -532,8 +533,8 @@ def test_the_migration_names_an_open_checks_are_the_declared_ones(tmp_path: Path
     conn = db.connect(path)
     try:
         assert db.apply_migrations(conn) == []
-        conn.execute("INSERT INTO _migrations (name, applied_at) VALUES ('999_from_the_future', 'x')")
-        with pytest.raises(LogError, match="999_from_the_future"):
-            db.apply_migrations(conn)
     finally:
         conn.close()
+    tamper.record_migration(path, "999_from_the_future")
+    with pytest.raises(LogError, match="999_from_the_future"):
+        db.connect(path).close()
