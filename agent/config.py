@@ -11,48 +11,54 @@ Search order: ``--config PATH``, ``$FLEET_AGENT_CONFIG``, ``./config.yaml``,
 
 from __future__ import annotations
 
-import contextlib
-import json
+import errno
 import math
 import os
-import re
-import types
-import typing
-from collections.abc import Callable
+import stat
 from datetime import UTC
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from agent import logsetup
 from agent.errors import ConfigError
 from agent.record import asdict, field, fields_of, is_record, record, replace
 from agent.secrets import Secret
 
-if TYPE_CHECKING:  # the scheduler loads when a cron expression is read, not with every command
+# Nothing here imports typing, pathlib, re or structlog when the module loads or a plain config is read: every
+# command loads the config (a field's type is read from its annotation's text, see _kind; Path is imported
+# where a method returns one; the logger where a key file is warned about).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+    from typing import Any, Literal, NoReturn, TypeAlias, TypeGuard, TypeVar
+
+    # the scheduler loads when a cron expression is read, not with every command
     from apscheduler.triggers.cron import CronTrigger
 
     from agent.store.target import LogLocation
 
-logger = logsetup.get_logger(__name__)
+    _D = TypeVar("_D")
 
 SEARCH_PATHS = ("./config.yaml", "/etc/fleet-agent/config.yaml")
 
 # The daemon schedules in UTC; a cron expression is read in it.
 SCHEDULE_TIMEZONE = UTC
 
-# Settings with a fixed set of values: checked when the config loads.
-LogLevel = Literal["debug", "info", "warning", "error"]
-LogFormat = Literal["auto", "json", "console"]  # auto: console on a TTY, JSON lines otherwise
-TextToolCalls = Literal["reject", "accept"]  # what a tool call written as text gets besides a correction
-ProviderName = Literal["openai", "rules"]  # any OpenAI-compatible server, or the built-in rules provider
+# Settings with a fixed set of values: checked when the config loads. Each is written once, as text that
+# type checkers read as the Literal and the config reads as the list of choices (_kind).
+LogLevel: TypeAlias = 'Literal["debug", "info", "warning", "error"]'
+# auto: console on a TTY, JSON lines otherwise
+LogFormat: TypeAlias = 'Literal["auto", "json", "console"]'
+# what a tool call written as text gets besides a correction
+TextToolCalls: TypeAlias = 'Literal["reject", "accept"]'
+# any OpenAI-compatible server, or the built-in rules provider
+ProviderName: TypeAlias = 'Literal["openai", "rules"]'
 
 
 class Duration(float):
     """Seconds; written in YAML as a number or as '30s', '5m', '2h', '1d'."""
 
 
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+# Its units; "ms" is tried before "s".
+_UNITS: dict[str | None, float] = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
 @record(frozen=True)
@@ -324,9 +330,13 @@ class Settings:
 
     @property
     def base_dir(self) -> Path:
+        from pathlib import Path
+
         return Path(self.source_path).resolve().parent if self.source_path else Path.cwd()
 
     def path(self, p: str) -> Path:
+        from pathlib import Path
+
         q = Path(os.path.expandvars(os.path.expanduser(p)))
         return q if q.is_absolute() else (self.base_dir / q)
 
@@ -341,7 +351,7 @@ class Settings:
             return self.path(self.storage.url)
         return self.data_path / "fleet-agent.db"
 
-    def log_target(self, env: typing.Mapping[str, str] | None = None) -> LogLocation:
+    def log_target(self, env: Mapping[str, str] | None = None) -> LogLocation:
         """Where the event log lives: the SQLite file, or this fleet in the PostgreSQL database (with the
         password from storage.password_env / _file / _credential, and the head and checkpoint files
         kept in data_dir)."""
@@ -375,19 +385,20 @@ class Settings:
 
     def config_hash(self) -> str:
         import hashlib  # OpenSSL loads for the hash, not with every command
+        import json
 
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
 
-    def vast_api_key(self, env: typing.Mapping[str, str] | None = None) -> Secret:
+    def vast_api_key(self, env: Mapping[str, str] | None = None) -> Secret:
         """The vast.ai key (required: a ConfigError says every way to provide it)."""
         ref = self.vast.key_ref
         return find_secret("vast.api_key", ref, self, env) or _no_key("vast.api_key", ref)
 
-    def model_api_key(self, env: typing.Mapping[str, str] | None = None) -> Secret | None:
+    def model_api_key(self, env: Mapping[str, str] | None = None) -> Secret | None:
         """The model server's key, or None (many local servers need none)."""
         return find_secret("model.api_key", self.model.key_ref, self, env)
 
-    def s3_credentials(self, env: typing.Mapping[str, str] | None = None) -> tuple[Secret, Secret] | None:
+    def s3_credentials(self, env: Mapping[str, str] | None = None) -> tuple[Secret, Secret] | None:
         """The object store's key pair, or None (boto3's own chain then); a ConfigError when only one is found."""
         st = self.storage
         key_id = find_secret("storage.s3_access_key_id", SecretRef(
@@ -400,7 +411,7 @@ class Settings:
                               "(environment variable, file or systemd credential) or neither")
         return None if key_id is None or secret is None else (key_id, secret)
 
-    def http_token(self, env: typing.Mapping[str, str] | None = None) -> Secret | None:
+    def http_token(self, env: Mapping[str, str] | None = None) -> Secret | None:
         """The console's write token: None when none is configured; a ConfigError when one is configured
         and cannot be found (a console that should accept writes must not silently refuse them all)."""
         ref = self.http.token_ref
@@ -422,7 +433,7 @@ class Settings:
 
 
 def find_secret(name: str, ref: SecretRef, settings: Settings,
-                env: typing.Mapping[str, str] | None) -> Secret | None:
+                env: Mapping[str, str] | None) -> Secret | None:
     """The first of ``ref``'s places that holds a value, or None; an unreadable key file is an error."""
     env = os.environ if env is None else env
     if ref.env and env.get(ref.env):
@@ -435,6 +446,8 @@ def find_secret(name: str, ref: SecretRef, settings: Settings,
             return Secret(_one_line(name, value, str(p)), str(p))
     cred_dir = env.get("CREDENTIALS_DIRECTORY")
     if ref.credential and cred_dir:
+        from pathlib import Path
+
         p = Path(cred_dir) / ref.credential
         if p.is_file():
             value = _read_key(name, p, f"fix the file behind LoadCredential={ref.credential}")
@@ -462,7 +475,10 @@ def _one_line(name: str, value: str, where: str) -> str:
 
 def _warn_key_file(name: str, p: Path) -> None:
     """Warn (never refuse) about a key file others can read, or one reached through a symlink."""
-    with contextlib.suppress(OSError):
+    from agent import logsetup  # structlog loads when there is something to say, not with every command
+
+    logger = logsetup.get_logger(__name__)
+    try:
         if p.is_symlink():
             logger.warning("secret.file_symlink", setting=f"{name}_file", path=str(p),
                            target=os.path.realpath(p), fix="point the setting at the file itself")
@@ -470,9 +486,11 @@ def _warn_key_file(name: str, p: Path) -> None:
         if mode & 0o077:
             logger.warning("secret.file_readable_by_others", setting=f"{name}_file", path=str(p),
                            mode=f"{mode & 0o777:o}", fix=f"chmod 600 {p}")
+    except OSError:
+        return  # a file that cannot be looked at is reported when it is read
 
 
-def _no_key(name: str, ref: SecretRef) -> typing.NoReturn:
+def _no_key(name: str, ref: SecretRef) -> NoReturn:
     ways = []
     if ref.env:
         ways.append(f"set ${ref.env}")
@@ -537,7 +555,7 @@ _YAML_RESOLVER_PATTERNS = (
 # What those patterns can match at all: a scalar with any other character is text, no pattern needed.
 _YAML_NUMBER_CHARS = frozenset("0123456789_+-.:xabcdefABCDEFtTZ inINF<=")
 _YAML_NUMBER_FIRST = frozenset("0123456789+-.<=")
-_yaml_resolvers: list[re.Pattern[str]] = []
+_yaml_resolvers: list[Callable[[str], object]] = []
 
 
 def _yaml_resolved(s: str) -> bool:
@@ -545,18 +563,55 @@ def _yaml_resolved(s: str) -> bool:
     if s[:1] not in _YAML_NUMBER_FIRST or s.count(".") > 1 or not set(s) <= _YAML_NUMBER_CHARS:
         return False  # (each pattern starts so, and has at most one dot)
     if not _yaml_resolvers:
-        _yaml_resolvers.extend(re.compile(p, re.X) for p in _YAML_RESOLVER_PATTERNS)
-    return any(r.match(s) for r in _yaml_resolvers)
+        import re
+
+        _yaml_resolvers.extend(re.compile(p, re.X).match for p in _YAML_RESOLVER_PATTERNS)
+    return any(match(s) for match in _yaml_resolvers)
 
 _YAML_BOOLS = {**dict.fromkeys(("yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
                **dict.fromkeys(("no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), False)}
 _YAML_NULLS = ("null", "Null", "NULL", "~")
-_PLAIN_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
-_PLAIN_FLOAT = re.compile(r"[-+]?[0-9]+\.[0-9]+")
-# A line of the subset: an indented ``key:`` with an optional value, or a ``- item``.
-_PLAIN_KEY = re.compile(r"( *)([A-Za-z_][A-Za-z0-9_]*):(?: +(.*))?")
-_PLAIN_ITEM = re.compile(r"( *)- +(.*)")
-_PLAIN_CHARS = re.compile(r"[^\n\x20-\x7e]")  # anything else (tabs, CR, non-ASCII): PyYAML reads the file
+# The plain subset is read with string methods, not regular expressions (compiling those cost more than
+# reading the file); tests/test_config_lean.py checks each function against the pattern it stands for.
+_DIGITS = frozenset("0123456789")
+_KEY_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_KEY_CHARS = _KEY_FIRST | _DIGITS
+
+
+def _signless(s: str) -> str:
+    return s[1:] if s[:1] in ("-", "+") else s
+
+
+def _plain_int(s: str) -> bool:
+    """``[-+]?(?:0|[1-9][0-9]*)``, the whole of ``s``: a decimal integer."""
+    d = _signless(s)
+    return d == "0" or (d[:1] in _DIGITS and d[0] != "0" and set(d) <= _DIGITS)
+
+
+def _plain_float(s: str) -> bool:
+    """``[-+]?[0-9]+\\.[0-9]+``, the whole of ``s``: a decimal with digits on both sides of its point."""
+    whole, dot, frac = _signless(s).partition(".")
+    return bool(dot and whole and frac) and set(whole) <= _DIGITS and set(frac) <= _DIGITS
+
+
+def _key_line(t: str) -> tuple[str, str] | None:
+    """``( *)([A-Za-z_][A-Za-z0-9_]*):(?: +(.*))?``, the whole of ``t``: (key, value stripped), or None."""
+    key, colon, rest = t.lstrip(" ").partition(":")
+    if not colon or key[:1] not in _KEY_FIRST or not set(key) <= _KEY_CHARS or rest[:1] not in ("", " "):
+        return None
+    return key, rest.strip()
+
+
+def _item_line(t: str) -> str | None:
+    """``( *)- +(.*)``, the whole of ``t``: the item's text, or None."""
+    body = t.lstrip(" ")
+    return body[2:].lstrip(" ") if body[:2] == "- " else None
+
+
+def _plain_chars(text: str) -> bool:
+    """``[^\\n\\x20-\\x7e]`` found nowhere in ``text``: only printable ASCII and line feeds (tabs, CR and
+    non-ASCII are left to PyYAML)."""
+    return text.isascii() and text.replace("\n", "").isprintable()
 
 
 class _NotPlain(Exception):
@@ -573,9 +628,9 @@ def _plain_text(s: str) -> Any:
         return _YAML_BOOLS[s]
     if s in _YAML_NULLS:
         return None
-    if _PLAIN_INT.fullmatch(s):
+    if _plain_int(s):
         return int(s)
-    if _PLAIN_FLOAT.fullmatch(s):
+    if _plain_float(s):
         return float(s)
     if _yaml_resolved(s):  # octal, hex, 1_000, 1:30, .inf, a date, <<, =
         raise _NotPlain
@@ -602,9 +657,8 @@ def _plain_value(v: str) -> Any:
             raise _NotPlain
         inner = v[1:end - 1].strip()
         return [] if not inner else [_flow_item(x.strip()) for x in inner.split(",")]
-    if v.split(" #", 1)[0].rstrip() == "{}":
-        return {}
-    return _plain_text(v.split(" #", 1)[0].rstrip())
+    v = v.split(" #", 1)[0].rstrip()
+    return {} if v == "{}" else _plain_text(v)
 
 
 def _comment(tail: str) -> bool:
@@ -623,8 +677,8 @@ class _PlainReader:
 
     def __init__(self, text: str, loc: _Loc) -> None:
         self.loc = loc
-        self.lines = [(n, len(t) - len(t.lstrip(" ")), t.rstrip()) for n, t in enumerate(text.split("\n"), 1)
-                      if t.strip() and not t.lstrip().startswith("#")]
+        self.lines = [(n, len(t) - len(body), t.rstrip()) for n, t in enumerate(text.split("\n"), 1)
+                      if (body := t.lstrip(" ")) and body[0] != "#"]  # (no other whitespace: _plain_chars)
         self.i = 0
 
     def _next(self, indent: int) -> tuple[int, str] | None:
@@ -638,10 +692,10 @@ class _PlainReader:
         out: dict[str, Any] = {}
         while (nxt := self._next(indent)) is not None:
             at, t = nxt
-            m = _PLAIN_KEY.fullmatch(t)
-            if at != indent or m is None or m.group(2) in out:
+            kv = _key_line(t)
+            if at != indent or kv is None or kv[0] in out:
                 raise _NotPlain  # a deeper line, a list item, or a repeated key (PyYAML says which)
-            key, v = m.group(2), (m.group(3) or "").strip()
+            key, v = kv
             self.loc.lines[path + (key,)] = self.lines[self.i][0]
             self.i += 1
             out[key] = self._value(v, indent, path + (key,))
@@ -656,7 +710,7 @@ class _PlainReader:
         if nxt is None:
             return None
         at, t = nxt
-        if _PLAIN_ITEM.fullmatch(t):
+        if _item_line(t) is not None:
             return self.sequence(at)
         return self.mapping(at, path) if at > indent else None
 
@@ -664,17 +718,17 @@ class _PlainReader:
         out: list[Any] = []
         while (nxt := self._next(indent)) is not None:
             at, t = nxt
-            m = _PLAIN_ITEM.fullmatch(t)
-            if m is None:
-                if at == indent and _PLAIN_KEY.fullmatch(t):
+            item = _item_line(t)
+            if item is None:
+                if at == indent and _key_line(t) is not None:
                     break  # the next key of the mapping this list (written at the key's indent) belongs to
                 raise _NotPlain
-            if at != indent or m.group(2)[0] in "[{-":
+            if at != indent or item[0] in "[{-":
                 raise _NotPlain
             self.i += 1
             if self._next(indent + 1) is not None:
                 raise _NotPlain
-            out.append(_plain_value(m.group(2)))
+            out.append(_plain_value(item))
         return out
 
 
@@ -683,7 +737,7 @@ def _read_plain(text: str, file: str) -> tuple[dict[str, Any], _Loc] | None:
     ``key: value`` lines, nested mappings, lists of scalars (``- x`` or ``[a, b]``), ``{}``, comments,
     quoted strings without escapes. Gives exactly what PyYAML's safe loader gives (values and the line of
     each key); None for anything else, which PyYAML then reads (and words any error of)."""
-    if _PLAIN_CHARS.search(text):
+    if not _plain_chars(text):
         return None
     loc = _Loc(file)
     reader = _PlainReader(text, loc)
@@ -711,7 +765,6 @@ def _parse_yaml(text: str, file: str) -> tuple[dict[str, Any], _Loc]:
 # ------------------------------------------------------------------ validation
 
 _SECRET_KEYS = {"api_key", "key", "token", "password", "secret"}
-_D = TypeVar("_D")
 
 
 class _Refused(Exception):
@@ -725,30 +778,7 @@ class _Refused(Exception):
 _NOT_FINITE = "; .nan and .inf are not numbers a setting can hold, write a finite number"
 
 
-def _non_null(t: object) -> object:
-    """``X`` from ``X | None``."""
-    return next(a for a in typing.get_args(t) if a is not type(None))
-
-
-def _type_name(t: object) -> str:
-    if t is Duration:
-        return "a duration (seconds, or like 30s, 5m, 2h)"
-    origin = typing.get_origin(t)
-    if origin in (types.UnionType, typing.Union):
-        return f"{_type_name(_non_null(t))} or null"
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(t))
-    if t == list[int]:
-        return "a list of host ids (whole numbers above 0)"
-    if origin is list:
-        return "a list of strings"
-    if origin is dict:
-        return "a mapping of string to string"
-    names: dict[object, str] = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-    return names.get(t, str(t))
-
-
-def _is_number(v: object) -> bool:
+def _is_number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
@@ -757,12 +787,24 @@ def _finite(v: object) -> None:
         raise _Refused(_NOT_FINITE)
 
 
+def _duration_text(s: str) -> float | None:
+    """``^\\s*(\\d+(?:\\.\\d+)?)\\s*(ms|s|m|h|d)?\\s*$``: seconds, or None when ``s`` is not written so."""
+    s = s.strip()
+    unit = next((u for u in ("ms", "s", "m", "h", "d") if s.endswith(u)), None)
+    if unit is not None:
+        s = s[:-len(unit)].rstrip()
+    whole, dot, frac = s.partition(".")
+    if not whole.isdecimal() or (dot and not frac.isdecimal()):
+        return None
+    return float(s) * _UNITS[unit]
+
+
 def _to_duration(v: object) -> Duration:
     _finite(v)
-    if _is_number(v) and typing.cast(float, v) >= 0:
-        return Duration(typing.cast(float, v))
-    if isinstance(v, str) and (m := _DUR.match(v)):
-        return Duration(float(m.group(1)) * _UNITS[m.group(2)])
+    if _is_number(v) and v >= 0:
+        return Duration(v)
+    if isinstance(v, str) and (seconds := _duration_text(v)) is not None:
+        return Duration(seconds)
     raise _Refused
 
 
@@ -781,7 +823,7 @@ def _to_int(v: object) -> int:
 def _to_float(v: object) -> float:
     _finite(v)
     if _is_number(v):
-        return float(typing.cast(float, v))
+        return float(v)
     raise _Refused
 
 
@@ -809,33 +851,96 @@ def _to_str_map(v: object) -> dict[str, str]:
     raise _Refused
 
 
-# Field type (or its generic origin) -> the function that checks and converts a YAML value for it.
-_CONVERT: dict[object, Callable[[object], object]] = {
-    Duration: _to_duration, bool: _to_bool, int: _to_int, float: _to_float, str: _to_str,
-    list: _to_str_list, dict: _to_str_map, list[int]: _to_int_list,
+# A field's annotation text -> the function that checks and converts a YAML value for it, and what it expects
+# (in the error when a value does not fit). With ``X | None``, any X here, records (sections) and the Literal
+# aliases above, these are every annotation a setting has: _kind refuses any other, and
+# tests/test_config_lean.py checks what it reads against typing.get_type_hints for every field.
+_SCALARS: dict[str, tuple[Callable[[object], object], str]] = {
+    "Duration": (_to_duration, "a duration (seconds, or like 30s, 5m, 2h)"),
+    "bool": (_to_bool, "true or false"), "int": (_to_int, "an integer"), "float": (_to_float, "a number"),
+    "str": (_to_str, "a string"), "list[str]": (_to_str_list, "a list of strings"),
+    "list[int]": (_to_int_list, "a list of host ids (whole numbers above 0)"),
+    "dict[str, str]": (_to_str_map, "a mapping of string to string"),
 }
 
 
-def _convert(value: object, t: object) -> object:
-    origin = typing.get_origin(t)
-    if origin in (types.UnionType, typing.Union):
-        return None if value is None else _convert(value, _non_null(t))
-    if origin is Literal:
-        if isinstance(value, str) and value in typing.get_args(t):
-            return value
-        raise _Refused
-    convert = _CONVERT.get(t) or _CONVERT.get(origin)
-    if convert is None:
-        raise _Refused
-    return convert(value)
+class _Kind:
+    """What one field holds: a section (a record, built from a mapping), or a value that ``convert`` checks
+    and converts, described by ``expected``."""
+
+    __slots__ = ("convert", "expected", "section")
+
+    def __init__(self, convert: Callable[[object], object], expected: str, section: type | None = None) -> None:
+        self.convert, self.expected, self.section = convert, expected, section
 
 
-def _coerce(value: object, t: object, where: str, key: str) -> object:
-    """``value`` as field type ``t``; a ConfigError at ``where`` naming ``key`` when it does not fit."""
+def _nullable(convert: Callable[[object], object]) -> Callable[[object], object]:
+    return lambda v: None if v is None else convert(v)
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[object], object]:
+    def convert(v: object) -> object:
+        if isinstance(v, str) and v in choices:
+            return v
+        raise _Refused
+
+    return convert
+
+
+def _literal_choices(text: str) -> tuple[str, ...] | None:
+    """The strings of ``Literal["a", "b"]`` written so (double quotes, ", " between), else None."""
+    if not (text.startswith("Literal[") and text.endswith("]")):
+        return None
+    items = text[len("Literal["):-1].split(", ")
+    if not all(len(x) >= 2 and x[0] == x[-1] == '"' and not set(x[1:-1]) & set('"\\,') for x in items):
+        return None
+    return tuple(x[1:-1] for x in items)
+
+
+def _kind(text: str) -> _Kind:
+    """The kind of a field annotated ``text`` (this module's names: ``from __future__ import annotations``
+    keeps annotations as text, and the config reads them without typing); a TypeError for any other."""
+    if text.endswith(" | None"):
+        inner = _kind(text[:-len(" | None")])
+        if inner.section is None:
+            return _Kind(_nullable(inner.convert), f"{inner.expected} or null")
+    elif text in _SCALARS:
+        return _Kind(*_SCALARS[text])
+    else:
+        named = globals().get(text)
+        if is_record(named):
+            return _Kind(_to_str, "a mapping of settings", named)
+        choices = _literal_choices(named) if isinstance(named, str) else None
+        if choices is not None:
+            return _Kind(_one_of(choices), "one of " + ", ".join(repr(c) for c in choices))
+    raise TypeError(f"a setting annotated {text!r}: the config reads only {', '.join(_SCALARS)}, sections, "
+                    "the Literal aliases of agent/config.py and any of them | None")
+
+
+_KINDS: dict[type, dict[str, _Kind]] = {}
+_KIND_OF: dict[str, _Kind] = {}  # (~100 fields have ~20 distinct annotations)
+
+
+def _field_kinds(cls: type) -> dict[str, _Kind]:
+    """Each YAML key of section ``cls`` (its fields but internal ones, in order) and what it holds; read from
+    the annotations once per class."""
+    kinds = _KINDS.get(cls)
+    if kinds is None:
+        kinds = _KINDS[cls] = {}
+        for name, t, meta, _ in fields_of(cls):
+            text = t if isinstance(t, str) else t.__name__
+            if not meta.get("internal"):
+                kinds[name] = _KIND_OF.get(text) or _KIND_OF.setdefault(text, _kind(text))
+    return kinds
+
+
+def _coerce(value: object, kind: _Kind, kpath: tuple[str, ...], loc: _Loc) -> object:
+    """``value`` as ``kind`` holds it; a ConfigError at the line of ``kpath`` naming it when it does not fit."""
     try:
-        return _convert(value, t)
+        return kind.convert(value)
     except _Refused as e:
-        raise ConfigError(f"{where}: {key}: expected {_type_name(t)}, got {value!r}"[:300] + e.why) from None
+        raise ConfigError(f"{loc.at(kpath)}: {'.'.join(kpath)}: expected {kind.expected}, got {value!r}"[:300]
+                          + e.why) from None
 
 
 def _unknown_key(key: str, path: tuple[str, ...], fields: list[str], loc: _Loc) -> ConfigError:
@@ -853,39 +958,21 @@ def _unknown_key(key: str, path: tuple[str, ...], fields: list[str], loc: _Loc) 
     return ConfigError(f"{loc.at(kpath)}: {kd}: unknown key; {hint}")
 
 
-_TYPES: dict[str, object] = {}
-
-
-def _field_types(cls: type) -> dict[str, object]:
-    """Each field's type, as ``typing.get_type_hints`` gives it: the annotation text (this module's
-    ``from __future__ import annotations``) evaluated in this module, once per distinct text (a config
-    has ~100 fields of ~20 types; get_type_hints compiles every annotation of every class afresh)."""
-    out: dict[str, object] = {}
-    for name, t, _, _ in fields_of(cls):
-        if isinstance(t, str):
-            if t not in _TYPES:
-                _TYPES[t] = eval(t, globals())  # noqa: S307  (this module's own annotations)
-            t = _TYPES[t]
-        out[name] = t
-    return out
-
-
 def _build(cls: type[_D], data: object, path: tuple[str, ...], loc: _Loc) -> _D:
     dotted = ".".join(path) or "(top level)"
     if not isinstance(data, dict):
         raise ConfigError(f"{loc.at(path)}: {dotted}: expected a mapping of settings, got {data!r}"[:300])
-    hints = _field_types(cls)
-    fields = [name for name, _, meta, _ in fields_of(cls) if not meta.get("internal")]
+    kinds = _field_kinds(cls)
     kwargs: dict[str, object] = {}
     for key, value in data.items():
-        if key not in fields:
-            raise _unknown_key(key, path, fields, loc)
+        kind = kinds.get(key)
+        if kind is None:
+            raise _unknown_key(key, path, list(kinds), loc)
         kpath = path + (key,)
-        t = hints[key]
-        if is_record(t):
-            kwargs[key] = _build(t, value if value is not None else {}, kpath, loc)
+        if kind.section is not None:
+            kwargs[key] = _build(kind.section, value if value is not None else {}, kpath, loc)
         else:
-            kwargs[key] = _coerce(value, t, loc.at(kpath), ".".join(kpath))
+            kwargs[key] = _coerce(value, kind, kpath, loc)
     return cls(**kwargs)
 
 
@@ -900,11 +987,30 @@ def cron_trigger(expr: str) -> CronTrigger:
     return CronTrigger.from_crontab(expr, timezone=SCHEDULE_TIMEZONE)
 
 
+_LOWER_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_LABEL_CHARS = _LOWER_ALNUM | {"-"}
+
+
+def _is_agent_id(s: str) -> bool:
+    """``[a-z0-9][a-z0-9-]{0,30}``, the whole of ``s``."""
+    return 1 <= len(s) <= 31 and s[0] in _LOWER_ALNUM and set(s) <= _LABEL_CHARS
+
+
+def _is_label_prefix(s: str) -> bool:
+    """``[a-z0-9-]{1,16}``, the whole of ``s``."""
+    return 1 <= len(s) <= 16 and set(s) <= _LABEL_CHARS
+
+
+def _is_http_url(u: str) -> bool:
+    """``^https?://`` at the start of ``u``."""
+    return u.startswith(("http://", "https://"))
+
+
 def _check_names(s: Settings, loc: _Loc) -> None:
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,30}", s.agent_id):
+    if not _is_agent_id(s.agent_id):
         raise loc.error("agent_id", "use 1-31 lowercase letters, digits and dashes "
                         "(it becomes part of instance labels)")
-    if not re.fullmatch(r"[a-z0-9-]{1,16}", s.fleet.label_prefix):
+    if not _is_label_prefix(s.fleet.label_prefix):
         raise loc.error("fleet.label_prefix", "use 1-16 lowercase letters, digits and dashes")
 
 
@@ -971,7 +1077,7 @@ def _check_limits(s: Settings, loc: _Loc) -> None:
     if not 0 <= s.policy.min_reliability <= 1:
         raise loc.error("policy.min_reliability", "a share between 0 and 1")
     for u, key in ((s.vast.url, "vast.url"), (s.model.base_url, "model.base_url"), (s.demand.url, "demand.url")):
-        if u is not None and not re.match(r"^https?://", u):
+        if u is not None and not _is_http_url(u):
             raise loc.error(key, "must start with http:// or https://")
 
 
@@ -988,10 +1094,10 @@ def split_listen(listen: str) -> tuple[str, int]:
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` is a loopback address (127.0.0.0/8, ::1) or ``localhost``."""
+    if host in ("localhost", "127.0.0.1", "::1"):
+        return True  # (the usual ones, without importing ipaddress)
     import ipaddress
 
-    if host == "localhost":
-        return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -1041,6 +1147,14 @@ def _check(s: Settings, loc: _Loc) -> None:
     _check_failover(s.storage, loc)
 
 
+def _archive_url_ok(u: str) -> bool:
+    """s3://bucket/prefix with a valid bucket name, or file:///directory (the pattern compiles only when
+    the setting is there)."""
+    import re
+
+    return re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?|file:///\S+", u) is not None
+
+
 def _check_archive(st: StorageSettings, loc: _Loc) -> None:
     if st.archive_after is not None and st.is_pg:
         raise loc.error("storage.archive_after", "the storage tiers are for a log in SQLite; with a PostgreSQL "
@@ -1050,10 +1164,10 @@ def _check_archive(st: StorageSettings, loc: _Loc) -> None:
                         "month's spend budget reads this month's events from the database; write e.g. 90d, or "
                         "null to keep every event in the database")
     u = st.archive_url
-    if u is not None and not re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/\S*)?|file:///\S+", u):
+    if u is not None and not _archive_url_ok(u):
         raise loc.error("storage.archive_url", f"{u!r} is not s3://bucket/prefix (a valid bucket name) or "
                         "file:///directory")
-    if st.s3_endpoint_url is not None and not re.match(r"^https?://", st.s3_endpoint_url):
+    if st.s3_endpoint_url is not None and not _is_http_url(st.s3_endpoint_url):
         raise loc.error("storage.s3_endpoint_url", "must start with http:// or https://")
 
 
@@ -1064,35 +1178,69 @@ def parse(text: str, file: str = "<config>") -> Settings:
     return replace(s, source_path=None if file.startswith("<") else file)
 
 
-def find_config(explicit: str | None, env: typing.Mapping[str, str] | None = None) -> Path:
+def _path_text(p: str) -> str:
+    """``str(Path(p))``, without importing pathlib: empty and ``.`` parts dropped, slashes collapsed (a
+    leading ``//``, exactly two, kept), ``.`` for nothing."""
+    rel = p.lstrip("/")
+    root = "" if rel == p else "//" if len(p) - len(rel) == 2 else "/"
+    return root + "/".join(x for x in rel.split("/") if x and x != ".") or "."
+
+
+_NOT_THERE = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
+
+
+def _is_file(p: str) -> bool:
+    """``Path(p).is_file()`` for ``p`` as ``_path_text`` gives it: a regular file (through symlinks); False when
+    there is nothing there, an error (e.g. no permission to look) raised as pathlib raises it."""
+    try:
+        return stat.S_ISREG(os.stat(p).st_mode)
+    except OSError as e:
+        if e.errno in _NOT_THERE:
+            return False
+        raise
+    except ValueError:  # (a NUL in the path)
+        return False
+
+
+def _find_config(explicit: str | None, env: Mapping[str, str] | None) -> str:
+    """``find_config``'s answer as text."""
     env = os.environ if env is None else env
     if explicit:
-        p = Path(explicit)
-        if not p.is_file():
+        p = _path_text(explicit)
+        if not _is_file(p):
             raise ConfigError(f"{explicit}: no such config file; create one with 'fleet-agent init' "
                               "or copy config.example.yaml")
         return p
     if env.get("FLEET_AGENT_CONFIG"):
-        p = Path(env["FLEET_AGENT_CONFIG"])
-        if not p.is_file():
+        p = _path_text(env["FLEET_AGENT_CONFIG"])
+        if not _is_file(p):
             raise ConfigError(f"$FLEET_AGENT_CONFIG={p}: no such file")
         return p
     for cand in SEARCH_PATHS:
-        if Path(cand).is_file():
-            return Path(cand)
+        if _is_file(p := _path_text(cand)):
+            return p
     raise ConfigError("no config file found (looked at --config, $FLEET_AGENT_CONFIG, "
                       f"{', '.join(SEARCH_PATHS)}); run 'fleet-agent init' to create one")
 
 
-def load(explicit: str | None = None, env: typing.Mapping[str, str] | None = None) -> Settings:
-    p = find_config(explicit, env)
+def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> Path:
+    """The config file: ``explicit`` (``--config``), else ``$FLEET_AGENT_CONFIG``, else the first of
+    ``SEARCH_PATHS`` that is a file; a ConfigError saying where it looked when there is none."""
+    from pathlib import Path
+
+    return Path(_find_config(explicit, env))
+
+
+def load(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    p = _find_config(explicit, env)
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not UTF-8 text; save the config as UTF-8") from None
     except OSError as e:
         raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
-    return parse(text, str(p))
+    return parse(text, p)
 
 
 def example_text() -> str:

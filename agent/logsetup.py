@@ -20,11 +20,14 @@ from __future__ import annotations
 import io
 import os
 import sys
-from collections.abc import Callable, Mapping
-from types import ModuleType
-from typing import Any
 
 from agent.secrets import REDACTED, scrub
+
+TYPE_CHECKING = False  # (typing is not imported: every command configures logging)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from types import ModuleType
+    from typing import Any
 
 _pending: Callable[[], None] | None = None  # the setup configure() recorded before structlog was loaded
 

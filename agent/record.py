@@ -23,12 +23,16 @@ class is defined: use ``dataclasses.dataclass``, which can also define a subclas
 from __future__ import annotations
 
 import _thread
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+
+TYPE_CHECKING = False  # (typing is not imported: every command defines records)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeGuard, TypeVar
+
+    _T = TypeVar("_T")
 
 __all__ = ["asdict", "field", "fields_of", "is_record", "record", "replace"]
 
-_T = TypeVar("_T")
 _MISSING: Any = type("_MissingType", (), {"__repr__": lambda self: "MISSING"})()
 _UPGRADE = _thread.RLock()  # one class's Field objects are made once, even with threads asking together
 

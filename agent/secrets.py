@@ -7,10 +7,10 @@ can scrub it from anything, even text that was never meant to carry it.
 
 from __future__ import annotations
 
-import _thread  # the lock alone, without the threading module
+import _thread
 
 _known: set[str] = set()
-_lock = _thread.allocate_lock()
+_lock = _thread.allocate_lock()  # (threading itself is not needed to load the config)
 REDACTED = "***"
 
 

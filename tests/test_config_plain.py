@@ -158,17 +158,3 @@ def test_loading_the_example_config_does_not_import_pyyaml(tmp_path: Path) -> No
     r = subprocess.run([sys.executable, "-c", code, str(plain), str(other)], capture_output=True, text=True,
                        timeout=60, check=True)
     assert r.stdout.split("\n")[:2] == ["fleet-1 False", "fleet-1 True"]
-
-
-def test_field_types_are_what_get_type_hints_gives() -> None:
-    """The types the config checks values against, evaluated once per annotation text, are exactly
-    typing.get_type_hints' for every field of Settings and of each of its sections."""
-    import dataclasses
-    import typing
-
-    classes = [config.Settings] + [t for t in config._field_types(config.Settings).values()
-                                   if isinstance(t, type) and dataclasses.is_dataclass(t)]
-    assert len(classes) == 12
-    for cls in classes:
-        names = {f.name for f in dataclasses.fields(cls)}
-        assert config._field_types(cls) == {k: v for k, v in typing.get_type_hints(cls).items() if k in names}, cls
