@@ -9,17 +9,24 @@ can fail. Commands that only read read models load neither structlog nor the eve
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
+import io
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent import __version__, config
-from agent.cli import COMMAND_GROUPS, CORE_COMMANDS, build_parser, command_of, group_module, main
+from agent.cli import COMMAND_GROUPS, CORE_COMMANDS, build_parser, command_of, group_module, main, parser_for
 from agent.feedback import raise_alert
 from agent.store.log import EventLog
+from tests import tamper
 from tests.test_status_doctor import make_setup
 
 LEAN = [["alerts", "list"], ["alerts", "show", "1"], ["alerts", "ack", "1", "--note", "seen"],
@@ -303,3 +310,231 @@ def test_argparse_skips_gettext_only_when_there_is_no_catalog(catalog: str, expe
     r = subprocess.run([sys.executable, "-c", _CATALOG, str(tmp_path), catalog], capture_output=True, text=True,
                        timeout=60, check=True)
     assert r.stdout.strip() == expected
+
+
+def _exiting(code: str, stdout: Any, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with stdout block-buffered (as under an operator's pipe)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    return subprocess.run([sys.executable, "-c", code], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                          timeout=60, check=False, env=env, cwd=tmp_path)
+
+
+_EXIT_NOW = """
+import atexit, sys
+from agent.cli import exit_now
+atexit.register(lambda: sys.stdout.write("atexit ran\\n"))
+sys.stdout.write("x" * 100000 + "\\n")
+exit_now(3)
+"""
+
+
+def test_the_quick_exit_runs_atexit_flushes_stdout_and_keeps_the_code(tmp_path: Path) -> None:
+    """exit_now ends the process with its code after running the atexit functions and flushing stdout:
+    output sent to a file or a pipe is complete, the atexit function's line last."""
+    with open(tmp_path / "out", "w", encoding="utf-8") as f:
+        r = _exiting(_EXIT_NOW, f, tmp_path)
+    piped = _exiting(_EXIT_NOW, subprocess.PIPE, tmp_path)
+    expected = "x" * 100000 + "\natexit ran\n"
+    assert (r.returncode, r.stderr, (tmp_path / "out").read_text(encoding="utf-8")) == (3, "", expected)
+    assert (piped.returncode, piped.stderr, piped.stdout) == (3, "", expected)
+
+
+@pytest.mark.parametrize("ending", ["exit_now(0)", "sys.exit(0)"])
+def test_a_closed_pipe_at_exit_ends_as_the_interpreter_ends_it(ending: str, tmp_path: Path) -> None:
+    """Output still buffered when the reader has gone: exit_now hands over to the interpreter's own exit,
+    which reports the broken pipe and exits 120, exactly as sys.exit does."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        r = _exiting(f"import sys\nfrom agent.cli import exit_now\nprint('lost')\n{ending}\n", write, tmp_path)
+    finally:
+        os.close(write)
+    assert r.returncode == 120
+    assert "BrokenPipeError" in r.stderr and r.stderr.startswith("Exception ignored in: <_io.TextIOWrapper")
+
+
+_THREAD = """
+import threading, time
+from agent.cli import exit_now
+def late():
+    time.sleep(0.3)
+    print("thread done", flush=True)
+threading.Thread(target=late).start()
+exit_now(4)
+"""
+
+
+def test_the_quick_exit_waits_for_a_live_non_daemon_thread(tmp_path: Path) -> None:
+    """With another non-daemon thread alive, exit_now leaves the exit to the interpreter, which waits for
+    the thread: its output arrives and the code is kept."""
+    r = _exiting(_THREAD, subprocess.PIPE, tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (4, "thread done\n", "")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["alert", "list"], ["alerts", "show", "x"]])
+def test_the_module_entry_exits_as_argparse_says(argv: list[str], tmp_path: Path) -> None:
+    """``python -m agent.cli`` (the console script's entry) ends argparse's own exits with their code and
+    their whole output: --help exits 0 with the full parser's help, usage errors exit 2 with one line."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    r = subprocess.run([sys.executable, "-m", "agent.cli", *argv], capture_output=True, text=True, timeout=60,
+                       check=False, env=env, cwd=tmp_path)
+    if argv == ["--help"]:
+        assert (r.returncode, r.stdout, r.stderr) == (0, build_parser().format_help(), "")
+    else:
+        assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1
+        assert r.stderr.startswith("fleet-agent: error: ")
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_command_leaves_the_garbage_collector_as_it_found_it(enabled: bool, tmp_path: Path) -> None:
+    """main() pauses the cyclic GC only while the command starts: after a command, after a usage error and
+    after --version, the collector is on or off as it was before."""
+    cfg = _setup(tmp_path)
+    frozen = gc.get_freeze_count()
+    try:
+        if not enabled:
+            gc.disable()
+        states = []
+        assert main(["--config", str(cfg), "alerts", "list"]) == 0
+        states.append(gc.isenabled())
+        for argv in (["--version"], ["alerts", "show", "x"]):
+            with pytest.raises(SystemExit):
+                main(argv)
+            states.append(gc.isenabled())
+    finally:
+        gc.enable()
+    assert states == [enabled] * 3
+    assert gc.get_freeze_count() == frozen  # an in-process caller's objects stay collectable
+
+
+_WHOLE = """
+import gc, sys
+from agent.cli import main
+code = main(["--config", sys.argv[1], "alerts", "list"], whole_process=True)
+print(code, gc.isenabled(), gc.get_freeze_count() > 1000)
+"""
+
+
+def test_the_console_script_freezes_what_the_start_made() -> None:
+    """A whole-process run (the console script's) resumes the collector with what the start made frozen out
+    of its sight: thousands of objects; the collector is on again."""
+    r = subprocess.run([sys.executable, "-c", _WHOLE, "/nonexistent/config.yaml"], capture_output=True, text=True,
+                       timeout=60, check=True)
+    assert r.stdout.split() == ["2", "True", "True"]
+
+
+def _command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> Iterator[list[str]]:
+    """Every command and subcommand of ``parser``, as the words that name it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield [*prefix, name]
+                yield from _command_paths(sub, (*prefix, name))
+
+
+def _outcome(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[object, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            result: object = sorted(vars(parser.parse_args(argv)).items(), key=lambda kv: kv[0])
+        except SystemExit as e:
+            result = ("exit", e.code)
+    return result, out.getvalue(), err.getvalue()
+
+
+def test_the_parser_built_for_a_run_answers_as_the_full_parser_for_every_command(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """For every command and subcommand, alone, with --help, with an unknown option, with a stray word and
+    after --config, the parser main() builds for that run (only the command named, only its subcommand
+    named) gives the same namespace, or the same exit code and byte-identical help and error text, as
+    the parser of every command."""
+    monkeypatch.setenv("COLUMNS", "100")
+    full = build_parser()
+    paths = list(_command_paths(full))
+    assert ["alerts", "list"] in paths and ["log", "verify"] in paths and ["say"] in paths and len(paths) > 60
+    narrowed = 0
+    for path in paths:
+        for argv in (path, [*path, "--help"], [*path, "--no-such-option"], [*path, "no-such-word"],
+                     ["--config", "c.yaml", *path, "-h"], [*path, "1", "--json"]):
+            lazy = parser_for(argv)
+            narrowed += lazy is not full and len(list(_command_paths(lazy))) < len(paths) // 4
+            assert _outcome(lazy, argv) == _outcome(full, argv), argv
+    assert narrowed > len(paths)
+    lazy = parser_for(["alerts", "list"])
+    assert list(_command_paths(lazy)) == [p for p in paths if p[0] == "alerts"]
+    built = {" ".join(p): len(_subparser(lazy, p)._actions) for p in _command_paths(lazy)}
+    assert built["alerts show"] == built["alerts ack"] == 1 < built["alerts list"]  # -h alone, or the options
+
+
+def _subparser(parser: argparse.ArgumentParser, path: list[str]) -> argparse.ArgumentParser:
+    for word in path:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[word]
+    return parser
+
+
+def test_reading_commands_load_neither_threading_nor_the_segment_reader(tmp_path: Path) -> None:
+    """alerts list, directives, status, knowledge list, log verify and say run without the threading module
+    (the log and the secrets take their locks from _thread); alerts list and directives also without fcntl
+    (only writing the head file locks it) or agent.store.segments (only reading events may reach archived
+    months);
+    then log verify, which walks every event, loads the segment reader (the probe sees it when it is there)."""
+    cfg = _setup(tmp_path)
+    got = _probe(cfg, [*READS, ["say", "a note"]], ("threading", "fcntl", "agent.store.segments"))
+    assert [(argv, code) for argv, code, _ in got] == [(argv, 0) for argv in [*READS, ["say", "a note"]]]
+    loaded = {" ".join(argv): names for argv, _, names in got}
+    assert all("threading" not in names for names in loaded.values())
+    for argv in ("alerts list", "alerts list --json", "directives"):
+        assert loaded[argv] == [], argv
+    assert "agent.store.segments" in loaded["log verify"]
+
+
+def test_payload_field_types_are_what_get_type_hints_gives_for_every_kind() -> None:
+    """The payload field types, evaluated once per distinct annotation text and module, equal
+    typing.get_type_hints for every field of every version of every event kind."""
+    from typing import get_type_hints
+
+    from agent.events import KINDS
+    from agent.events.payload import field_types
+
+    checked = 0
+    for kind in KINDS.values():
+        for version in kind.versions:
+            hints, got = get_type_hints(version.payload), field_types(version.payload)
+            assert got == {name: hints[name] for name in got}, version
+            checked += len(got)
+    assert checked > 200
+
+
+def test_reading_and_appending_commands_load_no_deep_copy(tmp_path: Path) -> None:
+    """alerts list, directives, status, knowledge list, log verify and say run without the copy module (and
+    the weakref module it brings): a deep copy is made only when a stored form is expanded or an old version
+    upcast; then thread show, over a tick.started row whose records share a non-scalar value (each record
+    gets its own copy), loads it (the probe sees the module when it is there)."""
+    cfg = _setup(tmp_path)
+    commands = [*READS, ["say", "a note"]]
+    got = _probe(cfg, commands, ("copy",))
+    assert [(argv, code, loaded) for argv, code, loaded in got] == [(argv, 0, []) for argv in commands]
+    with EventLog(config.load(str(cfg)).db_path) as log:
+        log.append("tick.started", {"observation": {"balance": 1.0, "instances": [
+            {"id": n, "gpu_name": "RTX 4090", "ports": {"22/tcp": 22}} for n in (1, 2)]}}, "scheduler", 2)
+    assert _probe(cfg, [["thread", "show"]], ("copy",)) == [[["thread", "show"], 0, ["copy"]]]
+
+
+def test_the_migration_names_an_open_checks_are_the_declared_ones(tmp_path: Path) -> None:
+    """The names found without splitting schema.sql are the declared migrations' names, in order; a database
+    with all of them applied opens applying none, and one that records a migration this version does not
+    declare is refused naming it."""
+    from agent.errors import LogError
+    from agent.store import db
+
+    assert db.migration_names() == [name for name, _ in db.migrations()] and len(db.migration_names()) >= 10
+    path = config.load(str(_setup(tmp_path))).db_path
+    conn = db.connect(path)
+    try:
+        assert db.apply_migrations(conn) == []
+    finally:
+        conn.close()
+    tamper.record_migration(path, "999_from_the_future")
+    with pytest.raises(LogError, match="999_from_the_future"):
+        db.connect(path).close()

@@ -1,7 +1,5 @@
 """``python -m agent.cli``: the same as the ``fleet-agent`` command."""
 
-import sys
+from agent.cli import entry
 
-from agent.cli import main
-
-sys.exit(main())
+entry()

@@ -78,8 +78,9 @@ def check_utf8(ns: argparse.Namespace) -> None:
 # ------------------------------------------------------------------ times
 
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_RELATIVE = re.compile(r"^(\d+)\s*(s|sec|m|min|h|d|w)(?:\s+ago)?$")
-_DAY_TIME = re.compile(r"^(today|yesterday)(?:\s+(\d{1,2}):(\d{2}))?$")
+# Patterns as text, compiled (and cached by re) on first use: most commands take no time argument.
+_RELATIVE = r"^(\d+)\s*(s|sec|m|min|h|d|w)(?:\s+ago)?$"
+_DAY_TIME = r"^(today|yesterday)(?:\s+(\d{1,2}):(\d{2}))?$"
 TIME_FORMS = ("an ISO 8601 time (2026-11-29T10:05Z), 'now', a time ago (10m, 2h ago, 3d) "
               "or 'today 09:00' / 'yesterday 15:45' (UTC)")
 
@@ -96,10 +97,10 @@ def parse_when(text: str, now: datetime | None = None) -> str:
     t = " ".join(text.strip().lower().split())
     if t == "now":
         return utc_ts(now)
-    m = _RELATIVE.match(t)
+    m = re.match(_RELATIVE, t)
     if m:
         return utc_ts(now - timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)]))
-    m = _DAY_TIME.match(t)
+    m = re.match(_DAY_TIME, t)
     if m:
         day = now.date() - timedelta(days=1 if m.group(1) == "yesterday" else 0)
         hh, mm = int(m.group(2) or 0), int(m.group(3) or 0)

@@ -7,13 +7,18 @@ versions (v4: a column whose values repeat is stored as its distinct values and 
 
 from __future__ import annotations
 
-import copy
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from agent import lazy
 from agent.errors import PayloadError
 from agent.events.event import JsonObject
 from agent.events.stored import Stored
+
+if TYPE_CHECKING:
+    import copy
+else:  # deep copies are made only when a stored form is expanded or upcast
+    copy = lazy.module("copy", globals())
 
 KIND = "tick.started"
 _SCALARS = frozenset({str, int, float, bool, type(None)})  # values a record may share without a copy of its own

@@ -11,13 +11,12 @@ reordering shows up in ``verify()``; a head file kept beside the database lets
 
 from __future__ import annotations
 
+import _thread
 import contextlib
-import fcntl
 import itertools
 import json
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -36,16 +35,18 @@ from agent.record import replace
 from agent.store import readmodels
 from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
-from agent.store.segments import SegmentFiles
 from agent.store.target import PgTarget
 
 if TYPE_CHECKING:  # the tokenizer loads when an event's tokens are first counted, not with every command
+    import fcntl
     import hashlib
 
     from agent.store.segment_types import Segment
+    from agent.store.segments import SegmentFiles
     from agent.tokens import Tokenizer
-else:  # OpenSSL loads at the first hash (an append, a verify), not with every command
+else:  # OpenSSL loads at the first hash (an append, a verify), fcntl at the first head write
     hashlib = lazy.module("hashlib", globals())
+    fcntl = lazy.module("fcntl", globals())
 
 GENESIS = "0" * 64
 _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
@@ -234,7 +235,7 @@ class _Decoded:
 
     def __init__(self) -> None:
         self._items: dict[int, tuple[tuple[Any, ...], Event, int]] = {}  # in use order, oldest first
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self.bytes = 0
 
     def event(self, r: tuple[Any, ...]) -> Event:
@@ -671,8 +672,6 @@ class EventLog:
         self._version: int | None = None
         self._held: list[Item] | None = None  # appends held for the next commit (see ``holding``)
         self._open: tuple[Transaction, int] | None = None  # the transaction in progress and its thread
-        # Archived months (agent/store/archive.py): read through here, transparently.
-        self.segment_files = SegmentFiles(self.path if isinstance(self.path, Path) else Path(str(self.head_file)))
         self._segments: tuple[int, list[Segment]] | None = None
         self._decoded = _Decoded()  # rows read before, decoded once
         self._verified: tuple[int, str] | None = None  # the (seq, hash) this process's last verification reached
@@ -747,7 +746,7 @@ class EventLog:
         if self.readonly:
             raise LogError("this log was opened read-only")
         outer = self._open
-        if outer is not None and outer[1] == threading.get_ident():
+        if outer is not None and outer[1] == _thread.get_ident():
             with self._joined(outer[0]) as tx:
                 yield tx
             return
@@ -758,7 +757,7 @@ class EventLog:
             try:
                 tx = Transaction(self, conn, self._begun_head())
                 self._head_at_begin = None  # known again once this commits
-                self._open = (tx, threading.get_ident())
+                self._open = (tx, _thread.get_ident())
                 try:
                     if held:
                         tx.extend(held)
@@ -829,7 +828,7 @@ class EventLog:
         """Run ``fn`` once the transaction this thread has open on this log commits (not at all if it
         rolls back); at once when none is open."""
         outer = self._open
-        if outer is not None and outer[1] == threading.get_ident():
+        if outer is not None and outer[1] == _thread.get_ident():
             outer[0].after.append(fn)
         else:
             fn()
@@ -900,6 +899,14 @@ class EventLog:
                 tx._seq, tx._hash = e.seq, e.hash
                 tx.appended.append(e)
         return len(tx.appended)
+
+    @cached_property
+    def segment_files(self) -> SegmentFiles:
+        """Archived months (agent/store/archive.py): read through here, transparently. Made on first use: a
+        command reading only read models does not import agent.store.segments."""
+        from agent.store.segments import SegmentFiles
+
+        return SegmentFiles(self.path if isinstance(self.path, Path) else Path(str(self.head_file)))
 
     def _write_head(self, e: Event) -> None:
         """Record the newest seq and hash outside the database (truncation evidence).
@@ -1097,7 +1104,7 @@ class EventLog:
         when it is behind (joining the transaction this thread has open); how many events it added.
         A read-only log is left as it is."""
         outer = self._open
-        if self.readonly or (self.conn.in_transaction and (outer is None or outer[1] != threading.get_ident())):
+        if self.readonly or (self.conn.in_transaction and (outer is None or outer[1] != _thread.get_ident())):
             return 0
         row = self.conn.execute(_FTS_HEAD_SQL_PG if self.is_pg else _FTS_HEAD_SQL).fetchone()
         if (row[0] if row else 0) >= self.last_seq():
