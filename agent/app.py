@@ -11,12 +11,14 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from agent.errors import ConfigError, LogError
 from agent.record import asdict
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # the log, the clients and the model SDK load only when a command uses them
+    from typing import Any
+
     from agent.clients.demand import DemandClient
     from agent.clients.vast import VastClient
     from agent.config import Settings

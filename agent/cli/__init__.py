@@ -17,14 +17,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from agent import __version__
 from agent.cli import args as args_
 from agent.cli import output
 from agent.errors import FleetAgentError, UsageError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # a command loads only what it uses: the app, the config, the vocabulary on first use
+    from typing import Any, NoReturn
+
     from agent import config
     from agent.app import App
     from agent.events import Event

@@ -22,11 +22,13 @@ The kinds (a few hundred payload classes) are defined on first use, not at impor
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
 
 from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from agent.events.kinds import VOCABULARY
     from agent.events.payload import FieldSpec, Payload
     from agent.events.rendering import (

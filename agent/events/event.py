@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SOURCES = ("scheduler", "model", "tool", "operator", "system")
 
-JsonObject = dict[str, Any]
+JsonObject = dict[str, "Any"]
 """A JSON object as parsed by ``json.loads``."""
-JsonArray = list[Any]
+JsonArray = list["Any"]
 """A JSON array as parsed by ``json.loads``."""
-Message = dict[str, Any]
+Message = dict[str, "Any"]
 """One chat message in the OpenAI shape (role, content, tool_calls, tool_call_id)."""
 
 

@@ -15,12 +15,12 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pysqlite3.dbapi2 as sqlite3
 
 from agent.errors import LogError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import sqlite_utils
 

@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from functools import cached_property
 from json.encoder import encode_basestring as _json_str
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
 
 from agent import events as ev
 from agent import lazy
@@ -37,9 +36,11 @@ from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
 from agent.store.target import PgTarget
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # the tokenizer loads when an event's tokens are first counted, not with every command
     import fcntl
     import hashlib
+    from typing import IO, Any
 
     from agent.store.segment_types import Segment
     from agent.store.segments import SegmentFiles
@@ -79,7 +80,7 @@ _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
 # The checkpoint file is rewritten (fsync'd) once verification has moved this many events past what it records;
 # in between, the process remembers how far it verified. A start after a crash walks at most this many more.
 CHECKPOINT_EVERY = 2000
-Item = tuple[str, dict[str, Any], str, "int | None"]
+Item = tuple[str, "dict[str, Any]", str, "int | None"]
 _new = object.__new__
 
 
