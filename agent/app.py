@@ -10,13 +10,15 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import cached_property
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from agent.errors import ConfigError, LogError
 from agent.record import asdict
 
-if TYPE_CHECKING:  # the log, the clients and the model SDK load only when a command uses them
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path  # the log, the clients and the model SDK load only when a command uses them
+    from typing import Any
+
     from agent.clients.demand import DemandClient
     from agent.clients.vast import VastClient
     from agent.config import Settings
@@ -102,7 +104,10 @@ class App:
             c = self.settings.context
             # Events are stamped with the fleet's clock, so policy windows ("rents in the last hour")
             # and observations share one notion of time (wall time in production).
-            self._log = EventLog(self.settings.log_target(self.env), encoding=c.encoding, encoding_file=c.encoding_file,
+            # A SQLite file is opened by its name: pathlib loads only where a Path is asked for.
+            st = self.settings
+            target = st.log_target(self.env) if st.storage.is_pg else st.db_file
+            self._log = EventLog(target, encoding=c.encoding, encoding_file=c.encoding_file,
                                  encoding_sha256=c.encoding_sha256,
                                  clock=lambda: datetime.fromtimestamp(self.clock(), UTC), create=False)
             if self.settings.storage.archive_url:
@@ -159,6 +164,8 @@ class App:
             if log.last_seq() > 0 and not exist_ok:
                 raise LogError(f"{target} already holds events; init refuses to touch an existing log "
                                "(use it as it is, or choose another agent_id)")
+        from pathlib import Path
+
         return Path(self.settings.log_location)
 
     @cached_property

@@ -344,6 +344,21 @@ class Settings:
     def data_path(self) -> Path:
         return self.path(self.data_dir)
 
+    def path_text(self, p: str) -> str:
+        """``str(self.path(p))``, without importing pathlib."""
+        q = path_text(os.path.expandvars(os.path.expanduser(p)))
+        if q.startswith("/"):
+            return q
+        base = os.path.dirname(os.path.realpath(self.source_path)) if self.source_path else os.getcwd()
+        return path_text(base + "/" + q)
+
+    @property
+    def db_file(self) -> str:
+        """``str(self.db_path)``, without importing pathlib (what a command opens the log with)."""
+        if self.storage.url is not None and not self.storage.is_pg:
+            return self.path_text(self.storage.url)
+        return os.path.join(self.path_text(self.data_dir), "fleet-agent.db")
+
     @property
     def db_path(self) -> Path:
         """The SQLite database file (``storage.url`` when it is a path; unused when it is PostgreSQL)."""
@@ -367,7 +382,7 @@ class Settings:
     def log_location(self) -> str:
         """The log's location for messages: the file, or the URL and fleet (never a password)."""
         if not self.storage.is_pg:
-            return str(self.db_path)
+            return self.db_file
         return f"{self.storage.url} (fleet {self.agent_id})"
 
     @property
@@ -1178,7 +1193,7 @@ def parse(text: str, file: str = "<config>") -> Settings:
     return replace(s, source_path=None if file.startswith("<") else file)
 
 
-def _path_text(p: str) -> str:
+def path_text(p: str) -> str:
     """``str(Path(p))``, without importing pathlib: empty and ``.`` parts dropped, slashes collapsed (a
     leading ``//``, exactly two, kept), ``.`` for nothing."""
     rel = p.lstrip("/")
@@ -1190,7 +1205,7 @@ _NOT_THERE = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
 
 
 def _is_file(p: str) -> bool:
-    """``Path(p).is_file()`` for ``p`` as ``_path_text`` gives it: a regular file (through symlinks); False when
+    """``Path(p).is_file()`` for ``p`` as ``path_text`` gives it: a regular file (through symlinks); False when
     there is nothing there, an error (e.g. no permission to look) raised as pathlib raises it."""
     try:
         return stat.S_ISREG(os.stat(p).st_mode)
@@ -1206,18 +1221,18 @@ def _find_config(explicit: str | None, env: Mapping[str, str] | None) -> str:
     """``find_config``'s answer as text."""
     env = os.environ if env is None else env
     if explicit:
-        p = _path_text(explicit)
+        p = path_text(explicit)
         if not _is_file(p):
             raise ConfigError(f"{explicit}: no such config file; create one with 'fleet-agent init' "
                               "or copy config.example.yaml")
         return p
     if env.get("FLEET_AGENT_CONFIG"):
-        p = _path_text(env["FLEET_AGENT_CONFIG"])
+        p = path_text(env["FLEET_AGENT_CONFIG"])
         if not _is_file(p):
             raise ConfigError(f"$FLEET_AGENT_CONFIG={p}: no such file")
         return p
     for cand in SEARCH_PATHS:
-        if _is_file(p := _path_text(cand)):
+        if _is_file(p := path_text(cand)):
             return p
     raise ConfigError("no config file found (looked at --config, $FLEET_AGENT_CONFIG, "
                       f"{', '.join(SEARCH_PATHS)}); run 'fleet-agent init' to create one")

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class _Lazy:

@@ -208,13 +208,13 @@ def test_the_usual_loopback_hosts_are_loopback_without_ipaddress() -> None:
 
 
 def test_path_text_is_what_pathlib_prints() -> None:
-    """_path_text(p) is str(Path(p)) for every string of slashes, dots, names and spaces up to 7 long (the
+    """path_text(p) is str(Path(p)) for every string of slashes, dots, names and spaces up to 7 long (the
     config's file as loaded, in every message and in source_path, is what it was with pathlib)."""
     rng = random.Random(5)
     pieces = ["/", "/", ".", "..", "a", "b c", "", " "]
     for p in ["", ".", "/", "//", "///", "//a", "///a", "./config.yaml", "a//b/", "a/./b", "../x", "/etc/x/"] + [
             "".join(rng.choice(pieces) for _ in range(rng.randint(0, 7))) for _ in range(20000)]:
-        assert config._path_text(p) == str(Path(p)), repr(p)
+        assert config.path_text(p) == str(Path(p)), repr(p)
 
 
 def test_is_file_is_what_pathlib_says(tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ def test_is_file_is_what_pathlib_says(tmp_path: Path) -> None:
     (tmp_path / "broken").symlink_to(tmp_path / "nothing")
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     for name in ("f", "d", "link", "broken", "loop", "nothing", "f/x", "a\0b", "f/"):
-        p = config._path_text(str(tmp_path / name) if name != "f/" else str(tmp_path) + "/f/")
+        p = config.path_text(str(tmp_path / name) if name != "f/" else str(tmp_path) + "/f/")
         assert config._is_file(p) == Path(p).is_file(), name
 
 
@@ -253,3 +253,27 @@ def test_find_config_and_load_name_the_file_as_before(tmp_path: Path, monkeypatc
     Path("sub/bad.yaml").write_bytes(b"agent_id: \xff\n")
     with pytest.raises(ConfigError, match=r"^sub/bad.yaml: not UTF-8 text; save the config as UTF-8$"):
         config.load("./sub/bad.yaml", {})
+
+
+def test_the_database_file_text_is_the_database_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings.db_file (what a command opens the log with, without pathlib) is str(Settings.db_path) and
+    path_text(p) is str(path(p)): data_dir relative, absolute, with '~', '$VAR', './' and doubled slashes;
+    storage.url as a file; the config loaded through a symlink from another directory (its real directory
+    is the base) and a config with no file (the working directory is the base)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DATA_ROOT", str(tmp_path / "root"))
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").mkdir()
+    monkeypatch.chdir(tmp_path / "link")
+    cases = ["./data", "data//x/", "/abs/./data", "~/fleet", "$DATA_ROOT/d", ".", "../up", "", "sub/../x"]
+    for i, data_dir in enumerate(cases):
+        text = f"agent_id: a\ndata_dir: {data_dir!r}\n"
+        real = tmp_path / "real" / f"c{i}.yaml"
+        real.write_text(text, encoding="utf-8")
+        (tmp_path / "link" / f"c{i}.yaml").symlink_to(real)
+        for s in (config.load(f"c{i}.yaml"), config.parse(text, "<string>")):
+            assert s.db_file == str(s.db_path), (data_dir, s.source_path)
+            for p in (*cases, "x.db", "//two/x"):
+                assert s.path_text(p) == str(s.path(p)), (p, s.source_path)
+    s = config.parse("agent_id: a\nstorage:\n  url: ./db//here.sqlite\n", "<string>")
+    assert s.db_file == str(s.db_path) == str(Path.cwd() / "db/here.sqlite")

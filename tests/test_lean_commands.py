@@ -538,3 +538,42 @@ def test_the_migration_names_an_open_checks_are_the_declared_ones(tmp_path: Path
     tamper.record_migration(path, "999_from_the_future")
     with pytest.raises(LogError, match="999_from_the_future"):
         db.connect(path).close()
+
+
+def test_reading_alerts_and_directives_imports_neither_typing_nor_pathlib(tmp_path: Path) -> None:
+    """alerts list (plain and --json) and directives exit 0 in a fresh interpreter without site startup (as a
+    regular install runs: no editable-install finder) and import neither typing nor pathlib (nor
+    urllib.parse, which pathlib brings); then status, which reads modules that still use both, loads them
+    (the probe sees a module when it is there)."""
+    cfg = _setup(tmp_path)
+    commands = [["alerts", "list"], ["alerts", "list", "--json"], ["directives"], ["status"]]
+    root = str(Path(config.__file__).parent.parent)
+    r = subprocess.run([sys.executable, "-S", "-c", _PROBE, json.dumps(commands), str(cfg),
+                        json.dumps(["typing", "pathlib", "urllib.parse"])],
+                       capture_output=True, text=True, timeout=120, check=False,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([root, *sys.path])})
+    line = next((ln for ln in r.stderr.splitlines() if ln.startswith("PROBE ")), None)
+    assert line is not None, r.stderr[-2000:]
+    got = json.loads(line[len("PROBE "):])
+    assert [(argv, code, loaded) for argv, code, loaded in got[:-1]] == [(argv, 0, []) for argv in commands[:-1]]
+    assert got[-1][1] == 0 and {"typing", "pathlib"} <= set(got[-1][2])
+
+
+def test_a_log_opened_by_its_name_gives_the_paths_pathlib_gave(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """EventLog opened with a string (spelt with './' and doubled slashes, as the config keeps text) still
+    gives Path objects: its path is Path(name), its head and checkpoint files sit beside it as before
+    (NAME.head, NAME.verified), an explicit head file is kept as given; an append writes the head file and a
+    verification from the checkpoint the checkpoint file, at those paths."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d").mkdir()
+    name = "./d//fleet.db"
+    with EventLog(name) as log:
+        assert isinstance(log.path, Path) and log.path == Path(name)
+        assert log.head_file == Path("d/fleet.db.head") and log.checkpoint_file == Path("d/fleet.db.verified")
+        log.append("tick.started", {"observation": {"instances": [], "balance": 1.0}}, "scheduler", 1)
+        assert log.verify_since_checkpoint().ok
+    assert (tmp_path / "d/fleet.db.head").read_text().startswith("1 ")
+    assert (tmp_path / "d/fleet.db.verified").read_text().startswith("1 ")
+    with EventLog(Path(name), head_file=str(tmp_path / "elsewhere.head"), create=False) as log:
+        assert log.head_file == tmp_path / "elsewhere.head" and log.path == Path("d/fleet.db")

@@ -15,16 +15,20 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from agent import __version__
 from agent.cli import args as args_
 from agent.cli import output
 from agent.errors import FleetAgentError, UsageError
 
-if TYPE_CHECKING:  # a command loads only what it uses: the app, the config, the vocabulary on first use
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import (
+        Path,  # a command loads only what it uses: the app, the config, the vocabulary on first use
+    )
+    from typing import Any, NoReturn
+
     from agent import config
     from agent.app import App
     from agent.events import Event
@@ -69,6 +73,8 @@ def _print(s: str = "") -> None:
 def cmd_init(args: argparse.Namespace, _app: App | None) -> int:
     """Create a config (from the example), the data directory, the database and the knowledge directory;
     with ``--config FILE`` and no DIR, what an existing config names (the config is left as it is)."""
+    from pathlib import Path
+
     try:
         if args.config and args.dir is None:
             return _init_from(Path(args.config), grant=args.grant)

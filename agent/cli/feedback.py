@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
 
 from agent import feedback
 from agent.app import App
@@ -21,6 +20,10 @@ from agent.errors import FleetAgentError, UsageError
 from agent.events import render
 from agent.record import asdict
 from agent.store.log import utc_ts
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _print(s: str = "") -> None:

@@ -22,11 +22,14 @@ The kinds (a few hundred payload classes) are defined on first use, not at impor
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
 
-from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
+from agent.events.event import SOURCES, Event
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
+    from agent.events.event import JsonArray, JsonObject, Message
     from agent.events.kinds import VOCABULARY
     from agent.events.payload import FieldSpec, Payload
     from agent.events.rendering import (
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
 _FROM = {
     **dict.fromkeys(("FieldSpec", "Payload"), "payload"),
     "Stored": "stored",
+    **dict.fromkeys(("JsonArray", "JsonObject", "Message"), "event"),  # typing loads with them
     **dict.fromkeys(("KNOWLEDGE_DIFF_CHARS", "data", "epoch_minute", "fence", "inline", "render_observation",
                      "render_tool_content", "ts_minute"), "rendering"),
     **dict.fromkeys(("AS_NEXT", "Kind", "Renderer", "Upcaster", "Version", "Vocabulary"), "vocabulary"),

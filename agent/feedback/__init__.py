@@ -15,10 +15,14 @@ check and append together), so the operator CLI can use it while the daemon runs
 surface callers use (``from agent import feedback``; ``feedback.ack(...)``).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
 
+import importlib
+
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # at run time each name loads its module on first use (below)
+    from typing import Any
+
     from agent.feedback.alert_hook import drain_alert_hooks, notify_alert, run_alert_hook
     from agent.feedback.alerts import (
         SEVERITIES,

@@ -13,13 +13,16 @@ import fnmatch
 import functools
 from collections import defaultdict
 from datetime import datetime, timedelta
-from typing import Any
 
 from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.feedback.notes import MAX_NOTE_CHARS, operator_name, utf8_text
 from agent.store.log import EventLog, Transaction, utc_ts
 from agent.store.queries import Alert, Silence
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SEVERITIES = ("info", "warning", "critical")
 _SOURCE_OF = {"model": "tool", "operator": "operator"}

@@ -14,13 +14,13 @@ import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pysqlite3.dbapi2 as sqlite3
 
+from agent.config import path_text
 from agent.errors import LogError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import sqlite_utils
 
@@ -48,7 +48,9 @@ def sqlite_version() -> tuple[int, int, int]:
 def _schema_text() -> str:
     """schema.sql beside the package's modules (read as a file: importlib.resources costs an operator
     command more to import than the read itself)."""
-    return (Path(__file__).resolve().parent.parent / "schema.sql").read_text(encoding="utf-8")
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    with open(os.path.join(here, "schema.sql"), encoding="utf-8") as f:
+        return f.read()
 
 
 def migrations() -> list[tuple[str, str]]:
@@ -72,10 +74,10 @@ def migration_names() -> list[str]:
     return names
 
 
-def _ensure_private(path: Path, *, create: bool) -> None:
+def _ensure_private(path: str, *, create: bool) -> None:
     if create:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if create and not path.exists():
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    if create and not os.path.exists(path):
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
         os.close(fd)
     if os.stat(path).st_mode & 0o777 != 0o600:
@@ -91,9 +93,9 @@ def check_database_file(path: str | os.PathLike[str]) -> None:
 
     Opening a missing or empty file with SQLite would silently start a new history; only
     ``fleet-agent init`` creates a database (``connect(create=True)``)."""
-    p = Path(path)
+    p = path_text(os.fspath(path))
     try:
-        st = p.stat()
+        st = os.stat(p)
     except FileNotFoundError:
         raise LogError(f"no database at {p}; {_INIT_HINT}") from None
     except OSError as e:
@@ -102,15 +104,15 @@ def check_database_file(path: str | os.PathLike[str]) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise LogError(f"{p} is not a regular file; point data_dir at fleet-agent's data directory")
     if st.st_size == 0:
-        wal = p.with_name(p.name + "-wal")
-        if wal.exists() and wal.stat().st_size > 0:
+        wal = p + "-wal"
+        if os.path.exists(wal) and os.stat(wal).st_size > 0:
             return  # a live database whose pages are all still in the write-ahead log
         raise LogError(f"the database {p} is empty (0 bytes): its history is gone; restore it from a backup with 'fleet-agent restore BACKUP' (a copy 'fleet-agent backup PATH' wrote), "
                        "or remove it and run 'fleet-agent init' to start a new log")
     _check_header(p)
 
 
-def _check_header(p: Path) -> None:
+def _check_header(p: str) -> None:
     try:
         with open(p, "rb") as f:
             magic = f.read(len(SQLITE_HEADER))
@@ -122,7 +124,7 @@ def _check_header(p: Path) -> None:
                        "or restore the database from a backup with 'fleet-agent restore BACKUP' (a copy 'fleet-agent backup PATH' wrote)")
 
 
-def _check_schema(conn: sqlite3.Connection, p: Path, *, create: bool) -> None:
+def _check_schema(conn: sqlite3.Connection, p: str, *, create: bool) -> None:
     """Refuse a SQLite file that is not fleet-agent's, or whose event log is gone."""
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -160,9 +162,9 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False, create: boo
             f"SQLite {sqlite3.sqlite_version} has the WAL-reset corruption bug; "
             "install pysqlite3>=0.6.1 (bundles SQLite >= 3.51.3)"
         )
-    p = Path(path)
+    p = path_text(os.fspath(path))
     if create and not readonly:
-        if p.exists() and p.stat().st_size > 0:
+        if os.path.exists(p) and os.stat(p).st_size > 0:
             _check_header(p)
     else:
         check_database_file(p)
@@ -173,7 +175,7 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False, create: boo
             old = os.umask(0o077)
             try:
                 _ensure_private(p, create=create)
-                conn = sqlite3.connect(str(p), isolation_level=None, check_same_thread=False)
+                conn = sqlite3.connect(p, isolation_level=None, check_same_thread=False)
             finally:
                 os.umask(old)
     except (OSError, sqlite3.Error) as e:

@@ -23,11 +23,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import cached_property
 from json.encoder import encode_basestring as _json_str
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
 
 from agent import events as ev
 from agent import lazy
+from agent.config import path_text
 from agent.errors import ChainBroken, LogError, PayloadError
 from agent.events import Event
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
@@ -37,9 +36,12 @@ from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
 from agent.store.target import PgTarget
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # the tokenizer loads when an event's tokens are first counted, not with every command
     import fcntl
     import hashlib
+    from pathlib import Path
+    from typing import IO, Any
 
     from agent.store.segment_types import Segment
     from agent.store.segments import SegmentFiles
@@ -79,7 +81,7 @@ _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
 # The checkpoint file is rewritten (fsync'd) once verification has moved this many events past what it records;
 # in between, the process remembers how far it verified. A start after a crash walks at most this many more.
 CHECKPOINT_EVERY = 2000
-Item = tuple[str, dict[str, Any], str, "int | None"]
+Item = tuple[str, "dict[str, Any]", str, "int | None"]
 _new = object.__new__
 
 
@@ -639,6 +641,11 @@ def _search_text(r: tuple[Any, ...], decode: Callable[[tuple[Any, ...]], Event] 
     return text if text is not None else f"{e.kind} {r[7]}"
 
 
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class EventLog:
     """The append-only log in one SQLite file."""
 
@@ -650,20 +657,24 @@ class EventLog:
         ``create=False`` (every command but ``init``, and the daemon) a missing, empty or foreign database is
         refused instead of starting a new history."""
         self.target = path if isinstance(path, PgTarget) else None
-        self.path: Path | PgTarget = path if isinstance(path, PgTarget) else Path(path)
+        # The file and its companions are kept as text: pathlib loads only when a Path is asked for (below).
+        self._file = None if isinstance(path, PgTarget) else path_text(os.fspath(path))
+        self._head: str | None
+        self._checkpoint: str | None
+        if self._file is not None:
+            self._head = path_text(os.fspath(head_file)) if head_file else self._file + ".head"
+            self._checkpoint = self._file + ".verified"
+        else:
+            assert self.target is not None
+            named = head_file or self.target.head_file
+            self._head = path_text(os.fspath(named)) if named else None
+            cp = self.target.checkpoint_file
+            self._checkpoint = None if cp is None else os.fspath(cp)
         self.is_pg = self.target is not None
         self.conn: Any = self._connect(readonly=readonly, create=create and not readonly)
         self.clock = clock or _utc_now
         self._enc = (encoding, encoding_file, encoding_sha256)
         self._tokenizer: Tokenizer | None = None
-        self.head_file: Path | None
-        self.checkpoint_file: Path | None
-        if isinstance(self.path, Path):
-            self.head_file = Path(head_file) if head_file else self.path.with_name(self.path.name + ".head")
-            self.checkpoint_file = self.path.with_name(self.path.name + ".verified")
-        else:
-            self.head_file = Path(head_file) if head_file else self.path.head_file
-            self.checkpoint_file = self.path.checkpoint_file
         self._opened_ident = self._file_ident()  # the file this connection reads (follow notices a move)
         self.readonly = readonly
         self._head_fd: int | None = None
@@ -682,13 +693,38 @@ class EventLog:
         # appends nothing.
         self.fence: Callable[[], None] | None = None
 
+    @cached_property
+    def path(self) -> Path | PgTarget:
+        """The SQLite file (a ``Path``), or the ``PgTarget``."""
+        if self._file is None:
+            assert self.target is not None
+            return self.target
+        from pathlib import Path
+
+        return Path(self._file)
+
+    @cached_property
+    def head_file(self) -> Path | None:
+        """The file that records the newest seq and hash outside the database (None: a PostgreSQL log
+        with no state directory)."""
+        from pathlib import Path
+
+        return None if self._head is None else Path(self._head)
+
+    @cached_property
+    def checkpoint_file(self) -> Path | None:
+        """The file that records how far verification reached (None as for ``head_file``)."""
+        from pathlib import Path
+
+        return None if self._checkpoint is None else Path(self._checkpoint)
+
     def _connect(self, *, readonly: bool, create: bool) -> Any:
         """A connection to the log's database: the SQLite file's, or a PostgreSQL one naming the fleet."""
-        if self.target is None:
-            assert isinstance(self.path, Path)
-            return connect(self.path, readonly=readonly, create=create)
+        if self._file is not None:
+            return connect(self._file, readonly=readonly, create=create)
         from agent.store import pg
 
+        assert self.target is not None
         return pg.connect(self.target, readonly=readonly, create=create)
 
     def _snapshot_conn(self) -> Any:
@@ -904,9 +940,11 @@ class EventLog:
     def segment_files(self) -> SegmentFiles:
         """Archived months (agent/store/archive.py): read through here, transparently. Made on first use: a
         command reading only read models does not import agent.store.segments."""
+        from pathlib import Path
+
         from agent.store.segments import SegmentFiles
 
-        return SegmentFiles(self.path if isinstance(self.path, Path) else Path(str(self.head_file)))
+        return SegmentFiles(Path(self._file if self._file is not None else str(self.head_file)))
 
     def _write_head(self, e: Event) -> None:
         """Record the newest seq and hash outside the database (truncation evidence).
@@ -914,11 +952,11 @@ class EventLog:
         The file stays open and is rewritten in place under an exclusive flock, so
         writers in several processes never move it backwards. Best effort: a failed
         write is reported by verify, not by the append (which has committed)."""
-        if self.head_file is None:
+        if self._head is None:
             return
         try:
             if self._head_fd is None:
-                self._head_fd = os.open(self.head_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._head_fd = os.open(self._head, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             fd = self._head_fd
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -936,10 +974,10 @@ class EventLog:
             pass  # verify() compares what is there; the append itself has committed
 
     def _read_head(self) -> tuple[int, str] | None:
-        if self.head_file is None:
+        if self._head is None:
             return None
         try:
-            return _parse_head(self.head_file.read_bytes())
+            return _parse_head(_read_bytes(self._head))
         except OSError:
             return None
 
@@ -1091,10 +1129,10 @@ class EventLog:
 
     def _file_ident(self) -> tuple[int, int] | None:
         """(device, inode) of the database file now; None when nothing is at its path."""
-        if not isinstance(self.path, Path):
+        if self._file is None:
             return (0, 0)  # a PostgreSQL database cannot be moved from under the connection
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._file)
         except OSError:
             return None
         return st.st_dev, st.st_ino
@@ -1313,18 +1351,18 @@ class EventLog:
         return r
 
     def _read_checkpoint(self) -> tuple[int, str] | None:
-        if self.checkpoint_file is None:
+        if self._checkpoint is None:
             return None
         try:
-            return _parse_head(self.checkpoint_file.read_bytes())
+            return _parse_head(_read_bytes(self._checkpoint))
         except OSError:
             return None
 
     def _write_checkpoint(self, seq: int, h: str) -> bool:
         """Record a verified (seq, hash) beside the database, atomically; False when it cannot be written."""
-        if self.checkpoint_file is None:
+        if self._checkpoint is None:
             return False
-        tmp = self.checkpoint_file.with_name(self.checkpoint_file.name + f".{os.getpid()}.tmp")
+        tmp = f"{self._checkpoint}.{os.getpid()}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
@@ -1332,11 +1370,11 @@ class EventLog:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, self.checkpoint_file)
+            os.replace(tmp, self._checkpoint)
             return True
         except OSError:
             with contextlib.suppress(OSError):
-                tmp.unlink()
+                os.unlink(tmp)
             return False
 
     def export(self, out: IO[str], since: int = 0, since_ts: str | None = None) -> int:

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
 
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.store.db import sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # the other rows are defined when a question that returns one is first asked
+    from typing import Any
+
     from agent.store.rows import (
         Directive,
         FailedRun,

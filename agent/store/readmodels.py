@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from agent.events import Event
 from agent.store.db import database, sqlite3
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # The read-model tables (schema.sql, migrations 002_read_models, 003_alert_silences, 006_instance_states and
 # 007_observed_runs); each is compared in primary-key order.

@@ -7,13 +7,16 @@ config (agent/config.py) becomes one of these; ``EventLog`` takes either.
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from urllib.parse import urlsplit
 
 from agent.errors import ConfigError
 from agent.record import field
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.secrets import Secret
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # urllib.parse and pathlib load when a PostgreSQL URL is checked or a state file named
+    from pathlib import Path
+    from typing import TypeAlias
 
 PG_SCHEMES = ("postgresql", "postgres")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -25,6 +28,8 @@ def is_pg_url(url: str) -> bool:
 
 def url_problem(url: str) -> str | None:
     """Why ``url`` is not a usable ``postgresql://`` URL (a password in it included), or None."""
+    from urllib.parse import urlsplit
+
     try:
         u = urlsplit(url)
     except ValueError as e:
@@ -71,4 +76,4 @@ class PgTarget:
         return None if self.state_dir is None else self.state_dir / f"pg-{self.agent_id}.verified"
 
 
-LogLocation = Path | PgTarget
+LogLocation: TypeAlias = "Path | PgTarget"
