@@ -23,10 +23,8 @@ from agent.cli import output
 from agent.errors import FleetAgentError, UsageError
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import (
-        Path,  # a command loads only what it uses: the app, the config, the vocabulary on first use
-    )
+if TYPE_CHECKING:  # a command loads only what it uses: the app, the config, the vocabulary on first use
+    from pathlib import Path
     from typing import Any, NoReturn
 
     from agent import config
