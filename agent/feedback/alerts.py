@@ -88,7 +88,10 @@ def raise_alert(log: EventLog, *, key: str, severity: str, title: str, detail: s
 
 
 def resolve_alert(log: EventLog, key: str, reason: str, tick: int | None = None) -> bool:
-    """Resolve the live alert with ``key``; False when there is none."""
+    """Resolve the live alert with ``key``; False when there is none (then, outside a transaction, without
+    opening one: the usual case, after every model reply)."""
+    if not log.in_transaction and not log.store.live_alerts(key=key):
+        return False
     with log.transaction() as tx:
         live = live_alerts(tx, key=key)
         for a in live:
@@ -98,7 +101,10 @@ def resolve_alert(log: EventLog, key: str, reason: str, tick: int | None = None)
 
 def resolve_absent(log: EventLog, prefix: str, still_present: set[str], tick: int | None = None,
                    reason: str = "condition cleared") -> list[int]:
-    """Resolve live alerts whose key starts with ``prefix`` and is not in ``still_present``."""
+    """Resolve live alerts whose key starts with ``prefix`` and is not in ``still_present`` (outside a
+    transaction, opening one only when there is one to resolve)."""
+    if not log.in_transaction and all(a.dedup_key in still_present for a in log.store.live_alerts(prefix=prefix)):
+        return []
     with log.transaction() as tx:
         return resolve_absent_in(tx, prefix, still_present, reason, tick)
 
