@@ -247,7 +247,18 @@ PROJECTORS: dict[str, Projector] = {
 WRITTEN_BY: dict[str, tuple[str, ...]] = {
     "instances": ("tool.result", "instance.adopted", "instance.gone"),
     "instance_states": ("tick.started",),
+    "alerts": ("alert.raised", "alert.repeated", "alert.acked", "alert.resolved", "alert.retitled", "alert.notified"),
 }
+
+
+def kinds_writing(table: str) -> set[str]:
+    """The kinds whose projector's own SQL inserts, updates or deletes rows of ``table`` (read from the
+    projectors' source: what ``WRITTEN_BY`` must name)."""
+    import inspect
+    import re
+
+    writes = re.compile(rf"(INSERT INTO|UPDATE|DELETE FROM)\s+{re.escape(table)}\b")
+    return {k for k, f in PROJECTORS.items() if writes.search(inspect.getsource(f))}
 
 
 def apply(conn: sqlite3.Connection, event: Event) -> None:
