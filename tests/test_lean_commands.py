@@ -137,14 +137,15 @@ except SystemExit as e:
 
 def test_version_answers_without_loading_a_command_group() -> None:
     """--version prints what the full parser prints and exits 0, with no command group module imported
-    (the full parser imports every one of them)."""
+    (the full parser imports every one of them): only the CLI's own argument, output, parser and plain-form
+    modules."""
     r = subprocess.run([sys.executable, "-c", _VERSION], capture_output=True, text=True, timeout=60, check=True)
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args(["--version"])
     assert e.value.code == 0
     version, tail = r.stdout.splitlines()
     assert version == f"fleet-agent {__version__}"
-    assert tail == "exit 0 ['agent.cli.args', 'agent.cli.output']"
+    assert tail == "exit 0 ['agent.cli.args', 'agent.cli.output', 'agent.cli.parser', 'agent.cli.plain']"
 
 
 def test_the_group_table_names_exactly_the_commands_each_group_registers() -> None:
@@ -258,7 +259,7 @@ def test_help_is_as_wide_as_shutil_says_without_importing_it(columns: str | None
     positive number, else the terminal, else 80), and the help wraps to it."""
     import shutil
 
-    from agent import cli
+    from agent.cli import parser as cli
 
     if columns is None:
         monkeypatch.delenv("COLUMNS", raising=False)

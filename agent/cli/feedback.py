@@ -6,13 +6,11 @@ daemon's lock, so they all work while the daemon runs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
 from agent import feedback
-from agent.app import App
 from agent.cli import args as args_
 from agent.cli import output
 from agent.cli.output import line
@@ -22,8 +20,11 @@ from agent.record import asdict
 from agent.store.log import utc_ts
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # argparse loads when a run needs the parser (agent.cli.plain reads the plain forms)
+    import argparse
     from typing import Any
+
+    from agent.app import App
 
 
 def _print(s: str = "") -> None:
@@ -263,7 +264,7 @@ def cmd_directives(args: argparse.Namespace, app: App) -> int:
 
 
 def _sub(parent: Any, dest: str) -> Any:
-    from agent.cli import _Parser
+    from agent.cli.parser import _Parser
 
     s = parent.add_subparsers(dest=dest, metavar="SUBCOMMAND", parser_class=_Parser)
     s.required = True
@@ -271,6 +272,8 @@ def _sub(parent: Any, dest: str) -> Any:
 
 
 def register(sub: Any) -> None:
+    import argparse
+
     by_help = "who you are (default: $SUDO_USER or your login name)"
 
     al = sub.add_parser("alerts", help="list, show, ack and silence alerts",
