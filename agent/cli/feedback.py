@@ -6,7 +6,6 @@ daemon's lock, so they all work while the daemon runs.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -15,9 +14,8 @@ from agent.cli import args as args_
 from agent.cli import output
 from agent.cli.output import line
 from agent.errors import FleetAgentError, UsageError
-from agent.events import render
 from agent.record import asdict
-from agent.store.log import utc_ts
+from agent.store.times import utc_ts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # argparse loads when a run needs the parser (agent.cli.plain reads the plain forms)
@@ -54,9 +52,9 @@ def _alerts(app: App, *, all_: bool) -> list[dict[str, Any]]:
     """The alerts as dicts; ``silenced_until`` / ``silence_id`` name a silence in force over it (else null)."""
     from agent.feedback.alerts import silenced_by
 
-    silences = app.log.store.silences(now_ts=utc_ts(app.log.clock()))
+    silences = app.store.silences(now_ts=utc_ts(app.now()))
     return [_with_silence(a, silenced_by(silences, a) if a.status != "resolved" else None)
-            for a in app.log.store.alerts(all_=all_)]
+            for a in app.store.alerts(all_=all_)]
 
 
 def _with_silence(a: Any, s: Any) -> dict[str, Any]:
@@ -91,6 +89,10 @@ def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
 
 
 def _alert_history(app: App, alert_id: int) -> list[dict[str, Any]]:
+    import json
+
+    from agent.events import render
+
     out = []
     for seq in app.log.store.alert_history_seqs(alert_id):
         e = app.log.get(seq)
@@ -141,9 +143,9 @@ def cmd_alerts_silence(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_alerts_silences(args: argparse.Namespace, app: App) -> int:
-    now = utc_ts(app.log.clock())
+    now = utc_ts(app.now())
     rows = []
-    for s in app.log.store.silences(now_ts=None if args.all else now):
+    for s in app.store.silences(now_ts=None if args.all else now):
         state = "lifted" if s.lifted_seq is not None else "expired" if s.until_ts <= now else "active"
         rows.append({**asdict(s), "state": state})
     if args.json:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from agent.errors import FleetAgentError, UsageError
-from agent.events import Event
-from agent.store.log import EventLog
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from agent.events import Event
+    from agent.store.log import EventLog
 
 MAX_NOTE_CHARS = 4000
 MAX_NAME_CHARS = 64
