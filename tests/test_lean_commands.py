@@ -544,10 +544,11 @@ def test_the_migration_names_an_open_checks_are_the_declared_ones(tmp_path: Path
 def test_reading_alerts_and_directives_imports_neither_typing_nor_pathlib(tmp_path: Path) -> None:
     """alerts list (plain and --json) and directives exit 0 in a fresh interpreter without site startup (as a
     regular install runs: no editable-install finder) and import neither typing nor pathlib (nor
-    urllib.parse, which pathlib brings); then status, which reads modules that still use both, loads them
+    urllib.parse, which pathlib brings); status imports no typing either, but pathlib (the knowledge files
+    are listed as Paths); then context, which renders a request through modules that use typing, loads it
     (the probe sees a module when it is there)."""
     cfg = _setup(tmp_path)
-    commands = [["alerts", "list"], ["alerts", "list", "--json"], ["directives"], ["status"]]
+    commands = [["alerts", "list"], ["alerts", "list", "--json"], ["directives"], ["status"], ["context"]]
     root = str(Path(config.__file__).parent.parent)
     r = subprocess.run([sys.executable, "-S", "-c", _PROBE, json.dumps(commands), str(cfg),
                         json.dumps(["typing", "pathlib", "urllib.parse"])],
@@ -556,8 +557,9 @@ def test_reading_alerts_and_directives_imports_neither_typing_nor_pathlib(tmp_pa
     line = next((ln for ln in r.stderr.splitlines() if ln.startswith("PROBE ")), None)
     assert line is not None, r.stderr[-2000:]
     got = json.loads(line[len("PROBE "):])
-    assert [(argv, code, loaded) for argv, code, loaded in got[:-1]] == [(argv, 0, []) for argv in commands[:-1]]
-    assert got[-1][1] == 0 and {"typing", "pathlib"} <= set(got[-1][2])
+    assert [(argv, code, loaded) for argv, code, loaded in got[:-2]] == [(argv, 0, []) for argv in commands[:-2]]
+    assert got[-2][1:] == [0, ["pathlib", "urllib.parse"]]
+    assert got[-1][1] == 0 and "typing" in got[-1][2]
 
 
 def test_a_log_opened_by_its_name_gives_the_paths_pathlib_gave(tmp_path: Path,
@@ -578,3 +580,14 @@ def test_a_log_opened_by_its_name_gives_the_paths_pathlib_gave(tmp_path: Path,
     assert (tmp_path / "d/fleet.db.verified").read_text().startswith("1 ")
     with EventLog(Path(name), head_file=str(tmp_path / "elsewhere.head"), create=False) as log:
         assert log.head_file == tmp_path / "elsewhere.head" and log.path == Path("d/fleet.db")
+
+
+def test_alerts_list_reads_the_read_models_without_the_event_log(tmp_path: Path) -> None:
+    """alerts list (plain and --json) and alerts silences exit 0 without importing the event log's module or the
+    event classes: the read models are queried over a connection opened as the log's is; then directives,
+    which reads through the event log, loads both (the probe sees a module when it is there)."""
+    cfg = _setup(tmp_path)
+    modules = ("agent.store.log", "agent.events")
+    got = _probe(cfg, [["alerts", "list"], ["alerts", "list", "--json"], ["alerts", "silences"], ["directives"]],
+                 modules)
+    assert [(code, loaded) for _, code, loaded in got] == [(0, []), (0, []), (0, []), (0, list(modules))]

@@ -64,13 +64,19 @@ _MARK = "-- migration: "
 
 def migration_names() -> list[str]:
     """The names ``migrations()`` declares, in order, found without a regular expression or splitting out
-    their SQL: all a database with no migration pending needs (every command's open)."""
+    their SQL: all a database with no migration pending needs (every command's open). The text is searched
+    for the marker rather than cut into its some 400 lines: a line that starts with it names a migration."""
+    text = _schema_text()
     names = []
-    for line in _schema_text().split("\n"):
-        if line.startswith(_MARK):
-            name = line[len(_MARK):].rstrip()
+    at = text.find(_MARK)
+    while at != -1:
+        end = text.find("\n", at)
+        end = len(text) if end == -1 else end
+        if at == 0 or text[at - 1] == "\n":
+            name = text[at + len(_MARK):end].rstrip()
             if name and not any(c.isspace() for c in name):
                 names.append(name)
+        at = text.find(_MARK, end)
     return names
 
 
