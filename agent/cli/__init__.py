@@ -8,13 +8,13 @@ lives in a small module with a ``register(subparsers)`` function; handlers are
 from __future__ import annotations
 
 import gc
-import importlib
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+from agent import lazy
 from agent.cli import args as args_
 from agent.cli import output
 from agent.errors import FleetAgentError, UsageError
@@ -45,7 +45,7 @@ _OWNER = {command: group for group, commands in COMMAND_GROUPS.items() for comma
 
 def group_module(name: str) -> ModuleType:
     """The module ``agent.cli.<name>`` of one command group."""
-    return importlib.import_module(f"agent.cli.{name}")
+    return lazy.import_module(f"agent.cli.{name}")
 
 
 EXAMPLE_KNOWLEDGE = """\
