@@ -582,12 +582,14 @@ def test_a_log_opened_by_its_name_gives_the_paths_pathlib_gave(tmp_path: Path,
         assert log.head_file == tmp_path / "elsewhere.head" and log.path == Path("d/fleet.db")
 
 
-def test_alerts_list_reads_the_read_models_without_the_event_log(tmp_path: Path) -> None:
-    """alerts list (plain and --json) and alerts silences exit 0 without importing the event log's module or the
-    event classes: the read models are queried over a connection opened as the log's is; then directives,
-    which reads through the event log, loads both (the probe sees a module when it is there)."""
+def test_alerts_and_directives_read_the_read_models_without_the_event_log(tmp_path: Path) -> None:
+    """alerts list (plain and --json), alerts silences and directives exit 0 without importing the event log's
+    module or the event classes: the read models are queried over a connection opened as the log's is; then
+    alerts show, which reads the alert's events through the event log, loads both (the probe sees a module when
+    it is there)."""
     cfg = _setup(tmp_path)
     modules = ("agent.store.log", "agent.events")
-    got = _probe(cfg, [["alerts", "list"], ["alerts", "list", "--json"], ["alerts", "silences"], ["directives"]],
-                 modules)
-    assert [(code, loaded) for _, code, loaded in got] == [(0, []), (0, []), (0, []), (0, list(modules))]
+    commands = [["alerts", "list"], ["alerts", "list", "--json"], ["alerts", "silences"], ["directives"],
+                ["alerts", "show", "1"]]
+    got = _probe(cfg, commands, modules)
+    assert [(code, loaded) for _, code, loaded in got] == [(0, [])] * 4 + [(0, list(modules))]

@@ -251,7 +251,7 @@ def cmd_unpin(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_directives(args: argparse.Namespace, app: App) -> int:
-    ds = feedback.directives(app.log)
+    ds = feedback.directives(app)  # the read models alone (App.store): the event log need not load
     if args.json:
         _print(output.json_text(ds, indent=2))
         return 0
