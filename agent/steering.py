@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from agent.config import PolicySettings, Settings
 from agent.errors import UsageError
@@ -24,6 +23,10 @@ from agent.policy import norm_gpu
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.record import replace
 from agent.store.log import EventLog, utc_ts
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m|h|d|w)\s*$")
 _UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -60,7 +63,8 @@ def _active(until: str | None, now: str) -> bool:
 
 # ------------------------------------------------------------------ overrides
 
-Parse = Callable[[str], Any]
+if TYPE_CHECKING:
+    Parse = Callable[[str], Any]
 
 
 def _pos_int(v: str) -> int:

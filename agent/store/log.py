@@ -35,6 +35,7 @@ from agent.store import readmodels
 from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
 from agent.store.target import PgTarget
+from agent.store.times import utc_ts as utc_ts  # (re-exported: callers import it from here)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the tokenizer loads when an event's tokens are first counted, not with every command
@@ -138,21 +139,6 @@ def _row_header(seq: Any, id: Any, ts: Any, kind: Any, version: Any, source: Any
         return (f"[{seq},{_json_str(id)},{_json_str(ts)},{_json_str(kind)},{version},{_json_str(source)},"
                 f"{'null' if tick is None else tick},{'null' if tokens is None else tokens}]")
     return canonical([seq, id, ts, kind, version, source, tick, tokens])
-
-
-def utc_ts(dt: datetime | None = None) -> str:
-    """'2026-11-29T10:05:12.123456Z': UTC, microseconds, fixed width (sorts as text)."""
-    global _TS_MEMO
-    dt = dt or datetime.now(UTC)
-    if dt.tzinfo is not UTC:
-        dt = dt.astimezone(UTC)
-    if not 1000 <= dt.year <= 9999:
-        return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    second = dt.timestamp() // 1
-    memo = _TS_MEMO
-    if memo[0] != second:  # the text up to the second is formatted once a second
-        memo = _TS_MEMO = (second, dt.isoformat(timespec="seconds")[:-6])  # drops "+00:00"
-    return f"{memo[1]}.{dt.microsecond:06d}Z"
 
 
 _TS_MEMO: tuple[float, str] = (-1.5, "")  # (a second since the epoch, its text): replaced whole, never edited
