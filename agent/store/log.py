@@ -71,6 +71,7 @@ def _insert_rows_sql(n: int) -> str:
 
 
 _INSERT_N = {n: _insert_rows_sql(n) for n in _CHUNKS}
+_INSERT_ONE = _INSERT_N[1]  # one row: [its prev_hash, then its 9 values]
 _INSERT_FTS = "INSERT INTO events_fts (rowid, text) VALUES (?,?)"
 _FTS_TOKENIZE = "porter unicode61"  # as schema.sql creates events_fts
 _WORD = re.compile(r"[^\W_]+")  # a run of letters and digits: one word to the index's tokenizer (unicode61)
@@ -414,14 +415,18 @@ class Transaction:
         written by older versions keep the count they were hashed with. Nor is the event rendered
         for the full-text index here: ``index_search`` does that for every event not yet indexed
         (a search first, and the daemon once a tick, in the tick's last transaction)."""
-        params, events = self._rows([(kind, payload, source, tick)], _FLAT_TEXT[0] if _FLAT_TEXT else canonical)
-        event = events[0]
-        _insert(self.conn, event.prev_hash, params, pg=self.log.is_pg)
-        if kind in readmodels.PROJECTORS:
-            readmodels.PROJECTORS[kind](self.conn, event)
+        values, event = self._row(kind, payload, source, tick)
+        if self.log.is_pg:
+            _insert(self.conn, values[0], values[1:], pg=True)
+        else:
+            self.log._cursor.execute(_INSERT_ONE, values)
+        project = readmodels.PROJECTORS.get(kind)
+        if project is not None:
+            project(self.conn, event)
         self._seq, self._hash = event.seq, event.hash
         self.appended.append(event)
-        self._sync_if_fenced()
+        if self.log.fence is not None:
+            self._sync_if_fenced()
         return event
 
     def _sync_if_fenced(self) -> None:
@@ -469,17 +474,7 @@ class Transaction:
             current, kind_json, check = spec
             if source not in sources:
                 raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
-            if check(kind, payload):  # Kind.validate, written out for the kind's fields; True when flat
-                try:
-                    text = flat_text(payload)
-                except TypeError:  # orjson refuses an integer beyond 64 bits, a lone surrogate: canonical decides
-                    text = canonical(payload)
-                body = dict(payload)  # the event's own copy, equal to what reading its row back gives
-            else:
-                text = canonical(payload)
-                body = json.loads(text)
-            if current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
-                text = canonical(current.stored.encode(body))
+            text, body = _encoded(current, check, kind, payload, flat_text)
             seq, version = seq + 1, current.number
             if given is not None:
                 ts = utc_ts(given())
@@ -503,6 +498,36 @@ class Transaction:
             prev = h
         return params, events
 
+    def _row(self, kind: str, payload: dict[str, Any], source: str, tick: int | None) -> tuple[list[Any], Event]:
+        """``_rows`` for one item, without the loop: its row's values as ``_INSERT_ONE`` takes them (the
+        previous hash first, then the 9 of ``_insert``) and its event, chained on from the head."""
+        spec = _APPENDING.get(kind)
+        if spec is None or ev.KINDS.get(kind) is not spec[0]:  # unknown, or given a new version since
+            spec = _appending(kind)
+        current = spec[1]
+        if source not in ev.SOURCES:
+            raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
+        text, body = _encoded(current, current.payload.checker(), kind, payload,
+                              _FLAT_TEXT[0] if _FLAT_TEXT else canonical)
+        seq, prev, version = self._seq + 1, self._hash, current.number
+        clock = self.log.clock
+        ts = _now_ts() if clock is _utc_now else utc_ts(clock())
+        try:
+            eid = _IDS.pop()
+        except IndexError:
+            eid = new_event_id()
+        if tick is None or type(tick) is int:  # row_hash, written out for the usual types
+            h = hashlib.sha256(f'{prev}\n[{seq},"{eid}","{ts}",{spec[2]},{version},"{source}",'
+                               f'{"null" if tick is None else tick},null]\n{text}'.encode()).hexdigest()
+        else:
+            h = row_hash(seq, eid, ts, kind, version, source, tick, text, None, prev)
+        e = _new(Event)  # as in _rows
+        d = e.__dict__
+        d["seq"], d["id"], d["ts"], d["kind"], d["source"], d["tick"] = seq, eid, ts, kind, source, tick
+        d["payload"], d["tokens"], d["version"], d["prev_hash"], d["hash"] = body, None, version, prev, h
+        null = _NULL_TICK if tick is None and not self.log.is_pg else tick
+        return [prev, seq, eid, ts, kind, version, source, null, text, h], e
+
     def index_search(self, render: Callable[[Event], dict[str, Any] | None] | None = None) -> int:
         """Add to the full-text index every event it does not hold yet, in seq order; how many.
 
@@ -515,6 +540,25 @@ class Transaction:
         row = self.conn.execute(_FTS_HEAD_SQL_PG if pg else _FTS_HEAD_SQL).fetchone()
         return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg, decode=self.log._decoded.event,
                            render=render)
+
+
+def _encoded(current: Any, check: Callable[[str, object], bool], kind: str, payload: dict[str, Any],
+             flat_text: Callable[[dict[str, Any]], str]) -> tuple[str, dict[str, Any]]:
+    """(the row's payload text, the event's payload) of ``payload`` appended as version ``current`` of
+    ``kind``, checked by ``check`` (Kind.validate written out for the kind's fields; True when flat) and
+    encoded once: ``flat_text`` for a flat payload, else canonical JSON."""
+    if check(kind, payload):
+        try:
+            text = flat_text(payload)
+        except TypeError:  # orjson refuses an integer beyond 64 bits, a lone surrogate: canonical decides
+            text = canonical(payload)
+        body = dict(payload)  # the event's own copy, equal to what reading its row back gives
+    else:
+        text = canonical(payload)
+        body = json.loads(text)
+    if current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
+        text = canonical(current.stored.encode(body))
+    return text, body
 
 
 def _insert(conn: Any, prev: str, params: list[Any], *, pg: bool) -> None:
@@ -787,36 +831,64 @@ class EventLog:
                 yield tx
             return
         held, self._held = self._held or [], ([] if self._held is not None else None)
-        conn = self.conn
         try:
-            conn.execute("BEGIN IMMEDIATE")  # agent.store.db.immediate, written out: one generator less a commit
+            tx = self._begin()
             try:
-                tx = Transaction(self, conn, self._begun_head())
-                self._head_at_begin = None  # known again once this commits
-                self._open = (tx, _thread.get_ident())
-                try:
-                    if held:
-                        tx.extend(held)
-                    yield tx
-                    if tx.appended and self.fence is not None:
-                        self.fence()
-                finally:
-                    self._open = None
-                conn.execute("COMMIT")
+                if held:
+                    tx.extend(held)
+                yield tx
+                self._commit(tx)
             except BaseException:
-                if conn.in_transaction:  # SQLite may have rolled back already (a failed COMMIT, some I/O errors)
-                    conn.execute("ROLLBACK")
+                self._undo()
                 raise
-            if self._version is not None:
-                self._head_at_begin = (self._version, tx._seq, tx._hash)
         except BaseException as e:
             if held and self._held is not None:
                 self._held[:0] = held  # not committed: still held, still first
-            if isinstance(e, db_errors()):
-                from agent.secrets import scrub
-
-                raise LogError(f"the event log at {self.path} could not be written: {scrub(str(e))}") from e
+            self._raise_written(e)
             raise
+        self._committed(tx)
+
+    @cached_property
+    def _cursor(self) -> Any:
+        """The cursor a write transaction's own statements (begin, head, insert, commit) go through: one
+        kept, not one made for each statement (``connection.execute``)."""
+        return self.conn.cursor() if not self.is_pg else self.conn
+
+    def _begin(self) -> Transaction:
+        """BEGIN IMMEDIATE (``agent.store.db.immediate``, written out) and the transaction, open on this thread."""
+        self._cursor.execute("BEGIN IMMEDIATE")
+        tx = Transaction(self, self.conn, self._begun_head())
+        self._head_at_begin = None  # known again once this commits
+        self._open = (tx, _thread.get_ident())
+        return tx
+
+    def _commit(self, tx: Transaction) -> None:
+        """The fence (when ``tx`` appended), then COMMIT; the head is remembered as of this commit."""
+        try:
+            if tx.appended and self.fence is not None:
+                self.fence()
+        finally:
+            self._open = None
+        self._cursor.execute("COMMIT")
+        if self._version is not None:
+            self._head_at_begin = (self._version, tx._seq, tx._hash)
+
+    def _undo(self) -> None:
+        """Roll back the transaction ``_begin`` opened, if SQLite has not already (a failed COMMIT, some
+        I/O errors)."""
+        self._open = None
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+    def _raise_written(self, e: BaseException) -> None:
+        """LogError (the driver's message, secrets scrubbed) for a database error ``e``; nothing for others."""
+        if isinstance(e, db_errors()):
+            from agent.secrets import scrub
+
+            raise LogError(f"the event log at {self.path} could not be written: {scrub(str(e))}") from e
+
+    def _committed(self, tx: Transaction) -> None:
+        """After ``tx`` committed: the head file, then what was to run once it did."""
         if tx.appended:
             self._write_head(tx.appended[-1])
         for fn in tx.after:
@@ -829,7 +901,7 @@ class EventLog:
         transaction forgets it, and PostgreSQL always reads it."""
         self._version = None
         if not self.is_pg:
-            self._version = version = self.store.data_version()
+            self._version = version = self._cursor.execute("PRAGMA data_version").fetchone()[0]
             known = self._head_at_begin
             if known is not None and known[0] == version:
                 return known[1], known[2]
@@ -905,8 +977,25 @@ class EventLog:
         self._held.extend(batch)
 
     def append(self, kind: str, payload: dict[str, Any], source: str, tick: int | None = None) -> Event:
-        with self.transaction() as tx:
-            return tx.append(kind, payload, source, tick)
+        """One event in a transaction of its own (``transaction``; inside one this thread has open, in that).
+        The usual case, nothing held and no transaction open, runs ``transaction``'s steps without its
+        generator."""
+        if self._open is not None or self._held is not None or self.readonly:
+            with self.transaction() as tx:
+                return tx.append(kind, payload, source, tick)
+        try:
+            tx = self._begin()
+            try:
+                e = tx.append(kind, payload, source, tick)
+                self._commit(tx)
+            except BaseException:
+                self._undo()
+                raise
+        except BaseException as err:
+            self._raise_written(err)
+            raise
+        self._committed(tx)
+        return e
 
     def append_many(self, items: Iterable[Item]) -> list[Event]:
         with self.transaction() as tx:
