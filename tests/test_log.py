@@ -481,7 +481,7 @@ def test_an_append_on_the_default_clock_stamps_now_in_utc_ts_form(log):
     from agent.store.log import utc_ts
 
     before = utc_ts()
-    log_module._TS_MEMO = (-1.5, "")  # the append formats its second itself, not from utc_ts's memo
+    log_module._NOW_MEMO = (1, "")  # the append formats its second afresh
     events = [log.append("operator.note", note(), "operator")] + log.append_many(
         [("operator.note", note(str(i)), "operator", None) for i in range(3)])
     after = utc_ts()

@@ -166,13 +166,22 @@ def _utc_now() -> datetime:
 
 def _now_ts() -> str:
     """``utc_ts()`` (now) from the system clock's nanoseconds, without a datetime: what an append stamps
-    its event with when the log keeps the default clock."""
-    global _TS_MEMO
-    second, micro = divmod(time.time_ns() // 1000, 1_000_000)
-    memo = _TS_MEMO
-    if memo[0] != second:
-        memo = _TS_MEMO = (second, datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[:-6])
+    its event with when the log keeps the default clock. The text up to the second is formatted once a
+    second (``_NOW_MEMO``)."""
+    global _NOW_MEMO
+    us = _time_ns() // 1000
+    memo = _NOW_MEMO
+    micro = us - memo[0]
+    if not 0 <= micro < 1_000_000:
+        second = us // 1_000_000
+        memo = _NOW_MEMO = (second * 1_000_000,
+                            datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[:-6])
+        micro = us - memo[0]
     return f"{memo[1]}.{micro:06d}Z"
+
+
+_NOW_MEMO: tuple[int, str] = (1, "")  # (the microsecond a second starts at, its text): replaced whole, never edited
+_time_ns = time.time_ns
 
 
 _IDS: list[str] = []  # event ids made from os.urandom and not handed out yet
@@ -474,7 +483,15 @@ class Transaction:
             current, kind_json, check = spec
             if source not in sources:
                 raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
-            text, body = _encoded(current, check, kind, payload, flat_text)
+            flat = check(kind, payload)  # Kind.validate, written out for the kind's fields; True when flat
+            if flat and current.stored is None:  # _encoded's usual case, written out
+                try:
+                    text = flat_text(payload)
+                except TypeError:
+                    text = canonical(payload)
+                body = dict(payload)
+            else:
+                text, body = _encoded(current, flat, payload, flat_text)
             seq, version = seq + 1, current.number
             if given is not None:
                 ts = utc_ts(given())
@@ -507,11 +524,20 @@ class Transaction:
         current = spec[1]
         if source not in ev.SOURCES:
             raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
-        text, body = _encoded(current, current.payload.checker(), kind, payload,
-                              _FLAT_TEXT[0] if _FLAT_TEXT else canonical)
+        check = current.payload.checker()
+        encode = _FLAT_TEXT[0] if _FLAT_TEXT else canonical
+        flat = check(kind, payload)  # Kind.validate, written out for the kind's fields; True when flat
+        if flat and current.stored is None:  # _encoded's usual case, written out
+            try:
+                text = encode(payload)
+            except TypeError:
+                text = canonical(payload)
+            body = dict(payload)
+        else:
+            text, body = _encoded(current, flat, payload, encode)
         seq, prev, version = self._seq + 1, self._hash, current.number
-        clock = self.log.clock
-        ts = _now_ts() if clock is _utc_now else utc_ts(clock())
+        log = self.log
+        ts = _now_ts() if log.clock is _utc_now else utc_ts(log.clock())
         try:
             eid = _IDS.pop()
         except IndexError:
@@ -523,9 +549,18 @@ class Transaction:
             h = row_hash(seq, eid, ts, kind, version, source, tick, text, None, prev)
         e = _new(Event)  # as in _rows
         d = e.__dict__
-        d["seq"], d["id"], d["ts"], d["kind"], d["source"], d["tick"] = seq, eid, ts, kind, source, tick
-        d["payload"], d["tokens"], d["version"], d["prev_hash"], d["hash"] = body, None, version, prev, h
-        null = _NULL_TICK if tick is None and not self.log.is_pg else tick
+        d["seq"] = seq
+        d["id"] = eid
+        d["ts"] = ts
+        d["kind"] = kind
+        d["source"] = source
+        d["tick"] = tick
+        d["payload"] = body
+        d["tokens"] = None
+        d["version"] = version
+        d["prev_hash"] = prev
+        d["hash"] = h
+        null = _NULL_TICK if tick is None and not log.is_pg else tick
         return [prev, seq, eid, ts, kind, version, source, null, text, h], e
 
     def index_search(self, render: Callable[[Event], dict[str, Any] | None] | None = None) -> int:
@@ -542,12 +577,12 @@ class Transaction:
                            render=render)
 
 
-def _encoded(current: Any, check: Callable[[str, object], bool], kind: str, payload: dict[str, Any],
+def _encoded(current: Any, flat: bool, payload: dict[str, Any],
              flat_text: Callable[[dict[str, Any]], str]) -> tuple[str, dict[str, Any]]:
-    """(the row's payload text, the event's payload) of ``payload`` appended as version ``current`` of
-    ``kind``, checked by ``check`` (Kind.validate written out for the kind's fields; True when flat) and
-    encoded once: ``flat_text`` for a flat payload, else canonical JSON."""
-    if check(kind, payload):
+    """(the row's payload text, the event's payload) of a checked ``payload`` appended as version
+    ``current`` of its kind, encoded once: ``flat_text`` when its check found it ``flat``, else canonical
+    JSON."""
+    if flat:
         try:
             text = flat_text(payload)
         except TypeError:  # orjson refuses an integer beyond 64 bits, a lone surrogate: canonical decides
