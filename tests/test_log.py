@@ -237,6 +237,19 @@ def test_a_head_file_holding_something_longer_is_rewritten_to_the_one_record(sql
     assert sqlite_log.head_file.read_text() == f"{last.seq} {last.hash}\n"
 
 
+def test_the_head_file_never_moves_backwards(sqlite_log):
+    """A head file that already records a higher seq (another writer's, written after a later commit) is left
+    as it is by a commit of a lower seq; one that holds no record is replaced by the commit's."""
+    e = sqlite_log.append("operator.note", note(), "operator")
+    later = f"{e.seq + 5} {'f' * 64}\n"
+    sqlite_log.head_file.write_text(later)
+    sqlite_log.append("operator.note", note("again"), "operator")
+    assert sqlite_log.head_file.read_text() == later
+    sqlite_log.head_file.write_text(f"x{e.seq + 5} {'f' * 64}\n")
+    last = sqlite_log.append("operator.note", note("once more"), "operator")
+    assert sqlite_log.head_file.read_text() == f"{last.seq} {last.hash}\n"
+
+
 def _projected_batch() -> list[tuple[str, dict, str, int | None]]:
     """Events of every shape a projector handles: runs of one statement (two alert repeats, three results),
     writes a later read depends on (two changes of one knowledge file), a read-heavy tick.started."""

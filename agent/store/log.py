@@ -175,12 +175,13 @@ def _now_ts() -> str:
     if not 0 <= micro < 1_000_000:
         second = us // 1_000_000
         memo = _NOW_MEMO = (second * 1_000_000,
-                            datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[:-6])
+                            datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[:-6] + ".")
         micro = us - memo[0]
-    return f"{memo[1]}.{micro:06d}Z"
+    return f"{memo[1]}{str(micro + 1_000_000)[1:]}Z"  # six digits, zero-padded, without a format spec to parse
 
 
-_NOW_MEMO: tuple[int, str] = (1, "")  # (the microsecond a second starts at, its text): replaced whole, never edited
+# (the microsecond a second starts at, its text up to the decimal point): replaced whole, never edited
+_NOW_MEMO: tuple[int, str] = (1, "")
 _time_ns = time.time_ns
 
 
@@ -1085,10 +1086,15 @@ class EventLog:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 data = os.pread(fd, 128, 0)
-                cur = _parse_head(data)
-                if cur is not None and cur[0] >= e.seq:
-                    return
-                record = f"{e.seq} {e.hash}\n".encode("ascii")
+                seq = e.seq
+                words = data.split()  # _parse_head's test, on the bytes: ASCII, two words, the first a number
+                if len(words) == 2 and data.isascii():
+                    try:
+                        if int(words[0]) >= seq:
+                            return
+                    except ValueError:  # not a record: this one replaces it
+                        pass
+                record = f"{seq} {e.hash}\n".encode("ascii")
                 os.pwrite(fd, record, 0)
                 if len(data) > len(record):  # seqs only grow longer: truncate only what was there before
                     os.ftruncate(fd, len(record))
