@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from agent.llm import ChatProvider
     from agent.prompts import Prompts
     from agent.store.log import EventLog
+    from agent.store.queries import Store
     from agent.store.segments import Remote
 
 
@@ -52,6 +53,7 @@ class App:
         self._provider = provider
         self._prompts = prompts
         self._log: EventLog | None = None
+        self._reader: tuple[Any, Store] | None = None  # a connection of ``store``'s own and its queries
         self._vast: VastClient | None = None
         self._demand: DemandClient | None = None
 
@@ -95,6 +97,25 @@ class App:
                           timeout=m.timeout, temperature=m.temperature, max_tokens=m.max_output_tokens,
                           max_retries=m.max_retries, retry_timeouts=m.retry_timeouts)
 
+    def now(self) -> datetime:
+        """The fleet's clock as a UTC time: what the log stamps its events with."""
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+    @property
+    def store(self) -> Store:
+        """The read models' queries for a command that only reads them (``alerts list``): the log's own when
+        it is open; else, for a SQLite log, over a connection opened (and migrated) as the log's is, without
+        loading the event log itself (its append, verify and payload machinery)."""
+        if self._log is not None or self.settings.storage.is_pg:
+            return self.log.store
+        if self._reader is None:
+            from agent.store.db import connect
+            from agent.store.queries import Store
+
+            conn = connect(self.settings.db_file, create=False)
+            self._reader = (conn, Store(conn))
+        return self._reader[1]
+
     @property
     def log(self) -> EventLog:
         """The event log (opened, and migrated, on first use)."""
@@ -109,7 +130,7 @@ class App:
             target = st.log_target(self.env) if st.storage.is_pg else st.db_file
             self._log = EventLog(target, encoding=c.encoding, encoding_file=c.encoding_file,
                                  encoding_sha256=c.encoding_sha256,
-                                 clock=lambda: datetime.fromtimestamp(self.clock(), UTC), create=False)
+                                 clock=self.now, create=False)
             if self.settings.storage.archive_url:
                 self._log.segment_files.open_remote = self.archive_remote
             self._log.fence = self.fence
@@ -214,3 +235,6 @@ class App:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._reader is not None:
+            self._reader[0].close()
+            self._reader = None

@@ -295,9 +295,11 @@ class StorageSettings:
 
     @property
     def is_pg(self) -> bool:
+        if self.url is None:  # a SQLite log (the default): the URL checks need not load
+            return False
         from agent.store.target import is_pg_url
 
-        return self.url is not None and is_pg_url(self.url)
+        return is_pg_url(self.url)
 
     @property
     def password_ref(self) -> SecretRef:

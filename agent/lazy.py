@@ -12,7 +12,7 @@ later use is an ordinary global lookup. Type checkers are shown the plain import
 
 from __future__ import annotations
 
-import importlib
+import sys
 from types import ModuleType
 
 TYPE_CHECKING = False
@@ -27,7 +27,7 @@ class _Lazy:
         self._name, self._namespace = name, namespace
 
     def __getattr__(self, attr: str) -> Any:
-        mod = importlib.import_module(self._name)
+        mod = import_module(self._name)
         binding = self._name.rpartition(".")[2]
         if self._namespace.get(binding) is self:
             self._namespace[binding] = mod
@@ -35,6 +35,13 @@ class _Lazy:
 
     def __repr__(self) -> str:
         return f"<module {self._name!r}, imported at first use>"
+
+
+def import_module(name: str) -> ModuleType:
+    """``importlib.import_module(name)`` for an absolute name, through the import statement's own machinery:
+    without importing importlib's package (and with it warnings), which a command need not load."""
+    __import__(name)
+    return sys.modules[name]
 
 
 def module(name: str, namespace: dict[str, Any]) -> ModuleType:

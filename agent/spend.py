@@ -16,13 +16,16 @@ alert opens when the spend so far reaches 80 %.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from agent.config import PolicySettings, Settings
 from agent.policy import Block
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.store.log import EventLog, utc_ts
 from agent.store.queries import Rental
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 ALERT_SHARE = 0.8
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
-from typing import Any
 
 from agent import logsetup
 from agent.app import App
 from agent.cli.output import line
 from agent.store.log import EventLog
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 log = logsetup.get_logger(__name__)
 

@@ -10,10 +10,11 @@ and synchronous=FULL, and schema: the events table with all its indexes), and pl
 statements of prepared rows (the same payloads as JSON text), committed one by one and in batches
 of 100.
 
-Raw and ours take turns, round by round, so a busy machine slows both alike. Prints one JSON
+Raw and ours take turns, so a busy machine slows both alike: single commits one after the other (which
+goes first alternates), then a batch of each. Prints one JSON
 line: batched events/s of each and their ratio, CPU microseconds per batched event, single-append
 p50 of each and their ratio, the search index's CPU per event. ``--profile`` adds cProfile's top
-lines for the batched appends.
+lines for the batched appends and for the single ones.
 
     python bench/append.py [--rounds 40] [--single 20] [--dir DIR] [--profile]
 """
@@ -110,21 +111,30 @@ def _median(xs: list[float]) -> float:
 
 
 def run(directory: Path, rounds: int, single: int, profile: bool = False) -> dict[str, Any]:
-    """``rounds`` rounds, each: ``single`` single commits then one batch of 100, raw and ours in turn
-    (so a busy machine slows both alike); medians over the rounds."""
+    """``rounds`` rounds, each: ``single`` single commits of each, raw and ours one after the other (which goes
+    first alternates), then one batch of 100 of each (so a busy machine slows both alike); medians over the
+    rounds."""
     rw, log = _Raw(directory), EventLog(directory / "bench.db")
     prof = cProfile.Profile() if profile else None
+    prof_single = cProfile.Profile() if profile else None
     lat: dict[str, list[float]] = {"raw": [], "ours": []}
     batch: dict[str, list[tuple[float, float]]] = {"raw": [], "ours": []}
     n = 0
     try:
         log.append(*payloads(0))  # warms the statement cache
-        for _ in range(rounds):
-            for row in rw.rows(single):
-                lat["raw"].append(_timed(rw.single, row)[0])
-            for _ in range(single):
+        for r in range(rounds):
+            for i, row in enumerate(rw.rows(single)):  # one of each in turn, each first every other time
                 n += 1
-                lat["ours"].append(_timed(log.append, *payloads(n))[0])
+                item = payloads(n)
+                for who in (("raw", "ours") if (r + i) % 2 == 0 else ("ours", "raw")):
+                    if who == "raw":
+                        lat["raw"].append(_timed(rw.single, row)[0])
+                        continue
+                    if prof_single is not None:
+                        prof_single.enable()
+                    lat["ours"].append(_timed(log.append, *item)[0])
+                    if prof_single is not None:
+                        prof_single.disable()
             batch["raw"].append(_timed(rw.batch, rw.rows(BATCH)))
             items = [payloads(n + j) for j in range(BATCH)]
             n += BATCH
@@ -152,9 +162,11 @@ def run(directory: Path, rounds: int, single: int, profile: bool = False) -> dic
         "single_p50_vs_raw": round(p50["ours"] / p50["raw"], 2),
         "search_index_cpu_us_per_event": round(index_us, 1), "events": n + 1, "chain_verifies": ok,
     }
-    if prof is not None:
+    if prof is not None and prof_single is not None:
         out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
+        for title, p in (("batched appends", prof), ("single appends", prof_single)):
+            out.write(f"--- {title}\n")
+            pstats.Stats(p, stream=out).sort_stats("tottime").print_stats(12)
         result["profile"] = out.getvalue()
     return result
 
@@ -164,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=40, help="rounds of single commits and one batch of 100")
     ap.add_argument("--single", type=int, default=20, help="single-event commits per round")
     ap.add_argument("--dir", help="directory for the databases (default: a fresh temporary one)")
-    ap.add_argument("--profile", action="store_true", help="print cProfile's top lines for the batched appends")
+    ap.add_argument("--profile", action="store_true", help="print cProfile's top lines for the batched and the single appends")
     a = ap.parse_args(argv)
     if a.dir:
         result = run(Path(a.dir), a.rounds, a.single, a.profile)

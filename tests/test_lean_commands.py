@@ -137,14 +137,15 @@ except SystemExit as e:
 
 def test_version_answers_without_loading_a_command_group() -> None:
     """--version prints what the full parser prints and exits 0, with no command group module imported
-    (the full parser imports every one of them)."""
+    (the full parser imports every one of them): only the CLI's own argument, output, parser and plain-form
+    modules."""
     r = subprocess.run([sys.executable, "-c", _VERSION], capture_output=True, text=True, timeout=60, check=True)
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args(["--version"])
     assert e.value.code == 0
     version, tail = r.stdout.splitlines()
     assert version == f"fleet-agent {__version__}"
-    assert tail == "exit 0 ['agent.cli.args', 'agent.cli.output']"
+    assert tail == "exit 0 ['agent.cli.args', 'agent.cli.output', 'agent.cli.parser', 'agent.cli.plain']"
 
 
 def test_the_group_table_names_exactly_the_commands_each_group_registers() -> None:
@@ -258,7 +259,7 @@ def test_help_is_as_wide_as_shutil_says_without_importing_it(columns: str | None
     positive number, else the terminal, else 80), and the help wraps to it."""
     import shutil
 
-    from agent import cli
+    from agent.cli import parser as cli
 
     if columns is None:
         monkeypatch.delenv("COLUMNS", raising=False)
@@ -543,10 +544,11 @@ def test_the_migration_names_an_open_checks_are_the_declared_ones(tmp_path: Path
 def test_reading_alerts_and_directives_imports_neither_typing_nor_pathlib(tmp_path: Path) -> None:
     """alerts list (plain and --json) and directives exit 0 in a fresh interpreter without site startup (as a
     regular install runs: no editable-install finder) and import neither typing nor pathlib (nor
-    urllib.parse, which pathlib brings); then status, which reads modules that still use both, loads them
+    urllib.parse, which pathlib brings); status imports no typing either, but pathlib (the knowledge files
+    are listed as Paths); then context, which renders a request through modules that use typing, loads it
     (the probe sees a module when it is there)."""
     cfg = _setup(tmp_path)
-    commands = [["alerts", "list"], ["alerts", "list", "--json"], ["directives"], ["status"]]
+    commands = [["alerts", "list"], ["alerts", "list", "--json"], ["directives"], ["status"], ["context"]]
     root = str(Path(config.__file__).parent.parent)
     r = subprocess.run([sys.executable, "-S", "-c", _PROBE, json.dumps(commands), str(cfg),
                         json.dumps(["typing", "pathlib", "urllib.parse"])],
@@ -555,8 +557,9 @@ def test_reading_alerts_and_directives_imports_neither_typing_nor_pathlib(tmp_pa
     line = next((ln for ln in r.stderr.splitlines() if ln.startswith("PROBE ")), None)
     assert line is not None, r.stderr[-2000:]
     got = json.loads(line[len("PROBE "):])
-    assert [(argv, code, loaded) for argv, code, loaded in got[:-1]] == [(argv, 0, []) for argv in commands[:-1]]
-    assert got[-1][1] == 0 and {"typing", "pathlib"} <= set(got[-1][2])
+    assert [(argv, code, loaded) for argv, code, loaded in got[:-2]] == [(argv, 0, []) for argv in commands[:-2]]
+    assert got[-2][1:] == [0, ["pathlib", "urllib.parse"]]
+    assert got[-1][1] == 0 and "typing" in got[-1][2]
 
 
 def test_a_log_opened_by_its_name_gives_the_paths_pathlib_gave(tmp_path: Path,
@@ -577,3 +580,16 @@ def test_a_log_opened_by_its_name_gives_the_paths_pathlib_gave(tmp_path: Path,
     assert (tmp_path / "d/fleet.db.verified").read_text().startswith("1 ")
     with EventLog(Path(name), head_file=str(tmp_path / "elsewhere.head"), create=False) as log:
         assert log.head_file == tmp_path / "elsewhere.head" and log.path == Path("d/fleet.db")
+
+
+def test_alerts_and_directives_read_the_read_models_without_the_event_log(tmp_path: Path) -> None:
+    """alerts list (plain and --json), alerts silences and directives exit 0 without importing the event log's
+    module or the event classes: the read models are queried over a connection opened as the log's is; then
+    alerts show, which reads the alert's events through the event log, loads both (the probe sees a module when
+    it is there)."""
+    cfg = _setup(tmp_path)
+    modules = ("agent.store.log", "agent.events")
+    commands = [["alerts", "list"], ["alerts", "list", "--json"], ["alerts", "silences"], ["directives"],
+                ["alerts", "show", "1"]]
+    got = _probe(cfg, commands, modules)
+    assert [(code, loaded) for _, code, loaded in got] == [(0, [])] * 4 + [(0, list(modules))]

@@ -127,6 +127,35 @@ def test_a_batch_of_every_size_reads_back_as_appended_ticks_and_all(log):
     assert log.verify().ok and log.head() == (appended[-1].seq, appended[-1].hash)
 
 
+def test_a_single_append_writes_the_row_a_batch_writes(tmp_path):
+    """Each payload shape (flat, nested, an integer beyond 64 bits, a float orjson writes otherwise, text
+    beyond ASCII, a version that stores a smaller form, a null tick) appended alone gives the same kind,
+    version, source, tick, stored payload text and event payload as the same item in a batch; both chains
+    verify."""
+    obs = {"time": 100.0, "instances": [{"id": 7, "status": "running"}, {"id": 8, "status": "running"}]}
+    items = [
+        ("operator.note", note("plain"), "operator", None),
+        ("operator.note", note("big", n=2**70, f=1e-5, u="é\u2028\x00"), "operator", None),
+        ("tool.called", {"call_id": "c1", "name": "search", "arguments": "{}", "extra": {"a": [1, 2.5]}}, "model", 3),
+        ("tick.started", {"observation": obs}, "scheduler", 4),
+        ("tick.completed", {"steps": 1, "spent": 0.25}, "system", None),
+    ]
+    with EventLog(tmp_path / "single.db") as one, EventLog(tmp_path / "batch.db") as many:
+        singles = [one.append(*item) for item in items]
+        batch = many.append_many(items)
+        out = []
+        for lg in (one, many):
+            buf = io.StringIO()
+            lg.export(buf)
+            out.append([{k: v for k, v in json.loads(line).items() if k not in ("id", "ts", "hash", "prev_hash")}
+                        for line in buf.getvalue().rstrip("\n").split("\n")])  # a payload may hold U+2028
+            assert lg.verify().ok
+    assert out[0] == out[1]
+    assert [(e.kind, e.version, e.source, e.tick, e.payload) for e in singles] == [
+        (e.kind, e.version, e.source, e.tick, e.payload) for e in batch]
+    assert singles[3].version >= 3 and out[0][3]["payload"] != singles[3].payload  # stored in its smaller form
+
+
 def test_transaction_rolls_back_events_and_read_models_on_error(log):
     """An exception inside transaction() rolls back every event and read-model change made in it."""
 
@@ -205,6 +234,19 @@ def test_a_head_file_holding_something_longer_is_rewritten_to_the_one_record(sql
     e = sqlite_log.append("operator.note", note("again"), "operator")
     assert sqlite_log.head_file.read_text() == f"{e.seq} {e.hash}\n"
     last = sqlite_log.append_many([("operator.note", note(str(i)), "operator", None) for i in range(9)])[-1]
+    assert sqlite_log.head_file.read_text() == f"{last.seq} {last.hash}\n"
+
+
+def test_the_head_file_never_moves_backwards(sqlite_log):
+    """A head file that already records a higher seq (another writer's, written after a later commit) is left
+    as it is by a commit of a lower seq; one that holds no record is replaced by the commit's."""
+    e = sqlite_log.append("operator.note", note(), "operator")
+    later = f"{e.seq + 5} {'f' * 64}\n"
+    sqlite_log.head_file.write_text(later)
+    sqlite_log.append("operator.note", note("again"), "operator")
+    assert sqlite_log.head_file.read_text() == later
+    sqlite_log.head_file.write_text(f"x{e.seq + 5} {'f' * 64}\n")
+    last = sqlite_log.append("operator.note", note("once more"), "operator")
     assert sqlite_log.head_file.read_text() == f"{last.seq} {last.hash}\n"
 
 
@@ -481,7 +523,7 @@ def test_an_append_on_the_default_clock_stamps_now_in_utc_ts_form(log):
     from agent.store.log import utc_ts
 
     before = utc_ts()
-    log_module._TS_MEMO = (-1.5, "")  # the append formats its second itself, not from utc_ts's memo
+    log_module._NOW_MEMO = (1, "")  # the append formats its second afresh
     events = [log.append("operator.note", note(), "operator")] + log.append_many(
         [("operator.note", note(str(i)), "operator", None) for i in range(3)])
     after = utc_ts()

@@ -64,3 +64,46 @@ def test_two_processes_append_concurrently(tmp_path):
         assert report.ok, report
         assert report.checked == 2 * n + 2
         assert log.index_search() == 2 * n + 2 and log.store.search_index_size() == 2 * n + 2
+
+
+APPEND_ONCE = r"""
+import sys
+from agent.store.log import EventLog
+
+with EventLog(sys.argv[1]) as log:
+    log.append("operator.note", {"text": sys.argv[2] + " single", "by": "other"}, "operator")
+    log.append_many([("operator.note", {"text": f"{sys.argv[2]} batch {i}", "by": "other"}, "operator", None)
+                     for i in range(2)])
+"""
+
+
+def test_a_log_chains_onto_what_another_process_appended_between_its_own_appends(tmp_path):
+    """A log remembers the head it committed and reuses it while no other connection committed; when another
+    process appends in between (a single event and a batch), each way of appending next (a single append, a
+    batch, a transaction's append) chains onto that process's last event: seqs run on without a gap, every
+    prev_hash is the hash before it, the chain and the head file verify."""
+    db = tmp_path / "shared.db"
+    script = tmp_path / "other.py"
+    script.write_text(APPEND_ONCE)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    mine = [lambda log, i: log.append("operator.note", {"text": f"mine {i}", "by": "me"}, "operator"),
+            lambda log, i: log.append_many([("operator.note", {"text": f"mine {i}", "by": "me"}, "operator", None)]),
+            lambda log, i: _in_transaction(log, f"mine {i}")]
+    with EventLog(db) as log:
+        log.append("operator.note", {"text": "first", "by": "me"}, "operator")
+        for i, step in enumerate(mine * 2):
+            subprocess.run([sys.executable, str(script), str(db), f"other {i}"], env=env, check=True, timeout=120)
+            step(log, i)
+        events = list(log.read())
+        assert [e.payload["text"] for e in events] == ["first"] + [
+            t for i in range(6) for t in (f"other {i} single", f"other {i} batch 0", f"other {i} batch 1", f"mine {i}")]
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert all(b.prev_hash == a.hash for a, b in zip(events, events[1:], strict=False))
+        report = log.verify()
+        assert report.ok and report.warnings == () and report.head_seq == events[-1].seq, report
+        assert log.head_file.read_text() == f"{events[-1].seq} {events[-1].hash}\n"
+
+
+def _in_transaction(log: EventLog, text: str) -> None:
+    with log.transaction() as tx:
+        tx.append("operator.note", {"text": text, "by": "me"}, "operator")

@@ -3,23 +3,34 @@ line (exit 2), never an overflow deep inside SQLite or a server."""
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 from datetime import UTC, datetime, timedelta
 
 from agent.errors import UsageError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
 SQLITE_MAX_INT = 2**63 - 1
+
+
+def _invalid(message: str) -> Exception:
+    """argparse's ``ArgumentTypeError``: what a type function raises for argparse to report (argparse is
+    loaded by then; a run that reads no argument through it does not import it)."""
+    import argparse
+
+    return argparse.ArgumentTypeError(message)
 
 
 def _int(v: str, what: str) -> int:
     try:
         n = int(v)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not {what}") from None
+        raise _invalid(f"{v!r} is not {what}") from None
     if n > SQLITE_MAX_INT:
-        raise argparse.ArgumentTypeError(f"{v!r} is too large for {what}")
+        raise _invalid(f"{v!r} is too large for {what}")
     return n
 
 
@@ -27,7 +38,7 @@ def number(v: str) -> int:
     """A whole number >= 1 (an alert, directive or event number; a limit)."""
     n = _int(v, "a whole number of 1 or more")
     if n < 1:
-        raise argparse.ArgumentTypeError(f"{v!r}: use a whole number of 1 or more")
+        raise _invalid(f"{v!r}: use a whole number of 1 or more")
     return n
 
 
@@ -35,7 +46,7 @@ def count(v: str) -> int:
     """A whole number >= 0 (a seq, a tick, a seed)."""
     n = _int(v, "a whole number of 0 or more")
     if n < 0:
-        raise argparse.ArgumentTypeError(f"{v!r}: use a whole number of 0 or more")
+        raise _invalid(f"{v!r}: use a whole number of 0 or more")
     return n
 
 
@@ -43,7 +54,7 @@ def port(v: str) -> int:
     """A TCP port, 1-65535."""
     n = _int(v, "a port number (1-65535)")
     if not 1 <= n <= 65535:
-        raise argparse.ArgumentTypeError(f"{v!r}: a port is between 1 and 65535")
+        raise _invalid(f"{v!r}: a port is between 1 and 65535")
     return n
 
 
@@ -52,9 +63,9 @@ def positive(v: str) -> float:
     try:
         x = float(v)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+        raise _invalid(f"{v!r} is not a number") from None
     if not math.isfinite(x) or x <= 0:
-        raise argparse.ArgumentTypeError(f"{v!r}: use a finite number greater than 0")
+        raise _invalid(f"{v!r}: use a finite number greater than 0")
     return x
 
 
@@ -133,7 +144,7 @@ def span(text: str) -> float:
     """A duration for ``--for`` (90s, 10m, 2h, 3d, 1w) -> seconds; argparse type."""
     m = re.match(r"^(\d+)\s*(s|sec|m|min|h|d|w)$", text.strip().lower())
     if not m or int(m.group(1)) == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; use a number and a unit, e.g. 90s, 10m, "
+        raise _invalid(f"{text!r} is not a duration; use a number and a unit, e.g. 90s, 10m, "
                                          "2h, 3d or 1w")
     return float(int(m.group(1)) * _UNITS[m.group(2)])
 def non_negative(v: str) -> float:
@@ -141,9 +152,9 @@ def non_negative(v: str) -> float:
     try:
         x = float(v)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+        raise _invalid(f"{v!r} is not a number") from None
     if not math.isfinite(x) or x < 0:
-        raise argparse.ArgumentTypeError(f"{v!r}: use a finite number of 0 or more")
+        raise _invalid(f"{v!r}: use a finite number of 0 or more")
     return x
 
 
@@ -151,5 +162,5 @@ def fraction(v: str) -> float:
     """A probability, 0 to 1."""
     x = non_negative(v)
     if x > 1:
-        raise argparse.ArgumentTypeError(f"{v!r}: use a probability between 0 and 1")
+        raise _invalid(f"{v!r}: use a probability between 0 and 1")
     return x

@@ -6,24 +6,23 @@ daemon's lock, so they all work while the daemon runs.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
 from agent import feedback
-from agent.app import App
 from agent.cli import args as args_
 from agent.cli import output
 from agent.cli.output import line
 from agent.errors import FleetAgentError, UsageError
-from agent.events import render
 from agent.record import asdict
-from agent.store.log import utc_ts
+from agent.store.times import utc_ts
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # argparse loads when a run needs the parser (agent.cli.plain reads the plain forms)
+    import argparse
     from typing import Any
+
+    from agent.app import App
 
 
 def _print(s: str = "") -> None:
@@ -53,9 +52,9 @@ def _alerts(app: App, *, all_: bool) -> list[dict[str, Any]]:
     """The alerts as dicts; ``silenced_until`` / ``silence_id`` name a silence in force over it (else null)."""
     from agent.feedback.alerts import silenced_by
 
-    silences = app.log.store.silences(now_ts=utc_ts(app.log.clock()))
+    silences = app.store.silences(now_ts=utc_ts(app.now()))
     return [_with_silence(a, silenced_by(silences, a) if a.status != "resolved" else None)
-            for a in app.log.store.alerts(all_=all_)]
+            for a in app.store.alerts(all_=all_)]
 
 
 def _with_silence(a: Any, s: Any) -> dict[str, Any]:
@@ -90,6 +89,10 @@ def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
 
 
 def _alert_history(app: App, alert_id: int) -> list[dict[str, Any]]:
+    import json
+
+    from agent.events import render
+
     out = []
     for seq in app.log.store.alert_history_seqs(alert_id):
         e = app.log.get(seq)
@@ -140,9 +143,9 @@ def cmd_alerts_silence(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_alerts_silences(args: argparse.Namespace, app: App) -> int:
-    now = utc_ts(app.log.clock())
+    now = utc_ts(app.now())
     rows = []
-    for s in app.log.store.silences(now_ts=None if args.all else now):
+    for s in app.store.silences(now_ts=None if args.all else now):
         state = "lifted" if s.lifted_seq is not None else "expired" if s.until_ts <= now else "active"
         rows.append({**asdict(s), "state": state})
     if args.json:
@@ -248,7 +251,7 @@ def cmd_unpin(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_directives(args: argparse.Namespace, app: App) -> int:
-    ds = feedback.directives(app.log)
+    ds = feedback.directives(app)  # the read models alone (App.store): the event log need not load
     if args.json:
         _print(output.json_text(ds, indent=2))
         return 0
@@ -263,7 +266,7 @@ def cmd_directives(args: argparse.Namespace, app: App) -> int:
 
 
 def _sub(parent: Any, dest: str) -> Any:
-    from agent.cli import _Parser
+    from agent.cli.parser import _Parser
 
     s = parent.add_subparsers(dest=dest, metavar="SUBCOMMAND", parser_class=_Parser)
     s.required = True
@@ -271,6 +274,8 @@ def _sub(parent: Any, dest: str) -> Any:
 
 
 def register(sub: Any) -> None:
+    import argparse
+
     by_help = "who you are (default: $SUDO_USER or your login name)"
 
     al = sub.add_parser("alerts", help="list, show, ack and silence alerts",

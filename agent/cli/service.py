@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
-
-from agent.app import App
 from agent.cli import output
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # argparse loads when a run needs the parser (agent.cli.plain reads the plain forms)
+    import argparse
+
+    from agent.app import App
 
 
 def _print(s: str = "") -> None:

@@ -12,7 +12,7 @@ BY_HELP = "who you are (default: $SUDO_USER or your login name)"
 
 
 def sub(parent: Any, dest: str) -> Any:
-    from agent.cli import _Parser
+    from agent.cli.parser import _Parser
 
     s = parent.add_subparsers(dest=dest, metavar="SUBCOMMAND", parser_class=_Parser)
     s.required = True

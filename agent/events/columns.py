@@ -8,15 +8,17 @@ versions (v4: a column whose values repeat is stored as its distinct values and 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
 
 from agent import lazy
 from agent.errors import PayloadError
-from agent.events.event import JsonObject
 from agent.events.stored import Stored
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing loads with the payload checks, not with a stored form)
     import copy
+    from typing import Any
+
+    from agent.events.event import JsonObject
 else:  # deep copies are made only when a stored form is expanded or upcast
     copy = lazy.module("copy", globals())
 

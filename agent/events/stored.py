@@ -6,10 +6,13 @@ for a command that reads no such row, this record.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from agent.events.event import JsonObject
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agent.events.event import JsonObject
 
 
 @dataclass(frozen=True)

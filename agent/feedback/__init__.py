@@ -17,7 +17,7 @@ surface callers use (``from agent import feedback``; ``feedback.ack(...)``).
 
 from __future__ import annotations
 
-import importlib
+from agent.lazy import import_module
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # at run time each name loads its module on first use (below)
@@ -67,7 +67,7 @@ def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module 'agent.feedback' has no attribute {name!r}")
-    module = importlib.import_module(f"agent.feedback.{home}")
+    module = import_module(f"agent.feedback.{home}")
     globals().update({n: getattr(module, n) for n, h in _HOME.items() if h == home})
     return globals()[name]
 

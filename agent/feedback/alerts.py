@@ -9,21 +9,25 @@ appends ``alert.repeated`` (count + 1) instead of a new alert. Each change is ch
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 from collections import defaultdict
 from datetime import datetime, timedelta
 
+from agent import lazy
 from agent.errors import FleetAgentError
-from agent.events import Event
 from agent.feedback.notes import MAX_NOTE_CHARS, operator_name, utf8_text
-from agent.store import readmodels
-from agent.store.log import EventLog, Transaction, utc_ts
-from agent.store.queries import Alert, Silence
+from agent.store.times import utc_ts
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (alerts list reads silences without loading the event log)
+    import fnmatch
     from typing import Any
+
+    from agent.events import Event
+    from agent.store.log import EventLog, Transaction
+    from agent.store.queries import Alert, Silence
+else:  # fnmatch loads when a silence by key pattern is checked
+    fnmatch = lazy.module("fnmatch", globals())
 
 SEVERITIES = ("info", "warning", "critical")
 _SOURCE_OF = {"model": "tool", "operator": "operator"}
@@ -36,7 +40,9 @@ def live_alerts(tx: Transaction, *, key: str | None = None, prefix: str | None =
 def _live(log: EventLog, key: str | None, prefix: str | None) -> list[Alert]:
     """``Store.live_alerts(key=, prefix=)``, picked from every live alert, which is read again only after a
     write that can change it (``EventLog.memo``: a tick asks for a few keys and prefixes in a row)."""
-    every = log.memo("alerts.live", log.store.every_live_alert, readmodels.WRITTEN_BY["alerts"])
+    from agent.store.readmodels import WRITTEN_BY  # loaded with the event log, which the caller has open
+
+    every = log.memo("alerts.live", log.store.every_live_alert, WRITTEN_BY["alerts"])
     if key is not None:
         return [a for a in every if a.dedup_key == key]
     if prefix is None:

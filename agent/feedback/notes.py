@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from agent.errors import FleetAgentError, UsageError
-from agent.events import Event
-from agent.store.log import EventLog
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from agent.app import App
+    from agent.events import Event
+    from agent.store.log import EventLog
 
 MAX_NOTE_CHARS = 4000
 MAX_NAME_CHARS = 64
@@ -76,6 +78,6 @@ def unpin(log: EventLog, directive_id: int, by: str) -> Event:
         return tx.append("directive.unpinned", {"directive_id": directive_id, "by": by}, "operator")
 
 
-def directives(log: EventLog) -> list[dict[str, Any]]:
+def directives(log: EventLog | App) -> list[dict[str, Any]]:
     """The active directives, oldest first."""
     return [{"id": d.id, "text": d.text, "by": d.by, "ts": d.ts} for d in log.store.active_directives()]

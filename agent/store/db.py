@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pysqlite3.dbapi2 as sqlite3
 
@@ -22,6 +20,8 @@ from agent.errors import LogError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import TracebackType
+
     import sqlite_utils
 
 MIN_SQLITE = (3, 51, 3)
@@ -64,13 +64,19 @@ _MARK = "-- migration: "
 
 def migration_names() -> list[str]:
     """The names ``migrations()`` declares, in order, found without a regular expression or splitting out
-    their SQL: all a database with no migration pending needs (every command's open)."""
+    their SQL: all a database with no migration pending needs (every command's open). The text is searched
+    for the marker rather than cut into its some 400 lines: a line that starts with it names a migration."""
+    text = _schema_text()
     names = []
-    for line in _schema_text().split("\n"):
-        if line.startswith(_MARK):
-            name = line[len(_MARK):].rstrip()
+    at = text.find(_MARK)
+    while at != -1:
+        end = text.find("\n", at)
+        end = len(text) if end == -1 else end
+        if at == 0 or text[at - 1] == "\n":
+            name = text[at + len(_MARK):end].rstrip()
             if name and not any(c.isspace() for c in name):
                 names.append(name)
+        at = text.find(_MARK, end)
     return names
 
 
@@ -212,20 +218,36 @@ def database(conn: sqlite3.Connection) -> sqlite_utils.Database:
     return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
 
 
-@contextmanager
-def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+class immediate:  # noqa: N801  (used as a function: ``with immediate(conn):``)
     """BEGIN IMMEDIATE ... COMMIT; ROLLBACK on any error. Takes the write lock up front,
-    so no SQLITE_BUSY can surface between the first read and the commit."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException:
+    so no SQLITE_BUSY can surface between the first read and the commit.
+
+    A class rather than a ``contextlib.contextmanager`` generator: opening the database (every command)
+    then does not import contextlib."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if kind is None:
+            try:
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        else:
+            self._rollback()
+
+    def _rollback(self) -> None:
         # SQLite may already have rolled back (some I/O errors, a failed COMMIT); rolling back
         # again would raise and hide the original error. Never leave the transaction open.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
 
 
 def apply_migrations(conn: sqlite3.Connection) -> list[str]:

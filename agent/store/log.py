@@ -35,6 +35,7 @@ from agent.store import readmodels
 from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
 from agent.store.target import PgTarget
+from agent.store.times import utc_ts as utc_ts  # (re-exported: callers import it from here)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the tokenizer loads when an event's tokens are first counted, not with every command
@@ -74,6 +75,7 @@ def _insert_rows_sql(n: int) -> str:
 
 
 _INSERT_N = {n: _insert_rows_sql(n) for n in _CHUNKS}
+_INSERT_ONE = _INSERT_N[1]  # one row: [its prev_hash, then its 9 values]
 _INSERT_FTS = "INSERT INTO events_fts (rowid, text) VALUES (?,?)"
 _FTS_TOKENIZE = "porter unicode61"  # as schema.sql creates events_fts
 _WORD = re.compile(r"[^\W_]+")  # a run of letters and digits: one word to the index's tokenizer (unicode61)
@@ -143,21 +145,6 @@ def _row_header(seq: Any, id: Any, ts: Any, kind: Any, version: Any, source: Any
     return canonical([seq, id, ts, kind, version, source, tick, tokens])
 
 
-def utc_ts(dt: datetime | None = None) -> str:
-    """'2026-11-29T10:05:12.123456Z': UTC, microseconds, fixed width (sorts as text)."""
-    global _TS_MEMO
-    dt = dt or datetime.now(UTC)
-    if dt.tzinfo is not UTC:
-        dt = dt.astimezone(UTC)
-    if not 1000 <= dt.year <= 9999:
-        return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    second = dt.timestamp() // 1
-    memo = _TS_MEMO
-    if memo[0] != second:  # the text up to the second is formatted once a second
-        memo = _TS_MEMO = (second, dt.isoformat(timespec="seconds")[:-6])  # drops "+00:00"
-    return f"{memo[1]}.{dt.microsecond:06d}Z"
-
-
 _TS_MEMO: tuple[float, str] = (-1.5, "")  # (a second since the epoch, its text): replaced whole, never edited
 
 
@@ -168,13 +155,23 @@ def _utc_now() -> datetime:
 
 def _now_ts() -> str:
     """``utc_ts()`` (now) from the system clock's nanoseconds, without a datetime: what an append stamps
-    its event with when the log keeps the default clock."""
-    global _TS_MEMO
-    second, micro = divmod(time.time_ns() // 1000, 1_000_000)
-    memo = _TS_MEMO
-    if memo[0] != second:
-        memo = _TS_MEMO = (second, datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[:-6])
-    return f"{memo[1]}.{micro:06d}Z"
+    its event with when the log keeps the default clock. The text up to the second is formatted once a
+    second (``_NOW_MEMO``)."""
+    global _NOW_MEMO
+    us = _time_ns() // 1000
+    memo = _NOW_MEMO
+    micro = us - memo[0]
+    if not 0 <= micro < 1_000_000:
+        second = us // 1_000_000
+        memo = _NOW_MEMO = (second * 1_000_000,
+                            datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[:-6] + ".")
+        micro = us - memo[0]
+    return f"{memo[1]}{str(micro + 1_000_000)[1:]}Z"  # six digits, zero-padded, without a format spec to parse
+
+
+# (the microsecond a second starts at, its text up to the decimal point): replaced whole, never edited
+_NOW_MEMO: tuple[int, str] = (1, "")
+_time_ns = time.time_ns
 
 
 _IDS: list[str] = []  # event ids made from os.urandom and not handed out yet
@@ -417,14 +414,18 @@ class Transaction:
         written by older versions keep the count they were hashed with. Nor is the event rendered
         for the full-text index here: ``index_search`` does that for every event not yet indexed
         (a search first, and the daemon once a tick, in the tick's last transaction)."""
-        params, events = self._rows([(kind, payload, source, tick)], _FLAT_TEXT[0] if _FLAT_TEXT else canonical)
-        event = events[0]
-        _insert(self.conn, event.prev_hash, params, pg=self.log.is_pg)
-        if kind in readmodels.PROJECTORS:
-            readmodels.PROJECTORS[kind](self.conn, event)
+        values, event = self._row(kind, payload, source, tick)
+        if self.log.is_pg:
+            _insert(self.conn, values[0], values[1:], pg=True)
+        else:
+            self.log._cursor.execute(_INSERT_ONE, values)
+        project = readmodels.PROJECTORS.get(kind)
+        if project is not None:
+            project(self.conn, event)
         self._seq, self._hash = event.seq, event.hash
         self.appended.append(event)
-        self._sync_if_fenced()
+        if self.log.fence is not None:
+            self._sync_if_fenced()
         return event
 
     def _sync_if_fenced(self) -> None:
@@ -472,17 +473,15 @@ class Transaction:
             current, kind_json, check = spec
             if source not in sources:
                 raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
-            if check(kind, payload):  # Kind.validate, written out for the kind's fields; True when flat
+            flat = check(kind, payload)  # Kind.validate, written out for the kind's fields; True when flat
+            if flat and current.stored is None:  # _encoded's usual case, written out
                 try:
                     text = flat_text(payload)
-                except TypeError:  # orjson refuses an integer beyond 64 bits, a lone surrogate: canonical decides
+                except TypeError:
                     text = canonical(payload)
-                body = dict(payload)  # the event's own copy, equal to what reading its row back gives
+                body = dict(payload)
             else:
-                text = canonical(payload)
-                body = json.loads(text)
-            if current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
-                text = canonical(current.stored.encode(body))
+                text, body = _encoded(current, flat, payload, flat_text)
             seq, version = seq + 1, current.number
             if given is not None:
                 ts = utc_ts(given())
@@ -506,6 +505,54 @@ class Transaction:
             prev = h
         return params, events
 
+    def _row(self, kind: str, payload: dict[str, Any], source: str, tick: int | None) -> tuple[list[Any], Event]:
+        """``_rows`` for one item, without the loop: its row's values as ``_INSERT_ONE`` takes them (the
+        previous hash first, then the 9 of ``_insert``) and its event, chained on from the head."""
+        spec = _APPENDING.get(kind)
+        if spec is None or ev.KINDS.get(kind) is not spec[0]:  # unknown, or given a new version since
+            spec = _appending(kind)
+        current = spec[1]
+        if source not in ev.SOURCES:
+            raise PayloadError(f"{kind}: unknown source {source!r}; one of {', '.join(ev.SOURCES)}")
+        check = current.payload.checker()
+        encode = _FLAT_TEXT[0] if _FLAT_TEXT else canonical
+        flat = check(kind, payload)  # Kind.validate, written out for the kind's fields; True when flat
+        if flat and current.stored is None:  # _encoded's usual case, written out
+            try:
+                text = encode(payload)
+            except TypeError:
+                text = canonical(payload)
+            body = dict(payload)
+        else:
+            text, body = _encoded(current, flat, payload, encode)
+        seq, prev, version = self._seq + 1, self._hash, current.number
+        log = self.log
+        ts = _now_ts() if log.clock is _utc_now else utc_ts(log.clock())
+        try:
+            eid = _IDS.pop()
+        except IndexError:
+            eid = new_event_id()
+        if tick is None or type(tick) is int:  # row_hash, written out for the usual types
+            h = hashlib.sha256(f'{prev}\n[{seq},"{eid}","{ts}",{spec[2]},{version},"{source}",'
+                               f'{"null" if tick is None else tick},null]\n{text}'.encode()).hexdigest()
+        else:
+            h = row_hash(seq, eid, ts, kind, version, source, tick, text, None, prev)
+        e = _new(Event)  # as in _rows
+        d = e.__dict__
+        d["seq"] = seq
+        d["id"] = eid
+        d["ts"] = ts
+        d["kind"] = kind
+        d["source"] = source
+        d["tick"] = tick
+        d["payload"] = body
+        d["tokens"] = None
+        d["version"] = version
+        d["prev_hash"] = prev
+        d["hash"] = h
+        null = _NULL_TICK if tick is None and not log.is_pg else tick
+        return [prev, seq, eid, ts, kind, version, source, null, text, h], e
+
     def index_search(self, render: Callable[[Event], dict[str, Any] | None] | None = None) -> int:
         """Add to the full-text index every event it does not hold yet, in seq order; how many.
 
@@ -518,6 +565,25 @@ class Transaction:
         row = self.conn.execute(_FTS_HEAD_SQL_PG if pg else _FTS_HEAD_SQL).fetchone()
         return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg, decode=self.log._decoded.event,
                            render=render)
+
+
+def _encoded(current: Any, flat: bool, payload: dict[str, Any],
+             flat_text: Callable[[dict[str, Any]], str]) -> tuple[str, dict[str, Any]]:
+    """(the row's payload text, the event's payload) of a checked ``payload`` appended as version
+    ``current`` of its kind, encoded once: ``flat_text`` when its check found it ``flat``, else canonical
+    JSON."""
+    if flat:
+        try:
+            text = flat_text(payload)
+        except TypeError:  # orjson refuses an integer beyond 64 bits, a lone surrogate: canonical decides
+            text = canonical(payload)
+        body = dict(payload)  # the event's own copy, equal to what reading its row back gives
+    else:
+        text = canonical(payload)
+        body = json.loads(text)
+    if current.stored is not None:  # the row holds the version's smaller form; readers get ``body``
+        text = canonical(current.stored.encode(body))
+    return text, body
 
 
 def _insert(conn: Any, prev: str, params: list[Any], *, pg: bool) -> None:
@@ -794,41 +860,69 @@ class EventLog:
                 yield tx
             return
         held, self._held = self._held or [], ([] if self._held is not None else None)
-        conn = self.conn
         try:
-            conn.execute("BEGIN IMMEDIATE")  # agent.store.db.immediate, written out: one generator less a commit
+            tx = self._begin()
             try:
-                tx = Transaction(self, conn, self._begun_head())
-                self._head_at_begin = None  # known again once this commits
-                self._open = (tx, _thread.get_ident())
-                try:
-                    if held:
-                        tx.extend(held)
-                    yield tx
-                    if tx.appended and self.fence is not None:
-                        self.fence()
-                finally:
-                    self._open = None
-                conn.execute("COMMIT")
+                if held:
+                    tx.extend(held)
+                yield tx
+                self._commit(tx)
             except BaseException:
-                self._serial += 1
-                if conn.in_transaction:  # SQLite may have rolled back already (a failed COMMIT, some I/O errors)
-                    conn.execute("ROLLBACK")
+                self._undo()
                 raise
-            if self._version is not None:
-                self._head_at_begin = (self._version, tx._seq, tx._hash)
-            if tx.appended:
-                self._commits += 1
-                for e in tx.appended:
-                    self._kind_commit[e.kind] = self._commits
         except BaseException as e:
             if held and self._held is not None:
                 self._held[:0] = held  # not committed: still held, still first
-            if isinstance(e, db_errors()):
-                from agent.secrets import scrub
-
-                raise LogError(f"the event log at {self.path} could not be written: {scrub(str(e))}") from e
+            self._raise_written(e)
             raise
+        self._committed(tx)
+
+    @cached_property
+    def _cursor(self) -> Any:
+        """The cursor a write transaction's own statements (begin, head, insert, commit) go through: one
+        kept, not one made for each statement (``connection.execute``)."""
+        return self.conn.cursor() if not self.is_pg else self.conn
+
+    def _begin(self) -> Transaction:
+        """BEGIN IMMEDIATE (``agent.store.db.immediate``, written out) and the transaction, open on this thread."""
+        self._cursor.execute("BEGIN IMMEDIATE")
+        tx = Transaction(self, self.conn, self._begun_head())
+        self._head_at_begin = None  # known again once this commits
+        self._open = (tx, _thread.get_ident())
+        return tx
+
+    def _commit(self, tx: Transaction) -> None:
+        """The fence (when ``tx`` appended), then COMMIT; the head is remembered as of this commit."""
+        try:
+            if tx.appended and self.fence is not None:
+                self.fence()
+        finally:
+            self._open = None
+        self._cursor.execute("COMMIT")
+        if self._version is not None:
+            self._head_at_begin = (self._version, tx._seq, tx._hash)
+        if tx.appended:  # what ``memo`` kept of these kinds is read again
+            self._commits += 1
+            for e in tx.appended:
+                self._kind_commit[e.kind] = self._commits
+
+    def _undo(self) -> None:
+        """Roll back the transaction ``_begin`` opened, if SQLite has not already (a failed COMMIT, some
+        I/O errors)."""
+        self._open = None
+        self._serial += 1  # what ``memo`` kept from inside it is read again
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+    def _raise_written(self, e: BaseException) -> None:
+        """LogError (the driver's message, secrets scrubbed) for a database error ``e``; nothing for others."""
+        if isinstance(e, db_errors()):
+            from agent.secrets import scrub
+
+            raise LogError(f"the event log at {self.path} could not be written: {scrub(str(e))}") from e
+
+    def _committed(self, tx: Transaction) -> None:
+        """After ``tx`` committed: the head file, then what was to run once it did."""
         if tx.appended:
             self._write_head(tx.appended[-1])
         for fn in tx.after:
@@ -841,7 +935,7 @@ class EventLog:
         transaction forgets it, and PostgreSQL always reads it."""
         self._version = None
         if not self.is_pg:
-            self._version = version = self.store.data_version()
+            self._version = version = self._cursor.execute("PRAGMA data_version").fetchone()[0]
             known = self._head_at_begin
             if known is not None and known[0] == version:
                 return known[1], known[2]
@@ -918,8 +1012,25 @@ class EventLog:
         self._held.extend(batch)
 
     def append(self, kind: str, payload: dict[str, Any], source: str, tick: int | None = None) -> Event:
-        with self.transaction() as tx:
-            return tx.append(kind, payload, source, tick)
+        """One event in a transaction of its own (``transaction``; inside one this thread has open, in that).
+        The usual case, nothing held and no transaction open, runs ``transaction``'s steps without its
+        generator."""
+        if self._open is not None or self._held is not None or self.readonly:
+            with self.transaction() as tx:
+                return tx.append(kind, payload, source, tick)
+        try:
+            tx = self._begin()
+            try:
+                e = tx.append(kind, payload, source, tick)
+                self._commit(tx)
+            except BaseException:
+                self._undo()
+                raise
+        except BaseException as err:
+            self._raise_written(err)
+            raise
+        self._committed(tx)
+        return e
 
     def append_many(self, items: Iterable[Item]) -> list[Event]:
         with self.transaction() as tx:
@@ -974,10 +1085,15 @@ class EventLog:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 data = os.pread(fd, 128, 0)
-                cur = _parse_head(data)
-                if cur is not None and cur[0] >= e.seq:
-                    return
-                record = f"{e.seq} {e.hash}\n".encode("ascii")
+                seq = e.seq
+                words = data.split()  # _parse_head's test, on the bytes: ASCII, two words, the first a number
+                if len(words) == 2 and data.isascii():
+                    try:
+                        if int(words[0]) >= seq:
+                            return
+                    except ValueError:  # not a record: this one replaces it
+                        pass
+                record = f"{seq} {e.hash}\n".encode("ascii")
                 os.pwrite(fd, record, 0)
                 if len(data) > len(record):  # seqs only grow longer: truncate only what was there before
                     os.ftruncate(fd, len(record))

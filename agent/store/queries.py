@@ -13,15 +13,16 @@ plain values, never positional tuples.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 
+from agent import lazy
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.store.db import sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the other rows are defined when a question that returns one is first asked
+    import json
     from typing import Any
 
     from agent.store.rows import (
@@ -36,6 +37,8 @@ if TYPE_CHECKING:  # the other rows are defined when a question that returns one
         Rental,
     )
     from agent.store.segment_types import Segment
+else:  # json loads at the first query that decodes a payload
+    json = lazy.module("json", globals())
 
 __all__ = ["Alert", "Directive", "FailedRun", "Instance", "InstanceState", "Intent", "KnowledgeVersion", "Memory",
            "OpenTick", "Rental", "Silence", "Store"]

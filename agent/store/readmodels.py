@@ -8,15 +8,20 @@ drift from the log that is the truth.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable
-
-from agent.events import Event
+from agent import lazy
 from agent.store.db import database, sqlite3
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the read models are read (queries.py names the tables) without the event classes or json
+    import json
+    from collections.abc import Callable, Iterable
     from typing import Any
+
+    from agent.events import Event
+
+    Projector = Callable[[sqlite3.Connection, Event], None]
+else:
+    json = lazy.module("json", globals())
 
 # The read-model tables (schema.sql, migrations 002_read_models, 003_alert_silences, 006_instance_states and
 # 007_observed_runs); each is compared in primary-key order.
@@ -26,8 +31,6 @@ TABLES = ("alerts", "memory", "directives", "instances", "intents", "knowledge",
 KEYS = {"alerts": "id", "memory": "key", "directives": "id", "instances": "instance_id", "intents": "call_id",
         "knowledge": "name, version", "silences": "id", "instance_states": "instance_id",
         "observed_runs": "instance_id, first_seq"}
-
-Projector = Callable[[sqlite3.Connection, Event], None]
 
 
 def _alert_raised(c: sqlite3.Connection, e: Event) -> None:

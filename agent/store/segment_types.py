@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from agent.secrets import Secret
 

@@ -19,7 +19,9 @@ if TYPE_CHECKING:  # urllib.parse and pathlib load when a PostgreSQL URL is chec
     from typing import TypeAlias
 
 PG_SCHEMES = ("postgresql", "postgres")
-_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# As text: compiled (and cached by re) when a PostgreSQL target is first made; every command that opens a
+# SQLite log imports this module.
+_AGENT_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 
 def is_pg_url(url: str) -> bool:
@@ -60,7 +62,7 @@ class PgTarget:
         problem = url_problem(self.url)
         if problem is not None:
             raise ConfigError(f"storage.url: {problem}")
-        if not _AGENT_ID.match(self.agent_id):
+        if not re.match(_AGENT_ID, self.agent_id):
             raise ConfigError(f"agent_id {self.agent_id!r}: use letters, digits, '.', '_' or '-' (at most 63), "
                               "starting with a letter or digit")
 
