@@ -158,3 +158,17 @@ def test_an_alert_raised_by_another_connection_is_resolved_by_the_next_resolve(m
         assert [a.status for a in other.store.alerts(all_=True)] == ["resolved"]
     finally:
         other.close()
+
+
+def test_an_append_of_ours_outside_a_transaction_is_seen_by_the_next_read(make_app):
+    """A pause, a resume and an exclusion this log appends on its own (each its own commit) change the
+    next read through the memo, though no other connection committed."""
+    app = make_app()
+    log = app.log
+    assert steering.paused(log) is None and 4417 not in steering.excluded_hosts(app.settings, log)
+    steering.pause(log, by="alice", reason="r", until=None)
+    assert steering.paused(log) is not None
+    steering.resume(log, by="alice", reason=None)
+    assert steering.paused(log) is None
+    steering.exclude_host(log, 4417, by="alice", reason="r", source="operator", until=None)
+    assert 4417 in steering.excluded_hosts(app.settings, log)
