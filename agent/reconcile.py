@@ -169,7 +169,7 @@ def _settle_ownership(log: EventLog, vast: VastClient, policy: Policy, listing: 
 
     # 4. Ownership: adopt, orphans, gone. An instance the log knows in any state is never adopted
     # again (a destroyed one vast.ai still lists is on its way out).
-    owned = set(log.store.owned_instance_ids())
+    owned = set(log.owned_instance_ids())
     ours = [i for i in listing if policy.is_our_label(i.label)]
     known = log.store.known_instance_ids(i.id for i in ours) if ours else set()
     for inst in ours:
@@ -185,7 +185,7 @@ def _settle_ownership(log: EventLog, vast: VastClient, policy: Policy, listing: 
         if _orphan(log, vast, inst, destroy_orphans=destroy_orphans, settings=settings):
             destroyed.add(inst.id)
     settle_after = (settings.vast if settings else VastSettings()).settle_after
-    states = log.store.instance_states()
+    states = log.instance_states()
     for iid in sorted(owned - set(by_id)):
         if not _gone(log, iid, states, settle_after):
             continue  # rented, not listed yet: vast.ai lists new instances late

@@ -28,6 +28,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+
+_OVERRIDE_KINDS = ("policy.overridden", "policy.override_ended")
+_PAUSE_KINDS = ("fleet.paused", "fleet.resumed")
+_EXCLUSION_KINDS = ("host.excluded", "host.included")
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m|h|d|w)\s*$")
 _UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -164,9 +168,14 @@ def check_override(policy: PolicySettings, key: str, raw: str) -> Any:
 
 
 def _overrides(log: EventLog) -> dict[int, Override]:
-    """Every override not ended by an event, by id (expiry by time is applied by the caller)."""
+    """Every override not ended by an event, by id (expiry by time is applied by the caller); read again only
+    after a write (``EventLog.memo``). Shared: not to be changed."""
+    return log.memo("steering.overrides", lambda: _read_overrides(log), _OVERRIDE_KINDS)
+
+
+def _read_overrides(log: EventLog) -> dict[int, Override]:
     out: dict[int, Override] = {}
-    for e in log.read(0, kinds=["policy.overridden", "policy.override_ended"]):
+    for e in log.read(0, kinds=_OVERRIDE_KINDS):
         p = e.payload
         if e.kind == "policy.overridden":
             out[e.seq] = Override(e.seq, p["key"], p["value"], p["by"], p["reason"], e.ts, p.get("until"))
@@ -232,9 +241,14 @@ class Pause:
 
 
 def _latest_pause(log: EventLog) -> Pause | None:
-    """The newest pause not ended by an event (its expiry by time is the caller's to apply)."""
+    """The newest pause not ended by an event (its expiry by time is the caller's to apply); read again
+    only after a write (``EventLog.memo``)."""
+    return log.memo("steering.pause", lambda: _read_latest_pause(log), _PAUSE_KINDS)
+
+
+def _read_latest_pause(log: EventLog) -> Pause | None:
     current: Pause | None = None
-    for e in log.read(0, kinds=["fleet.paused", "fleet.resumed"]):
+    for e in log.read(0, kinds=_PAUSE_KINDS):
         p = e.payload
         if e.kind == "fleet.paused":
             current = Pause(e.seq, p["by"], p["reason"], e.ts, p.get("until"))
@@ -275,8 +289,14 @@ class Exclusion:
 
 
 def _exclusions(log: EventLog) -> dict[int, Exclusion]:
+    """host id -> its exclusion not ended by an event (expiry by time is the caller's to apply); read again
+    only after a write (``EventLog.memo``). Shared: not to be changed."""
+    return log.memo("steering.exclusions", lambda: _read_exclusions(log), _EXCLUSION_KINDS)
+
+
+def _read_exclusions(log: EventLog) -> dict[int, Exclusion]:
     out: dict[int, Exclusion] = {}
-    for e in log.read(0, kinds=["host.excluded", "host.included"]):
+    for e in log.read(0, kinds=_EXCLUSION_KINDS):
         p = e.payload
         hid = int(p["host_id"])
         if e.kind == "host.excluded":

@@ -70,7 +70,7 @@ def _unlisted(app: App, ctx: ToolContext, states: dict[int, InstanceState], now:
     so neither the model nor the caps forget them."""
     listed = {i.id for i in ctx.instances}
     out = []
-    for o in app.log.store.owned_instances():
+    for o in app.log.owned_instances():
         if o.instance_id in listed:
             continue
         prev = states.get(o.instance_id)
@@ -86,7 +86,7 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
     """The compact, deterministic observation of this tick (one list call, done by reconcile)."""
     now = app.clock()
     owned = ctx.owned_ids()
-    states = app.log.store.instance_states()
+    states = app.log.instance_states()
     insts: list[dict[str, Any]] = []
     for i in sorted(ctx.instances, key=lambda x: x.id):
         ours = i.id in owned or ctx.policy.is_our_label(i.label)
@@ -484,14 +484,14 @@ def _warn(app: Any, tick: int, model: _Model) -> bool:
     log = app.log
     return compaction.warn_pressure(log, app.prompts, model.cs, policy=model.policy, tools=model.tools,
                                     tick=tick, open_alert_ids=[a.id for a in log.store.open_alerts()],
-                                    owned_instance_ids=log.store.owned_instance_ids(), model_name=model.name,
+                                    owned_instance_ids=log.owned_instance_ids(), model_name=model.name,
                                     cache=app.projection_cache) is not None
 
 
 def _compact(app: Any, tick: int, model: _Model, *, force: bool) -> None:
     log = app.log
     open_ids = [a.id for a in log.store.open_alerts()]
-    owned = log.store.owned_instance_ids()
+    owned = log.owned_instance_ids()
     compaction.compact(log, app.prompts, model.cs, policy=model.policy, tools=model.tools,
                        summarizer=model.summarizer, tick=tick, open_alert_ids=open_ids, owned_instance_ids=owned,
                        model_name=model.name, force=force, cache=app.projection_cache)

@@ -84,7 +84,7 @@ class ToolContext:
     wanted_offers: set[int] = field(default_factory=set)
 
     def owned_ids(self) -> set[int]:
-        return set(self.log.store.owned_instance_ids())
+        return set(self.log.owned_instance_ids())
 
     def known_to_log(self, instance_id: int) -> bool:
         """Whether an event of ours rented or adopted this instance (whatever became of it)."""

@@ -6,7 +6,8 @@ Per tick it measures the wall time, the time spent in HTTP calls (vast.ai, the d
 waiting for vast.ai's rate limit (``vast.min_interval`` between two requests to one endpoint) and in
 the model, and what is left: the tick's own overhead. It counts the tick's transactions that
 wrote (each one commit, so one fsync with synchronous=FULL) next to the aim 2 + model steps +
-2 x side-effecting calls. Prints one line per size, with p50 overhead as a ratio to the
+2 x side-effecting calls, and the SQL statements the tick itself runs (from the same trace; the model's
+reads, which the rules provider makes, left out). Prints one line per size, with p50 overhead as a ratio to the
 smallest size's in the same run, then what the overhead is made of: the tick's own CPU time (this
 thread's, the model's and the HTTP calls' left out; on a machine whose physical cores other processes
 share, it still grows with their load, 2-3x on a busy 2-core VM), the time it was ready to run but waited for a core other processes held (the kernel's
@@ -69,6 +70,8 @@ class _Outside:
         self.s = self.cpu = self.runq = 0.0
         self.depth = 0
         self.prof: cProfile.Profile | None = None
+        self.statements: list[str] = []  # what the log's connection runs (traced for the tick anyway)
+        self.statements_outside = 0  # how many of them ran inside the model or an API call
 
     @contextmanager
     def timed(self) -> Iterator[None]:
@@ -81,10 +84,11 @@ class _Outside:
             return
         if self.prof is not None:
             self.prof.disable()
-        t, c, q = time.perf_counter(), time.thread_time(), _runq()
+        t, c, q, n = time.perf_counter(), time.thread_time(), _runq(), len(self.statements)
         try:
             yield
         finally:
+            self.statements_outside += len(self.statements) - n
             self.s += time.perf_counter() - t
             self.cpu += time.thread_time() - c
             self.runq += _runq() - q
@@ -132,12 +136,14 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
     app._provider = _TimedProvider(app.provider())  # noqa: SLF001 - the bench's timing wrapper
     try:
         cached = grow_cached(app, template, size, "tick_cost")
-        overhead, cpu, runq, walls, txs, aims = [], [], [], [], [], []
+        overhead, cpu, runq, walls, txs, aims, sql = [], [], [], [], [], [], []
         for n in range(ticks):
             clock.advance(300)
             _OUTSIDE.s = _OUTSIDE.cpu = _OUTSIDE.runq = 0.0
+            _OUTSIDE.statements_outside = 0
             on = prof is not None and n > 0  # the first tick verifies the whole log once: not a tick's usual cost
             with plans.record(app.log) as statements:
+                _OUTSIDE.statements = statements
                 t, c, q = time.perf_counter(), time.thread_time(), _runq()
                 if on and prof is not None:
                     _OUTSIDE.prof = prof
@@ -152,6 +158,9 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
             cpu.append((used - _OUTSIDE.cpu) * 1e3)
             runq.append((queued - _OUTSIDE.runq) * 1e3)
             txs.append(plans.commits_that_wrote(statements))
+            # the tick's own statements: the model's (the rules provider reads the log too) and nested ones
+            # (FTS5's, a trigger's) left out; counted from the trace the tick runs under anyway
+            sql.append(sum(1 for s in statements if not s.startswith("-- ")) - _OUTSIDE.statements_outside)
             side = sum(1 for e in app.log.read(0, kinds=["tool.called"], tick=r.tick) if e.payload.get("side_effect"))
             aims.append(2 + r.steps + 2 * side)
         t = time.perf_counter()
@@ -164,7 +173,7 @@ def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator
             "tick_cpu_p50_ms": statistics.median(cpu), "tick_runq_p50_ms": statistics.median(runq),
             "tick_blocked_p50_ms": statistics.median(o - c - q for o, c, q in zip(overhead, cpu, runq, strict=True)), "tick_wall_p50_ms": statistics.median(walls),
             "transactions_p50": statistics.median(txs), "aim_p50": statistics.median(aims),
-            "transactions_max": max(txs), "next_tick_number_ms": ntn}
+            "transactions_max": max(txs), "next_tick_number_ms": ntn, "statements_p50": statistics.median(sql)}
 
 
 def contention(n: int = 15) -> float:
@@ -218,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(x{r['tick_overhead_p50_ms'] / base:4.2f} of {sizes[0]:,}; its CPU {r['tick_cpu_p50_ms']:.1f} ms, "
                   f"waiting for a core {r['tick_runq_p50_ms']:.1f} ms, blocked {r['tick_blocked_p50_ms']:.1f} ms)  wall p50 {r['tick_wall_p50_ms']:7.1f} ms  "
                   f"transactions p50 {r['transactions_p50']:.0f} (max {r['transactions_max']}, aim <= {r['aim_p50']:.0f})  "
+                  f"SQL statements a tick p50 {r['statements_p50']:.0f}  "
                   f"next_tick_number {r['next_tick_number_ms']:.3f} ms  bench RSS {r['rss_mb']:.0f} MB"
                   f"{'  (log from cache)' if r['cached'] else ''}", flush=True)
             print(f"                  one synchronous=FULL commit p50 {commit_ms(Path(d)):.2f} ms "

@@ -34,7 +34,21 @@ _SOURCE_OF = {"model": "tool", "operator": "operator"}
 
 def live_alerts(tx: Transaction, *, key: str | None = None, prefix: str | None = None) -> list[Alert]:
     """Live alerts (open, or acked while their condition persists) by exact key or key prefix."""
-    return tx.store.live_alerts(key=key, prefix=prefix)
+    return _live(tx.log, key, prefix)
+
+
+def _live(log: EventLog, key: str | None, prefix: str | None) -> list[Alert]:
+    """``Store.live_alerts(key=, prefix=)``, picked from every live alert, which is read again only after a
+    write that can change it (``EventLog.memo``: a tick asks for a few keys and prefixes in a row)."""
+    from agent.store.readmodels import WRITTEN_BY  # loaded with the event log, which the caller has open
+
+    every = log.memo("alerts.live", log.store.every_live_alert, WRITTEN_BY["alerts"])
+    if key is not None:
+        return [a for a in every if a.dedup_key == key]
+    if prefix is None:
+        raise ValueError("live_alerts needs a key or a prefix")
+    last = prefix + "\U0010ffff"  # the bounds the query's index range takes, then the prefix itself
+    return [a for a in every if prefix <= a.dedup_key <= last and a.dedup_key.startswith(prefix)]
 
 
 def raise_in(tx: Transaction, *, key: str, severity: str, title: str, detail: str, raised_by: str,
@@ -93,7 +107,10 @@ def raise_alert(log: EventLog, *, key: str, severity: str, title: str, detail: s
 
 
 def resolve_alert(log: EventLog, key: str, reason: str, tick: int | None = None) -> bool:
-    """Resolve the live alert with ``key``; False when there is none."""
+    """Resolve the live alert with ``key``; False when there is none (then, outside a transaction, without
+    opening one: the usual case, after every model reply)."""
+    if not log.in_transaction and not _live(log, key, None):
+        return False
     with log.transaction() as tx:
         live = live_alerts(tx, key=key)
         for a in live:
@@ -103,7 +120,10 @@ def resolve_alert(log: EventLog, key: str, reason: str, tick: int | None = None)
 
 def resolve_absent(log: EventLog, prefix: str, still_present: set[str], tick: int | None = None,
                    reason: str = "condition cleared") -> list[int]:
-    """Resolve live alerts whose key starts with ``prefix`` and is not in ``still_present``."""
+    """Resolve live alerts whose key starts with ``prefix`` and is not in ``still_present`` (outside a
+    transaction, opening one only when there is one to resolve)."""
+    if not log.in_transaction and all(a.dedup_key in still_present for a in _live(log, None, prefix)):
+        return []
     with log.transaction() as tx:
         return resolve_absent_in(tx, prefix, still_present, reason, tick)
 

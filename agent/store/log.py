@@ -42,11 +42,14 @@ if TYPE_CHECKING:  # the tokenizer loads when an event's tokens are first counte
     import fcntl
     import hashlib
     from pathlib import Path
-    from typing import IO, Any
+    from typing import IO, Any, TypeVar
 
+    from agent.store.rows import Instance, InstanceState
     from agent.store.segment_types import Segment
     from agent.store.segments import SegmentFiles
     from agent.tokens import Tokenizer
+
+    T = TypeVar("T")
 else:  # OpenSSL loads at the first hash (an append, a verify), fcntl at the first head write
     hashlib = lazy.module("hashlib", globals())
     fcntl = lazy.module("fcntl", globals())
@@ -751,6 +754,10 @@ class EventLog:
         self._open: tuple[Transaction, int] | None = None  # the transaction in progress and its thread
         self._segments: tuple[int, list[Segment]] | None = None
         self._decoded = _Decoded()  # rows read before, decoded once
+        self._serial = 0  # moves at every rollback on this connection (``read_token``)
+        self._commits = 0  # this connection's commits that appended
+        self._kind_commit: dict[str, int] = {}  # kind -> the number of the last of them that appended one
+        self._memo: dict[str, tuple[tuple[Any, ...], Any]] = {}  # name -> (read_token then, value): ``memo``
         self._verified: tuple[int, str] | None = None  # the (seq, hash) this process's last verification reached
         self._filed: int | None = None  # the seq the checkpoint file records, as last read or written here
         self._verify_conn: Any = None  # the read-only connection verification reads its snapshots through
@@ -894,11 +901,16 @@ class EventLog:
         self._cursor.execute("COMMIT")
         if self._version is not None:
             self._head_at_begin = (self._version, tx._seq, tx._hash)
+        if tx.appended:  # what ``memo`` kept of these kinds is read again
+            self._commits += 1
+            for e in tx.appended:
+                self._kind_commit[e.kind] = self._commits
 
     def _undo(self) -> None:
         """Roll back the transaction ``_begin`` opened, if SQLite has not already (a failed COMMIT, some
         I/O errors)."""
         self._open = None
+        self._serial += 1  # what ``memo`` kept from inside it is read again
         if self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
 
@@ -943,6 +955,7 @@ class EventLog:
             yield tx
             self.conn.execute("RELEASE joined")
         except BaseException as e:
+            self._serial += 1  # the block's writes are undone: what was read since is not what holds
             if self.conn.in_transaction:  # SQLite may have rolled the whole transaction back already
                 self.conn.execute("ROLLBACK TO joined")
                 self.conn.execute("RELEASE joined")
@@ -1100,6 +1113,10 @@ class EventLog:
     # ------------------------------------------------------------------ reading
 
     def head(self) -> tuple[int, str]:
+        """(seq, hash) of the newest event: inside a write transaction this thread has open, the one it keeps."""
+        outer = self._open
+        if outer is not None and outer[1] == _thread.get_ident():
+            return outer[0]._seq, outer[0]._hash
         row = self.conn.execute(_HEAD_SQL).fetchone()
         return (row[0], row[1]) if row else (0, GENESIS)
 
@@ -1175,7 +1192,9 @@ class EventLog:
         (``PRAGMA data_version``) or this one archived (``agent.store.archive`` drops the copy)."""
         if self.is_pg:
             return []  # the tiers are SQLite's: a PostgreSQL log keeps every event in its table
-        version = self.store.data_version()
+        version = self._own_version()
+        if version is None:
+            version = self.store.data_version()
         if self._segments is None or self._segments[0] != version:
             self._segments = (version, self.store.segments())
         return self._segments[1]
@@ -1184,11 +1203,69 @@ class EventLog:
         """A number that changes whenever another connection commits to the database (SQLite's
         ``PRAGMA data_version``; a reader that saw it unchanged knows every row it read before is as it was,
         this connection only appending); None on PostgreSQL, which keeps no such number."""
-        return None if self.is_pg else self.store.data_version()
+        if self.is_pg:
+            return None
+        version = self._own_version()
+        return self.store.data_version() if version is None else version
 
     def forget_segments(self) -> None:
         """Drop the stubs read before: this connection changed them (its own commits leave data_version alone)."""
         self._segments = None
+        self._serial += 1
+
+    def _own_version(self) -> int | None:
+        """``PRAGMA data_version`` as read when the write transaction this thread has open on this log began
+        (no other connection can commit while it is open, so it holds until the end); None outside one."""
+        outer = self._open
+        if outer is not None and outer[1] == _thread.get_ident():
+            return self._version
+        return None
+
+    def read_token(self, kinds: tuple[str, ...] | None = None) -> tuple[Any, ...] | None:
+        """A value that is the same at two moments only when the reads it covers give the same answer at both:
+        no other connection committed (``PRAGMA data_version``) and this connection rolled nothing back; and
+        with ``kinds`` (reads of those kinds of events only), this connection appended none of them, else it
+        changed no row at all (``total_changes``). Inside a write transaction this thread has open it costs no
+        statement (nobody else can commit then). None on PostgreSQL: nothing is remembered there."""
+        if self.is_pg:
+            return None
+        outer = self._open
+        mine = outer is not None and outer[1] == _thread.get_ident()
+        version = self._version if mine else self.store.data_version()
+        if kinds is None:
+            return (version, self._serial, self.conn.total_changes)
+        kc = self._kind_commit
+        pending = sum(1 for e in outer[0].appended if e.kind in kinds) if mine and outer is not None else 0
+        return (version, self._serial, max(kc.get(k, 0) for k in kinds), pending)
+
+    def memo(self, name: str, compute: Callable[[], T], kinds: tuple[str, ...] | None = None) -> T:
+        """``compute()``, or what it gave last time under ``name`` when nothing it reads can have changed since
+        (``read_token``): a commit by any other connection, a rollback of ours, and an append of ours (of one
+        of ``kinds`` when given: ``compute`` reads only events of those kinds) make the next call compute
+        again. For reads a tick repeats (the overrides, the pause, the exclusions, the fleet we own); the value
+        is shared, so callers must not change it."""
+        token = self.read_token(kinds)  # before the read: a commit after this is seen by the next call
+        if token is None:
+            return compute()
+        hit = self._memo.get(name)
+        if hit is not None and hit[0] == token:
+            kept: T = hit[1]
+            return kept
+        value = compute()
+        self._memo[name] = (token, value)
+        return value
+
+    def owned_instances(self) -> list[Instance]:
+        """``store.owned_instances()``, read again only after a write (``memo``); shared: not to be changed."""
+        return self.memo("store.owned_instances", self.store.owned_instances, readmodels.WRITTEN_BY["instances"])
+
+    def owned_instance_ids(self) -> list[int]:
+        return [i.instance_id for i in self.owned_instances()]
+
+    def instance_states(self) -> dict[int, InstanceState]:
+        """``store.instance_states()``, read again only after a write (``memo``); shared: not to be changed."""
+        return self.memo("store.instance_states", self.store.instance_states,
+                         readmodels.WRITTEN_BY["instance_states"])
 
     def _cold(self, segs: list[Segment], q: _Filter, *, newest_first: bool) -> Iterator[tuple[Any, ...]]:
         """The rows of ``segs`` that ``q`` matches: the seq bounds pick a slice (a segment's rows are
@@ -1513,6 +1590,7 @@ class EventLog:
 
     def rebuild(self) -> None:
         """Replace the read models and the full-text index with a rebuild from the log (one transaction)."""
+        self._serial += 1  # what ``memo`` kept was read from the read models replaced here
         with immediate(self.conn):
             readmodels.clear(self.conn)
             for e in self.read(0):

@@ -687,6 +687,14 @@ class Store:
             known.update(int(r["instance_id"]) for r in rows)
         return known
 
+    # ------------------------------------------------------------------ what a tick keeps between writes
+
+    def every_live_alert(self) -> list[Alert]:
+        """Every live alert (open, or acked while its condition persists), oldest first: ``live_alerts``
+        without a key, which ``agent.feedback.alerts`` keeps between writes and filters."""
+        sql = _LIVE_ALERTS_PG if self._pg else _LIVE_ALERTS
+        return [Alert(**r) for r in self._query(sql.format(where="a.status IN ('open', 'acked')"))]
+
 
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None

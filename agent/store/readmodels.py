@@ -150,43 +150,70 @@ def _rent_settled(c: sqlite3.Connection, e: Event) -> None:
 
 def _tick_started(c: sqlite3.Connection, e: Event) -> None:
     """Each listed instance's status and since when (kept while the status stays the same); instances
-    the listing no longer shows are dropped."""
+    the listing no longer shows are dropped. The table holds only what the last listing showed: it is
+    read whole, once, and written in two statements (the rows kept and the rows whose status changed)."""
     obs = e.payload.get("observation") or {}
     now = obs.get("time")
     listed = [i for i in obs.get("instances") or [] if isinstance(i.get("id"), int)]
-    for i in listed:
-        status = str(i.get("status") or "provisioning")
-        row = c.execute("SELECT status FROM instance_states WHERE instance_id = ?", (i["id"],)).fetchone()
-        if row is not None and row[0] == status:
-            c.execute("UPDATE instance_states SET intended = ?, seen_seq = ? WHERE instance_id = ?",
-                      (i.get("intended"), e.seq, i["id"]))
-            continue
-        since = i.get("since", now)
-        c.execute("INSERT INTO instance_states (instance_id, status, intended, since, seen_seq) VALUES (?,?,?,?,?)"
-                  " ON CONFLICT(instance_id) DO UPDATE SET status = excluded.status, intended = excluded.intended,"
-                  " since = excluded.since, seen_seq = excluded.seen_seq",
-                  (i["id"], status, i.get("intended"), float(since if isinstance(since, int | float) else 0.0),
-                   e.seq))
+    if listed:
+        status_of = dict(c.execute("SELECT instance_id, status FROM instance_states").fetchall())
+        kept: list[tuple[Any, ...]] = []
+        changed: dict[int, list[Any]] = {}  # a listing that names an id twice: its row as the second leaves it
+        for i in listed:
+            status = str(i.get("status") or "provisioning")
+            if status_of.get(i["id"]) == status:
+                if i["id"] in changed:
+                    changed[i["id"]][2] = i.get("intended")
+                else:
+                    kept.append((i.get("intended"), e.seq, i["id"]))
+                continue
+            since = i.get("since", now)
+            changed[i["id"]] = [i["id"], status, i.get("intended"),
+                                float(since if isinstance(since, int | float) else 0.0), e.seq]
+            status_of[i["id"]] = status
+        if kept:
+            c.executemany("UPDATE instance_states SET intended = ?, seen_seq = ? WHERE instance_id = ?", kept)
+        if changed:
+            c.executemany("INSERT INTO instance_states (instance_id, status, intended, since, seen_seq)"
+                          " VALUES (?,?,?,?,?) ON CONFLICT(instance_id) DO UPDATE SET status = excluded.status,"
+                          " intended = excluded.intended, since = excluded.since, seen_seq = excluded.seen_seq",
+                          list(changed.values()))
     c.execute("DELETE FROM instance_states WHERE seen_seq <> ?", (e.seq,))
     _observed_runs(c, e, obs)
 
 
 def _observed_runs(c: sqlite3.Connection, e: Event, obs: dict[str, Any]) -> None:
     """Each instance of ours the observation lists extends its last run when its state (running or not) is
-    the same, else starts a new one: what spend reads (migration 007 fills it from older logs alike)."""
-    for i in obs.get("instances") or []:
-        iid = i.get("id") if isinstance(i, dict) else None
-        if not isinstance(iid, int) or i.get("ours") != 1:
-            continue
-        running = int(i.get("status") == "running")
-        row = c.execute("SELECT first_seq, running FROM observed_runs WHERE instance_id = ?"
-                        " ORDER BY first_seq DESC LIMIT 1", (int(iid),)).fetchone()
+    the same, else starts a new one: what spend reads (migration 007 fills it from older logs alike). The
+    last runs of all of them are read in one statement, and written in two."""
+    ours = [(int(i["id"]), int(i.get("status") == "running")) for i in obs.get("instances") or []
+            if isinstance(i, dict) and isinstance(i.get("id"), int) and i.get("ours") == 1]
+    if not ours:
+        return
+    ids = sorted({iid for iid, _ in ours})
+    last: dict[int, tuple[int, int]] = {}
+    for n in range(0, len(ids), 500):
+        chunk = ids[n:n + 500]
+        rows = c.execute("SELECT o.instance_id, o.first_seq, o.running FROM observed_runs o"
+                         f" WHERE o.instance_id IN ({','.join('?' * len(chunk))}) AND o.first_seq ="
+                         " (SELECT MAX(first_seq) FROM observed_runs WHERE instance_id = o.instance_id)",
+                         chunk).fetchall()
+        last.update((int(r[0]), (int(r[1]), int(r[2]))) for r in rows)
+    extended: list[tuple[Any, ...]] = []
+    started: list[tuple[Any, ...]] = []
+    for iid, running in ours:
+        row = last.get(iid)
         if row is not None and row[1] == running:
-            c.execute("UPDATE observed_runs SET last_seq = ?, last_ts = ? WHERE instance_id = ? AND first_seq = ?",
-                      (e.seq, e.ts, int(iid), row[0]))
+            extended.append((e.seq, e.ts, iid, row[0]))
         else:
-            c.execute("INSERT INTO observed_runs (instance_id, first_seq, first_ts, last_seq, last_ts, running)"
-                      " VALUES (?,?,?,?,?,?)", (int(iid), e.seq, e.ts, e.seq, e.ts, running))
+            started.append((iid, e.seq, e.ts, e.seq, e.ts, running))
+            last[iid] = (e.seq, running)
+    if extended:
+        c.executemany("UPDATE observed_runs SET last_seq = ?, last_ts = ? WHERE instance_id = ? AND first_seq = ?",
+                      extended)
+    if started:
+        c.executemany("INSERT INTO observed_runs (instance_id, first_seq, first_ts, last_seq, last_ts, running)"
+                      " VALUES (?,?,?,?,?,?)", started)
 
 
 def _knowledge(c: sqlite3.Connection, e: Event) -> None:
@@ -218,6 +245,24 @@ PROJECTORS: dict[str, Projector] = {
     "tick.started": _tick_started,
 }
 
+# The only kinds whose projectors write these tables (tests/test_store.py checks it against PROJECTORS): a read of
+# one of them stays true while this connection appends other kinds (``EventLog.memo``).
+WRITTEN_BY: dict[str, tuple[str, ...]] = {
+    "instances": ("tool.result", "instance.adopted", "instance.gone"),
+    "instance_states": ("tick.started",),
+    "alerts": ("alert.raised", "alert.repeated", "alert.acked", "alert.resolved", "alert.retitled", "alert.notified"),
+}
+
+
+def kinds_writing(table: str) -> set[str]:
+    """The kinds whose projector's own SQL inserts, updates or deletes rows of ``table`` (read from the
+    projectors' source: what ``WRITTEN_BY`` must name)."""
+    import inspect
+    import re
+
+    writes = re.compile(rf"(INSERT INTO|UPDATE|DELETE FROM)\s+{re.escape(table)}\b")
+    return {k for k, f in PROJECTORS.items() if writes.search(inspect.getsource(f))}
+
 
 def apply(conn: sqlite3.Connection, event: Event) -> None:
     proj = PROJECTORS.get(event.kind)
@@ -244,6 +289,10 @@ class _Runs:
             self.sql = sql
         self.rows.append(params)
         return None
+
+    def executemany(self, sql: str, rows: Iterable[Any]) -> None:
+        for params in rows:
+            self.execute(sql, params)
 
     def flush(self) -> None:
         rows, self.rows = self.rows, []
