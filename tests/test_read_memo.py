@@ -5,7 +5,6 @@ stale answer."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from typing import Any
@@ -15,12 +14,8 @@ import pytest
 from agent import steering
 from agent.store import plans, readmodels
 from agent.store.log import EventLog
-from tests.conftest import rent_puts, within_policy
-
-
-def _good_offers(sim: Any, settings: Any, n: int) -> list[dict[str, Any]]:
-    return sorted((o for o in sim.offers.values() if within_policy(settings, o) and not o["rented"]
-                   and o["host_id"] not in sim.bad_hosts), key=lambda o: (o["dph_total"], o["id"]))[:n]
+from tests.conftest import rent_puts
+from tests.test_steering import _good_offers, renter
 
 
 def _in_another_process(log: EventLog, code: str) -> None:
@@ -41,22 +36,9 @@ def test_a_pause_or_an_exclusion_from_another_process_blocks_the_very_next_call(
     commits between two rent calls refuses the second ('paused'), and once resumed, an exclusion of the
     third offer's host committed just before it refuses that one ('excluded_hosts'); vast.ai sees only
     the first rent."""
-    from agent.pipeline import run_tool_call
-    from agent.policy import Policy
-    from agent.toolkit import ToolContext, load_tools
-
     app = make_app(policy={"max_rents_per_hour": 100})
     a, b, c = _good_offers(sim, app.settings, 3)
-    ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None,
-                      policy=Policy(app.settings), tick=1)
-    ctx.refresh()
-    tools = load_tools()
-
-    def rent(n: int, offer: dict[str, Any]) -> tuple[Any, bool]:
-        call = {"id": f"c{n}", "name": "rent_instance",
-                "arguments": json.dumps({"offer_id": offer["id"], "reason": "s"})}
-        return run_tool_call(tools, ctx, call, dry_run=False)  # type: ignore[arg-type]
-
+    _, rent = renter(app)
     assert rent(1, a)[0].ok
     assert steering.paused(app.log) is None and c["host_id"] not in steering.excluded_hosts(app.settings, app.log)
     _in_another_process(app.log, "steering.pause(log, by='alice', reason='migration', until=None)")

@@ -25,6 +25,26 @@ def _good_offers(sim: Any, settings: Any, n: int) -> list[dict[str, Any]]:
                    and o["host_id"] not in sim.bad_hosts), key=lambda o: (o["dph_total"], o["id"]))[:n]
 
 
+def renter(app: Any) -> tuple[Any, Any]:
+    """One tick's tool context (refreshed once, as a tick does) and ``rent(n, offer)``: the model's n-th
+    rent_instance call through the tool pipeline in it, as (its outcome, whether a guardrail blocked it)."""
+    from agent.pipeline import run_tool_call
+    from agent.policy import Policy
+    from agent.toolkit import ToolContext, load_tools
+
+    ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None,
+                      policy=Policy(app.settings), tick=1)
+    ctx.refresh()
+    tools = load_tools()
+
+    def rent(n: int, offer: dict[str, Any]) -> tuple[Any, bool]:
+        call = {"id": f"c{n}", "name": "rent_instance",
+                "arguments": json.dumps({"offer_id": offer["id"], "reason": "s"})}
+        return run_tool_call(tools, ctx, call, dry_run=False)  # type: ignore[arg-type]
+
+    return ctx, rent
+
+
 def _cli(app: Any, *argv: str) -> int:
     """Run a command's real parser and handler against ``app`` (the test's clock and simulator)."""
     args = cli.build_parser().parse_args(list(argv))
@@ -352,22 +372,9 @@ def test_a_pause_stops_reconcile_from_destroying_orphans_too(sim, make_app, fake
 def test_an_override_set_or_reset_while_a_tick_runs_binds_its_next_call(sim, make_app):
     """The pipeline reads the overrides at every call: one set between two calls of the same context
     refuses the second, and its reset lets the third through (overrides never compound)."""
-    from agent.pipeline import run_tool_call
-    from agent.policy import Policy
-    from agent.toolkit import ToolContext, load_tools
-
     app = make_app(policy={"max_rents_per_hour": 100})
     a, b, c = _good_offers(sim, app.settings, 3)
-    ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None,
-                      policy=Policy(app.settings), tick=1)
-    ctx.refresh()
-    tools = load_tools()
-
-    def rent(n: int, offer: dict[str, Any]) -> tuple[Any, bool]:
-        call = {"id": f"c{n}", "name": "rent_instance",
-                "arguments": json.dumps({"offer_id": offer["id"], "reason": "s"})}
-        return run_tool_call(tools, ctx, call, dry_run=False)  # type: ignore[arg-type]
-
+    ctx, rent = renter(app)
     assert rent(1, a)[0].ok
     steering.set_override(app.log, app.settings, "max_instances", "1", by="alice", reason="r", until=None)
     steering.set_override(app.log, app.settings, "max_total_dph", "11", by="alice", reason="r", until=None)

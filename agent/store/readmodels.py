@@ -245,7 +245,7 @@ PROJECTORS: dict[str, Projector] = {
     "tick.started": _tick_started,
 }
 
-# The only kinds whose projectors write these tables (tests/test_store.py checks it against PROJECTORS): a read of
+# The only kinds whose projectors write these tables (tests/test_read_memo.py checks it against PROJECTORS): a read of
 # one of them stays true while this connection appends other kinds (``EventLog.memo``).
 WRITTEN_BY: dict[str, tuple[str, ...]] = {
     "instances": ("tool.result", "instance.adopted", "instance.gone"),
@@ -256,7 +256,7 @@ WRITTEN_BY: dict[str, tuple[str, ...]] = {
 
 def kinds_writing(table: str) -> set[str]:
     """The kinds whose projector's own SQL inserts, updates or deletes rows of ``table`` (read from the
-    projectors' source: what ``WRITTEN_BY`` must name)."""
+    projectors' source: what ``WRITTEN_BY`` must name; SQL text is the store's alone, so the scan lives here)."""
     import inspect
     import re
 
