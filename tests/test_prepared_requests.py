@@ -165,3 +165,38 @@ def test_demand_request_is_the_bytes_httpx_get_sends(cap: Capture) -> None:
         ref.get(url)
         ref.get(url)
     assert cap.requests == ours and ours[0] == ours[1]
+
+
+BODIES = [
+    b'{"a": 1, "b": [1.5, -0.0, 1e-7, 12345678901234567890], "c": null, "d": "\\u00e9\\ud83d\\ude00"}',
+    b'{"a": 1, "a": 2}', b'{"x": NaN, "y": Infinity}', b'{"big": 123456789012345678901234567890}',
+    b'{"f": 1e400}', b'{"s": "\\ud800"}', b'\xef\xbb\xbf{"bom": true}', '{"u16": 1}'.encode("utf-16"),
+    b'[1, 2]', b'"text"', b"  {} ", b"",
+    b"[18446744073709551616, -9223372036854775809, 9223372036854775807, 1234567890123456789.5]",
+]
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_json_body_decodes_as_response_json(body: bytes) -> None:
+    """json_body (orjson, the json module deciding what orjson refuses) gives resp.json()'s value, or fails
+    with a ValueError where resp.json() does."""
+    from agent.clients.prepared import json_body
+
+    resp = httpx.Response(200, content=body)
+    try:
+        want: Any = ("ok", resp.json())
+    except ValueError:
+        want = ("error",)
+    try:
+        got: Any = ("ok", json_body(resp))
+    except ValueError:
+        got = ("error",)
+    assert repr(got) == repr(want)
+
+
+def test_json_body_refuses_broken_json() -> None:
+    """A body that is not JSON raises ValueError (what the clients catch to report a bad response)."""
+    from agent.clients.prepared import json_body
+
+    with pytest.raises(ValueError):
+        json_body(httpx.Response(200, content=b'{"a": '))

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from agent.clients.prepared import Prepared
+from agent.clients.prepared import Prepared, json_body
 from agent.errors import FleetAgentError
 
 
@@ -70,7 +70,7 @@ class DemandClient:
         if resp.status_code != 200:
             raise DemandError(f"demand: {self._shown} answered HTTP {resp.status_code}")
         try:
-            data = resp.json()
+            data = json_body(resp)
         except ValueError:
             raise DemandError(f"demand: {self._shown} did not answer JSON") from None
         return Demand.from_json(data)

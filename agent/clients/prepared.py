@@ -18,10 +18,14 @@ auth, redirects, cookies from responses and the transport are httpx's own.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
+_LONG_DIGITS = re.compile(rb"\d{19}")
 MAX_URLS = 256  # distinct URL strings kept parsed (a few endpoints, and ids: cleared when full)
 
 
@@ -54,3 +58,19 @@ class Prepared:
         if times is None:
             times = self._timeouts[timeout] = httpx.Timeout(timeout).as_dict()
         return httpx.Request(method, parsed, headers=headers, content=content, extensions={"timeout": dict(times)})
+
+
+def json_body(resp: httpx.Response) -> Any:
+    """``resp.json()``: the body decoded by orjson (a third of the json module's time on a search's
+    offers), the json module deciding whatever orjson refuses (NaN, a lone surrogate, UTF-16, a byte
+    order mark) and any body with a run of 19 digits (orjson reads an integer past 64 bits as a float),
+    so the value and the errors are ``resp.json()``'s."""
+    import orjson
+
+    content = resp.content
+    if _LONG_DIGITS.search(content) is not None:
+        return json.loads(content)
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return json.loads(content)

@@ -33,7 +33,7 @@ from urllib.parse import quote_plus
 import httpx
 
 from agent import logsetup
-from agent.clients.prepared import Prepared
+from agent.clients.prepared import Prepared, json_body
 from agent.errors import FleetAgentError
 
 log = logsetup.get_logger(__name__)
@@ -407,7 +407,7 @@ class VastClient:
         if resp.status_code >= 400:
             raise self._error(resp, what)
         try:
-            data = resp.json()
+            data = json_body(resp)
         except ValueError:
             raise VastError(message=f"{what}: HTTP {resp.status_code} but the body is not JSON "
                             f"({self._scrub(resp.text[:120])!r})", status=resp.status_code,
@@ -443,7 +443,7 @@ class VastClient:
         if resp.status_code >= 400:
             raise self._error(resp, f"show instance {instance_id}")
         try:
-            row = resp.json().get("instances")
+            row = json_body(resp).get("instances")
         except (ValueError, AttributeError):
             raise VastError(message=f"show instance {instance_id}: unreadable response", status=resp.status_code,
                             code="bad_response") from None
@@ -511,7 +511,7 @@ class VastClient:
             return RentOutcome("rejected", error=self._error(resp, f"rent offer {offer_id}").message,
                                http_status=status)
         try:
-            data = resp.json()
+            data = json_body(resp)
         except ValueError:
             return RentOutcome("unknown", error=f"rent offer {offer_id}: HTTP {status} with an unreadable body",
                                http_status=status)
@@ -602,7 +602,7 @@ class VastClient:
 
 def _json_or_empty(resp: httpx.Response) -> dict[str, Any]:
     try:
-        data = resp.json()
+        data = json_body(resp)
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
