@@ -337,10 +337,29 @@ class Settings:
         return Path(self.source_path).resolve().parent if self.source_path else Path.cwd()
 
     def path(self, p: str) -> Path:
+        """``p`` resolved against the config file's directory. Kept per settings object (it does not
+        change once loaded): a ``p`` without ``$VAR`` or ``~`` gives the Path found the first time while
+        the working directory stays, without resolving the file's symlinks again (a tick asks 3 times)."""
+        key = None
+        if "$" not in p and not p.startswith("~"):
+            key = (p, "" if self.source_path and os.path.isabs(self.source_path) else os.getcwd())
+            kept = self._kept_paths().get(key)
+            if kept is not None:
+                return kept
         from pathlib import Path
 
         q = Path(os.path.expandvars(os.path.expanduser(p)))
-        return q if q.is_absolute() else (self.base_dir / q)
+        q = q if q.is_absolute() else (self.base_dir / q)
+        if key is not None:
+            self._kept_paths()[key] = q
+        return q
+
+    def _kept_paths(self) -> dict[tuple[str, str], Path]:
+        kept: dict[tuple[str, str], Path] | None = self.__dict__.get("_paths")
+        if kept is None:
+            kept = {}
+            object.__setattr__(self, "_paths", kept)  # not a field: equality, repr and replace ignore it
+        return kept
 
     @property
     def data_path(self) -> Path:

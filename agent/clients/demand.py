@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from agent.clients.prepared import Prepared, json_body
 from agent.errors import FleetAgentError
 
 
@@ -54,19 +55,22 @@ class DemandClient:
         self.url = url
         self._shown = url.split("?", 1)[0]  # never show a query string: it may hold a token
         self._http = httpx.Client(timeout=timeout, transport=transport, headers={"Accept": "application/json"})
+        self._timeout = timeout
+        self._prepared = Prepared(self._http)
+        self._headers = self._prepared.headers()
 
     def __repr__(self) -> str:
         return f"DemandClient(url={self._shown!r})"
 
     def get(self) -> Demand:
         try:
-            resp = self._http.get(self.url)
+            resp = self._http.send(self._prepared.build("GET", self.url, self._headers, timeout=self._timeout))
         except httpx.TransportError as e:
             raise DemandError(f"demand: cannot reach {self._shown}: {type(e).__name__}") from None
         if resp.status_code != 200:
             raise DemandError(f"demand: {self._shown} answered HTTP {resp.status_code}")
         try:
-            data = resp.json()
+            data = json_body(resp)
         except ValueError:
             raise DemandError(f"demand: {self._shown} did not answer JSON") from None
         return Demand.from_json(data)

@@ -33,6 +33,7 @@ from urllib.parse import quote_plus
 import httpx
 
 from agent import logsetup
+from agent.clients.prepared import Prepared, json_body
 from agent.errors import FleetAgentError
 
 log = logsetup.get_logger(__name__)
@@ -282,6 +283,11 @@ class VastClient:
         self.fence: Callable[[], None] | None = None
         self._http = httpx.Client(timeout=timeout, transport=transport,
                                   headers={"User-Agent": "fleet-agent/0.1"}, follow_redirects=False)
+        # The headers of a call, merged with the client's once (GET; with a JSON body), and the parsed URLs
+        self._prepared = Prepared(self._http)
+        auth = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
+        self._get_headers = self._prepared.headers(auth)
+        self._body_headers = self._prepared.headers({**auth, "Content-Type": "application/json"})
 
     def __repr__(self) -> str:
         return f"VastClient(base_url={self.base_url!r})"
@@ -350,11 +356,11 @@ class VastClient:
         failure raises a VastError marked ``uncertain``."""
         url = self._url(path, params)
         api_path = url[len(self.base_url):].split("?", 1)[0]
-        headers = {"Authorization": f"Bearer {self.__key}", "Accept": "application/json"}
+        headers = self._get_headers
         content = None
         if method != "GET":
             content = json.dumps({} if body is None else body).encode()
-            headers["Content-Type"] = "application/json"
+            headers = self._body_headers
         attempts = self.max_attempts
         delay = FIRST_BACKOFF_S
         for attempt in range(1, attempts + 1):
@@ -362,8 +368,9 @@ class VastClient:
             if self.fence is not None:
                 self.fence()
             try:
-                resp = self._http.request(method, url, headers=headers, content=content,
-                                          timeout=timeout if timeout is not None else self.timeout)
+                request = self._prepared.build(method, url, headers, content=content,
+                                               timeout=timeout if timeout is not None else self.timeout)
+                resp = self._http.send(request)
             except httpx.TransportError as e:
                 kind = "timeout" if isinstance(e, httpx.TimeoutException) else "connection_error"
                 unsent = isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
@@ -400,7 +407,7 @@ class VastClient:
         if resp.status_code >= 400:
             raise self._error(resp, what)
         try:
-            data = resp.json()
+            data = json_body(resp)
         except ValueError:
             raise VastError(message=f"{what}: HTTP {resp.status_code} but the body is not JSON "
                             f"({self._scrub(resp.text[:120])!r})", status=resp.status_code,
@@ -436,7 +443,7 @@ class VastClient:
         if resp.status_code >= 400:
             raise self._error(resp, f"show instance {instance_id}")
         try:
-            row = resp.json().get("instances")
+            row = json_body(resp).get("instances")
         except (ValueError, AttributeError):
             raise VastError(message=f"show instance {instance_id}: unreadable response", status=resp.status_code,
                             code="bad_response") from None
@@ -504,7 +511,7 @@ class VastClient:
             return RentOutcome("rejected", error=self._error(resp, f"rent offer {offer_id}").message,
                                http_status=status)
         try:
-            data = resp.json()
+            data = json_body(resp)
         except ValueError:
             return RentOutcome("unknown", error=f"rent offer {offer_id}: HTTP {status} with an unreadable body",
                                http_status=status)
@@ -595,7 +602,7 @@ class VastClient:
 
 def _json_or_empty(resp: httpx.Response) -> dict[str, Any]:
     try:
-        data = resp.json()
+        data = json_body(resp)
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
