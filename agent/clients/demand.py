@@ -7,6 +7,7 @@ same shape at `GET /demand`. The body is JSON with at least `pending` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,11 +55,15 @@ class DemandClient:
         self.url = url
         self._shown = url.split("?", 1)[0]  # never show a query string: it may hold a token
         self._http = httpx.Client(timeout=timeout, transport=transport, headers={"Accept": "application/json"})
+        # Called before every request is sent; raising sends nothing (the App sets it: see agent.store.deferred).
+        self.fence: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"DemandClient(url={self._shown!r})"
 
     def get(self) -> Demand:
+        if self.fence is not None:
+            self.fence()
         try:
             resp = self._http.get(self.url)
         except httpx.TransportError as e:
