@@ -188,3 +188,21 @@ def test_killed_between_the_start_and_the_first_request_the_log_verifies_and_the
     r = run_tick(app2)
     assert r.ok and r.tick == 1, r.reason
     assert app2.log.verify().ok and len(events_of(app2, "tick.started")) == 1
+
+
+def test_a_failure_between_the_start_and_the_first_request_ends_the_tick_with_its_start_committed(
+        tmp_path, sim: WatchingSimulator, make_app, fake_model):
+    """The model's key file is unreadable when the tick builds its model client, after its start: the tick
+    ends as ``tick.failed`` with the reason, its start committed with it in one commit, and the model is never
+    asked."""
+    from agent.store import plans
+
+    app = make_app(model={"api_key_file": str(tmp_path / "missing.key")})
+    with plans.record(app.log) as statements:
+        r = run_tick(app)
+    assert not r.ok and "cannot read the key file" in (r.reason or ""), r.reason
+    assert plans.commits_that_wrote(statements) == 1
+    kinds = _committed(Path(app.log.path), 1)
+    assert kinds[0] == "tick.started" and kinds[-1] == "tick.failed"
+    assert fake_model.requests == [] and not app.log.deferred
+    assert app.log.verify().ok
