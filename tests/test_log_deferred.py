@@ -147,3 +147,15 @@ def test_a_deferred_block_carried_by_a_deferring_block_stays_deferred(log):
     assert log.deferred and _other_count(log) == 0
     log.flush()
     assert _other_count(log) == 2 and log.verify().ok
+
+
+def test_a_waiting_deferred_commit_is_not_an_open_transaction_block(log):
+    """``in_transaction`` (which a resolve with nothing to resolve reads to skip its transaction) is False while
+    a deferred commit only waits, True inside the block that carries it, and False once it committed."""
+    with log.transaction(defer=True) as tx:
+        tx.append("operator.note", note("start"), "operator")
+        assert log.in_transaction
+    assert not log.in_transaction and log.deferred
+    with log.transaction():
+        assert log.in_transaction
+    assert not log.in_transaction and not log.deferred

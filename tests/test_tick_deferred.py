@@ -75,12 +75,12 @@ def _checking(db: Path, tick: int, seen: list[tuple[bool, list[str]]], then: Ste
 def test_an_idle_tick_commits_its_start_with_its_first_request_and_no_request_waits_on_the_lock(
         sim: WatchingSimulator, make_app, fake_model):
     """An idle tick (one step, nothing to do): when the model is asked, its start and its request are both
-    committed (one commit carried them: the tick commits twice in all, start-with-request and end); at every
-    request to the simulator and the demand queue, and at the model's, another connection takes the write
-    lock at once."""
+    committed (one commit carried them: the tick commits twice in all, start-with-request and end; a daily
+    budget far from spent is checked in between without a commit of its own); at every request to the
+    simulator and the demand queue, and at the model's, another connection takes the write lock at once."""
     from agent.store import plans
 
-    app = make_app()
+    app = make_app(policy={"max_daily_spend": 1000.0})
     db = Path(app.log.path)
     sim.db, sim.watch_tick = db, 1
     model_seen: list[tuple[bool, list[str]]] = []

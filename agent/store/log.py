@@ -816,8 +816,10 @@ class EventLog:
 
     @property
     def in_transaction(self) -> bool:
-        """True while a transaction is open on this log's connection."""
-        return bool(self.conn.in_transaction)
+        """True while a transaction block is open on this log's connection; not while a deferred commit only
+        waits for the next one (``transaction(defer=True)``): reads on this connection see its events, and a
+        caller that would open a transaction only to write need not open one to read."""
+        return bool(self.conn.in_transaction) and self._deferred is None
 
     @property
     def tokenizer(self) -> Tokenizer:
