@@ -13,7 +13,6 @@ from functools import cached_property
 
 from agent.errors import ConfigError, LogError
 from agent.record import asdict
-from agent.store.deferred import settle
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -72,6 +71,8 @@ class App:
     def _before_send(self) -> None:
         """Before any request leaves for another system: what this thread deferred commits
         (``agent.store.deferred``), then the daemon's leadership check."""
+        from agent.store.deferred import settle
+
         settle()
         if self.fence is not None:
             self.fence()
@@ -84,6 +85,8 @@ class App:
             from agent.clients.demand import DemandClient
 
             self._demand = DemandClient(self.settings.demand.url)
+            from agent.store.deferred import settle
+
             self._demand.fence = settle  # reads only: no leadership check, but nothing deferred waits on it
         return self._demand
 

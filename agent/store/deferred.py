@@ -12,15 +12,13 @@ Kept apart from ``agent.store.log`` so the clients can call it without loading t
 
 from __future__ import annotations
 
-import threading
-from typing import Protocol
+from _thread import _local as _thread_local  # (threading and typing stay unloaded for the lean commands)
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from agent.store.log import EventLog as Deferring
 
-class Deferring(Protocol):
-    def flush(self) -> None: ...
-
-
-_local = threading.local()
+_local = _thread_local()
 
 
 def _open() -> list[Deferring]:
