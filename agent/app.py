@@ -65,8 +65,17 @@ class App:
             v = self.settings.vast
             self._vast = VastClient(v.url, self.settings.vast_api_key(self.env).reveal(), timeout=v.timeout,
                                     max_attempts=v.max_attempts, min_interval=v.min_interval)
-            self._vast.fence = self.fence
+            self._vast.fence = self._before_send
         return self._vast
+
+    def _before_send(self) -> None:
+        """Before any request leaves for another system: what this thread deferred commits
+        (``agent.store.deferred``), then the daemon's leadership check."""
+        from agent.store.deferred import settle
+
+        settle()
+        if self.fence is not None:
+            self.fence()
 
     def demand(self) -> DemandClient | None:
         """The job queue's client, or None when no ``demand.url`` is set."""
@@ -76,6 +85,9 @@ class App:
             from agent.clients.demand import DemandClient
 
             self._demand = DemandClient(self.settings.demand.url)
+            from agent.store.deferred import settle
+
+            self._demand.fence = settle  # reads only: no leadership check, but nothing deferred waits on it
         return self._demand
 
     def provider(self) -> ChatProvider:

@@ -225,6 +225,20 @@ def pg_append_lock_free(url: str, agent_id: str) -> bool:
     return False
 
 
+def sqlite_write_lock_free(path: str | os.PathLike[str]) -> bool:
+    """Whether another writer could take the SQLite log's write lock now, without waiting at all (busy timeout
+    0; taken and let go at once, on a connection of its own)."""
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=0)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
+
+
 def edit_read_model(log: Any, table: str, **columns: Any) -> None:
     """Overwrite columns in every row of read-model ``table`` of ``log``'s fleet, on either backend (on
     PostgreSQL as the log's own role, which may write the read models)."""

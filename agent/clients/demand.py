@@ -7,6 +7,7 @@ same shape at `GET /demand`. The body is JSON with at least `pending` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,11 +59,15 @@ class DemandClient:
         self._timeout = timeout
         self._prepared = Prepared(self._http)
         self._headers = self._prepared.headers()
+        # Called before every request is sent; raising sends nothing (the App sets it: see agent.store.deferred).
+        self.fence: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"DemandClient(url={self._shown!r})"
 
     def get(self) -> Demand:
+        if self.fence is not None:
+            self.fence()
         try:
             resp = self._http.send(self._prepared.build("GET", self.url, self._headers, timeout=self._timeout))
         except httpx.TransportError as e:

@@ -752,6 +752,8 @@ class EventLog:
         self._version: int | None = None
         self._held: list[Item] | None = None  # appends held for the next commit (see ``holding``)
         self._open: tuple[Transaction, int] | None = None  # the transaction in progress and its thread
+        self._deferred: Transaction | None = None  # ``_open``'s transaction, when its commit is deferred
+        self._carried: Transaction | None = None  # the deferred one, while a transaction block carries it
         self._segments: tuple[int, list[Segment]] | None = None
         self._decoded = _Decoded()  # rows read before, decoded once
         self._serial = 0  # moves at every rollback on this connection (``read_token``)
@@ -814,8 +816,10 @@ class EventLog:
 
     @property
     def in_transaction(self) -> bool:
-        """True while a transaction is open on this log's connection."""
-        return bool(self.conn.in_transaction)
+        """True while a transaction block is open on this log's connection; not while a deferred commit only
+        waits for the next one (``transaction(defer=True)``): reads on this connection see its events, and a
+        caller that would open a transaction only to write need not open one to read."""
+        return bool(self.conn.in_transaction) and self._deferred is None
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -834,6 +838,9 @@ class EventLog:
         if self._head_fd is not None:
             os.close(self._head_fd)
             self._head_fd = None
+        if self._deferred is not None:  # never committed: closing rolls it back
+            self._open = None
+            self._forget_deferred()
         self.conn.close()
 
     def __enter__(self) -> EventLog:
@@ -845,18 +852,25 @@ class EventLog:
     # ------------------------------------------------------------------ writing
 
     @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, *, defer: bool = False) -> Iterator[Transaction]:
         """Read and append atomically; every event appended commits together or not at all.
         Events held by ``append_held`` are appended first, in the same transaction.
 
         Inside a transaction this thread opened on this log, a transaction joins it (as a savepoint:
         an exception rolls back the inner block alone) and commits with it, so a caller can group
-        what several steps append into one commit (one fsync)."""
+        what several steps append into one commit (one fsync).
+
+        ``defer=True``: the block's end does not commit; the transaction stays open (and holds the write
+        lock) and the next ``transaction`` or ``append`` of this thread on this log carries it and commits
+        it with its own events, in one fsync. Until then nothing may reach another system:
+        ``agent.store.deferred.settle`` (the clients' send paths, the tool pipeline) commits it first, and
+        ``flush`` does so explicitly."""
         if self.readonly:
             raise LogError("this log was opened read-only")
         outer = self._open
         if outer is not None and outer[1] == _thread.get_ident():
-            with self._joined(outer[0]) as tx:
+            ctx = self._carrying(outer[0], defer) if outer[0] is self._deferred else self._joined(outer[0])
+            with ctx as tx:
                 yield tx
             return
         held, self._held = self._held or [], ([] if self._held is not None else None)
@@ -866,6 +880,9 @@ class EventLog:
                 if held:
                     tx.extend(held)
                 yield tx
+                if defer:
+                    self._defer(tx)
+                    return
                 self._commit(tx)
             except BaseException:
                 self._undo()
@@ -876,6 +893,79 @@ class EventLog:
             self._raise_written(e)
             raise
         self._committed(tx)
+
+    def _defer(self, tx: Transaction) -> None:
+        """Leave ``tx`` open, its COMMIT due at this thread's next commit on this log (or ``flush``)."""
+        from agent.store import deferred
+
+        self._deferred = tx
+        deferred.deferring(self)
+
+    @contextmanager
+    def _carrying(self, tx: Transaction, defer: bool) -> Iterator[Transaction]:
+        """A transaction on top of the deferred ``tx``: its block runs in a savepoint and its end commits
+        both (or defers both again). When the block fails, what was deferred commits alone, as it would have
+        without deferring, and the block's exception goes on."""
+        self._deferred, self._carried = None, tx  # carried by this block: its end commits it
+        try:
+            with self._joined(tx) as t:
+                yield t
+        except BaseException:
+            self._carried = None
+            self._settle(tx, swallow=True)
+            raise
+        self._carried = None
+        if defer:
+            self._deferred = tx
+            return
+        self._settle(tx, swallow=False)
+
+    def _settle(self, tx: Transaction, *, swallow: bool) -> None:
+        """Commit the deferred ``tx`` now (its fence first); on failure roll it back and raise LogError
+        (a database error) or what the fence raised, unless ``swallow`` (an exception is already on
+        its way: it goes on, and what was deferred is lost as a failed commit's events are)."""
+        self._forget_deferred()
+        try:
+            try:
+                if not self.conn.in_transaction:  # SQLite rolled it back already (some I/O errors)
+                    raise LogError(f"the event log at {self.path} could not be written: the transaction was "
+                                   "rolled back")
+                self._commit(tx)
+            except BaseException:
+                self._undo()
+                raise
+        except BaseException as e:
+            if swallow:
+                return
+            self._raise_written(e)
+            raise
+        self._committed(tx)
+
+    def _forget_deferred(self) -> None:
+        from agent.store import deferred
+
+        self._deferred = None
+        deferred.settled(self)
+
+    def flush(self) -> None:
+        """Commit what this thread deferred on this log (``transaction(defer=True)``); nothing when nothing
+        is. Refused inside a transaction block that carries it (its end commits it) and from another
+        thread than the one that deferred it."""
+        tx = self._deferred
+        if tx is None:
+            if self._carried is not None:
+                raise LogError("nothing goes over the network inside a transaction: its events are not committed "
+                               "and it holds the log's write lock")
+            return
+        opened = self._open
+        if opened is None or opened[0] is not tx or opened[1] != _thread.get_ident():
+            raise LogError("a deferred commit is flushed by the thread that deferred it, outside a transaction")
+        self._settle(tx, swallow=False)
+
+    @property
+    def deferred(self) -> bool:
+        """True while a commit is deferred on this log (``transaction(defer=True)``)."""
+        return self._deferred is not None
 
     @cached_property
     def _cursor(self) -> Any:
@@ -911,6 +1001,8 @@ class EventLog:
         I/O errors)."""
         self._open = None
         self._serial += 1  # what ``memo`` kept from inside it is read again
+        if self._deferred is not None:
+            self._forget_deferred()
         if self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
 
