@@ -312,9 +312,13 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
              policy: dict[str, Any], params: dict[str, Any] | None = None) -> Projection:
     """Assemble the messages, enforce the budget, write the manifest. Shrinks ``v``'s thread in place."""
     limit_raw = v.calibration.raw_limit(settings.budget_tokens - settings.output_reserve)
-    shrink_notes = _shrink(v, limit_raw) if v.fixed_tokens() + v.thread_tokens() > limit_raw else []
-    if v.fixed_tokens() + v.thread_tokens() > limit_raw:
-        shrink_notes.append(_drop_oldest(v, limit_raw))
+    thread_tokens = v.thread_tokens()
+    shrink_notes: list[str] = []
+    if v.fixed_tokens() + thread_tokens > limit_raw:
+        shrink_notes = _shrink(v, limit_raw)
+        if v.fixed_tokens() + v.thread_tokens() > limit_raw:
+            shrink_notes.append(_drop_oldest(v, limit_raw))
+        thread_tokens = v.thread_tokens()
     messages: list[Message] = [{"role": "system", "content": v.system}]
     sections = {"system": v.meter.text_message(v.system), "pinned": 0, "summary": 0}
     if v.pinned_text is not None:
@@ -323,10 +327,10 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
     if v.summary_text is not None:
         messages.append({"role": "user", "content": v.summary_text})
         sections["summary"] = v.meter.text_message(v.summary_text)
-    parts = [canonical(m) for m in messages]
-    messages.extend(dict(e.message) for e in v.thread)   # each request its own dicts: the entries' are shared
-    parts.extend(e.json() for e in v.thread)
-    sections["thread"] = v.thread_tokens()
+    parts = [v.meter.cache.message_json(m) for m in messages]
+    messages += [dict(e.message) for e in v.thread]   # each request its own dicts: the entries' are shared
+    parts += [e.json() for e in v.thread]
+    sections["thread"] = thread_tokens
     sections["tools"] = v.tools_tokens
     tokens = REQUEST_OVERHEAD + sum(sections.values())
     calibrated = v.calibration.calibrated(tokens)
