@@ -192,23 +192,32 @@ class View:
         return sum(e.tokens for e in self.thread)
 
 
+def _compaction_texts(comp: Event | None, settings: ContextSettings, meter: Meter
+                      ) -> tuple[str | None, str | None, int | None]:
+    """(pinned text, summary text, masked_to) of the compaction a thread follows (all None without one)."""
+    if comp is None:
+        return None, None, None
+    covered_to = int(comp.payload["covered_to"])
+    summary_text = masked_to = None
+    pinned_text = render_pinned(comp.payload.get("pinned") or empty_pinned(), covered_to, settings, meter,
+                                version=comp.version)
+    if covered_to > 0 or comp.version < 3:   # a masking-only compaction before any summary has none
+        summary_text = render_summary(comp.payload, settings, meter, version=comp.version)
+    if comp.version >= 3 and comp.payload.get("masked_to") is not None:
+        masked_to = int(comp.payload["masked_to"])
+    facts = render_facts(comp.payload.get("facts"), settings.facts_max_tokens, meter) if comp.version >= 3 else None
+    if facts is not None and summary_text is not None:
+        summary_text += "\n" + facts
+    return pinned_text, summary_text, masked_to
+
+
 def make_view(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
               tools: list[dict[str, Any]], meter: Meter) -> View:
     comp = inputs.compaction
     covered_to = inputs.covered_to
-    pinned_text = summary_text = None
-    masked_to: int | None = None
-    if comp is not None:
-        pinned_text = render_pinned(comp.payload.get("pinned") or empty_pinned(), covered_to, settings, meter,
-                                    version=comp.version)
-        if covered_to > 0 or comp.version < 3:   # a masking-only compaction before any summary has none
-            summary_text = render_summary(comp.payload, settings, meter, version=comp.version)
-        if comp.version >= 3 and comp.payload.get("masked_to") is not None:
-            masked_to = int(comp.payload["masked_to"])
-        facts = render_facts(comp.payload.get("facts"), settings.facts_max_tokens, meter) \
-            if comp.version >= 3 else None
-        if facts is not None and summary_text is not None:
-            summary_text += "\n" + facts
+    # the compaction's texts are the same for every request it heads: made once per compaction and encoding
+    pinned_text, summary_text, masked_to = meter.cache.derived(
+        "compaction", (comp, settings, meter.key), lambda: _compaction_texts(comp, settings, meter))
     system = meter.cache.derived("system", (prompts, policy), lambda: render_system(prompts, policy))
     return View(end=inputs.end, compaction=comp, covered_to=covered_to, system=system,
                 pinned_text=pinned_text, summary_text=summary_text, events=inputs.events,
