@@ -217,7 +217,7 @@ def make_view(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, po
     covered_to = inputs.covered_to
     # the compaction's texts are the same for every request it heads: made once per compaction and encoding
     pinned_text, summary_text, masked_to = meter.cache.derived(
-        "compaction", (comp, settings, meter.key), lambda: _compaction_texts(comp, settings, meter))
+        f"compaction {meter.key}", (comp, settings), lambda: _compaction_texts(comp, settings, meter))
     system = meter.cache.derived("system", (prompts, policy), lambda: render_system(prompts, policy))
     return View(end=inputs.end, compaction=comp, covered_to=covered_to, system=system,
                 pinned_text=pinned_text, summary_text=summary_text, events=inputs.events,
