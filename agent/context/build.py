@@ -192,23 +192,32 @@ class View:
         return sum(e.tokens for e in self.thread)
 
 
+def _compaction_texts(comp: Event | None, settings: ContextSettings, meter: Meter
+                      ) -> tuple[str | None, str | None, int | None]:
+    """(pinned text, summary text, masked_to) of the compaction a thread follows (all None without one)."""
+    if comp is None:
+        return None, None, None
+    covered_to = int(comp.payload["covered_to"])
+    summary_text = masked_to = None
+    pinned_text = render_pinned(comp.payload.get("pinned") or empty_pinned(), covered_to, settings, meter,
+                                version=comp.version)
+    if covered_to > 0 or comp.version < 3:   # a masking-only compaction before any summary has none
+        summary_text = render_summary(comp.payload, settings, meter, version=comp.version)
+    if comp.version >= 3 and comp.payload.get("masked_to") is not None:
+        masked_to = int(comp.payload["masked_to"])
+    facts = render_facts(comp.payload.get("facts"), settings.facts_max_tokens, meter) if comp.version >= 3 else None
+    if facts is not None and summary_text is not None:
+        summary_text += "\n" + facts
+    return pinned_text, summary_text, masked_to
+
+
 def make_view(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
               tools: list[dict[str, Any]], meter: Meter) -> View:
     comp = inputs.compaction
     covered_to = inputs.covered_to
-    pinned_text = summary_text = None
-    masked_to: int | None = None
-    if comp is not None:
-        pinned_text = render_pinned(comp.payload.get("pinned") or empty_pinned(), covered_to, settings, meter,
-                                    version=comp.version)
-        if covered_to > 0 or comp.version < 3:   # a masking-only compaction before any summary has none
-            summary_text = render_summary(comp.payload, settings, meter, version=comp.version)
-        if comp.version >= 3 and comp.payload.get("masked_to") is not None:
-            masked_to = int(comp.payload["masked_to"])
-        facts = render_facts(comp.payload.get("facts"), settings.facts_max_tokens, meter) \
-            if comp.version >= 3 else None
-        if facts is not None and summary_text is not None:
-            summary_text += "\n" + facts
+    # the compaction's texts are the same for every request it heads: made once per compaction and encoding
+    pinned_text, summary_text, masked_to = meter.cache.derived(
+        f"compaction {meter.key}", (comp, settings), lambda: _compaction_texts(comp, settings, meter))
     system = meter.cache.derived("system", (prompts, policy), lambda: render_system(prompts, policy))
     return View(end=inputs.end, compaction=comp, covered_to=covered_to, system=system,
                 pinned_text=pinned_text, summary_text=summary_text, events=inputs.events,
@@ -312,9 +321,13 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
              policy: dict[str, Any], params: dict[str, Any] | None = None) -> Projection:
     """Assemble the messages, enforce the budget, write the manifest. Shrinks ``v``'s thread in place."""
     limit_raw = v.calibration.raw_limit(settings.budget_tokens - settings.output_reserve)
-    shrink_notes = _shrink(v, limit_raw) if v.fixed_tokens() + v.thread_tokens() > limit_raw else []
-    if v.fixed_tokens() + v.thread_tokens() > limit_raw:
-        shrink_notes.append(_drop_oldest(v, limit_raw))
+    thread_tokens = v.thread_tokens()
+    shrink_notes: list[str] = []
+    if v.fixed_tokens() + thread_tokens > limit_raw:
+        shrink_notes = _shrink(v, limit_raw)
+        if v.fixed_tokens() + v.thread_tokens() > limit_raw:
+            shrink_notes.append(_drop_oldest(v, limit_raw))
+        thread_tokens = v.thread_tokens()
     messages: list[Message] = [{"role": "system", "content": v.system}]
     sections = {"system": v.meter.text_message(v.system), "pinned": 0, "summary": 0}
     if v.pinned_text is not None:
@@ -323,10 +336,10 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
     if v.summary_text is not None:
         messages.append({"role": "user", "content": v.summary_text})
         sections["summary"] = v.meter.text_message(v.summary_text)
-    parts = [canonical(m) for m in messages]
-    messages.extend(dict(e.message) for e in v.thread)   # each request its own dicts: the entries' are shared
-    parts.extend(e.json() for e in v.thread)
-    sections["thread"] = v.thread_tokens()
+    parts = [v.meter.cache.message_json(m) for m in messages]
+    messages += [dict(e.message) for e in v.thread]   # each request its own dicts: the entries' are shared
+    parts += [e.json() for e in v.thread]
+    sections["thread"] = thread_tokens
     sections["tools"] = v.tools_tokens
     tokens = REQUEST_OVERHEAD + sum(sections.values())
     calibrated = v.calibration.calibrated(tokens)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar, cast
 
 from agent.events import Event, render
+from agent.store.log import canonical
 from agent.tokens import Tokenizer, message_tokens, text_message_tokens, tools_json
 
 K = TypeVar("K", bound=Hashable)
@@ -26,6 +27,7 @@ V = TypeVar("V")
 
 COUNT_ENTRIES = 1024     # texts whose token count is kept
 CUT_ENTRIES = 1024       # (text, cap) truncations kept
+ENCODED_ENTRIES = 16     # canonical JSON of a request's text messages (system, pinned, summary) kept
 RENDER_ENTRIES = 1024    # rendered thread messages kept (a thread is a few hundred at most)
 # Bounds by size as well: one 5 MB tool output must not pin 1,024 times its size (texts are keys).
 COUNT_BYTES = 8 << 20
@@ -154,6 +156,7 @@ class ProjectionCache:
         self.counts: LRU[tuple[int, str], int] = LRU(counts, max_bytes[0], _text_bytes)
         self.cuts: LRU[tuple[int, str, int], tuple[str, int, int]] = LRU(cuts, max_bytes[1], _text_bytes)
         self.rendered: LRU[tuple[int, str], _Rendered] = LRU(rendered, max_bytes[2], _message_bytes)
+        self.encoded: LRU[tuple[str, str], str] = LRU(ENCODED_ENTRIES, max_bytes[1], _text_bytes)
         self._encodings: dict[int, Any] = {}   # keeps each keyed encoding alive, so its id stays unique
         # The inputs the last projection loaded, as (log, log.others_version() then, Inputs): the next one
         # extends them with what was appended since (agent.context.load.load) instead of reading them again.
@@ -168,6 +171,7 @@ class ProjectionCache:
         # What the projection derives from its other inputs (the tools' encodings, the system prompt), by
         # name: (the objects it was derived from, a copy of them then, the value).
         self._derived: dict[str, tuple[tuple[Any, ...], Any, Any]] = {}
+        self._checked: list[tuple[Any, Any]] = []   # (object, its kept copy) found equal since the last meter()
         self._stable: dict[str, Any] = {}
 
     def stable(self, name: str, value: T) -> T:
@@ -182,14 +186,52 @@ class ProjectionCache:
 
     def derived(self, name: str, of: tuple[Any, ...], make: Callable[[], T]) -> T:
         """``make()``, a function of the objects ``of`` alone, remembered under ``name`` while it is asked for
-        the very same objects, unchanged since (compared with a copy taken when it was made)."""
+        the very same objects, unchanged since (compared with a copy taken when it was made). Within one
+        projection (between two ``meter()`` calls) an object found unchanged is not compared again: the tools
+        feed several derived values, and comparing their schemas is most of what a hit costs."""
         hit = self._derived.get(name)
         if hit is not None and len(hit[0]) == len(of) and all(a is b for a, b in zip(hit[0], of, strict=True)) \
-                and hit[1] == of:
+                and self._unchanged(hit[0], hit[1]):
             return cast(T, hit[2])
         value = make()
-        self._derived[name] = (of, copy.deepcopy(of), value)
+        kept = tuple(self._copy(obj) for obj in of)
+        self._derived[name] = (of, kept, value)
         return value
+
+    def _copy(self, obj: Any) -> Any:
+        """A copy of ``obj`` to compare it with later: the one it was found equal to in this projection, when
+        there is one (so the values derived from one object share its copy and compare it once)."""
+        for o, k in self._checked:
+            if o is obj:
+                return k
+        kept = copy.deepcopy(obj)
+        self._checked.append((obj, kept))
+        return kept
+
+    def _unchanged(self, of: tuple[Any, ...], kept: tuple[Any, ...]) -> bool:
+        """Whether each object of ``of`` still equals its copy ``kept``; an object found equal in this
+        projection already (``_checked``: the very object with the very copy it was compared to) is not
+        compared again."""
+        for obj, then in zip(of, kept, strict=True):
+            if any(o is obj and k is then for o, k in self._checked):
+                continue
+            if obj != then:
+                return False
+            self._checked.append((obj, then))
+        return True
+
+    def message_json(self, msg: Message) -> str:
+        """``canonical(msg)`` of a request's text message (the system prompt, the pinned facts, the summary),
+        remembered by its role and text while the last ``KEEP_PROJECTIONS`` projections used it: they repeat
+        from one request to the next, and the system prompt is the longest text of most requests."""
+        if set(msg) != {"role", "content"} or type(msg["role"]) is not str or type(msg["content"]) is not str:
+            return canonical(msg)
+        key = (msg["role"], msg["content"])
+        text = self.encoded.get(key)
+        if text is None:
+            text = canonical(msg)
+            self.encoded.put(key, text)
+        return text
 
     def take_thread(self, key: tuple[Any, ...]) -> Any:
         """The kept pass over a thread for ``key`` (removed: its taker keeps it again when done), or None."""
@@ -206,11 +248,12 @@ class ProjectionCache:
         """Counting with ``tokenizer`` through this cache."""
         key = id(tokenizer.encoding)
         self._encodings.setdefault(key, tokenizer.encoding)
+        self._checked = []
         self._next_epoch()
         return Meter(tokenizer, key, self)
 
     def _next_epoch(self) -> None:
-        for table in (self.counts, self.cuts, self.rendered):
+        for table in (self.counts, self.cuts, self.rendered, self.encoded):
             table.epoch += 1
             table.sweep(table.epoch - self.KEEP_PROJECTIONS)
 
@@ -254,12 +297,14 @@ class ProjectionCache:
         self.loaded = None
         self.hashed = None
         self._derived.clear()
+        self._checked = []
         self._stable.clear()
         with self._threads_lock:
             self._threads.clear()
         self.counts.clear()
         self.cuts.clear()
         self.rendered.clear()
+        self.encoded.clear()
 
 
 LONG_TEXT = 200_000   # characters: a text this long is cut from a tokenization of its head

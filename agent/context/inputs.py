@@ -25,12 +25,11 @@ from agent.context.build import (
     Projection,
     params_hash,
     request_bundle,
-    request_payload,
     sha256_text,
     tools_hash,
 )
 from agent.events import Event
-from agent.events.kinds_storage import REQUEST_INPUT, bundle_hash, join_manifest
+from agent.events.kinds_storage import REQUEST_INPUT, bundle_hash, join_manifest, split_manifest
 from agent.prompts import Prompts
 from agent.store.log import EventLog, canonical
 
@@ -38,7 +37,8 @@ KIND = "input.recorded"
 
 
 def _inputs(prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]],
-            params: list[dict[str, Any]], request: Projection | None = None) -> list[dict[str, Any]]:
+            params: list[dict[str, Any]], request: Projection | None = None,
+            bundle: tuple[dict[str, Any], str] | None = None) -> list[dict[str, Any]]:
     texts = {"system.md": prompts.system, "summarize.md": prompts.summarize}
     out: list[dict[str, Any]] = [{"name": name, "sha256": prompts.hashes[name], "content": texts[name]}
                                  for name in sorted(texts) if name in prompts.hashes]
@@ -49,8 +49,8 @@ def _inputs(prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]
     out.append({"name": "tools", "sha256": m.get("tools_hash") or tools_hash(tools), "content": tools})
     out.extend({"name": "params", "sha256": params_hash(p), "content": p} for p in params)
     if request is not None:
-        bundle = request_bundle(request)
-        out.append({"name": REQUEST_INPUT, "sha256": bundle_hash(bundle), "content": bundle})
+        content, sha = bundle if bundle is not None else (request_bundle(request), "")
+        out.append({"name": REQUEST_INPUT, "sha256": sha or bundle_hash(content), "content": content})
     return out
 
 
@@ -60,14 +60,16 @@ def recorded(log: EventLog, until_seq: int | None = None) -> dict[str, Any]:
 
 
 def record_inputs(log: EventLog, prompts: Prompts, policy: dict[str, Any], tools: list[dict[str, Any]],
-                  tick: int | None, *params: dict[str, Any] | None, request: Projection | None = None) -> int:
+                  tick: int | None, *params: dict[str, Any] | None, request: Projection | None = None,
+                  bundle: tuple[dict[str, Any], str] | None = None) -> int:
     """Log each input whose hash the log has not seen yet (``params``: the model parameters of the
     requests about to be sent; ``request``: the projection about to be logged as a ``model.request``,
-    whose bundle its manifest names, built from ``policy`` and ``tools``); returns how many were logged."""
+    whose bundle its manifest names, built from ``policy`` and ``tools``; ``bundle``: that bundle and its
+    hash when already made); returns how many were logged."""
     # hashes only: the texts are not decoded at every step; read again only once an input was logged since
     seen = log.memo("inputs.recorded_hashes", log.store.recorded_input_hashes, (KIND,))
     given = [p for p in params if p is not None]
-    new = [i for i in _inputs(prompts, policy, tools, given, request) if i["sha256"] not in seen]
+    new = [i for i in _inputs(prompts, policy, tools, given, request, bundle) if i["sha256"] not in seen]
     new = [i for n, i in enumerate(new) if all(j["sha256"] != i["sha256"] for j in new[:n])]
     if new:
         log.append_many((KIND, i, "system", tick) for i in new)
@@ -78,8 +80,9 @@ def log_request(log: EventLog, projection: Projection, *, prompts: Prompts, poli
                 tools: list[dict[str, Any]], tick: int | None, params: dict[str, Any] | None = None) -> Event:
     """Log a request about to be sent: the inputs it names that the log lacks (its bundle included), then
     its ``model.request``."""
-    record_inputs(log, prompts, policy, tools, tick, params, request=projection)
-    return log.append("model.request", request_payload(projection), "system", tick)
+    content, compact = split_manifest(projection.manifest, projection.request_hash)  # its bundle hashed once
+    record_inputs(log, prompts, policy, tools, tick, params, request=projection, bundle=(content, compact["inputs"]))
+    return log.append("model.request", {"request_hash": projection.request_hash, "manifest": compact}, "system", tick)
 
 
 def manifest_of(req: Event, texts: dict[str, Any]) -> dict[str, Any]:
