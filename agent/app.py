@@ -102,9 +102,14 @@ class App:
             from agent.rules import RulesProvider
 
             return RulesProvider(self)
-        from agent.llm import OpenAIChat
+        from agent.store.deferred import settle
 
         key = self.settings.model_api_key(self.env)
+        # Building the client imports the model SDK (a second or more, once a process): what this thread
+        # deferred commits first, so no other writer waits on the write lock meanwhile.
+        settle()
+        from agent.llm import OpenAIChat
+
         return OpenAIChat(base_url=m.base_url, model=m.name, api_key=key.reveal() if key else None,
                           timeout=m.timeout, temperature=m.temperature, max_tokens=m.max_output_tokens,
                           max_retries=m.max_retries, retry_timeouts=m.retry_timeouts)

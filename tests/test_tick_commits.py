@@ -28,8 +28,10 @@ def test_a_tick_with_reads_only_commits_once_per_model_step_plus_start_and_end(m
     """A tick whose model searches once (and names a tool that does not exist) then stops (2 steps, no
     side effect) commits 3 times: each request (the first carries the tick's start; the last reply, its
     read-only call and both results ride along with the next), its end; the second tick (1 step) twice.
-    Every event of the tick is in the log and the chain verifies."""
+    Every event of the tick is in the log and the chain verifies. The model client is built first, as a
+    daemon's is after its first tick (see the test below for a process's first tick)."""
     app = make_app()
+    app.provider()
     fake_model.enqueue(reply("looking", tool_calls=[("search_offers", {"limit": 5}), ("no_such_tool", {})]),
                        reply("nothing to do"))
     r, commits = _tick(app)
@@ -41,6 +43,20 @@ def test_a_tick_with_reads_only_commits_once_per_model_step_plus_start_and_end(m
     fake_model.enqueue(reply("still nothing to do"))
     r2, commits2 = _tick(app)
     assert r2.steps == 1 and commits2 == 2
+    assert app.log.verify().ok
+
+
+def test_a_process_first_tick_commits_its_start_before_it_builds_the_model_client(make_app, fake_model):
+    """Building the model client imports the SDK (a second or more): a process's first tick commits its start
+    alone before it does, so the write lock is not held meanwhile (one commit more than a later tick: 2 + steps
+    for a tick of reads only); the next tick of the same process carries its start with its first request."""
+    app = make_app()
+    fake_model.enqueue(reply("looking", tool_calls=[("search_offers", {"limit": 5})]), reply("nothing to do"))
+    r, commits = _tick(app)
+    assert r.steps == 2 and commits == 2 + r.steps == 4
+    fake_model.enqueue(reply("looking", tool_calls=[("search_offers", {"limit": 5})]), reply("nothing to do"))
+    r2, commits2 = _tick(app)
+    assert r2.steps == 2 and commits2 == 1 + r2.steps == 3
     assert app.log.verify().ok
 
 
@@ -56,6 +72,7 @@ def test_each_side_effecting_call_adds_two_commits_and_its_intent_is_durable_bef
     reaches vast.ai its intent is already committed."""
     sim.pending = 600.0
     app = make_app()
+    app.provider()  # built, as a daemon's is after its first tick
     seen: dict[str, Any] = {}
 
     def rent_checking(body: dict[str, Any]) -> Step:

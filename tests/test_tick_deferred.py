@@ -81,6 +81,7 @@ def test_an_idle_tick_commits_its_start_with_its_first_request_and_no_request_wa
     from agent.store import plans
 
     app = make_app(policy={"max_daily_spend": 1000.0})
+    app.provider()  # built, as a daemon's is after its first tick (a first tick commits its start before)
     db = Path(app.log.path)
     sim.db, sim.watch_tick = db, 1
     model_seen: list[tuple[bool, list[str]]] = []
