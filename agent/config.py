@@ -184,6 +184,9 @@ class ContextSettings:
     # Caps of the pinned block's own blocks (knowledge files share what is left of pinned_max_tokens).
     directives_max_tokens: int = 2000
     memory_max_tokens: int = 2000
+    # A request over the budget first folds the newest tick's floods: past this many system messages of one
+    # kind (an alert, a destroy, a late result, ...), the rest become one digest naming them (0 = never fold).
+    flood_keep: int = 3
 
 
 @record(frozen=True)
@@ -1065,6 +1068,8 @@ def _check_context(c: ContextSettings, loc: _Loc) -> None:
         raise loc.error("context.facts_max_tokens", "must be 0 (no facts block) or a number of tokens")
     if c.mask_after_ticks < 0:
         raise loc.error("context.mask_after_ticks", "must be 0 (never mask) or a number of ticks")
+    if c.flood_keep < 0:
+        raise loc.error("context.flood_keep", "must be 0 (never fold) or a number of messages")
 
 
 def _check_schedule(sch: ScheduleSettings, loc: _Loc) -> None:

@@ -8,6 +8,7 @@ state between calls; the only thing passed in that outlives a call is the
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,7 +27,9 @@ from agent.tokens import REQUEST_OVERHEAD
 
 BUDGET_FIELDS = ("budget_tokens", "output_reserve", "high_water", "low_water", "encoding", "summary_max_tokens",
                  "knowledge_max_tokens", "pinned_max_tokens", "tool_output_max_tokens", "calibration_margin",
-                 "mask_after_ticks", "facts_max_tokens", "directives_max_tokens", "memory_max_tokens")
+                 "mask_after_ticks", "facts_max_tokens", "directives_max_tokens", "memory_max_tokens", "flood_keep")
+# Budget fields a request recorded before the field existed ran without: replayed with these values.
+ABSENT_MEANS = {"flood_keep": 0}
 
 
 def budget_fields(settings: ContextSettings) -> dict[str, Any]:
@@ -35,7 +38,10 @@ def budget_fields(settings: ContextSettings) -> dict[str, Any]:
 
 def settings_from_manifest(settings: ContextSettings, manifest: dict[str, Any]) -> ContextSettings:
     """``settings`` with the budget fields a past request recorded (for faithful replay)."""
-    recorded = {k: v for k, v in (manifest.get("settings") or {}).items() if k in BUDGET_FIELDS}
+    fields = manifest.get("settings") or {}
+    recorded = {k: v for k, v in fields.items() if k in BUDGET_FIELDS}
+    if fields:   # a request that recorded its settings before a field existed ran without it
+        recorded.update({k: v for k, v in ABSENT_MEANS.items() if k not in fields})
     return replace(settings, **recorded)
 
 
@@ -257,6 +263,75 @@ def _is_operator_text(e: Entry) -> bool:
     return e.tool is None and e.text is not None and not e.pinned_directive and e.operator
 
 
+FOLD_LINES_TOKENS = 300   # a digest names the messages it folds, one line each, within this many tokens
+FOLD_LINE_CHARS = 110     # each line: the start of the message's text
+
+
+def _foldable(e: Entry) -> str | None:
+    """The flood an entry of the newest tick may be folded into (its kind; a late tool result's tool), or
+    None: the observation, an operator's or pinned message, a tool result next to its call, a marker."""
+    if e.message["role"] != "user" or e.operator or e.pinned_directive or e.text is None:
+        return None
+    if e.kind in ("tick.started", "omitted", "folded", "knowledge.collapsed"):
+        return None
+    return f"{e.kind} ({e.tool[0]})" if e.tool is not None else e.kind
+
+
+def _first_line(e: Entry) -> str:
+    return next((ln.strip() for ln in (e.text or "").splitlines() if ln.strip() and not ln.startswith("```")), "")
+
+
+def _cut(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars] + "…"
+
+
+def _digest(label: str, run: list[Entry], tick: int | None, meter: Meter) -> Entry:
+    """One message for the folded ``run`` of one flood: how many, which events, the first one's line as the
+    pattern, then one line per message while they fit, each with only its words that most of the others do
+    not have (an instance, a host, a price; the whole line of one that follows another pattern)."""
+    where = f"tick {tick}" if tick is not None else "this tick"
+    words = [_first_line(e).split() for e in run]
+    seen = Counter(w for ws in words for w in set(ws))
+    common = {w for w, n in seen.items() if 2 * n > len(run)}   # the pattern most of them follow
+    head = (f"[... {len(run):,} more {label} messages of {where} (#{run[0].seq}–#{run[-1].seq}) folded for space; "
+            f"the first reads \"{_cut(' '.join(words[0]), 2 * FOLD_LINE_CHARS)}\", and each line below keeps only "
+            "the words its message does not share with most of the others; `fleet-agent thread show` and "
+            "search_history have each in full]")
+    lines, used = [head], 0
+    for e, w in zip(run, words, strict=True):
+        line = f"- #{e.seq} " + (_cut(" ".join(x for x in w if x not in common), FOLD_LINE_CHARS) or "(the same)")
+        n = meter.count(line) + 1
+        if used + n > FOLD_LINES_TOKENS:
+            lines.append(f"[... {len(run) - len(lines) + 1:,} more not listed]")
+            break
+        lines.append(line)
+        used += n
+    text = "\n".join(lines)
+    msg: Message = {"role": "user", "content": text}
+    return Entry(run[0].seq, "folded", tick, msg, meter.message(msg), text=text)
+
+
+def _fold_floods(v: View, keep: int) -> str | None:
+    """The budget's first resort: in the newest tick, past ``keep`` messages of one kind of system message,
+    the rest become one digest at the place of the first folded one. Nothing the operator wrote, no tool
+    result next to its call and not the observation. Deterministic: depends only on the view and ``keep``.
+    Returns a note, or None when no flood was there."""
+    newest = max((i for i, e in enumerate(v.thread) if e.kind == "tick.started"), default=-1)
+    floods: dict[str, list[int]] = {}
+    for i in range(newest + 1, len(v.thread)):
+        label = _foldable(v.thread[i])
+        if label is not None:
+            floods.setdefault(label, []).append(i)
+    folded = {label: at[keep:] for label, at in floods.items() if len(at) > keep}
+    if keep <= 0 or not folded:
+        return None
+    tick = v.thread[newest].tick if newest >= 0 else None
+    place = {at[0]: _digest(label, [v.thread[i] for i in at], tick, v.meter) for label, at in folded.items()}
+    gone = {i for at in folded.values() for i in at}
+    v.thread[:] = [place[i] if i in place else e for i, e in enumerate(v.thread) if i in place or i not in gone]
+    return f"folded {len(gone):,} messages of {len(folded)} kind{'s' if len(folded) > 1 else ''}"
+
+
 def _shrink(v: View, limit_raw: int) -> list[str]:
     """Truncate the thread's largest texts (tool outputs, then observations and the like, operator
     feedback last) until it fits ``limit_raw``. Deterministic: the result depends only on the view and
@@ -324,7 +399,10 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
     thread_tokens = v.thread_tokens()
     shrink_notes: list[str] = []
     if v.fixed_tokens() + thread_tokens > limit_raw:
-        shrink_notes = _shrink(v, limit_raw)
+        folded = _fold_floods(v, settings.flood_keep)
+        shrink_notes = [folded] if folded else []
+        if v.fixed_tokens() + v.thread_tokens() > limit_raw:
+            shrink_notes += _shrink(v, limit_raw)
         if v.fixed_tokens() + v.thread_tokens() > limit_raw:
             shrink_notes.append(_drop_oldest(v, limit_raw))
         thread_tokens = v.thread_tokens()

@@ -1,0 +1,122 @@
+"""A flood in one tick — many instances stopping at once, each with its alert, its destroy and its result —
+must not leave the model blind: when the request would pass the budget, the newest tick's repeated system
+messages are folded (the first few of each kind in full, the rest as one digest naming them) before any text
+is cut, and the step is sent. The log keeps every event; replay re-derives the folded request exactly; a
+request recorded before folding existed replays with it off. End to end against the simulator and the
+scripted model server."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import pytest
+
+from agent.config import ContextSettings
+from agent.context import replay as replay_mod
+from agent.context.build import budget_fields, settings_from_manifest
+from agent.sim import SimServer, Simulator
+from agent.tick import run_tick
+from tests.conftest import events_of, plant_ours
+from tests.fakes.openai_server import reply
+
+N = 30   # instances of ours that stop at once
+BUDGET = {"budget_tokens": 8000, "output_reserve": 1024}
+
+
+def _fleet(app: Any, sim: Simulator, n: int) -> list[int]:
+    offers = [o for o in sorted(sim.offers.values(), key=lambda o: o["id"])
+              if not o["rented"] and o["host_id"] not in sim.bad_hosts]
+    assert len(offers) >= n
+    return [plant_ours(app, sim, o["id"], key=f"{k:012x}") for k, o in enumerate(offers[:n])]
+
+
+def _stop_all(server: SimServer, ids: list[int]) -> None:
+    for iid in ids:
+        r = httpx.post(f"{server.url}/_sim/set_status",
+                       json={"instance_id": iid, "status": "stopped", "status_msg": "host went offline"})
+        assert r.status_code == 200, r.text
+
+
+def _app(make_app: Any, **context: Any) -> Any:
+    return make_app(context={**BUDGET, **context}, policy={"max_instances": N + 5})
+
+
+def test_a_mass_stop_is_folded_and_the_model_still_gets_its_step(sim: Simulator, sim_server: SimServer,
+                                                                  make_app: Any, fake_model: Any) -> None:
+    app = _app(make_app)
+    ids = _fleet(app, sim, N)
+    sim.advance(600)
+    _stop_all(sim_server, ids)
+    fake_model.enqueue(reply("the fleet stopped; waiting for the operator"))
+    r = run_tick(app)
+    assert r.ok, r.reason
+    tick = r.tick
+
+    # the log is complete: every stopped instance has its reason, its intent and its result
+    assert sorted(e.payload["instance_id"] for e in events_of(app, "system.destroy", tick)) == sorted(ids)
+    assert len([e for e in events_of(app, "tool.result", tick) if e.payload["call_id"].startswith("sys_")]) == N
+    assert not events_of(app, "context.step_refused", tick)
+
+    # the model was asked, within the budget, and saw the flood folded, not cut
+    [req] = events_of(app, "model.request", tick)
+    manifest = req.payload["manifest"]
+    assert manifest["calibrated_tokens"] <= BUDGET["budget_tokens"] - BUDGET["output_reserve"]
+    [sent] = fake_model.chat_requests
+    texts = [m["content"] for m in sent.json["messages"] if m["role"] == "user"]
+    digests = [t for t in texts if "folded for space" in t]
+    assert digests, "no digest of the flood"
+    assert any(t.startswith(f"[... {N - 3:,} more system.destroy messages") for t in digests), digests
+    observation = next(t for t in texts if t.startswith(f"[tick {tick} "))
+    assert "truncated" not in observation   # folding came before any cut of the observation
+    # the folded destroys are each named in their digest, while it has room
+    destroyed = next(t for t in digests if "system.destroy" in t)
+    assert sum(str(i) in destroyed for i in ids) > N // 2
+
+    # replay re-derives the folded request exactly
+    for results in (replay_mod.replay(app.log, app.prompts, app.settings.context, policy=app.policy_dict(),
+                                      tools=app.tool_specs()),
+                    replay_mod.replay_summaries(app.log, app.prompts, app.settings.context,
+                                                policy=app.policy_dict(), tools=app.tool_specs())):
+        summary = replay_mod.verify(results, stop_at_first=False)
+        assert not summary.mismatches, summary.mismatches
+
+
+def test_without_folding_the_same_flood_refuses_the_step(sim: Simulator, sim_server: SimServer, make_app: Any,
+                                                         fake_model: Any) -> None:
+    """What folding saves: with it off (``flood_keep: 0``) the same tick cannot be sent at all."""
+    app = _app(make_app, flood_keep=0)
+    ids = _fleet(app, sim, N)
+    sim.advance(600)
+    _stop_all(sim_server, ids)
+    fake_model.enqueue(reply("unused"))
+    r = run_tick(app)
+    assert events_of(app, "context.step_refused", r.tick)
+    assert not fake_model.chat_requests
+
+
+def test_a_flood_that_fits_is_shown_message_by_message(sim: Simulator, sim_server: SimServer, make_app: Any,
+                                                       fake_model: Any) -> None:
+    """Folding is the budget's first resort, never a habit: a request that fits shows every message."""
+    app = make_app(policy={"max_instances": 10})
+    ids = _fleet(app, sim, 6)
+    sim.advance(600)
+    _stop_all(sim_server, ids)
+    fake_model.enqueue(reply("ok"))
+    r = run_tick(app)
+    assert r.ok, r.reason
+    [sent] = fake_model.chat_requests
+    texts = [m["content"] for m in sent.json["messages"] if m["role"] == "user"]
+    assert not any("folded for space" in t for t in texts)
+    assert sum(t.startswith("[system destroy]") for t in texts) == 6
+
+
+@pytest.mark.parametrize("recorded", [{}, {"flood_keep": 0}])
+def test_a_request_recorded_before_folding_replays_with_it_off(recorded: dict[str, Any]) -> None:
+    today = ContextSettings()
+    assert today.flood_keep > 0
+    old = {k: v for k, v in budget_fields(today).items() if k != "flood_keep"} | recorded
+    assert settings_from_manifest(today, {"settings": old}).flood_keep == 0
+    assert settings_from_manifest(replace(today, flood_keep=7), {"settings": budget_fields(today)}).flood_keep \
+        == today.flood_keep
