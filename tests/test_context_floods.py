@@ -120,3 +120,34 @@ def test_a_request_recorded_before_folding_replays_with_it_off(recorded: dict[st
     assert settings_from_manifest(today, {"settings": old}).flood_keep == 0
     assert settings_from_manifest(replace(today, flood_keep=7), {"settings": budget_fields(today)}).flood_keep \
         == today.flood_keep
+
+
+def test_operator_words_and_tool_results_beside_their_calls_are_never_folded(tmp_path: Any) -> None:
+    """In a tick whose system messages flood the budget, the operator's notes stay verbatim and the results of
+    the model's own calls stay beside them; only the system messages past the first few are folded."""
+    from tests.test_context import asked, open_log, proj, tick_start, tool_step
+    from tests.test_context_props import S
+
+    log = open_log(tmp_path / "a.db")
+    tick_start(log, 1, instances=3)
+    asked(log, 1)
+    tool_step(log, 1, [40] * 6)
+    notes = []
+    for i in range(150):
+        log.append("system.destroy", {"instance_id": 5000 + i, "status": "stopped", "reason": "host went offline"},
+                   "system", 1)
+        if i % 40 == 7:
+            notes.append(f"operator note {i}: keep the A100s, whatever happens")
+            log.append("operator.note", {"text": notes[-1], "by": "ops"}, "operator", 1)
+    p = proj(log, S)
+    assert p.calibrated_tokens <= S.budget_tokens - S.output_reserve
+    users = [m["content"] for m in p.messages if m["role"] == "user"]
+    for text in notes:
+        assert any(text in u and "folded" not in u for u in users), text
+    assert sum(u.startswith("[system destroy]") for u in users) == S.flood_keep
+    [digest] = [u for u in users if "folded for space" in u]
+    assert digest.startswith(f"[... {150 - S.flood_keep} more system.destroy messages of tick 1")
+    assert "\n- #" in digest and " 5003" in digest   # the first folded one, named by its instance
+    tool_ids = [m["tool_call_id"] for m in p.messages if m["role"] == "tool"]
+    assert tool_ids == [f"call_1_{i}" for i in range(6)]
+    assert p.manifest["request_hash"] == proj(log, S).manifest["request_hash"]   # the same log, the same request
