@@ -285,6 +285,30 @@ SAMPLES.update({
 SAMPLES[("tick.started", 3)] = SAMPLES[("tick.started", 2)]
 # v4 stores a column whose values repeat as distinct values and an index (kinds_storage2) and renders as v2.
 SAMPLES[("tick.started", 4)] = SAMPLES[("tick.started", 2)]
+
+
+def _big_fleet(n: int) -> dict[str, Any]:
+    """An observation of ``n`` instances: two kinds alike in groups by host, one loading with a message, one
+    stopped with its own, one not ours."""
+    insts: list[dict[str, Any]] = []
+    for k in range(n - 3):
+        gpu, dph, host = (("RTX 4090", 0.41, 12 + k % 3) if k % 2 else ("A100 SXM4", 1.2, 40))
+        insts.append({"id": 5000 + k, "gpu_name": gpu, "num_gpus": 1, "status": "running", "age_s": 7200 + 600 * (k % 2),
+                      "dph": dph, "host_id": host, "ours": True})
+    insts += [{"id": 6001, "gpu_name": "RTX 4090", "num_gpus": 2, "status": "loading", "age_s": 120, "dph": 0.8,
+               "host_id": 77, "ours": True, "status_msg": "Pulling image: downloading layers"},
+              {"id": 6002, "gpu_name": "RTX 4090", "num_gpus": 1, "status": "stopped", "age_s": 9000, "dph": 0.41,
+               "host_id": 12, "ours": True, "status_msg": "host went [offline]"},
+              {"id": 6003, "gpu_name": "L40S", "num_gpus": 1, "status": "running", "age_s": 50, "dph": 0.7,
+               "host_id": 90, "ours": False}]
+    return {"time": 1_795_000_000, "balance": 812.5, "fleet_dph": 61.3, "instances": insts,
+            "demand": {"pending": 3, "running": 40, "completed": 900}}
+
+
+# v5 (agent.events.kinds_storage2) renders as v2 up to 40 instances; a larger fleet lists alike ones on one line.
+SAMPLES[("tick.started", 5)] = [*SAMPLES[("tick.started", 2)],
+                                ("40 instances: one line each", {"observation": _big_fleet(40)}),
+                                ("41 instances: alike ones on one line", {"observation": _big_fleet(41)})]
 SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
     "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
                      "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,

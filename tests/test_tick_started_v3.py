@@ -134,7 +134,7 @@ def _seen(log: EventLog) -> dict[str, Any]:
             "rates": [r[2] for r in log.store.fleet_rates(after_seq=0, since_ts="")]}
 
 
-@pytest.mark.parametrize("new", [3, 4])
+@pytest.mark.parametrize("new", [3, 4, 5])
 def test_readers_see_a_v3_or_v4_log_as_they_see_a_v2_log(tmp_path: Path, new: int) -> None:
     """The same observations logged as v2 and as v3 or v4 (and a v2 log continued by v3, then v4) read the
     same everywhere: the payloads, the text the model sees, the instance states, the spend's running

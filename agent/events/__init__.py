@@ -66,19 +66,20 @@ KIND_MODULES = (
     "kinds_pgha",  # leader.acquired, leader.lost
     "kinds_stopped",  # system.destroy
     "kinds_storage",  # model.request v2 (inputs by hash)
-    "kinds_storage2",  # tick.started v3 (instances as columns), v4 (repeating columns as an index)
+    "kinds_storage2",  # tick.started v3 (instances as columns), v4 (repeating columns as an index), v5 (a
+                       # large fleet's alike instances on one line)
 )
 
 # The (kind, version) pairs whose rows hold a smaller form than readers see (``Version.stored``), named
 # here so that reading a row never loads the vocabulary; tests/test_events_versions.py checks it against
 # the vocabulary.
-STORED_FORMS = frozenset({("tick.started", 3), ("tick.started", 4)})
+STORED_FORMS = frozenset({("tick.started", 3), ("tick.started", 4), ("tick.started", 5)})
 
 
 def _stored_form(kind: str, version: int) -> Stored | None:
     if (kind, version) not in STORED_FORMS:
         return None
-    from agent.events.columns import STORED  # the only stored forms so far (tick.started v3 and v4)
+    from agent.events.columns import STORED  # the only stored forms so far (tick.started v3, v4 and v5)
 
     return STORED[version]
 

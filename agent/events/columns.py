@@ -143,5 +143,5 @@ INSTANCE_COLUMNS = Stored(encode=_encode, decode=_decode)
 INSTANCE_DICTIONARIES = Stored(encode=lambda p: _encode(p, dictionaries=True),
                                decode=lambda p: _decode(p, dictionaries=True))
 """v4: a column whose values repeat as its distinct values and an index, when that is shorter."""
-STORED = {3: INSTANCE_COLUMNS, 4: INSTANCE_DICTIONARIES}
+STORED = {3: INSTANCE_COLUMNS, 4: INSTANCE_DICTIONARIES, 5: INSTANCE_DICTIONARIES}
 """``tick.started``'s stored form by version."""

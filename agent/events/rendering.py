@@ -121,9 +121,45 @@ def _demand_line(obs: JsonObject, q: Quote = str) -> str | None:
     return None
 
 
-def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = str) -> str:
+def _grouped_lines(insts: list[JsonObject], q: Quote) -> list[str]:
+    """A large fleet's instance lines: the instances alike (GPU, count, status, price, status message) on one
+    line, ``N × GPU xC status $/h — message:`` then their ids by host and age (``h16527 10m #a #b; h25295 2h00m
+    #c``), in the order the first of each appears. One not ours keeps a line of its own, as does a group of
+    one."""
+    slots: list[JsonObject | tuple[object, ...]] = []   # an instance on its own line, or a group's key
+    groups: dict[tuple[object, ...], list[JsonObject]] = {}
+    for i in insts:
+        if not i.get("ours", True):
+            slots.append(i)
+            continue
+        key = (i.get("gpu_name"), i.get("num_gpus", 1), i.get("status") or "provisioning", i.get("dph"),
+               i.get("status_msg") or "")
+        if key not in groups:
+            groups[key] = []
+            slots.append(key)
+        groups[key].append(i)
+    lines = []
+    for x in slots:
+        members = [x] if isinstance(x, dict) else groups[x]
+        if len(members) == 1:
+            lines.append(_instance_line(members[0], q))
+            continue
+        where: dict[tuple[str, str], list[str]] = {}
+        for i in members:
+            where.setdefault((q(i.get("host_id")), age(i.get("age_s"))), []).append(f"#{q(i.get('id'))}")
+        first = members[0]
+        msg = f" — {q(first['status_msg'])}" if first.get("status_msg") else ""
+        lines.append(f"  {len(members)} × {q(first.get('gpu_name'))} x{q(first.get('num_gpus', 1))} "
+                     f"{q(first.get('status') or 'provisioning')} {money(first.get('dph'))}/h{msg}: "
+                     + "; ".join(f"h{h} {a} " + " ".join(ids) for (h, a), ids in where.items()))
+    return lines
+
+
+def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = str, *,
+                       group_over: int | None = None) -> str:
     """The compact, deterministic text of one tick's observation. ``q`` writes every value that came from
-    vast.ai, the demand source or the log (``str`` in version 1; ``inline`` from version 2 on)."""
+    vast.ai, the demand source or the log (``str`` in version 1; ``inline`` from version 2 on). With
+    ``group_over`` (version 5 on), a fleet of more instances than that lists alike ones on one line."""
     when = epoch_minute(obs["time"]) if isinstance(obs.get("time"), int | float) else ts_minute(ts)
     lines = [f"[tick {tick} · {when}] observation"]
     insts = obs.get("instances") or []
@@ -138,7 +174,11 @@ def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = st
     demand = _demand_line(obs, q)
     if demand is not None:
         lines.append(demand)
-    if insts:
+    if insts and group_over is not None and len(insts) > group_over:
+        lines.append("instances (alike ones on one line: how many × GPU, count, status, price and message, then "
+                     "their ids by host and age):")
+        lines.extend(_grouped_lines(insts, q))
+    elif insts:
         lines.append("instances:")
         lines.extend(_instance_line(i, q) for i in insts)
     for key, title in (("changes", "changes since last tick"), ("open_alerts", "open alerts"), ("errors", "errors")):
