@@ -126,18 +126,19 @@ def _grouped_lines(insts: list[JsonObject], q: Quote) -> list[str]:
     line, ``N × GPU xC status $/h — message:`` then their ids by host and age (``h16527 10m #a #b; h25295 2h00m
     #c``), in the order the first of each appears. One not ours keeps a line of its own, as does a group of
     one."""
-    slots: list[JsonObject | tuple[object, ...]] = []   # an instance on its own line, or a group's key
-    groups: dict[tuple[object, ...], list[JsonObject]] = {}
+    slots: list[JsonObject | str] = []   # an instance on its own line, or a group's head
+    groups: dict[str, list[JsonObject]] = {}
     for i in insts:
         if not i.get("ours", True):
             slots.append(i)
             continue
-        key = (i.get("gpu_name"), i.get("num_gpus", 1), i.get("status") or "provisioning", i.get("dph"),
-               i.get("status_msg") or "")
-        if key not in groups:
-            groups[key] = []
-            slots.append(key)
-        groups[key].append(i)
+        msg = f" — {q(i['status_msg'])}" if i.get("status_msg") else ""
+        head = (f"{q(i.get('gpu_name'))} x{q(i.get('num_gpus', 1))} {q(i.get('status') or 'provisioning')} "
+                f"{money(i.get('dph'))}/h{msg}")   # alike: the same text, whatever the values' types
+        if head not in groups:
+            groups[head] = []
+            slots.append(head)
+        groups[head].append(i)
     lines = []
     for x in slots:
         members = [x] if isinstance(x, dict) else groups[x]
@@ -147,11 +148,7 @@ def _grouped_lines(insts: list[JsonObject], q: Quote) -> list[str]:
         where: dict[tuple[str, str], list[str]] = {}
         for i in members:
             where.setdefault((q(i.get("host_id")), age(i.get("age_s"))), []).append(f"#{q(i.get('id'))}")
-        first = members[0]
-        msg = f" — {q(first['status_msg'])}" if first.get("status_msg") else ""
-        lines.append(f"  {len(members)} × {q(first.get('gpu_name'))} x{q(first.get('num_gpus', 1))} "
-                     f"{q(first.get('status') or 'provisioning')} {money(first.get('dph'))}/h{msg}: "
-                     + "; ".join(f"h{h} {a} " + " ".join(ids) for (h, a), ids in where.items()))
+        lines.append(f"  {len(members)} × {x}: " + "; ".join(f"h{h} {a} " + " ".join(ids) for (h, a), ids in where.items()))
     return lines
 
 
