@@ -19,7 +19,7 @@ from agent.context.calibration import Calibration
 from agent.context.facts import render_facts
 from agent.context.pinned import MARKER_COST, SHRINK_FLOOR, empty_pinned, render_pinned, render_summary
 from agent.context.thread import Entry, build_thread, shrink_entry
-from agent.events import Event
+from agent.events import Event, inline
 from agent.events.kinds_storage import split_manifest
 from agent.prompts import Prompts, render_system
 from agent.store.log import canonical
@@ -274,11 +274,15 @@ def _foldable(e: Entry) -> str | None:
         return None
     if e.kind in ("tick.started", "omitted", "folded", "knowledge.collapsed"):
         return None
-    return f"{e.kind} ({e.tool[0]})" if e.tool is not None else e.kind
+    return f"{e.kind} ({inline(e.tool[0])})" if e.tool is not None else e.kind
 
 
 def _first_line(e: Entry) -> str:
-    return next((ln.strip() for ln in (e.text or "").splitlines() if ln.strip() and not ln.startswith("```")), "")
+    """The first line of ``e``'s text. A tool's output is what another system said, fenced as data in its own
+    message: quoted here ``inline``, so it cannot spell a tag (a user message's text is a renderer's, whose
+    untrusted values are already written so)."""
+    first = next((ln.strip() for ln in (e.text or "").splitlines() if ln.strip() and not ln.startswith("```")), "")
+    return inline(first) if e.tool is not None else first
 
 
 def _cut(text: str, chars: int) -> str:
