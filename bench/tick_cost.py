@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -131,50 +131,92 @@ def _app(root: Path, url: str, sim: Simulator, clock: ManualClock) -> App:
     return app
 
 
-def measure(size: int, ticks: int, template: list[Any], url: str, sim: Simulator, clock: ManualClock,
-            root: Path, prof: cProfile.Profile | None) -> dict[str, Any]:
-    app = _app(root, url, sim, clock)
-    app._provider = _TimedProvider(app.provider())  # noqa: SLF001 - the bench's timing wrapper
-    try:
-        cached = grow_cached(app, template, size, "tick_cost")
-        overhead, cpu, runq, walls, txs, aims, sql = [], [], [], [], [], [], []
-        for n in range(ticks):
-            clock.advance(300)
-            _OUTSIDE.s = _OUTSIDE.cpu = _OUTSIDE.runq = 0.0
-            _OUTSIDE.statements_outside = 0
-            on = prof is not None and n > 0  # the first tick verifies the whole log once: not a tick's usual cost
-            with plans.record(app.log) as statements:
-                _OUTSIDE.statements = statements
-                q, c, t = _runq(), time.thread_time(), time.perf_counter()   # the /proc read before the tick's window
-                if on and prof is not None:
-                    _OUTSIDE.prof = prof
-                    prof.enable()
-                r = run_tick(app)
-                if on and prof is not None:
-                    prof.disable()
-                    _OUTSIDE.prof = None
-                wall, used, queued = time.perf_counter() - t, time.thread_time() - c, _runq() - q
-            walls.append(wall * 1e3)
-            overhead.append((wall - _OUTSIDE.s) * 1e3)
-            cpu.append((used - _OUTSIDE.cpu) * 1e3)
-            runq.append((queued - _OUTSIDE.runq) * 1e3)
-            txs.append(plans.commits_that_wrote(statements))
-            # the tick's own statements: the model's (the rules provider reads the log too) and nested ones
-            # (FTS5's, a trigger's) left out; counted from the trace the tick runs under anyway
-            sql.append(sum(1 for s in statements if not s.startswith("-- ")) - _OUTSIDE.statements_outside)
-            side = sum(1 for e in app.log.read(0, kinds=["tool.called"], tick=r.tick) if e.payload.get("side_effect"))
-            aims.append(2 + r.steps + 2 * side)
+class _Size:
+    """One log size: its app (the log grown to ``size`` events), its own simulator and clock, and the
+    figures of its ticks so far."""
+
+    def __init__(self, size: int, template: list[Any], url: str, sim: Simulator, clock: ManualClock,
+                 root: Path) -> None:
+        self.size, self.clock = size, clock
+        self.app = _app(root, url, sim, clock)
+        self.app._provider = _TimedProvider(self.app.provider())  # noqa: SLF001 - the bench's timing wrapper
+        self.cached = grow_cached(self.app, template, size, "tick_cost")
+        self.overhead: list[float] = []
+        self.cpu: list[float] = []
+        self.runq: list[float] = []
+        self.walls: list[float] = []
+        self.txs: list[int] = []
+        self.aims: list[int] = []
+        self.sql: list[int] = []
+
+    def tick(self, prof: cProfile.Profile | None) -> None:
+        """One real tick, five minutes after the last; ``prof`` (when given) sees the tick's own work. The
+        first tick of a size verifies the whole log once, not a tick's usual cost: it is not profiled."""
+        app = self.app
+        self.clock.advance(300)
+        _OUTSIDE.s = _OUTSIDE.cpu = _OUTSIDE.runq = 0.0
+        _OUTSIDE.statements_outside = 0
+        on = prof is not None and bool(self.walls)
+        with plans.record(app.log) as statements:
+            _OUTSIDE.statements = statements
+            q, c, t = _runq(), time.thread_time(), time.perf_counter()   # the /proc read before the tick's window
+            if on and prof is not None:
+                _OUTSIDE.prof = prof
+                prof.enable()
+            r = run_tick(app)
+            if on and prof is not None:
+                prof.disable()
+                _OUTSIDE.prof = None
+            wall, used, queued = time.perf_counter() - t, time.thread_time() - c, _runq() - q
+        self.walls.append(wall * 1e3)
+        self.overhead.append((wall - _OUTSIDE.s) * 1e3)
+        self.cpu.append((used - _OUTSIDE.cpu) * 1e3)
+        self.runq.append((queued - _OUTSIDE.runq) * 1e3)
+        self.txs.append(plans.commits_that_wrote(statements))
+        # the tick's own statements: the model's (the rules provider reads the log too) and nested ones
+        # (FTS5's, a trigger's) left out; counted from the trace the tick runs under anyway
+        self.sql.append(sum(1 for s in statements if not s.startswith("-- ")) - _OUTSIDE.statements_outside)
+        side = sum(1 for e in app.log.read(0, kinds=["tool.called"], tick=r.tick) if e.payload.get("side_effect"))
+        self.aims.append(2 + r.steps + 2 * side)
+
+    def result(self) -> dict[str, Any]:
         t = time.perf_counter()
         for _ in range(200):
-            app.log.store.next_tick_number()
+            self.app.log.store.next_tick_number()
         ntn = (time.perf_counter() - t) / 200 * 1e3
-    finally:
-        app.close()
-    return {"events": size, "cached": cached, "rss_mb": _rss_mb(), "tick_overhead_p50_ms": statistics.median(overhead),
-            "tick_cpu_p50_ms": statistics.median(cpu), "tick_runq_p50_ms": statistics.median(runq),
-            "tick_blocked_p50_ms": statistics.median(o - c - q for o, c, q in zip(overhead, cpu, runq, strict=True)), "tick_wall_p50_ms": statistics.median(walls),
-            "transactions_p50": statistics.median(txs), "aim_p50": statistics.median(aims),
-            "transactions_max": max(txs), "next_tick_number_ms": ntn, "statements_p50": statistics.median(sql)}
+        blocked = (o - c - q for o, c, q in zip(self.overhead, self.cpu, self.runq, strict=True))
+        return {"events": self.size, "cached": self.cached, "tick_overhead_p50_ms": statistics.median(self.overhead),
+                "tick_cpu_p50_ms": statistics.median(self.cpu), "tick_runq_p50_ms": statistics.median(self.runq),
+                "tick_blocked_p50_ms": statistics.median(blocked), "tick_wall_p50_ms": statistics.median(self.walls),
+                "transactions_p50": statistics.median(self.txs), "aim_p50": statistics.median(self.aims),
+                "transactions_max": max(self.txs), "next_tick_number_ms": ntn,
+                "statements_p50": statistics.median(self.sql)}
+
+
+def measure(sizes: list[int], ticks: int, root: Path, profile: bool) -> tuple[list[dict[str, Any]], cProfile.Profile | None]:
+    """``ticks`` real ticks on a log of each size, the sizes taking turns tick by tick (so a minute when other
+    processes load the machine slows every size alike, and the ratio compares like with like). The
+    profile, when asked for, covers the largest size's ticks."""
+    prof = cProfile.Profile() if profile else None
+    with ExitStack() as stack:
+        runs = []
+        for size in sizes:
+            clock = ManualClock()
+            tsim = Simulator(seed=7, clock=clock)
+            with SimServer(tsim) as server:
+                tpl = _app(root / f"template{size}", server.url, tsim, clock)
+                template = record_template(tpl, tsim.advance, ticks=4)
+                tpl.close()
+            # a fresh market for the measured ticks: the template's instances are not orphans to them
+            sim = Simulator(seed=7, clock=clock)
+            server = stack.enter_context(SimServer(sim))
+            run = _Size(size, template, server.url, sim, clock, root / f"s{size}")
+            stack.callback(run.app.close)
+            runs.append(run)
+        for _ in range(ticks):
+            for run in runs:
+                run.tick(prof if run is runs[-1] else None)
+        return [run.result() for run in runs], prof
 
 
 def contention(n: int = 15) -> float:
@@ -199,7 +241,7 @@ def _rss_mb() -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000", help="log sizes, comma-separated")
-    ap.add_argument("--ticks", type=int, default=30, help="real ticks per size")
+    ap.add_argument("--ticks", type=int, default=30, help="real ticks per size (the sizes take turns)")
     ap.add_argument("--profile", action="store_true", help="cProfile's top lines (cumulative, then own time) over the largest size's ticks "
                     "but the first (which verifies the whole log once)")
     ap.add_argument("--profile-out", metavar="FILE", help="with --profile, also write the raw profile to FILE (pstats)")
@@ -208,40 +250,28 @@ def main(argv: list[str] | None = None) -> int:
     httpx.Client.send = _timed_send(httpx.Client.send)  # type: ignore[method-assign]
     # the wait between two requests to one vast.ai endpoint (its rate limit) is API time too
     VastClient._pace = _timed_send(VastClient._pace)  # type: ignore[method-assign]
-    rows = []
     with tempfile.TemporaryDirectory(prefix="fleet-agent-bench-") as d:
-        for n, size in enumerate(sizes):
-            prof = cProfile.Profile() if a.profile and n == len(sizes) - 1 else None
-            clock = ManualClock()
-            tsim = Simulator(seed=7, clock=clock)
-            with SimServer(tsim) as server:
-                tpl = _app(Path(d) / f"template{size}", server.url, tsim, clock)
-                template = record_template(tpl, tsim.advance, ticks=4)
-                tpl.close()
-            # a fresh market for the measured ticks: the template's instances are not orphans to them
-            sim = Simulator(seed=7, clock=clock)
-            with SimServer(sim) as server:
-                rows.append(measure(size, a.ticks, template, server.url, sim, clock, Path(d) / f"s{size}", prof))
-            base = rows[0]["tick_overhead_p50_ms"]
-            r = rows[-1]
+        rows, prof = measure(sizes, a.ticks, Path(d), a.profile)
+        base = rows[0]["tick_overhead_p50_ms"]
+        for r in rows:
             print(f"events {r['events']:>8,}  tick overhead p50 {r['tick_overhead_p50_ms']:7.1f} ms "
                   f"(x{r['tick_overhead_p50_ms'] / base:4.2f} of {sizes[0]:,}; its CPU {r['tick_cpu_p50_ms']:.1f} ms, "
                   f"waiting for a core {r['tick_runq_p50_ms']:.1f} ms, blocked {r['tick_blocked_p50_ms']:.1f} ms)  wall p50 {r['tick_wall_p50_ms']:7.1f} ms  "
                   f"transactions p50 {r['transactions_p50']:.0f} (max {r['transactions_max']}, aim <= {r['aim_p50']:.0f})  "
                   f"SQL statements a tick p50 {r['statements_p50']:.0f}  "
-                  f"next_tick_number {r['next_tick_number_ms']:.3f} ms  bench RSS {r['rss_mb']:.0f} MB"
+                  f"next_tick_number {r['next_tick_number_ms']:.3f} ms"
                   f"{'  (log from cache)' if r['cached'] else ''}", flush=True)
-            print(f"                  one synchronous=FULL commit p50 {commit_ms(Path(d)):.2f} ms "
-                  f"(x{r['transactions_p50']:.0f} a tick); machine contention now: wall/CPU of a pure-Python "
-                  f"loop x{contention():.2f}", flush=True)
-            if prof is not None:
-                out = io.StringIO()
-                stats = pstats.Stats(prof, stream=out)
-                if a.profile_out:
-                    stats.dump_stats(a.profile_out)
-                stats.sort_stats("cumulative").print_stats(30)
-                stats.sort_stats("tottime").print_stats(30)
-                print(out.getvalue())
+        print(f"the sizes took turns, tick by tick; bench RSS after all of them {_rss_mb():.0f} MB; "
+              f"one synchronous=FULL commit p50 {commit_ms(Path(d)):.2f} ms (x{rows[-1]['transactions_p50']:.0f} a tick); "
+              f"machine contention now: wall/CPU of a pure-Python loop x{contention():.2f}", flush=True)
+        if prof is not None:
+            out = io.StringIO()
+            stats = pstats.Stats(prof, stream=out)
+            if a.profile_out:
+                stats.dump_stats(a.profile_out)
+            stats.sort_stats("cumulative").print_stats(30)
+            stats.sort_stats("tottime").print_stats(30)
+            print(out.getvalue())
     return 0
 
 
