@@ -547,6 +547,7 @@ def zygote_main() -> None:  # pragma: no cover - runs in its own process
 
 
 MIN_ROUNDS = 5  # rounds an operator worker runs however long they take
+LOAD_ALERTS = 600  # alerts raised before the workers start: each round acks one, so a fast machine stops there
 
 
 def worker_main(argv: list[str]) -> int:  # pragma: no cover - runs in a forked child
@@ -554,7 +555,8 @@ def worker_main(argv: list[str]) -> int:  # pragma: no cover - runs in a forked 
 
     argv: [config, results file, worker index, seconds, workers]. Each write is recorded
     as a JSON line (op, text or alert id, exit code) so the test can find it in the log. A worker
-    runs for ``seconds`` and at least ``MIN_ROUNDS`` rounds, so a slow machine still exercises it.
+    runs for ``seconds`` and at least ``MIN_ROUNDS`` rounds, so a slow machine still exercises it, and
+    stops early on a fast one once it has acked its share of the ``LOAD_ALERTS`` alerts raised before it.
     """
     import io
 
@@ -564,7 +566,7 @@ def worker_main(argv: list[str]) -> int:  # pragma: no cover - runs in a forked 
     deadline = time.monotonic() + seconds
     n = 0
     with open(results, "w", encoding="utf-8") as out:
-        while n < MIN_ROUNDS or time.monotonic() < deadline:
+        while n < MIN_ROUNDS or (time.monotonic() < deadline and n < LOAD_ALERTS // workers):
             n += 1
             text = f"note w{idx}-{n}"
             rc = _quiet(agent.cli.main, ["--config", cfg, "say", "--by", f"w{idx}", text], io)

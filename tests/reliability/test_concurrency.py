@@ -12,7 +12,7 @@ import time
 import pytest
 
 from agent import feedback
-from tests.reliability.harness import MIN_ROUNDS, check_db, db_path, make_app, running_sim
+from tests.reliability.harness import LOAD_ALERTS, MIN_ROUNDS, check_db, db_path, make_app, running_sim
 
 SECONDS = float(os.environ.get("RELIABILITY_CONCURRENCY_SECONDS", "12"))
 WORKERS = 4
@@ -22,7 +22,7 @@ MIN_TICKS = 3  # ticks run however long they take, so a slow machine still overl
 def run_concurrency(root, zygote, seconds: float) -> dict[str, int]:
     with running_sim(seed=9) as (sim, server):
         app = make_app(root, sim, server)
-        for n in range(600):
+        for n in range(LOAD_ALERTS):
             feedback.raise_alert(app.log, key=f"load:{n}", severity="info", title=f"load alert {n}")
         app.close()
         cfg = str(root / "config.yaml")
