@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import statistics
 import sys
@@ -193,10 +194,12 @@ class _Size:
                 "statements_p50": statistics.median(self.sql)}
 
 
-def measure(sizes: list[int], ticks: int, root: Path, profile: bool) -> tuple[list[dict[str, Any]], cProfile.Profile | None]:
-    """``ticks`` real ticks on a log of each size, the sizes taking turns tick by tick (so a minute when other
-    processes load the machine slows every size alike, and the ratio compares like with like). The
-    profile, when asked for, covers the largest size's ticks."""
+def measure(sizes: list[int], ticks: int, root: Path, profile: bool,
+            pause: float = 1.0) -> tuple[list[dict[str, Any]], cProfile.Profile | None]:
+    """``ticks`` real ticks on a log of each size, the sizes taking turns tick by tick, in an order that
+    alternates (so a minute when other processes load the machine slows every size alike, and the ratio
+    compares like with like), each after ``pause`` seconds of the process idle (longer than vast.ai's
+    ``min_interval``). The profile, when asked for, covers the largest size's ticks."""
     prof = cProfile.Profile() if profile else None
     with ExitStack() as stack:
         runs = []
@@ -213,8 +216,15 @@ def measure(sizes: list[int], ticks: int, root: Path, profile: bool) -> tuple[li
             run = _Size(size, template, server.url, sim, clock, root / f"s{size}")
             stack.callback(run.app.close)
             runs.append(run)
-        for _ in range(ticks):
-            for run in runs:
+        # the logs copied from the cache (a gigabyte at 10^6) reach the disk now, not under the measured ticks
+        os.sync()
+        for n in range(ticks):
+            # which size goes first alternates, so neither is always the one that follows the other
+            for run in runs if n % 2 == 0 else runs[::-1]:
+                # a daemon's tick comes minutes after its last: every wait for vast.ai's rate limit has run
+                # out, and nothing of the last tick is warm in the CPU's caches. The pause gives every tick
+                # that start, whatever ran just before it.
+                time.sleep(pause)
                 run.tick(prof if run is runs[-1] else None)
         return [run.result() for run in runs], prof
 
