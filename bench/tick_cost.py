@@ -21,7 +21,7 @@ slow a pure-Python loop down now (wall over CPU; 1.0 on an idle machine).
 Each grown log is kept under /tmp/fleet-agent-biglogs (``$FLEET_AGENT_BIGLOG_CACHE``; bench/biglog.py
 ``grow_cached``), so a rerun at 10^6 copies the database instead of appending 10^6 events again.
 
-    python bench/tick_cost.py [--sizes 10000,100000,1000000] [--ticks 30] [--profile]
+    python bench/tick_cost.py [--sizes 10000,100000,1000000] [--ticks 30] [--pause 1] [--profile]
 """
 
 from __future__ import annotations
@@ -252,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000", help="log sizes, comma-separated")
     ap.add_argument("--ticks", type=int, default=30, help="real ticks per size (the sizes take turns)")
+    ap.add_argument("--pause", type=float, default=1.0, help="seconds idle before each tick (default 1: a daemon's tick "
+                    "comes minutes after its last, its caches cold; 0 runs them back to back, warmer and cheaper)")
     ap.add_argument("--profile", action="store_true", help="cProfile's top lines (cumulative, then own time) over the largest size's ticks "
                     "but the first (which verifies the whole log once)")
     ap.add_argument("--profile-out", metavar="FILE", help="with --profile, also write the raw profile to FILE (pstats)")
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     # the wait between two requests to one vast.ai endpoint (its rate limit) is API time too
     VastClient._pace = _timed_send(VastClient._pace)  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory(prefix="fleet-agent-bench-") as d:
-        rows, prof = measure(sizes, a.ticks, Path(d), a.profile)
+        rows, prof = measure(sizes, a.ticks, Path(d), a.profile, a.pause)
         base = rows[0]["tick_overhead_p50_ms"]
         for r in rows:
             print(f"events {r['events']:>8,}  tick overhead p50 {r['tick_overhead_p50_ms']:7.1f} ms "
@@ -271,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"SQL statements a tick p50 {r['statements_p50']:.0f}  "
                   f"next_tick_number {r['next_tick_number_ms']:.3f} ms"
                   f"{'  (log from cache)' if r['cached'] else ''}", flush=True)
-        print(f"the sizes took turns, tick by tick; bench RSS after all of them {_rss_mb():.0f} MB; "
+        print(f"the sizes took turns, tick by tick, each tick after {a.pause:g} s idle; bench RSS after all of them {_rss_mb():.0f} MB; "
               f"one synchronous=FULL commit p50 {commit_ms(Path(d)):.2f} ms (x{rows[-1]['transactions_p50']:.0f} a tick); "
               f"machine contention now: wall/CPU of a pure-Python loop x{contention():.2f}", flush=True)
         if prof is not None:
