@@ -1,7 +1,8 @@
 """Per-tick cost against the log's size: real ticks on logs of 10^4, 10^5 (and 10^6) events.
 
 For each size a log is built through ``EventLog.append_many`` from copies of real ticks
-(bench/biglog.py), then ``--ticks`` real ticks run against the simulator with the rules provider.
+(bench/biglog.py), then ``--ticks`` real ticks run against the simulator with the rules provider, the
+sizes taking turns tick by tick (which goes first alternates), each tick after ``--pause`` seconds idle.
 Per tick it measures the wall time, the time spent in HTTP calls (vast.ai, the demand queue), in
 waiting for vast.ai's rate limit (``vast.min_interval`` between two requests to one endpoint) and in
 the model, and what is left: the tick's own overhead. It counts the tick's transactions that
@@ -198,8 +199,9 @@ def measure(sizes: list[int], ticks: int, root: Path, profile: bool,
             pause: float = 1.0) -> tuple[list[dict[str, Any]], cProfile.Profile | None]:
     """``ticks`` real ticks on a log of each size, the sizes taking turns tick by tick, in an order that
     alternates (so a minute when other processes load the machine slows every size alike, and the ratio
-    compares like with like), each after ``pause`` seconds of the process idle (longer than vast.ai's
-    ``min_interval``). The profile, when asked for, covers the largest size's ticks."""
+    compares like with like), each after ``pause`` seconds of the process idle (by default 1 s, longer
+    than vast.ai's ``min_interval``). The profile, when asked for, covers the last size's ticks (the
+    largest, as the sizes are given)."""
     prof = cProfile.Profile() if profile else None
     with ExitStack() as stack:
         runs = []
@@ -221,9 +223,9 @@ def measure(sizes: list[int], ticks: int, root: Path, profile: bool,
         for n in range(ticks):
             # which size goes first alternates, so neither is always the one that follows the other
             for run in runs if n % 2 == 0 else runs[::-1]:
-                # a daemon's tick comes minutes after its last: every wait for vast.ai's rate limit has run
-                # out, and nothing of the last tick is warm in the CPU's caches. The pause gives every tick
-                # that start, whatever ran just before it.
+                # a daemon's tick comes minutes after its last, with every wait for vast.ai's rate limit run
+                # out and the process idle meanwhile; the pause gives every tick that start, whatever size
+                # ran just before it
                 time.sleep(pause)
                 run.tick(prof if run is runs[-1] else None)
         return [run.result() for run in runs], prof
