@@ -16,8 +16,11 @@ run-queue time for this thread, /proc/thread-self/schedstat) and the rest, the t
 (fsyncs and other I/O, another thread holding the GIL); and the process's resident memory after the
 size's ticks. ``--profile`` pauses cProfile inside the model and the HTTP calls, so its lines are the
 tick's own work (a function that calls them shows only its time outside them, cumulatively). Under it: what one synchronous=FULL commit costs on this
-disk now (so the overhead splits into commits and everything else) and how much other processes
-slow a pure-Python loop down now (wall over CPU; 1.0 on an idle machine).
+disk now (so the overhead splits into commits and everything else), how much other processes
+slow a pure-Python loop down now (wall over CPU; 1.0 on an idle machine), and what touching one page of
+memory costs after the same pause (``page_cost``: on a virtual machine whose host runs other work while
+this one idles, microseconds a page, which a tick pays for each of the thousands it touches; the figure
+moves by several times from one hour to the next, and the ticks' with it).
 
 Each grown log is kept under /tmp/fleet-agent-biglogs (``$FLEET_AGENT_BIGLOG_CACHE``; bench/biglog.py
 ``grow_cached``), so a rerun at 10^6 copies the database instead of appending 10^6 events again.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import mmap
 import os
 import pstats
 import statistics
@@ -195,6 +199,23 @@ class _Size:
                 "statements_p50": statistics.median(self.sql)}
 
 
+def setup(size: int, root: Path, stack: ExitStack) -> _Size:
+    """A log of ``size`` events under ``root`` grown from four real ticks, with its own simulator serving
+    until ``stack`` closes (which closes the app too)."""
+    clock = ManualClock()
+    tsim = Simulator(seed=7, clock=clock)
+    with SimServer(tsim) as server:
+        tpl = _app(root / f"template{size}", server.url, tsim, clock)
+        template = record_template(tpl, tsim.advance, ticks=4)
+        tpl.close()
+    # a fresh market for the measured ticks: the template's instances are not orphans to them
+    sim = Simulator(seed=7, clock=clock)
+    server = stack.enter_context(SimServer(sim))
+    run = _Size(size, template, server.url, sim, clock, root / f"s{size}")
+    stack.callback(run.app.close)
+    return run
+
+
 def measure(sizes: list[int], ticks: int, root: Path, profile: bool,
             pause: float = 1.0) -> tuple[list[dict[str, Any]], cProfile.Profile | None]:
     """``ticks`` real ticks on a log of each size, the sizes taking turns tick by tick, in an order that
@@ -204,20 +225,7 @@ def measure(sizes: list[int], ticks: int, root: Path, profile: bool,
     largest, as the sizes are given)."""
     prof = cProfile.Profile() if profile else None
     with ExitStack() as stack:
-        runs = []
-        for size in sizes:
-            clock = ManualClock()
-            tsim = Simulator(seed=7, clock=clock)
-            with SimServer(tsim) as server:
-                tpl = _app(root / f"template{size}", server.url, tsim, clock)
-                template = record_template(tpl, tsim.advance, ticks=4)
-                tpl.close()
-            # a fresh market for the measured ticks: the template's instances are not orphans to them
-            sim = Simulator(seed=7, clock=clock)
-            server = stack.enter_context(SimServer(sim))
-            run = _Size(size, template, server.url, sim, clock, root / f"s{size}")
-            stack.callback(run.app.close)
-            runs.append(run)
+        runs = [setup(size, root, stack) for size in sizes]
         # the logs copied from the cache (a gigabyte at 10^6) reach the disk now, not under the measured ticks
         os.sync()
         for n in range(ticks):
@@ -229,6 +237,45 @@ def measure(sizes: list[int], ticks: int, root: Path, profile: bool,
                 time.sleep(pause)
                 run.tick(prof if run is runs[-1] else None)
         return [run.result() for run in runs], prof
+
+
+def page_cost(pause: float, mib: int = 32) -> tuple[float, float | None]:
+    """CPU microseconds to touch one 4 KiB page of memory last touched ``pause`` seconds before, this
+    process idle meanwhile: (in ordinary 4 KiB pages, in 2 MB transparent huge pages; None when the kernel
+    gave none). Warm, either is a fraction of a microsecond (the loop's own cost). On a virtual machine whose
+    host runs other work on its cores while this one idles, the first touch of each page after the idle
+    costs microseconds more: a tick that touches thousands of pages pays that many times over."""
+    private = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS  # private, as the heap is (a shared mapping takes no THP)
+    small = mmap.mmap(-1, mib << 20, flags=private)
+    huge = mmap.mmap(-1, (mib + 2) << 20, flags=private)  # 2 MB more: a 2 MB-aligned run of ``mib`` fits inside
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        huge.madvise(mmap.MADV_HUGEPAGE)
+    before = _anon_huge_kb()
+    pages = range(0, mib << 20, 4096)
+    for region in (small, huge):
+        for i in pages:
+            region[i] = 1
+    took = _anon_huge_kb() - before >= (mib << 10) // 2  # most of it in huge pages
+    per: dict[int, list[float]] = {0: [], 1: []}
+    for n in range(2):
+        time.sleep(pause)
+        for k in (0, 1) if n % 2 == 0 else (1, 0):  # which goes first alternates
+            region = (small, huge)[k]
+            c = time.thread_time()
+            for i in pages:
+                region[i]
+            per[k].append((time.thread_time() - c) / len(pages) * 1e6)
+    small.close()
+    huge.close()
+    return statistics.mean(per[0]), statistics.mean(per[1]) if took else None
+
+
+def _anon_huge_kb() -> int:
+    try:
+        with open("/proc/self/smaps_rollup", encoding="ascii") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("AnonHugePages:")), 0)
+    except OSError:
+        return 0
 
 
 def contention(n: int = 15) -> float:
@@ -250,6 +297,13 @@ def _rss_mb() -> float:
     return kb / 1024
 
 
+def instrument() -> None:
+    """Count HTTP calls, and the vast.ai client's waits for its rate limit, as API time (``_OUTSIDE``)."""
+    httpx.Client.send = _timed_send(httpx.Client.send)  # type: ignore[method-assign]
+    # the wait between two requests to one vast.ai endpoint (its rate limit) is API time too
+    VastClient._pace = _timed_send(VastClient._pace)  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000", help="log sizes, comma-separated")
@@ -261,9 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-out", metavar="FILE", help="with --profile, also write the raw profile to FILE (pstats)")
     a = ap.parse_args(argv)
     sizes = [int(x) for x in a.sizes.split(",")]
-    httpx.Client.send = _timed_send(httpx.Client.send)  # type: ignore[method-assign]
-    # the wait between two requests to one vast.ai endpoint (its rate limit) is API time too
-    VastClient._pace = _timed_send(VastClient._pace)  # type: ignore[method-assign]
+    instrument()
     with tempfile.TemporaryDirectory(prefix="fleet-agent-bench-") as d:
         rows, prof = measure(sizes, a.ticks, Path(d), a.profile, a.pause)
         base = rows[0]["tick_overhead_p50_ms"]
@@ -278,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the sizes took turns, tick by tick, each tick after {a.pause:g} s idle; bench RSS after all of them {_rss_mb():.0f} MB; "
               f"one synchronous=FULL commit p50 {commit_ms(Path(d)):.2f} ms (x{rows[-1]['transactions_p50']:.0f} a tick); "
               f"machine contention now: wall/CPU of a pure-Python loop x{contention():.2f}", flush=True)
+        small, huge = page_cost(a.pause)
+        print(f"touching a page after {a.pause:g} s idle costs {small:.2f} us of CPU in 4 KiB pages"
+              + (f", {huge:.2f} us in 2 MB huge pages" if huge is not None else " (no huge pages here)")
+              + " (a tick touches thousands: bench/hugepages.py)", flush=True)
         if prof is not None:
             out = io.StringIO()
             stats = pstats.Stats(prof, stream=out)
