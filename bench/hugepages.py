@@ -41,18 +41,9 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
-def _memory() -> dict[str, int]:
-    """This process's VmRSS and AnonHugePages, in KiB."""
-    out = {"rss_kb": 0, "huge_kb": 0}
-    with open("/proc/self/status", encoding="ascii") as f:
-        out["rss_kb"] = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    with open("/proc/self/smaps_rollup", encoding="ascii") as f:
-        out["huge_kb"] = next((int(line.split()[1]) for line in f if line.startswith("AnonHugePages:")), 0)
-    return out
-
-
 def worker(size: int, root: Path) -> int:
-    """Serve ticks on stdin ("tick" runs one, "quit" ends), one JSON line on stdout for each."""
+    """Serve ticks on stdin ("tick" runs one; anything else, or the end of input, ends), one JSON line on
+    stdout for each: the tick's overhead and CPU (ms), the process's RSS and its memory in huge pages (MB)."""
     from bench import tick_cost
 
     replies = os.fdopen(os.dup(1), "w")  # the replies' own channel: the log lines the ticks print go elsewhere
@@ -66,8 +57,8 @@ def worker(size: int, root: Path) -> int:
             if line.strip() != "tick":
                 break
             run.tick(None)
-            print(json.dumps({"overhead": run.overhead[-1], "cpu": run.cpu[-1], **_memory()}), file=replies,
-                  flush=True)
+            print(json.dumps({"overhead": run.overhead[-1], "cpu": run.cpu[-1], "rss_mb": tick_cost._rss_mb(),
+                              "huge_mb": tick_cost._anon_huge_kb() / 1024}), file=replies, flush=True)
     return 0
 
 
@@ -131,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         over = statistics.median(r["overhead"] for r in rows)
         print(f"{w.name:>8} {' '.join(f'{k}={v}' for k, v in VARIANTS[w.name].items()) or '(neither set)':<58} "
               f"tick overhead p50 {over:6.1f} ms (x{over / base:4.2f} of {names[0]}; its CPU "
-              f"{statistics.median(r['cpu'] for r in rows):.1f} ms)  RSS {rows[-1]['rss_kb'] / 1024:.0f} MB, "
-              f"{rows[-1]['huge_kb'] / 1024:.0f} MB of it in huge pages", flush=True)
+              f"{statistics.median(r['cpu'] for r in rows):.1f} ms)  RSS {rows[-1]['rss_mb']:.0f} MB, "
+              f"{rows[-1]['huge_mb']:.0f} MB of it in huge pages", flush=True)
     small, huge = page_cost(a.pause)
     print(f"{a.size:,} events, {a.ticks} ticks each, each after {a.pause:g} s idle; touching a page after "
           f"{a.pause:g} s idle costs {small:.2f} us in 4 KiB pages, "
