@@ -8,18 +8,18 @@
     │   └── ChainBroken        the log fails verification; nothing may be appended to it
     ├── LockError              another process holds the single-writer lock (exit 1)
     ├── LeadershipLost         this daemon lost the fleet's leadership lock to another one; it
-    │                          appends and sends nothing more (exit 3) (agent/leader.py)
-    ├── LLMError               a model call failed; ``kind`` and ``retryable`` say how (agent/llm.py)
+    │                          appends and sends nothing more (exit 3) (agent/runtime/leader.py)
+    ├── LLMError               a model call failed; ``kind`` and ``retryable`` say how (agent/model/llm.py)
     ├── VastError              a vast.ai call failed: HTTP status, vast's code and message
     │                          (agent/clients/vast.py)
     ├── DemandError            the job queue could not be read or answered nonsense
     │                          (agent/clients/demand.py)
     ├── ToolInputError         the model's tool call cannot run as written; the message goes
-    │                          back to the model (agent/toolkit.py)
+    │                          back to the model (agent/fleet/toolkit.py)
     ├── ToolsNotInstalled      no tools under the fleet_agent.tools entry point: reinstall
-    │                          (agent/toolkit.py)
+    │                          (agent/fleet/toolkit.py)
     └── ExportError            an export cannot be written as asked: Parquet without pyarrow, an
-                               output path that is not a file (agent/export.py)
+                               output path that is not a file (agent/store/export.py)
 
 Every message says what is wrong, where, and how to fix it, and never carries a
 secret. The errors defined next to the code that raises them are drawn here too,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from agent.store.log import EventLog
 
 if TYPE_CHECKING:
-    from agent.app import App
+    from agent.runtime.app import App
 
 Item = tuple[str, dict[str, Any], str, "int | None"]
 
@@ -40,7 +40,7 @@ BATCH = 2000
 def record_template(app: Any, advance: Callable[[float], None], ticks: int = 4) -> list[list[Item]]:
     """Run ``ticks`` real ticks on ``app`` (``advance(seconds)`` moves the fleet's clock between
     them); their events, tick by tick, as (kind, payload, source, tick)."""
-    from agent.tick import run_tick
+    from agent.runtime.tick import run_tick
 
     for _ in range(ticks):
         run_tick(app)

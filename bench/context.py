@@ -53,7 +53,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import structlog  # noqa: E402
 
-from agent.compaction import compact  # noqa: E402
 from agent.context import (  # noqa: E402
     PINNED_KINDS,
     ContextSettings,
@@ -63,8 +62,9 @@ from agent.context import (  # noqa: E402
     project,
     request_payload,
 )
+from agent.context.compaction import compact  # noqa: E402
+from agent.context.prompts import load_prompts  # noqa: E402
 from agent.events import Event, render  # noqa: E402
-from agent.prompts import load_prompts  # noqa: E402
 from agent.store.log import EventLog  # noqa: E402
 from agent.tokens import REQUEST_OVERHEAD  # noqa: E402
 
@@ -440,7 +440,7 @@ class BenchSummariser:
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
         import re
 
-        from agent.llm import ModelReply
+        from agent.model.llm import ModelReply
 
         self.calls.append((messages, tools))
         ask = next((str(m["content"]) for m in reversed(messages) if "Open alerts to mention:" in
@@ -584,10 +584,10 @@ def flood(files: int, budget: int = 30_000) -> dict[str, Any]:
     import tempfile
 
     from agent import config
-    from agent.app import App
-    from agent.demo import SIM_KEY, START, TICK_SECONDS, demo_config
+    from agent.runtime.app import App
+    from agent.runtime.demo import SIM_KEY, START, TICK_SECONDS, demo_config
+    from agent.runtime.tick import run_tick
     from agent.sim import ManualClock, SimServer, Simulator
-    from agent.tick import run_tick
 
     root = Path(tempfile.mkdtemp(prefix="fleet-agent-flood-"))
     clock = ManualClock(START)

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from agent import config, logsetup
-from agent.demo import run_demo
 from agent.fork import Change, Where, diff_fork, make_fork, render
+from agent.runtime.demo import run_demo
 from agent.store.log import EventLog
 
 

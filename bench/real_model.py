@@ -90,10 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from agent import config, logsetup
-    from agent.app import App
-    from agent.demo import SIM_KEY, START, TICK_SECONDS, write_demo_dir
+    from agent.runtime.app import App
+    from agent.runtime.demo import SIM_KEY, START, TICK_SECONDS, write_demo_dir
+    from agent.runtime.tick import run_tick
     from agent.sim import ManualClock, SimServer, Simulator
-    from agent.tick import run_tick
 
     logsetup.configure("warning", "console", stream=sys.stderr)
     root = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="fa-real-model-"))

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from agent import logsetup  # noqa: E402
-from agent.app import App  # noqa: E402
+from agent.runtime.app import App  # noqa: E402
 from agent.sim import ManualClock, SimServer, Simulator  # noqa: E402
 from bench.biglog import grow_cached, record_template  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
@@ -45,8 +45,8 @@ import dataclasses, json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from agent import config
-from agent.app import App
-from agent.tick import run_tick
+from agent.runtime.app import App
+from agent.runtime.tick import run_tick
 
 def settings_for(root, sim_url, model_url):
     # tests/conftest.py's settings_for, without pytest: the child may run in an install without the dev extra

@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 
 from agent import config
-from agent.app import App
 from agent.clients.vast import VastClient
+from agent.runtime.app import App
 from agent.sim import ManualClock, SimServer, Simulator
 
 TICK_SECONDS = 300.0
@@ -99,7 +99,7 @@ def _model_saw_429(app: App, since: int) -> int:
 
 
 def ticks(args: argparse.Namespace) -> None:
-    from agent.tick import run_tick
+    from agent.runtime.tick import run_tick
 
     sim: Simulator | None = None
     server: SimServer | None = None

@@ -16,8 +16,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from agent import spend
 from agent.config import PolicySettings
+from agent.fleet import spend
 from agent.store.log import EventLog
 
 

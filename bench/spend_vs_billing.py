@@ -15,11 +15,12 @@ import os
 import tempfile
 from pathlib import Path
 
-from agent import config, spend
-from agent.app import App
-from agent.demo import SIM_KEY, TICK_SECONDS, demo_config
+from agent import config
+from agent.fleet import spend
+from agent.runtime.app import App
+from agent.runtime.demo import SIM_KEY, TICK_SECONDS, demo_config
+from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, SimServer, Simulator
-from agent.tick import run_tick
 
 
 def main() -> None:

@@ -36,11 +36,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from agent import logsetup  # noqa: E402
-from agent.app import App  # noqa: E402
+from agent.runtime.app import App  # noqa: E402
+from agent.runtime.tick import run_tick  # noqa: E402
 from agent.sim import ManualClock, SimServer, Simulator  # noqa: E402
 from agent.store import db, plans  # noqa: E402
 from agent.store.usage import bytes_by_table  # noqa: E402
-from agent.tick import run_tick  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, reply  # noqa: E402
 

@@ -47,11 +47,11 @@ from typing import Any
 
 import httpx
 
-from agent.app import App
 from agent.clients.vast import VastClient
+from agent.runtime.app import App
+from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, SimServer, Simulator
 from agent.store import plans
-from agent.tick import run_tick
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.append import commit_ms  # noqa: E402

@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.app import App  # noqa: E402
+from agent.runtime.app import App  # noqa: E402
 from agent.sim import ManualClock, SimServer, Simulator  # noqa: E402
 from agent.store import archive  # noqa: E402
 from bench import biglog  # noqa: E402

@@ -31,9 +31,9 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from agent import config
-from agent.app import App
+from agent.runtime.app import App
+from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, SimServer, Simulator
-from agent.tick import run_tick
 from agent.web import Console
 from agent.web.routes import create_app
 

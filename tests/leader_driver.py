@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent.leader import FileLeader, LeadershipLost, PgLeader
+from agent.runtime.leader import FileLeader, LeadershipLost, PgLeader
 
 
 def main(argv: list[str]) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from agent import feedback
 from agent.feedback.alert_hook import INHERITED_ENV
-from agent.tick import run_tick
+from agent.runtime.tick import run_tick
 from tests.conftest import events_of
 from tests.fakes.openai_server import reply
 from tests.test_feedback import app, with_notify  # noqa: F401 - the fixture

@@ -14,13 +14,13 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import tools
-from agent.app import App
 from agent.config import Settings
-from agent.toolkit import ENTRY_POINT_GROUP, Action, Tool, load_tools
+from agent.fleet.toolkit import ENTRY_POINT_GROUP, Action, Tool, load_tools
+from agent.runtime.app import App
 
 REPO = Path(__file__).resolve().parents[1]
 # What runs the tools; a tool importing it would close the loop the entry point opens.
-RUNTIME = {"agent.tick", "agent.pipeline", "agent.daemon", "agent.app", "agent.cli"}
+RUNTIME = {"agent.runtime.tick", "agent.fleet.pipeline", "agent.runtime.daemon", "agent.runtime.app", "agent.cli"}
 
 
 def _module_name(path: Path) -> str:
@@ -112,7 +112,7 @@ def test_stale_install_without_the_entry_point_fails_with_the_reinstall_hint(tmp
     (stale / "METADATA").write_text("Metadata-Version: 2.1\nName: fleet-agent\nVersion: 0.1.0\n")
     (stale / "entry_points.txt").write_text("[console_scripts]\nfleet-agent = agent.cli:entry\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    code = ("from agent.toolkit import ToolsNotInstalled, load_tools\n"
+    code = ("from agent.fleet.toolkit import ToolsNotInstalled, load_tools\n"
             "try:\n    load_tools()\nexcept ToolsNotInstalled as e:\n    print(e)\n    raise SystemExit(3)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=120)

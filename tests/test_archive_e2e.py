@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.app import App
 from agent.cli import main
+from agent.runtime.app import App
+from agent.runtime.tick import run_tick
 from agent.store.log import EventLog
-from agent.tick import run_tick
 from tests.test_fork import _config_file
 
 SMALL = {"budget_tokens": 6000, "output_reserve": 1000, "high_water": 0.6, "low_water": 0.35,

@@ -12,9 +12,9 @@ import structlog
 from moto.server import ThreadedMotoServer
 
 from agent import config
-from agent.app import App
 from agent.cli import main
 from agent.errors import LogError
+from agent.runtime.app import App
 from agent.store import archive
 from agent.store.log import EventLog
 from tests.test_archive import DAY, Clock, build

@@ -7,7 +7,7 @@ import json
 import threading
 
 from agent import cli, config
-from agent.lock import FleetLock
+from agent.runtime.lock import FleetLock
 from agent.store.log import EventLog
 from tests.tamper import Tamper
 from tests.test_cli_core import site  # noqa: F401 - the fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent import cli, config, feedback
-from agent.app import App
+from agent.runtime.app import App
 
 # One valid invocation of every command that reads the config.
 COMMANDS: list[list[str]] = [

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from agent.cli import context as cli_context
-from agent.compaction import compact
 from agent.context import project
+from agent.context.compaction import compact
 from agent.context.inputs import log_request
-from agent.prompts import load_prompts
+from agent.context.prompts import load_prompts
 from agent.store.log import EventLog
 from tests.test_context import POLICY, TOOLS, Clock
 from tests.test_context_props import S, run

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent import cli, feedback
-from agent.app import App
 from agent.config import load
+from agent.runtime.app import App
 from tests.conftest import init_database
 from tests.test_feedback import CONFIG
 
@@ -191,7 +191,7 @@ ACKER = textwrap.dedent("""
 
 BACKGROUND = textwrap.dedent("""
     import os, sys, time
-    from agent.app import App
+    from agent.runtime.app import App
     from agent.config import load
     cfg, stop = sys.argv[1], sys.argv[2]
     app = App(load(cfg))

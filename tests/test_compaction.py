@@ -6,7 +6,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from agent.compaction import (
+from agent.context import ContextSettings, fits, load, needs_compaction, project
+from agent.context.compaction import (
     SECTION_TITLES,
     Plan,
     check_summary,
@@ -16,9 +17,8 @@ from agent.compaction import (
     plan,
     summary_input,
 )
-from agent.context import ContextSettings, fits, load, needs_compaction, project
-from agent.llm import LLMError, ModelReply
-from agent.prompts import load_prompts
+from agent.context.prompts import load_prompts
+from agent.model.llm import LLMError, ModelReply
 from tests.test_context import (
     POLICY,
     SMALL,

@@ -27,9 +27,9 @@ from agent.context import (
     update_calibration,
 )
 from agent.context.inputs import log_request
+from agent.context.prompts import load_prompts, render_system
 from agent.errors import ConfigError, UsageError
 from agent.events import Event
-from agent.prompts import load_prompts, render_system
 from agent.store.log import EventLog, utc_ts
 from agent.store.target import PgTarget
 from tests.tamper import Tamper

@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from agent import events as ev
-from agent.compaction import Plan, compaction_payload, plan, summarise
 from agent.context import (
     Inputs,
     Projection,
@@ -29,6 +28,7 @@ from agent.context import (
     select,
     tokenizer_for,
 )
+from agent.context.compaction import Plan, compaction_payload, plan, summarise
 from agent.events import Event, render
 from agent.store.log import EventLog, canonical, utc_ts
 from tests.test_context import POLICY, TOOLS, Clock

@@ -16,8 +16,8 @@ import pytest
 from agent.config import ContextSettings
 from agent.context import replay as replay_mod
 from agent.context.build import budget_fields, settings_from_manifest
+from agent.runtime.tick import run_tick
 from agent.sim import SimServer, Simulator
-from agent.tick import run_tick
 from tests.conftest import events_of, plant_ours
 from tests.fakes.openai_server import reply
 

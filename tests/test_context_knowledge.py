@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.compaction import Plan, compaction_payload, plan, summarise
 from agent.context import render_pinned, request_payload, select
+from agent.context.compaction import Plan, compaction_payload, plan, summarise
 from agent.feedback.knowledge import scan_knowledge
 from tests.test_context import POLICY, TOOLS, observation
 from tests.test_context_budget import _settings

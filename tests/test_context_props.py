@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.compaction import compact
 from agent.context import ContextSettings, fits, project, project_at, request_payload
-from agent.prompts import load_prompts
+from agent.context.compaction import compact
+from agent.context.prompts import load_prompts
 from agent.store.log import EventLog
 from tests.test_context import POLICY, TOOLS, Clock, observation, words
 

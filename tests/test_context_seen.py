@@ -9,11 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent import context, feedback
-from agent.compaction import Plan, compaction_payload, plan, summarise
 from agent.context import request_payload, select
+from agent.context.compaction import Plan, compaction_payload, plan, summarise
 from agent.context.seen import is_operator_input
 from agent.events import Event, render
-from agent.tick import run_tick
+from agent.runtime.tick import run_tick
 from tests.fakes.openai_server import is_summary_request, reply, summary_reply
 from tests.test_context import POLICY, TOOLS, observation, words
 from tests.test_context_build import METER, TIGHT, MemLog, project_mem

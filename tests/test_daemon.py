@@ -21,8 +21,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from agent import config
-from agent.daemon import changed_keys, make_trigger, run_daemon
 from agent.errors import ConfigError
+from agent.runtime.daemon import changed_keys, make_trigger, run_daemon
 from agent.sim import SimServer, Simulator
 from agent.store.log import EventLog
 from tests.conftest import init_database
@@ -248,7 +248,7 @@ def test_notify_socket_and_the_single_writer_lock(tmp_path, sim_server, daemons)
         second = subprocess.run([sys.executable, "-m", "agent.cli", "--config", str(cfg), "run"], cwd=tmp_path,
                                 env=env_for(), capture_output=True, text=True, timeout=60)
         assert second.returncode == 1
-        assert f"pid {d.popen.pid}" in second.stderr and "fleet-agent.lock" in second.stderr
+        assert f"pid {d.popen.pid}" in second.stderr and "fleet-agent.runtime.lock" in second.stderr
         assert d.popen.poll() is None
 
         d.popen.send_signal(signal.SIGTERM)
@@ -376,7 +376,7 @@ def test_a_bad_cron_is_refused_before_the_daemon_starts(tmp_path):
     assert [x["event"] for x in logs if x["event"].startswith("daemon.")] == []
     with EventLog(tmp_path / "data" / "fleet-agent.db", readonly=True) as lg:
         assert lg.count() == 0
-    assert not (tmp_path / "data" / "fleet-agent.lock").exists()
+    assert not (tmp_path / "data" / "fleet-agent.runtime.lock").exists()
 
 
 # ------------------------------------------------------------------ pure parts

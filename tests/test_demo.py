@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from agent.config import load
-from agent.demo import run_demo
+from agent.runtime.demo import run_demo
 from agent.store.log import EventLog
 
 
@@ -72,7 +72,7 @@ def test_demo_model_timeout_defaults_long_with_a_model_url(tmp_path):
     timeout that is not a positive number."""
     from agent import config
     from agent.cli import build_parser
-    from agent.demo import demo_config
+    from agent.runtime.demo import demo_config
 
     def parsed(**kw: object) -> config.Settings:
         text = demo_config(tmp_path, "http://127.0.0.1:9", budget=6000, **kw)  # type: ignore[arg-type]

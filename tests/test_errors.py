@@ -35,7 +35,7 @@ def test_every_error_class_is_drawn_in_the_tree():
     """Each FleetAgentError subclass defined under agent/ or tools/ is named in the errors module docstring,
     so the tree there is the complete list an operator or a caller can meet."""
     imported = _import_all(agent) + _import_all(tools)
-    assert "agent.llm" in imported and "agent.toolkit" in imported and "tools.fleet" in imported
+    assert "agent.model.llm" in imported and "agent.fleet.toolkit" in imported and "tools.fleet" in imported
     ours = [c for c in _subclasses(FleetAgentError) if c.__module__.split(".")[0] in ("agent", "tools")]
     names = {c.__name__ for c in ours}
     assert {"ConfigError", "LLMError", "VastError", "DemandError", "ToolInputError"} <= names

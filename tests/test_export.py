@@ -13,10 +13,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from agent.app import App
 from agent.cli import main
+from agent.runtime.app import App
+from agent.runtime.tick import run_tick
 from agent.store.log import EventLog
-from agent.tick import run_tick
 from tests.conftest import events_of, offer_rows
 from tests.fakes.openai_server import reply
 from tests.test_fork import _config_file

@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.context import render_pinned
 from agent.context.facts import fold_facts, render_facts
-from agent.tick import run_tick
+from agent.runtime.tick import run_tick
 from tests.fakes.openai_server import reply
 from tests.test_context import observation
 from tests.test_context_build import METER, MemLog

@@ -13,9 +13,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from agent import config, feedback
-from agent.app import App
 from agent.errors import FleetAgentError
 from agent.events import render
+from agent.runtime.app import App
 
 CONFIG = """\
 agent_id: test-fleet

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agent import feedback
-from agent.tick import run_tick
+from agent.runtime.tick import run_tick
 from tests.fakes.openai_server import is_summary_request, reply, summary_reply
 
 # Runs on SQLite and on PostgreSQL (make_app opens the log on the test's backend).

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from agent import cli, config, feedback
-from agent.app import App
-from agent.lock import FleetLock
-from agent.tick import run_tick
+from agent.runtime.app import App
+from agent.runtime.lock import FleetLock
+from agent.runtime.tick import run_tick
 from tests.test_status_doctor import SIM_KEY, _restore_structlog, make_setup, sim_server  # noqa: F401
 
 

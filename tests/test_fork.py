@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from agent import context
-from agent.app import App
 from agent.cli import main
 from agent.fork import Change, Where, diff_fork, make_fork
+from agent.runtime.app import App
+from agent.runtime.tick import run_tick
 from agent.store.log import EventLog
-from agent.tick import run_tick
 from tests.conftest import events_of, offer_rows
 from tests.fakes.openai_server import FakeOpenAI, reply
 

@@ -23,11 +23,12 @@ from typing import Any
 
 import pytest
 
-from agent import compaction, context, feedback
+from agent import context, feedback
+from agent.context import compaction
 from agent.events import Event, Vocabulary
 from agent.events.kinds import VOCABULARY
-from agent.tick import run_tick
-from agent.toolkit import load_tools
+from agent.fleet.toolkit import load_tools
+from agent.runtime.tick import run_tick
 from tests.fakes.openai_server import reply
 
 CORPUS_FILE = Path(__file__).parent / "data" / "injection_payloads.json"

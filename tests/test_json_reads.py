@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from agent import cli, config, feedback
-from agent.app import App
 from agent.cli.completion import _subparsers
-from agent.tick import run_tick
+from agent.runtime.app import App
+from agent.runtime.tick import run_tick
 from tests.test_status_doctor import SIM_KEY, _restore_structlog, make_setup, sim_server  # noqa: F401
 
 # (argv after --config, "json" | "jsonl"): every read command, with the arguments it needs.

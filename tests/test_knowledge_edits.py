@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent import cli, feedback
-from agent.doctor import check_knowledge
+from agent.cli.doctor import check_knowledge
 from agent.errors import FleetAgentError
 from agent.feedback.knowledge import EDITED_ON_DISK
 from tests.test_feedback import make_app
@@ -96,8 +96,8 @@ def test_the_cli_edit_records_by_or_the_invoking_user(tmp_path, monkeypatch, cap
                      "--editor", editor(tmp_path, "hello\n")]) == 0
     monkeypatch.setenv("SUDO_USER", "carol")
     assert cli.main(["--config", cfg, "knowledge", "edit", "x.md", "--editor", editor(tmp_path, "hello again\n")]) == 0
-    from agent.app import App
     from agent.config import load
+    from agent.runtime.app import App
 
     a = App(load(cfg))
     try:

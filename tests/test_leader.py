@@ -1,4 +1,4 @@
-"""The leadership lock (agent/leader.py): one active holder per fleet, takeover, and the fence.
+"""The leadership lock (agent/runtime/leader.py): one active holder per fleet, takeover, and the fence.
 
 The file lock runs on real files in a temp dir; the PostgreSQL lock against a throwaway server
 (tests/pgserver.py). Holders that get killed or suspended are real processes
@@ -24,8 +24,8 @@ import pytest
 from agent import config
 from agent.clients.vast import VastClient
 from agent.errors import ConfigError, LogError
-from agent.leader import FileLeader, LeadershipLost, PgLeader, identity, leader_for
-from agent.lock import FleetLock
+from agent.runtime.leader import FileLeader, LeadershipLost, PgLeader, identity, leader_for
+from agent.runtime.lock import FleetLock
 from agent.sim import SimServer, Simulator
 from agent.store import pglock
 from agent.store.log import EventLog
@@ -321,7 +321,7 @@ def test_failover_seconds_is_bounded_with_file_and_line(tmp_path: Path):
     s = config.load(str(cfg))
     assert float(s.storage.failover_seconds) == 30.0
     lead = leader_for(s)
-    assert isinstance(lead, FileLeader) and lead.path == s.data_path / "fleet-agent.leader"
+    assert isinstance(lead, FileLeader) and lead.path == s.data_path / "fleet-agent.runtime.leader"
 
 
 def test_pg_a_suspended_daemon_mid_append_does_not_hold_the_append_lock(pg_url: str, tmp_path: Path):
@@ -358,7 +358,7 @@ def _settings(tmp_path: Path, storage_url: str | None = None) -> config.Settings
 def test_doctor_names_the_file_lock_holder_and_fails_a_stale_one(tmp_path: Path):
     """doctor's lock check: no daemon active (ok), the holder's pid and host with its heartbeat age (ok),
     and a holder whose heartbeat is older than failover_seconds (FAIL: suspended or hung, with the fix)."""
-    from agent.doctor import check_leader
+    from agent.cli.doctor import check_leader
 
     s = _settings(tmp_path)
     c = check_leader(s)
@@ -381,7 +381,7 @@ def test_doctor_names_the_pg_lock_holder_by_application_name(pg_url: str, tmp_pa
     with the pg_terminate_backend fix)."""
     import psycopg
 
-    from agent.doctor import check_leader
+    from agent.cli.doctor import check_leader
 
     s = _settings(tmp_path, pg_url)
     assert check_leader(s).detail == "no daemon holds the advisory lock of fleet 'fleet-1'"

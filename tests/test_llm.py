@@ -9,7 +9,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from agent.errors import FleetAgentError
-from agent.llm import LLMError, ModelReply, OpenAIChat, ToolCall, Usage, call_with_retries
+from agent.model.llm import LLMError, ModelReply, OpenAIChat, ToolCall, Usage, call_with_retries
 from tests.fakes.openai_server import (
     FakeOpenAI,
     context_length_error,

@@ -7,7 +7,7 @@ import json
 import os
 
 from agent import cli
-from agent.lock import FleetLock
+from agent.runtime.lock import FleetLock
 from agent.store.db import PAGE_SIZE, connect
 from agent.store.log import EventLog
 from tests.test_cli_core import site  # noqa: F401 - the fixture

@@ -99,8 +99,8 @@ def test_zero_turns_masking_off() -> None:
 def test_requests_after_masking_compactions_replay(tmp_path: Any, capsys: Any) -> None:
     """On a real log, with masking-only and summarising compactions that mask, replay --verify
     re-derives every agent and summariser request."""
-    from agent.compaction import compact
     from agent.context import project
+    from agent.context.compaction import compact
     from agent.context.inputs import log_request
     from agent.store.log import EventLog
     from tests.test_context import TOOLS

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.context.replay import replay, replay_summaries
-from agent.tick import run_tick
+from agent.runtime.tick import run_tick
 from tests.fakes.openai_server import is_summary_request, reply, summary_reply
 from tests.test_context_seen import SETTINGS
 

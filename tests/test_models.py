@@ -11,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from agent.context.replay import replay
-from agent.tick import MAX_CORRECTIONS, run_tick
+from agent.runtime.tick import MAX_CORRECTIONS, run_tick
 from tests.conftest import events_of
 from tests.fakes.openai_server import TEXT_CALL_SHAPES, error, hang, is_summary_request, reply, text_tool_call
 
@@ -267,7 +267,7 @@ def test_a_context_length_error_lowers_the_budget_to_the_servers_window_once(mak
     asked = [q for q in fake_model.chat_requests if not is_summary_request(q.json)]
     sizes = [fake_model.prompt_tokens(q.raw) for q in asked[-2:]]
     assert sizes[1] < sizes[0] and sizes[1] + 500 <= fake_model.context_window
-    from agent import status  # status reports the budget in force, not the configured one
+    from agent.runtime import status  # status reports the budget in force, not the configured one
     shown = status.context_size(app)
     assert shown["budget"] < shown["configured_budget"] == app.settings.context.budget_tokens
     alerts = [a for a in app.log.store.open_alerts() if "context window" in a.title]

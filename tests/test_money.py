@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from agent import config, spend
+from agent import config
 from agent.errors import ConfigError
-from agent.tick import run_tick
+from agent.fleet import spend
+from agent.runtime.tick import run_tick
 from tests.conftest import events_of, good_offer, priced, rent_puts, tool_messages
 from tests.fakes.openai_server import reply
 from tests.test_steering import _cli, _good_offers, _rent

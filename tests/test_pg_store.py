@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from agent import cli, config, doctor
+from agent import cli, config
+from agent.cli import doctor
 from agent.errors import LogError
 from agent.store.log import EventLog
 from agent.store.target import PgTarget
@@ -384,7 +385,7 @@ def test_a_daemon_stalled_inside_an_append_never_keeps_the_append_lock_from_its_
     import os
     import signal
 
-    from agent.leader import PgLeader
+    from agent.runtime.leader import PgLeader
     from tests.tamper import pg_append_lock_free
     from tests.test_daemon import wait_for
 
@@ -416,7 +417,7 @@ def test_a_daemon_stalled_inside_an_append_never_keeps_the_append_lock_from_its_
 def test_an_operators_append_is_never_ended_by_a_takeover(pg_url, tmp_path):
     """Only an earlier daemon's sessions are ended at a takeover: an operator's command in the middle of an
     append (its session named for the fleet, not for a daemon) keeps its transaction and commits."""
-    from agent.leader import PgLeader
+    from agent.runtime.leader import PgLeader
 
     with EventLog(_target(pg_url, "fleet-a", tmp_path), create=True) as log:
         leader = PgLeader(pg_url, "fleet-a", failover_seconds=30)

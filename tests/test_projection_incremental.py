@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.context import ContextSettings, ProjectionCache, project
-from agent.prompts import load_prompts
+from agent.context.prompts import load_prompts
 from agent.store.log import EventLog
 from tests.test_context import POLICY, TOOLS, Clock, final_text, simple_tick, tick_start, tool_step
 

@@ -12,7 +12,7 @@ import pytest
 
 from agent.context import ContextSettings, ProjectionCache, project
 from agent.context.load import load
-from agent.prompts import load_prompts
+from agent.context.prompts import load_prompts
 from agent.store.log import EventLog
 from tests.tamper import Tamper
 from tests.test_context import POLICY, TOOLS, Clock, simple_tick, tick_start, tool_step

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from agent import context
-from agent.app import App
 from agent.cli import build_parser
+from agent.runtime.app import App
+from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, SimServer, Simulator
 from agent.store import plans
 from agent.store.log import EventLog
-from agent.tick import run_tick
 from bench.biglog import grow, record_template
 from tests.conftest import settings_for
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent import steering
+from agent.fleet import steering
 from agent.store import plans, readmodels
 from agent.store.log import EventLog
 from tests.conftest import rent_puts

@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from agent.compaction import compact
 from agent.context import project
+from agent.context.compaction import compact
 from agent.context.inputs import KIND, log_request, record_inputs, recorded
+from agent.context.prompts import load_prompts
 from agent.context.replay import replay_summaries
 from agent.events import Event, Message
 from agent.events.kinds import VOCABULARY, TickStartedV1
 from agent.events.rendering import render_observation, user
 from agent.events.vocabulary import Version
-from agent.prompts import load_prompts
 from agent.store.log import EventLog
 from tests.tamper import Tamper
 from tests.test_cli_context import TICKS, cli

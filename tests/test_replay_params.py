@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from agent.compaction import compact
 from agent.context import project
+from agent.context.compaction import compact
 from agent.context.inputs import KIND, log_request, manifest_of, recorded
 from agent.context.replay import replay_summaries
 from agent.store.log import EventLog
@@ -142,7 +142,7 @@ def test_a_tampered_rejected_answer_fails_the_retrys_replay(tmp_path: Path) -> N
 def test_a_ticks_request_records_the_parameters_the_server_received(sim: Any, make_app: Any, fake_model: Any) -> None:
     """Through the real SDK: what the fake server received besides model, messages and tools is exactly
     the recorded parameters the tick's model.request names."""
-    from agent.tick import run_tick
+    from agent.runtime.tick import run_tick
     from tests.fakes.openai_server import reply
 
     fake_model.enqueue(reply("nothing to do"))

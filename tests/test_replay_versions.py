@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from agent.compaction import compact
 from agent.context import project, project_at, request_payload
+from agent.context.compaction import compact
 from agent.context.inputs import log_request, manifest_of, record_inputs, recorded
+from agent.context.prompts import Prompts
 from agent.events import Event
 from agent.events.kinds_storage import SHARED, join_manifest, split_manifest
-from agent.export import Inputs, TrainingReport, training_examples
-from agent.prompts import Prompts
+from agent.store.export import Inputs, TrainingReport, training_examples
 from agent.store.log import GENESIS, EventLog, canonical, row_hash
 from tests.tamper import Tamper
 from tests.test_cli_context import TICKS, cli

@@ -13,9 +13,9 @@ import pytest
 import structlog
 
 from agent import cli, config
-from agent.app import App
 from agent.feedback import raise_alert
-from agent.lock import FleetLock
+from agent.runtime.app import App
+from agent.runtime.lock import FleetLock
 from agent.sim import SimServer, Simulator
 from agent.store.log import EventLog
 from tests.fakes.openai_server import FakeOpenAI, reply, text_tool_call
@@ -157,7 +157,7 @@ def test_status_text_is_readable(tmp_path, capsys, sim_server):
 
 def test_status_after_a_real_tick(tmp_path, capsys, sim_server, monkeypatch):
     """After one real tick (rules provider, simulator) status shows it completed, with its fleet."""
-    from agent.tick import run_tick
+    from agent.runtime.tick import run_tick
 
     monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
     cfg = make_setup(tmp_path, sim_server.url, "  provider: rules")

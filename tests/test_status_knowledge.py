@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agent import config
-from agent.app import App
 from agent.feedback.knowledge import save_memo, scan_knowledge
+from agent.runtime.app import App
 from tests.test_status_doctor import _restore_structlog, make_setup, run_cli, sim_server  # noqa: F401
 
 OPENS: list[str] = []

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from agent import cli, steering
+from agent import cli
 from agent.errors import FleetAgentError, UsageError
-from agent.tick import run_tick
+from agent.fleet import steering
+from agent.runtime.tick import run_tick
 from tests.conftest import events_of, mutating_requests, plant_ours, rent_puts, tool_messages, within_policy
 from tests.fakes.openai_server import reply
 
@@ -28,9 +29,9 @@ def _good_offers(sim: Any, settings: Any, n: int) -> list[dict[str, Any]]:
 def renter(app: Any) -> tuple[Any, Any]:
     """One tick's tool context (refreshed once, as a tick does) and ``rent(n, offer)``: the model's n-th
     rent_instance call through the tool pipeline in it, as (its outcome, whether a guardrail blocked it)."""
-    from agent.pipeline import run_tool_call
-    from agent.policy import Policy
-    from agent.toolkit import ToolContext, load_tools
+    from agent.fleet.pipeline import run_tool_call
+    from agent.fleet.policy import Policy
+    from agent.fleet.toolkit import ToolContext, load_tools
 
     ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None,
                       policy=Policy(app.settings), tick=1)
@@ -321,7 +322,7 @@ def test_instances_lists_ours_and_others_with_status_since_and_json(sim, make_ap
 
 def test_status_shows_pause_and_overrides(make_app):
     """status's JSON and text carry the pause (who, why, until) and each override in force."""
-    from agent import status
+    from agent.runtime import status
 
     app = make_app()
     steering.pause(app.log, by="alice", reason="maintenance", until=None)
@@ -335,8 +336,8 @@ def test_status_shows_pause_and_overrides(make_app):
 
 def test_excluding_an_already_excluded_host_changes_nothing(make_app):
     """exclude_host from the model on a host already excluded leaves the log unchanged (no duplicate)."""
-    from agent.policy import Policy
-    from agent.toolkit import ToolContext, load_tools
+    from agent.fleet.policy import Policy
+    from agent.fleet.toolkit import ToolContext, load_tools
 
     app = make_app()
     steering.exclude_host(app.log, 77, by="alice", reason="r", source="operator", until=None)

@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 
-from agent import steering
+from agent.fleet import steering
+from agent.runtime.tick import run_tick
 from agent.sim import SimServer, Simulator
-from agent.tick import run_tick
 from tests.conftest import events_of, good_offer, plant_ours
 from tests.fakes.openai_server import reply
 

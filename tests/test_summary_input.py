@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from agent.compaction import Plan, plan, summary_input
 from agent.context import request_payload, select
+from agent.context.compaction import Plan, plan, summary_input
 from tests.test_context import POLICY, TOOLS, observation
 from tests.test_context_build import METER, PROMPTS, MemLog, project_mem
 from tests.test_context_props import S

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.compaction import SECTION_TITLES, check_summary, is_echo
-from agent.llm import OpenAIChat
-from agent.prompts import render_summarize
+from agent.context.compaction import SECTION_TITLES, check_summary, is_echo
+from agent.context.prompts import render_summarize
+from agent.model.llm import OpenAIChat
 from tests.fakes.openai_server import FakeOpenAI, echo_prompt, nothing_to_do, reply, summary_reply
 from tests.test_compaction import ALERTS, GOOD, OWNED, PROMPTS, _meter, fill, run_compact
 from tests.test_context import SMALL, open_log

@@ -15,7 +15,7 @@ import pytest
 
 from agent import cli, config, feedback
 from agent.cli.output import json_text, line, text
-from agent.tick import MAX_CALLS_PER_STEP, run_tick
+from agent.runtime.tick import MAX_CALLS_PER_STEP, run_tick
 from tests.fakes.openai_server import reply
 
 CORPUS_FILE = Path(__file__).parent / "data" / "injection_corpus.json"
@@ -152,7 +152,7 @@ def test_directives_list_one_per_line(tmp_path: Path, capsys: pytest.CaptureFixt
     """Pinned directives holding newlines and fake tags list as exactly one line each."""
     assert cli.main(["init", str(tmp_path)]) == 0
     cfg = tmp_path / "config.yaml"
-    from agent.app import App
+    from agent.runtime.app import App
 
     app = App(config.load(str(cfg)))
     try:

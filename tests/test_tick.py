@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent.tick import run_tick
+from agent.runtime.tick import run_tick
 from tests.conftest import events_of, offer_rows, plant_ours, rent_puts, tool_messages, within_policy
 from tests.fakes.openai_server import RecordedRequest, Step, reply
 

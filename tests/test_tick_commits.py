@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.runtime.tick import run_tick
 from agent.store import plans
 from agent.store.log import EventLog
-from agent.tick import run_tick
 from tests.conftest import events_of, offer_rows, tool_messages
 from tests.fakes.openai_server import Step, reply
 

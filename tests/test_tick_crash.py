@@ -22,10 +22,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from agent.errors import LogError
+from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, Reply, Simulator
 from agent.store.db import sqlite3
 from agent.store.log import EventLog
-from agent.tick import run_tick
 from tests.conftest import events_of, good_offer, rent_puts, settings_for
 from tests.conftest_sim import SIM_SEED
 from tests.fakes.openai_server import reply
@@ -38,8 +38,8 @@ WAIT_S = 30.0
 TICK_SCRIPT = """
 import json, sys
 from pathlib import Path
-from agent.app import App
-from agent.tick import run_tick
+from agent.runtime.app import App
+from agent.runtime.tick import run_tick
 from tests.conftest import settings_for
 from agent.sim import ManualClock
 a = json.loads(sys.argv[1])

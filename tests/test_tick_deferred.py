@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from agent.feedback.knowledge import MEMO_NAME
+from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, Reply, SimServer, Simulator
 from agent.store.log import EventLog
-from agent.tick import run_tick
 from tests import tamper
 from tests.conftest import events_of, good_offer, plant_ours
 from tests.conftest_sim import SIM_SEED
@@ -127,8 +127,8 @@ def test_a_stopped_instance_is_destroyed_only_after_the_start_and_its_intent_are
 TICK_SCRIPT = """
 import json, sys
 from pathlib import Path
-from agent.app import App
-from agent.tick import run_tick
+from agent.runtime.app import App
+from agent.runtime.tick import run_tick
 from tests import tamper
 from tests.conftest import settings_for
 from agent.sim import ManualClock

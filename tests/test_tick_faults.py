@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent.tick import run_tick
+from agent.runtime.tick import run_tick
 from tests.conftest import events_of, mutating_requests, tool_messages
 from tests.fakes.openai_server import (
     Step,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from agent.policy import norm_gpu
-from agent.tick import MAX_CALLS_PER_STEP, run_tick
+from agent.fleet.policy import norm_gpu
+from agent.runtime.tick import MAX_CALLS_PER_STEP, run_tick
 from tests.conftest import (
     events_of,
     mutating_requests,

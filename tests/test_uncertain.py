@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from agent.clients.vast import VastClient
+from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, Simulator
-from agent.tick import run_tick
 from tests.conftest import events_of, good_offer, rent_puts, tool_messages, within_policy
 from tests.fakes.openai_server import FakeOpenAI, reply
 

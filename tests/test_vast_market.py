@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 
 from agent.clients.vast import VastClient
+from agent.runtime.status import fleet as status_fleet
+from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, SimServer, Simulator
 from agent.sim.simulator import ID_EPOCH
-from agent.status import fleet as status_fleet
-from agent.tick import run_tick
 from tests.conftest import events_of, good_offer, offer_rows, plant_ours, rent_puts, tool_messages
 from tests.fakes.openai_server import reply
 
@@ -297,7 +297,7 @@ def test_ages_and_stuck_alerts_follow_the_fleets_clock_when_the_simulators_runs_
     the wall clock), ages are still counted, by the agent's own clock from the observations, and an instance
     stuck in loading longer than alerts.stuck_after raises the stuck alert (start_date, in the simulator's
     time, would have made every age 0)."""
-    from agent.app import App
+    from agent.runtime.app import App
     from tests.conftest import settings_for
 
     fleet_clock = ManualClock(sim.now() - 10 * HOUR)

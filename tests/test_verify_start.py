@@ -15,9 +15,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from agent import config
-from agent.app import App
-from agent.daemon import run_daemon
 from agent.errors import ChainBroken, LogError
+from agent.runtime.app import App
+from agent.runtime.daemon import run_daemon
 from agent.store.log import EventLog
 from tests.conftest import init_database
 from tests.tamper import Tamper
@@ -191,7 +191,7 @@ class _Result:
 def test_the_tick_log_line_carries_the_head(make_app: Any) -> None:
     """The canonical 'tick' log line carries head=SEQ:HASH, the log's head after the tick, so the journal holds
     a copy outside the data directory."""
-    from agent.tick import run_tick
+    from agent.runtime.tick import run_tick
 
     app = make_app(provider="rules")
     with capture_logs() as logs:

@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from agent import feedback
-from agent.app import App
 from agent.cli.context import cmd_context
-from agent.tick import run_tick
+from agent.runtime.app import App
+from agent.runtime.tick import run_tick
 from agent.web import Console
 from agent.web.routes import WRITE_ROUTES, create_app
 
@@ -173,7 +173,7 @@ def test_overview_shows_the_fleet_spend_and_open_alerts(client, fleet):
 def test_overview_and_alerts_show_the_steering_and_silences_in_force(client, fleet):
     """A pause, a policy override, a host exclusion and an alert silence set by operators appear on the
     overview and the alerts page, operator text escaped; with none in force the pages say so."""
-    from agent import steering
+    from agent.fleet import steering
 
     page = client.get("/").text
     assert "not paused" in page and "no policy overrides" in page

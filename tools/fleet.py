@@ -3,7 +3,7 @@
 Outputs are compact and deterministic (sorted, fixed columns): they enter the
 conversation verbatim. The actions (rent, destroy, reboot) declare their
 ``check`` next to their handler: it returns a policy Block or the value the
-handler needs, and runs before the intent is logged (see agent.pipeline). The
+handler needs, and runs before the intent is logged (see agent.fleet.pipeline). The
 template (image, command, env, disk) always comes from config.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent import steering
 from agent.clients.vast import Instance, Offer, VastError, spendable
-from agent.policy import Block, norm_gpu
-from agent.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
+from agent.fleet import steering
+from agent.fleet.policy import Block, norm_gpu
+from agent.fleet.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
 
 LOG_TAIL_MAX = 200
 LOG_CHARS_MAX = 6000

@@ -6,7 +6,7 @@ context: full-text search over every event in the log, tool output included.
 
 from __future__ import annotations
 
-from agent.toolkit import AnyTool, Args, Outcome, Tool, ToolContext, obj
+from agent.fleet.toolkit import AnyTool, Args, Outcome, Tool, ToolContext, obj
 
 SEARCH_LIMIT = 10
 SNIPPET_EVENT_CHARS = 300

@@ -26,8 +26,8 @@ if TYPE_CHECKING:  # a command loads only what it uses: the app, the config, the
     from typing import NoReturn
 
     from agent import config
-    from agent.app import App
     from agent.events import Event
+    from agent.runtime.app import App
 
 # Command groups beyond the core ones below: the module agent.cli.<name> (with register(sub)) and the
 # top-level commands it adds, in help order. A command's own module is the only one a run of it imports
@@ -121,7 +121,7 @@ def _init_from(cfg: Path, *, grant: str | None = None) -> int:
 
 def _init_data(settings: config.Settings, *, grant: str | None = None) -> None:
     """The database (refusing an existing one) and the knowledge directory with its example file."""
-    from agent.app import App
+    from agent.runtime.app import App
 
     app = App(settings)
     try:
@@ -167,7 +167,7 @@ def cmd_config_diff(args: argparse.Namespace, app: App) -> int:
     """The config file against the configuration the daemon last put in force (start or reload)."""
     import json
 
-    from agent.daemon import effective
+    from agent.runtime.daemon import effective
 
     rec = next(iter(app.log.read(0, kinds=["config.applied", "config.changed"], newest_first=True, limit=1)), None)
     file = effective(app.settings)
@@ -486,7 +486,7 @@ def _run(args: argparse.Namespace, started: Callable[[], None]) -> int:
         settings = config.load(args.config)
         logsetup.configure(settings.logging.level if args.command in ("run", "tick") else "warning",
                            settings.logging.format)
-        from agent.app import App
+        from agent.runtime.app import App
 
         app = App(settings)
         started()

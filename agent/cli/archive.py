@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agent.app import App
 from agent.cli import args as args_
 from agent.cli import output
 from agent.errors import UsageError
 from agent.record import asdict
+from agent.runtime.app import App
 from agent.store.segments import Remote
 
 

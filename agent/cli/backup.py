@@ -7,10 +7,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from agent.app import App
 from agent.cli import output
 from agent.errors import FleetAgentError, LockError
-from agent.lock import FleetLock
+from agent.runtime.app import App
+from agent.runtime.lock import FleetLock
 from agent.store import backup as backup_
 
 

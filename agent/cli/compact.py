@@ -10,10 +10,10 @@ import argparse
 import json
 from typing import Any
 
-from agent.app import App
 from agent.cli import output
 from agent.errors import FleetAgentError, LockError, LogError, UsageError
-from agent.lock import FleetLock
+from agent.runtime.app import App
+from agent.runtime.lock import FleetLock
 from agent.store.db import PAGE_SIZE, sqlite3
 
 PAGE_SIZES = (4096, 8192, 16384, 32768, 65536)

@@ -9,7 +9,7 @@ from agent.cli import args as args_
 
 def cmd_demo(args: argparse.Namespace, _app: object) -> int:
     from agent import logsetup
-    from agent.demo import run_demo
+    from agent.runtime.demo import run_demo
 
     logsetup.configure("error", "auto")  # the demo prints its own story; everything is in the log
 

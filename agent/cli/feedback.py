@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # argparse loads when a run needs the parser (agent.cli.plain
     import argparse
     from typing import Any
 
-    from agent.app import App
+    from agent.runtime.app import App
 
 
 def _print(s: str = "") -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agent.app import App
 from agent.cli import args as args_
 from agent.cli import output
+from agent.runtime.app import App
 
 
 def _out(s: str = "") -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agent import steering
-from agent.app import App
 from agent.cli import args as args_
 from agent.cli import output, steer
 from agent.cli.output import line
+from agent.fleet import steering
+from agent.runtime.app import App
 
 
 def cmd_hosts_list(args: argparse.Namespace, app: App) -> int:

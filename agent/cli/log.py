@@ -6,10 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from agent.app import App
 from agent.cli import output
 from agent.errors import ConfigError, UsageError
 from agent.record import asdict
+from agent.runtime.app import App
 from agent.store.target import LogLocation, PgTarget, is_pg_url
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agent import manual
-from agent.app import App
 from agent.cli import args as args_
 from agent.cli import output, steer
 from agent.cli.output import line
 from agent.errors import FleetAgentError
+from agent.fleet import manual
+from agent.runtime.app import App
 
 
 def _age(s: Any) -> str:

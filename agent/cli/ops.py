@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from agent.app import App
 from agent.cli import output
+from agent.runtime.app import App
 
 
 def cmd_tick(args: argparse.Namespace, app: App) -> int:
-    from agent.tick import run_tick
+    from agent.runtime.tick import run_tick
 
     # The keys first, as `run` does: a missing or unreadable key is a config error, not a failed tick.
     app.settings.vast_api_key(app.env)

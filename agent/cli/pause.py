@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agent import steering
-from agent.app import App
 from agent.cli import output, steer
 from agent.cli.output import line
+from agent.fleet import steering
+from agent.runtime.app import App
 
 
 def cmd_pause(args: argparse.Namespace, app: App) -> int:

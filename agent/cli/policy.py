@@ -6,10 +6,10 @@ import argparse
 import dataclasses
 from typing import Any
 
-from agent import steering
-from agent.app import App
 from agent.cli import output, steer
 from agent.cli.output import line
+from agent.fleet import steering
+from agent.runtime.app import App
 
 
 def _show(v: Any) -> str:

@@ -8,7 +8,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # argparse loads when a run needs the parser (agent.cli.plain reads the plain forms)
     import argparse
 
-    from agent.app import App
+    from agent.runtime.app import App
 
 
 def _print(s: str = "") -> None:
@@ -16,14 +16,14 @@ def _print(s: str = "") -> None:
 
 
 def cmd_run(args: argparse.Namespace, app: App) -> int:
-    from agent.daemon import run_daemon
+    from agent.runtime.daemon import run_daemon
 
     return run_daemon(app.settings, config_path=app.settings.source_path, env=app.env, hard_exit=True,
                       standby=bool(args.standby))
 
 
 def cmd_status(args: argparse.Namespace, app: App) -> int:
-    from agent.status import collect, format_text
+    from agent.runtime.status import collect, format_text
 
     st = collect(app)
     _print(output.json_text(st, indent=2, sort_keys=True, default=str) if args.json else format_text(st))
@@ -31,7 +31,7 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, _app: App | None) -> int:
-    from agent.doctor import format_line, run_checks
+    from agent.cli.doctor import format_line, run_checks
 
     results = run_checks(args.config)
     failed = [r for r in results if not r.ok]

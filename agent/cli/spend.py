@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agent import spend
-from agent.app import App
 from agent.cli import output
 from agent.cli.output import line
+from agent.fleet import spend
+from agent.runtime.app import App
 
 
 def _m(x: Any) -> str:

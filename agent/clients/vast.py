@@ -279,7 +279,7 @@ class VastClient:
         self._sleep = sleep
         self._rng = rng
         # Called before every request is sent; raising sends nothing. The daemon sets it to its leadership
-        # check (agent.leader), so a daemon that lost the fleet's lock makes no call.
+        # check (agent.runtime.leader), so a daemon that lost the fleet's lock makes no call.
         self.fence: Callable[[], None] | None = None
         self._http = httpx.Client(timeout=timeout, transport=transport,
                                   headers={"User-Agent": "fleet-agent/0.1"}, follow_redirects=False)

@@ -18,10 +18,10 @@ from agent.context.cache import Message, Meter, ProjectionCache
 from agent.context.calibration import Calibration
 from agent.context.facts import render_facts
 from agent.context.pinned import MARKER_COST, SHRINK_FLOOR, empty_pinned, render_pinned, render_summary
+from agent.context.prompts import Prompts, render_system
 from agent.context.thread import Entry, build_thread, shrink_entry
 from agent.events import Event, inline
 from agent.events.kinds_storage import split_manifest
-from agent.prompts import Prompts, render_system
 from agent.store.log import canonical
 from agent.tokens import REQUEST_OVERHEAD
 

@@ -28,9 +28,9 @@ from agent.context.build import (
     sha256_text,
     tools_hash,
 )
+from agent.context.prompts import Prompts
 from agent.events import Event
 from agent.events.kinds_storage import REQUEST_INPUT, bundle_hash, join_manifest, split_manifest
-from agent.prompts import Prompts
 from agent.store.log import EventLog, canonical
 
 KIND = "input.recorded"

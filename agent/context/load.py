@@ -16,9 +16,9 @@ from agent.context.build import Inputs, Projection, build, settings_from_manifes
 from agent.context.cache import Meter, ProjectionCache
 from agent.context.calibration import Calibration, next_ratio
 from agent.context.inputs import manifest_of, recorded
+from agent.context.prompts import Prompts
 from agent.errors import UsageError
 from agent.events import Event
-from agent.prompts import Prompts
 from agent.store.log import EventLog, utc_ts
 from agent.tokens import Tokenizer, get_tokenizer
 

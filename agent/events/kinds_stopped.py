@@ -1,4 +1,4 @@
-"""The system's own destroy of an instance of ours that vast.ai shows stopped (agent.tick).
+"""The system's own destroy of an instance of ours that vast.ai shows stopped (agent.runtime.tick).
 
 fleet-agent never stops an instance, so one of ours that shows ``stopped`` is a failure that still bills
 storage: the tick destroys it through the tool pipeline whatever the model does. ``system.destroy`` (why)

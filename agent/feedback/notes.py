@@ -8,8 +8,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from agent.app import App
     from agent.events import Event
+    from agent.runtime.app import App
     from agent.store.log import EventLog
 
 MAX_NOTE_CHARS = 4000

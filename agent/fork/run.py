@@ -9,19 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.app import App
 from agent.config import Settings
+from agent.context.prompts import Prompts
 from agent.errors import UsageError
 from agent.fork.point import ForkPoint, at_tick, at_time
 from agent.fork.seed import Seeded, seeded_simulator
 from agent.fork.setup import SIM_KEY, Change, in_force_at, write_config
-from agent.prompts import Prompts
+from agent.runtime.app import App
 from agent.sim import ManualClock, SimServer
 from agent.store.log import EventLog
 
 if TYPE_CHECKING:
-    from agent.llm import ChatProvider
-    from agent.tick import TickResult
+    from agent.model.llm import ChatProvider
+    from agent.runtime.tick import TickResult
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ class _Spec:
 
 def _run(settings: Settings, origin: EventLog, point: ForkPoint, seeded: Seeded, dest: Path, server: SimServer,
          clock: ManualClock, spec: _Spec) -> ForkResult:
-    from agent.tick import run_tick
+    from agent.runtime.tick import run_tick
 
     fs = write_config(settings, dest, server.url, prompts=spec.prompts, policy=spec.policy, change=spec.change)
     app = App(fs, env=spec.env, clock=clock, provider=spec.provider)

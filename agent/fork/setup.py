@@ -19,8 +19,8 @@ import yaml
 from agent import config
 from agent.config import PolicySettings, Settings
 from agent.context.inputs import in_force, manifest_of, recorded
+from agent.context.prompts import Prompts, load_prompts
 from agent.errors import ConfigError, UsageError
-from agent.prompts import Prompts, load_prompts
 from agent.store.log import EventLog
 
 SIM_KEY = "fork-sim-key"

@@ -764,7 +764,7 @@ class EventLog:
         self._filed: int | None = None  # the seq the checkpoint file records, as last read or written here
         self._verify_conn: Any = None  # the read-only connection verification reads its snapshots through
         # Called inside every transaction that appends, just before it commits; raising rolls it back.
-        # The daemon sets it to its leadership check (agent.leader), so a daemon that lost the lock
+        # The daemon sets it to its leadership check (agent.runtime.leader), so a daemon that lost the lock
         # appends nothing.
         self.fence: Callable[[], None] | None = None
 

@@ -101,7 +101,7 @@ def bound_idle_transactions(log: Any, seconds: float) -> None:
     block the daemon that took over, for as long as it stays suspended. Nothing on a SQLite log."""
     conn: Any = getattr(log, "conn", None)
     if getattr(conn, "dialect", None) == "postgresql":
-        from agent.leader import identity
+        from agent.runtime.leader import identity
 
         conn.raw.execute(f"SET idle_in_transaction_session_timeout = {max(1000, int(seconds * 1000))}")
         # Named as the daemon's lock session is, so a daemon that takes over can tell this session from an

@@ -15,13 +15,14 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from agent import config, feedback, logsetup, status
-from agent.app import App
+from agent import config, feedback, logsetup
 from agent.config import Settings
+from agent.context.prompts import Prompts
 from agent.context.replay import inspect_request
 from agent.errors import FleetAgentError, UsageError
 from agent.events import KINDS, Event, render
-from agent.prompts import Prompts
+from agent.runtime import status
+from agent.runtime.app import App
 from agent.store.log import utc_ts
 from agent.web import charts, spend
 from agent.web.auth import Auth
@@ -160,7 +161,7 @@ class Console:
     def _steering(self) -> dict[str, Any]:
         """The pause, the policy overrides and the host exclusions in force now (read-only here; they are
         set with `fleet-agent pause`, `policy set`, `hosts exclude`)."""
-        from agent import steering
+        from agent.fleet import steering
 
         lg = self.log
         return {"paused": steering.paused(lg), "overrides": sorted(steering.active_overrides(lg).values(),

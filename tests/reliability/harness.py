@@ -212,7 +212,7 @@ def mutating(req: dict[str, Any]) -> bool:
 def make_app(root: Path, sim: Simulator, server: SimServer, *, provider_obj: Any = None, **kw: Any) -> Any:
     """An in-process App over root/config.yaml, on the simulator's clock."""
     from agent import config
-    from agent.app import App
+    from agent.runtime.app import App
 
     cfg = write_config(root, server.url, key=sim.api_key, **kw)
     return App(config.load(str(cfg)), env={"VAST_API_KEY": sim.api_key}, clock=sim.clock, provider=provider_obj)
@@ -228,8 +228,8 @@ def tick_terminals(log: Any) -> dict[int, list[str]]:
 
 def tool_context(app: Any, tick: int) -> Any:
     """A real ToolContext, built as the tick builds it, with a fresh listing."""
-    from agent.policy import Policy
-    from agent.toolkit import ToolContext
+    from agent.fleet.policy import Policy
+    from agent.fleet.toolkit import ToolContext
 
     ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=app.demand(),
                       policy=Policy(app.settings), tick=tick, clock=app.clock)
@@ -239,7 +239,7 @@ def tool_context(app: Any, tick: int) -> Any:
 
 def _rent_violations(offer: dict[str, Any], body: dict[str, Any], oid: int, settings: Any, base: str) -> list[str]:
     """What is wrong with one rent request that reached the simulator."""
-    from agent.policy import norm_gpu
+    from agent.fleet.policy import norm_gpu
 
     p, f = settings.policy, settings.fleet
     out: list[str] = []
@@ -313,7 +313,7 @@ def policy_violations(sim: Simulator, settings: Any, foreign: set[int]) -> list[
 
 def run_ambiguous(root: Path, ticks: int, seed: int = 11) -> dict[str, Any]:
     """Ticks where half of all rents create the instance, then answer 500 or hang."""
-    from agent.tick import run_tick
+    from agent.runtime.tick import run_tick
 
     out: dict[str, Any] = {"ticks": ticks, "failed_ticks": [], "unresolved": []}
     with running_sim(seed=seed) as (sim, server):
@@ -352,7 +352,7 @@ def run_ambiguous(root: Path, ticks: int, seed: int = 11) -> dict[str, Any]:
 
 def run_api_chaos(root: Path, ticks: int, seed: int = 21) -> dict[str, Any]:
     """Ticks against a simulator failing ~30% of calls (429 text/quota, 500, 503, too slow)."""
-    from agent.tick import run_tick
+    from agent.runtime.tick import run_tick
 
     out: dict[str, Any] = {"ticks": ticks}
     with running_sim(seed=seed) as (sim, server):
@@ -490,7 +490,7 @@ def _share_ssl_context() -> None:
 
 def zygote_main() -> None:  # pragma: no cover - runs in its own process
     import agent.cli
-    import agent.tick  # noqa: F401 - imported once here, inherited by every child
+    import agent.runtime.tick  # noqa: F401 - imported once here, inherited by every child
     import tools  # noqa: F401
     from agent.tokens import get_tokenizer
 
@@ -787,7 +787,7 @@ def audit_intents(sim: Simulator, path: Path, label_base: str = LABEL_BASE) -> d
 def install_reboots() -> None:
     """The rules provider, plus one reboot of a running instance of ours per tick: so the kill
     loop also lands between a reboot's intent and its result."""
-    from agent import rules
+    from agent.model import rules
 
     first = rules._first_step
 

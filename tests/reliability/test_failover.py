@@ -111,7 +111,7 @@ def test_a_second_plain_daemon_is_refused_while_a_standby_may_stop_while_waiting
             assert second.wait(60) == 1
             text = fleet.stderr(second.pid)
             assert f" {a.pid}" in text and "--standby" in text
-            assert ("fleet-agent.lock" if storage_url is None else "'fleet-agent rel ") in text
+            assert ("fleet-agent.runtime.lock" if storage_url is None else "'fleet-agent rel ") in text
             b = fleet.start()
             wait_for(lambda: "daemon.standby" in fleet.stderr(b.pid), "the standby to wait")
             n = len(fleet.events())

@@ -56,10 +56,10 @@ def install_rent_before_intent() -> None:
     """Rewire the rent tool so the money moves first and the intent is logged afterwards
     (with the very key used for the label): the bug promise 4 exists to prevent. The
     replaced tool reaches the tick the way every tool does, through the entry point."""
-    import agent.pipeline as pipeline_mod
+    import agent.fleet.pipeline as pipeline_mod
     import tools
-    from agent.policy import Block
-    from agent.toolkit import Outcome
+    from agent.fleet.policy import Block
+    from agent.fleet.toolkit import Outcome
 
     real_uuid = pipeline_mod.uuid
     rent = next(t for t in tools.TOOLS if t.name == "rent_instance")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from agent import context
-from agent.tick import run_tick
+from agent.runtime.tick import run_tick
 from tests.fakes.openai_server import FakeOpenAI, context_length_error, empty_choices, error, hang, raw, reply
 from tests.reliability.harness import check_db, db_path, make_app, running_sim
 

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from agent import cli
+from agent.runtime.tick import run_tick
 from agent.store.log import EventLog
-from agent.tick import run_tick
 from tests.reliability.harness import SIM_KEY, check_db, config_dict, db_path, make_app, running_sim
 
 FUZZ = settings(max_examples=80, deadline=None, database=None, derandomize=True,

@@ -16,9 +16,9 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from agent.pipeline import run_tool_call
-from agent.tick import run_tick
-from agent.toolkit import load_tools
+from agent.fleet.pipeline import run_tool_call
+from agent.fleet.toolkit import load_tools
+from agent.runtime.tick import run_tick
 from tests.conftest import priced
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.reliability.harness import (

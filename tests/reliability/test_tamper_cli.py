@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.tick import run_tick
+from agent.runtime.tick import run_tick
 from tests.reliability.harness import SIM_KEY, check_db, db_path, make_app, running_sim
 from tests.reliability.test_operator_input import run_cli
 from tests.tamper import Tamper

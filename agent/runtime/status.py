@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 from agent import logsetup
-from agent.app import App
 from agent.cli.output import line
+from agent.runtime.app import App
 from agent.store.log import EventLog
 
 TYPE_CHECKING = False
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 log = logsetup.get_logger(__name__)
 
-LOCK_NAME = "fleet-agent.lock"
+LOCK_NAME = "fleet-agent.runtime.lock"
 
 
 def daemon_state(data_path: Path) -> dict[str, Any]:
@@ -152,7 +152,7 @@ def context_size(app: App) -> dict[str, Any]:
 
     Read from the log, not projected afresh: status loads neither the tokenizer nor the prompts
     and tools (``fleet-agent context`` renders and counts the next request)."""
-    from agent.window import effective_context
+    from agent.model.window import effective_context
 
     c = effective_context(app.log, app.settings)  # lowered when the model server said its window is smaller
     budget = c.budget_tokens
@@ -206,7 +206,7 @@ def daemon_events(log_: EventLog) -> dict[str, Any]:
 def steering_state(app: App) -> dict[str, Any]:
     """Whether the fleet is paused (by whom, why, until when), the policy overrides in force, the
     excluded hosts, and the spend today and this month."""
-    from agent import spend, steering
+    from agent.fleet import spend, steering
 
     lg = app.log
     p = steering.paused(lg)

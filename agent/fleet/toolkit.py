@@ -6,7 +6,7 @@ arguments. An ``Action`` changes the fleet and may spend money: it declares a
 ``check`` next to its handler; the check returns either a policy ``Block`` or
 the value the handler needs (the offer found, the instance id), and the handler
 gets that value and the call's idempotency key as parameters. The order they
-run in lives in one place, ``agent.pipeline.run_tool_call``.
+run in lives in one place, ``agent.fleet.pipeline.run_tool_call``.
 
 Arguments arrive as the raw JSON string the model wrote; ``parse_arguments``
 parses and validates them against the tool's spec before anything runs.
@@ -29,7 +29,7 @@ from agent.clients.demand import DemandClient
 from agent.clients.vast import Instance, Offer, VastClient
 from agent.config import Settings
 from agent.errors import FleetAgentError
-from agent.policy import Block, Policy
+from agent.fleet.policy import Block, Policy
 from agent.store.log import EventLog
 
 ENTRY_POINT_GROUP = "fleet_agent.tools"
@@ -230,7 +230,7 @@ class Toolbox:
         by_name: dict[str, AnyTool] = {}
         for t in tools:
             if not isinstance(t, Tool | Action):
-                raise ToolsNotInstalled(f"{t!r} is not a tool (agent.toolkit.Tool or Action)")
+                raise ToolsNotInstalled(f"{t!r} is not a tool (agent.fleet.toolkit.Tool or Action)")
             if t.name in by_name:
                 raise ToolsNotInstalled(f"two tools are named {t.name!r}")
             by_name[t.name] = t

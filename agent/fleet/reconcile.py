@@ -36,11 +36,11 @@ from typing import Any
 from agent import logsetup
 from agent.clients.vast import Instance, VastClient, VastError
 from agent.config import Settings, VastSettings
-from agent.pipeline import result_payload
-from agent.policy import Policy
+from agent.fleet.pipeline import result_payload
+from agent.fleet.policy import Policy
+from agent.fleet.toolkit import Outcome
 from agent.store.log import EventLog
 from agent.store.queries import InstanceState
-from agent.toolkit import Outcome
 
 log_ = logsetup.get_logger(__name__)
 

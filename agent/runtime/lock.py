@@ -1,6 +1,6 @@
 """The single-writer lock: one daemon (or one `fleet-agent tick`) per data directory.
 
-An advisory ``flock`` on ``<data_dir>/fleet-agent.lock``, released by the kernel
+An advisory ``flock`` on ``<data_dir>/fleet-agent.runtime.lock``, released by the kernel
 when the process dies — a crash never leaves a stale lock. The file records the
 holder's pid and command so a refused process can name it. Operator commands
 (ack, say, knowledge) do not take it: they only append, and appends are safe
@@ -19,7 +19,7 @@ from agent.errors import LockError
 
 
 class FleetLock:
-    def __init__(self, data_dir: Path, name: str = "fleet-agent.lock") -> None:
+    def __init__(self, data_dir: Path, name: str = "fleet-agent.runtime.lock") -> None:
         self.path = Path(data_dir) / name
         self._fd: int | None = None
 

@@ -11,9 +11,9 @@ Both kinds keep a "still held as of T" time that a heartbeat thread renews every
 check (a read of the lease file, a query on the lock's own connection) only when it is older, so a
 process that was suspended (SIGSTOP) and resumed checks for real before its next append or call.
 
-FileLeader (the SQLite log, daemons on one host): a lease file ``<data_dir>/fleet-agent.leader`` (a
+FileLeader (the SQLite log, daemons on one host): a lease file ``<data_dir>/fleet-agent.runtime.leader`` (a
 random token, pid, host, heartbeat time) read and written under its own short ``flock``, beside the
-single-writer ``flock`` of ``agent.lock.FleetLock`` that ``fleet-agent tick`` and ``backup`` respect.
+single-writer ``flock`` of ``agent.runtime.lock.FleetLock`` that ``fleet-agent tick`` and ``backup`` respect.
 A standby takes over when the holder's ``FleetLock`` is free (the kernel released it: the holder died),
 or when the holder's heartbeat is older than ``failover_seconds`` (it is alive but stopped). A holder
 whose token is no longer in the lease has lost.
@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 from agent import logsetup
 from agent.errors import FleetAgentError, LockError
-from agent.lock import FleetLock
+from agent.runtime.lock import FleetLock
 
 log = logsetup.get_logger(__name__)
 
@@ -49,7 +49,7 @@ log = logsetup.get_logger(__name__)
 # heartbeat older than failover_seconds, on PostgreSQL the server ends the session failover_seconds / 2
 # after its last query, and the config keeps failover_seconds at 3 s or more.
 FRESH_S = 1.0
-LEASE_NAME = "fleet-agent.leader"
+LEASE_NAME = "fleet-agent.runtime.leader"
 _LEASE_SIZE = 1024
 
 

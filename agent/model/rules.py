@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agent.llm import ModelReply, ToolCall, Usage
+from agent.model.llm import ModelReply, ToolCall, Usage
 
 JOBS_PER_INSTANCE_H = 8.0
 DRAIN_HOURS = 2.0

@@ -47,10 +47,10 @@ from agent.context import (
 )
 from agent.context.facts import fold_facts
 from agent.context.inputs import record_inputs
+from agent.context.prompts import Prompts, render_summarize
 from agent.context.seen import seen_to
 from agent.context.thread import build_thread, maskable
 from agent.events import KINDS, Event, data, fence, inline, render, render_observation
-from agent.prompts import Prompts, render_summarize
 from agent.store.log import EventLog, canonical
 from agent.tokens import MESSAGE_OVERHEAD
 
@@ -661,7 +661,7 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
 def _attempt_llm(summarizer: Summarizer, messages: list[dict[str, Any]],
                  tools: list[dict[str, Any]]) -> tuple[str | None, str | None]:
     """(summary text, failure reason) from one summariser call."""
-    from agent.llm import LLMError
+    from agent.model.llm import LLMError
 
     try:
         reply = summarizer.complete(messages, tools)

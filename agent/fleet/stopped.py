@@ -4,7 +4,7 @@ vast.ai creates a stopped instance when a rent cannot be scheduled (every rent s
 ``cancel_unavail: true``, but hosts stop instances too), and a stopped instance still bills storage.
 fleet-agent never stops an instance, so one of ours that shows ``stopped`` is a failure: after reconcile
 and the observation, the tick destroys it in code, whatever the model provider. The destroy runs through
-the same pipeline as the model's (agent.pipeline.run_destroy, the installed ``destroy_instance``):
+the same pipeline as the model's (agent.fleet.pipeline.run_destroy, the installed ``destroy_instance``):
 ``system.destroy`` (why) first, then the intent with its idempotency key, the call and the result, so a
 crash between them is reconciled like any other destroy. Once per instance: an instance whose destroy was
 logged is not destroyed again. While the fleet is paused nothing runs (the ``dead:`` alert stays); a dry
@@ -13,9 +13,10 @@ run logs the call as not sent.
 
 from __future__ import annotations
 
-from agent import logsetup, steering
-from agent.pipeline import run_destroy
-from agent.toolkit import Outcome, ToolContext
+from agent import logsetup
+from agent.fleet import steering
+from agent.fleet.pipeline import run_destroy
+from agent.fleet.toolkit import Outcome, ToolContext
 
 log_ = logsetup.get_logger(__name__)
 

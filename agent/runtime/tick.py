@@ -15,23 +15,26 @@ from typing import Any
 
 import structlog
 
-from agent import compaction, context, feedback, logsetup, spend, steering, stopped, window
-from agent.app import App
+from agent import context, feedback, logsetup
 from agent.clients.demand import DemandError
 from agent.clients.vast import Instance, VastError, spendable
 from agent.config import ContextSettings
+from agent.context import compaction
 from agent.context.inputs import log_request
 from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.feedback.knowledge import save_memo
-from agent.idle import check_idle
-from agent.llm import LLMError, ModelReply, TextCall, call_with_retries, find_text_calls
-from agent.lock import FleetLock
-from agent.pipeline import ToolCall, refuse_call, run_tool_call
-from agent.policy import Policy
-from agent.reconcile import UNLISTED, reconcile
+from agent.fleet import spend, steering, stopped
+from agent.fleet.pipeline import ToolCall, refuse_call, run_tool_call
+from agent.fleet.policy import Policy
+from agent.fleet.reconcile import UNLISTED, reconcile
+from agent.fleet.toolkit import Toolbox, ToolContext, load_tools
+from agent.model import window
+from agent.model.llm import LLMError, ModelReply, TextCall, call_with_retries, find_text_calls
+from agent.runtime.app import App
+from agent.runtime.idle import check_idle
+from agent.runtime.lock import FleetLock
 from agent.store.queries import InstanceState
-from agent.toolkit import Toolbox, ToolContext, load_tools
 
 log_ = logsetup.get_logger(__name__)
 

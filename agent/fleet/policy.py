@@ -1,6 +1,6 @@
 """Guardrails applied in code to every side-effecting tool call, whatever the model says.
 
-Spend caps, spend budgets (agent.spend), excluded hosts (agent.steering), instance limits, allowed GPU models, minimum reliability, hourly
+Spend caps, spend budgets (agent.fleet.spend), excluded hosts (agent.fleet.steering), instance limits, allowed GPU models, minimum reliability, hourly
 rent/destroy limits, ownership (only instances an event of ours rented or
 adopted may be destroyed, rebooted or have their logs read; our label alone is
 enough only with ``policy.destroy_orphans``), and the fleet template: the container image, start command, env
@@ -98,7 +98,7 @@ class Policy:
 
     def check_money_and_host(self, log: EventLog, offer: Any) -> Block | None:
         """Rents on an excluded host (config or log), and rents that would pass a spend budget."""
-        from agent import spend, steering
+        from agent.fleet import spend, steering
 
         x = steering.excluded_hosts(self.s, log).get(offer.host_id) if offer.host_id is not None else None
         if x is not None:

@@ -5,13 +5,13 @@ Every call the model makes runs through ``run_tool_call`` and nowhere else:
 1. validate: the tool exists and the arguments match its spec, else an error
    result ("not run: ...") and nothing else happens;
 1b. steer: the policy in force is the config with the operator's unexpired overrides
-   (agent.steering); while the fleet is paused an ``Action`` is refused (``paused``);
+   (agent.fleet.steering); while the fleet is paused an ``Action`` is refused (``paused``);
 2. check: an ``Action``'s ``check`` returns a policy ``Block`` (logged as
    ``policy.blocked`` with the result; nothing is sent) or the prepared value; a ``Tool``
    may declare a check that returns a ``Block`` or None;
 3. log intent: an action's ``tool.called``, committed before the call, carries a
    fresh idempotency key (its instance label), which is what reconcile finds after
-   a crash; then the log's fence (a daemon's leadership check, agent.leader) must
+   a crash; then the log's fence (a daemon's leadership check, agent.runtime.leader) must
    pass, or nothing is sent; a call with no side effect (a read, a dry run, marked ``dry_run``) logs
    its ``tool.called`` with its result instead, in one transaction;
 3b. settle: a commit this thread deferred (``agent.store.deferred``: a tick's start) is made before
@@ -28,12 +28,11 @@ import json
 import uuid
 from typing import Any, TypedDict
 
-from agent import logsetup, steering
+from agent import logsetup
 from agent.errors import FleetAgentError
-from agent.policy import Block, Policy
-from agent.store.deferred import settle
-from agent.store.log import EventLog
-from agent.toolkit import (
+from agent.fleet import steering
+from agent.fleet.policy import Block, Policy
+from agent.fleet.toolkit import (
     Action,
     Args,
     Outcome,
@@ -43,6 +42,8 @@ from agent.toolkit import (
     load_tools,
     parse_arguments,
 )
+from agent.store.deferred import settle
+from agent.store.log import EventLog
 
 log_ = logsetup.get_logger(__name__)
 

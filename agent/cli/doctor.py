@@ -232,7 +232,7 @@ def check_model(s: Settings, provider: Any, window: tuple[int | None, str] | Non
     """``provider.list_models()`` lists ``model.name``; one small tool-call round trip comes back as real
     ``tool_calls``; the server's context window (``window``: tokens and where it was read) holds
     ``context.budget_tokens``. Skipped for the rules provider."""
-    from agent.llm import LLMError
+    from agent.model.llm import LLMError
 
     m = s.model
     if m.provider == "rules":
@@ -259,8 +259,8 @@ def _probe(s: Settings, provider: Any, window: tuple[int | None, str] | None) ->
     """The tool-call round trip and the window, after the model is known to be served."""
     import time
 
-    from agent.llm import LLMError, find_text_calls
-    from agent.window import budget_for
+    from agent.model.llm import LLMError, find_text_calls
+    from agent.model.window import budget_for
 
     m, c = s.model, s.context
     started = time.monotonic()
@@ -377,7 +377,7 @@ def check_knowledge(s: Settings) -> Check:
 
 
 def check_prompts(s: Settings) -> Check:
-    from agent.prompts import load_prompts
+    from agent.context.prompts import load_prompts
 
     where = str(s.prompts_path) if s.prompts_path else "built-in prompts"
     try:
@@ -415,10 +415,10 @@ def run_checks(config_path: str | None = None, *, env: Mapping[str, str] | None 
 
 
 def check_leader(s: Settings, env: Mapping[str, str] | None = None) -> Check:
-    """Who holds the fleet's leadership lock (agent.leader): on PostgreSQL the session in pg_locks, named
+    """Who holds the fleet's leadership lock (agent.runtime.leader): on PostgreSQL the session in pg_locks, named
     by its application_name "fleet-agent <agent_id> <host> <pid>"; on SQLite the lease in data_dir. Fails
     when the holder is a daemon that stopped heartbeating (suspended or hung) or the server cannot say."""
-    from agent.leader import FileLeader, leader_for
+    from agent.runtime.leader import FileLeader, leader_for
 
     try:
         lead = leader_for(s, env)
@@ -477,7 +477,7 @@ def _demand_check(s: Settings) -> Check:
 
 def _model_check(s: Settings, env: Mapping[str, str] | None, provider: Any) -> Check:
     if provider is None and s.model.provider == "openai":
-        from agent.llm import OpenAIChat
+        from agent.model.llm import OpenAIChat
 
         try:
             k = s.model_api_key(env)

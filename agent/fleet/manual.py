@@ -1,7 +1,7 @@
 """Manual actions through the log: the account's instances, an operator's destroy, a drain.
 
 An operator's destroy is the model's ``destroy_instance`` run through the same pipeline
-(agent.pipeline.run_tool_call): ``operator.destroy`` (who, why) is logged first, then the intent
+(agent.fleet.pipeline.run_tool_call): ``operator.destroy`` (who, why) is logged first, then the intent
 (``tool.called`` with its idempotency key), the call, and the result, so a crash between them is
 reconciled like any other destroy. It is refused for an instance that is not ours unless forced;
 the model's pause and hourly destroy limit do not bind an operator.
@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agent import steering
-from agent.app import App
 from agent.clients.vast import Instance
 from agent.errors import UsageError
-from agent.pipeline import run_destroy
-from agent.policy import Policy
+from agent.fleet import steering
+from agent.fleet.pipeline import run_destroy
+from agent.fleet.policy import Policy
+from agent.fleet.toolkit import Outcome, ToolContext
+from agent.runtime.app import App
 from agent.store.log import EventLog, utc_ts
-from agent.toolkit import Outcome, ToolContext
 
 HISTORY_TICKS = 500  # how many past observations 'since' looks back through
 

@@ -21,10 +21,10 @@ from typing import IO, Any
 
 from agent import config, feedback
 from agent import context as ctxmod
-from agent.app import App
 from agent.context.inputs import manifest_of, recorded
 from agent.context.seen import OPERATOR_KINDS
 from agent.events import Event, render
+from agent.runtime.app import App
 from agent.sim import ManualClock, SimServer, Simulator
 
 SIM_KEY = "demo-sim-key"
@@ -184,7 +184,7 @@ def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = N
                   f"{settings.model.name if model_url else 'the built-in rules provider (not an LLM)'}\n"
                   f"context budget {settings.context.budget_tokens} tokens; data in {root}\n\n")
         spinner = Spinner(out, tty)
-        from agent.tick import run_tick
+        from agent.runtime.tick import run_tick
 
         last_seq = app.log.last_seq()
         ack_at, edit_at, pin_at = max(2, ticks // 4), max(3, ticks // 4 + 1), max(4, ticks // 4 + 2)

@@ -4,7 +4,7 @@
 the `openai` SDK. It sends exactly the messages it is given, nothing added, so a
 request that extends the previous one is a byte prefix extension and providers'
 prompt caches hit. Tool-call arguments are kept as the raw string the model sent;
-the tool pipeline (agent/pipeline.py) parses and validates them.
+the tool pipeline (agent/fleet/pipeline.py) parses and validates them.
 
 Failures surface as one exception, `LLMError`, whose `kind` says what went wrong:
 

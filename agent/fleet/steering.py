@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from agent.config import PolicySettings, Settings
 from agent.errors import UsageError
 from agent.events import Event
-from agent.policy import norm_gpu
+from agent.fleet.policy import norm_gpu
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.record import replace
 from agent.store.log import EventLog, utc_ts

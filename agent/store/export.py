@@ -32,10 +32,10 @@ from typing import IO, Any
 from agent.config import ContextSettings
 from agent.context import ProjectionCache
 from agent.context.inputs import manifest_of, recorded
+from agent.context.prompts import Prompts
 from agent.context.replay import rederive
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event, render, stored_payload
-from agent.prompts import Prompts
 from agent.store.log import EventLog, canonical
 
 FORMATS = ("jsonl", "parquet")

@@ -29,7 +29,7 @@ never interrupted mid-write.
 - A refused reload is appended as ``config.refused`` and stays in ``STATUS=``
   until a reload succeeds.
 
-The daemon holds the fleet's leadership lock (agent.leader) for its whole
+The daemon holds the fleet's leadership lock (agent.runtime.leader) for its whole
 life and appends its own events through a connection of its own, so they never
 share a transaction with the tick's. Another daemon for the same fleet is
 refused, unless started with ``standby``: it then waits (polling the lock every
@@ -73,17 +73,17 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from agent import __version__, config, logsetup
-from agent.app import App
 from agent.config import Settings
+from agent.context.prompts import Prompts, load_prompts
 from agent.errors import ChainBroken, ConfigError, FleetAgentError, LockError
-from agent.leader import FileLeader, LeadershipLost, PgLeader, identity, leader_for
-from agent.prompts import Prompts, load_prompts
-from agent.sdnotify import SystemdNotifier
+from agent.runtime.app import App
+from agent.runtime.leader import FileLeader, LeadershipLost, PgLeader, identity, leader_for
+from agent.runtime.sdnotify import SystemdNotifier
+from agent.runtime.tick import reconcile_at_start, run_tick
 from agent.secrets import scrub
 from agent.store.db import check_database_file
 from agent.store.log import EventLog
 from agent.store.pglock import bound_idle_transactions
-from agent.tick import reconcile_at_start, run_tick
 
 log = logsetup.get_logger(__name__)
 
@@ -105,7 +105,7 @@ ARCHIVE_EVERY = 86400.0
 
 
 class TickReport(Protocol):
-    """What the daemon reads from a tick's result (``agent.tick.TickResult`` carries it)."""
+    """What the daemon reads from a tick's result (``agent.runtime.tick.TickResult`` carries it)."""
 
     @property
     def tick(self) -> int: ...
@@ -122,7 +122,7 @@ class TickReport(Protocol):
 
 
 class TickFn(Protocol):
-    """One tick: ``agent.tick.run_tick``, or a stand-in with its shape."""
+    """One tick: ``agent.runtime.tick.run_tick``, or a stand-in with its shape."""
 
     def __call__(self, app: App, *, stop: threading.Event) -> TickReport: ...
 
@@ -579,7 +579,7 @@ class Daemon:
     def _report(self, result: TickReport) -> None:
         tokens, _cached = _usage_tokens(result.usage)
         nxt = self._next_run()
-        # The canonical per-tick line is agent.tick's "tick"; this only adds the schedule.
+        # The canonical per-tick line is agent.runtime.tick's "tick"; this only adds the schedule.
         log.debug("daemon.next_run", tick=result.tick, next_run=nxt)
         outcome = "ok" if result.ok else f"failed ({result.reason})" if result.reason else "failed"
         self._summary = (f"tick {result.tick} {outcome}: {result.steps} steps, {tokens} tokens, "
@@ -811,8 +811,8 @@ def run_daemon(settings: Settings, *, config_path: str | os.PathLike[str] | None
                hard_exit: bool = False, standby: bool = False) -> int:
     """Run the daemon in the foreground until SIGTERM/SIGINT; the exit code.
 
-    ``tick_fn(app, stop=event)`` defaults to ``agent.tick.run_tick`` (with
-    ``agent.tick.reconcile_at_start`` before the first tick); an injected
+    ``tick_fn(app, stop=event)`` defaults to ``agent.runtime.tick.run_tick`` (with
+    ``agent.runtime.tick.reconcile_at_start`` before the first tick); an injected
     ``tick_fn`` runs with ``reconcile_fn`` only. Raises ``LockError`` when another
     process holds the data directory (unless ``standby``: then it waits to take
     over), ``ConfigError`` for bad settings. With

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from agent.clients.vast import VastClient
     from agent.config import Settings
     from agent.context.cache import ProjectionCache
+    from agent.context.prompts import Prompts
     from agent.feedback.knowledge import StatMemo
-    from agent.llm import ChatProvider
-    from agent.prompts import Prompts
+    from agent.model.llm import ChatProvider
     from agent.store.log import EventLog
     from agent.store.queries import Store
     from agent.store.segments import Remote
@@ -99,7 +99,7 @@ class App:
     def _make_provider(self) -> ChatProvider:
         m = self.settings.model
         if m.provider == "rules":
-            from agent.rules import RulesProvider
+            from agent.model.rules import RulesProvider
 
             return RulesProvider(self)
         from agent.store.deferred import settle
@@ -108,7 +108,7 @@ class App:
         # Building the client imports the model SDK (a second or more, once a process): what this thread
         # deferred commits first, so no other writer waits on the write lock meanwhile.
         settle()
-        from agent.llm import OpenAIChat
+        from agent.model.llm import OpenAIChat
 
         return OpenAIChat(base_url=m.base_url, model=m.name, api_key=key.reveal() if key else None,
                           timeout=m.timeout, temperature=m.temperature, max_tokens=m.max_output_tokens,
@@ -225,7 +225,7 @@ class App:
     def prompts(self) -> Prompts:
         """The prompt files (read on first use unless given to the constructor)."""
         if self._prompts is None:
-            from agent.prompts import load_prompts
+            from agent.context.prompts import load_prompts
 
             self._prompts = load_prompts(self.settings.prompts_path)
         return self._prompts
@@ -239,7 +239,7 @@ class App:
 
     def tool_specs(self) -> list[dict[str, Any]]:
         """The specs of the installed tools (found through their entry point), in name order."""
-        from agent.toolkit import load_tools
+        from agent.fleet.toolkit import load_tools
 
         return load_tools().specs()
 

@@ -1,0 +1,1 @@
+"""The runtime: a tick, the daemon that schedules ticks, leadership, locks and systemd."""
