@@ -9,59 +9,28 @@ the warnings and worse.
 A redaction processor scrubs every known secret and any value under a key that
 names a credential, wherever it appears. Tracebacks never carry local variables.
 
-structlog (and, where installed, rich, which its console renderer loads) is imported
-at the first log call, not at import: modules take their logger from ``get_logger``,
-and ``configure`` before that first call only records the setup, applied then. An
-operator command that logs nothing never loads them.
+Modules take their logger from ``get_logger`` at import; structlog's loggers are
+proxies that read the configuration at their first call, so ``configure`` may come later.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
 
 from agent.secrets import REDACTED, scrub
 
-TYPE_CHECKING = False  # (typing is not imported: every command configures logging)
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from types import ModuleType
-    from typing import Any
-
-_pending: Callable[[], None] | None = None  # the setup configure() recorded before structlog was loaded
-
-
-def _structlog() -> ModuleType:
-    """structlog, with the setup ``configure`` recorded applied (unless it was configured otherwise since)."""
-    global _pending
-    import structlog
-
-    if _pending is not None:
-        apply, _pending = _pending, None
-        if not structlog.is_configured():
-            apply()
-    return structlog
-
-
-class LazyLogger:
-    """A structlog logger that loads structlog at its first use (a call, ``bind``, ...)."""
-
-    __slots__ = ("_logger", "_name")
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._logger: Any = None
-
-    def __getattr__(self, attr: str) -> Any:
-        if self._logger is None:
-            self._logger = _structlog().get_logger(self._name)
-        return getattr(self._logger, attr)
-
 
 def get_logger(name: str) -> Any:
-    """The logger for module ``name``: what ``structlog.get_logger(name)`` gives, loaded on first use."""
-    return LazyLogger(name)
+    """The logger for module ``name``."""
+    return structlog.get_logger(name)
+
 
 _SECRET_KEY_PARTS = ("api_key", "apikey", "authorization", "password", "secret", "token_value", "bearer")
 
@@ -128,24 +97,11 @@ def syslog_prefix(_logger: Any, method_name: str, rendered: str) -> str:
 def configure(level: str = "info", fmt: str = "auto", stream: Any = None,
               env: Mapping[str, str] | None = None) -> None:
     """Log to ``stream`` (stderr): ``json``, ``console`` or ``auto`` (console on a TTY).
-    On the journal stream each line carries its syslog priority prefix. Applied now when structlog is
-    loaded, else at the first log call."""
-    global _pending
+    On the journal stream each line carries its syslog priority prefix."""
     stream = stream or _Stderr()
     if fmt == "auto":
         fmt = "console" if getattr(stream, "isatty", lambda: False)() else "json"
     journal = is_journal_stream(stream, env)
-    _pending = lambda: _apply(level, fmt, stream, journal)  # noqa: E731
-    if "structlog" in sys.modules:
-        _pending = None
-        _apply(level, fmt, stream, journal)
-
-
-def _apply(level: str, fmt: str, stream: Any, journal: bool) -> None:
-    import logging
-
-    import structlog
-
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,

@@ -17,60 +17,31 @@ surface callers use (``from agent import feedback``; ``feedback.ack(...)``).
 
 from __future__ import annotations
 
-from agent.lazy import import_module
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # at run time each name loads its module on first use (below)
-    from typing import Any
-
-    from agent.feedback.alert_hook import drain_alert_hooks, notify_alert, run_alert_hook
-    from agent.feedback.alerts import (
-        SEVERITIES,
-        ack,
-        alert_lines,
-        dispatch_notifications,
-        raise_alert,
-        resolve_absent,
-        resolve_alert,
-        silence,
-        unsilence,
-    )
-    from agent.feedback.conditions import check_conditions, note_policy_blocks
-    from agent.feedback.knowledge import (
-        MAX_KNOWLEDGE_BYTES,
-        KnowledgeEntry,
-        knowledge_history,
-        knowledge_problems,
-        knowledge_status,
-        read_knowledge,
-        scan_knowledge,
-        valid_knowledge_name,
-    )
-    from agent.feedback.knowledge_editor import EditResult, knowledge_edit
-    from agent.feedback.notes import MAX_NOTE_CHARS, decode_note, directives, say, unpin, utf8_text
-
-# Each public name -> the module defining it. A command that only lists alerts loads alerts.py, not the
-# knowledge editor or the alert hook runner.
-_HOME: dict[str, str] = {
-    **dict.fromkeys(("drain_alert_hooks", "notify_alert", "run_alert_hook"), "alert_hook"),
-    **dict.fromkeys(("SEVERITIES", "ack", "alert_lines", "dispatch_notifications", "raise_alert", "resolve_absent",
-                     "resolve_alert", "silence", "unsilence"), "alerts"),
-    **dict.fromkeys(("check_conditions", "note_policy_blocks"), "conditions"),
-    **dict.fromkeys(("KnowledgeEntry", "MAX_KNOWLEDGE_BYTES", "knowledge_history", "knowledge_problems",
-                     "knowledge_status", "read_knowledge", "scan_knowledge", "valid_knowledge_name"), "knowledge"),
-    **dict.fromkeys(("EditResult", "knowledge_edit"), "knowledge_editor"),
-    **dict.fromkeys(("MAX_NOTE_CHARS", "decode_note", "directives", "say", "unpin", "utf8_text"), "notes"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'agent.feedback' has no attribute {name!r}")
-    module = import_module(f"agent.feedback.{home}")
-    globals().update({n: getattr(module, n) for n, h in _HOME.items() if h == home})
-    return globals()[name]
-
+from agent.feedback.alert_hook import drain_alert_hooks, notify_alert, run_alert_hook
+from agent.feedback.alerts import (
+    SEVERITIES,
+    ack,
+    alert_lines,
+    dispatch_notifications,
+    raise_alert,
+    resolve_absent,
+    resolve_alert,
+    silence,
+    unsilence,
+)
+from agent.feedback.conditions import check_conditions, note_policy_blocks
+from agent.feedback.knowledge import (
+    MAX_KNOWLEDGE_BYTES,
+    KnowledgeEntry,
+    knowledge_history,
+    knowledge_problems,
+    knowledge_status,
+    read_knowledge,
+    scan_knowledge,
+    valid_knowledge_name,
+)
+from agent.feedback.knowledge_editor import EditResult, knowledge_edit
+from agent.feedback.notes import MAX_NOTE_CHARS, decode_note, directives, say, unpin, utf8_text
 
 __all__ = [
     "MAX_KNOWLEDGE_BYTES", "MAX_NOTE_CHARS", "SEVERITIES", "EditResult", "KnowledgeEntry", "ack", "check_conditions",

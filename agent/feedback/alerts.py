@@ -9,25 +9,20 @@ appends ``alert.repeated`` (count + 1) instead of a new alert. Each change is ch
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 from collections import defaultdict
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
-from agent import lazy
 from agent.errors import FleetAgentError
 from agent.feedback.notes import MAX_NOTE_CHARS, operator_name, utf8_text
 from agent.store.times import utc_ts
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # (alerts list reads silences without loading the event log)
-    import fnmatch
-    from typing import Any
-
+if TYPE_CHECKING:
     from agent.events import Event
     from agent.store.log import EventLog, Transaction
     from agent.store.queries import Alert, Silence
-else:  # fnmatch loads when a silence by key pattern is checked
-    fnmatch = lazy.module("fnmatch", globals())
 
 SEVERITIES = ("info", "warning", "critical")
 _SOURCE_OF = {"model": "tool", "operator": "operator"}

@@ -16,18 +16,15 @@ import stat
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent import logsetup
 from agent.events import Event
 from agent.feedback.alerts import dispatch_notifications, live_alerts, raise_in, resolve_in
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.store.log import EventLog, Transaction
 from agent.store.queries import KnowledgeVersion
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 logger = logsetup.get_logger(__name__)
 KNOWLEDGE_SUFFIXES = (".md", ".txt", ".yaml", ".yml")

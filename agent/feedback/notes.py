@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from agent.errors import FleetAgentError, UsageError
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from agent.events import Event
     from agent.runtime.app import App
     from agent.store.log import EventLog

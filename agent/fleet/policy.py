@@ -9,15 +9,12 @@ and disk always come from config. A refusal names the rule and the numbers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from agent.config import Settings
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.store.log import EventLog, utc_ts
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 @dataclass(frozen=True)

@@ -14,20 +14,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from agent.config import PolicySettings, Settings
 from agent.errors import UsageError
 from agent.events import Event
 from agent.fleet.policy import norm_gpu
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
-from agent.record import replace
 from agent.store.log import EventLog, utc_ts
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
 
 _OVERRIDE_KINDS = ("policy.overridden", "policy.override_ended")
 _PAUSE_KINDS = ("fleet.paused", "fleet.resumed")
@@ -67,8 +62,7 @@ def _active(until: str | None, now: str) -> bool:
 
 # ------------------------------------------------------------------ overrides
 
-if TYPE_CHECKING:
-    Parse = Callable[[str], Any]
+Parse = Callable[[str], Any]
 
 
 def _pos_int(v: str) -> int:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from agent.errors import ConfigError, LogError
-from agent.record import asdict
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path  # the log, the clients and the model SDK load only when a command uses them
     from typing import Any
