@@ -19,7 +19,7 @@
     ├── ToolsNotInstalled      no tools under the fleet_agent.tools entry point: reinstall
     │                          (agent/fleet/toolkit.py)
     └── ExportError            an export cannot be written as asked: Parquet without pyarrow, an
-                               output path that is not a file (agent/store/export.py)
+                               output path that is not a file (agent/runtime/export.py)
 
 Every message says what is wrong, where, and how to fix it, and never carries a
 secret. The errors defined next to the code that raises them are drawn here too,

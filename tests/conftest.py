@@ -218,7 +218,7 @@ def plant_ours(app: App, sim: Simulator, offer_id: int, key: str = "feedc0ffee01
 def within_policy(settings: Settings, offer: dict[str, Any]) -> bool:
     """Whether a simulator offer passes the rent policy's per-offer rules (GPU, price with the fleet's disk,
     reliability) and takes the fleet's disk."""
-    from agent.fleet.policy import norm_gpu
+    from agent.fleet.block import norm_gpu
 
     p = settings.policy
     return (norm_gpu(offer["gpu_name"]) in {norm_gpu(g) for g in p.allowed_gpus}

@@ -20,7 +20,7 @@ from agent.runtime.app import App
 
 REPO = Path(__file__).resolve().parents[1]
 # What runs the tools; a tool importing it would close the loop the entry point opens.
-RUNTIME = {"agent.runtime.tick", "agent.fleet.pipeline", "agent.runtime.daemon", "agent.runtime.app", "agent.cli"}
+RUNTIME = {"agent.runtime.tick", "agent.fleet.pipeline", "agent.service.daemon", "agent.runtime.app", "agent.cli"}
 
 
 def _module_name(path: Path) -> str:

@@ -300,7 +300,7 @@ def test_the_daemon_archives_old_months_after_a_tick(tmp_path):
     from structlog.testing import capture_logs
 
     from agent import config
-    from agent.runtime.daemon import run_daemon
+    from agent.service.daemon import run_daemon
     from agent.sim import SimServer, Simulator
     from tests.test_daemon import stand_in_tick, wait_for, write_config
 

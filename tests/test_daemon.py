@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 
 from agent import config
 from agent.errors import ConfigError
-from agent.runtime.daemon import changed_keys, make_trigger, run_daemon
+from agent.service.daemon import changed_keys, make_trigger, run_daemon
 from agent.sim import SimServer, Simulator
 from agent.store.log import EventLog
 from tests.conftest import init_database

@@ -24,11 +24,12 @@ import pytest
 from agent import config
 from agent.clients.vast import VastClient
 from agent.errors import ConfigError, LogError
-from agent.runtime.leader import FileLeader, LeadershipLost, PgLeader, identity, leader_for
+from agent.runtime.leader import FileLeader, LeadershipLost, PgLeader, leader_for
 from agent.runtime.lock import FleetLock
 from agent.sim import SimServer, Simulator
 from agent.store import pglock
 from agent.store.log import EventLog
+from agent.store.pglock import identity
 from tests.test_daemon import wait_for as _wait_for
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""agent.runtime.sdnotify against real AF_UNIX datagram sockets."""
+"""agent.service.sdnotify against real AF_UNIX datagram sockets."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from agent.runtime.sdnotify import SystemdNotifier
+from agent.service.sdnotify import SystemdNotifier
 
 
 @pytest.fixture

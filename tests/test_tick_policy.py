@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent.fleet.policy import norm_gpu
+from agent.fleet.block import norm_gpu
 from agent.runtime.tick import MAX_CALLS_PER_STEP, run_tick
 from tests.conftest import (
     events_of,

@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 from agent import config
 from agent.errors import ChainBroken, LogError
 from agent.runtime.app import App
-from agent.runtime.daemon import run_daemon
+from agent.service.daemon import run_daemon
 from agent.store.log import EventLog
 from tests.conftest import init_database
 from tests.tamper import Tamper

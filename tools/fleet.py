@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.clients.vast import Instance, Offer, VastError, spendable
 from agent.fleet import steering
-from agent.fleet.policy import Block, norm_gpu
+from agent.fleet.block import Block, norm_gpu
 from agent.fleet.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
 
 LOG_TAIL_MAX = 200

@@ -167,7 +167,7 @@ def cmd_config_diff(args: argparse.Namespace, app: App) -> int:
     """The config file against the configuration the daemon last put in force (start or reload)."""
     import json
 
-    from agent.runtime.daemon import effective
+    from agent.service.daemon import effective
 
     rec = next(iter(app.log.read(0, kinds=["config.applied", "config.changed"], newest_first=True, limit=1)), None)
     file = effective(app.settings)

@@ -25,7 +25,7 @@ def _since(v: str | None) -> tuple[int, str | None]:
 
 
 def cmd_log_export(args: argparse.Namespace, app: App) -> int:
-    from agent.store.export import Inputs, Selection, export_events, export_training
+    from agent.runtime.export import Inputs, Selection, export_events, export_training
 
     since, since_ts = _since(args.since)
     sel = Selection(tuple(args.kind or ()), since, since_ts)
@@ -67,7 +67,7 @@ def add_log_export(lsub: argparse._SubParsersAction[Any]) -> None:
 
 def cmd_override(args: argparse.Namespace, app: App) -> int:
     from agent.cli.feedback import invoking_user
-    from agent.store.export import mark_overridden
+    from agent.runtime.export import mark_overridden
 
     e = mark_overridden(app.log, args.response_seq, args.by or invoking_user(), args.note)
     _out(f"model answer #{args.response_seq} marked overridden (#{e.seq}); 'log export --training' leaves it out")

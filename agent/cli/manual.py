@@ -9,7 +9,7 @@ from agent.cli import args as args_
 from agent.cli import output, steer
 from agent.cli.output import line
 from agent.errors import FleetAgentError
-from agent.fleet import manual
+from agent.runtime import manual
 from agent.runtime.app import App
 
 

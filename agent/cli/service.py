@@ -16,7 +16,7 @@ def _print(s: str = "") -> None:
 
 
 def cmd_run(args: argparse.Namespace, app: App) -> int:
-    from agent.runtime.daemon import run_daemon
+    from agent.service.daemon import run_daemon
 
     return run_daemon(app.settings, config_path=app.settings.source_path, env=app.env, hard_exit=True,
                       standby=bool(args.standby))

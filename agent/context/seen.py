@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from agent.events import Event
 
 OPERATOR_KINDS = ("alert.acked", "knowledge.changed", "operator.note", "directive.unpinned",
-                  # steering: overrides, pause, host inclusion, manual destroys (agent.fleet.steering, agent.fleet.manual)
+                  # steering: overrides, pause, host inclusion, manual destroys (agent.fleet.steering, agent.runtime.manual)
                   "policy.overridden", "policy.override_ended", "fleet.paused", "fleet.resumed", "host.included",
                   "operator.destroy", "operator.drain")
 

@@ -1,4 +1,4 @@
-"""Leadership: which daemon is the fleet's active one (agent.runtime.leader, agent.runtime.daemon).
+"""Leadership: which daemon is the fleet's active one (agent.runtime.leader, agent.service.daemon).
 
 ``leader.acquired`` is appended by a daemon that took the fleet's lock, before its ``daemon.started`` and
 its start-up reconcile; ``leader.lost`` is appended by the daemon that took the lock over from one that did

@@ -15,7 +15,7 @@ The hook runs with a minimal environment: ``PATH``, ``LANG`` and ``TZ`` from our
 ``FLEET_AGENT_ALERT_ID``, ``FLEET_AGENT_SEVERITY``, ``FLEET_AGENT_AGENT_ID`` about the alert. Nothing
 else is inherited: the vast.ai and model keys stay in this process.
 
-(Not to be confused with ``agent.runtime.sdnotify``, which speaks systemd's notify protocol.)
+(Not to be confused with ``agent.service.sdnotify``, which speaks systemd's notify protocol.)
 """
 
 from __future__ import annotations

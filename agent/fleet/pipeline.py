@@ -31,7 +31,8 @@ from typing import Any, TypedDict
 from agent import logsetup
 from agent.errors import FleetAgentError
 from agent.fleet import steering
-from agent.fleet.policy import Block, Policy
+from agent.fleet.block import Block
+from agent.fleet.policy import Policy
 from agent.fleet.toolkit import (
     Action,
     Args,

@@ -9,25 +9,13 @@ and disk always come from config. A refusal names the rule and the numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from agent.config import Settings
+from agent.fleet import spend, steering
+from agent.fleet.block import Block, norm_gpu
 from agent.store.log import EventLog, utc_ts
-
-
-@dataclass(frozen=True)
-class Block:
-    rule: str
-    detail: str
-
-    def message(self) -> str:
-        return f"blocked by policy: {self.rule} ({self.detail})"
-
-
-def norm_gpu(name: str | None) -> str:
-    return (name or "").replace("_", " ").strip().lower()
 
 
 class Policy:
@@ -95,8 +83,6 @@ class Policy:
 
     def check_money_and_host(self, log: EventLog, offer: Any) -> Block | None:
         """Rents on an excluded host (config or log), and rents that would pass a spend budget."""
-        from agent.fleet import spend, steering
-
         x = steering.excluded_hosts(self.s, log).get(offer.host_id) if offer.host_id is not None else None
         if x is not None:
             until = f" until {x.until[:16].replace('T', ' ')} UTC" if x.until else ""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agent.config import PolicySettings, Settings
-from agent.fleet.policy import Block
+from agent.fleet.block import Block
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.store.log import EventLog, utc_ts
 from agent.store.queries import Rental

@@ -21,7 +21,7 @@ from typing import Any
 from agent.config import PolicySettings, Settings
 from agent.errors import UsageError
 from agent.events import Event
-from agent.fleet.policy import norm_gpu
+from agent.fleet.block import norm_gpu
 from agent.store.log import EventLog, utc_ts
 
 _OVERRIDE_KINDS = ("policy.overridden", "policy.override_ended")

@@ -29,7 +29,8 @@ from agent.clients.demand import DemandClient
 from agent.clients.vast import Instance, Offer, VastClient
 from agent.config import Settings
 from agent.errors import FleetAgentError
-from agent.fleet.policy import Block, Policy
+from agent.fleet.block import Block
+from agent.fleet.policy import Policy
 from agent.store.log import EventLog
 
 ENTRY_POINT_GROUP = "fleet_agent.tools"

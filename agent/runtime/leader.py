@@ -41,6 +41,8 @@ from typing import Any, Protocol
 from agent import logsetup
 from agent.errors import FleetAgentError, LockError
 from agent.runtime.lock import FleetLock
+from agent.store import pglock
+from agent.store.pglock import identity
 
 log = logsetup.get_logger(__name__)
 
@@ -73,11 +75,6 @@ class Leader(Protocol):
 
     @property
     def held(self) -> bool: ...
-
-
-def identity(agent_id: str) -> str:
-    """``fleet-agent <agent_id> <hostname> <pid>``: how a holder names itself."""
-    return f"fleet-agent {agent_id} {socket.gethostname()} {os.getpid()}"
 
 
 class _Heartbeat:
@@ -338,8 +335,6 @@ class PgLeader(_Heartbeat):
         self._saw_holder = False  # a poll found the lock taken: taking it later means its holder went
 
     def _connection(self) -> Any:
-        from agent.store import pglock
-
         if self._conn is None or self._conn.closed:
             self._conn = pglock.open_lock_session(self.conninfo, application_name=self.application_name,
                                                   idle_timeout_s=self.idle_timeout_s,
@@ -355,8 +350,6 @@ class PgLeader(_Heartbeat):
 
     def try_acquire(self) -> bool:
         import psycopg
-
-        from agent.store import pglock
 
         if self.held:
             return True
@@ -382,8 +375,6 @@ class PgLeader(_Heartbeat):
         """An earlier active suspended inside an append would keep the fleet's append lock: end its session."""
         import psycopg
 
-        from agent.store import pglock
-
         try:
             ended = pglock.end_fenced_appends(conn, self.agent_id, self.application_name)
         except psycopg.Error as e:  # the first append waits for the lock as before; the next check says more
@@ -396,8 +387,6 @@ class PgLeader(_Heartbeat):
     def _verify(self) -> str | None:
         import psycopg
 
-        from agent.store import pglock
-
         try:
             if self._conn is None or not pglock.holds_lock(self._conn, self.agent_id):
                 return "the lock session no longer holds the fleet's advisory lock"
@@ -408,8 +397,6 @@ class PgLeader(_Heartbeat):
 
     def release(self) -> None:
         import psycopg
-
-        from agent.store import pglock
 
         self._stop_heartbeat()
         with self._io:
@@ -422,8 +409,6 @@ class PgLeader(_Heartbeat):
     def holders(self) -> list[Any]:
         """The sessions holding the fleet's key, read on a short connection of its own."""
         import psycopg
-
-        from agent.store import pglock
 
         with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10, **self.connect_kwargs) as conn:
             return list(pglock.lock_holders(conn, self.agent_id))

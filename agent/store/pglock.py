@@ -17,6 +17,8 @@ notices it). The holder queries at least every ``idle_timeout / 3`` to keep it.
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -95,14 +97,17 @@ def lock_holders(conn: psycopg.Connection[Any], agent_id: str) -> list[LockHolde
     return [LockHolder(int(r[0]), r[1] or "", r[2], r[3], r[4]) for r in rows]
 
 
+def identity(agent_id: str) -> str:
+    """``fleet-agent <agent_id> <hostname> <pid>``: how a holder names itself (its lock, its sessions)."""
+    return f"fleet-agent {agent_id} {socket.gethostname()} {os.getpid()}"
+
+
 def bound_idle_transactions(log: Any, seconds: float) -> None:
     """On a log in PostgreSQL: the server ends the log's session once it has sat ``seconds`` inside an
     open transaction. A daemon suspended mid-append would otherwise keep the fleet's append lock, and
     block the daemon that took over, for as long as it stays suspended. Nothing on a SQLite log."""
     conn: Any = getattr(log, "conn", None)
     if getattr(conn, "dialect", None) == "postgresql":
-        from agent.runtime.leader import identity
-
         conn.raw.execute(f"SET idle_in_transaction_session_timeout = {max(1000, int(seconds * 1000))}")
         # Named as the daemon's lock session is, so a daemon that takes over can tell this session from an
         # operator's (end_fenced_appends).

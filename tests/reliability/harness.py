@@ -239,7 +239,7 @@ def tool_context(app: Any, tick: int) -> Any:
 
 def _rent_violations(offer: dict[str, Any], body: dict[str, Any], oid: int, settings: Any, base: str) -> list[str]:
     """What is wrong with one rent request that reached the simulator."""
-    from agent.fleet.policy import norm_gpu
+    from agent.fleet.block import norm_gpu
 
     p, f = settings.policy, settings.fleet
     out: list[str] = []

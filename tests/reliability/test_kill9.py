@@ -58,7 +58,7 @@ def install_rent_before_intent() -> None:
     replaced tool reaches the tick the way every tool does, through the entry point."""
     import agent.fleet.pipeline as pipeline_mod
     import tools
-    from agent.fleet.policy import Block
+    from agent.fleet.block import Block
     from agent.fleet.toolkit import Outcome
 
     real_uuid = pipeline_mod.uuid

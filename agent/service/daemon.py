@@ -77,13 +77,13 @@ from agent.config import Settings
 from agent.context.prompts import Prompts, load_prompts
 from agent.errors import ChainBroken, ConfigError, FleetAgentError, LockError
 from agent.runtime.app import App
-from agent.runtime.leader import FileLeader, LeadershipLost, PgLeader, identity, leader_for
-from agent.runtime.sdnotify import SystemdNotifier
+from agent.runtime.leader import FileLeader, LeadershipLost, PgLeader, leader_for
 from agent.runtime.tick import reconcile_at_start, run_tick
 from agent.secrets import scrub
+from agent.service.sdnotify import SystemdNotifier
 from agent.store.db import check_database_file
 from agent.store.log import EventLog
-from agent.store.pglock import bound_idle_transactions
+from agent.store.pglock import bound_idle_transactions, identity
 
 log = logsetup.get_logger(__name__)
 
