@@ -16,11 +16,8 @@ run-queue time for this thread, /proc/thread-self/schedstat) and the rest, the t
 (fsyncs and other I/O, another thread holding the GIL); and the process's resident memory after the
 size's ticks. ``--profile`` pauses cProfile inside the model and the HTTP calls, so its lines are the
 tick's own work (a function that calls them shows only its time outside them, cumulatively). Under it: what one synchronous=FULL commit costs on this
-disk now (so the overhead splits into commits and everything else), how much other processes
-slow a pure-Python loop down now (wall over CPU; 1.0 on an idle machine), and what touching one page of
-memory costs after the same pause (``page_cost``: on a virtual machine whose host runs other work while
-this one idles, microseconds a page, which a tick pays for each of the thousands it touches; the figure
-moves by several times from one hour to the next, and the ticks' with it).
+disk now (so the overhead splits into commits and everything else), and how much other processes
+slow a pure-Python loop down now (wall over CPU; 1.0 on an idle machine).
 
 Each grown log is kept under /tmp/fleet-agent-biglogs (``$FLEET_AGENT_BIGLOG_CACHE``; bench/biglog.py
 ``grow_cached``), so a rerun at 10^6 copies the database instead of appending 10^6 events again.
@@ -33,7 +30,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import mmap
 import os
 import pstats
 import statistics
@@ -239,45 +235,6 @@ def measure(sizes: list[int], ticks: int, root: Path, profile: bool,
         return [run.result() for run in runs], prof
 
 
-def page_cost(pause: float, mib: int = 32) -> tuple[float, float | None]:
-    """CPU microseconds to touch one 4 KiB page of memory last touched ``pause`` seconds before, this
-    process idle meanwhile: (in ordinary 4 KiB pages, in 2 MB transparent huge pages; None when the kernel
-    gave none). Warm, either is a fraction of a microsecond (the loop's own cost). On a virtual machine whose
-    host runs other work on its cores while this one idles, the first touch of each page after the idle
-    costs microseconds more: a tick that touches thousands of pages pays that many times over."""
-    private = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS  # private, as the heap is (a shared mapping takes no THP)
-    small = mmap.mmap(-1, mib << 20, flags=private)
-    huge = mmap.mmap(-1, (mib + 2) << 20, flags=private)  # 2 MB more: a 2 MB-aligned run of ``mib`` fits inside
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        huge.madvise(mmap.MADV_HUGEPAGE)
-    before = _anon_huge_kb()
-    pages = range(0, mib << 20, 4096)
-    for region in (small, huge):
-        for i in pages:
-            region[i] = 1
-    took = _anon_huge_kb() - before >= (mib << 10) // 2  # most of it in huge pages
-    per: dict[int, list[float]] = {0: [], 1: []}
-    for n in range(2):
-        time.sleep(pause)
-        for k in (0, 1) if n % 2 == 0 else (1, 0):  # which goes first alternates
-            region = (small, huge)[k]
-            c = time.thread_time()
-            for i in pages:
-                region[i]
-            per[k].append((time.thread_time() - c) / len(pages) * 1e6)
-    small.close()
-    huge.close()
-    return statistics.mean(per[0]), statistics.mean(per[1]) if took else None
-
-
-def _anon_huge_kb() -> int:
-    try:
-        with open("/proc/self/smaps_rollup", encoding="ascii") as f:
-            return next((int(line.split()[1]) for line in f if line.startswith("AnonHugePages:")), 0)
-    except OSError:
-        return 0
-
-
 def contention(n: int = 15) -> float:
     """Wall time over CPU time of a pure-Python loop, p50: how much other processes slow this one down now
     (1.0 on an idle machine)."""
@@ -330,10 +287,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the sizes took turns, tick by tick, each tick after {a.pause:g} s idle; bench RSS after all of them {_rss_mb():.0f} MB; "
               f"one synchronous=FULL commit p50 {commit_ms(Path(d)):.2f} ms (x{rows[-1]['transactions_p50']:.0f} a tick); "
               f"machine contention now: wall/CPU of a pure-Python loop x{contention():.2f}", flush=True)
-        small, huge = page_cost(a.pause)
-        print(f"touching a page after {a.pause:g} s idle costs {small:.2f} us of CPU in 4 KiB pages"
-              + (f", {huge:.2f} us in 2 MB huge pages" if huge is not None else " (no huge pages here)")
-              + " (a tick touches thousands: bench/hugepages.py)", flush=True)
         if prof is not None:
             out = io.StringIO()
             stats = pstats.Stats(prof, stream=out)

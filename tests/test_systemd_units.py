@@ -101,56 +101,12 @@ def test_tick_mode_units():
                  "TimeoutStartSec", "TimeoutStopSec", "Description", "Documentation", "WantedBy", "Environment"}
     shared = {key: value for key, value in daemon.items() if key not in lifecycle}
     assert {key: tick.get(key) for key in shared} == shared
-    # the heap in huge pages is for a process that lives across ticks; each one-shot run starts afresh
-    assert tick["Environment"] == ["PYTHONUNBUFFERED=1"]
+    assert daemon["Environment"] == tick["Environment"] == ["PYTHONUNBUFFERED=1"]
     timer = _directives((SYSTEMD_DIR / "fleet-agent-tick.timer").read_text())
     assert timer["OnBootSec"] == ["2min"]
     assert timer["OnUnitActiveSec"] == ["5min"]
     assert timer["Persistent"] == ["true"]
     assert timer["Unit"] == ["fleet-agent-tick.service"]
-
-
-def _environment(name: str) -> dict[str, str]:
-    """The variables a unit's Environment= lines set."""
-    return dict(v.split("=", 1) for v in _directives((SYSTEMD_DIR / name).read_text()).get("Environment", []))
-
-
-_HEAP_CHILD = """
-from agent import tokens
-tokens.get_tokenizer()  # the daemon's biggest allocation: the tokenizer's ranks
-objects = [{"n": i, "s": str(i) * 8} for i in range(100_000)]  # Python's small objects, as ticks make them
-with open("/proc/self/smaps_rollup") as f:
-    print(next((int(line.split()[1]) for line in f if line.startswith("AnonHugePages:")), 0))
-"""
-
-
-def _huge_kib(env: dict[str, str]) -> int:
-    """KiB of a fresh interpreter's anonymous memory in huge pages once it holds what the child above makes."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "PYTHONMALLOC")}
-    done = subprocess.run([sys.executable, "-c", _HEAP_CHILD], env={**clean, **env}, capture_output=True,
-                          text=True, timeout=120, cwd=SYSTEMD_DIR.parent)
-    assert done.returncode == 0, done.stderr
-    return int(done.stdout)
-
-
-def test_the_daemon_unit_puts_the_heap_in_huge_pages():
-    """With fleet-agent.service's environment, the tokenizer's ranks and Python's small objects sit in 2 MB
-    pages: glibc's tunable alone moves the first, PYTHONMALLOC=malloc the second."""
-    try:
-        mode = re.search(r"\[(\w+)\]", Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text())
-    except OSError:
-        mode = None
-    if mode is None or mode.group(1) not in ("madvise", "always"):
-        pytest.skip("transparent huge pages are off (or absent) on this kernel: the setting changes nothing here")
-    unit = _environment("fleet-agent.service")
-    assert unit["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
-    assert unit["PYTHONMALLOC"] == "malloc"
-    full = _huge_kib(unit)
-    malloc_only = _huge_kib({"GLIBC_TUNABLES": unit["GLIBC_TUNABLES"]})
-    assert malloc_only >= 8 * 1024, "glibc's heap (the tokenizer's ranks) is not in huge pages"
-    assert full >= malloc_only + 16 * 1024, "Python's small objects are not in huge pages"
-    if mode.group(1) == "madvise":  # only what asks for huge pages gets them
-        assert _huge_kib({}) < malloc_only
 
 
 @needs_analyze
