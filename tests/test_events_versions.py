@@ -195,12 +195,3 @@ def test_a_version_the_model_does_not_see_can_say_what_the_index_holds() -> None
     assert vocab.search(envelope("probe.sent", 1, {"host": "gpu-7", "ms": 12})) is None
     assert vocab.search(envelope("probe.lost", 1, {})) is None
 
-
-def test_stored_forms_named_in_the_package_are_exactly_the_vocabularys() -> None:
-    """``agent.events.STORED_FORMS`` (what lets a row be read without loading the vocabulary) lists every
-    version with a stored form and no other: a new one left out would be read undecoded."""
-    import agent.events as events
-
-    assert events.STORED_FORMS == frozenset(events.VOCABULARY.stored)
-    for (kind, version), form in events.VOCABULARY.stored.items():
-        assert events._stored_form(kind, version) is form

@@ -21,7 +21,7 @@ from agent.context.pinned import MARKER_COST, SHRINK_FLOOR, empty_pinned, render
 from agent.context.prompts import Prompts, render_system
 from agent.context.thread import Entry, build_thread, shrink_entry
 from agent.events import Event, inline
-from agent.events.kinds_storage import split_manifest
+from agent.events.kinds.model import split_manifest
 from agent.store.log import canonical
 from agent.tokens import REQUEST_OVERHEAD
 
@@ -477,7 +477,7 @@ def needs_compaction(projection: Projection, settings: ContextSettings) -> bool:
 def request_payload(projection: Projection) -> dict[str, Any]:
     """The payload of the ``model.request`` event (v2) recording this projection: its hash and its manifest
     with what every request shares (model, input hashes, settings) named by the hash of ``request_bundle``,
-    which is logged once as an ``input.recorded`` (agent.events.kinds_storage)."""
+    which is logged once as an ``input.recorded`` (agent.events.kinds.model)."""
     _, compact = split_manifest(projection.manifest, projection.request_hash)
     return {"request_hash": projection.request_hash, "manifest": compact}
 

@@ -12,7 +12,7 @@ Hashes are those the manifest records: ``prompt_hashes`` (sha256 of each file's 
 ``tools_hash`` and ``params_hash`` (sha256 of the canonical JSON).
 
 Since ``model.request`` v2 those hashes, the model's name and the budget settings are themselves a
-recorded input, ``request`` (agent.events.kinds_storage), which a v2 manifest names by its hash
+recorded input, ``request`` (agent.events.kinds.model), which a v2 manifest names by its hash
 (``inputs``); ``manifest_of`` gives any recorded request's full manifest, whatever its version.
 """
 
@@ -30,7 +30,7 @@ from agent.context.build import (
 )
 from agent.context.prompts import Prompts
 from agent.events import Event
-from agent.events.kinds_storage import REQUEST_INPUT, bundle_hash, join_manifest, split_manifest
+from agent.events.kinds.model import REQUEST_INPUT, bundle_hash, join_manifest, split_manifest
 from agent.store.log import EventLog, canonical
 
 KIND = "input.recorded"

@@ -21,21 +21,16 @@ hash chain covers them).
 
 from __future__ import annotations
 
+import copy
+import difflib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Generic, TypeVar
 
-from agent import lazy
 from agent.errors import PayloadError
 from agent.events.event import Event, JsonObject, Message
 from agent.events.payload import FieldSpec, Payload
-from agent.events.stored import Stored as Stored  # its own module: a row is decoded without this one
-from agent.record import field, replace
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
-
-if TYPE_CHECKING:
-    import copy
-else:  # deep copies are made only when a stored form is expanded or upcast
-    copy = lazy.module("copy", globals())
+from agent.events.stored import Stored as Stored
 
 P = TypeVar("P", bound=Payload)
 Renderer = Callable[[Event, Any], "Message | None"]
@@ -199,8 +194,6 @@ class Vocabulary:
         try:
             return self.kinds[name]
         except KeyError:
-            import difflib  # only for the hint in this error
-
             near = difflib.get_close_matches(name, self.kinds, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise PayloadError(f"unknown event kind {name!r}{hint}") from None
