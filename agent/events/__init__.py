@@ -1,6 +1,6 @@
 """The event vocabulary: every kind, its payload shape per version, and how it renders.
 
-Events are past-tense facts. Each kind (``kinds.py``) has versions 1..N; each
+Events are past-tense facts. Each kind (``kinds/``, by subject) has versions 1..N; each
 version has a typed payload class (``payload.py``) and a renderer. A renderer
 turns an event into the chat message the model sees (``None`` = not
 model-visible) and into the text the full-text index holds. Renderings are

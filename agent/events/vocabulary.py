@@ -118,16 +118,6 @@ class Kind:
         """PayloadError naming this kind and the field unless ``payload`` fits the current version."""
         self.payload.check(self.name, payload)
 
-    def render_checked(self, event: Event) -> Message | None:
-        """``render(event)`` for an event of the current version whose payload ``validate`` accepted
-        (the append path): the typed view is built without checking the fields a second time."""
-        v = self.current
-        if v.render is None or isinstance(v.render, _AsNext):  # the current version renders by itself
-            return None
-        cls = v.payload
-        return v.render(event, cls(**{s.name: event.payload[s.name] for s in cls.fields_of()
-                                      if s.name in event.payload}))
-
 
 class Vocabulary:
     """The registry of kinds and their upcasters."""
@@ -157,18 +147,6 @@ class Vocabulary:
         k = Kind(name, doc, tuple(versions), self)
         self.kinds[name] = k
         return k
-
-    def add_version(self, name: str, version: Version[Any]) -> Kind:
-        """Give the kind ``name`` a next version (from the module of the change that made it, so the kind's
-        first definition stays where it was). The same rules as ``define``: it is numbered N+1, has an
-        upcaster from N and renders by itself."""
-        k = self.kind(name)
-        del self.kinds[name]
-        try:
-            return self.define(name, k.doc, *k.versions, version)
-        except ValueError:
-            self.kinds[name] = k
-            raise
 
     def decode(self, kind: str, version: int, stored: JsonObject) -> JsonObject:
         """The payload readers see for a row of ``kind`` and ``version`` holding ``stored`` (itself, unless
