@@ -7,8 +7,7 @@ before use. Nothing is written to a cache directory.
 
 Counts follow the chat format: every message costs its content tokens plus a
 fixed overhead (role, separators), tool calls cost their name and arguments.
-Calibration against what the provider reports lives in ``agent.context``. tiktoken itself
-is imported when an encoding is first loaded, so a command that counts nothing never loads it.
+Calibration against what the provider reports lives in ``agent.context``.
 """
 
 from __future__ import annotations
@@ -19,13 +18,13 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import tiktoken
 
 from agent.errors import ConfigError
-
-if TYPE_CHECKING:  # the tokenizer (tens of MB) loads only when something counts: commands that render
-    import tiktoken
 
 # Known encodings that load offline: name -> (package, resource path, sha256, special tokens).
 _CL100K_SPECIAL = {
@@ -94,8 +93,6 @@ def _parse_bpe(data: bytes, where: str) -> dict[bytes, int]:
 
 
 def _load_encoding(name: str, file: str | None, sha256: str | None) -> tiktoken.Encoding:
-    import tiktoken
-
     expected: str | None
     if file is None:
         if name not in KNOWN:
@@ -104,8 +101,6 @@ def _load_encoding(name: str, file: str | None, sha256: str | None) -> tiktoken.
                 f"{', '.join(sorted(KNOWN))}. Set context.encoding_file (and encoding_sha256) to a local .tiktoken file"
             )
         package, rel, expected, special, pat = KNOWN[name]
-        from importlib import resources  # only to read an offline encoding
-
         try:
             ref = resources.files(package).joinpath(rel)
             data = ref.read_bytes()

@@ -4,7 +4,7 @@
     python bench/context.py --quick    # seconds-long smoke run
 
 Figures:
-- project_ms_p50 at 10^3..10^6 events (wall and CPU; warm render cache, as in a
+- project_ms_p50 at 10^3..10^6 events (wall and CPU; warm token-count cache, as in a
   daemon, and cold), at every tick end of one compaction cycle, next to a naive
   full replay (read and render every event from seq 1; past 10^5 events it is
   timed on the first 10^5 and scaled when the whole would take over 10 minutes,
@@ -228,8 +228,8 @@ def _p50(xs: list[float]) -> float:
 
 
 def projection_times(log: EventLog, prompts: Any, runs: int) -> dict[str, Any]:
-    """p50 of ``project`` at every position of one compaction cycle: warm (the render cache holds the
-    thread, as in a daemon that projects several times per tick) and cold (cache emptied first)."""
+    """p50 of ``project`` at every position of one compaction cycle: warm (the token-count cache holds the
+    thread's counts, as in a daemon that projects several times per tick) and cold (cache emptied first)."""
     warm: list[tuple[float, float]] = []
     cold: list[tuple[float, float]] = []
     thread: list[int] = []
@@ -238,7 +238,7 @@ def projection_times(log: EventLog, prompts: Any, runs: int) -> dict[str, Any]:
         def run(end: int = end) -> Any:
             return project(log, prompts, SETTINGS, policy=POLICY, tools=TOOLS, until_seq=end, cache=cache)
         for _ in range(runs):
-            cache.rendered.clear()
+            cache.clear()
             t = _clock()
             p = run()
             cold.append(_since(t))

@@ -118,3 +118,137 @@ def test_stale_install_without_the_entry_point_fails_with_the_reinstall_hint(tmp
                        timeout=120)
     assert r.returncode == 3, r.stdout + r.stderr
     assert "fleet_agent.tools" in r.stdout and "pip install -e ." in r.stdout
+
+
+# The layers inside agent/, lowest first. A module imports only modules of its own layer or lower ones, and
+# never a package beside it in its layer (the base layer's modules excepted, which import one another).
+# Imports inside functions count as much as those at the top; only imports under ``if TYPE_CHECKING:`` (which
+# never run) are left out.
+LAYERS: list[tuple[str, ...]] = [
+    ("agent", "agent.errors", "agent.secrets", "agent.times", "agent.tokens", "agent.logsetup"),
+    ("agent.config",),
+    ("agent.events",),
+    ("agent.store",),
+    ("agent.feedback",),
+    ("agent.clients", "agent.model", "agent.sim"),
+    ("agent.context",),
+    ("agent.fleet",),
+    ("agent.runtime",),
+    ("agent.fork",),
+    ("agent.web",),
+    ("agent.service",),
+    ("agent.cli",),
+]
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """Line numbers of the imports under ``if TYPE_CHECKING:``."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for sub in node.body:
+                lines.update(n.lineno for n in ast.walk(sub) if isinstance(n, ast.Import | ast.ImportFrom))
+    return lines
+
+
+def _runtime_graph() -> dict[str, set[str]]:
+    """Module -> the agent modules it imports when it runs (``from pkg import name`` resolved to the module
+    ``pkg.name`` when that is a module, else ``pkg``)."""
+    paths = {_module_name(p): p for p in sorted((REPO / "agent").rglob("*.py"))}
+
+    def resolve(name: str) -> str:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {}
+    for mod, path in paths.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        skip = _type_checking_only(tree)
+        out: set[str] = set()
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", None) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                out.update(resolve(a.name) for a in node.names if a.name.startswith("agent"))
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agent") and not node.level:
+                module = node.module or ""
+                out.update(resolve(f"{module}.{a.name}") if f"{module}.{a.name}" in paths else resolve(module)
+                           for a in node.names)
+        graph[mod] = out - {mod, ""}
+    return graph
+
+
+def _layer_of(module: str) -> tuple[int, str] | None:
+    best: tuple[int, str] | None = None
+    for index, layer in enumerate(LAYERS):
+        for home in layer:
+            if (module == home or module.startswith(home + ".")) and (best is None or len(home) > len(best[1])):
+                best = (index, home)
+    return best
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_agent_module_has_a_layer():
+    assert [m for m in _runtime_graph() if _layer_of(m) is None] == []
+
+
+def test_agent_modules_import_only_their_own_layer_or_lower_ones():
+    """e.g. the store never imports the context, the runtime never the CLI, the console never the CLI."""
+    bad = []
+    for mod, imports in sorted(_runtime_graph().items()):
+        mine = _layer_of(mod)
+        assert mine is not None
+        for imported in sorted(imports):
+            theirs = _layer_of(imported)
+            assert theirs is not None, imported
+            if theirs[0] > mine[0] or (theirs[0] == mine[0] > 0 and theirs[1] != mine[1]):
+                bad.append(f"{mod} -> {imported}")
+    assert bad == []
+
+
+def test_no_import_cycles_inside_agent():
+    assert _cycles(_runtime_graph()) == []
+
+
+def test_the_layer_check_sees_late_imports_and_skips_type_only_ones(tmp_path):
+    """A cycle closed by an import inside a function is found; one closed only under TYPE_CHECKING is not."""
+    graph = {"agent.a": {"agent.b"}, "agent.b": {"agent.a"}, "agent.c": set()}
+    assert _cycles(graph) == [["agent.a", "agent.b"]]
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from agent.x import y\n"
+                     "def f():\n    from agent.z import w\n")
+    assert _type_checking_only(tree) == {3}

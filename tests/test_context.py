@@ -328,15 +328,14 @@ def test_project_at_time_tick_and_seq(tmp_path):
     assert utc_ts(datetime(2026, 11, 29, 10, 0, 3, tzinfo=UTC)) == "2026-11-29T10:00:03.000000Z"
 
 
-def test_render_cache_never_serves_a_stale_rendering(tmp_path):
-    """The projection cache gives exactly render(event): a row edited behind its hash
-    (triggers dropped by hand) projects with its new content, not the cached one."""
+def test_a_row_edited_behind_its_hash_projects_with_its_new_content(tmp_path):
+    """A projection renders what the row holds now: a row edited behind its hash (triggers dropped by hand)
+    projects with its new content through the same cache, not the old one."""
     log = EventLog(tmp_path / "f.db", clock=Clock())  # edited behind its hash: a SQLite file
     cache = ProjectionCache()
     simple_tick(log, 1)
     log.append("operator.note", {"text": "keep four RTX 4090", "by": "alice"}, "operator")
     first = proj(log, cache=cache)
-    assert len(cache.rendered) > 0
     assert any("keep four RTX 4090" in (m.get("content") or "") for m in first.messages)
     seq = log.last_seq()
     with Tamper(log.path) as t:
@@ -347,34 +346,15 @@ def test_render_cache_never_serves_a_stale_rendering(tmp_path):
     assert not any("keep four RTX 4090" in t for t in texts)
 
 
-def test_projection_cache_stays_within_its_byte_bounds(tmp_path):
-    """Each table keeps at most its byte bound of text alive, however big the outputs that pass through
-    (an entry bigger than the bound is not kept at all), and the projection is the one a roomy cache gives."""
-    log = open_log(tmp_path / "m.db")
-    for n in range(1, 7):
-        simple_tick(log, n, outputs=(3000, 3000))
-    bounds = (20_000, 20_000, 30_000)
-    small = ProjectionCache(max_bytes=bounds)
-    roomy = ProjectionCache()
-    a, b = proj(log, cache=small), proj(log, cache=roomy)
-    assert a.messages == b.messages and a.manifest == b.manifest
-    tables = (small.counts, small.cuts, small.rendered)
-    assert all(t.bytes <= bound for t, bound in zip(tables, bounds, strict=True))
-    assert small.rendered.bytes > 0 and roomy.rendered.bytes > bounds[2]
-    huge = ProjectionCache(max_bytes=(100, 100, 100))
-    huge.counts.put((0, "x" * 1000), 250)
-    assert len(huge.counts) == 0 and huge.counts.bytes == 0
-
-
-def test_projection_cache_stays_within_its_entry_bounds(tmp_path):
-    """Each table of a ProjectionCache keeps at most its bound, however long the thread, and a projection
-    through a tiny cache equals one through a roomy cache."""
+def test_the_token_count_cache_stays_within_its_bounds(tmp_path):
+    """The cache keeps at most its bound of texts and of characters, however long the thread and however big
+    its outputs (a text longer than the character bound is counted but not kept)."""
     log = open_log(tmp_path / "b.db")
     for n in range(1, 6):
-        simple_tick(log, n)
-    tiny = ProjectionCache(counts=3, cuts=2, rendered=4)
-    roomy = ProjectionCache()
-    a, b = proj(log, cache=tiny), proj(log, cache=roomy)
-    assert len(tiny.counts) <= 3 and len(tiny.cuts) <= 2
-    assert len(tiny.rendered) == 4 and len(roomy.rendered) > 4
-    assert a.messages == b.messages and a.manifest == b.manifest
+        simple_tick(log, n, outputs=(3000, 3000))
+    tiny = ProjectionCache(max_entries=3, max_chars=20_000)
+    proj(log, cache=tiny)
+    assert 0 < tiny.entries <= 3 and tiny.chars <= 20_000
+    tiny.clear()
+    meter = tiny.meter(log.tokenizer)
+    assert meter.count("x" * 30_000) == log.tokenizer.count("x" * 30_000) and tiny.entries == 0

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 from agent import events as ev
 from agent.context import (
-    Inputs,
     Projection,
     ProjectionCache,
     build,
@@ -121,20 +120,6 @@ def test_build_as_of_seq_equals_building_the_truncated_list(ticks, where, s):
     cut = project_mem([e for e in log.events if e.seq <= n], s)
     assert as_of.messages == cut.messages
     assert as_of.manifest == cut.manifest
-
-
-@pytest.mark.slow
-@BUILD
-@given(runs)
-def test_build_is_the_same_with_a_cold_cache(ticks):
-    """The cache never changes a result: a build through a fresh, tiny cache equals one through the warm one."""
-    log = MemLog()
-    run(log, ticks, step=mem_step(S))
-    cold = ProjectionCache(counts=2, cuts=2, rendered=2).meter(tokenizer_for(S))
-    inputs: Inputs = select(log.events)
-    a = build(inputs, prompts=PROMPTS, settings=S, policy=POLICY, tools=TOOLS, meter=METER, model="m")
-    b = build(inputs, prompts=PROMPTS, settings=S, policy=POLICY, tools=TOOLS, meter=cold, model="m")
-    assert a.messages == b.messages and a.manifest == b.manifest
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

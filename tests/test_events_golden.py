@@ -174,7 +174,7 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
     ("rent.settled", 1): [("not_created", {"call_id": "call_9", "label": "fa-7-abc", "created": False,
                                            "idem_key": "abc", "reason": "no listing showed the label in 300 s "
                                            "(2 listings)"})],
-    # steering and money (agent/events/kinds_money.py): every string escaped, the operator's reason too
+    # steering and money (agent/events/kinds/steering.py): every string escaped, the operator's reason too
     ("policy.overridden", 1): [
         ("until", {"key": "max_instances", "value": 4, "by": "alice", "reason": "budget review",
                    "until": "2026-12-01T09:00:00.000000Z", "config_value": 8}),
@@ -205,13 +205,13 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
         ("ours", {"instance_id": 21000123, "by": "alice", "reason": "stuck in loading"}),
         ("forced", {"instance_id": 21000124, "by": "bob", "reason": _FORGED_M, "force": True})],
     ("operator.drain", 1): [("two", {"by": "alice", "reason": "end of campaign", "instance_ids": [1, 2]})],
-    # leadership (agent/events/kinds_pgha.py)
+    # leadership (agent/events/kinds/leadership.py)
     ("leader.acquired", 1): [("takeover", {"lock": "file", "holder": "fleet-agent fleet-1 host-b 4243",
                                            "because": "its holder (pid 4242) died", "waited_s": 812.5,
                                            "failover_seconds": 30.0})],
     ("leader.lost", 1): [("killed", {"holder": "fleet-agent fleet-1 host-a 4242", "acquired_seq": 17,
                                      "why": "its holder (pid 4242) has not heartbeated for 31.2s"})],
-    # the system's own destroy of a stopped instance (agent/events/kinds_stopped.py)
+    # the system's own destroy of a stopped instance (agent/events/kinds/instances.py)
     ("system.destroy", 1): [("stopped", {"instance_id": 21000123, "status": "stopped", "reason": "stopped without "
                                          "our asking: fleet-agent never stops an instance; it bills storage"})],
     ("steering.in_force", 1): [
@@ -281,9 +281,9 @@ SAMPLES.update({
                                               {"key": "policy.max_instances", "old": 8, "new": 4},
                                               {"key": "schedule.interval", "old": 300.0, "new": 120.0}]})],
 })
-# tick.started v3 stores its instance records as columns (agent.events.kinds_storage2) and renders as v2.
+# tick.started v3 stores its instance records as columns (agent.events.kinds.tick) and renders as v2.
 SAMPLES[("tick.started", 3)] = SAMPLES[("tick.started", 2)]
-# v4 stores a column whose values repeat as distinct values and an index (kinds_storage2) and renders as v2.
+# v4 stores a column whose values repeat as distinct values and an index (agent.events.kinds.tick) and renders as v2.
 SAMPLES[("tick.started", 4)] = SAMPLES[("tick.started", 2)]
 
 
@@ -305,7 +305,7 @@ def _big_fleet(n: int) -> dict[str, Any]:
             "demand": {"pending": 3, "running": 40, "completed": 900}}
 
 
-# v5 (agent.events.kinds_storage2) renders as v2 up to 40 instances; a larger fleet lists alike ones on one line.
+# v5 (agent.events.kinds.tick) renders as v2 up to 40 instances; a larger fleet lists alike ones on one line.
 SAMPLES[("tick.started", 5)] = [*SAMPLES[("tick.started", 2)],
                                 ("40 instances: one line each", {"observation": _big_fleet(40)}),
                                 ("41 instances: alike ones on one line", {"observation": _big_fleet(41)})]

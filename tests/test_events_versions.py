@@ -169,22 +169,6 @@ def test_payload_fields_must_be_json_types() -> None:
             Vocabulary().define("bad.kind", "bad", Version(1, cls))
 
 
-def test_a_version_added_from_another_module_is_the_kinds_next_and_keeps_its_history() -> None:
-    """``add_version`` makes release 3 out of release 2 as ``define`` with all three versions would, and
-    an added version that breaks the rules (wrong number, no upcaster) is refused leaving the kind as it was."""
-    vocab = release(2)
-    with pytest.raises(ValueError, match="numbered 1..N"):
-        vocab.add_version(KIND, Version(4, ProbeV3, _r_v3, upcast=_v2_to_v3))
-    with pytest.raises(ValueError, match="needs an upcaster"):
-        vocab.add_version(KIND, Version(3, ProbeV3, _r_v3))
-    assert vocab.kind(KIND).version == 2
-    vocab.add_version(KIND, Version(3, ProbeV3, _r_v3, upcast=_v2_to_v3))
-    assert vocab.kind(KIND).versions == release(3).kind(KIND).versions
-    for version in (1, 2):
-        assert golden_text(vocab, KIND, version, SAMPLES[version]) == golden_text(release(2), KIND, version,
-                                                                                   SAMPLES[version])
-
-
 def test_a_version_the_model_does_not_see_can_say_what_the_index_holds() -> None:
     """``Version.search`` gives the index text of an invisible version; a version without it gives none
     (the caller falls back to the kind and payload JSON), and so does a kind this vocabulary lacks."""
@@ -195,12 +179,3 @@ def test_a_version_the_model_does_not_see_can_say_what_the_index_holds() -> None
     assert vocab.search(envelope("probe.sent", 1, {"host": "gpu-7", "ms": 12})) is None
     assert vocab.search(envelope("probe.lost", 1, {})) is None
 
-
-def test_stored_forms_named_in_the_package_are_exactly_the_vocabularys() -> None:
-    """``agent.events.STORED_FORMS`` (what lets a row be read without loading the vocabulary) lists every
-    version with a stored form and no other: a new one left out would be read undecoded."""
-    import agent.events as events
-
-    assert events.STORED_FORMS == frozenset(events.VOCABULARY.stored)
-    for (kind, version), form in events.VOCABULARY.stored.items():
-        assert events._stored_form(kind, version) is form

@@ -11,7 +11,7 @@ import pytest
 from agent import events as ev
 from agent.context.cache import ProjectionCache
 from agent.errors import PayloadError
-from agent.events.kinds import OperatorNoteV1
+from agent.events.kinds.feedback import OperatorNoteV1
 from agent.store.log import EventLog
 from tests.test_events_golden import SAMPLES
 

@@ -1,4 +1,4 @@
-"""tick.started v5 (agent.events.kinds_storage2): a fleet of more than GROUP_OVER instances lists alike ones on
+"""tick.started v5 (agent.events.kinds.tick): a fleet of more than GROUP_OVER instances lists alike ones on
 one line, so a large fleet's observation fits the budget without being cut; a smaller fleet, and every row
 written as an earlier version, render as before."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import events as ev
-from agent.events.kinds_storage2 import GROUP_OVER
+from agent.events.kinds.tick import GROUP_OVER
 from agent.store.log import EventLog
 
 

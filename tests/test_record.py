@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import pickle
-import subprocess
-import sys
 import threading
 from typing import Any, ClassVar  # noqa: F401  (dataclasses reads the annotation "ClassVar[str]" through this name)
 
@@ -185,21 +182,6 @@ def test_fields_are_made_once_when_threads_ask_together() -> None:
         t.join()
     assert len(got) == 16 and all(g == got[0] for g in got[::2])
     assert all(g is vars(rc)["__dataclass_fields__"] for g in got[1::2])
-
-
-def test_records_pickle_across_processes_and_define_without_dataclasses() -> None:
-    """A record pickled here loads equal in a new interpreter, where defining the config's classes and
-    Event did not import dataclasses; asking fields() of one then does."""
-    from agent.events import Event
-
-    e = Event(1, "id", "ts", "k", "operator", None, {"a": [1]})
-    assert pickle.loads(pickle.dumps(e)) == e
-    code = ("import pickle, sys; import agent.config, agent.events.event, agent.store.queries, agent.store.log;"
-            "before = 'dataclasses' in sys.modules; e = pickle.loads(sys.stdin.buffer.read());"
-            "import dataclasses; print(before, e.payload, len(dataclasses.fields(e)), 'dataclasses' in sys.modules)")
-    r = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(e), capture_output=True, timeout=60,
-                       check=True)
-    assert r.stdout.decode().split() == ["False", "{'a':", "[1]}", "11", "True"]
 
 
 KW_CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [

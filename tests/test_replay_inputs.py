@@ -24,7 +24,8 @@ from agent.context.inputs import KIND, log_request, record_inputs, recorded
 from agent.context.prompts import load_prompts
 from agent.context.replay import replay_summaries
 from agent.events import Event, Message
-from agent.events.kinds import VOCABULARY, TickStartedV1
+from agent.events.kinds import VOCABULARY
+from agent.events.kinds.tick import TickStartedV1
 from agent.events.rendering import render_observation, user
 from agent.events.vocabulary import Version
 from agent.store.log import EventLog

@@ -21,7 +21,7 @@ from agent.context.compaction import compact
 from agent.context.inputs import log_request, manifest_of, record_inputs, recorded
 from agent.context.prompts import Prompts
 from agent.events import Event
-from agent.events.kinds_storage import SHARED, join_manifest, split_manifest
+from agent.events.kinds.model import SHARED, join_manifest, split_manifest
 from agent.runtime.export import Inputs, TrainingReport, training_examples
 from agent.store.log import GENESIS, EventLog, canonical, row_hash
 from tests.tamper import Tamper

@@ -1,4 +1,4 @@
-"""tick.started v3 stores the observation's instance records as columns (agent.events.kinds_storage2):
+"""tick.started v3 stores the observation's instance records as columns (agent.events.kinds.tick):
 every reader gets the records back exactly as appended, the model sees the same text as v2, the hash
 covers the stored form (verify, export and a fork's copy check it), and a log of v2 observations reads
 the same as one of v3."""
@@ -15,7 +15,7 @@ import pytest
 from agent import events as ev
 from agent.errors import PayloadError
 from agent.events import Event
-from agent.events.kinds_storage2 import pack_instances, unpack_instances
+from agent.events.columns import pack_instances, unpack_instances
 from agent.store.log import GENESIS, EventLog, canonical, row_hash
 from tests.tamper import Tamper
 

@@ -1,4 +1,4 @@
-"""tick.started v4 (agent.events.kinds_storage2) stores a column of the instance table whose values repeat
+"""tick.started v4 (agent.events.kinds.tick) stores a column of the instance table whose values repeat
 as its distinct values and an index into them: every reader gets the records back exactly as appended,
 the model sees the same text as v2 and v3, the hash covers the stored form, and logs of v2, v3 and v4
 observations read the same."""

@@ -18,11 +18,10 @@ The package is two steps. ``load`` reads a projection's inputs through the
 event log's read API: the newest ``context.compacted`` (through the kind index),
 the events after it and the calibration; the cost does not grow with the length
 of the log. ``build`` turns those plain values into messages and a manifest with
-no I/O, no logging and no module state. What makes successive projections cheap
-(token counts, truncations, rendered messages) lives in a ``ProjectionCache`` the
-caller owns and passes in.
+no I/O, no logging and no module state. The one thing successive projections share
+is a ``ProjectionCache`` of token counts the caller owns and passes in.
 
-    cache.py        ProjectionCache (bounded LRU tables) and Meter (token arithmetic through it)
+    cache.py        ProjectionCache (token counts, bounded) and Meter (token arithmetic through it)
     calibration.py  the provider/estimate ratio
     pinned.py       the pinned block and the summary block
     thread.py       the thread: tool calls paired with results, placeholders, truncation

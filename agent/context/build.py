@@ -2,7 +2,7 @@
 
 Nothing here reads the log, the clock or the network, writes a log line or keeps
 state between calls; the only thing passed in that outlives a call is the
-``Meter``'s cache, which never changes a result.
+``Meter``'s cache of token counts, which never changes a result.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.config import ContextSettings
-from agent.context.cache import Message, Meter, ProjectionCache
+from agent.context.cache import Message, Meter
 from agent.context.calibration import Calibration
 from agent.context.facts import render_facts
 from agent.context.pinned import MARKER_COST, SHRINK_FLOOR, empty_pinned, render_pinned, render_summary
 from agent.context.prompts import Prompts, render_system
 from agent.context.thread import Entry, build_thread, shrink_entry
 from agent.events import Event, inline
-from agent.events.kinds_storage import split_manifest
+from agent.events.kinds.model import split_manifest
 from agent.store.log import canonical
 from agent.tokens import REQUEST_OVERHEAD
 
@@ -61,45 +61,6 @@ def request_hash(model: str, messages: list[Message], tools: list[dict[str, Any]
     if params is not None:
         body["params"] = params
     return sha256_text(canonical(body))
-
-
-def _request_hash(model: str, messages: list[Message], tools_text: str, params: dict[str, Any] | None,
-                  parts: list[str] | None = None, cache: ProjectionCache | None = None) -> str:
-    """``request_hash`` with the tools' canonical JSON already made: the same text, keys in the order
-    canonical() sorts them (messages, model, params, tools). ``parts`` are the messages' canonical JSON when
-    known (a thread entry keeps its own); with a ``cache``, the hashing goes on from the state the last request
-    left after the messages both begin with (between compactions each request extends the last)."""
-    extra = "" if params is None else ',"params":' + canonical(params)
-    tail = f'],"model":{canonical(model)}{extra},"tools":{tools_text}}}'
-    if parts is None:
-        parts = [canonical(m) for m in messages]
-    h = _hashed_messages(parts, cache)
-    h.update(tail.encode("utf-8"))
-    return str(h.hexdigest())
-
-
-_MESSAGES_HEAD = b'{"messages":['
-
-
-def _hashed_messages(parts: list[str], cache: ProjectionCache | None) -> Any:
-    """A sha256 fed ``{"messages":[`` and ``parts`` joined by commas (the canonical JSON of a list of messages
-    without its closing bracket). The cache keeps the state after each part of the last request: the parts
-    this one shares with it at its start are not hashed again."""
-    prev = cache.hashed if cache is not None else None
-    states: list[Any] = []
-    if prev is not None:
-        for a, b, state in zip(parts, prev[0], prev[1], strict=False):
-            if a is not b and a != b:
-                break
-            states.append(state)
-    h = states[-1].copy() if states else hashlib.sha256(_MESSAGES_HEAD)
-    for k in range(len(states), len(parts)):
-        h.update(((',' if k else '') + parts[k]).encode("utf-8"))
-        if cache is not None:
-            states.append(h.copy())
-    if cache is not None:
-        cache.hashed = (parts, states)
-    return h
 
 
 def params_hash(params: dict[str, Any]) -> str:
@@ -221,10 +182,8 @@ def make_view(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, po
               tools: list[dict[str, Any]], meter: Meter) -> View:
     comp = inputs.compaction
     covered_to = inputs.covered_to
-    # the compaction's texts are the same for every request it heads: made once per compaction and encoding
-    pinned_text, summary_text, masked_to = meter.cache.derived(
-        f"compaction {meter.key}", (comp, settings), lambda: _compaction_texts(comp, settings, meter))
-    system = meter.cache.derived("system", (prompts, policy), lambda: render_system(prompts, policy))
+    pinned_text, summary_text, masked_to = _compaction_texts(comp, settings, meter)
+    system = render_system(prompts, policy)
     return View(end=inputs.end, compaction=comp, covered_to=covered_to, system=system,
                 pinned_text=pinned_text, summary_text=summary_text, events=inputs.events,
                 thread=build_thread(inputs.events, settings, meter, masked_to), tools_tokens=meter.tools(tools),
@@ -352,7 +311,7 @@ def _shrink(v: View, limit_raw: int) -> list[str]:
             final = cap is None
             cap = SHRINK_FLOOR if cap is None else cap
             for i, n in zip(at, sizes, strict=True):
-                if n > cap:   # cut a copy: the entry itself may be shared with the pass the cache keeps
+                if n > cap:   # cut a copy: the entry itself stays as the view's thread had it
                     e = v.thread[i].copy()
                     shrink_entry(e, cap, v.meter)
                     v.thread[i] = e
@@ -418,16 +377,12 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
     if v.summary_text is not None:
         messages.append({"role": "user", "content": v.summary_text})
         sections["summary"] = v.meter.text_message(v.summary_text)
-    parts = [v.meter.cache.message_json(m) for m in messages]
-    messages += [dict(e.message) for e in v.thread]   # each request its own dicts: the entries' are shared
-    parts += [e.json() for e in v.thread]
+    messages += [dict(e.message) for e in v.thread]
     sections["thread"] = thread_tokens
     sections["tools"] = v.tools_tokens
     tokens = REQUEST_OVERHEAD + sum(sections.values())
     calibrated = v.calibration.calibrated(tokens)
     comp = v.compaction
-    derived = v.meter.cache.derived
-    tools_text = derived("tools", (tools,), lambda: canonical(tools))  # its hash, and its part of the request's
     manifest = {
         "model": model,
         "covered_to": v.covered_to,
@@ -436,8 +391,8 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
         "thread_to": v.end,
         "thread_events": len(v.thread),
         "prompt_hashes": dict(prompts.hashes),
-        "policy_hash": derived("policy_hash", (policy,), lambda: sha256_text(canonical(policy))),
-        "tools_hash": derived("tools_hash", (tools,), lambda: sha256_text(tools_text)),
+        "policy_hash": sha256_text(canonical(policy)),
+        "tools_hash": tools_hash(tools),
         "settings": budget_fields(settings),
         "calibration": v.calibration.ratio,
         "calibration_seq": v.calibration.seq,
@@ -445,7 +400,7 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
         "estimated_tokens": tokens,
         "calibrated_tokens": calibrated,
         "shrunk": bool(shrink_notes),
-        "request_hash": _request_hash(model, messages, tools_text, params, parts, v.meter.cache),
+        "request_hash": request_hash(model, messages, tools, params),
     }
     if params is not None:
         manifest["params_hash"] = params_hash(params)
@@ -477,7 +432,7 @@ def needs_compaction(projection: Projection, settings: ContextSettings) -> bool:
 def request_payload(projection: Projection) -> dict[str, Any]:
     """The payload of the ``model.request`` event (v2) recording this projection: its hash and its manifest
     with what every request shares (model, input hashes, settings) named by the hash of ``request_bundle``,
-    which is logged once as an ``input.recorded`` (agent.events.kinds_storage)."""
+    which is logged once as an ``input.recorded`` (agent.events.kinds.model)."""
     _, compact = split_manifest(projection.manifest, projection.request_hash)
     return {"request_hash": projection.request_hash, "manifest": compact}
 

@@ -51,6 +51,7 @@ from agent.context.prompts import Prompts, render_summarize
 from agent.context.seen import seen_to
 from agent.context.thread import build_thread, maskable
 from agent.events import KINDS, Event, data, fence, inline, render, render_observation
+from agent.model.llm import LLMError
 from agent.store.log import EventLog, canonical
 from agent.tokens import MESSAGE_OVERHEAD
 
@@ -661,8 +662,6 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
 def _attempt_llm(summarizer: Summarizer, messages: list[dict[str, Any]],
                  tools: list[dict[str, Any]]) -> tuple[str | None, str | None]:
     """(summary text, failure reason) from one summariser call."""
-    from agent.model.llm import LLMError
-
     try:
         reply = summarizer.complete(messages, tools)
     except LLMError as e:

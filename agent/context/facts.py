@@ -10,6 +10,7 @@ pinned block before it stays byte-stable for the prompt cache) within ``facts_ma
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -89,8 +90,6 @@ class _Folder:
 
 
 def _offer_id(arguments: object) -> str:
-    import json
-
     try:
         args = json.loads(str(arguments or "{}"))
     except ValueError:

@@ -12,7 +12,7 @@ Hashes are those the manifest records: ``prompt_hashes`` (sha256 of each file's 
 ``tools_hash`` and ``params_hash`` (sha256 of the canonical JSON).
 
 Since ``model.request`` v2 those hashes, the model's name and the budget settings are themselves a
-recorded input, ``request`` (agent.events.kinds_storage), which a v2 manifest names by its hash
+recorded input, ``request`` (agent.events.kinds.model), which a v2 manifest names by its hash
 (``inputs``); ``manifest_of`` gives any recorded request's full manifest, whatever its version.
 """
 
@@ -30,7 +30,7 @@ from agent.context.build import (
 )
 from agent.context.prompts import Prompts
 from agent.events import Event
-from agent.events.kinds_storage import REQUEST_INPUT, bundle_hash, join_manifest, split_manifest
+from agent.events.kinds.model import REQUEST_INPUT, bundle_hash, join_manifest, split_manifest
 from agent.store.log import EventLog, canonical
 
 KIND = "input.recorded"
@@ -66,8 +66,7 @@ def record_inputs(log: EventLog, prompts: Prompts, policy: dict[str, Any], tools
     requests about to be sent; ``request``: the projection about to be logged as a ``model.request``,
     whose bundle its manifest names, built from ``policy`` and ``tools``; ``bundle``: that bundle and its
     hash when already made); returns how many were logged."""
-    # hashes only: the texts are not decoded at every step; read again only once an input was logged since
-    seen = log.memo("inputs.recorded_hashes", log.store.recorded_input_hashes, (KIND,))
+    seen = log.store.recorded_input_hashes()  # hashes only: the texts are not decoded at every step
     given = [p for p in params if p is not None]
     new = [i for i in _inputs(prompts, policy, tools, given, request, bundle) if i["sha256"] not in seen]
     new = [i for n, i in enumerate(new) if all(j["sha256"] != i["sha256"] for j in new[:n])]

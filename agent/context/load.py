@@ -31,7 +31,7 @@ def tokenizer_for(settings: ContextSettings) -> Tokenizer:
 
 def meter_for(settings: ContextSettings, cache: ProjectionCache | None) -> Meter:
     """A meter for ``settings``' encoding through ``cache`` (a fresh one when None)."""
-    return (cache or ProjectionCache()).meter(tokenizer_for(settings))
+    return (ProjectionCache() if cache is None else cache).meter(tokenizer_for(settings))
 
 
 def _newest(log: EventLog, kind: str, until_seq: int | None) -> Event | None:
@@ -43,57 +43,21 @@ def load_calibration(log: EventLog, until_seq: int | None, margin: float) -> Cal
     return Calibration(1.0, margin, None) if e is None else Calibration(float(e.payload["ratio"]), margin, e.seq)
 
 
-def load(log: EventLog, until_seq: int | None = None, cache: ProjectionCache | None = None) -> Inputs:
-    """The inputs of a projection as of ``until_seq`` (None = now).
-
-    With a ``cache``, the inputs loaded last (``ProjectionCache.loaded``) are extended instead of read again
-    when nothing but appends can have happened since: no other connection committed (``others_version``),
-    the newest event they held is still the row at its seq (an append this connection rolled back is not),
-    and no compaction came after them. Exactly what reading afresh gives, without reading the thread again."""
-    version = log.others_version() if cache is not None else None  # before any read: a commit after it is seen
+def load(log: EventLog, until_seq: int | None = None) -> Inputs:
+    """The inputs of a projection as of ``until_seq`` (None = now)."""
     end = log.last_seq() if until_seq is None else until_seq
-    if cache is not None and version is not None:
-        extended = _extend(log, cache.loaded, version, end)
-        if extended is not None:
-            cache.loaded = (log, version, extended)
-            return extended
     comp = _newest(log, "context.compacted", end)
     covered_to = comp.payload["covered_to"] if comp else 0
     events = list(log.read(covered_to, until_seq=end))
     cal = load_calibration(log, end, 0.0)
-    inputs = Inputs(end=end, compaction=comp, events=events, ratio=cal.ratio, ratio_seq=cal.seq)
-    if cache is not None:
-        cache.loaded = (log, version, inputs) if version is not None else None
-    return inputs
-
-
-def _extend(log: EventLog, loaded: tuple[EventLog, int, Inputs] | None, version: int, end: int) -> Inputs | None:
-    """``loaded``'s inputs brought up to ``end`` by reading only the events after them; None when they cannot
-    be (another log, another connection committed, the log moved backwards or past a compaction)."""
-    if loaded is None or loaded[0] is not log or loaded[1] != version:
-        return None
-    before = loaded[2]
-    if not before.events or before.end > end or before.events[-1].seq != before.end:
-        return None
-    last = before.events[-1]
-    new = list(log.read(last.seq - 1, until_seq=end))
-    if not new or new[0].seq != last.seq or new[0].hash != last.hash:
-        return None  # the row the inputs ended at is not there any more: an append rolled back
-    ratio, ratio_seq = before.ratio, before.ratio_seq
-    for e in new[1:]:
-        if e.kind == "context.compacted":
-            return None
-        if e.kind == "context.calibrated":
-            ratio, ratio_seq = float(e.payload["ratio"]), e.seq
-    return Inputs(end=end, compaction=before.compaction, events=[*before.events, *new[1:]], ratio=ratio,
-                  ratio_seq=ratio_seq)
+    return Inputs(end=end, compaction=comp, events=events, ratio=cal.ratio, ratio_seq=cal.seq)
 
 
 def project(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
             tools: list[dict[str, Any]], until_seq: int | None = None, model: str = "",
             cache: ProjectionCache | None = None, params: dict[str, Any] | None = None) -> Projection:
     """The request the model sees at ``until_seq`` (None = now), within the budget."""
-    p = build(load(log, until_seq, cache), prompts=prompts, settings=settings, policy=policy, tools=tools,
+    p = build(load(log, until_seq), prompts=prompts, settings=settings, policy=policy, tools=tools,
               meter=meter_for(settings, cache), model=model, params=params)
     if p.shrink_notes:
         logger.warning("context.shrunk", thread_to=p.manifest["thread_to"], notes=p.shrink_notes, tokens=p.tokens,

@@ -15,13 +15,15 @@ from agent.context.build import (
     BUDGET_FIELDS,
     Projection,
     budget_fields,
+    request_hash,
     settings_from_manifest,
     sha256_text,
     tools_hash,
 )
 from agent.context.cache import ProjectionCache
+from agent.context.compaction import Plan, plan, retry_messages
 from agent.context.inputs import InForce, in_force, manifest_of, recorded
-from agent.context.load import project, project_at, request_of_tick
+from agent.context.load import load, meter_for, project, project_at, request_of_tick
 from agent.context.prompts import Prompts
 from agent.events import Event
 from agent.store.log import EventLog, canonical
@@ -120,10 +122,6 @@ def replay_summaries(log: EventLog, prompts: Prompts, settings: ContextSettings,
     model parameters' included), and check its hash. A retry's request is the first request, the rejected
     answer (read back from the ``summary.response`` its manifest names) and the retry instruction with the
     recorded reason: every request of a retry is re-derived, not only the first."""
-    from agent.context.build import request_hash
-    from agent.context.compaction import Plan, plan, retry_messages
-    from agent.context.load import load, meter_for
-
     cache = cache or ProjectionCache()
     texts = recorded(log)
     for req in log.read(0, kinds=["summary.request"]):

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.config import ContextSettings
 from agent.context.cache import Message, Meter
 from agent.context.seen import OPERATOR_KINDS
 from agent.events import KINDS, Event, render_tool_content
-from agent.store.log import canonical
 
 PLACEHOLDER = "interrupted: no result recorded yet"
-_new = object.__new__
 
 
 @dataclass
@@ -31,22 +29,10 @@ class Entry:
     cap: int | None = None        # tokens of ``text`` shown, when it is cut
     version: int = 1              # the stored version of a tool result: it picks the rendering
     operator: bool = False        # operator feedback: shrunk only when nothing else is left to cut
-    encoded: str | None = field(default=None, repr=False, compare=False)   # canonical JSON of message, once made
 
     def copy(self) -> Entry:
-        """A copy with its own message dict, to change without touching the entry a kept pass shares."""
-        e: Entry = _new(Entry)
-        e.__dict__.update(self.__dict__)
-        e.message = dict(self.message)
-        e.encoded = None
-        return e
-
-    def json(self) -> str:
-        """``canonical(message)``, made once (an entry's message does not change once it is in a thread:
-        a budget cut replaces the entry with a changed copy)."""
-        if self.encoded is None:
-            self.encoded = canonical(self.message)
-        return self.encoded
+        """A copy with its own message dict."""
+        return replace(self, message=dict(self.message))
 
     def shown(self, meter: Meter) -> int:
         n = meter.count(self.text or "")
@@ -85,7 +71,6 @@ def shrink_entry(e: Entry, cap: int, meter: Meter) -> None:
         kept, marker = _cut_text(meter, e.text, cap, e.seq, "message")
         e.message = {"role": "user", "content": kept + marker}
     e.cap = cap
-    e.encoded = None
     e.tokens = meter.message(e.message)
 
 
@@ -209,35 +194,27 @@ def collapse_knowledge(run: list[Event], settings: ContextSettings, meter: Meter
 
 
 class _Builder:
-    """One pass over a thread's events, resumable: ``feed`` takes events in seq order, ``finish`` the thread so
-    far without changing the pass, so a later projection feeds only the events appended since
-    (``ProjectionCache.threads``)."""
+    """One pass over a thread's events in seq order."""
 
     def __init__(self, settings: ContextSettings, meter: Meter, masked_to: int | None) -> None:
         self.t = _Threader(settings, meter, masked_to=masked_to)
         self.run: list[tuple[Event, int, Message]] = []   # knowledge changes of one tick not yet placed
-        self.fed: list[Event] = []
 
     def feed(self, events: list[Event]) -> None:
         """Each event the model sees, with its tokens and its message; a run of more than COLLAPSE_AT
         consecutive knowledge changes of one tick is grouped."""
-        message = self.t.meter.event_message
-        run = self.run
         for ev in events:
-            hit = message(ev)
+            hit = self.t.meter.event_message(ev)
             if hit is None:
                 continue
             if ev.kind == "knowledge.changed":
-                if run and run[-1][0].tick != ev.tick:
+                if self.run and self.run[-1][0].tick != ev.tick:
                     self._flush()
-                    run = self.run
-                run.append((ev, hit[1], hit[0]))
+                self.run.append((ev, hit[1], hit[0]))
                 continue
-            if run:
+            if self.run:
                 self._flush()
-                run = self.run
             self._place(ev, hit[1], hit[0])
-        self.fed.extend(events)
 
     def _flush(self) -> None:
         run, self.run = self.run, []
@@ -254,42 +231,18 @@ class _Builder:
             self.t.other(ev, tokens, msg)
 
     def finish(self) -> list[Entry]:
-        """The thread of the events fed so far; the pass itself is left as it was. The entries are the pass's
-        own: whoever changes one (the budget's cut) replaces it with a copy."""
-        t = self.t
-        end = _Builder.__new__(_Builder)
-        end.t = _Threader(t.settings, t.meter, list(t.out), list(t.buffer), dict(t.pending), t.pending_seq,
-                          t.masked_to)
-        end.run = list(self.run)
-        if end.run:
-            end._flush()
-        end.t.close()
-        return end.t.out
-
-
-def _resumable(b: _Builder | None, events: list[Event]) -> bool:
-    """Whether ``events`` begin with everything the pass ``b`` was fed."""
-    if b is None:
-        return False
-    n = len(b.fed)
-    return len(events) >= n and (not n or events[n - 1] == b.fed[-1]) and events[:n] == b.fed
+        """The thread of the events fed."""
+        if self.run:
+            self._flush()
+        self.t.close()
+        return self.t.out
 
 
 def build_thread(events: list[Event], settings: ContextSettings, meter: Meter,
                  masked_to: int | None = None) -> list[Entry]:
     """The thread's messages for ``events`` (seq order), keeping every tool call next to its results;
     a flood of knowledge changes in one tick is one message; tool outputs up to ``masked_to`` (set by the
-    compaction the thread follows) are one-line stubs.
-
-    The pass is kept in the meter's cache: a later call whose events extend the same ones (the thread
-    between compactions only grows) goes on from it and renders only the new events; the result is exactly
-    what a fresh pass gives."""
-    key = (meter.key, settings.tool_output_max_tokens, settings.knowledge_max_tokens, masked_to)
-    b: _Builder | None = meter.cache.take_thread(key)   # taken out while fed: one that fails half-way is not kept
-    if b is not None and _resumable(b, events):
-        b.feed(events[len(b.fed):])
-    else:
-        b = _Builder(settings, meter, masked_to)
-        b.feed(events)
-    meter.cache.keep_thread(key, b)
+    compaction the thread follows) are one-line stubs."""
+    b = _Builder(settings, meter, masked_to)
+    b.feed(events)
     return b.finish()

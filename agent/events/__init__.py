@@ -1,6 +1,6 @@
 """The event vocabulary: every kind, its payload shape per version, and how it renders.
 
-Events are past-tense facts. Each kind (``kinds.py``) has versions 1..N; each
+Events are past-tense facts. Each kind (``kinds/``, by subject) has versions 1..N; each
 version has a typed payload class (``payload.py``) and a renderer. A renderer
 turns an event into the chat message the model sees (``None`` = not
 model-visible) and into the text the full-text index holds. Renderings are
@@ -13,75 +13,26 @@ every version's rendering.
 Source tags make provenance unmistakable: ``[tick 42 · 2026-11-29 10:05 UTC]``,
 ``[operator note · alice]``, ``[alert #12 acked · bob]``,
 ``[knowledge edit · gpu-policy.md]``. Tool output is fenced as data.
-
-The kinds (a few hundred payload classes) are defined on first use, not at import: the first
-``render``, ``kind``, ``VOCABULARY`` or ``KINDS`` loads ``kinds.py``, which loads every module in
-``KIND_MODULES``. A command that only reads read models never builds them.
 """
 
 from __future__ import annotations
 
 import json
 
-from agent.events.event import SOURCES, Event
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
-    from agent.events.event import JsonArray, JsonObject, Message
-    from agent.events.kinds import VOCABULARY
-    from agent.events.payload import FieldSpec, Payload
-    from agent.events.rendering import (
-        KNOWLEDGE_DIFF_CHARS,
-        data,
-        epoch_minute,
-        fence,
-        inline,
-        render_observation,
-        render_tool_content,
-        ts_minute,
-    )
-    from agent.events.stored import Stored
-    from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, Vocabulary
-
-# Names this package hands out from its modules, each module loaded when one of its names is first read:
-# a command that only reads rows needs ``Event`` and ``decode``, not the payload classes or the renderers.
-_FROM = {
-    **dict.fromkeys(("FieldSpec", "Payload"), "payload"),
-    "Stored": "stored",
-    **dict.fromkeys(("JsonArray", "JsonObject", "Message"), "event"),  # typing loads with them
-    **dict.fromkeys(("KNOWLEDGE_DIFF_CHARS", "data", "epoch_minute", "fence", "inline", "render_observation",
-                     "render_tool_content", "ts_minute"), "rendering"),
-    **dict.fromkeys(("AS_NEXT", "Kind", "Renderer", "Upcaster", "Version", "Vocabulary"), "vocabulary"),
-}
-
-# The modules beyond kinds.py that define kinds in VOCABULARY; kinds.py imports each when it loads.
-KIND_MODULES = (
-    "kinds_ctx",  # the context's memory-management kinds
-    "kinds_fork",  # the fork kinds
-    "kinds_models",
-    "kinds_money",
-    "kinds_ops",
-    "kinds_pgha",  # leader.acquired, leader.lost
-    "kinds_stopped",  # system.destroy
-    "kinds_storage",  # model.request v2 (inputs by hash)
-    "kinds_storage2",  # tick.started v3 (instances as columns), v4 (repeating columns as an index), v5 (a
-                       # large fleet's alike instances on one line)
+from agent.events.event import SOURCES, Event, JsonArray, JsonObject, Message
+from agent.events.kinds import VOCABULARY
+from agent.events.payload import FieldSpec, Payload
+from agent.events.rendering import (
+    KNOWLEDGE_DIFF_CHARS,
+    data,
+    epoch_minute,
+    fence,
+    inline,
+    render_observation,
+    render_tool_content,
+    ts_minute,
 )
-
-# The (kind, version) pairs whose rows hold a smaller form than readers see (``Version.stored``), named
-# here so that reading a row never loads the vocabulary; tests/test_events_versions.py checks it against
-# the vocabulary.
-STORED_FORMS = frozenset({("tick.started", 3), ("tick.started", 4), ("tick.started", 5)})
-
-
-def _stored_form(kind: str, version: int) -> Stored | None:
-    if (kind, version) not in STORED_FORMS:
-        return None
-    from agent.events.columns import STORED  # the only stored forms so far (tick.started v3, v4 and v5)
-
-    return STORED[version]
+from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, Vocabulary
 
 __all__ = [
     "AS_NEXT", "KINDS", "KNOWLEDGE_DIFF_CHARS", "SOURCES", "VOCABULARY", "Event", "FieldSpec", "JsonArray",
@@ -90,69 +41,40 @@ __all__ = [
     "search_text", "stored_payload", "ts_minute", "upcast",
 ]
 
-KINDS: dict[str, Kind]
+KINDS: dict[str, Kind] = VOCABULARY.kinds
 """Every kind by name."""
-
-
-_loaded: Vocabulary | None = None
-
-
-def _vocabulary() -> Vocabulary:
-    """VOCABULARY, every kind defined (loaded on the first call)."""
-    global _loaded
-    if _loaded is None:
-        from agent.events.kinds import VOCABULARY
-
-        _loaded = VOCABULARY
-    return _loaded
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FROM:
-        import importlib
-
-        value = getattr(importlib.import_module(f"agent.events.{_FROM[name]}"), name)
-        globals()[name] = value  # later reads skip this function
-        return value
-    if name not in ("VOCABULARY", "KINDS"):
-        raise AttributeError(f"module 'agent.events' has no attribute {name!r}")
-    vocabulary = _vocabulary()
-    globals().update(VOCABULARY=vocabulary, KINDS=vocabulary.kinds)  # later reads skip this function
-    return globals()[name]
 
 
 def kind(name: str) -> Kind:
     """The kind called ``name``; PayloadError (with the nearest name) when there is none."""
-    return _vocabulary().kind(name)
+    return VOCABULARY.kind(name)
 
 
 def render(event: Event) -> Message | None:
     """The chat message the model sees for ``event`` as its stored version renders it, or None if it is
     not model-visible."""
-    return _vocabulary().render(event)
+    return VOCABULARY.render(event)
 
 
 def decode(kind: str, version: int, stored: JsonObject) -> JsonObject:
     """The payload readers see for a row holding ``stored`` (itself unless its version stores a smaller
     form; ``Version.stored``). The log reads every row through this."""
-    form = _stored_form(kind, version)
-    return stored if form is None else form.decode(stored)
+    return VOCABULARY.decode(kind, version, stored)
 
 
 def stored_payload(event: Event) -> JsonObject:
     """What the row of ``event`` holds, the form its hash covers (``decode`` reversed)."""
-    form = _stored_form(event.kind, event.version)
-    return event.payload if form is None else form.encode(event.payload)
+    return VOCABULARY.encode(event.kind, event.version, event.payload)
 
 
 def upcast(event: Event) -> Event:
     """``event`` with its payload upgraded to the current version of its kind (the stored row is untouched)."""
-    return _vocabulary().upcast(event)
+    return VOCABULARY.upcast(event)
 
 
 def payload_of(event: Event) -> Payload:
     """The typed payload of ``event`` at the current version of its kind."""
-    return _vocabulary().payload_of(event)
+    return VOCABULARY.payload_of(event)
 
 
 _UNSET: Message = {}
@@ -169,7 +91,7 @@ def search_text(event: Event, msg: Message | None = _UNSET) -> str:
         for c in msg.get("tool_calls") or ():
             parts.append(f"{c['function']['name']} {c['function']['arguments']}")
         return "\n".join(parts)
-    text = _vocabulary().search(event)
+    text = VOCABULARY.search(event)
     if text is not None:
         return text
     return f"{event.kind} " + json.dumps(event.payload, ensure_ascii=False, sort_keys=True)

@@ -1,35 +1,32 @@
 """The instance records of a tick's observation as columns (``tick.started`` v3's and v4's stored forms).
 
-Pure functions with no import of the vocabulary, so that the log can decode a v3 or v4 row for a command
-that never loads the event kinds (``agent.events.decode``); agent/events/kinds_storage2.py defines both
-versions (v4: a column whose values repeat is stored as its distinct values and an index into them).
+Pure functions the log decodes a v3, v4 or v5 row with (``agent.events.decode``); agent/events/kinds/tick.py
+defines the versions (v4: a column whose values repeat is stored as its distinct values and an index into them).
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
+from typing import Any
 
-from agent import lazy
 from agent.errors import PayloadError
+from agent.events.event import JsonObject
 from agent.events.stored import Stored
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # (typing loads with the payload checks, not with a stored form)
-    import copy
-    from typing import Any
-
-    from agent.events.event import JsonObject
-else:  # deep copies are made only when a stored form is expanded or upcast
-    copy = lazy.module("copy", globals())
 
 KIND = "tick.started"
 _SCALARS = frozenset({str, int, float, bool, type(None)})  # values a record may share without a copy of its own
 
 
+def canonical(obj: Any) -> str:
+    """The log's canonical JSON (imported when called: agent.store.log imports this package)."""
+    from agent.store.log import canonical
+
+    return canonical(obj)
+
+
 def _same_json(a: Any, b: Any) -> bool:
     """True when ``a`` and ``b`` are the same JSON value, type included (1, 1.0 and true differ)."""
-    from agent.store.log import canonical  # the log's own canonical form (agent.store imports this package)
-
     if type(a) is not type(b):
         return False
     if isinstance(a, float):
@@ -43,16 +40,12 @@ def _key(v: Any) -> tuple[str, str]:
         return "float", repr(v)
     if v is None or isinstance(v, str | int):  # bool is an int subclass: the type name keeps them apart
         return type(v).__name__, repr(v)
-    from agent.store.log import canonical
-
     return type(v).__name__, canonical(v)
 
 
 def dictionary(values: list[Any]) -> Any:
     """``values`` as ``{"index": [...], "values": [...]}`` (each distinct value once, in the order first
     seen, and each value's position in that list) when that is shorter as JSON; else ``values`` as they are."""
-    from agent.store.log import canonical
-
     distinct: dict[tuple[str, str], int] = {}
     index: list[int] = []
     for v in values:

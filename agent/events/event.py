@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
+from dataclasses import dataclass
+from typing import Any
 
 SOURCES = ("scheduler", "model", "tool", "operator", "system")
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
-    JsonObject = dict[str, Any]
-    """A JSON object as parsed by ``json.loads``."""
-    JsonArray = list[Any]
-    """A JSON array as parsed by ``json.loads``."""
-    Message = dict[str, Any]
-    """One chat message in the OpenAI shape (role, content, tool_calls, tool_call_id)."""
-else:
-    def __getattr__(name: str) -> object:
-        """The aliases, made (with typing's ``Any``, as the payload checks read them) at their first use:
-        a command that only reads rows does not import typing."""
-        if name not in ("JsonObject", "JsonArray", "Message"):
-            raise AttributeError(f"module 'agent.events.event' has no attribute {name!r}")
-        from typing import Any
-
-        aliases = {"JsonObject": dict[str, Any], "JsonArray": list[Any], "Message": dict[str, Any]}
-        globals().update(aliases)  # later reads skip this function
-        return aliases[name]
+JsonObject = dict[str, Any]
+"""A JSON object as parsed by ``json.loads``."""
+JsonArray = list[Any]
+"""A JSON array as parsed by ``json.loads``."""
+Message = dict[str, Any]
+"""One chat message in the OpenAI shape (role, content, tool_calls, tool_call_id)."""
 
 
 @dataclass(frozen=True)

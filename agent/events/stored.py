@@ -1,18 +1,11 @@
-"""``Stored``: how a version writes its payload in a smaller form than readers see it.
-
-A module of its own so that decoding a row (``agent.events.decode``) loads neither the vocabulary nor,
-for a command that reads no such row, this record.
-"""
+"""``Stored``: how a version writes its payload in a smaller form than readers see it."""
 
 from __future__ import annotations
 
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from agent.events.event import JsonObject
+from agent.events.event import JsonObject
 
 
 @dataclass(frozen=True)

@@ -21,21 +21,16 @@ hash chain covers them).
 
 from __future__ import annotations
 
+import copy
+import difflib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Generic, TypeVar
 
-from agent import lazy
 from agent.errors import PayloadError
 from agent.events.event import Event, JsonObject, Message
 from agent.events.payload import FieldSpec, Payload
-from agent.events.stored import Stored as Stored  # its own module: a row is decoded without this one
-from agent.record import field, replace
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
-
-if TYPE_CHECKING:
-    import copy
-else:  # deep copies are made only when a stored form is expanded or upcast
-    copy = lazy.module("copy", globals())
+from agent.events.stored import Stored as Stored
 
 P = TypeVar("P", bound=Payload)
 Renderer = Callable[[Event, Any], "Message | None"]
@@ -123,16 +118,6 @@ class Kind:
         """PayloadError naming this kind and the field unless ``payload`` fits the current version."""
         self.payload.check(self.name, payload)
 
-    def render_checked(self, event: Event) -> Message | None:
-        """``render(event)`` for an event of the current version whose payload ``validate`` accepted
-        (the append path): the typed view is built without checking the fields a second time."""
-        v = self.current
-        if v.render is None or isinstance(v.render, _AsNext):  # the current version renders by itself
-            return None
-        cls = v.payload
-        return v.render(event, cls(**{s.name: event.payload[s.name] for s in cls.fields_of()
-                                      if s.name in event.payload}))
-
 
 class Vocabulary:
     """The registry of kinds and their upcasters."""
@@ -163,18 +148,6 @@ class Vocabulary:
         self.kinds[name] = k
         return k
 
-    def add_version(self, name: str, version: Version[Any]) -> Kind:
-        """Give the kind ``name`` a next version (from the module of the change that made it, so the kind's
-        first definition stays where it was). The same rules as ``define``: it is numbered N+1, has an
-        upcaster from N and renders by itself."""
-        k = self.kind(name)
-        del self.kinds[name]
-        try:
-            return self.define(name, k.doc, *k.versions, version)
-        except ValueError:
-            self.kinds[name] = k
-            raise
-
     def decode(self, kind: str, version: int, stored: JsonObject) -> JsonObject:
         """The payload readers see for a row of ``kind`` and ``version`` holding ``stored`` (itself, unless
         the version stores a smaller form)."""
@@ -199,8 +172,6 @@ class Vocabulary:
         try:
             return self.kinds[name]
         except KeyError:
-            import difflib  # only for the hint in this error
-
             near = difflib.get_close_matches(name, self.kinds, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise PayloadError(f"unknown event kind {name!r}{hint}") from None

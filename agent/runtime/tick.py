@@ -207,9 +207,8 @@ class _Model:
     def of(cls, app: App) -> _Model:
         provider = app.provider()
         toolbox = load_tools()
-        # the same objects as the last tick's while they are equal: the projection keeps their encodings
-        specs = app.projection_cache.stable("tools", toolbox.specs())
-        policy = app.projection_cache.stable("policy", app.policy_dict())
+        specs = toolbox.specs()
+        policy = app.policy_dict()
         return cls(provider, toolbox, specs, policy, getattr(provider, "name", app.settings.model.name),
                    provider if getattr(provider, "can_summarise", True) else None,
                    window.effective_context(app.log, app.settings), context.model_params(provider, specs))
@@ -489,8 +488,7 @@ def _complete(run: _Run) -> TickResult:
         dur = (time.monotonic() - run.t0) * 1000
         tx.append("tick.completed", {"steps": run.steps, "usage": run.usage, "actions": run.actions,
                                      "duration_ms": dur}, "system", tick)
-        tx.index_search(run.app.projection_cache.render)  # the search index catches up once a tick, from the
-        # renderings the tick's projections already made
+        tx.index_search()  # the search index catches up once a tick
     log_.info("tick", tick=tick, ok=True, steps=run.steps, actions=run.actions, duration_ms=round(dur),
               head=_head(app=run.app), **run.usage)
     return TickResult(tick, True, None, run.steps, run.usage, dur, run.actions)

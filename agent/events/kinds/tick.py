@@ -1,4 +1,6 @@
-"""``tick.started`` v3: the observation's instance records stored as columns.
+"""Kinds of a tick: its start (the observation), its end, its failure.
+
+``tick.started`` v3: the observation's instance records stored as columns.
 
 A tick observes every instance on the account, and each record repeated the same twelve key names
 (``age_s``, ``dph``, ``gpu_name``, ``host_id``, ``id``, ``intended``, ``label``, ``num_gpus``, ``ours``,
@@ -24,10 +26,8 @@ than the plain array (``id``, and a column of distinct values, stay arrays)::
 
     "gpu_name": {"index": [0, 0, 1, 0, 2, 1], "values": ["RTX 3090", "RTX 4090", "RTX A6000"]}
 
-As with v3, readers never see it (agent/events/columns.py decodes a row without loading the vocabulary),
-the hash covers the stored form, and v4 renders exactly as v2 and v3. Rows written as v3 stay v3. Both
-versions are defined here, v3 before v4, because a module that defines a kind's next version must run
-after the one that defines the version before.
+As with v3, readers never see it (agent/events/columns.py decodes a row), the hash covers the stored form,
+and v4 renders exactly as v2 and v3. Rows written as v3 stay v3.
 
 ``tick.started`` v5: a large fleet's observation lists alike instances on one line. Up to v4 the observation
 gives every instance a line of its own (``#id GPU xN status age $/h host H``), about 30 tokens each: 500
@@ -37,30 +37,65 @@ ones (same GPU, count, status, price and status message) on one line, their ids 
 (``19 × RTX 4090 x1 running $0.41/h: h13 2h10m #5001 #5007; h12 2h10m #5003``); one not ours keeps its own
 line, as does a group of one. 500 instances take about 5,000 tokens. A fleet of ``GROUP_OVER`` or fewer
 renders exactly as v2-v4. The payload and its stored form are v4's; rows written as v2-v4 keep their
-rendering. It is defined here too, after v4, for the same reason.
+rendering.
 """
 
 from __future__ import annotations
 
-from agent.events.columns import (
-    INSTANCE_COLUMNS,
-    INSTANCE_DICTIONARIES,
-    KIND,
-    pack_instances,
-    unpack_instances,
+from dataclasses import dataclass
+
+from agent.events.columns import INSTANCE_COLUMNS, INSTANCE_DICTIONARIES
+from agent.events.event import Event, JsonArray, JsonObject, Message
+from agent.events.kinds.base import VOCABULARY, same_shape
+from agent.events.payload import Payload
+from agent.events.rendering import (
+    inline,
+    render_observation,
+    user,
 )
-from agent.events.event import Event, Message
-from agent.events.kinds import VOCABULARY, TickStartedV1, _r_tick_started_v2, _same_shape
-from agent.events.rendering import inline, render_observation, user
 from agent.events.vocabulary import Version
 
-__all__ = ["INSTANCE_COLUMNS", "pack_instances", "unpack_instances"]
+_define = VOCABULARY.define
 
 
-VOCABULARY.add_version(KIND, Version(3, TickStartedV1, _r_tick_started_v2, upcast=_same_shape,
-                                     stored=INSTANCE_COLUMNS))
-VOCABULARY.add_version(KIND, Version(4, TickStartedV1, _r_tick_started_v2, upcast=_same_shape,
-                                     stored=INSTANCE_DICTIONARIES))
+# ---------------------------------------------------------------- ticks
+
+
+@dataclass(frozen=True, kw_only=True)
+class TickStartedV1(Payload):
+    observation: JsonObject
+
+
+def _r_tick_started_v1(e: Event, p: TickStartedV1) -> Message:
+    """``[tick N · time] observation`` then balance, fleet, demand, instances, changes, alerts, errors."""
+    return user(render_observation(e.tick, e.ts, p.observation))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TickCompletedV1(Payload):
+    steps: int
+    usage: JsonObject | None = None
+    actions: JsonArray | None = None
+    duration_ms: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TickFailedV1(Payload):
+    reason: str
+    error_kind: str | None = None
+    steps: int | None = None
+
+
+def _r_tick_failed_v1(e: Event, p: TickFailedV1) -> Message:
+    """``[system · tick N failed] reason``."""
+    return user(f"[system · tick {e.tick} failed] {p.reason}")
+
+
+def _r_tick_started_v2(e: Event, p: TickStartedV1) -> Message:
+    """As v1, but every value from vast.ai, the demand source or an alert title is written ``inline``: one
+    line, brackets and control characters escaped, so none can spell a source tag or start a line."""
+    return user(render_observation(e.tick, e.ts, p.observation, inline))
+
 
 GROUP_OVER = 40
 """More instances than this in one observation are listed alike-on-one-line (v5)."""
@@ -71,5 +106,20 @@ def _r_tick_started_v5(e: Event, p: TickStartedV1) -> Message:
     return user(render_observation(e.tick, e.ts, p.observation, inline, group_over=GROUP_OVER))
 
 
-VOCABULARY.add_version(KIND, Version(5, TickStartedV1, _r_tick_started_v5, upcast=_same_shape,
-                                     stored=INSTANCE_DICTIONARIES))
+_define("tick.started", "A tick began; its observation of fleet, balance and demand.",
+        Version(1, TickStartedV1, _r_tick_started_v1),
+        Version(2, TickStartedV1, _r_tick_started_v2, upcast=same_shape),
+        Version(3, TickStartedV1, _r_tick_started_v2, upcast=same_shape, stored=INSTANCE_COLUMNS),
+        Version(4, TickStartedV1, _r_tick_started_v2, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
+        Version(5, TickStartedV1, _r_tick_started_v5, upcast=same_shape, stored=INSTANCE_DICTIONARIES))
+_define("tick.completed", "A tick ended normally.", Version(1, TickCompletedV1))
+
+
+def _r_tick_failed_v2(e: Event, p: TickFailedV1) -> Message:
+    """``[system · tick N failed] reason``, the reason (which quotes vast.ai and model errors) ``inline``."""
+    return user(f"[system · tick {e.tick} failed] {inline(p.reason)}")
+
+
+_define("tick.failed", "A tick ended with an error; the schedule continues.",
+        Version(1, TickFailedV1, _r_tick_failed_v1),
+        Version(2, TickFailedV1, _r_tick_failed_v2, upcast=same_shape))

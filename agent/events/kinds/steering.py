@@ -8,12 +8,17 @@ reason included, which may quote vast.ai) is written ``inline``, so none can spe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from agent.events.event import Event, JsonArray, JsonObject, Message
-from agent.events.kinds import VOCABULARY
+from agent.events.kinds.base import VOCABULARY
 from agent.events.payload import Payload
-from agent.events.rendering import inline, ts_minute, user
+from agent.events.rendering import (
+    inline,
+    ts_minute,
+    user,
+)
 from agent.events.vocabulary import Version
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 
 _define = VOCABULARY.define
 
@@ -78,6 +83,7 @@ _define("policy.override_ended", "A policy override was reset by an operator, ex
         Version(1, PolicyOverrideEndedV1, _r_override_ended_v1))
 
 
+
 # ---------------------------------------------------------------- pause
 
 
@@ -113,6 +119,7 @@ _define("fleet.paused", "An operator paused every side-effecting call (ticks sti
         Version(1, FleetPausedV1, _r_paused_v1))
 _define("fleet.resumed", "A pause ended: an operator resumed, or its time ran out.",
         Version(1, FleetResumedV1, _r_resumed_v1))
+
 
 
 # ---------------------------------------------------------------- hosts
@@ -166,6 +173,7 @@ _define("host.failed", "An instance of ours failed on a host (it counts toward a
         Version(1, HostFailedV1))
 
 
+
 # ---------------------------------------------------------------- manual actions
 
 
@@ -201,6 +209,7 @@ _define("operator.destroy", "An operator asked to destroy an instance (the tool 
         Version(1, OperatorDestroyV1, _r_operator_destroy_v1))
 _define("operator.drain", "An operator drained the fleet: every instance of ours destroyed, then a pause.",
         Version(1, OperatorDrainV1, _r_operator_drain_v1))
+
 
 
 # ---------------------------------------------------------------- what binds, restated each tick

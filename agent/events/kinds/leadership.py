@@ -8,10 +8,13 @@ nothing more, so it never writes its own ``leader.lost``. Neither is shown to th
 
 from __future__ import annotations
 
-from agent.events.kinds import VOCABULARY
+from dataclasses import dataclass
+
+from agent.events.kinds.base import VOCABULARY
 from agent.events.payload import Payload
 from agent.events.vocabulary import Version
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
+
+_define = VOCABULARY.define
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,11 +4,14 @@ origin's up to the fork point, byte for byte."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from agent.events.event import JsonArray, JsonObject
-from agent.events.kinds import VOCABULARY
+from agent.events.kinds.base import VOCABULARY
 from agent.events.payload import Payload
 from agent.events.vocabulary import Version
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
+
+_define = VOCABULARY.define
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,86 @@
+"""Kinds of instances: adopted, gone, a pending rent settled, and the system's own destroy of a stopped one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.events.event import Event, Message
+from agent.events.kinds.base import VOCABULARY
+from agent.events.payload import Payload
+from agent.events.rendering import (
+    inline,
+    user,
+)
+from agent.events.vocabulary import Version
+
+_define = VOCABULARY.define
+
+
+# ---------------------------------------------------------------- instances
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceAdoptedV1(Payload):
+    instance_id: int
+    label: str
+    idem_key: str | None = None
+    gpu_name: str | None = None
+    dph: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceGoneV1(Payload):
+    instance_id: int
+    last_status: str | None = None
+
+
+_define("instance.adopted", "An instance carrying one of our idempotency keys was found and recorded as ours.",
+        Version(1, InstanceAdoptedV1))
+_define("instance.gone", "An instance we owned is no longer listed by vast.ai.", Version(1, InstanceGoneV1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RentSettledV1(Payload):
+    call_id: str
+    label: str
+    created: bool
+    reason: str
+    idem_key: str | None = None
+    instance_id: int | None = None
+
+
+def _r_rent_settled_v1(e: Event, p: RentSettledV1) -> Message:
+    """``[system · rent settled] call ID (label L): created as instance N | not created — reason``."""
+    what = f"created as instance {p.instance_id}" if p.created else "not created"
+    return user(f"[system · rent settled] call {p.call_id} (label {p.label}): {what} — {p.reason}")
+
+
+_define("rent.settled", "A rent whose outcome was unknown (pending) was settled by looking.",
+        Version(1, RentSettledV1, _r_rent_settled_v1))
+
+
+
+# ---------------------------------------------------------------- the system's destroy of a stopped instance
+
+# The system's own destroy of an instance of ours that vast.ai shows stopped (agent.runtime.tick).
+#
+# fleet-agent never stops an instance, so one of ours that shows ``stopped`` is a failure that still bills
+# storage: the tick destroys it through the tool pipeline whatever the model does. ``system.destroy`` (why)
+# is logged first, then the intent (``tool.called`` with its idempotency key), the call and the result, as
+# for an operator's destroy (``operator.destroy``).
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemDestroyV1(Payload):
+    instance_id: int
+    status: str
+    reason: str
+
+
+def _r_system_destroy_v1(e: Event, p: SystemDestroyV1) -> Message:
+    """``[system destroy] instance N (status) — reason``; the call's result follows."""
+    return user(f"[system destroy] instance {p.instance_id} ({inline(p.status)}) — {inline(p.reason)}")
+
+
+VOCABULARY.define("system.destroy", "The tick destroyed an instance of ours that vast.ai shows stopped (the tool "
+                  "call and result follow).", Version(1, SystemDestroyV1, _r_system_destroy_v1))

@@ -1,0 +1,233 @@
+"""Kinds of the model as a client: requests, responses, failures, retries, tool calls written as text,
+the server's context window, and a step the budget refused.
+
+``model.request`` v2. A v1 manifest carried, at every model step, what stays the same for hundreds of
+requests: the model's name, the prompt files' hashes, the policy's, the tool schemas' and the model
+parameters' hashes, and the fourteen budget settings. v2 logs those once, as an ``input.recorded``
+event named ``request`` whose content is that bundle and whose ``sha256`` is the hash of its canonical
+JSON (logged the first time the hash appears, like the prompt texts it names); the manifest keeps what
+changes from request to request and names the bundle by hash (``inputs``)::
+
+    {"request_hash": "...", "manifest": {"inputs": "<sha256 of the bundle>", "covered_to": 120,
+     "compaction_seq": 121, "thread_to": 188, "thread_events": 41, "calibration": 1.09,
+     "calibration_seq": 78, "sections": {...}, "estimated_tokens": 3217, "calibrated_tokens": 3712,
+     "shrunk": false}}
+
+The thread the request holds is the seq range ``covered_to + 1 .. thread_to`` (``thread_from`` is not
+stored), and the request's hash is stored once, beside the manifest. ``join_manifest`` puts the full
+v1-shaped manifest back together from a stored payload and the bundle; readers that need the settings
+or the input hashes go through it (agent.context.inputs.manifest_of), readers of the range and the token
+counts read the stored manifest as before. Neither version is model-visible; v1 events stay as written
+and are read as they were. The full-text index holds a v2 request as its kind and hash (a v1 request's
+text was its whole payload JSON: hashes and numbers nobody searches for).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agent.events.columns import canonical
+from agent.events.event import Event, JsonArray, JsonObject, Message
+from agent.events.kinds.base import VOCABULARY, same_shape
+from agent.events.payload import Payload
+from agent.events.rendering import (
+    inline,
+    user,
+)
+from agent.events.vocabulary import Version
+
+_define = VOCABULARY.define
+
+
+# ---------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequestV1(Payload):
+    request_hash: str
+    manifest: JsonObject
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponseV1(Payload):
+    text: str
+    tool_calls: JsonArray  # of {"id", "name", "arguments"}
+    usage: JsonObject | None = None
+    latency_ms: float | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    request_seq: int | None = None
+
+
+def _r_response_v1(e: Event, p: ModelResponseV1) -> Message:
+    """The assistant message: text (None when there are tool calls and no text, else "") and tool calls."""
+    msg: Message = {"role": "assistant", "content": p.text or None}
+    if p.tool_calls:
+        msg["tool_calls"] = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in p.tool_calls
+        ]
+    elif msg["content"] is None:
+        msg["content"] = ""
+    return msg
+
+
+def _json_object_or_empty(arguments: str) -> str:
+    """``arguments`` when it is a JSON object, else ``{}``: what the model sent stays in the event, but the
+    history sent back always parses (vLLM and llama.cpp's server refuse a history whose arguments do not)."""
+    try:
+        parsed = json.loads(arguments)
+    except (ValueError, TypeError):
+        return "{}"
+    return arguments if isinstance(parsed, dict) else "{}"
+
+
+def _r_response_v2(e: Event, p: ModelResponseV1) -> Message:
+    """As v1, but a tool call's arguments that are not a JSON object render as ``{}`` (the call's tool result
+    says why it did not run); arguments that are a JSON object render byte for byte as the model sent them."""
+    msg: Message = {"role": "assistant", "content": p.text or None}
+    if p.tool_calls:
+        msg["tool_calls"] = [
+            {"id": c["id"], "type": "function",
+             "function": {"name": c["name"], "arguments": _json_object_or_empty(c["arguments"])}}
+            for c in p.tool_calls
+        ]
+    elif msg["content"] is None:
+        msg["content"] = ""
+    return msg
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelFailedV1(Payload):
+    error_kind: str
+    message: str
+    request_seq: int | None = None
+
+
+REQUEST_INPUT = "request"
+"""The ``input.recorded`` name of a request's bundle."""
+
+SHARED = ("model", "prompt_hashes", "policy_hash", "tools_hash", "params_hash", "settings")
+"""The manifest fields that move to the bundle: the same for every request until a prompt file, the
+policy, the tools, the model, its parameters or the budget settings change."""
+
+
+def bundle_hash(bundle: dict[str, Any]) -> str:
+    """sha256 of the bundle's canonical JSON: the hash the manifest names it by."""
+    return hashlib.sha256(canonical(bundle).encode("utf-8")).hexdigest()
+
+
+def split_manifest(manifest: dict[str, Any], request_hash: str | None = None) -> tuple[dict[str, Any], JsonObject]:
+    """A full (v1-shaped) manifest as (its bundle, the v2 manifest naming the bundle by hash). ``thread_from``
+    and the manifest's copy of ``request_hash`` are left out when ``join_manifest`` gives them back as
+    they were (``covered_to + 1`` and the payload's hash)."""
+    bundle = {k: manifest[k] for k in SHARED if k in manifest}
+    compact: JsonObject = {k: v for k, v in manifest.items() if k not in SHARED}
+    if "covered_to" in compact and compact.get("thread_from") == compact["covered_to"] + 1:
+        del compact["thread_from"]
+    if request_hash is not None and compact.get("request_hash") == request_hash:
+        del compact["request_hash"]
+    compact["inputs"] = bundle_hash(bundle)
+    return bundle, compact
+
+
+def join_manifest(payload: dict[str, Any], bundle: dict[str, Any]) -> dict[str, Any]:
+    """The full manifest of a v2 payload, given the bundle its ``inputs`` names (``split_manifest``
+    reversed; the ``inputs`` hash is kept)."""
+    m = dict(payload["manifest"])
+    full = {**bundle, **m}
+    if "covered_to" in m and "thread_from" not in m:
+        full["thread_from"] = int(m["covered_to"]) + 1
+    full.setdefault("request_hash", payload["request_hash"])
+    return full
+
+
+def _request_v1_to_v2(p: JsonObject) -> JsonObject:
+    """A v1 payload as v2 would have stored it (its bundle is not in a v1 log: read v1 events as they are)."""
+    _, compact = split_manifest(dict(p["manifest"]), p.get("request_hash"))
+    return {**p, "manifest": compact}
+
+
+def _search_request_v2(e: Event, p: ModelRequestV1) -> str:
+    """The kind and the request's hash: the manifest's numbers and hashes are no words to search for."""
+    return f"model.request {p.request_hash}"
+
+
+_define("model.request", "A request about to be sent to the model: its manifest and hash.",
+        Version(1, ModelRequestV1),
+        Version(2, ModelRequestV1, upcast=_request_v1_to_v2, search=_search_request_v2))
+_define("model.response", "The model's answer: text, tool calls, usage.",
+        Version(1, ModelResponseV1, _r_response_v1),
+        Version(2, ModelResponseV1, _r_response_v2, upcast=same_shape))
+_define("model.failed", "A model call failed (classified).", Version(1, ModelFailedV1))
+
+
+
+# ---------------------------------------------------------------- retries, text tool calls, the window
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRetryV1(Payload):
+    attempt: int          # the attempt that failed (1 = the first send)
+    error_kind: str
+    message: str
+    wait_s: float
+    request_seq: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextToolCallsV1(Payload):
+    response_seq: int
+    calls: JsonArray      # of {"name", "arguments", "shape"}, as written in the reply's text
+    accepted: bool        # the one call ran as a real tool call (model.text_tool_calls: accept)
+
+
+def _r_text_tool_calls_v1(e: Event, p: TextToolCallsV1) -> Message:
+    """``[system · tool calls written as text]``: what was written, that it did (or did not) run, and to use
+    real tool calls. Names come from the model's text, so they are written ``inline``."""
+    names = ", ".join(inline(str(c.get("name") or "?")) for c in p.calls)
+    n = len(p.calls)
+    what = f"{n} tool call{'s' if n != 1 else ''} ({names})"
+    if p.accepted:
+        done = "it ran this once as a real call (its result is above)"
+    else:
+        done = "nothing ran"
+    return user(f"[system · tool calls written as text] your reply wrote {what} in its text instead of "
+                f"calling the tool; {done}. Call tools only through the tool-calling interface "
+                "(tool_calls), never as text in the message.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelWindowV1(Payload):
+    window: int           # tokens the server says it holds
+    budget_tokens: int    # context.budget_tokens, for comparison
+    effective_budget: int  # the budget in force from now on
+    source: str           # where the window was read: the server's error, /v1/models, /props, /api/show
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRefusedV1(Payload):
+    step: int
+    tokens: int           # calibrated tokens the next request would have had
+    limit: int            # the budget minus the output reserve
+
+
+def _r_step_refused_v1(e: Event, p: StepRefusedV1) -> Message:
+    """``[system · tick N ended early]``: the next request would not have fitted the budget."""
+    return user(f"[system · tick {e.tick} ended early] step {p.step} would have sent {p.tokens:,} tokens, over "
+                f"the limit of {p.limit:,}; nothing more ran in that tick. Keep replies short and ask for "
+                "less output at once.")
+
+
+_define("model.retry", "A model request failed and is sent again (fleet-agent's own retry).",
+        Version(1, ModelRetryV1))
+_define("model.text_tool_calls", "The model wrote tool calls as text; it is told to use real tool calls.",
+        Version(1, TextToolCallsV1, _r_text_tool_calls_v1))
+_define("model.window", "The model server's context window is smaller than the budget: the budget in force "
+        "is lowered to fit it.", Version(1, ModelWindowV1))
+_define("context.step_refused", "The next model request would have passed the budget: the tick ended there.",
+        Version(1, StepRefusedV1, _r_step_refused_v1))
