@@ -180,3 +180,42 @@ def test_log_export_search_rebuild(site, tmp_path):
     assert search.stdout.startswith("#6 ") and "[zebra]" in search.stdout
     assert nothing.stdout.strip() == "no matches"
     assert check.stdout.strip() == "read models match the log"
+
+
+def test_an_unknown_command_is_refused_listing_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt command exits 2 with one line naming the valid choices, every group's commands among them."""
+    from agent.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["alert", "list"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'alert'" in err and "'alerts'" in err and "'spend'" in err and "'web'" in err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["alert", "list"], ["alerts", "show", "x"]])
+def test_the_module_entry_exits_as_argparse_says(argv: list[str], tmp_path: Path) -> None:
+    """``python -m agent.cli`` (the console script's entry) ends argparse's own exits with their code and
+    their whole output: --help and --version exit 0, usage errors exit 2 with one line."""
+    from agent import __version__
+    from agent.cli import build_parser
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    r = subprocess.run([sys.executable, "-m", "agent.cli", *argv], capture_output=True, text=True, timeout=60,
+                       check=False, env=env, cwd=tmp_path)
+    if argv == ["--help"]:
+        assert (r.returncode, r.stdout, r.stderr) == (0, build_parser().format_help(), "")
+    elif argv == ["--version"]:
+        assert (r.returncode, r.stdout, r.stderr) == (0, f"fleet-agent {__version__}\n", "")
+    else:
+        assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1
+        assert r.stderr.startswith("fleet-agent: error: ")
+
+
+def test_a_failing_command_exits_with_its_code_and_one_line(tmp_path: Path) -> None:
+    """A command's error is one line on stderr and its exit code (2: a configuration error here), through
+    the installed entry and a normal interpreter exit."""
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "--config", str(tmp_path / "missing.yaml"), "status"],
+                       capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1
+    assert r.stderr.startswith("fleet-agent: ")

@@ -3,24 +3,19 @@ line (exit 2), never an overflow deep inside SQLite or a server."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from datetime import UTC, datetime, timedelta
 
 from agent.errors import UsageError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    import argparse
+from agent.store.log import utc_ts
 
 SQLITE_MAX_INT = 2**63 - 1
 
 
 def _invalid(message: str) -> Exception:
-    """argparse's ``ArgumentTypeError``: what a type function raises for argparse to report (argparse is
-    loaded by then; a run that reads no argument through it does not import it)."""
-    import argparse
-
+    """argparse's ``ArgumentTypeError``: what a type function raises for argparse to report."""
     return argparse.ArgumentTypeError(message)
 
 
@@ -89,7 +84,6 @@ def check_utf8(ns: argparse.Namespace) -> None:
 # ------------------------------------------------------------------ times
 
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-# Patterns as text, compiled (and cached by re) on first use: most commands take no time argument.
 _RELATIVE = r"^(\d+)\s*(s|sec|m|min|h|d|w)(?:\s+ago)?$"
 _DAY_TIME = r"^(today|yesterday)(?:\s+(\d{1,2}):(\d{2}))?$"
 TIME_FORMS = ("an ISO 8601 time (2026-11-29T10:05Z), 'now', a time ago (10m, 2h ago, 3d) "
@@ -101,8 +95,7 @@ def parse_when(text: str, now: datetime | None = None) -> str:
 
     Accepts ISO 8601 (naive means UTC), ``now``, a span ago (``10m``, ``2h ago``, ``3d``) and
     ``today HH:MM`` / ``yesterday HH:MM`` in UTC. Anything else is a ``UsageError`` naming the forms."""
-    from agent.context import parse_time
-    from agent.store.log import utc_ts
+    from agent.context import parse_time  # the context builder: only for a command given a time
 
     now = now or datetime.now(UTC)
     t = " ".join(text.strip().lower().split())

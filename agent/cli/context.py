@@ -12,14 +12,15 @@ import argparse
 import heapq
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.cli import args as args_
 from agent.cli import output
+from agent.cli.thread import not_before_first
+from agent.context import meter_for
+from agent.context.pinned import block_tokens
+from agent.context.replay import ReplayResult, inspect_request, replay, replay_summaries, verify
 from agent.errors import UsageError
-
-if TYPE_CHECKING:  # the projection (and its tokenizer) loads when one of these commands runs
-    from agent.context.replay import ReplayResult
 
 
 def _out(s: str = "") -> None:
@@ -45,9 +46,6 @@ def _render_message(i: int, m: dict[str, Any], tokens: int) -> str:
 
 def _blocks(p: Any, settings: Any, app: Any) -> str:
     """Each memory block's tokens against its cap, as this request shows it."""
-    from agent.context import meter_for
-    from agent.context.pinned import block_tokens
-
     texts = [str(m.get("content") or "") for m in p.messages[1:3] if m["role"] == "user"]
     pinned = next((t for t in texts if t.startswith("[pinned · ")), None)
     summary = next((t for t in texts if t.startswith("[summary of ")), None)
@@ -60,13 +58,9 @@ def _blocks(p: Any, settings: Any, app: Any) -> str:
 def cmd_context(args: argparse.Namespace, app: Any) -> int:
     settings = app.settings.context
     at = args_.parse_when(args.at) if args.at else None
-    from agent.cli import not_before_first
-
     not_before_first(app, at, "--at")
     if args.seq is not None and args.seq > app.log.last_seq():
         raise UsageError(f"--seq {args.seq}: the log ends at seq {app.log.last_seq()}; use a smaller seq")
-    from agent.context.replay import inspect_request
-
     found = inspect_request(app.log, app.prompts, settings, policy=app.policy_dict(), tools=app.tool_specs(),
                     model=app.settings.model.name, at_ts=at, tick=args.tick, seq=args.seq, cache=_cache(app))
     p, recorded, match = found.projection, found.recorded, found.matches
@@ -105,8 +99,6 @@ def _printed(results: Iterator[ReplayResult], as_json: bool) -> Iterator[ReplayR
 
 
 def cmd_replay(args: argparse.Namespace, app: Any) -> int:
-    from agent.context.replay import replay, replay_summaries, verify
-
     cache = _cache(app)
     agent_requests = replay(app.log, app.prompts, app.settings.context, policy=app.policy_dict(),
                             tools=app.tool_specs(), model=app.settings.model.name, cache=cache)

@@ -6,23 +6,23 @@ daemon's lock, so they all work while the daemon runs.
 
 from __future__ import annotations
 
+import argparse
+import getpass
+import json
 import os
 import sys
+from dataclasses import asdict
+from typing import Any
 
 from agent import feedback
 from agent.cli import args as args_
 from agent.cli import output
 from agent.cli.output import line
 from agent.errors import FleetAgentError, UsageError
-from agent.record import asdict
+from agent.events import render
+from agent.feedback.alerts import silenced_by
+from agent.runtime.app import App
 from agent.store.times import utc_ts
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # argparse loads when a run needs the parser (agent.cli.plain reads the plain forms)
-    import argparse
-    from typing import Any
-
-    from agent.runtime.app import App
 
 
 def _print(s: str = "") -> None:
@@ -34,8 +34,6 @@ def invoking_user() -> str:
     sudo = os.environ.get("SUDO_USER")
     if sudo:
         return sudo
-    import getpass  # termios; only for commands that record who ran them
-
     try:
         return getpass.getuser()
     except (OSError, KeyError):  # no login name and no passwd entry (containers)
@@ -50,8 +48,6 @@ def _by(args: argparse.Namespace) -> str:
 
 def _alerts(app: App, *, all_: bool) -> list[dict[str, Any]]:
     """The alerts as dicts; ``silenced_until`` / ``silence_id`` name a silence in force over it (else null)."""
-    from agent.feedback.alerts import silenced_by
-
     silences = app.store.silences(now_ts=utc_ts(app.now()))
     return [_with_silence(a, silenced_by(silences, a) if a.status != "resolved" else None)
             for a in app.store.alerts(all_=all_)]
@@ -63,8 +59,6 @@ def _with_silence(a: Any, s: Any) -> dict[str, Any]:
 
 def _alert_fields(app: App, alert_id: int) -> dict[str, Any] | None:
     """One alert as ``alerts list`` shows it (silence fields included), or None."""
-    from agent.feedback.alerts import silenced_by
-
     a = app.log.store.alert(alert_id)
     if a is None:
         return None
@@ -89,10 +83,6 @@ def cmd_alerts_list(args: argparse.Namespace, app: App) -> int:
 
 
 def _alert_history(app: App, alert_id: int) -> list[dict[str, Any]]:
-    import json
-
-    from agent.events import render
-
     out = []
     for seq in app.log.store.alert_history_seqs(alert_id):
         e = app.log.get(seq)
@@ -266,16 +256,10 @@ def cmd_directives(args: argparse.Namespace, app: App) -> int:
 
 
 def _sub(parent: Any, dest: str) -> Any:
-    from agent.cli.parser import _Parser
-
-    s = parent.add_subparsers(dest=dest, metavar="SUBCOMMAND", parser_class=_Parser)
-    s.required = True
-    return s
+    return parent.add_subparsers(dest=dest, metavar="SUBCOMMAND", required=True)
 
 
 def register(sub: Any) -> None:
-    import argparse
-
     by_help = "who you are (default: $SUDO_USER or your login name)"
 
     al = sub.add_parser("alerts", help="list, show, ack and silence alerts",

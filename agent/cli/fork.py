@@ -11,6 +11,7 @@ from pathlib import Path
 
 from agent.cli import args as args_
 from agent.cli import output
+from agent.errors import UsageError
 from agent.runtime.app import App
 
 
@@ -19,13 +20,11 @@ def _out(s: str = "") -> None:
 
 
 def cmd_fork(args: argparse.Namespace, app: App) -> int:
-    from agent.fork import Change, Where, make_fork
+    from agent.fork import Change, Where, make_fork  # the simulator and the tick: only for the fork commands
 
     change = Change(sets=tuple(args.set or ()), prompt_dir=Path(args.prompt_dir) if args.prompt_dir else None,
                     model=(args.model[0], args.model[1]) if args.model else None, rules=args.rules)
     if not change.describe() and not args.same:
-        from agent.errors import UsageError
-
         raise UsageError("fork needs a change to try: --set KEY=VALUE, --prompt-dir DIR, --model URL NAME or "
                          "--rules (or --same to re-run the moment unchanged)")
     where = Where(tick=args.tick, at=args.at)
@@ -89,7 +88,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--seed", type=args_.count, default=0, help="the simulator's seed for what the log does not "
                    "hold (the rest of the market, host behaviour)")
     s.set_defaults(func=cmd_fork)
-    fsub = s.add_subparsers(dest="fork_command", metavar="SUBCOMMAND", parser_class=type(s))
+    fsub = s.add_subparsers(dest="fork_command", metavar="SUBCOMMAND")
     d = fsub.add_parser("diff", help="compare what the model decided in the origin and in a fork",
                         description="Step by step, what the model decided in the original log and in the fork: "
                         "tool calls and their outcomes, policy blocks, alerts, how each tick ended.")

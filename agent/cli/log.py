@@ -1,16 +1,204 @@
-"""`log migrate`: copy the event log between SQLite and PostgreSQL, chain and all, verified on both sides."""
+"""The `log` command and every subcommand of it: verify, export, archive, segments, prune, migrate, compact,
+search and rebuild."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agent.cli import args as args_
 from agent.cli import output
-from agent.errors import ConfigError, UsageError
-from agent.record import asdict
+from agent.config import find_secret
+from agent.errors import ConfigError, FleetAgentError, LockError, LogError, UsageError
 from agent.runtime.app import App
+from agent.runtime.export import Inputs, Selection, export_events, export_training
+from agent.runtime.lock import FleetLock
+from agent.store import archive
+from agent.store.db import PAGE_SIZE, sqlite3
+from agent.store.migrate import migrate
+from agent.store.segments import Remote
 from agent.store.target import LogLocation, PgTarget, is_pg_url
+
+PAGE_SIZES = (4096, 8192, 16384, 32768, 65536)
+
+# ------------------------------------------------------------------ verify, search, rebuild
+
+
+def _parse_anchor(v: str | None) -> tuple[int, str] | None:
+    if v is None:
+        return None
+    seq, _, h = v.partition(":")
+    h = h.strip().lower()
+    if not seq.strip().isdigit() or len(h) != 64 or any(c not in "0123456789abcdef" for c in h):
+        raise UsageError(f"--head {v!r} is not SEQ:HASH (a seq number and a 64-hex-digit hash, as the daemon's "
+                         "'tick' log line prints them in head=)")
+    return int(seq), h
+
+
+def cmd_log_verify(args: argparse.Namespace, app: App) -> int:
+    anchor = _parse_anchor(args.head)
+    r = app.log.verify(anchor=anchor)
+    complete = r.ok and not r.warnings
+    if args.json:
+        output.out(json.dumps({**r.__dict__, "warnings": list(r.warnings)}))
+        return 0 if complete else 1
+    for w in r.warnings:
+        output.out(f"WARNING: {w}")
+    if not r.ok:
+        output.out(f"FAILED at seq {r.first_bad_seq}: {r.reason}")
+    elif r.warnings:
+        output.out(f"incomplete: the chain links up to seq {r.head_seq} ({r.checked} events), but the head file is "
+                   f"missing; check against a head recorded elsewhere with --head SEQ:HASH (the daemon logs "
+                   f"head= on every 'tick' line)")
+    else:
+        against = f" and matches the recorded head {anchor[0]}" if anchor else ""
+        output.out(f"ok: {r.checked} events, chain verifies up to seq {r.head_seq}{against} "
+                   f"(head {r.head_seq}:{r.head_hash})")
+    return 0 if complete else 1
+
+
+def cmd_log_search(args: argparse.Namespace, app: App) -> int:
+    hits = app.log.search(" ".join(args.query), limit=args.limit)
+    if args.json:
+        output.out(output.json_text([{"seq": e.seq, "ts": e.ts, "kind": e.kind, "tick": e.tick, "snippet": snip}
+                                     for e, snip in hits], indent=2))
+        return 0
+    for e, snip in hits:
+        output.out(f"#{e.seq} {e.ts[:19]} {e.kind}: {output.line(snip)}")
+    if not hits:
+        output.out("no matches")
+    return 0
+
+
+def cmd_log_rebuild(args: argparse.Namespace, app: App) -> int:
+    if args.check:
+        diffs = app.log.rebuild_check()
+        if args.json:
+            output.out(output.json_text({"ok": not diffs, "differences": diffs}, indent=2))
+            return 0 if not diffs else 1
+        for d in diffs:
+            output.out(d)
+        output.out("read models match the log" if not diffs else f"{len(diffs)} differences")
+        return 0 if not diffs else 1
+    if args.json:
+        raise UsageError("log rebuild: --json goes with --check (a rebuild changes the read models; it is not a read)")
+    app.log.rebuild()
+    output.out("read models rebuilt from the log")
+    return 0
+
+
+# ------------------------------------------------------------------ export
+
+
+def cmd_log_export(args: argparse.Namespace, app: App) -> int:
+    since, since_ts = args_.seq_or_when(args.since, "--since") if args.since is not None else (0, None)
+    sel = Selection(tuple(args.kind or ()), since, since_ts)
+    dest = Path(args.output) if args.output else None
+    if args.training:
+        if args.format != "jsonl" or args.kind:
+            raise UsageError("--training writes fine-tuning examples as JSON lines; drop --format and --kind")
+        inputs = Inputs(app.prompts, app.settings.context, app.policy_dict(), app.tool_specs(),
+                        app.settings.model.name)
+        r = export_training(app.log, inputs, dest, sys.stdout, sel=sel, metadata=not args.no_metadata,
+                            cache=app.projection_cache)
+        skipped = f"; {len(r.unreproducible)} requests did not re-derive (run 'fleet-agent replay --verify')" \
+            if r.unreproducible else ""
+        sys.stderr.write(f"exported {r.written} examples ({r.with_blocked} with policy-blocked calls), left out "
+                         f"{r.overridden} overridden answers{skipped}\n")
+        return 1 if r.unreproducible else 0
+    n = export_events(app.log, sel, args.format, dest, sys.stdout)
+    if dest is not None:
+        output.out(f"exported {n} events to {dest}")
+    return 0
+
+
+# ------------------------------------------------------------------ archive, segments, prune
+
+
+def _now(app: App) -> datetime:
+    return datetime.fromtimestamp(app.clock(), UTC)
+
+
+def _remote(app: App) -> Remote | None:
+    return app.archive_remote() if app.settings.storage.archive_url else None
+
+
+def cmd_log_archive(args: argparse.Namespace, app: App) -> int:
+    older = args.older_than if args.older_than is not None else app.settings.storage.archive_after
+    if older is None:
+        raise UsageError("storage.archive_after is not set; set it in the config (e.g. 90d) or pass "
+                         "--older-than 90d")
+    r = archive.archive(app.log, older_than=float(older), now=_now(app), remote=None if args.dry_run else _remote(app),
+                        dry_run=args.dry_run)
+    if args.vacuum and not args.dry_run and r.sealed:
+        app.log.store.vacuum()
+    if args.json:
+        output.out(output.json_text({"dry_run": args.dry_run, "before_ts": r.plan.before_ts,
+                                     "covered_to": r.plan.covered_to, "cut_seq": r.plan.cut_seq,
+                                     "months": [asdict(m) for m in r.plan.months],
+                                     "sealed": [asdict(s) for s in r.sealed]}, sort_keys=True))
+        return 0
+    if not r.plan.months:
+        output.out(f"nothing to archive: no whole month before {r.plan.before_ts[:19]}Z is covered by a summary "
+                   f"(the newest covers up to seq {r.plan.covered_to})")
+        return 0
+    if args.dry_run:
+        for m in r.plan.months:
+            output.out(f"would seal {m.month}: seq {m.first_seq}..{m.last_seq} ({m.events:,} events)")
+        output.out(f"{r.plan.events:,} events in {len(r.plan.months)} months; nothing was changed (drop --dry-run)")
+        return 0
+    for s in r.sealed:
+        where = f", copy {output.line(s.copy_url)}" if s.copy_url else ""
+        output.out(f"sealed {s.name}: seq {s.first_seq}..{s.last_seq} ({s.events:,} events), {s.raw_bytes:,} -> "
+                   f"{s.bytes:,} bytes, sha256 {s.sha256[:16]}…{where}")
+    output.out(f"archived {r.plan.events:,} events into {len(r.sealed)} segments in "
+               f"{output.line(str(app.log.segment_files.dir))} ({r.raw_bytes:,} bytes of rows in {r.bytes:,})")
+    return 0
+
+
+def cmd_log_segments(args: argparse.Namespace, app: App) -> int:
+    segs = app.log.store.segments()
+    if args.json:
+        output.out(output.json_text([asdict(s) for s in segs], sort_keys=True))
+        return 0
+    if not segs:
+        output.out("no archived segments: every event is in the database")
+    for s in segs:
+        state = f"pruned here; copy {output.line(s.copy_url or '')}" if s.pruned_ts else (
+            f"local + copy {output.line(s.copy_url)}" if s.copy_url else "local")
+        output.out(f"{s.name}: seq {s.first_seq}..{s.last_seq} ({s.events:,} events, {s.first_ts[:10]}..{s.last_ts[:10]}),"
+                   f" {s.bytes:,} bytes, {state}")
+    return 0
+
+
+def cmd_log_prune(args: argparse.Namespace, app: App) -> int:
+    before = args_.parse_when(args.before, _now(app))
+    backup = Path(args.backup) if args.backup else None
+    if backup is not None and not backup.is_file():
+        raise UsageError(f"--backup {args.backup}: no such file; name a database 'fleet-agent backup' wrote")
+    r = archive.prune(app.log, before_ts=before, now=_now(app), remote=None if backup else _remote(app),
+                      backup=backup, yes=args.yes)
+    if args.json:
+        output.out(output.json_text({"dry_run": r.dry_run, "bytes": r.bytes,
+                                     "segments": [s.name for s in r.pruned]}, sort_keys=True))
+        return 0
+    verb = "would delete" if r.dry_run else "deleted"
+    for s in r.pruned:
+        output.out(f"{verb} {s.name} (seq {s.first_seq}..{s.last_seq}, {s.bytes:,} bytes)")
+    if not r.pruned:
+        output.out(f"no local segment ends before {before[:19]}Z")
+    elif r.dry_run:
+        output.out("nothing was deleted: run again with --yes (each file goes only after its copy elsewhere "
+                   "reads back with the same sha256)")
+    return 0
+
+
+# ------------------------------------------------------------------ migrate
 
 
 def _location(app: App, value: str | None, flag: str) -> LogLocation:
@@ -20,8 +208,6 @@ def _location(app: App, value: str | None, flag: str) -> LogLocation:
     if value is None:
         return s.log_target(app.env)
     if is_pg_url(value):
-        from agent.config import find_secret
-
         try:
             return PgTarget(value, s.agent_id, password=find_secret("storage.password", s.storage.password_ref, s,
                                                                     app.env), state_dir=s.data_path)
@@ -34,8 +220,6 @@ def _location(app: App, value: str | None, flag: str) -> LogLocation:
 
 
 def cmd_log_migrate(args: argparse.Namespace, app: App) -> int:
-    from agent.store.migrate import migrate
-
     source = _location(app, args.source, "--from")
     target = _location(app, args.to, "--to")
     r = migrate(source, target)
@@ -48,8 +232,104 @@ def cmd_log_migrate(args: argparse.Namespace, app: App) -> int:
     return 0
 
 
-def add_log_migrate(lsub: argparse._SubParsersAction[Any]) -> None:
-    """`log migrate`, under the `log` command."""
+# ------------------------------------------------------------------ compact
+
+
+def cmd_log_compact(args: argparse.Namespace, app: App) -> int:
+    """Rewrite the SQLite database file with the page size a new database gets (daemon stopped). A database
+    keeps the page size it was created with; VACUUM rewrites every row as it is, so the events, their hashes
+    and the head file stay valid."""
+    if args.page_size not in PAGE_SIZES:
+        raise UsageError(f"log compact --page-size {args.page_size}: not a page size SQLite takes here; give one of "
+                         f"{', '.join(map(str, PAGE_SIZES))} (default {PAGE_SIZE})")
+    if app.settings.storage.is_pg:
+        raise FleetAgentError(f"log compact rewrites a SQLite file; this log is in PostgreSQL "
+                              f"({app.settings.log_location}): use the server's VACUUM")
+    try:
+        lock = FleetLock(app.settings.data_path).acquire()
+    except LockError as e:
+        raise FleetAgentError(f"log compact refused: {e}. The rewrite needs the database to itself: stop the "
+                              "daemon (systemctl stop fleet-agent), compact, then start it") from None
+    path = app.settings.db_path
+    try:
+        before, old = path.stat().st_size, app.log.store.page_size()
+        try:
+            app.log.store.compact(args.page_size)
+        except sqlite3.Error as e:
+            raise LogError(f"log compact: {path} was left as it was ({e}); close every other fleet-agent command "
+                           "using it and run again") from e
+        after, new = path.stat().st_size, app.log.store.page_size()
+    finally:
+        lock.release()
+    if args.json:
+        output.out(json.dumps({"path": str(path), "bytes_before": before, "bytes_after": after,
+                               "page_size_before": old, "page_size": new}, sort_keys=True))
+    else:
+        output.out(f"compacted {output.line(str(path))}: {before:,} -> {after:,} bytes, pages of {old:,} -> "
+                   f"{new:,} bytes")
+    return 0
+
+
+# ------------------------------------------------------------------ the parser
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    lg = sub.add_parser("log", help="verify, export, search or rebuild from the event log",
+                        description="Operate on the append-only event log.")
+    lsub = lg.add_subparsers(dest="log_command", metavar="SUBCOMMAND", required=True)
+
+    s = lsub.add_parser("verify", help="walk the hash chain; exit 1 naming the first bad seq",
+                        description="Verify the hash chain and the head file; report the first bad seq.")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.add_argument("--head", metavar="SEQ:HASH", help="also check the log holds this head, recorded elsewhere "
+                   "(the daemon logs it as head= on every 'tick' line)")
+    s.set_defaults(func=cmd_log_verify)
+
+    s = lsub.add_parser("export", help="write events as JSON lines or Parquet (--training: fine-tuning examples)",
+                        description="Export events (every field, hashes included) as JSON lines or a Parquet "
+                        "table; or, with --training, each answered model request with its answer in the OpenAI "
+                        "fine-tuning chat format (policy-blocked calls marked, overridden answers left out).")
+    s.add_argument("--format", default="jsonl", help="jsonl (default) or parquet (needs the parquet extra)")
+    s.add_argument("--kind", action="append", help="only this kind, or a family like 'tool.' (repeatable)")
+    s.add_argument("--since", help="only events after this seq, or from this time (ISO 8601, now, 2h ago, "
+                   "yesterday 15:45)")
+    s.add_argument("--training", action="store_true", help="fine-tuning examples instead of events")
+    s.add_argument("--no-metadata", action="store_true", help="with --training: only the format's own keys "
+                   "(an answer with a policy-blocked call then gets weight 0)")
+    s.add_argument("-o", "--output", help="file to write, replaced only when complete (default: stdout)")
+    s.set_defaults(func=cmd_log_export)
+
+    s = lsub.add_parser("archive", help="move old months of events into sealed, compressed segment files",
+                        description="Move every calendar month whose events are all older than "
+                        "storage.archive_after and covered by a summary into a sealed zstd segment beside the "
+                        "database (and its copy at storage.archive_url). Every read command still reads them; "
+                        "the chain verifies across them. Crash-safe: the file is written and read back before "
+                        "one transaction records it and removes the rows.")
+    s.add_argument("--dry-run", action="store_true", help="only say which months would move")
+    s.add_argument("--older-than", type=args_.span, metavar="SPAN",
+                   help="instead of storage.archive_after, e.g. 90d")
+    s.add_argument("--vacuum", action="store_true", help="then rewrite the database file to its new size "
+                   "(VACUUM; holds the write lock meanwhile)")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=cmd_log_archive)
+
+    s = lsub.add_parser("segments", help="list the archived segments and where their copies are",
+                        description="Every sealed segment: its seq and time range, size, and whether the file is "
+                        "here, copied elsewhere, or pruned here.")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_log_segments)
+
+    s = lsub.add_parser("prune", help="delete local segment files that have a verified copy elsewhere",
+                        description="Delete the local files of segments whose events all precede --before, each "
+                        "only after its copy on storage.archive_url (written first when missing) or beside a "
+                        "backup (--backup) reads back with its sha256. Without --yes nothing is deleted. The "
+                        "stubs stay: reads and verify fetch the copy.")
+    s.add_argument("--before", required=True, help="segments ending before this time: ISO 8601, 90d, ...")
+    s.add_argument("--backup", metavar="PATH", help="a database 'fleet-agent backup' wrote, whose segment copies count")
+    s.add_argument("--yes", action="store_true", help="really delete")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=cmd_log_prune)
+
     s = lsub.add_parser("migrate", help="copy the log to PostgreSQL or SQLite, chain and all (verified)",
                         description="Copy this fleet's event log, row for row with its hash chain, into an empty "
                         "log: a SQLite file or a postgresql:// database (the password from storage.password_env / "
@@ -61,3 +341,27 @@ def add_log_migrate(lsub: argparse._SubParsersAction[Any]) -> None:
     s.add_argument("--from", dest="source", metavar="URL", help="the source (default: storage.url of the config)")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(func=cmd_log_migrate)
+
+    s = lsub.add_parser("compact", help="rewrite the database file, converting it to larger pages (daemon stopped)",
+                        description="Rewrite the SQLite database file (VACUUM): every row as it is, free pages "
+                        f"dropped, pages of --page-size bytes (default {PAGE_SIZE}, what 'fleet-agent init' gives a "
+                        "new database; one created with 4 KiB pages converts here). Needs the database to itself: "
+                        "refused while a daemon or a tick holds the lock.")
+    s.add_argument("--page-size", type=int, default=PAGE_SIZE, metavar="BYTES",
+                   help=f"bytes per page: {', '.join(map(str, PAGE_SIZES))} (default {PAGE_SIZE})")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=cmd_log_compact)
+
+    s = lsub.add_parser("search", help="full-text search over every event",
+                        description="Full-text search over the rendered text of every event, newest first.")
+    s.add_argument("query", nargs="+", help="words to find (all must match)")
+    s.add_argument("--limit", type=args_.number, default=20, help="at most this many hits")
+    s.add_argument("--json", action="store_true", help="print the hits as JSON")
+    s.set_defaults(func=cmd_log_search)
+
+    s = lsub.add_parser("rebuild", help="rebuild read models from the log (--check: compare only)",
+                        description="Rebuild alerts, memory, directives, ownership, intents, knowledge versions "
+                        "and spend runs from the log alone.")
+    s.add_argument("--check", action="store_true", help="only compare with the live tables; exit 1 on difference")
+    s.add_argument("--json", action="store_true", help="with --check: print the differences as JSON")
+    s.set_defaults(func=cmd_log_rebuild)

@@ -9,7 +9,7 @@ from agent.runtime.app import App
 
 
 def cmd_tick(args: argparse.Namespace, app: App) -> int:
-    from agent.runtime.tick import run_tick
+    from agent.runtime.tick import run_tick  # the tick and its clients: only for the command that runs one
 
     # The keys first, as `run` does: a missing or unreadable key is a config error, not a failed tick.
     app.settings.vast_api_key(app.env)

@@ -11,12 +11,10 @@ as ``\\uXXXX`` (``json_text``).
 
 from __future__ import annotations
 
+import json
 import re
 import sys
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # json loads with the first --json answer
-    from collections.abc import Callable
+from collections.abc import Callable
 
 # C0 controls and DEL (tab and newline are handled per mode), C1 controls (U+0085 among them), soft
 # hyphen, Arabic letter mark, Mongolian vowel separator, zero-width and directional marks, line and
@@ -74,8 +72,6 @@ def _json_escape(m: re.Match[str]) -> str:
 
 def json_text(obj: object, **kwargs: object) -> str:
     """``json.dumps(obj, ensure_ascii=False, ...)`` with the invisible characters escaped as ``\\uXXXX``."""
-    import json
-
     dumped = json.dumps(obj, ensure_ascii=False, **kwargs)  # type: ignore[arg-type]
     return _safe(dumped, _UNSAFE_JSON, _json_escape, keep="\n")
 

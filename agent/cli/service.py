@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+
 from agent.cli import output
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # argparse loads when a run needs the parser (agent.cli.plain reads the plain forms)
-    import argparse
-
-    from agent.runtime.app import App
+from agent.cli.doctor import format_line, run_checks
+from agent.runtime.app import App
 
 
 def _print(s: str = "") -> None:
@@ -16,6 +14,7 @@ def _print(s: str = "") -> None:
 
 
 def cmd_run(args: argparse.Namespace, app: App) -> int:
+    # the scheduler and the tick: only for the command that runs them
     from agent.service.daemon import run_daemon
 
     return run_daemon(app.settings, config_path=app.settings.source_path, env=app.env, hard_exit=True,
@@ -23,6 +22,7 @@ def cmd_run(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_status(args: argparse.Namespace, app: App) -> int:
+    # agent.runtime.status imports agent.cli.output: imported here, when status runs, not with the CLI
     from agent.runtime.status import collect, format_text
 
     st = collect(app)
@@ -31,8 +31,6 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, _app: App | None) -> int:
-    from agent.cli.doctor import format_line, run_checks
-
     results = run_checks(args.config)
     failed = [r for r in results if not r.ok]
     if args.json:

@@ -6,22 +6,17 @@ import argparse
 import sys
 from typing import Any
 
+from agent.cli.feedback import invoking_user
 from agent.errors import UsageError
 
 BY_HELP = "who you are (default: $SUDO_USER or your login name)"
 
 
 def sub(parent: Any, dest: str) -> Any:
-    from agent.cli.parser import _Parser
-
-    s = parent.add_subparsers(dest=dest, metavar="SUBCOMMAND", parser_class=_Parser)
-    s.required = True
-    return s
+    return parent.add_subparsers(dest=dest, metavar="SUBCOMMAND", required=True)
 
 
 def by(args: argparse.Namespace) -> str:
-    from agent.cli.feedback import invoking_user
-
     return args.by if args.by is not None else invoking_user()
 
 

@@ -15,7 +15,7 @@ from agent.errors import ConfigError, UsageError
 
 
 def cmd_web(args: argparse.Namespace, app: Any) -> int:
-    from agent.web import Console, WebServer
+    from agent.web import Console, WebServer  # the web stack: only for the command that serves it
 
     s = app.settings
     listen = args.listen or s.http.listen

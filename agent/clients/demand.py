@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 
-from agent.clients.prepared import Prepared, json_body
 from agent.errors import FleetAgentError
 
 
@@ -56,9 +55,6 @@ class DemandClient:
         self.url = url
         self._shown = url.split("?", 1)[0]  # never show a query string: it may hold a token
         self._http = httpx.Client(timeout=timeout, transport=transport, headers={"Accept": "application/json"})
-        self._timeout = timeout
-        self._prepared = Prepared(self._http)
-        self._headers = self._prepared.headers()
         # Called before every request is sent; raising sends nothing (the App sets it: see agent.store.deferred).
         self.fence: Callable[[], None] | None = None
 
@@ -69,13 +65,13 @@ class DemandClient:
         if self.fence is not None:
             self.fence()
         try:
-            resp = self._http.send(self._prepared.build("GET", self.url, self._headers, timeout=self._timeout))
+            resp = self._http.get(self.url)
         except httpx.TransportError as e:
             raise DemandError(f"demand: cannot reach {self._shown}: {type(e).__name__}") from None
         if resp.status_code != 200:
             raise DemandError(f"demand: {self._shown} answered HTTP {resp.status_code}")
         try:
-            data = json_body(resp)
+            data = resp.json()
         except ValueError:
             raise DemandError(f"demand: {self._shown} did not answer JSON") from None
         return Demand.from_json(data)

@@ -33,7 +33,6 @@ from urllib.parse import quote_plus
 import httpx
 
 from agent import logsetup
-from agent.clients.prepared import Prepared, json_body
 from agent.errors import FleetAgentError
 
 log = logsetup.get_logger(__name__)
@@ -283,11 +282,8 @@ class VastClient:
         self.fence: Callable[[], None] | None = None
         self._http = httpx.Client(timeout=timeout, transport=transport,
                                   headers={"User-Agent": "fleet-agent/0.1"}, follow_redirects=False)
-        # The headers of a call, merged with the client's once (GET; with a JSON body), and the parsed URLs
-        self._prepared = Prepared(self._http)
-        auth = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
-        self._get_headers = self._prepared.headers(auth)
-        self._body_headers = self._prepared.headers({**auth, "Content-Type": "application/json"})
+        self._get_headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
+        self._body_headers = {**self._get_headers, "Content-Type": "application/json"}
 
     def __repr__(self) -> str:
         return f"VastClient(base_url={self.base_url!r})"
@@ -368,9 +364,8 @@ class VastClient:
             if self.fence is not None:
                 self.fence()
             try:
-                request = self._prepared.build(method, url, headers, content=content,
-                                               timeout=timeout if timeout is not None else self.timeout)
-                resp = self._http.send(request)
+                resp = self._http.request(method, url, headers=headers, content=content,
+                                          timeout=timeout if timeout is not None else self.timeout)
             except httpx.TransportError as e:
                 kind = "timeout" if isinstance(e, httpx.TimeoutException) else "connection_error"
                 unsent = isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
@@ -407,7 +402,7 @@ class VastClient:
         if resp.status_code >= 400:
             raise self._error(resp, what)
         try:
-            data = json_body(resp)
+            data = resp.json()
         except ValueError:
             raise VastError(message=f"{what}: HTTP {resp.status_code} but the body is not JSON "
                             f"({self._scrub(resp.text[:120])!r})", status=resp.status_code,
@@ -443,7 +438,7 @@ class VastClient:
         if resp.status_code >= 400:
             raise self._error(resp, f"show instance {instance_id}")
         try:
-            row = json_body(resp).get("instances")
+            row = resp.json().get("instances")
         except (ValueError, AttributeError):
             raise VastError(message=f"show instance {instance_id}: unreadable response", status=resp.status_code,
                             code="bad_response") from None
@@ -511,7 +506,7 @@ class VastClient:
             return RentOutcome("rejected", error=self._error(resp, f"rent offer {offer_id}").message,
                                http_status=status)
         try:
-            data = json_body(resp)
+            data = resp.json()
         except ValueError:
             return RentOutcome("unknown", error=f"rent offer {offer_id}: HTTP {status} with an unreadable body",
                                http_status=status)
@@ -602,7 +597,7 @@ class VastClient:
 
 def _json_or_empty(resp: httpx.Response) -> dict[str, Any]:
     try:
-        data = json_body(resp)
+        data = resp.json()
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}

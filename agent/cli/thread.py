@@ -1,0 +1,138 @@
+"""`thread show`: the event log read as a thread, every tick, model answer, tool call and operator message."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from agent.cli import args as args_
+from agent.cli import output
+from agent.errors import UsageError
+from agent.events import Event, render
+from agent.runtime.app import App
+
+
+def describe(e: Event) -> str:
+    """One readable line (or block) for an event."""
+    msg = render(e)
+    p = e.payload
+    if msg is not None:
+        body = msg.get("content") or ""
+        for c in msg.get("tool_calls") or ():
+            body += f"\n  -> {c['function']['name']}({c['function']['arguments']})"
+        return body.strip()
+    if e.kind == "tool.called":
+        key = f" key={p['idempotency_key']}" if p.get("idempotency_key") else ""
+        return f"{p['name']}({p['arguments']}){key}"
+    if e.kind == "policy.blocked":
+        return f"BLOCKED {p['name']}: {p['rule']} {p.get('detail', '')}".strip()
+    if e.kind == "model.request":
+        m = p["manifest"]
+        return f"request {p['request_hash'][:12]} ~{m.get('estimated_tokens', '?')} tokens"
+    if e.kind == "context.compacted":
+        return (f"compacted #{p.get('covered_from')}–#{p['covered_to']} ({p['method']}): "
+                f"{p.get('tokens_before')} -> {p.get('tokens_after')} tokens")
+    if e.kind == "tick.completed":
+        return f"steps={p['steps']} usage={json.dumps(p.get('usage', {}), sort_keys=True)}"
+    return json.dumps(p, sort_keys=True, ensure_ascii=False)[:400]
+
+
+def first_event_ts(app: App) -> str | None:
+    e = next(iter(app.log.read(0, limit=1)), None)
+    return e.ts if e else None
+
+
+def not_before_first(app: App, ts: str | None, flag: str) -> None:
+    """Refuse a time before the log's first event: it would show an empty history, not an answer."""
+    first = first_event_ts(app)
+    if ts is not None and first is not None and ts < first:
+        raise UsageError(f"{flag} {ts[:19]}Z is before the first event ({first[:19]}Z); the log holds nothing "
+                         "then: use a later time ('fleet-agent thread show --limit 1' shows the first event)")
+
+
+def _wanted(kinds: list[str] | None) -> Callable[[Event], bool]:
+    def wanted(e: Event) -> bool:
+        return kinds is None or any(e.kind == k or e.kind.startswith(k.rstrip(".*") + ".") for k in kinds)
+    return wanted
+
+
+def _thread_range(args: argparse.Namespace, app: App) -> tuple[int, str | None, str | None]:
+    """``thread show``'s (since seq, since ts, until ts), each checked against the log."""
+    since, since_ts = args_.seq_or_when(args.since, "--since") if args.since is not None else (0, None)
+    until_ts = args_.parse_when(args.until) if args.until else None
+    not_before_first(app, until_ts, "--until")
+    last = app.log.last_seq()
+    if since > last and not args.follow:
+        raise UsageError(f"--since {since}: the log ends at seq {last}; use a smaller seq")
+    return since, since_ts, until_ts
+
+
+def _thread_events(args: argparse.Namespace, app: App) -> Iterator[Event]:
+    """The events ``thread show`` reads before following, in seq order: every event in the range (the
+    caller filters by kind), or with --tail only the newest N wanted ones."""
+    since, since_ts, until_ts = _thread_range(args, app)
+    if args.tail is None:
+        yield from app.log.read(since, since_ts=since_ts, until_ts=until_ts)
+        return
+    wanted, picked = _wanted(args.kind or None), []
+    for e in app.log.read(since, since_ts=since_ts, until_ts=until_ts, newest_first=True):
+        if wanted(e):
+            picked.append(e)
+            if len(picked) >= args.tail:
+                break
+    yield from reversed(picked)
+
+
+def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
+    wanted = _wanted(args.kind or None)
+
+    def show(e: Event) -> None:
+        if args.json:
+            output.out(output.json_text(e.to_dict(), sort_keys=True))
+        else:
+            tick = f" t{e.tick}" if e.tick is not None else ""
+            output.out(f"#{e.seq} {e.ts[:19]}Z {e.kind} [{e.source}{tick}]\n  " + describe(e).replace("\n", "\n  "))
+
+    n = 0
+    since = args_.seq_or_when(args.since, "--since")[0] if args.since is not None else 0
+    last = app.log.last_seq() if args.tail is not None else since
+    for e in _thread_events(args, app):
+        last = max(last, e.seq)
+        if wanted(e):
+            show(e)
+            n += 1
+            if args.limit and n >= args.limit:
+                return 0
+    if args.follow:
+        deadline = time.monotonic() + args.follow_for if args.follow_for else None
+        try:
+            for e in app.log.follow(last, stop=lambda: deadline is not None and time.monotonic() > deadline):
+                if wanted(e):
+                    show(e)
+                    sys.stdout.flush()
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    t = sub.add_parser("thread", help="read the conversation and everything around it",
+                       description="Read the event log as a thread.")
+    tsub = t.add_subparsers(dest="thread_command", metavar="SUBCOMMAND", required=True)
+    s = tsub.add_parser("show", help="print events readably (or --json), optionally following new ones",
+                        description="Print events: every tick, model answer, tool call and result, operator "
+                        "message. --follow keeps printing events other processes append.")
+    s.add_argument("--since", help="after this seq, or from this time: ISO 8601, now, 10m, 2h ago, yesterday 15:45")
+    s.add_argument("--until", help="up to this time (same forms as --since, no seq)")
+    s.add_argument("--kind", action="append", help="only this kind, or a family like 'tool.' (repeatable)")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--limit", type=args_.number, help="at most this many events (the oldest)")
+    g.add_argument("--tail", type=args_.number, metavar="N", help="the newest N events")
+    s.add_argument("--follow", action="store_true", help="keep printing new events")
+    s.add_argument("--follow-for", type=args_.positive, help=argparse.SUPPRESS)
+    s.add_argument("--json", action="store_true", help="one JSON object per event")
+    s.set_defaults(func=cmd_thread_show)
