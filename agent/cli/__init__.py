@@ -18,6 +18,7 @@ from agent import lazy
 from agent.cli import args as args_
 from agent.cli import output
 from agent.errors import FleetAgentError, UsageError
+from agent.events import describe
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # a command loads only what it uses: the app, the config, the vocabulary on first use
@@ -275,35 +276,6 @@ def cmd_log_rebuild(args: argparse.Namespace, app: App) -> int:
 
 
 # ------------------------------------------------------------------ thread
-
-
-def describe(e: Event) -> str:
-    """One readable line (or block) for an event."""
-    import json
-
-    from agent.events import render
-
-    msg = render(e)
-    p = e.payload
-    if msg is not None:
-        body = msg.get("content") or ""
-        for c in msg.get("tool_calls") or ():
-            body += f"\n  -> {c['function']['name']}({c['function']['arguments']})"
-        return body.strip()
-    if e.kind == "tool.called":
-        key = f" key={p['idempotency_key']}" if p.get("idempotency_key") else ""
-        return f"{p['name']}({p['arguments']}){key}"
-    if e.kind == "policy.blocked":
-        return f"BLOCKED {p['name']}: {p['rule']} {p.get('detail', '')}".strip()
-    if e.kind == "model.request":
-        m = p["manifest"]
-        return f"request {p['request_hash'][:12]} ~{m.get('estimated_tokens', '?')} tokens"
-    if e.kind == "context.compacted":
-        return (f"compacted #{p.get('covered_from')}–#{p['covered_to']} ({p['method']}): "
-                f"{p.get('tokens_before')} -> {p.get('tokens_after')} tokens")
-    if e.kind == "tick.completed":
-        return f"steps={p['steps']} usage={json.dumps(p.get('usage', {}), sort_keys=True)}"
-    return json.dumps(p, sort_keys=True, ensure_ascii=False)[:400]
 
 
 def _wanted(kinds: list[str] | None) -> Callable[[Event], bool]:

@@ -15,7 +15,7 @@ from agent.cli import output
 from agent.cli.output import line
 from agent.errors import FleetAgentError, UsageError
 from agent.record import asdict
-from agent.store.times import utc_ts
+from agent.times import utc_ts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # argparse loads when a run needs the parser (agent.cli.plain reads the plain forms)

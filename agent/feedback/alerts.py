@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from agent import lazy
 from agent.errors import FleetAgentError
 from agent.feedback.notes import MAX_NOTE_CHARS, operator_name, utf8_text
-from agent.store.times import utc_ts
+from agent.times import utc_ts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (alerts list reads silences without loading the event log)
