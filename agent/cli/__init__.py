@@ -18,7 +18,6 @@ from agent import lazy
 from agent.cli import args as args_
 from agent.cli import output
 from agent.errors import FleetAgentError, UsageError
-from agent.events import describe
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # a command loads only what it uses: the app, the config, the vocabulary on first use
@@ -312,6 +311,8 @@ def _thread_events(args: argparse.Namespace, app: App) -> Iterator[Event]:
 
 
 def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
+    from agent.events import describe
+
     wanted = _wanted(args.kind or None)
 
     def show(e: Event) -> None:

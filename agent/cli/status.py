@@ -3,9 +3,11 @@ vast.ai or an operator passed through ``line`` (one terminal-safe line)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from agent.cli.output import line
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _money(x: Any) -> str:
