@@ -154,7 +154,7 @@ def test_fork_and_fork_diff_commands_print_the_decisions_side_by_side(origin, tm
     (["--tick", "3", "--set", "data_dir=/tmp"], "a fork keeps its own data_dir"),
     (["--tick", "3"], "fork needs a change to try"),
     (["--tick", "3", "--at", "2026-01-01T00:00Z", "--rules"], "exactly one of --tick N or --at TIME"),
-    (["--at", "yesterday", "--rules"], "'yesterday' is not a time"),
+    (["--at", "tomorrow", "--rules"], "'tomorrow' is not a time"),
 ], ids=["no-such-tick", "unknown-key", "bad-value", "no-equals", "real-vast", "real-data", "no-change", "both",
         "bad-time"])
 def test_a_bad_fork_request_is_one_line_exit_2_and_leaves_nothing(origin, tmp_path, capsys, argv, message):

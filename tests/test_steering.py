@@ -322,6 +322,7 @@ def test_instances_lists_ours_and_others_with_status_since_and_json(sim, make_ap
 
 def test_status_shows_pause_and_overrides(make_app):
     """status's JSON and text carry the pause (who, why, until) and each override in force."""
+    from agent.cli.status import format_text
     from agent.runtime import status
 
     app = make_app()
@@ -330,7 +331,7 @@ def test_status_shows_pause_and_overrides(make_app):
     st = status.collect(app)
     assert st["steering"]["paused"]["by"] == "alice"
     assert [o["key"] for o in st["steering"]["overrides"]] == ["max_instances"]
-    text = status.format_text(st)
+    text = format_text(st)
     assert "PAUSED by alice" in text and "policy override #" in text and "max_instances 2 until reset" in text
 
 

@@ -170,6 +170,31 @@ def test_overview_shows_the_fleet_spend_and_open_alerts(client, fleet):
     assert 'id="spend-today"' in page and "<svg" in page and "disk &lt;b&gt;full" in page
 
 
+def test_spend_status_overview_and_metrics_report_one_figure(client, fleet, sim_clock, capsys):
+    """For one log at one moment, `fleet-agent spend`, `status`, the overview and /metrics report the same
+    spend today and this month: one estimator (agent.fleet.spend) behind all four."""
+    import argparse
+    import json
+
+    from agent.cli.service import cmd_status
+    from agent.cli.spend import cmd_spend
+
+    sim_clock.advance(1800)  # the live instances bill on past the last tick
+    assert cmd_spend(argparse.Namespace(json=True), fleet) == 0
+    periods = json.loads(capsys.readouterr().out)["periods"]
+    today, month = periods["today"]["spent"], periods["month"]["spent"]
+    assert month >= today > 0
+    assert cmd_status(argparse.Namespace(json=True), fleet) == 0
+    st = json.loads(capsys.readouterr().out)["steering"]["spend"]
+    assert (st["today"], st["month"]) == (today, month)
+    samples = {s.name: s.value for f in text_string_to_metric_families(client.get("/metrics").text)
+               for s in f.samples}
+    assert (samples["fleet_agent_spend_today_dollars"], samples["fleet_agent_spend_month_dollars"]) == (today, month)
+    page = client.get("/").text
+    assert f'<span id="spend-today">${today:,.2f}</span>' in page
+    assert f'<span id="spend-month">${month:,.2f}</span>' in page
+
+
 def test_overview_and_alerts_show_the_steering_and_silences_in_force(client, fleet):
     """A pause, a policy override, a host exclusion and an alert silence set by operators appear on the
     overview and the alerts page, operator text escaped; with none in force the pages say so."""
@@ -435,29 +460,15 @@ def test_the_token_comes_from_a_systemd_credential_and_a_missing_one_is_an_error
     assert config.parse("", "c.yaml").http_token({}) is None
 
 
-def test_spend_integrates_observed_rates_and_caps_a_silent_gap():
-    """Each observed $/h holds until the next observation, clipped to the window, and for at most an hour
-    after the last one (a stopped daemon's last rate does not bill forever)."""
-    from agent.web.spend import MAX_GAP_S, in_window, integrate
+def test_rate_series_leads_with_the_rate_in_force_and_grows_by_a_tick(fleet, sim_clock):
+    """The overview's $/h series starts with the rate in force at the window's start and gains each new
+    tick's observation."""
+    from agent.web.spend import in_window, rate_series
 
-    points = [(0.0, 3.6), (3600.0, 7.2)]
-    assert integrate(points, 0, 5400) == pytest.approx(3.6 + 3.6)
-    assert integrate(points, 1800, 5400) == pytest.approx(1.8 + 3.6)
-    assert integrate(points, 0, 3600 + 10 * MAX_GAP_S) == pytest.approx(3.6 + 7.2)
-    assert in_window(points, 1800) == points
     assert in_window([(0.0, 1.0), (10.0, 2.0), (20.0, 3.0)], 15) == [(10.0, 2.0), (20.0, 3.0)]
-
-
-def test_rates_read_each_observation_once_and_match_a_fresh_read(fleet, sim_clock):
-    """The console's observed-$/h cache adds exactly the new tick's observation on the next read, and holds
-    what a fresh read of the log gives."""
-    from agent.web.spend import Rates
-
-    rates = Rates()
     start = sim_clock() - 86400
-    first = rates.since(fleet.log.store, start)
+    first = rate_series(fleet.log.store, start)
     assert len(first) == 3
     _ticks(fleet, sim_clock, 1)
-    second = rates.since(fleet.log.store, start)
+    second = rate_series(fleet.log.store, start)
     assert second[:3] == first and len(second) == 4
-    assert Rates().since(fleet.log.store, start) == second

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from agent import config, logsetup
 from agent.cli import output
 from agent.cli.args import check_utf8
-from agent.cli.thread import describe, not_before_first
+from agent.cli.thread import not_before_first
 from agent.errors import FleetAgentError
 from agent.runtime.app import App
 from agent.secrets import scrub
 
-__all__ = ["build_parser", "describe", "entry", "main", "not_before_first"]
+__all__ = ["build_parser", "entry", "main", "not_before_first"]
 
 
 def build_parser() -> argparse.ArgumentParser:

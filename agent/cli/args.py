@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from agent.errors import UsageError
-from agent.store.log import utc_ts
+from agent.times import TIME_FORMS, parse_duration, parse_operator_time, utc_ts
 
 SQLITE_MAX_INT = 2**63 - 1
 
@@ -82,39 +81,13 @@ def check_utf8(ns: argparse.Namespace) -> None:
 
 
 # ------------------------------------------------------------------ times
-
-_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_RELATIVE = r"^(\d+)\s*(s|sec|m|min|h|d|w)(?:\s+ago)?$"
-_DAY_TIME = r"^(today|yesterday)(?:\s+(\d{1,2}):(\d{2}))?$"
-TIME_FORMS = ("an ISO 8601 time (2026-11-29T10:05Z), 'now', a time ago (10m, 2h ago, 3d) "
-              "or 'today 09:00' / 'yesterday 15:45' (UTC)")
+# The grammar lives in agent.times; these adapt it to the flags (a seq or a time, an argparse type).
 
 
 def parse_when(text: str, now: datetime | None = None) -> str:
-    """An operator's time -> a log timestamp (UTC, the log's fixed-width form).
-
-    Accepts ISO 8601 (naive means UTC), ``now``, a span ago (``10m``, ``2h ago``, ``3d``) and
-    ``today HH:MM`` / ``yesterday HH:MM`` in UTC. Anything else is a ``UsageError`` naming the forms."""
-    from agent.context import parse_time  # the context builder: only for a command given a time
-
-    now = now or datetime.now(UTC)
-    t = " ".join(text.strip().lower().split())
-    if t == "now":
-        return utc_ts(now)
-    m = re.match(_RELATIVE, t)
-    if m:
-        return utc_ts(now - timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)]))
-    m = re.match(_DAY_TIME, t)
-    if m:
-        day = now.date() - timedelta(days=1 if m.group(1) == "yesterday" else 0)
-        hh, mm = int(m.group(2) or 0), int(m.group(3) or 0)
-        if hh > 23 or mm > 59:
-            raise UsageError(f"{text!r}: {hh:02d}:{mm:02d} is not a time of day; use HH:MM from 00:00 to 23:59")
-        return utc_ts(datetime(day.year, day.month, day.day, hh, mm, tzinfo=UTC))
-    try:
-        return parse_time(text)
-    except UsageError:
-        raise UsageError(f"{text!r} is not a time; use {TIME_FORMS}") from None
+    """An operator's time (``agent.times.parse_operator_time``, relative forms counted from ``now``) ->
+    a log timestamp. Anything else is a ``UsageError`` naming the forms."""
+    return utc_ts(parse_operator_time(text, now or datetime.now(UTC)))
 
 
 def seq_or_when(text: str, flag: str, now: datetime | None = None) -> tuple[int, str | None]:
@@ -134,12 +107,14 @@ def seq_or_when(text: str, flag: str, now: datetime | None = None) -> tuple[int,
 
 
 def span(text: str) -> float:
-    """A duration for ``--for`` (90s, 10m, 2h, 3d, 1w) -> seconds; argparse type."""
-    m = re.match(r"^(\d+)\s*(s|sec|m|min|h|d|w)$", text.strip().lower())
-    if not m or int(m.group(1)) == 0:
-        raise _invalid(f"{text!r} is not a duration; use a number and a unit, e.g. 90s, 10m, "
-                                         "2h, 3d or 1w")
-    return float(int(m.group(1)) * _UNITS[m.group(2)])
+    """A duration for ``--for`` / ``--older-than`` (``agent.times.parse_duration``: 90s, 10m, 2h, 3d, 1w)
+    -> seconds; argparse type."""
+    try:
+        return parse_duration(text).total_seconds()
+    except UsageError as e:
+        raise _invalid(str(e)) from None
+
+
 def non_negative(v: str) -> float:
     """A finite number >= 0 (seconds; 0 turns a delay off)."""
     try:

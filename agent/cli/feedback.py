@@ -22,7 +22,7 @@ from agent.errors import FleetAgentError, UsageError
 from agent.events import render
 from agent.feedback.alerts import silenced_by
 from agent.runtime.app import App
-from agent.store.times import utc_ts
+from agent.times import utc_ts
 
 
 def _print(s: str = "") -> None:

@@ -22,8 +22,8 @@ def cmd_run(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_status(args: argparse.Namespace, app: App) -> int:
-    # agent.runtime.status imports agent.cli.output: imported here, when status runs, not with the CLI
-    from agent.runtime.status import collect, format_text
+    from agent.cli.status import format_text
+    from agent.runtime.status import collect
 
     st = collect(app)
     _print(output.json_text(st, indent=2, sort_keys=True, default=str) if args.json else format_text(st))

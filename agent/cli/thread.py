@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -12,33 +11,8 @@ from typing import Any
 from agent.cli import args as args_
 from agent.cli import output
 from agent.errors import UsageError
-from agent.events import Event, render
+from agent.events import Event, describe
 from agent.runtime.app import App
-
-
-def describe(e: Event) -> str:
-    """One readable line (or block) for an event."""
-    msg = render(e)
-    p = e.payload
-    if msg is not None:
-        body = msg.get("content") or ""
-        for c in msg.get("tool_calls") or ():
-            body += f"\n  -> {c['function']['name']}({c['function']['arguments']})"
-        return body.strip()
-    if e.kind == "tool.called":
-        key = f" key={p['idempotency_key']}" if p.get("idempotency_key") else ""
-        return f"{p['name']}({p['arguments']}){key}"
-    if e.kind == "policy.blocked":
-        return f"BLOCKED {p['name']}: {p['rule']} {p.get('detail', '')}".strip()
-    if e.kind == "model.request":
-        m = p["manifest"]
-        return f"request {p['request_hash'][:12]} ~{m.get('estimated_tokens', '?')} tokens"
-    if e.kind == "context.compacted":
-        return (f"compacted #{p.get('covered_from')}–#{p['covered_to']} ({p['method']}): "
-                f"{p.get('tokens_before')} -> {p.get('tokens_after')} tokens")
-    if e.kind == "tick.completed":
-        return f"steps={p['steps']} usage={json.dumps(p.get('usage', {}), sort_keys=True)}"
-    return json.dumps(p, sort_keys=True, ensure_ascii=False)[:400]
 
 
 def first_event_ts(app: App) -> str | None:

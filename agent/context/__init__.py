@@ -57,7 +57,6 @@ from agent.context.calibration import Calibration
 from agent.context.load import (
     load,
     meter_for,
-    parse_time,
     project,
     project_at,
     request_of_tick,
@@ -79,7 +78,7 @@ __all__ = [
     "BUDGET_FIELDS", "MARKER_COST", "PINNED_KINDS", "PLACEHOLDER", "Calibration", "ContextSettings", "Entry", "Inputs",
     "Meter", "Projection", "ProjectionCache", "View", "assemble", "budget_fields", "build", "build_thread",
     "empty_pinned", "fits", "fold_pinned", "limit_tokens", "load", "make_view", "meter_for", "model_params", "needs_compaction", "params_hash",
-    "parse_time", "project", "project_at", "render_pinned", "render_summary", "request_hash", "request_of_tick",
+    "project", "project_at", "render_pinned", "render_summary", "request_hash", "request_of_tick",
     "request_payload", "select", "seq_at", "settings_from_manifest", "sha256_text", "tokenizer_for", "tools_hash",
     "update_calibration",
 ]

@@ -7,7 +7,6 @@ events after the compaction. The cost does not grow with the length of the log.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from agent import logsetup
@@ -19,7 +18,7 @@ from agent.context.inputs import manifest_of, recorded
 from agent.context.prompts import Prompts
 from agent.errors import UsageError
 from agent.events import Event
-from agent.store.log import EventLog, utc_ts
+from agent.store.log import EventLog
 from agent.tokens import Tokenizer, get_tokenizer
 
 logger = logsetup.get_logger(__name__)
@@ -79,20 +78,6 @@ def update_calibration(log: EventLog, estimated: int, reported: int, *, tick: in
 
 
 # ------------------------------------------------------------------ time travel
-
-
-def parse_time(text: str) -> str:
-    """An operator's time ('2026-11-29 10:05', ISO 8601, 'Z' or offset; naive = UTC) -> log ts."""
-    t = text.strip().replace(" ", "T", 1)
-    if t.endswith("Z"):
-        t = t[:-1] + "+00:00"
-    try:
-        dt = datetime.fromisoformat(t)
-    except ValueError as e:
-        raise UsageError(f"{text!r} is not a time; use ISO 8601 such as 2026-11-29T10:05:00Z") from e
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return utc_ts(dt)
 
 
 def seq_at(log: EventLog, at_ts: str) -> int:

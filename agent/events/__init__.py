@@ -37,7 +37,7 @@ from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, 
 __all__ = [
     "AS_NEXT", "KINDS", "KNOWLEDGE_DIFF_CHARS", "SOURCES", "VOCABULARY", "Event", "FieldSpec", "JsonArray",
     "JsonObject", "Kind", "Message", "Payload", "Renderer", "Upcaster", "Version", "Vocabulary", "data",
-    "decode", "epoch_minute", "fence", "inline", "kind", "payload_of", "render", "render_observation", "render_tool_content",
+    "decode", "describe", "epoch_minute", "fence", "inline", "kind", "payload_of", "render", "render_observation", "render_tool_content",
     "search_text", "stored_payload", "ts_minute", "upcast",
 ]
 
@@ -95,3 +95,29 @@ def search_text(event: Event, msg: Message | None = _UNSET) -> str:
     if text is not None:
         return text
     return f"{event.kind} " + json.dumps(event.payload, ensure_ascii=False, sort_keys=True)
+
+
+def describe(e: Event) -> str:
+    """One readable line (or block) for an event: its rendering as the model saw it, a short form of the
+    kinds without one, else its payload (what ``thread show`` and the console's thread print)."""
+    msg = render(e)
+    p = e.payload
+    if msg is not None:
+        body = msg.get("content") or ""
+        for c in msg.get("tool_calls") or ():
+            body += f"\n  -> {c['function']['name']}({c['function']['arguments']})"
+        return body.strip()
+    if e.kind == "tool.called":
+        key = f" key={p['idempotency_key']}" if p.get("idempotency_key") else ""
+        return f"{p['name']}({p['arguments']}){key}"
+    if e.kind == "policy.blocked":
+        return f"BLOCKED {p['name']}: {p['rule']} {p.get('detail', '')}".strip()
+    if e.kind == "model.request":
+        m = p["manifest"]
+        return f"request {p['request_hash'][:12]} ~{m.get('estimated_tokens', '?')} tokens"
+    if e.kind == "context.compacted":
+        return (f"compacted #{p.get('covered_from')}–#{p['covered_to']} ({p['method']}): "
+                f"{p.get('tokens_before')} -> {p.get('tokens_after')} tokens")
+    if e.kind == "tick.completed":
+        return f"steps={p['steps']} usage={json.dumps(p.get('usage', {}), sort_keys=True)}"
+    return json.dumps(p, sort_keys=True, ensure_ascii=False)[:400]

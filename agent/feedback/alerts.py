@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.errors import FleetAgentError
 from agent.feedback.notes import MAX_NOTE_CHARS, operator_name, utf8_text
-from agent.store.times import utc_ts
+from agent.times import utc_ts
 
 if TYPE_CHECKING:
     from agent.events import Event

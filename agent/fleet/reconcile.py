@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from agent import logsetup
@@ -41,6 +40,7 @@ from agent.fleet.policy import Policy
 from agent.fleet.toolkit import Outcome
 from agent.store.log import EventLog
 from agent.store.queries import InstanceState
+from agent.times import parse_ts
 
 log_ = logsetup.get_logger(__name__)
 
@@ -202,11 +202,7 @@ def _gone(log: EventLog, iid: int, states: dict[int, InstanceState], settle_afte
         return True
     inst = log.store.instance(iid)
     rented = log.get(inst.rented_seq) if inst is not None else None
-    return rented is None or (log.clock() - _ts(rented.ts)).total_seconds() >= settle_after
-
-
-def _ts(ts: str) -> datetime:
-    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return rented is None or (log.clock() - parse_ts(rented.ts)).total_seconds() >= settle_after
 
 
 def _settle_pending_rents(log: EventLog, policy: Policy, listing: list[Instance], settle_after: float) -> None:
@@ -220,7 +216,7 @@ def _settle_pending_rents(log: EventLog, policy: Policy, listing: list[Instance]
         result = log.get(intent.result_seq) if intent.result_seq is not None else None
         if label in labels or result is None:
             continue
-        age = (now - _ts(result.ts)).total_seconds()
+        age = (now - parse_ts(result.ts)).total_seconds()
         listings = 1 + log.store.count_events_after(result.seq, "tick.started")
         if age >= settle_after and listings >= 2:
             log.append("rent.settled", {"call_id": intent.call_id, "label": label, "idem_key": intent.idem_key,

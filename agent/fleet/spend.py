@@ -22,6 +22,7 @@ from agent.fleet.block import Block
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.store.log import EventLog, utc_ts
 from agent.store.queries import Rental
+from agent.times import parse_ts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,10 +36,6 @@ class Period:
     name: str  # today | week | month
     start: datetime
     end: datetime
-
-
-def _dt(ts: str) -> datetime:
-    return datetime.fromisoformat(ts[:-1] if ts.endswith("Z") else ts).replace(tzinfo=UTC)
 
 
 def periods(now: datetime) -> dict[str, Period]:
@@ -64,8 +61,8 @@ def segments(r: Rental, runs: list[Run], now: datetime) -> list[Segment]:
     (storage aside); across a change, half the interval (the change happened in between). From the rent
     to the first observation, half if that saw it running; from the last observation to its end, all if
     it was running. An instance no tick observed bills from its rent to its end (an upper bound)."""
-    start = _dt(r.start_ts)
-    end = _dt(r.end_ts) if r.end_ts else now
+    start = parse_ts(r.start_ts)
+    end = parse_ts(r.end_ts) if r.end_ts else now
     rs = [(max(a, start), min(b, end), run) for a, b, run in runs if b >= start and a <= end]
     if not rs:
         return [(start, end, 1.0)]
@@ -78,25 +75,17 @@ def segments(r: Rental, runs: list[Run], now: datetime) -> list[Segment]:
     return out
 
 
-_SEEN: dict[tuple[str, str, str], dict[int, list[Run]]] = {}
-
-
 def _observations(log: EventLog, since_ts: str) -> dict[int, list[Run]]:
     """The runs of the ticks' observations of our instances that lasted until ``since_ts`` or later, from
     the spend read model (``observed_runs``: consecutive observations in one state, kept as each tick
-    starts). They change only when a tick starts, so every rent check of one tick reads them once."""
-    last = next(iter(log.read(0, kinds=["tick.started"], newest_first=True, limit=1)), None)
-    key = (str(log.path), since_ts, last.id if last is not None else "")
-    if key not in _SEEN:
-        if len(_SEEN) > 8:
-            _SEEN.clear()
-        _SEEN[key] = {iid: [(_dt(a), _dt(b), run) for a, b, run in runs]
-                      for iid, runs in log.store.observed_runs(since_ts).items()}
-    return _SEEN[key]
+    starts)."""
+    return {iid: [(parse_ts(a), parse_ts(b), run) for a, b, run in runs]
+            for iid, runs in log.store.observed_runs(since_ts).items()}
 
 
 def month_to_date(log: EventLog) -> dict[str, float]:
-    """Spend today and this month (what ``status`` shows), from a month's observations."""
+    """Spend today and this month as of the log's clock, from a month's observations: the one figure
+    ``status``, the console's overview and ``/metrics`` show (``spend`` reports the same ``Ledger``)."""
     ps = periods(log.clock())
     led = Ledger.of(log, since=_window(ps))
     return {"today": round(led.spent(ps["today"]), 4), "month": round(led.spent(ps["month"]), 4)}
@@ -150,10 +139,10 @@ def report(log: EventLog) -> dict[str, Any]:
         total = led.cost(r, epoch, now)
         in_month = led.cost(r, month.start, month.end)
         grand += total
-        end = _dt(r.end_ts) if r.end_ts else now
+        end = parse_ts(r.end_ts) if r.end_ts else now
         instances.append({"instance_id": r.instance_id, "gpu_name": r.gpu_name, "dph": r.dph, "label": r.label,
                           "start": r.start_ts, "end": r.end_ts, "live": r.end_ts is None,
-                          "hours": round(max(0.0, (end - _dt(r.start_ts)).total_seconds()) / 3600, 4),
+                          "hours": round(max(0.0, (end - parse_ts(r.start_ts)).total_seconds()) / 3600, 4),
                           "spent": round(total, 4), "month": round(in_month, 4)})
         g = by_gpu.setdefault(r.gpu_name or "?", {"instances": 0, "spent": 0.0, "month": 0.0})
         g["instances"] += 1

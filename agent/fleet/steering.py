@@ -12,7 +12,6 @@ overrides in force applied; the tool pipeline checks every call against it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -23,20 +22,11 @@ from agent.errors import UsageError
 from agent.events import Event
 from agent.fleet.block import norm_gpu
 from agent.store.log import EventLog, utc_ts
+from agent.times import parse_duration, parse_operator_time
 
 _OVERRIDE_KINDS = ("policy.overridden", "policy.override_ended")
 _PAUSE_KINDS = ("fleet.paused", "fleet.resumed")
 _EXCLUSION_KINDS = ("host.excluded", "host.included")
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m|h|d|w)\s*$")
-_UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_duration(text: str, flag: str = "--for") -> timedelta:
-    """'30m', '4h', '7d', '2w' -> a timedelta; a UsageError naming ``flag`` otherwise."""
-    m = _DUR.match(text)
-    if not m or float(m.group(1)) <= 0:
-        raise UsageError(f"{flag} {text!r} is not a duration; write a number and a unit, e.g. 30m, 4h, 7d, 2w")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
 
 
 def until_ts(log: EventLog, for_: str | None, until: str | None) -> str | None:
@@ -45,11 +35,15 @@ def until_ts(log: EventLog, for_: str | None, until: str | None) -> str | None:
     if for_ and until:
         raise UsageError("give --for or --until, not both")
     if for_:
-        return utc_ts(log.clock() + parse_duration(for_))
+        try:
+            return utc_ts(log.clock() + parse_duration(for_))
+        except UsageError as e:
+            raise UsageError(f"--for {e}") from None
     if until:
-        from agent.context import parse_time
-
-        ts = parse_time(until)
+        try:
+            ts = utc_ts(parse_operator_time(until, log.clock()))
+        except UsageError as e:
+            raise UsageError(f"--until {e}") from None
         if ts <= utc_ts(log.clock()):
             raise UsageError(f"--until {until!r} is not in the future; give a later time or use --for")
         return ts

@@ -9,12 +9,12 @@ observation the origin logged next (the tick the fork re-runs), else the last on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from agent.errors import UsageError
 from agent.events import Event
 from agent.store.log import EventLog
+from agent.times import parse_ts
 
 ENDS = ["tick.completed", "tick.failed"]
 
@@ -34,10 +34,6 @@ class ForkPoint:
 def _newest(log: EventLog, kinds: list[str], *, until_seq: int | None = None, tick: int | None = None
             ) -> Event | None:
     return next(iter(log.read(0, until_seq=until_seq, kinds=kinds, tick=tick, newest_first=True, limit=1)), None)
-
-
-def _ts_seconds(ts: str) -> float:
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 def at_tick(log: EventLog, tick: int) -> ForkPoint:
@@ -65,14 +61,14 @@ def at_time(log: EventLog, at_ts: str, label: str) -> ForkPoint:
         return _point(log, first.seq - 1, label, started)
     upcoming = next(iter(log.read(seq, kinds=["tick.started"], limit=1)), None)
     p = _point(log, seq, label, upcoming or started)
-    return ForkPoint(p.seq, p.hash, p.label, _ts_seconds(at_ts), p.observation, p.first_tick)
+    return ForkPoint(p.seq, p.hash, p.label, parse_ts(at_ts).timestamp(), p.observation, p.first_tick)
 
 
 def _point(log: EventLog, seq: int, label: str, seen: Event | None) -> ForkPoint:
     row = log.get(seq) if seq > 0 else None
     h = row.hash if row is not None else "0" * 64
     obs: dict[str, Any] = dict(seen.payload["observation"]) if seen is not None else {}
-    when = float(obs.get("time") or (_ts_seconds(row.ts) if row is not None else 0.0))
+    when = float(obs.get("time") or (parse_ts(row.ts).timestamp() if row is not None else 0.0))
     before = _newest(log, ["tick.started"], until_seq=seq)
     first_tick = (before.tick or 0) + 1 if before is not None else 1
     return ForkPoint(seq, h, label, when, obs, first_tick)

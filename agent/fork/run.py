@@ -18,6 +18,7 @@ from agent.fork.setup import SIM_KEY, Change, in_force_at, write_config
 from agent.runtime.app import App
 from agent.sim import ManualClock, SimServer
 from agent.store.log import EventLog
+from agent.times import parse_operator_time, utc_ts
 
 if TYPE_CHECKING:
     from agent.model.llm import ChatProvider
@@ -55,10 +56,8 @@ def open_origin(settings: Settings) -> EventLog:
 def fork_point(origin: EventLog, where: Where) -> ForkPoint:
     if where.tick is not None:
         return at_tick(origin, where.tick)
-    from agent.context import parse_time
-
     assert where.at is not None
-    return at_time(origin, parse_time(where.at), where.at)
+    return at_time(origin, utc_ts(parse_operator_time(where.at, origin.clock())), where.at)
 
 
 def _out_dir(out: Path | None, agent_id: str) -> Path:

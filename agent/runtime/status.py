@@ -1,8 +1,8 @@
 """What ``fleet-agent status`` shows: the daemon, the last tick, the fleet, alerts, context size.
 
 Everything comes from the lock file and the event log (and its read models);
-nothing here calls vast.ai or the model. ``collect`` returns a JSON-able dict,
-``format_text`` the operator's view of it.
+nothing here calls vast.ai or the model. ``collect`` returns a JSON-able dict (the CLI's
+``agent.cli.status`` writes the operator's view of it; the console reads the parts it shows).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 from agent import logsetup
-from agent.cli.output import line
 from agent.runtime.app import App
 from agent.store.log import EventLog
 
@@ -223,28 +222,6 @@ def steering_state(app: App) -> dict[str, Any]:
     }
 
 
-def _steering_lines(sv: dict[str, Any]) -> list[str]:
-    lines = []
-    p = sv.get("paused")
-    if p:
-        until = f" until {_t(p['until'])}" if p.get("until") else " until resumed"
-        lines.append(f"PAUSED by {line(p['by'])} since {_t(p['since'])}{until}: {line(p['reason'])} "
-                     "(no rent, destroy or reboot runs; 'fleet-agent resume' ends it)")
-    for o in sv.get("overrides") or []:
-        v = ", ".join(o["value"]) if isinstance(o["value"], list) else o["value"]
-        until = f"until {_t(o['until'])}" if o.get("until") else "until reset"
-        lines.append(f"policy override #{o['id']}: {line(o['key'])} {line(v)} {until} (by {line(o['by'])}: "
-                     f"{line(o['reason'])})")
-    if sv.get("excluded_hosts"):
-        lines.append("excluded hosts: " + ", ".join(str(h) for h in sv["excluded_hosts"]))
-    sp = sv.get("spend") or {}
-    if sp:
-        day = f" of {_money(sp['max_daily_spend'])}" if sp.get("max_daily_spend") is not None else ""
-        mon = f" of {_money(sp['max_monthly_spend'])}" if sp.get("max_monthly_spend") is not None else ""
-        lines.append(f"spend: {_money(sp['today'])}{day} today, {_money(sp['month'])}{mon} this month")
-    return lines
-
-
 def collect(app: App) -> dict[str, Any]:
     """Everything ``status`` shows, as a JSON-able dict."""
     s = app.settings
@@ -264,84 +241,3 @@ def collect(app: App) -> dict[str, Any]:
     st["knowledge"] = knowledge(app)
     st["events"] = lg.last_seq()
     return st
-
-
-# ------------------------------------------------------------------ text
-
-
-def _money(x: Any) -> str:
-    return f"${x:,.2f}" if isinstance(x, int | float) else "?"
-
-
-def _t(ts: str | None) -> str:
-    return f"{ts[:10]} {ts[11:19]}Z" if ts else "?"
-
-
-def format_text(st: dict[str, Any]) -> str:
-    lines = []
-    d = st["daemon"]
-    if d["running"]:
-        since = f" since {_t(d['started_at'])}" if d.get("started_at") else ""
-        lines.append(f"daemon: running ({d['holder']}){since}")
-    else:
-        extra = f"; last stopped {_t(d['stopped_at'])}: {line(d.get('stop_reason'))}" if d.get("stopped_at") else ""
-        if d.get("stale_holder"):
-            extra += f"; the last holder ({d['stale_holder']}) exited without releasing the lock"
-        lines.append(f"daemon: not running{extra}")
-    if "error" in st:
-        lines.append(st["error"])
-        return "\n".join(lines)
-    rt = st.get("running_tick")
-    if rt:
-        lines.append(f"tick {rt['tick']} started {_t(rt['since'])} and has not ended"
-                     + (" (running now)" if d["running"] else " (interrupted)"))
-    lt = st.get("last_tick")
-    if lt:
-        outcome = "ok" if lt["ok"] else f"FAILED ({line(lt.get('reason'))})"
-        dur = f", {lt['duration_ms'] / 1000:.1f}s" if isinstance(lt.get("duration_ms"), int | float) else ""
-        lines.append(f"last tick: #{lt['tick']} {outcome} at {_t(lt['at'])}: {lt.get('steps')} steps, "
-                     f"{lt['tokens']:,} tokens ({lt['cached_tokens']:,} cached){dur}")
-    else:
-        lines.append("last tick: none yet")
-    f = st.get("fleet")
-    if f:
-        states = ", ".join(f"{n} {s}" for s, n in sorted(f["states"].items())) or "none"
-        after = f", after {f['acted']} rent/destroy" if f.get("acted") else ""
-        lines.append(f"fleet (tick {f['tick']}, {_t(f['at'])}{after}): {len(f['instances'])} instances ({states}) · "
-                     f"{_money(f['dph'])}/h · balance {_money(f['balance'])}"
-                     + (f" (vast.ai credit, what it can spend; invoice balance {_money(f['account_balance'])})"
-                        if f.get("account_balance") is not None else ""))
-        for i in f["instances"]:
-            flag = "" if i.get("ours", True) else " NOT-OURS"
-            lines.append(f"  #{line(i['id'])} {line(i['gpu_name'])} x{line(i['num_gpus'])} {line(i['status'])} "
-                         f"{_money(i['dph'])}/h{flag}")
-        dm = f.get("demand")
-        if isinstance(dm, dict):
-            lines.append(f"demand: {dm.get('pending', '?')} pending, {dm.get('running', 0)} running, "
-                         f"{dm.get('completed', '?')} completed")
-    lines.extend(_steering_lines(st.get("steering") or {}))
-    alerts = st.get("alerts") or []
-    lines.append(f"alerts: {len(alerts)} open")
-    for a in alerts:
-        lines.append(f"  #{a['id']} {a['severity']}: {line(a['title'])} (x{a['count']}, last {_t(a['last_ts'])})")
-    c = st.get("context")
-    if c:
-        when = f" (last request, {_t(c['as_of'])})" if c.get("as_of") else " (no request yet)"
-        lowered = (f" (lowered from {c['configured_budget']:,} to the model server's window)"
-                   if c.get("configured_budget") else "")
-        lines.append(f"context: {c['tokens']:,} of {c['budget']:,} tokens{lowered}{when}; compaction at "
-                     f"{c['compact_at']:,}, {c['until_compaction']:,} tokens to go")
-    k = st.get("knowledge")
-    if k:
-        lines.append(_knowledge_line(k))
-    return "\n".join(lines)
-
-
-def _knowledge_line(k: dict[str, Any]) -> str:
-    text = f"knowledge: {k['files']:,} files logged, ~{k['tokens_estimate']:,} tokens"
-    if k["shown_in_full"] < k["files"]:
-        text += (f", over pinned_max_tokens {k['pinned_max_tokens']:,}: the {k['shown_in_full']:,} most recently "
-                 "changed shown in full")
-    pending = ", ".join(f"{n:,} {what}" for what, n in k["pending_counts"].items() if n)
-    return text + (f"; on disk since the last tick: {pending} (`fleet-agent knowledge status`)" if pending else "")
-

@@ -20,7 +20,8 @@ from agent.config import Settings
 from agent.context.prompts import Prompts
 from agent.context.replay import inspect_request
 from agent.errors import FleetAgentError, UsageError
-from agent.events import KINDS, Event, render
+from agent.events import KINDS, Event, describe, render
+from agent.fleet import spend as fleet_spend
 from agent.runtime import status
 from agent.runtime.app import App
 from agent.store.log import utc_ts
@@ -66,7 +67,6 @@ class Console:
         self.collector = LogCollector(self)
         self.registry = registry_for(self.collector)
         self._tool_specs: list[dict[str, Any]] | None = None
-        self.rates = spend.Rates()  # the observed $/h, read incrementally (under ``lock``)
 
     def close(self) -> None:
         with self.lock:
@@ -115,7 +115,7 @@ class Console:
                 request_tokens=int(req.payload["manifest"].get("calibrated_tokens", 0)) if req else None,
                 budget_tokens=self.settings.context.budget_tokens, instances_by_status=dict(fl.get("states") or {}),
                 fleet_dph=_num(fl.get("dph")), dph_cap=self.settings.policy.max_total_dph, balance=_num(fl.get("balance")),
-                spend=spend.overview(self.rates, store, self.clock())[0], alerts_by_severity=sev)
+                spend=fleet_spend.month_to_date(lg), alerts_by_severity=sev)
 
     def health(self) -> tuple[bool, str]:
         """(healthy, why): the log verified at start and the newest tick is younger than 3 intervals."""
@@ -143,7 +143,7 @@ class Console:
             if self.daemon is not None:
                 d.update(self.daemon())
             fl = status.fleet(lg)
-            money, day, week = spend.overview(self.rates, lg.store, now)
+            day, week = spend.day_and_week(lg.store, now)
             if fl is not None:  # the observation's own rows: they carry host and age too
                 start = next(lg.read(0, kinds=["tick.started"], newest_first=True, limit=1))
                 fl["instances"] = [{"status": "provisioning", **i}
@@ -151,7 +151,7 @@ class Console:
             return {
                 "daemon": d, "last_tick": status.last_tick(lg), "running_tick": status.running_tick(lg),
                 "fleet": fl, "since": instance_since(lg, fl), "alerts": lg.store.open_alerts(),
-                "directives": lg.store.active_directives(), "spend": money, "steering": self._steering(),
+                "directives": lg.store.active_directives(), "spend": fleet_spend.month_to_date(lg), "steering": self._steering(),
                 "charts": [charts.step_chart("last 24 h", day, spend.window_start(now, 24), now),
                            charts.step_chart("last 7 days", week, spend.window_start(now, 24 * 7), now)],
                 "next_tick": d.get("next_run") or _next_guess(lg, self.settings, now),
@@ -305,13 +305,6 @@ def _text_at(rows: list[dict[str, Any]], version: int) -> str | None:
         if r["version"] <= version and r["text"] is not None:
             return str(r["text"])
     return None
-
-
-def describe(e: Event) -> str:
-    """The event's text as the model saw it, else its payload (as ``thread show`` prints it)."""
-    from agent.cli import describe as cli_describe
-
-    return cli_describe(e)
 
 
 def event_row(e: Event, snippet: str | None = None) -> dict[str, Any]:

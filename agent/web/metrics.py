@@ -27,8 +27,6 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from agent.web.spend import Spend
-
 # Tick duration buckets, in seconds.
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 # At most this many distinct values of one label; the rest are counted as "other".
@@ -121,7 +119,7 @@ class State:
     fleet_dph: float | None
     dph_cap: float
     balance: float | None
-    spend: Spend
+    spend: dict[str, float]  # today, month: agent.fleet.spend.month_to_date
     alerts_by_severity: dict[str, int]
 
 
@@ -160,8 +158,8 @@ def gauge_metrics(s: State) -> Iterator[Metric]:
     yield _gauge(p + "fleet_dollars_per_hour", "What our fleet costs per hour (newest observation).", s.fleet_dph)
     yield _gauge(p + "policy_max_dollars_per_hour", "The fleet's spend-rate cap (policy.max_total_dph).", s.dph_cap)
     yield _gauge(p + "balance_dollars", "The vast.ai balance/credit (newest observation).", s.balance)
-    yield _gauge(p + "spend_today_dollars", "Estimated spend since 00:00 UTC.", s.spend.today)
-    yield _gauge(p + "spend_month_dollars", "Estimated spend since the 1st of the month, UTC.", s.spend.month)
+    yield _gauge(p + "spend_today_dollars", "Estimated spend since 00:00 UTC.", s.spend["today"])
+    yield _gauge(p + "spend_month_dollars", "Estimated spend since the 1st of the month, UTC.", s.spend["month"])
     yield _gauge(p + "alerts_open", "Open alerts by severity.", None, ["severity"],
                  (((k,), v) for k, v in sorted(s.alerts_by_severity.items())))
     yield _gauge(p + "log_last_seq", "The newest event's seq.", s.last_seq)

@@ -8,6 +8,7 @@ reaches the page only through Jinja's autoescape (no ``|safe`` on it).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -26,6 +27,7 @@ from starlette.templating import Jinja2Templates
 
 from agent.errors import FleetAgentError, UsageError
 from agent.feedback import SEVERITIES
+from agent.times import parse_operator_time, utc_ts
 from agent.web.auth import COOKIE
 from agent.web.console import Console
 
@@ -150,7 +152,7 @@ class _Site:
     def travel(self, request: Request) -> Response:
         q = request.query_params
         m = self.console.moment(tick=_opt_int(q.get("tick"), "tick"), seq=_opt_int(q.get("seq"), "seq"),
-                           at=_at(q.get("at")))
+                           at=_at(q.get("at"), self.console.clock()))
         return self.page(request, "travel.html", m)
 
     def travel_diff(self, request: Request) -> Response:
@@ -221,12 +223,11 @@ def _opt_int(v: str | None, what: str) -> int | None:
     return None if v is None or v == "" else _int(v, what)
 
 
-def _at(v: str | None) -> str | None:
+def _at(v: str | None, now: float) -> str | None:
+    """The time-travel page's ``at``: any time an operator writes (``agent.times.parse_operator_time``)."""
     if not v:
         return None
-    from agent.context import parse_time
-
-    return parse_time(v)
+    return utc_ts(parse_operator_time(v, datetime.fromtimestamp(now, UTC)))
 
 
 __all__ = ["WRITE_ROUTES", "HTMLResponse", "create_app"]
