@@ -27,7 +27,7 @@ def _leaf_commands() -> list[str]:
 
 def test_bash_completion_parses_and_knows_every_command(tmp_path):
     """The bash script is valid bash, and completes the top-level commands and nested ones (alerts silence)."""
-    script = completion_script("bash")
+    script = completion_script(build_parser(), "bash")
     path = tmp_path / "fleet-agent.bash"
     path.write_text(script)
     r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
@@ -43,7 +43,7 @@ def test_bash_completion_parses_and_knows_every_command(tmp_path):
 
 def test_zsh_completion_is_a_compdef_for_every_command():
     """The zsh script declares itself for fleet-agent and lists the commands."""
-    script = completion_script("zsh")
+    script = completion_script(build_parser(), "zsh")
     assert script.lstrip().startswith("#compdef fleet-agent")
     for word in ("backup", "restore", "silence", "thread"):
         assert word in script
@@ -55,7 +55,7 @@ def test_zsh_completion_is_a_compdef_for_every_command():
 def test_man_page_formats_and_documents_every_command():
     """The man page has a section per leaf command (e.g. 'fleet-agent alerts silence') with its options,
     and groff formats it without warnings."""
-    page = man_page()
+    page = man_page(build_parser())
     assert page.startswith(".TH FLEET\\-AGENT 1 ")
     for cmd in _leaf_commands():
         assert f".SS fleet\\-agent {cmd.replace('-', chr(92) + '-')}\n" in page, cmd

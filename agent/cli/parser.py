@@ -49,4 +49,5 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in GROUPS:
         group.register(sub)
+    p.set_defaults(root_parser=p)  # completion and man read every command from it
     return p
