@@ -28,6 +28,9 @@ so this tree is the whole list (a test checks it).
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 
 class FleetAgentError(Exception):
     exit_code = 1
@@ -55,3 +58,14 @@ class ChainBroken(LogError):
 
 class LockError(FleetAgentError):
     pass
+
+
+def optional_import(module: str, extra: str, feature: str) -> ModuleType:
+    """``module``, which only the optional install ``fleet-agent[extra]`` brings; a ConfigError naming the
+    extra when it is missing (``feature`` says what needs it, e.g. "storage.url: postgresql://…")."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ConfigError(f"{feature} needs the optional package {module.partition('.')[0]}, which is not "
+                          f"installed ({e.name or module}); install it with: pip install 'fleet-agent[{extra}]'"
+                          ) from None
