@@ -59,7 +59,7 @@ class DemandClient:
         self._timeout = timeout
         self._prepared = Prepared(self._http)
         self._headers = self._prepared.headers()
-        # Called before every request is sent; raising sends nothing (the App sets it: see agent.store.deferred).
+        # Called before every request is sent; raising sends nothing (none is set by the App today).
         self.fence: Callable[[], None] | None = None
 
     def __repr__(self) -> str:

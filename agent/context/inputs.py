@@ -66,8 +66,7 @@ def record_inputs(log: EventLog, prompts: Prompts, policy: dict[str, Any], tools
     requests about to be sent; ``request``: the projection about to be logged as a ``model.request``,
     whose bundle its manifest names, built from ``policy`` and ``tools``; ``bundle``: that bundle and its
     hash when already made); returns how many were logged."""
-    # hashes only: the texts are not decoded at every step; read again only once an input was logged since
-    seen = log.memo("inputs.recorded_hashes", log.store.recorded_input_hashes, (KIND,))
+    seen = log.store.recorded_input_hashes()  # hashes only: the texts are not decoded at every step
     given = [p for p in params if p is not None]
     new = [i for i in _inputs(prompts, policy, tools, given, request, bundle) if i["sha256"] not in seen]
     new = [i for n, i in enumerate(new) if all(j["sha256"] != i["sha256"] for j in new[:n])]

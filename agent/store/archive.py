@@ -204,8 +204,6 @@ def _commit(log: EventLog, s: Segment) -> None:
     except sqlite3.Error as e:
         raise LogError(f"segment {s.name} could not be recorded ({e}); nothing was archived: run "
                        "'fleet-agent log archive' again (another archive may have run meanwhile)") from e
-    finally:
-        log.forget_segments()
 
 
 # ------------------------------------------------------------------ copies and pruning
@@ -239,7 +237,6 @@ def prune(log: EventLog, *, before_ts: str, now: datetime, remote: Remote | None
             log.conn.execute("UPDATE segments SET copy_url = ?, copy_ts = ? WHERE first_seq = ?",
                              (url, utc_ts(now), seg.first_seq))
             log.conn.execute("UPDATE segments SET pruned_ts = ? WHERE first_seq = ?", (utc_ts(now), seg.first_seq))
-        log.forget_segments()
         with contextlib.suppress(FileNotFoundError):
             log.segment_files.path(seg).unlink()
         done.append(seg)
