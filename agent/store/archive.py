@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import LogError
+from agent.store.chain import bad_row
 from agent.store.db import immediate, sqlite3
-from agent.store.log import _COLS, EventLog, _bad_row, utc_ts
+from agent.store.log import _COLS, EventLog, utc_ts
 from agent.store.segments import (
     SUFFIX,
     Remote,
@@ -178,7 +179,7 @@ def _read_back(data: bytes, name: str, digest: str, rows: list[tuple[Any, ...]])
     back = decode(decompress(data, name), name)
     prev_seq, prev_hash = rows[0][0] - 1, rows[0][9]
     for r in back:
-        bad = _bad_row(r, prev_seq, prev_hash)
+        bad = bad_row(r, prev_seq, prev_hash)
         if bad is not None:
             raise LogError(f"segment {name} read back wrong ({bad[1]}); nothing was archived")
         prev_seq, prev_hash = r[0], r[10]

@@ -12,8 +12,6 @@ reordering shows up in ``verify()``; a head file kept beside the database lets
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import itertools
 import json
 import os
@@ -34,6 +32,11 @@ from agent.config import path_text
 from agent.errors import ChainBroken, LogError, PayloadError
 from agent.events import Event
 from agent.store import readmodels
+from agent.store.chain import GENESIS as GENESIS
+from agent.store.chain import VerifyReport as VerifyReport
+from agent.store.chain import anchor_mismatch, bad_row, read_head, stub_mismatch, write_head
+from agent.store.chain import canonical as canonical
+from agent.store.chain import row_hash as row_hash
 from agent.store.db import connect, immediate, sqlite3
 from agent.store.queries import Store
 from agent.store.rows import Instance, InstanceState
@@ -43,7 +46,6 @@ from agent.store.target import PgTarget
 from agent.store.times import utc_ts as utc_ts  # (re-exported: callers import it from here)
 from agent.tokens import Tokenizer
 
-GENESIS = "0" * 64
 _COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
 _INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _INSERT_FTS = "INSERT INTO events_fts (rowid, text) VALUES (?,?)"
@@ -57,24 +59,6 @@ _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
 # in between, the process remembers how far it verified. A start after a crash walks at most this many more.
 CHECKPOINT_EVERY = 2000
 Item = tuple[str, "dict[str, Any]", str, "int | None"]
-
-
-def canonical(obj: Any) -> str:
-    """Canonical JSON: sorted keys, no spaces, UTF-8, no NaN/Infinity."""
-    try:
-        return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except ValueError as e:
-        raise PayloadError(f"payload is not valid JSON: {e}") from e
-    except TypeError as e:
-        raise PayloadError(f"payload is not JSON-serialisable: {e}") from e
-    except RecursionError as e:
-        raise PayloadError(f"payload is not valid JSON: it contains itself, or nests too deep ({e})") from e
-
-
-def row_hash(seq: int, id: str, ts: str, kind: str, version: int, source: str, tick: int | None,
-             payload_json: str, tokens: int | None, prev_hash: str) -> str:
-    body = canonical([seq, id, ts, kind, version, source, tick, tokens]) + "\n" + payload_json
-    return hashlib.sha256((prev_hash + "\n" + body).encode("utf-8")).hexdigest()
 
 
 def _utc_now() -> datetime:
@@ -98,74 +82,6 @@ def db_errors() -> tuple[type[BaseException], ...]:
 def _row_to_event(r: tuple[Any, ...]) -> Event:
     return Event(seq=r[0], id=r[1], ts=r[2], kind=r[3], version=r[4], source=r[5], tick=r[6],
                  payload=ev.decode(r[3], r[4], json.loads(r[7])), tokens=r[8], prev_hash=r[9], hash=r[10])
-
-
-def _parse_head(data: bytes) -> tuple[int, str] | None:
-    try:
-        seq, h = data.decode("ascii").split()
-        return int(seq), h
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    """What a verification found: ``head_seq``/``head_hash`` is where the chain verified up to
-    (from ``since``, 0 for a full walk); ``warnings`` are gaps in what could be checked."""
-
-    ok: bool
-    checked: int
-    head_seq: int
-    first_bad_seq: int | None = None
-    reason: str | None = None
-    head_hash: str = GENESIS
-    since: int = 0
-    warnings: tuple[str, ...] = ()
-
-
-def _bad_row(r: tuple[Any, ...], prev_seq: int, prev_hash: str) -> tuple[int, str] | None:
-    """(seq, reason) when row ``r`` does not follow (prev_seq, prev_hash) or does not match its hash."""
-    seq = r[0]
-    if seq != prev_seq + 1:
-        return prev_seq + 1, f"seq {prev_seq + 1} is missing (next row is {seq}): a row was deleted"
-    if r[9] != prev_hash:
-        return seq, (f"seq {seq}: prev_hash does not match the hash of seq {prev_seq}: "
-                     "rows were reordered, replaced or deleted")
-    try:
-        want = row_hash(seq, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9])
-    except (PayloadError, TypeError):  # a value no append could have written (NaN, a blob)
-        want = None
-    if want != r[10]:
-        return seq, f"seq {seq}: content does not match its hash: the row was edited"
-    return None
-
-
-def _anchor_mismatch(row_at: Callable[[int], tuple[Any, ...] | None], rec: tuple[int, str], end: int,
-                     what: str) -> tuple[int, str] | None:
-    """(seq, reason) when the chain ending at ``end`` does not hold ``rec`` = (seq, hash) recorded in ``what``."""
-    hseq, hhash = rec
-    if hseq > end:
-        return end + 1, (f"{what} records seq {hseq} but the log ends at {end}: "
-                         "the newest events were truncated")
-    row = row_at(hseq) if hseq > 0 else None
-    if hseq > 0 and (row is None or row[10] != hhash):
-        return hseq, f"seq {hseq}: hash differs from {what}'s record: history was rewritten"
-    if hseq == 0 and hhash != GENESIS:
-        return 0, f"{what} records seq 0 with a hash other than the genesis hash"
-    return None
-
-
-def _stub_mismatch(seg: Segment, rows: list[tuple[Any, ...]], kept: dict[int, tuple[Any, ...]]) -> tuple[int, str] | None:
-    """(seq, reason) when a segment's rows differ from its stub, or from a row the events table kept."""
-    ends = (rows[0][0], rows[-1][0], rows[0][9], rows[-1][10]) if rows else None
-    if ends != (seg.first_seq, seg.last_seq, seg.prev_hash, seg.last_hash) or len(rows) != seg.events:
-        return seg.first_seq, (f"segment {seg.name} does not hold seq {seg.first_seq}..{seg.last_seq} as its stub "
-                               "records: restore it from its copy or a backup")
-    for r in rows:
-        other = kept.get(r[0])
-        if other is not None and other != r:
-            return r[0], f"seq {r[0]}: the row kept in the database differs from its archived copy in {seg.name}"
-    return None
 
 
 def _batches(first: list[Any], cur: Any) -> Iterator[tuple[Any, ...]]:
@@ -366,11 +282,6 @@ def _search_text(r: tuple[Any, ...],
     except Exception:  # noqa: BLE001 - as for rendering
         text = None
     return text if text is not None else f"{e.kind} {r[7]}"
-
-
-def _read_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
 
 
 class EventLog:
@@ -651,7 +562,7 @@ class EventLog:
                 payload_json = canonical(ev.stored_payload(e))
                 row = (e.seq, e.id, e.ts, e.kind, e.version, e.source, e.tick, payload_json, e.tokens,
                        e.prev_hash, e.hash)
-                bad = _bad_row(row, prev_seq, prev_hash)
+                bad = bad_row(row, prev_seq, prev_hash)
                 if bad is not None:
                     raise ChainBroken(f"cannot copy the origin's events: {bad[1]}")
                 self.conn.execute(_INSERT_EVENT, row)
@@ -682,34 +593,12 @@ class EventLog:
         try:
             if self._head_fd is None:
                 self._head_fd = os.open(self._head, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            fd = self._head_fd
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                data = os.pread(fd, 128, 0)
-                seq = e.seq
-                words = data.split()  # _parse_head's test, on the bytes: ASCII, two words, the first a number
-                if len(words) == 2 and data.isascii():
-                    try:
-                        if int(words[0]) >= seq:
-                            return
-                    except ValueError:  # not a record: this one replaces it
-                        pass
-                record = f"{seq} {e.hash}\n".encode("ascii")
-                os.pwrite(fd, record, 0)
-                if len(data) > len(record):  # seqs only grow longer: truncate only what was there before
-                    os.ftruncate(fd, len(record))
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            write_head(self._head_fd, e.seq, e.hash)
         except OSError:
             pass  # verify() compares what is there; the append itself has committed
 
     def _read_head(self) -> tuple[int, str] | None:
-        if self._head is None:
-            return None
-        try:
-            return _parse_head(_read_bytes(self._head))
-        except OSError:
-            return None
+        return read_head(self._head)
 
     # ------------------------------------------------------------------ reading
 
@@ -1009,7 +898,7 @@ class EventLog:
         if row[10] != h:
             return VerifyReport(False, 0, seq, seq,
                                 f"seq {seq}: hash differs from the verified checkpoint: history was rewritten")
-        bad = _bad_row(row, seq - 1, row[9])  # the checkpoint row's own content still matches its hash
+        bad = bad_row(row, seq - 1, row[9])  # the checkpoint row's own content still matches its hash
         if bad is not None:
             return VerifyReport(False, 0, seq - 1, bad[0], bad[1])
         return self._walk(conn, seq, h, since=seq)
@@ -1028,11 +917,11 @@ class EventLog:
             except LogError as e:
                 return VerifyReport(False, checked, prev_seq, max(seg.first_seq, since + 1), str(e),
                                     head_hash=prev_hash, since=since)
-            bad = _stub_mismatch(seg, rows, kept)
+            bad = stub_mismatch(seg, rows, kept)
             for r in rows if bad is None else ():
                 if r[0] <= since:
                     continue
-                bad = _bad_row(r, prev_seq, prev_hash)
+                bad = bad_row(r, prev_seq, prev_hash)
                 if bad is not None:
                     break
                 prev_seq, prev_hash = r[0], r[10]
@@ -1042,7 +931,7 @@ class EventLog:
         for rows in _pages(conn, f"SELECT {_COLS} FROM events WHERE seq > ?", max(since, hot_from), 2000,
                            paged=self.is_pg):
             for r in rows:
-                bad = _bad_row(r, prev_seq, prev_hash)
+                bad = bad_row(r, prev_seq, prev_hash)
                 if bad is not None:
                     return VerifyReport(False, checked, prev_seq, bad[0], bad[1], head_hash=prev_hash, since=since)
                 prev_seq, prev_hash = r[0], r[10]
@@ -1057,7 +946,7 @@ class EventLog:
         for rec, what in ((head, "the head file"), (anchor, "the recorded head")):
             if rec is None:
                 continue
-            bad = _anchor_mismatch(lambda s: self._row_at(conn, s), rec, r.head_seq, what)
+            bad = anchor_mismatch(lambda s: self._row_at(conn, s), rec, r.head_seq, what)
             if bad is not None:
                 return replace(r, ok=False, first_bad_seq=bad[0], reason=bad[1])
         if head is None and r.head_seq > 0 and not self.is_pg:
@@ -1066,12 +955,7 @@ class EventLog:
         return r
 
     def _read_checkpoint(self) -> tuple[int, str] | None:
-        if self._checkpoint is None:
-            return None
-        try:
-            return _parse_head(_read_bytes(self._checkpoint))
-        except OSError:
-            return None
+        return read_head(self._checkpoint)
 
     def _write_checkpoint(self, seq: int, h: str) -> bool:
         """Record a verified (seq, hash) beside the database, atomically; False when it cannot be written."""
