@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import LogError
+from agent.store.chain import COLS as _COLS
 from agent.store.chain import bad_row
 from agent.store.db import immediate, sqlite3
-from agent.store.log import _COLS, EventLog, utc_ts
+from agent.store.log import EventLog, utc_ts
 from agent.store.segments import (
     SUFFIX,
     Remote,

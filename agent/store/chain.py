@@ -14,10 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agent import events as ev
 from agent.errors import PayloadError
+from agent.events import Event
 from agent.store.segment_types import Segment
 
 GENESIS = "0" * 64
+COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
+"""An events row's columns, in the order every reader takes them."""
+
+
+def row_to_event(r: tuple[Any, ...]) -> Event:
+    return Event(seq=r[0], id=r[1], ts=r[2], kind=r[3], version=r[4], source=r[5], tick=r[6],
+                 payload=ev.decode(r[3], r[4], json.loads(r[7])), tokens=r[8], prev_hash=r[9], hash=r[10])
 
 
 def canonical(obj: Any) -> str:

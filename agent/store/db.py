@@ -295,3 +295,11 @@ def _statements(sql: str) -> list[str]:
     if rest and not all(ln.strip().startswith("--") or not ln.strip() for ln in buf):
         raise LogError(f"schema.sql: incomplete statement at the end of a migration: {rest[:60]!r}")
     return out
+
+
+def db_errors() -> tuple[type[BaseException], ...]:
+    """The database drivers' error classes loaded in this process (psycopg's only once a PostgreSQL log opened)."""
+    import sys
+
+    pg = sys.modules.get("psycopg")
+    return (sqlite3.Error,) if pg is None else (sqlite3.Error, pg.Error)

@@ -15,7 +15,6 @@ import contextlib
 import itertools
 import json
 import os
-import re
 import threading
 import time
 import uuid
@@ -31,13 +30,16 @@ from agent import events as ev
 from agent.config import path_text
 from agent.errors import ChainBroken, LogError, PayloadError
 from agent.events import Event
-from agent.store import readmodels
+from agent.store import readmodels, search
+from agent.store.chain import COLS as _COLS
 from agent.store.chain import GENESIS as GENESIS
 from agent.store.chain import VerifyReport as VerifyReport
 from agent.store.chain import anchor_mismatch, bad_row, read_head, stub_mismatch, write_head
 from agent.store.chain import canonical as canonical
 from agent.store.chain import row_hash as row_hash
+from agent.store.chain import row_to_event as _row_to_event
 from agent.store.db import connect, immediate, sqlite3
+from agent.store.db import db_errors as db_errors
 from agent.store.queries import Store
 from agent.store.rows import Instance, InstanceState
 from agent.store.segment_types import Segment
@@ -46,14 +48,7 @@ from agent.store.target import PgTarget
 from agent.store.times import utc_ts as utc_ts  # (re-exported: callers import it from here)
 from agent.tokens import Tokenizer
 
-_COLS = "seq, id, ts, kind, version, source, tick, payload, tokens, prev_hash, hash"
 _INSERT_EVENT = f"INSERT INTO events ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-_INSERT_FTS = "INSERT INTO events_fts (rowid, text) VALUES (?,?)"
-_FTS_TOKENIZE = "porter unicode61"  # as schema.sql creates events_fts
-_WORD = re.compile(r"[^\W_]+")  # a run of letters and digits: one word to the index's tokenizer (unicode61)
-_FTS_HEAD_SQL = "SELECT rowid FROM events_fts ORDER BY rowid DESC LIMIT 1"
-_FTS_HEAD_SQL_PG = "SELECT seq FROM events_fts ORDER BY seq DESC LIMIT 1"
-_INSERT_FTS_PG = "INSERT INTO events_fts (seq, text, kind) VALUES (?,?,?)"
 _HEAD_SQL = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
 # The checkpoint file is rewritten (fsync'd) once verification has moved this many events past what it records;
 # in between, the process remembers how far it verified. A start after a crash walks at most this many more.
@@ -69,19 +64,6 @@ def _utc_now() -> datetime:
 def new_event_id() -> str:
     """A random (version 4) UUID as text."""
     return str(uuid.uuid4())
-
-
-def db_errors() -> tuple[type[BaseException], ...]:
-    """The database drivers' error classes loaded in this process (psycopg's only once a PostgreSQL log opened)."""
-    import sys
-
-    pg = sys.modules.get("psycopg")
-    return (sqlite3.Error,) if pg is None else (sqlite3.Error, pg.Error)
-
-
-def _row_to_event(r: tuple[Any, ...]) -> Event:
-    return Event(seq=r[0], id=r[1], ts=r[2], kind=r[3], version=r[4], source=r[5], tick=r[6],
-                 payload=ev.decode(r[3], r[4], json.loads(r[7])), tokens=r[8], prev_hash=r[9], hash=r[10])
 
 
 def _batches(first: list[Any], cur: Any) -> Iterator[tuple[Any, ...]]:
@@ -139,11 +121,6 @@ def _pages(conn: Any, sql: str, since: int, size: int, *, paged: bool) -> Iterat
     while rows := conn.execute(sql + " ORDER BY seq LIMIT ?", (last, size)).fetchall():
         yield rows
         last = rows[-1][0]
-
-
-def _fts_text(text: str, pg: bool) -> str:
-    """PostgreSQL text cannot hold NUL; the search text drops it (the payload keeps it, escaped)."""
-    return text.replace("\x00", "") if pg and "\x00" in text else text
 
 
 class Transaction:
@@ -210,8 +187,8 @@ class Transaction:
         events already). An event that does not render is indexed by its kind and payload, as an
         invisible one is."""
         pg = self.log.is_pg
-        row = self.conn.execute(_FTS_HEAD_SQL_PG if pg else _FTS_HEAD_SQL).fetchone()
-        return _index_from(self.conn, row[0] if row else 0, self._seq, pg=pg, render=render)
+        row = self.conn.execute(search.FTS_HEAD_SQL_PG if pg else search.FTS_HEAD_SQL).fetchone()
+        return search.index_from(self.conn, row[0] if row else 0, self._seq, pg=pg, render=render)
 
 
 def _new_event(kind: str, payload: dict[str, Any], source: str, tick: int | None, seq: int, prev: str,
@@ -231,57 +208,6 @@ def _new_event(kind: str, payload: dict[str, Any], source: str, tick: int | None
     h = row_hash(seq, eid, ts, kind, current.number, source, tick, text, None, prev)
     return Event(seq=seq, id=eid, ts=ts, kind=kind, version=current.number, source=source, tick=tick,
                  payload=body, tokens=None, prev_hash=prev, hash=h), text
-
-
-def _index_from(conn: Any, done: int, head: int, *, pg: bool = False,
-                render: Callable[[Event], dict[str, Any] | None] | None = None) -> int:
-    """Index the events after seq ``done`` up to ``head``, 1,000 rows a statement; how many. SQLite's
-    index keeps no copy of the text (content=''): ``search`` renders the hits it shows again. PostgreSQL's
-    keeps the text, for ``ts_headline``."""
-    n = 0
-    while done < head:
-        rows = conn.execute(f"SELECT {_COLS} FROM events WHERE seq > ? ORDER BY seq LIMIT 1000", (done,)).fetchall()
-        if not rows:
-            break
-        if pg:
-            conn.executemany(_INSERT_FTS_PG, [(r[0], _fts_text(_search_text(r, render), True), r[3])
-                                              for r in rows])
-        else:
-            conn.executemany(_INSERT_FTS, [(r[0], _search_text(r, render)) for r in rows])
-        done, n = rows[-1][0], n + len(rows)
-    return n
-
-
-def _snippets(match: str, hits: list[tuple[int, str]]) -> dict[int, str]:
-    """seq -> snippet of each of ``hits`` (seq, index text) that matches the FTS5 query ``match``: the same
-    FTS5 ``snippet()`` the index gave when it kept the text, run over an in-memory index (detail=full, so
-    phrases match in order) of just these texts."""
-    mem = sqlite3.connect(":memory:")
-    try:
-        mem.execute(f"CREATE VIRTUAL TABLE hit USING fts5(text, tokenize = '{_FTS_TOKENIZE}')")
-        mem.executemany("INSERT INTO hit (rowid, text) VALUES (?,?)", hits)
-        rows = mem.execute("SELECT rowid, snippet(hit, 0, '[', ']', ' … ', 24) FROM hit WHERE hit MATCH ?", (match,))
-        return {int(seq): str(snip) for seq, snip in rows}
-    finally:
-        mem.close()
-
-
-def _search_text(r: tuple[Any, ...],
-                 render: Callable[[Event], dict[str, Any] | None] | None = None) -> str:
-    """What the full-text index holds for the events row ``r`` (``render``: how an Event becomes its
-    message, by default ``agent.events.render``)."""
-    e = _row_to_event(r)
-    try:
-        msg = (render or ev.render)(e)
-    except Exception:  # noqa: BLE001 - a rendering bug must not keep the rest of the log out of the index
-        msg = None
-    if msg is not None:
-        return ev.search_text(e, msg)
-    try:
-        text = ev.VOCABULARY.search(e)  # what a version that is not model-visible indexes, if it says
-    except Exception:  # noqa: BLE001 - as for rendering
-        text = None
-    return text if text is not None else f"{e.kind} {r[7]}"
 
 
 class EventLog:
@@ -762,59 +688,15 @@ class EventLog:
         outer = self._open
         if self.readonly or (self.conn.in_transaction and (outer is None or outer[1] != threading.get_ident())):
             return 0
-        row = self.conn.execute(_FTS_HEAD_SQL_PG if self.is_pg else _FTS_HEAD_SQL).fetchone()
+        row = self.conn.execute(search.FTS_HEAD_SQL_PG if self.is_pg else search.FTS_HEAD_SQL).fetchone()
         if (row[0] if row else 0) >= self.last_seq():
             return 0
         with self.transaction() as tx:
             return tx.index_search()
 
     def search(self, query: str, *, limit: int = 20, until_seq: int | None = None) -> list[tuple[Event, str]]:
-        """Full-text search over every event's rendered text, newest first (the index is brought up to
-        the head first; a read-only log searches what was indexed)."""
-        terms = [t for t in query.replace('"', " ").split() if t]
-        words = [w for t in terms for w in _WORD.findall(t)]
-        if not words:
-            return []
-        self.index_search()
-        if self.is_pg:
-            return self._search_pg(" ".join(terms), limit, until_seq)
-        match = " ".join(f'"{t}"' for t in terms)  # each term a phrase: "destroy_instance" is two words in a row
-        loose = " ".join(f'"{w}"' for w in words)  # the index (detail=none) knows words, not their order
-        out: list[tuple[Event, str]] = []
-        below = until_seq
-        while len(out) < limit:
-            batch = self._candidates(query, loose, below, max(limit, 50))
-            texts = [(r[0], _search_text(r)) for r in batch]
-            snips = _snippets(match, texts)  # the events that match the query itself, with their snippets
-            out += [(_row_to_event(r), snips[r[0]]) for r in batch if r[0] in snips]
-            if len(batch) < max(limit, 50):
-                break
-            below = batch[-1][0] - 1
-        return out[:limit]
-
-    def _candidates(self, query: str, loose: str, below: int | None, n: int) -> list[tuple[Any, ...]]:
-        """The newest ``n`` events (seq <= ``below``) holding every word of the query, newest first."""
-        sql = ("SELECT rowid FROM events_fts WHERE events_fts MATCH ?"
-               + (" AND rowid <= ?" if below is not None else "") + " ORDER BY rowid DESC LIMIT ?")
-        params: list[Any] = [loose] + ([below] if below is not None else []) + [n]
-        try:
-            seqs = [r[0] for r in self.conn.execute(sql, params).fetchall()]
-        except sqlite3.OperationalError as e:
-            raise LogError(f"search query {query!r} could not run: {e}") from e
-        rows = [self._row_at(self.conn, seq) for seq in seqs]  # an archived event from its segment
-        return [r for r in rows if r is not None]
-
-    def _search_pg(self, text: str, limit: int, until_seq: int | None) -> list[tuple[Event, str]]:
-        """``search`` on PostgreSQL: every term must match (tsvector, GIN index), with the same snippet marks."""
-        sql = ("SELECT seq, ts_headline('english', text, q, 'StartSel=[, StopSel=], MaxWords=24, MinWords=8,"
-               " MaxFragments=2, FragmentDelimiter=\" … \"') FROM events_fts, plainto_tsquery('english', ?) q"
-               " WHERE tsv @@ q" + (" AND seq <= ?" if until_seq is not None else "") + " ORDER BY seq DESC LIMIT ?")
-        params: list[Any] = [text] + ([until_seq] if until_seq is not None else []) + [limit]
-        try:
-            rows = self.conn.execute(sql, params).fetchall()
-        except db_errors() as e:
-            raise LogError(f"search query {text!r} could not run: {e}") from e
-        return [(hit, snip) for seq, snip in rows if (hit := self.get(seq)) is not None]
+        """Full-text search over every event's rendered text, newest first (``agent.store.search``)."""
+        return search.search(self, query, limit=limit, until_seq=until_seq)
 
     def count(self) -> int:
         """Every event, archived ones included."""
@@ -1008,9 +890,9 @@ class EventLog:
         """Index every event, archived months included (their rows come from the segments)."""
         batch: list[tuple[int, str]] = []
         for r in self._rows(_Filter(0, None, None, None, None, None)):
-            batch.append((r[0], _search_text(r)))
+            batch.append((r[0], search.search_text(r)))
             if len(batch) >= 1000:
-                self.conn.executemany(_INSERT_FTS, batch)
+                self.conn.executemany(search.INSERT_FTS, batch)
                 batch = []
         if batch:
-            self.conn.executemany(_INSERT_FTS, batch)
+            self.conn.executemany(search.INSERT_FTS, batch)
