@@ -34,8 +34,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from agent.events.canonical import canonical
 from agent.store.db import connect, sqlite3
-from agent.store.log import EventLog, canonical, utc_ts
+from agent.store.log import EventLog
+from agent.times import utc_ts
 
 # A mix close to a tick's: model-visible notes and tool results, an invisible intent.
 _OUTPUT = "offer 123456 RTX 4090 x1 $0.38/h reliability 0.991 host 4411 " * 4

@@ -37,10 +37,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from agent import logsetup  # noqa: E402
+from agent.events.canonical import canonical  # noqa: E402
 from agent.runtime.app import App  # noqa: E402
 from agent.runtime.tick import run_tick  # noqa: E402
 from agent.sim import ManualClock, SimServer, Simulator  # noqa: E402
-from agent.store.log import EventLog, canonical  # noqa: E402
+from agent.store.log import EventLog  # noqa: E402
 from tests.conftest import settings_for  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, reply  # noqa: E402
 

@@ -30,8 +30,9 @@ from agent.context.inputs import log_request
 from agent.context.prompts import load_prompts, render_system
 from agent.errors import ConfigError, UsageError
 from agent.events import Event
-from agent.store.log import EventLog, utc_ts
+from agent.store.log import EventLog
 from agent.store.target import PgTarget
+from agent.times import utc_ts
 from tests.tamper import Tamper
 
 POLICY = {"max_instances": 4, "allowed_gpus": ["RTX_4090", "A100"], "max_dph": 0.6}

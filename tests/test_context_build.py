@@ -29,7 +29,9 @@ from agent.context import (
 )
 from agent.context.compaction import Plan, compaction_payload, plan, summarise
 from agent.events import Event, render
-from agent.store.log import EventLog, canonical, utc_ts
+from agent.events.canonical import canonical
+from agent.store.log import EventLog
+from agent.times import utc_ts
 from tests.test_context import POLICY, TOOLS, Clock
 from tests.test_context_props import PROMPTS, S, _pairs_ok, holds_tick, run, runs
 

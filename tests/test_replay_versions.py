@@ -21,9 +21,10 @@ from agent.context.compaction import compact
 from agent.context.inputs import log_request, manifest_of, record_inputs, recorded
 from agent.context.prompts import Prompts
 from agent.events import Event
+from agent.events.canonical import canonical
 from agent.events.kinds.model import SHARED, join_manifest, split_manifest
 from agent.runtime.export import Inputs, TrainingReport, training_examples
-from agent.store.log import GENESIS, EventLog, canonical, row_hash
+from agent.store.log import GENESIS, EventLog, row_hash
 from tests.tamper import Tamper
 from tests.test_cli_context import TICKS, cli
 from tests.test_context import POLICY, TOOLS, Clock

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from agent import events as ev
+from agent.events.canonical import canonical
 from agent.store import db as agent_db
-from agent.store.log import EventLog, canonical
+from agent.store.log import EventLog
 from tests.tamper import Tamper
 
 LONG = ("the host in Oslo kept failing after renting two instances there yesterday; every one of them went "

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.events import Event
-from agent.store.log import GENESIS, EventLog, canonical, row_hash
+from agent.events.canonical import canonical
+from agent.store.log import GENESIS, EventLog, row_hash
 from tests import tamper
 
 # Per tick: instance id (or a bad one) -> (ours, status). Instance 7 is not ours; "x" has no integer id.

@@ -26,8 +26,8 @@ def _side_effects(app: Any, tick: int) -> int:
 
 def test_a_tick_with_reads_only_commits_once_per_model_step_plus_start_and_end(make_app, fake_model):
     """A tick whose model searches once (and names a tool that does not exist) then stops (2 steps, no
-    side effect) commits 3 times: each request (the first carries the tick's start; the last reply, its
-    read-only call and both results ride along with the next), its end; the second tick (1 step) twice.
+    side effect) commits 4 times: its start, each request (the last reply, its read-only call and both
+    results ride along with the next), its end; the second tick (1 step) three times.
     Every event of the tick is in the log and the chain verifies. The model client is built first, as a
     daemon's is after its first tick (see the test below for a process's first tick)."""
     app = make_app()
@@ -36,27 +36,26 @@ def test_a_tick_with_reads_only_commits_once_per_model_step_plus_start_and_end(m
                        reply("nothing to do"))
     r, commits = _tick(app)
     assert (r.steps, _side_effects(app, r.tick)) == (2, 0)
-    assert commits == 1 + r.steps == 3
+    assert commits == 2 + r.steps == 4
     kinds = [e.kind for e in app.log.read(0, tick=r.tick)]
     assert kinds.count("model.response") == 2 and kinds.count("tool.result") == 2
     assert kinds[-1] == "tick.completed"
     fake_model.enqueue(reply("still nothing to do"))
     r2, commits2 = _tick(app)
-    assert r2.steps == 1 and commits2 == 2
+    assert r2.steps == 1 and commits2 == 3
     assert app.log.verify().ok
 
 
-def test_a_process_first_tick_commits_its_start_before_it_builds_the_model_client(make_app, fake_model):
-    """Building the model client imports the SDK (a second or more): a process's first tick commits its start
-    alone before it does, so the write lock is not held meanwhile (one commit more than a later tick: 2 + steps
-    for a tick of reads only); the next tick of the same process carries its start with its first request."""
+def test_a_process_first_tick_commits_as_a_later_one_does(make_app, fake_model):
+    """A process's first tick (which builds the model client) commits its start, each request and its end,
+    as the next tick of the same process does: 2 + steps for a tick of reads only."""
     app = make_app()
     fake_model.enqueue(reply("looking", tool_calls=[("search_offers", {"limit": 5})]), reply("nothing to do"))
     r, commits = _tick(app)
     assert r.steps == 2 and commits == 2 + r.steps == 4
     fake_model.enqueue(reply("looking", tool_calls=[("search_offers", {"limit": 5})]), reply("nothing to do"))
     r2, commits2 = _tick(app)
-    assert r2.steps == 2 and commits2 == 1 + r2.steps == 3
+    assert r2.steps == 2 and commits2 == 2 + r2.steps == 4
     assert app.log.verify().ok
 
 
@@ -67,7 +66,7 @@ def _rent_first_shown(body: dict[str, Any]) -> Step:
 
 def test_each_side_effecting_call_adds_two_commits_and_its_intent_is_durable_before_the_call(
         sim, make_app, fake_model):
-    """Search, rent one offer, stop: 3 steps and 1 side-effecting call commit 1 + 3 + 2 times. When the
+    """Search, rent one offer, stop: 3 steps and 1 side-effecting call commit 2 + 3 + 2 times. When the
     model is asked, the request is already committed (another connection reads it); when the rent
     reaches vast.ai its intent is already committed."""
     sim.pending = 600.0
@@ -85,7 +84,7 @@ def test_each_side_effecting_call_adds_two_commits_and_its_intent_is_durable_bef
                        reply("rented one"))
     r, commits = _tick(app)
     assert (r.steps, _side_effects(app, r.tick)) == (3, 1)
-    assert commits == 1 + r.steps + 2 * 1 == 6
+    assert commits == 2 + r.steps + 2 * 1 == 7
     # the second request and the search's result (which it shows) were committed before the model saw it
     assert seen == {"requests": 2, "results": 1}
     intent = events_of(app, "tool.called", r.tick)[-1]

@@ -15,8 +15,9 @@ import pytest
 from agent import events as ev
 from agent.errors import PayloadError
 from agent.events import Event
+from agent.events.canonical import canonical
 from agent.events.columns import pack_instances, unpack_instances
-from agent.store.log import GENESIS, EventLog, canonical, row_hash
+from agent.store.log import GENESIS, EventLog, row_hash
 from tests.tamper import Tamper
 
 MSG = "Error response from daemon: failed to create task for container"

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from agent import events as ev
+from agent.events.canonical import canonical
 from agent.events.columns import dictionary, pack_instances, undictionary, unpack_instances
-from agent.store.log import EventLog, canonical
+from agent.store.log import EventLog
 from tests.tamper import Tamper
 
 GPUS = ("RTX 3090", "RTX 4090", "RTX A6000")

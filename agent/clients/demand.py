@@ -55,7 +55,7 @@ class DemandClient:
         self.url = url
         self._shown = url.split("?", 1)[0]  # never show a query string: it may hold a token
         self._http = httpx.Client(timeout=timeout, transport=transport, headers={"Accept": "application/json"})
-        # Called before every request is sent; raising sends nothing (the App sets it: see agent.store.deferred).
+        # Called before every request is sent; raising sends nothing (none is set by the App today).
         self.fence: Callable[[], None] | None = None
 
     def __repr__(self) -> str:

@@ -21,8 +21,8 @@ from agent.context.pinned import MARKER_COST, SHRINK_FLOOR, empty_pinned, render
 from agent.context.prompts import Prompts, render_system
 from agent.context.thread import Entry, build_thread, shrink_entry
 from agent.events import Event, inline
+from agent.events.canonical import canonical
 from agent.events.kinds.model import split_manifest
-from agent.store.log import canonical
 from agent.tokens import REQUEST_OVERHEAD
 
 BUDGET_FIELDS = ("budget_tokens", "output_reserve", "high_water", "low_water", "encoding", "summary_max_tokens",

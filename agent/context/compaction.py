@@ -51,8 +51,9 @@ from agent.context.prompts import Prompts, render_summarize
 from agent.context.seen import seen_to
 from agent.context.thread import build_thread, maskable
 from agent.events import KINDS, Event, data, fence, inline, render, render_observation
+from agent.events.canonical import canonical
 from agent.model.llm import LLMError
-from agent.store.log import EventLog, canonical
+from agent.store.log import EventLog
 from agent.tokens import MESSAGE_OVERHEAD
 
 logger = logsetup.get_logger(__name__)

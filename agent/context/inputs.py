@@ -30,8 +30,9 @@ from agent.context.build import (
 )
 from agent.context.prompts import Prompts
 from agent.events import Event
+from agent.events.canonical import canonical
 from agent.events.kinds.model import REQUEST_INPUT, bundle_hash, join_manifest, split_manifest
-from agent.store.log import EventLog, canonical
+from agent.store.log import EventLog
 
 KIND = "input.recorded"
 

@@ -26,7 +26,8 @@ from agent.context.inputs import InForce, in_force, manifest_of, recorded
 from agent.context.load import load, meter_for, project, project_at, request_of_tick
 from agent.context.prompts import Prompts
 from agent.events import Event
-from agent.store.log import EventLog, canonical
+from agent.events.canonical import canonical
+from agent.store.log import EventLog
 
 
 @dataclass

@@ -11,18 +11,12 @@ import itertools
 from typing import Any
 
 from agent.errors import PayloadError
+from agent.events.canonical import canonical
 from agent.events.event import JsonObject
 from agent.events.stored import Stored
 
 KIND = "tick.started"
 _SCALARS = frozenset({str, int, float, bool, type(None)})  # values a record may share without a copy of its own
-
-
-def canonical(obj: Any) -> str:
-    """The log's canonical JSON (imported when called: agent.store.log imports this package)."""
-    from agent.store.log import canonical
-
-    return canonical(obj)
 
 
 def _same_json(a: Any, b: Any) -> bool:

@@ -33,11 +33,8 @@ def live_alerts(tx: Transaction, *, key: str | None = None, prefix: str | None =
 
 
 def _live(log: EventLog, key: str | None, prefix: str | None) -> list[Alert]:
-    """``Store.live_alerts(key=, prefix=)``, picked from every live alert, which is read again only after a
-    write that can change it (``EventLog.memo``: a tick asks for a few keys and prefixes in a row)."""
-    from agent.store.readmodels import WRITTEN_BY  # loaded with the event log, which the caller has open
-
-    every = log.memo("alerts.live", log.store.every_live_alert, WRITTEN_BY["alerts"])
+    """``Store.live_alerts(key=, prefix=)``, picked from every live alert."""
+    every = log.store.every_live_alert()
     if key is not None:
         return [a for a in every if a.dedup_key == key]
     if prefix is None:

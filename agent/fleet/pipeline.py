@@ -14,8 +14,6 @@ Every call the model makes runs through ``run_tool_call`` and nowhere else:
    a crash; then the log's fence (a daemon's leadership check, agent.runtime.leader) must
    pass, or nothing is sent; a call with no side effect (a read, a dry run, marked ``dry_run``) logs
    its ``tool.called`` with its result instead, in one transaction;
-3b. settle: a commit this thread deferred (``agent.store.deferred``: a tick's start) is made before
-   the handler runs, so no call reaches another system while its cause is uncommitted;
 4. call: the handler, given the prepared value and the key for an action;
 5. log result: ``tool.result``, built by ``result_payload`` (the one builder of
    that payload, which reconcile uses for the results it recovers).
@@ -43,7 +41,6 @@ from agent.fleet.toolkit import (
     load_tools,
     parse_arguments,
 )
-from agent.store.deferred import settle
 from agent.store.log import EventLog
 
 log_ = logsetup.get_logger(__name__)
@@ -116,7 +113,6 @@ def run_tool_call(toolbox: Toolbox, ctx: ToolContext, call: ToolCall, *, dry_run
         block = tool.check(ctx, args) if tool.check is not None else None
         if block is not None:
             return _blocked(ctx, call, block), True
-        settle()  # a read reaches vast.ai: nothing of this thread's waits uncommitted meanwhile
         outcome = tool.handler(ctx, args)
     except FleetAgentError as e:  # vast.ai, the demand queue, the log: the model reads what failed
         outcome = Outcome(False, error=f"{call['name']} failed: {e}")
@@ -139,7 +135,6 @@ def _run_action(tool: Action[Any], ctx: ToolContext, call: ToolCall, args: Args,
     # Fencing: a daemon that lost the fleet's lock since the intent committed sends nothing
     # (LeadershipLost propagates; the active daemon's reconcile settles the intent).
     ctx.log.check_fence()
-    settle()  # the intent's commit carried anything deferred; no call is made while something waits
     try:
         outcome = tool.handler(ctx, args, prepared, key)
     except FleetAgentError as e:

@@ -15,7 +15,8 @@ from typing import Any
 from agent.config import Settings
 from agent.fleet import spend, steering
 from agent.fleet.block import Block, norm_gpu
-from agent.store.log import EventLog, utc_ts
+from agent.store.log import EventLog
+from agent.times import utc_ts
 
 
 class Policy:

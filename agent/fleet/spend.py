@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 from agent.config import PolicySettings, Settings
 from agent.fleet.block import Block
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
-from agent.store.log import EventLog, utc_ts
+from agent.store.log import EventLog
 from agent.store.queries import Rental
-from agent.times import parse_ts
+from agent.times import parse_ts, utc_ts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

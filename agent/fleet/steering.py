@@ -21,8 +21,8 @@ from agent.config import PolicySettings, Settings
 from agent.errors import UsageError
 from agent.events import Event
 from agent.fleet.block import norm_gpu
-from agent.store.log import EventLog, utc_ts
-from agent.times import parse_duration, parse_operator_time
+from agent.store.log import EventLog
+from agent.times import parse_duration, parse_operator_time, utc_ts
 
 _OVERRIDE_KINDS = ("policy.overridden", "policy.override_ended")
 _PAUSE_KINDS = ("fleet.paused", "fleet.resumed")
@@ -156,9 +156,8 @@ def check_override(policy: PolicySettings, key: str, raw: str) -> Any:
 
 
 def _overrides(log: EventLog) -> dict[int, Override]:
-    """Every override not ended by an event, by id (expiry by time is applied by the caller); read again only
-    after a write (``EventLog.memo``). Shared: not to be changed."""
-    return log.memo("steering.overrides", lambda: _read_overrides(log), _OVERRIDE_KINDS)
+    """Every override not ended by an event, by id (expiry by time is applied by the caller)."""
+    return _read_overrides(log)
 
 
 def _read_overrides(log: EventLog) -> dict[int, Override]:
@@ -229,9 +228,8 @@ class Pause:
 
 
 def _latest_pause(log: EventLog) -> Pause | None:
-    """The newest pause not ended by an event (its expiry by time is the caller's to apply); read again
-    only after a write (``EventLog.memo``)."""
-    return log.memo("steering.pause", lambda: _read_latest_pause(log), _PAUSE_KINDS)
+    """The newest pause not ended by an event (its expiry by time is the caller's to apply)."""
+    return _read_latest_pause(log)
 
 
 def _read_latest_pause(log: EventLog) -> Pause | None:
@@ -277,9 +275,8 @@ class Exclusion:
 
 
 def _exclusions(log: EventLog) -> dict[int, Exclusion]:
-    """host id -> its exclusion not ended by an event (expiry by time is the caller's to apply); read again
-    only after a write (``EventLog.memo``). Shared: not to be changed."""
-    return log.memo("steering.exclusions", lambda: _read_exclusions(log), _EXCLUSION_KINDS)
+    """host id -> its exclusion not ended by an event (expiry by time is the caller's to apply)."""
+    return _read_exclusions(log)
 
 
 def _read_exclusions(log: EventLog) -> dict[int, Exclusion]:

@@ -205,9 +205,6 @@ class OpenAIChat(ChatProvider):
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         import openai
 
-        from agent.store.deferred import settle
-
-        settle()  # nothing goes to the model while a commit of this thread waits (agent.store.deferred)
         started = time.monotonic()
         try:
             try:

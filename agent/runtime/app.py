@@ -69,11 +69,7 @@ class App:
         return self._vast
 
     def _before_send(self) -> None:
-        """Before any request leaves for another system: what this thread deferred commits
-        (``agent.store.deferred``), then the daemon's leadership check."""
-        from agent.store.deferred import settle
-
-        settle()
+        """Before any request leaves for another system: the daemon's leadership check."""
         if self.fence is not None:
             self.fence()
 
@@ -85,9 +81,6 @@ class App:
             from agent.clients.demand import DemandClient
 
             self._demand = DemandClient(self.settings.demand.url)
-            from agent.store.deferred import settle
-
-            self._demand.fence = settle  # reads only: no leadership check, but nothing deferred waits on it
         return self._demand
 
     def provider(self) -> ChatProvider:
@@ -102,12 +95,7 @@ class App:
             from agent.model.rules import RulesProvider
 
             return RulesProvider(self)
-        from agent.store.deferred import settle
-
         key = self.settings.model_api_key(self.env)
-        # Building the client imports the model SDK (a second or more, once a process): what this thread
-        # deferred commits first, so no other writer waits on the write lock meanwhile.
-        settle()
         from agent.model.llm import OpenAIChat
 
         return OpenAIChat(base_url=m.base_url, model=m.name, api_key=key.reveal() if key else None,

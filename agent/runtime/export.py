@@ -36,7 +36,8 @@ from agent.context.prompts import Prompts
 from agent.context.replay import rederive
 from agent.errors import FleetAgentError, UsageError
 from agent.events import Event, render, stored_payload
-from agent.store.log import EventLog, canonical
+from agent.events.canonical import canonical
+from agent.store.log import EventLog
 
 FORMATS = ("jsonl", "parquet")
 PARQUET_BATCH = 5000

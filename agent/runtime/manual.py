@@ -19,7 +19,8 @@ from agent.fleet.pipeline import run_destroy
 from agent.fleet.policy import Policy
 from agent.fleet.toolkit import Outcome, ToolContext
 from agent.runtime.app import App
-from agent.store.log import EventLog, utc_ts
+from agent.store.log import EventLog
+from agent.times import utc_ts
 
 HISTORY_TICKS = 500  # how many past observations 'since' looks back through
 

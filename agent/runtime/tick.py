@@ -226,18 +226,7 @@ def _run(app: App, stop: threading.Event) -> TickResult:
         log_.exception("tick.crashed", tick=run.tick)
         return run.fail(f"internal error: {type(e).__name__}: {e}", "internal")
     finally:
-        _settle_start(app)
         structlog.contextvars.unbind_contextvars("tick")
-
-
-def _settle_start(app: App) -> None:
-    """Every way out of a tick commits its start: normally its first request (or its end) already did; an
-    interrupt (not an ``Exception``) between them leaves it for here, as it was committed before."""
-    if app.log.deferred:
-        try:
-            app.log.flush()
-        except FleetAgentError:
-            log_.exception("tick.start_unlogged")
 
 
 def _steps(run: _Run, stop: threading.Event) -> TickResult:
@@ -281,10 +270,8 @@ def _start(run: _Run) -> ToolContext | TickResult:
         ctx.vast.deadline = None
         return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
     obs = observe(app, ctx, tick)
-    # The tick's start and what its observation brings in: one transaction, committed with the first
-    # request (or the first side effect's intent, or the tick's end, whichever comes first): nothing
-    # reaches another system before it commits (``agent.store.deferred``), and nothing outside depends on it.
-    with log.transaction(defer=True):
+    # The tick's start and what its observation brings in: one transaction.
+    with log.transaction():
         log.append("tick.started", {"observation": obs}, "scheduler", tick)
         steering.note_in_force(log, tick)
         feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)

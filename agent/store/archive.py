@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import LogError
+from agent.store.chain import COLS as _COLS
+from agent.store.chain import bad_row
 from agent.store.db import immediate, sqlite3
-from agent.store.log import _COLS, EventLog, _bad_row, utc_ts
+from agent.store.log import EventLog
 from agent.store.segments import (
     SUFFIX,
     Remote,
@@ -47,6 +49,7 @@ from agent.store.segments import (
     sha256,
     write_durably,
 )
+from agent.times import utc_ts
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ def _read_back(data: bytes, name: str, digest: str, rows: list[tuple[Any, ...]])
     back = decode(decompress(data, name), name)
     prev_seq, prev_hash = rows[0][0] - 1, rows[0][9]
     for r in back:
-        bad = _bad_row(r, prev_seq, prev_hash)
+        bad = bad_row(r, prev_seq, prev_hash)
         if bad is not None:
             raise LogError(f"segment {name} read back wrong ({bad[1]}); nothing was archived")
         prev_seq, prev_hash = r[0], r[10]
@@ -204,8 +207,6 @@ def _commit(log: EventLog, s: Segment) -> None:
     except sqlite3.Error as e:
         raise LogError(f"segment {s.name} could not be recorded ({e}); nothing was archived: run "
                        "'fleet-agent log archive' again (another archive may have run meanwhile)") from e
-    finally:
-        log.forget_segments()
 
 
 # ------------------------------------------------------------------ copies and pruning
@@ -239,7 +240,6 @@ def prune(log: EventLog, *, before_ts: str, now: datetime, remote: Remote | None
             log.conn.execute("UPDATE segments SET copy_url = ?, copy_ts = ? WHERE first_seq = ?",
                              (url, utc_ts(now), seg.first_seq))
             log.conn.execute("UPDATE segments SET pruned_ts = ? WHERE first_seq = ?", (utc_ts(now), seg.first_seq))
-        log.forget_segments()
         with contextlib.suppress(FileNotFoundError):
             log.segment_files.path(seg).unlink()
         done.append(seg)

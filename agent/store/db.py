@@ -12,17 +12,13 @@ from __future__ import annotations
 import os
 import re
 import stat
+from types import TracebackType
 
 import pysqlite3.dbapi2 as sqlite3
+import sqlite_utils
 
 from agent.config import path_text
 from agent.errors import LogError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from types import TracebackType
-
-    import sqlite_utils
 
 MIN_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_MS = 30_000
@@ -210,11 +206,7 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False, create: boo
 
 
 def database(conn: sqlite3.Connection) -> sqlite_utils.Database:
-    """sqlite-utils over an open connection, changing nothing on it (no pragma, no plugin hooks).
-
-    Imported on first use: a command that only appends (``say``) does not pay for it."""
-    import sqlite_utils
-
+    """sqlite-utils over an open connection, changing nothing on it (no pragma, no plugin hooks)."""
     return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
 
 
@@ -303,3 +295,11 @@ def _statements(sql: str) -> list[str]:
     if rest and not all(ln.strip().startswith("--") or not ln.strip() for ln in buf):
         raise LogError(f"schema.sql: incomplete statement at the end of a migration: {rest[:60]!r}")
     return out
+
+
+def db_errors() -> tuple[type[BaseException], ...]:
+    """The database drivers' error classes loaded in this process (psycopg's only once a PostgreSQL log opened)."""
+    import sys
+
+    pg = sys.modules.get("psycopg")
+    return (sqlite3.Error,) if pg is None else (sqlite3.Error, pg.Error)

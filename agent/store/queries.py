@@ -13,44 +13,28 @@ plain values, never positional tuples.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from agent import lazy
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.store.db import sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # the other rows are defined when a question that returns one is first asked
-    import json
-    from typing import Any
-
-    from agent.store.rows import (
-        Directive,
-        FailedRun,
-        Instance,
-        InstanceState,
-        Intent,
-        KnowledgeVersion,
-        Memory,
-        OpenTick,
-        Rental,
-    )
-    from agent.store.segment_types import Segment
-else:  # json loads at the first query that decodes a payload
-    json = lazy.module("json", globals())
+from agent.store.rows import (
+    Directive,
+    FailedRun,
+    Instance,
+    InstanceState,
+    Intent,
+    KnowledgeVersion,
+    Memory,
+    OpenTick,
+    Rental,
+)
+from agent.store.segment_types import Segment
 
 __all__ = ["Alert", "Directive", "FailedRun", "Instance", "InstanceState", "Intent", "KnowledgeVersion", "Memory",
            "OpenTick", "Rental", "Silence", "Store"]
-_ROWS = frozenset(__all__) - {"Alert", "Silence", "Store"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _ROWS:
-        raise AttributeError(f"module 'agent.store.queries' has no attribute {name!r}")
-    from agent.store import rows
-
-    return getattr(rows, name)
 
 
 @dataclass(frozen=True)

@@ -8,20 +8,14 @@ drift from the log that is the truth.
 
 from __future__ import annotations
 
-from agent import lazy
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agent.events import Event
 from agent.store.db import database, sqlite3
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # the read models are read (queries.py names the tables) without the event classes or json
-    import json
-    from collections.abc import Callable, Iterable
-    from typing import Any
-
-    from agent.events import Event
-
-    Projector = Callable[[sqlite3.Connection, Event], None]
-else:
-    json = lazy.module("json", globals())
+Projector = Callable[[sqlite3.Connection, Event], None]
 
 # The read-model tables (schema.sql, migrations 002_read_models, 003_alert_silences, 006_instance_states and
 # 007_observed_runs); each is compared in primary-key order.

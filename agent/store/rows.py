@@ -7,7 +7,7 @@ Defined here, apart from agent/store/queries.py, so that a command that asks non
 
 from __future__ import annotations
 
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
+from dataclasses import dataclass
 
 __all__ = ["Directive", "FailedRun", "Instance", "InstanceState", "Intent", "KnowledgeVersion", "Memory", "OpenTick",
            "Rental"]

@@ -7,13 +7,10 @@ them: a command that reads no segment never needs either. ``agent.store.segments
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import cached_property
 
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from agent.secrets import Secret
+from agent.secrets import Secret
 
 
 @dataclass(frozen=True)

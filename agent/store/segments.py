@@ -13,32 +13,24 @@ segments, ``agent.store.log`` reads and verifies through ``SegmentFiles``.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from agent.errors import LogError
-
-if TYPE_CHECKING:  # a segment's records are defined when one is first read or sealed (segment_types.py)
-    from agent.store.segment_types import S3Credentials as S3Credentials
-    from agent.store.segment_types import Segment as Segment
+from agent.store.segment_types import S3Credentials as S3Credentials
+from agent.store.segment_types import Segment as Segment
 
 # The columns of an event row, in the order log.py reads them.
 COLUMNS = ("seq", "id", "ts", "kind", "version", "source", "tick", "payload", "tokens", "prev_hash", "hash")
 ZSTD_LEVEL = 10
 SUFFIX = ".jsonl.zst"
 
-
-def __getattr__(name: str) -> Any:
-    if name not in ("Segment", "S3Credentials"):
-        raise AttributeError(f"module 'agent.store.segments' has no attribute {name!r}")
-    from agent.store import segment_types
-
-    return getattr(segment_types, name)
 
 
 def encode(rows: Iterable[tuple[Any, ...]]) -> bytes:
@@ -79,8 +71,6 @@ def decompress(data: bytes, name: str) -> bytes:
 
 
 def sha256(data: bytes) -> str:
-    import hashlib  # OpenSSL loads when a segment is written or checked, not with every command
-
     return hashlib.sha256(data).hexdigest()
 
 

@@ -7,16 +7,12 @@ config (agent/config.py) becomes one of these; ``EventLog`` takes either.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeAlias
 
 from agent.errors import ConfigError
-from agent.record import field
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.secrets import Secret
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # urllib.parse and pathlib load when a PostgreSQL URL is checked or a state file named
-    from pathlib import Path
-    from typing import TypeAlias
 
 PG_SCHEMES = ("postgresql", "postgres")
 # As text: compiled (and cached by re) when a PostgreSQL target is first made; every command that opens a

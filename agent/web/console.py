@@ -24,7 +24,7 @@ from agent.events import KINDS, Event, describe, render
 from agent.fleet import spend as fleet_spend
 from agent.runtime import status
 from agent.runtime.app import App
-from agent.store.log import utc_ts
+from agent.times import utc_ts
 from agent.web import charts, spend
 from agent.web.auth import Auth
 from agent.web.metrics import LogCollector, State, Totals, db_bytes, fold, registry_for

@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agent.events.columns import canonical
+from agent.events.canonical import canonical
 from agent.events.event import Event, JsonArray, JsonObject, Message
 from agent.events.kinds.base import VOCABULARY, same_shape
 from agent.events.payload import Payload
