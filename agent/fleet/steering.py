@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from agent.config import PolicySettings, Settings
@@ -21,7 +22,6 @@ from agent.errors import UsageError
 from agent.events import Event
 from agent.fleet.policy import norm_gpu
 from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
-from agent.record import replace
 from agent.store.log import EventLog, utc_ts
 
 TYPE_CHECKING = False

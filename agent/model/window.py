@@ -8,9 +8,10 @@ fits the window, so a compaction never produces a thread the server refuses agai
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from agent import feedback, logsetup
 from agent.config import ContextSettings
-from agent.record import replace
 from agent.store.log import EventLog
 
 TYPE_CHECKING = False
