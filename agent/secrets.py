@@ -7,10 +7,10 @@ can scrub it from anything, even text that was never meant to carry it.
 
 from __future__ import annotations
 
-import _thread
+import threading
 
 _known: set[str] = set()
-_lock = _thread.allocate_lock()  # (threading itself is not needed to load the config)
+_lock = threading.Lock()
 REDACTED = "***"
 
 

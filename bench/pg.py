@@ -36,9 +36,9 @@ sys.path.insert(0, str(REPO / "bench"))
 import context as bctx  # noqa: E402  (bench/context.py)
 import structlog  # noqa: E402
 
+from agent.config import PgTarget  # noqa: E402
 from agent.context.prompts import load_prompts  # noqa: E402
 from agent.store.log import EventLog  # noqa: E402
-from agent.store.target import PgTarget  # noqa: E402
 from tests.pgserver import create_fleet_database, start_server  # noqa: E402
 
 

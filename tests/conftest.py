@@ -146,8 +146,8 @@ def new_log(storage_url: str | None, tmp_path: Path) -> Iterator[Callable[..., A
     """``new_log(name="log", agent_id="fleet-1", **kw)`` -> an EventLog on this test's backend: the SQLite
     file tmp_path/NAME.db, or fleet AGENT_ID in the test's PostgreSQL database (state files in tmp_path).
     Logs opened through it are closed after the test."""
+    from agent.config import PgTarget
     from agent.store.log import EventLog
-    from agent.store.target import PgTarget
 
     opened: list[EventLog] = []
 

@@ -279,3 +279,102 @@ def test_the_database_keeps_its_file_name_across_upgrades(tmp_path):
     it would leave every operator's history behind and refuse to start."""
     s = config.parse(f"data_dir: {tmp_path}\n", str(tmp_path / "config.yaml"))
     assert s.db_path == tmp_path / "fleet-agent.db"
+
+
+# ------------------------------------------------------------------ durations, files, paths
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("30", 30), ("0.6s", 0.6), ("5m", 300), (" 2h ", 7200), ("1d", 86400), ("1w", 604800), ("1.5 h", 5400),
+    ("250ms", 0.25),
+])
+def test_durations_take_every_unit(text, seconds):
+    """A duration is seconds, or a number with s, m, h, d or w (ms too)."""
+    s = config.parse(f"policy:\n  host_failure_exclusion: '{text}'\n")
+    assert float(s.policy.host_failure_exclusion) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["soon", "5 x", "-5m", "1y", "m", "1e3s", "5m5s"])
+def test_a_duration_not_written_so_is_refused(text):
+    assert "policy.host_failure_exclusion: expected a duration" in parse_error(
+        f"policy:\n  host_failure_exclusion: '{text}'\n")
+
+
+def test_hostile_yaml_is_refused_fast():
+    """Nested aliases (the "billion laughs"), an oversized file and deep nesting are refused at once,
+    naming the line; an empty section means its defaults."""
+    import time
+
+    bomb = "\n".join(['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]'] +
+                     [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)])
+    t0 = time.monotonic()
+    assert "config.yaml:2: b.0: anchors (&name) and aliases (*name) are not allowed" in parse_error(bomb)
+    assert "too large for a config file" in parse_error("a: 1\n" * 300_000)
+    assert "nested too deeply" in parse_error("".join(" " * i + f"k{i}:\n" for i in range(40)))
+    assert "not valid YAML" in parse_error("a: " + "[" * 5000 + "\n")
+    assert time.monotonic() - t0 < 5
+    assert config.parse("alerts:\npolicy:\n").alerts == config.AlertSettings()
+
+
+def test_the_first_problem_in_the_file_is_named():
+    """Of several problems, the error names the one on the earliest line."""
+    msg = parse_error("zz: 1\npolicy:\n  max_instances: x\nschedule:\n  interval: soon\n")
+    assert msg.startswith("/etc/fa/config.yaml:1: zz: unknown key")
+    msg = parse_error("schedule:\n  interval: soon\npolicy:\n  max_instances: x\n")
+    assert msg.startswith("/etc/fa/config.yaml:2: schedule.interval: expected a duration")
+
+
+def test_the_usual_loopback_hosts_are_loopback() -> None:
+    for host, expected in (("localhost", True), ("127.0.0.1", True), ("::1", True), ("127.1.2.3", True),
+                           ("0.0.0.0", False), ("10.0.0.1", False), ("example.com", False), ("[::1]", False)):
+        assert config.is_loopback(host) == expected, host
+
+
+def test_find_config_and_load_name_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """find_config returns a Path; load reads the file it finds (through --config, $FLEET_AGENT_CONFIG
+    or ./config.yaml) and keeps its path, as pathlib writes it, as source_path; a missing, oversized or
+    non-UTF-8 file is refused naming what was given."""
+    monkeypatch.chdir(tmp_path)
+    Path("config.yaml").write_text("agent_id: here\n", encoding="utf-8")
+    Path("sub").mkdir()
+    Path("sub/other.yaml").write_text("agent_id: there\r\n", encoding="utf-8")
+    assert config.find_config(None, {}) == Path("config.yaml")
+    assert isinstance(config.find_config("./sub//other.yaml", {}), Path)
+    s = config.load(None, {})
+    assert (s.agent_id, s.source_path, s.base_dir) == ("here", "config.yaml", tmp_path.resolve())
+    s = config.load("./sub//other.yaml/", {})
+    assert (s.agent_id, s.source_path) == ("there", "sub/other.yaml")
+    s = config.load(None, {"FLEET_AGENT_CONFIG": "sub/./other.yaml"})
+    assert s.source_path == "sub/other.yaml"
+    with pytest.raises(ConfigError, match=r"^\$FLEET_AGENT_CONFIG=sub/nothing.yaml: no such file$"):
+        config.load(None, {"FLEET_AGENT_CONFIG": "./sub//nothing.yaml"})
+    with pytest.raises(ConfigError, match=r"^sub/: no such config file"):
+        config.load("sub/", {})
+    Path("sub/bad.yaml").write_bytes(b"agent_id: \xff\n")
+    with pytest.raises(ConfigError, match=r"^sub/bad.yaml: not UTF-8 text; save the config as UTF-8$"):
+        config.load("./sub/bad.yaml", {})
+    Path("sub/big.yaml").write_text("# x\n" * 300_000, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^sub/big.yaml: 1200000 bytes is too large for a config file"):
+        config.load("sub/big.yaml", {})
+
+
+def test_the_database_file_text_is_the_database_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings.db_file is str(Settings.db_path): data_dir relative, absolute, with '~', '$VAR', './' and
+    doubled slashes; storage.url as a file; the config loaded through a symlink from another directory
+    (its real directory is the base) and a config with no file (the working directory is the base)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DATA_ROOT", str(tmp_path / "root"))
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").mkdir()
+    monkeypatch.chdir(tmp_path / "link")
+    expected = {"./data": tmp_path / "real/data", "/abs/./data": Path("/abs/data"),
+                "~/fleet": tmp_path / "home/fleet", "$DATA_ROOT/d": tmp_path / "root/d"}
+    for i, (data_dir, want) in enumerate(expected.items()):
+        text = f"agent_id: a\ndata_dir: {data_dir!r}\n"
+        real = tmp_path / "real" / f"c{i}.yaml"
+        real.write_text(text, encoding="utf-8")
+        (tmp_path / "link" / f"c{i}.yaml").symlink_to(real)
+        s = config.load(f"c{i}.yaml")
+        assert s.db_path == want.resolve() / "fleet-agent.db" and s.db_file == str(s.db_path), data_dir
+    s = config.parse("agent_id: a\nstorage:\n  url: ./db//here.sqlite\n", "<string>")
+    assert s.db_file == str(s.db_path) == str(Path.cwd() / "db/here.sqlite")

@@ -1,19 +1,17 @@
-"""Settings.path keeps what it resolved per settings object, and gives what it gave before keeping.
-
-A tick asks for data_path and knowledge_path several times; each used to resolve the config file's
-symlinks again. The kept answers must be the answers: the same Path for the same setting, a new one when
-the working directory changes under a relative config path, $VAR and ~ read fresh every time, and the
-settings' equality, repr and replace untouched by what is kept.
+"""Settings.path resolves a setting against the config file's real directory: through a symlink, under a
+relative config path (the working directory at the time of asking), with $VAR and ~ read at every call,
+and a replaced copy resolves its own values.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
-from agent.config import load, replace
+from agent.config import load
 
 
 def _settings(tmp_path: Path, name: str = "config.yaml") -> Path:
@@ -61,12 +59,12 @@ def test_env_and_home_paths_are_read_fresh(tmp_path: Path, monkeypatch: pytest.M
     assert s.path("~/k") == tmp_path / "h2" / "k"
 
 
-def test_kept_paths_leave_equality_repr_and_replace_alone(tmp_path: Path) -> None:
+def test_asking_for_paths_leaves_equality_repr_and_replace_alone(tmp_path: Path) -> None:
     """Settings that asked for paths equal and show as settings that did not; a replaced copy resolves
     its own data_dir."""
     cfg = _settings(tmp_path)
     a, b = load(str(cfg)), load(str(cfg))
     _ = a.data_path
     assert a == b and repr(a) == repr(b)
-    c = replace(a, data_dir=os.path.join(str(tmp_path), "other"))
+    c = dataclasses.replace(a, data_dir=os.path.join(str(tmp_path), "other"))
     assert c.data_path == tmp_path / "other" and a.data_path == tmp_path.resolve() / "data"

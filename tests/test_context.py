@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from agent.config import PgTarget
 from agent.context import (
     PLACEHOLDER,
     Calibration,
@@ -31,7 +32,6 @@ from agent.context.prompts import load_prompts, render_system
 from agent.errors import ConfigError, UsageError
 from agent.events import Event
 from agent.store.log import EventLog
-from agent.store.target import PgTarget
 from agent.times import utc_ts
 from tests.tamper import Tamper
 

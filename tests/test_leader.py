@@ -329,8 +329,8 @@ def test_pg_a_suspended_daemon_mid_append_does_not_hold_the_append_lock(pg_url: 
     """The daemon's logs on PostgreSQL end their session after failover/2 inside an open transaction: an
     append left open (as by a daemon suspended mid-append) is rolled back by the server, and another
     writer's append goes through instead of waiting for the suspended one."""
+    from agent.config import PgTarget
     from agent.store.pglock import bound_idle_transactions
-    from agent.store.target import PgTarget
 
     with EventLog(PgTarget(pg_url, "fleet-1", state_dir=tmp_path), create=True) as lg, \
             EventLog(PgTarget(pg_url, "fleet-1", state_dir=tmp_path)) as other:

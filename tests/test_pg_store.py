@@ -16,9 +16,9 @@ import pytest
 
 from agent import cli, config
 from agent.cli import doctor
+from agent.config import PgTarget
 from agent.errors import LogError
 from agent.store.log import EventLog
-from agent.store.target import PgTarget
 from tests.tamper import EVENT_REWRITES, PG_TRUNCATE, PgTamper, pg_attempt
 
 
@@ -124,7 +124,7 @@ def test_two_fleets_in_one_database_each_see_only_their_own_rows(pg_url, tmp_pat
 _WRITER = """
 import sys
 from agent.store.log import EventLog
-from agent.store.target import PgTarget
+from agent.config import PgTarget
 url, agent, n, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 with EventLog(PgTarget(url, agent), create=False) as log:
     for i in range(n):
@@ -364,7 +364,7 @@ import sys
 from pathlib import Path
 from agent.store.log import EventLog
 from agent.store.pglock import bound_idle_transactions
-from agent.store.target import PgTarget
+from agent.config import PgTarget
 log = EventLog(PgTarget(sys.argv[1], "fleet-a", state_dir=Path(sys.argv[2])), create=False)
 log.fence = lambda: None  # a daemon's log: every append is fenced
 bound_idle_transactions(log, 1.0)

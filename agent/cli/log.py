@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.cli import args as args_
 from agent.cli import output
-from agent.config import find_secret
+from agent.config import LogLocation, PgTarget, find_secret, is_pg_url
 from agent.errors import ConfigError, FleetAgentError, LockError, LogError, UsageError
 from agent.runtime.app import App
 from agent.runtime.export import Inputs, Selection, export_events, export_training
@@ -22,7 +22,6 @@ from agent.store import archive
 from agent.store.db import PAGE_SIZE, sqlite3
 from agent.store.migrate import migrate
 from agent.store.segments import Remote
-from agent.store.target import LogLocation, PgTarget, is_pg_url
 
 PAGE_SIZES = (4096, 8192, 16384, 32768, 65536)
 

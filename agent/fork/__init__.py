@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from agent import config
+from agent.config import PgTarget
 from agent.errors import LogError, UsageError
 from agent.fork.diff import Decision, TickDecisions, TickDiff, compare, decisions, render
 from agent.fork.point import ForkPoint
 from agent.fork.run import ForkResult, Where, fork_point, make_fork, open_origin
 from agent.fork.setup import Change
 from agent.store.log import EventLog
-from agent.store.target import PgTarget
 
 __all__ = ["Change", "Decision", "ForkOrigin", "ForkPoint", "ForkResult", "TickDecisions", "TickDiff", "Where",
            "compare", "decisions", "diff_fork", "fork_point", "make_fork", "open_origin", "render"]

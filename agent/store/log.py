@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent import events as ev
-from agent.config import path_text
+from agent.config import PgTarget, path_text
 from agent.errors import ChainBroken, LogError, PayloadError
 from agent.events import Event
 from agent.events.canonical import canonical
@@ -44,7 +44,6 @@ from agent.store.queries import Store
 from agent.store.rows import Instance, InstanceState
 from agent.store.segment_types import Segment
 from agent.store.segments import SegmentFiles
-from agent.store.target import PgTarget
 from agent.times import utc_ts
 from agent.tokens import Tokenizer
 

@@ -12,9 +12,9 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.config import LogLocation
 from agent.errors import ChainBroken, LogError
 from agent.store.log import EventLog
-from agent.store.target import LogLocation
 
 
 @dataclass(frozen=True)

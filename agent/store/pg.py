@@ -29,9 +29,9 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from agent.config import PgTarget
 from agent.errors import LogError
 from agent.secrets import scrub
-from agent.store.target import PgTarget
 
 APPEND_LOCK = 0x66610001
 MIGRATE_LOCK = 0x66610000

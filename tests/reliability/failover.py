@@ -29,9 +29,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from agent.config import PgTarget
 from agent.events import Event
 from agent.store.log import EventLog
-from agent.store.target import PgTarget
 from tests.reliability.harness import (
     AGENT_ID,
     ROOT,

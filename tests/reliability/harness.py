@@ -105,7 +105,7 @@ def db_path(root: Path) -> Any:
     """Where the run's log lives: the SQLite file, or the fleet in the PostgreSQL database."""
     if _STORAGE[0] is None:
         return root / "data" / "fleet-agent.db"
-    from agent.store.target import PgTarget
+    from agent.config import PgTarget
 
     return PgTarget(_STORAGE[0], AGENT_ID, state_dir=root / "data")
 
