@@ -4,6 +4,7 @@
     make_app    make_app(provider=..., policy={...}, model={...}, ...) -> App wired to the
                 simulator (vast + demand), the fake model (or the rules provider), a real
                 SQLite file under tmp_path and the simulator's ManualClock; closed after the test
+                (its vast.ai client waits on the simulator's FastWall: no real sleeps)
     settings_for(tmp_path, sim_url, ...)  the same Settings, for subprocesses and custom Apps
 """
 
@@ -25,6 +26,7 @@ from agent.config import Settings
 from agent.runtime.app import App
 from agent.sim import ManualClock, SimServer, Simulator
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.wall import fast_waits
 
 pytest_plugins = ["tests.conftest_sim", "tests.pgserver"]
 
@@ -109,6 +111,7 @@ def make_app(tmp_path: Path, sim: Simulator, sim_server: SimServer, sim_clock: M
             sections["storage"] = {"url": url_storage}
         s = settings_for(tmp_path, sim_server.url, model_url=url, provider=provider, demand=demand, **sections)
         app = App(s, env={"VAST_API_KEY": sim.api_key}, clock=sim_clock, provider=chat)
+        fast_waits(sim, app.vast())  # pacing and log polls move the simulator's wall clock, not real time
         app.init_database(exist_ok=True)  # the first App creates it, as 'fleet-agent init' does
         apps.append(app)
         return app
