@@ -20,7 +20,7 @@ from tests.test_steering import _good_offers, renter
 
 def _in_another_process(log: EventLog, code: str) -> None:
     """Run ``code`` in a new Python process with ``log`` (the same database and head file) open there."""
-    script = ("import sys\nfrom agent import steering\nfrom agent.store.log import EventLog\n"
+    script = ("import sys\nfrom agent.fleet import steering\nfrom agent.store.log import EventLog\n"
               f"log = EventLog({str(log.path)!r}, head_file={str(log.head_file)!r}, create=False)\n"
               f"{code}\nlog.close()\n")
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
