@@ -4,6 +4,7 @@
     make_app    make_app(provider=..., policy={...}, model={...}, ...) -> App wired to the
                 simulator (vast + demand), the fake model (or the rules provider), a real
                 SQLite file under tmp_path and the simulator's ManualClock; closed after the test
+                (its vast.ai client waits on the simulator's FastWall: no real sleeps)
     settings_for(tmp_path, sim_url, ...)  the same Settings, for subprocesses and custom Apps
 """
 
@@ -25,6 +26,7 @@ from agent.config import Settings
 from agent.runtime.app import App
 from agent.sim import ManualClock, SimServer, Simulator
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.wall import fast_waits
 
 pytest_plugins = ["tests.conftest_sim", "tests.pgserver"]
 
@@ -89,7 +91,7 @@ MakeApp = Callable[..., App]
 
 @pytest.fixture
 def make_app(tmp_path: Path, sim: Simulator, sim_server: SimServer, sim_clock: ManualClock,
-             request: pytest.FixtureRequest) -> Iterator[MakeApp]:
+             storage_url: str | None, request: pytest.FixtureRequest) -> Iterator[MakeApp]:
     """A factory: ``make_app(provider="openai"|"rules", model_server=None, **sections)``.
 
     With ``provider="openai"`` the App talks to ``model_server`` (the ``fake_model`` fixture
@@ -104,11 +106,11 @@ def make_app(tmp_path: Path, sim: Simulator, sim_server: SimServer, sim_clock: M
         if provider == "openai" and chat is None:
             fake = model_server or request.getfixturevalue("fake_model")
             url = fake.base_url
-        url_storage = request.getfixturevalue("storage_url")
-        if url_storage is not None and "storage" not in sections:
-            sections["storage"] = {"url": url_storage}
+        if storage_url is not None and "storage" not in sections:
+            sections["storage"] = {"url": storage_url}
         s = settings_for(tmp_path, sim_server.url, model_url=url, provider=provider, demand=demand, **sections)
         app = App(s, env={"VAST_API_KEY": sim.api_key}, clock=sim_clock, provider=chat)
+        fast_waits(sim, app.vast())  # pacing and log polls move the simulator's wall clock, not real time
         app.init_database(exist_ok=True)  # the first App creates it, as 'fleet-agent init' does
         apps.append(app)
         return app
@@ -131,14 +133,16 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def storage_url(request: pytest.FixtureRequest) -> str | None:
-    """storage.url for this test: None (SQLite in data_dir) unless it runs on PostgreSQL, then a fresh
-    database owned by a fresh ordinary role."""
+def storage_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """storage.url for this test: None (SQLite in data_dir) unless it runs on PostgreSQL, then an empty
+    database owned by a fresh ordinary role (from the server's pool, reset after the test)."""
     if "backend" not in request.fixturenames or request.getfixturevalue("backend") == "sqlite":
-        return None
-    from tests.pgserver import create_fleet_database
+        yield None
+        return
+    from tests.pgserver import fleet_database
 
-    return create_fleet_database(request.getfixturevalue("pg_server"))
+    with fleet_database(request.getfixturevalue("pg_server")) as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL server for tests: initdb in a temp dir, pg_ctl start, a database per test.
+"""A throwaway PostgreSQL server for tests: initdb in a temp dir, pg_ctl start, a clean database per test.
 
 The server runs from Debian's ``postgresql`` package binaries (found on PATH or under
 ``/usr/lib/postgresql/*/bin``). PostgreSQL refuses to run as root, so when the tests run as
@@ -7,12 +7,20 @@ its temp dir and on 127.0.0.1 at a free port; local socket connections are trust
 connections need the superuser's password (``PgServer.password``), so a test can exercise
 password handling for real.
 
+Creating a database copies template1 (some 300 files, about 100 ms) and 150 of them filled the disk
+with 1.7 GB, so each server keeps a pool: a test leases a database and gives it back at teardown,
+where ``reset_database`` empties it (every schema dropped as the superuser, public recreated as
+initdb makes it, the database's owner, grants and settings put back) in a few milliseconds. The
+append-only triggers refuse DELETE and TRUNCATE even to the superuser, so the tables are dropped,
+never emptied. A test still sees an empty database owned by a role of its own.
+
 Without the binaries the fixture skips, saying what to install — except under CI
 (``CI`` set), where a missing server is a failure: CI must run every PostgreSQL test.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -23,10 +31,12 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 SKIP_HINT = ("PostgreSQL server binaries (initdb, pg_ctl) not found; install Debian's 'postgresql' package "
              "(.ci/run does) to run the PostgreSQL tests")
@@ -59,6 +69,8 @@ class PgServer:
     user: str
     password: str
     run_as: str | None
+    free: list[str] = field(default_factory=list)  # databases reset and ready for the next lease
+    _admin: psycopg.Connection[tuple[object, ...]] | None = None
 
     @property
     def socket_dir(self) -> str:
@@ -83,13 +95,49 @@ class PgServer:
                              check=True, capture_output=True, text=True)
         return out.stdout.strip()
 
+    def admin(self) -> psycopg.Connection[tuple[object, ...]]:
+        """The superuser's autocommit connection to the postgres database (setup and teardown only)."""
+        if self._admin is None or self._admin.closed:
+            self._admin = psycopg.connect(self.dsn(), autocommit=True)
+        return self._admin
+
     def create_database(self, name: str | None = None) -> str:
         """A new empty database; returns its socket DSN."""
         name = name or "t_" + uuid.uuid4().hex[:12]
-        self.psql(f'CREATE DATABASE "{name}"')
+        self.admin().execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         return self.dsn(name)
 
+    def lease(self, owner: str | None = None) -> str:
+        """An empty database from the pool (a new one when none is free), owned by ``owner`` when
+        given (else the superuser); returns its name. Give it back with ``release``."""
+        if self.free:
+            name = self.free.pop()
+        else:
+            name = "t_" + uuid.uuid4().hex[:12]
+            self.create_database(name)
+        if owner is not None:
+            self.admin().execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(name),
+                                                                                sql.Identifier(owner)))
+        return name
+
+    def release(self, name: str, role: str | None = None) -> None:
+        """Empty a leased database and put it back in the pool; drop ``role`` (the test's own), which
+        then owns nothing. A database that cannot be reset is dropped instead."""
+        try:
+            reset_database(self, name, role)
+        except psycopg.Error:
+            self.admin().execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        else:
+            self.free.append(name)
+        if role is not None:
+            try:
+                self.admin().execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+            except psycopg.Error:
+                pass  # it still owns something elsewhere (a database the test made itself): left as before
+
     def stop(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
         subprocess.run(self._cmd(str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate",
                                  "-w", "stop"), capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
@@ -164,15 +212,47 @@ def pg_server() -> Iterator[PgServer]:
         srv.stop()
 
 
+# The schemas initdb makes; every other one a test or fleet-agent made goes at reset.
+_SYSTEM_SCHEMAS = "nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema'"
+
+
+def reset_database(srv: PgServer, name: str, role: str | None = None) -> None:
+    """Put database ``name`` back as CREATE DATABASE made it: its sessions ended, every schema but the
+    system ones dropped (the tables with their append-only triggers, functions and policies go with
+    them) and public recreated as in template1, the superuser its owner again, no grants but PUBLIC's
+    defaults, no per-database settings; ``role`` (the test's) left owning and holding nothing in it."""
+    db = sql.Identifier(name)
+    srv.admin().execute("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                        "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+    with psycopg.connect(srv.dsn(name), autocommit=True) as c:
+        for (schema,) in c.execute(f"SELECT nspname FROM pg_namespace WHERE {_SYSTEM_SCHEMAS}").fetchall():
+            c.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(str(schema))))
+        c.execute("CREATE SCHEMA public AUTHORIZATION pg_database_owner")
+        c.execute("GRANT USAGE ON SCHEMA public TO PUBLIC")
+        if role is not None:
+            c.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))  # its grants, here and on the db
+        grantees = c.execute("SELECT DISTINCT a.grantee::regrole::text FROM pg_database d, aclexplode(d.datacl) a "
+                             "WHERE d.datname = %s AND a.grantee <> 0 AND a.grantee <> d.datdba", (name,)).fetchall()
+    admin = srv.admin()
+    for (grantee,) in grantees:
+        admin.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM {}").format(db, sql.Identifier(str(grantee))))
+    admin.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(db, sql.Identifier(srv.user)))
+    admin.execute(sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO PUBLIC").format(db))
+    admin.execute(sql.SQL("ALTER DATABASE {} RESET ALL").format(db))
+
+
 @pytest.fixture
-def pg_dsn(pg_server: PgServer) -> str:
-    """A fresh, empty database on the session's server (socket DSN, trusted)."""
-    return pg_server.create_database()
+def pg_dsn(pg_server: PgServer) -> Iterator[str]:
+    """An empty database on the session's server (socket DSN, trusted, the superuser)."""
+    name = pg_server.lease()
+    yield pg_server.dsn(name)
+    pg_server.release(name)
 
 
 def create_fleet_database(srv: PgServer, role: str | None = None) -> str:
     """A new database owned by a new ordinary role (no superuser, no BYPASSRLS: what fleet-agent accepts);
-    returns its socket URL naming that role (trusted on the socket, no password)."""
+    returns its socket URL naming that role (trusted on the socket, no password). Outside the pool: for
+    scripts (bench/) that keep what they make."""
     role = role or "r_" + uuid.uuid4().hex[:12]
     name = "f_" + uuid.uuid4().hex[:12]
     srv.psql(f'CREATE ROLE "{role}" LOGIN')
@@ -180,7 +260,22 @@ def create_fleet_database(srv: PgServer, role: str | None = None) -> str:
     return f"postgresql://{role}@/{name}?host={srv.socket_dir}&port={srv.port}"
 
 
+@contextlib.contextmanager
+def fleet_database(srv: PgServer) -> Iterator[str]:
+    """An empty database from the pool, owned by a new ordinary role (no superuser, no BYPASSRLS: what
+    fleet-agent accepts), for the block; yields its socket URL naming that role (trusted on the socket,
+    no password). Afterwards the database is reset for the next test and the role dropped."""
+    role = "r_" + uuid.uuid4().hex[:12]
+    srv.admin().execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    name = srv.lease(owner=role)
+    try:
+        yield f"postgresql://{role}@/{name}?host={srv.socket_dir}&port={srv.port}"
+    finally:
+        srv.release(name, role)
+
+
 @pytest.fixture
-def pg_url(pg_server: PgServer) -> str:
-    """A fresh database owned by a fresh ordinary role; the URL fleet-agent's storage.url takes."""
-    return create_fleet_database(pg_server)
+def pg_url(pg_server: PgServer) -> Iterator[str]:
+    """An empty database owned by a fresh ordinary role; the URL fleet-agent's storage.url takes."""
+    with fleet_database(pg_server) as url:
+        yield url

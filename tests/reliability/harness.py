@@ -39,6 +39,7 @@ import yaml
 
 from agent.sim import ManualClock, Reply, SimServer, Simulator
 from tests.conftest import init_database
+from tests.fakes.wall import fast_waits
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_ID = "rel"
@@ -210,12 +211,15 @@ def mutating(req: dict[str, Any]) -> bool:
 
 
 def make_app(root: Path, sim: Simulator, server: SimServer, *, provider_obj: Any = None, **kw: Any) -> Any:
-    """An in-process App over root/config.yaml, on the simulator's clock."""
+    """An in-process App over root/config.yaml, on the simulator's clock; its vast.ai client's waits
+    take no real time (tests/fakes/wall.py)."""
     from agent import config
     from agent.runtime.app import App
 
     cfg = write_config(root, server.url, key=sim.api_key, **kw)
-    return App(config.load(str(cfg)), env={"VAST_API_KEY": sim.api_key}, clock=sim.clock, provider=provider_obj)
+    app = App(config.load(str(cfg)), env={"VAST_API_KEY": sim.api_key}, clock=sim.clock, provider=provider_obj)
+    fast_waits(sim, app.vast())  # pacing and back-off move the simulator's wall clock, not real time
+    return app
 
 
 def tick_terminals(log: Any) -> dict[int, list[str]]:
