@@ -3,11 +3,9 @@ vast.ai or an operator passed through ``line`` (one terminal-safe line)."""
 
 from __future__ import annotations
 
-from agent.cli.output import line
+from typing import Any
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from agent.cli.output import line
 
 
 def _money(x: Any) -> str:

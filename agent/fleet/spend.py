@@ -15,18 +15,15 @@ alert opens when the spend so far reaches 80 %.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from agent.config import PolicySettings, Settings
 from agent.fleet.block import Block
-from agent.record import record as dataclass  # a dataclass, defined without importing dataclasses
 from agent.store.log import EventLog
 from agent.store.queries import Rental
 from agent.times import parse_ts, utc_ts
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 ALERT_SHARE = 0.8
 

@@ -10,14 +10,11 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
+from typing import Any
 
 from agent import logsetup
 from agent.runtime.app import App
 from agent.store.log import EventLog
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 log = logsetup.get_logger(__name__)
 
