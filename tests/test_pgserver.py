@@ -23,7 +23,6 @@ def test_a_database_given_back_is_empty_for_the_next_test(pg_server: PgServer, t
     triggers refuse DELETE and TRUNCATE), a schema and grants a test made, its settings and its role are
     gone, and the next lease's role owns it."""
     from agent.config import PgTarget
-
     from agent.store.log import EventLog
     from tests.pgserver import fleet_database
 
