@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import subprocess
+import sys
 from types import ModuleType
 
 import agent
@@ -42,3 +45,15 @@ def test_every_error_class_is_drawn_in_the_tree():
     doc = errors.__doc__ or ""
     missing = sorted(n for n in names if f" {n} " not in doc)
     assert missing == [], f"add these to the tree in agent/errors.py: {missing}"
+
+
+def test_a_missing_optional_package_names_the_extra_to_install(tmp_path):
+    """With psycopg hidden, a log on PostgreSQL fails with one line naming fleet-agent[postgres]."""
+    (tmp_path / "psycopg.py").write_text("raise ImportError('hidden for this test', name='psycopg')\n")
+    code = ("from agent.config import PgTarget\nfrom agent.store.log import EventLog\nfrom agent.errors import ConfigError\n"
+            "try:\n    EventLog(PgTarget('postgresql://u@127.0.0.1:1/db', 'fleet-a'))\n"
+            "except ConfigError as e:\n    print(e)\n    raise SystemExit(3)\n")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "pip install 'fleet-agent[postgres]'" in r.stdout and "storage.url" in r.stdout

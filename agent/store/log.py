@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from agent import events as ev
 from agent.config import PgTarget, path_text
-from agent.errors import ChainBroken, LogError, PayloadError
+from agent.errors import ChainBroken, LogError, PayloadError, optional_import
 from agent.events import Event
 from agent.events.canonical import canonical
 from agent.store import readmodels, search
@@ -279,6 +279,7 @@ class EventLog:
         """A connection to the log's database: the SQLite file's, or a PostgreSQL one naming the fleet."""
         if self._file is not None:
             return connect(self._file, readonly=readonly, create=create)
+        optional_import("psycopg", "postgres", "storage.url: postgresql://…")
         from agent.store import pg
 
         assert self.target is not None

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from agent.errors import LogError
+from agent.errors import LogError, optional_import
 from agent.store.segment_types import S3Credentials as S3Credentials
 from agent.store.segment_types import Segment as Segment
 
@@ -135,6 +135,8 @@ class S3Remote:
 
     def __init__(self, url: str, *, endpoint_url: str | None = None, region: str | None = None,
                  credentials: S3Credentials | None = None) -> None:
+        optional_import("boto3", "s3", "storage.archive_url: s3://…")
+        optional_import("botocore", "s3", "storage.archive_url: s3://…")
         import boto3
         from botocore.config import Config
 
