@@ -399,6 +399,10 @@ class HttpSettings:
     token_credential: StrictStr | None = None
     # The operator name recorded on every action taken with the token.
     token_name: StrictStr = "web"
+    # Host names the console answers to besides IP addresses and localhost (e.g. fleet.example.com, or
+    # .example.com for every name under it). A request naming any other host is refused, so a page that
+    # rebinds its own DNS name to this address cannot read the console.
+    allowed_hosts: list[StrictStr] = field(default_factory=list)
 
     @property
     def token_ref(self) -> SecretRef:
@@ -943,6 +947,9 @@ def _check_limits(s: Settings, loc: _Lines) -> None:
             raise loc.error(key, "must start with http:// or https://")
 
 
+_HOST_NAME = re.compile(r"\.?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*")
+
+
 def split_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 = any free port, logged at start) -> (host, port);
     ValueError saying what is wrong."""
@@ -973,6 +980,10 @@ def _check_http(h: HttpSettings, loc: _Lines) -> None:
         if not is_loopback(host) and h.token_file is None and h.token_credential is None:
             raise loc.error("http.listen", f"{host} is reachable beyond this machine and no token is set; set "
                             "http.token_file or http.token_credential, or listen on 127.0.0.1")
+    for name in h.allowed_hosts:
+        if not _HOST_NAME.fullmatch(name):
+            raise loc.error("http.allowed_hosts", f"{name[:80]!r} is not a host name; write names like "
+                            "fleet.example.com, or .example.com for every name under example.com")
     if not h.token_name.strip() or len(h.token_name) > 64 or any(
             c in "[]" or not c.isprintable() for c in h.token_name):
         raise loc.error("http.token_name", "a name of 1-64 printable characters without brackets "

@@ -106,7 +106,7 @@ def test_metrics_fold_only_new_events_and_agree_with_a_fresh_count(client, fleet
     again = client.get("/metrics").text
     fresh = Console(fleet.settings, env={"VAST_API_KEY": sim.api_key}, clock=sim_clock)
     try:
-        with TestClient(create_app(fresh)) as c2:
+        with TestClient(create_app(fresh), base_url="http://127.0.0.1") as c2:
             first = c2.get("/metrics").text
 
         def counters(text: str) -> dict[Any, float]:
@@ -133,7 +133,7 @@ def test_healthz_is_503_when_the_log_failed_verification_at_start(fleet, sim_clo
     c = Console(fleet.settings, env={"VAST_API_KEY": sim.api_key}, clock=sim_clock,
                 start_problem="seq 4: hash differs")
     try:
-        with TestClient(create_app(c)) as client:
+        with TestClient(create_app(c), base_url="http://127.0.0.1") as client:
             r = client.get("/healthz")
         assert r.status_code == 503 and "seq 4" in r.text
     finally:
@@ -235,6 +235,80 @@ def test_bad_query_values_get_a_clear_400(client):
     assert r.status_code == 400 and "tick must be a whole number" in r.text
     r = client.get("/alerts/999")
     assert r.status_code == 400 and "no alert #999" in r.text
+    r = client.get("/alerts/99999999999999999999999")
+    assert r.status_code == 400 and "whole number below 10^18" in r.text
+    r = client.get("/travel?seq=-1")
+    assert r.status_code == 400 and "seq must be a whole number" in r.text
+
+
+def test_a_write_to_a_bad_alert_id_is_a_400_and_appends_nothing(client, fleet):
+    """POST /alerts/abc/ack and a 23-digit id, with a valid session: a 400 naming the problem, no event."""
+    csrf = _login(client)
+    head = fleet.log.last_seq()
+    for bad in ("abc", "99999999999999999999999"):
+        r = client.post(f"/alerts/{bad}/ack", data={"note": "x", "csrf": csrf})
+        assert r.status_code == 400 and "alert id must be a whole number" in r.text
+    assert fleet.log.last_seq() == head
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:9464", "localhost:9464", "[::1]:9464", "10.1.2.3", "fleet.example.com",
+                                  "ops.corp.example:8080", "corp.example"])
+def test_the_console_answers_ip_addresses_localhost_and_configured_names(fleet, sim_clock, sim, host):
+    """An IP address or localhost always reaches the console (a rebinding attack needs a name); a name only
+    when http.allowed_hosts lists it, exactly or under a ``.domain`` entry."""
+    import dataclasses
+
+    http = dataclasses.replace(fleet.settings.http, allowed_hosts=["fleet.example.com", ".corp.example"])
+    c = Console(dataclasses.replace(fleet.settings, http=http), env={"VAST_API_KEY": sim.api_key}, clock=sim_clock)
+    try:
+        with TestClient(create_app(c), base_url="http://127.0.0.1") as client:
+            assert client.get("/alerts", headers={"Host": host}).status_code == 200
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("host", ["evil.example", "fleet.example.com.evil.example", "attacker.test:9464",
+                                  "localhost.evil.example"])
+def test_a_rebinding_page_gets_nothing_from_the_console(client, fleet, host):
+    """A request naming a host the console was not told about (what a DNS-rebinding page sends) gets a 400
+    saying how to allow it, on reads and writes, and nothing is appended."""
+    head = fleet.log.last_seq()
+    r = client.get("/thread", headers={"Host": host})
+    assert r.status_code == 400 and "http.allowed_hosts" in r.text and "operator" not in r.text
+    r = client.post("/notes", data={"text": "x"}, headers={"Host": host, "Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 400
+    assert client.get("/metrics", headers={"Host": host}).status_code == 400
+    assert fleet.log.last_seq() == head
+
+
+def test_wrong_login_tokens_are_limited_per_client_and_the_right_one_still_works_later(client, fleet):
+    """Five wrong tokens from one address, then 429 with Retry-After even for the right token; a right token
+    never counts as a failure."""
+    from agent.web.routes import LOGIN_FAILURES_PER_CLIENT
+
+    assert client.post("/login", data={"token": TOKEN}, follow_redirects=False).status_code == 303
+    for _ in range(LOGIN_FAILURES_PER_CLIENT):
+        assert client.post("/login", data={"token": "guess"}).status_code == 401
+    r = client.post("/login", data={"token": TOKEN}, follow_redirects=False)
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0 and "too many wrong tokens" in r.text
+
+
+def test_the_login_limiter_forgets_failures_after_its_window():
+    """The limiter's window slides: after it, the address may try again; other addresses are not held back
+    by one address's failures until the overall cap."""
+    from agent.web.routes import LoginLimiter
+
+    now = [1000.0]
+    lim = LoginLimiter(per_client=3, overall=5, window_s=60, clock=lambda: now[0])
+    for _ in range(3):
+        assert lim.wait_s("a") == 0
+        lim.failed("a")
+    assert lim.wait_s("a") == 60 and lim.wait_s("b") == 0
+    lim.failed("b")
+    lim.failed("c")
+    assert lim.wait_s("d") == 60  # five failures in all: everyone waits
+    now[0] += 61
+    assert lim.wait_s("a") == 0 and lim.wait_s("d") == 0
 
 
 # ------------------------------------------------------------------ writes and security
@@ -277,7 +351,7 @@ def test_a_read_only_console_refuses_every_write(fleet, sim_clock, sim):
     c = Console(s, env={"VAST_API_KEY": sim.api_key}, clock=sim_clock)
     head = fleet.log.last_seq()
     try:
-        with TestClient(create_app(c)) as client:
+        with TestClient(create_app(c), base_url="http://127.0.0.1") as client:
             assert client.get("/").status_code == 200
             for path, data in _write_requests(_alert_id(fleet)):
                 r = client.post(path, data=data, headers={"Authorization": f"Bearer {TOKEN}"})

@@ -7,6 +7,11 @@ reaches the page only through Jinja's autoescape (no ``|safe`` on it).
 
 from __future__ import annotations
 
+import collections
+import ipaddress
+import math
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from importlib import resources
@@ -36,6 +41,10 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
                     "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
 MAX_FORM_BYTES = 64 * 1024
+# Wrong login tokens tolerated per client address, and from everyone together, per window.
+LOGIN_FAILURES_PER_CLIENT = 5
+LOGIN_FAILURES_OVERALL = 50
+LOGIN_WINDOW_S = 60.0
 
 
 def _templates() -> Jinja2Templates:
@@ -45,9 +54,80 @@ def _templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
+def host_allowed(host_header: str | None, allowed: list[str]) -> bool:
+    """Whether a request's ``Host`` may reach the console. An IP address or localhost always may: DNS
+    rebinding needs a name the attacker controls, so only names are checked, against ``http.allowed_hosts``
+    (``fleet.example.com`` exactly, ``.example.com`` for every name under it). No Host header (HTTP/1.0, not
+    a browser) passes."""
+    if not host_header:
+        return True
+    host = host_header.strip().lower()
+    if host.startswith("["):  # [::1]:9464
+        return "]" in host
+    host = host.rpartition(":")[0] if host.count(":") == 1 else host
+    host = host.rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    for name in allowed:
+        name = name.lower().rstrip(".")
+        if host == name or (name.startswith(".") and (host.endswith(name) or host == name[1:])):
+            return True
+    return False
+
+
+class LoginLimiter:
+    """Wrong console tokens allowed per client address (and in all) within a sliding window; then 429
+    until the oldest failure leaves the window. Right tokens never count."""
+
+    def __init__(self, per_client: int = LOGIN_FAILURES_PER_CLIENT, overall: int = LOGIN_FAILURES_OVERALL,
+                 window_s: float = LOGIN_WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_client, self.overall, self.window_s, self.clock = per_client, overall, window_s, clock
+        self._failures: dict[str, collections.deque[float]] = {}
+        self._all: collections.deque[float] = collections.deque()
+        self._lock = threading.Lock()
+
+    def _trim(self, q: collections.deque[float], now: float) -> None:
+        while q and q[0] <= now - self.window_s:
+            q.popleft()
+
+    def wait_s(self, client: str) -> float:
+        """Seconds this client must wait before another try (0: it may try now)."""
+        now = self.clock()
+        with self._lock:
+            mine = self._failures.get(client, collections.deque())
+            self._trim(mine, now)
+            self._trim(self._all, now)
+            waits = [q[0] + self.window_s - now for q, cap in ((mine, self.per_client), (self._all, self.overall))
+                     if len(q) >= cap]
+            return max(waits, default=0.0)
+
+    def failed(self, client: str) -> None:
+        now = self.clock()
+        with self._lock:
+            self._failures.setdefault(client, collections.deque()).append(now)
+            self._all.append(now)
+            if len(self._failures) > 10_000:  # a flood of addresses: forget the quiet ones
+                for k in [k for k, q in self._failures.items() if not q or q[-1] <= now - self.window_s]:
+                    del self._failures[k]
+
+
 class _Security(BaseHTTPMiddleware):
+    def __init__(self, app: Any, allowed_hosts: list[str]) -> None:
+        super().__init__(app)
+        self.allowed_hosts = allowed_hosts
+
     async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        response = await call_next(request)
+        if not host_allowed(request.headers.get("host"), self.allowed_hosts):
+            response: Response = PlainTextResponse(
+                "this console does not answer to that host name; add it to http.allowed_hosts if it is yours\n",
+                400)
+        else:
+            response = await call_next(request)
         for k, v in SECURITY_HEADERS.items():
             response.headers.setdefault(k, v)
         return response
@@ -59,6 +139,7 @@ class _Site:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.templates = _templates()
+        self.logins = LoginLimiter()
 
     def page(self, request: Request, name: str, ctx: dict[str, Any], status: int = 200) -> Response:
         nonce = self.console.auth.session_nonce(request.cookies.get(COOKIE))
@@ -111,9 +192,9 @@ class _Site:
         if refused is not None:
             return refused
         assert form is not None
-        alert_id = _int(request.path_params["id"], "alert id")
         note = form.get("note")
         try:
+            alert_id = _int(request.path_params["id"], "alert id")
             await run_in_threadpool(self.console.ack, alert_id, note if isinstance(note, str) else None)
         except FleetAgentError as e:
             return self.page(request, "error.html", {"message": str(e)}, 400)
@@ -172,10 +253,19 @@ class _Site:
         return self.page(request, "login.html", {"error": None})
 
     async def login(self, request: Request) -> Response:
+        client = request.client.host if request.client else "?"
+        wait = self.logins.wait_s(client)
+        if wait > 0:
+            r = self.page(request, "login.html", {"error": f"too many wrong tokens; try again in {math.ceil(wait)} s"},
+                          429)
+            r.headers["Retry-After"] = str(math.ceil(wait))
+            return r
         form = await request.form()
         token = form.get("token")
         if not self.console.auth.enabled or not isinstance(token, str) or not self.console.auth.token_ok(token.strip()):
             why = "this console is read-only (no token configured)" if not self.console.auth.enabled else "wrong token"
+            if self.console.auth.enabled:
+                self.logins.failed(client)
             return self.page(request, "login.html", {"error": why}, 401)
         r = RedirectResponse("/", 303)
         r.set_cookie(COOKIE, self.console.auth.new_session(), httponly=True, samesite="strict",
@@ -206,7 +296,8 @@ def create_app(console: Console) -> Starlette:
         Route("/logout", site.logout, methods=["POST"]),
         Mount("/static", static, name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(_Security)])
+    security = Middleware(_Security, allowed_hosts=list(console.settings.http.allowed_hosts))
+    return Starlette(routes=routes, middleware=[security])
 
 
 # Every route that changes something: the security tests walk this list.
@@ -214,8 +305,9 @@ WRITE_ROUTES = ("/alerts/{id}/ack", "/notes")
 
 
 def _int(v: str, what: str) -> int:
-    if not v.strip().isdigit():
-        raise UsageError(f"{what} must be a whole number, got {v[:40]!r}")
+    v = v.strip()
+    if not v.isascii() or not v.isdigit() or len(v) > 18:
+        raise UsageError(f"{what} must be a whole number below 10^18, got {v[:40]!r}")
     return int(v)
 
 
