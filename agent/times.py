@@ -40,6 +40,8 @@ _UNITS = {
     "w": 7 * 86400, "wk": 7 * 86400, "week": 7 * 86400, "weeks": 7 * 86400,
 }
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)")
+# Longer than any pause or silence an operator means, and short enough that now + it is still a date.
+MAX_DURATION_S = 100 * 365 * 86400
 DURATION_FORMS = "a number and a unit (ms, s, m, h, d or w), e.g. 30s, 10m, 1.5h, 7d, 2w"
 
 
@@ -53,6 +55,8 @@ def parse_duration(text: str, *, allow_zero: bool = False) -> timedelta:
     seconds = float(m.group(1)) * _UNITS[m.group(2)]
     if seconds == 0 and not allow_zero:
         raise UsageError(f"{text!r}: a duration here must be more than 0; write {DURATION_FORMS}")
+    if seconds > MAX_DURATION_S:
+        raise UsageError(f"{text[:40]!r} is longer than 100 years; write a shorter duration, e.g. 7d or 52w")
     return timedelta(seconds=seconds)
 
 

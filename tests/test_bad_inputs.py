@@ -230,6 +230,13 @@ BAD_ARGS: list[list[str]] = [
     ["demo", "--ticks", "0"], ["demo", "--speed", "-1"], ["demo", "--model-url", "http://127.0.0.1:1/v1"],
     ["no-such-command"], [], ["config"], ["log"], ["alerts"], ["knowledge"], ["thread"],
     ["config", "check", "--bogus"], ["status", "extra"],
+    # durations and times too large for a date: one line, not an OverflowError
+    ["alerts", "silence", "1", "--for", "99999999d", "--reason", "x"],
+    ["pause", "--for", "99999999d", "--reason", "x"], ["pause", "--for", "1" * 26 + "s", "--reason", "x"],
+    ["policy", "set", "max_instances", "2", "--for", "99999999d", "--reason", "x"],
+    ["hosts", "exclude", "12", "--for", "99999999w", "--reason", "x"],
+    ["thread", "show", "--since", "999999999d"], ["context", "--at", "99999999d"],
+    ["log", "export", "--since", "99999999d"], ["thread", "show", "--since", "1" * 26 + "h"],
 ]
 
 

@@ -85,3 +85,12 @@ def test_what_is_not_a_time_names_the_forms(text):
 def test_impossible_clock_times_say_why(text, why):
     with pytest.raises(UsageError, match=why):
         parse_operator_time(text, NOW)
+
+
+@pytest.mark.parametrize("text", ["99999999d", "1" * 26 + "s", "5300w", "36501 days"])
+def test_durations_beyond_a_century_are_refused_with_a_line_not_an_overflow(text):
+    """A duration no date can hold (or no operator means) is a UsageError naming the limit."""
+    with pytest.raises(UsageError, match="longer than 100 years"):
+        parse_duration(text)
+    with pytest.raises(UsageError, match="is not a time"):
+        parse_operator_time(text + " ago", datetime(2026, 12, 5, tzinfo=UTC))
