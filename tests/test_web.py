@@ -546,3 +546,81 @@ def test_rate_series_leads_with_the_rate_in_force_and_grows_by_a_tick(fleet, sim
     _ticks(fleet, sim_clock, 1)
     second = rate_series(fleet.log.store, start)
     assert second[:3] == first and len(second) == 4
+
+
+def test_a_reload_revokes_a_removed_token_swaps_a_rotated_one_and_moves_the_listen_address(tmp_path):
+    """A real daemon with a console: rotate the token file in place and reload (SIGHUP): the old token is
+    refused at once, the new one writes. Set token_file to null and reload: every write is refused (403).
+    Change http.listen and reload: the console answers at the new address and no longer at the old one."""
+    import signal
+    import socket
+
+    import httpx
+
+    from agent.sim import SimServer, Simulator
+    from tests.test_daemon import start_daemon, wait_for, write_config
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    server = SimServer(Simulator(seed=7)).start()
+    d = None
+    try:
+        token = tmp_path / "web-token"
+        token.write_text(TOKEN + "\n", encoding="utf-8")
+        token.chmod(0o600)
+        cfg = write_config(tmp_path, server.url, interval="1h")
+        base = cfg.read_text(encoding="utf-8")
+        port_a, port_b = free_port(), free_port()
+        cfg.write_text(base + f"http:\n  listen: 127.0.0.1:{port_a}\n  token_file: {token}\n  token_name: alice\n",
+                       encoding="utf-8")
+        d = start_daemon(tmp_path, cfg)
+        url = f"http://127.0.0.1:{port_a}"
+
+        def note(u: str, tok: str, text: str) -> int:
+            return httpx.post(u + "/notes", data={"text": text}, headers={"Authorization": f"Bearer {tok}"},
+                              timeout=10).status_code
+
+        def reloaded(n: int) -> bool:
+            return len(d.kinds("config.loaded")) >= n
+
+        wait_for(lambda: d.kinds("tick.completed"), "the first tick", timeout=90)
+        assert note(url, TOKEN, "written with the first token") == 303
+        new_token = "rotated-token-0123456789abcdef"
+        token.write_text(new_token + "\n", encoding="utf-8")
+        loaded = len(d.kinds("config.loaded"))
+        d.popen.send_signal(signal.SIGHUP)
+        wait_for(lambda: reloaded(loaded + 1), "the reload")
+        assert note(url, TOKEN, "written with the rotated-out token") == 401
+        assert note(url, new_token, "written with the new token") == 303
+
+        cfg.write_text(base + f"http:\n  listen: 127.0.0.1:{port_a}\n  token_file: null\n", encoding="utf-8")
+        loaded = len(d.kinds("config.loaded"))
+        d.popen.send_signal(signal.SIGHUP)
+        wait_for(lambda: reloaded(loaded + 1), "the second reload")
+        assert note(url, new_token, "written with the revoked token") == 403
+
+        cfg.write_text(base + f"http:\n  listen: 127.0.0.1:{port_b}\n", encoding="utf-8")
+        loaded = len(d.kinds("config.loaded"))
+        d.popen.send_signal(signal.SIGHUP)
+        wait_for(lambda: reloaded(loaded + 1), "the third reload")
+        assert wait_for(lambda: _status(f"http://127.0.0.1:{port_b}/healthz") in (200, 503), "the new address")
+        assert _status(url + "/healthz") is None
+        notes = [e.payload["text"] for e in d.log.read(0, kinds=["operator.note"])]
+        assert notes == ["written with the first token", "written with the new token"]
+        assert d.stop() == 0
+    finally:
+        if d is not None and d.popen.poll() is None:
+            d.popen.kill()
+        server.stop()
+
+
+def _status(url: str) -> int | None:
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=5).status_code
+    except httpx.TransportError:
+        return None

@@ -660,6 +660,7 @@ class Daemon:
             try:
                 new = config.load(self.config_path, self.env)
                 new.vast_api_key(self.env)
+                new.http_token(self.env)  # a console token that cannot be read refuses the reload
                 box.append((new, _load_prompts(new)))
             except BaseException as e:  # noqa: BLE001 - handed to the main thread, which re-raises it
                 box.append(e)
@@ -717,9 +718,25 @@ class Daemon:
             self.scheduler.modify_job(JOB_ID, misfire_grace_time=max(1, int(float(new.schedule.misfire_grace))))
         if any(k.startswith("logging.") for k in changed):
             logsetup.configure(new.logging.level, new.logging.format)
+        self._reload_web(old, new, prompts)
         log.info("config.loaded", path=self.config_path, changed=changed, config_hash=new.config_hash()[:12],
                  schedule=schedule_text(new.schedule))
         return True
+
+    def _reload_web(self, old: Settings, new: Settings, prompts: Prompts) -> None:
+        """Apply ``http.*`` now: a new listen address gets a new endpoint (the old one stops first); else the
+        running console takes the new token (read again even when its path did not change, so a token
+        rotated in place or removed stops writing), operator name and allowed host names."""
+        if new.http.listen != old.http.listen or self._web is None:
+            if self._web is not None:
+                self._web.stop()
+                self._web = None
+            self._web = self._start_web(new, prompts)
+            return
+        try:
+            self._web.console.apply_http(new, self.env)
+        except FleetAgentError as e:  # read a moment ago, gone since: the console is read-only now
+            log.error("http.token_unavailable", error=scrub(str(e))[:300])
 
     def _refuse_reload(self, e: FleetAgentError) -> None:
         """Log, append ``config.refused`` and keep it in ``STATUS=``; the old settings stay."""

@@ -61,12 +61,25 @@ class Console:
         self.app = App(settings, env=env, clock=clock, prompts=prompts)
         self.clock = clock or time.time
         self.auth = Auth(settings.http_token(env), settings.http.token_name)
+        self.allowed_hosts = list(settings.http.allowed_hosts)
         self.daemon = daemon
         self.start_problem = start_problem
         self.lock = threading.RLock()
         self.collector = LogCollector(self)
         self.registry = registry_for(self.collector)
         self._tool_specs: list[dict[str, Any]] | None = None
+
+    def apply_http(self, settings: Settings, env: Mapping[str, str] | None = None) -> None:
+        """A reload's ``http.*`` (but ``listen``, which needs a new socket): the write token (a removed or
+        rotated one stops writing at once, and every session made with it ends), its operator name and the
+        allowed host names. A token that cannot be read leaves the console read-only and raises ConfigError:
+        no writes rather than writes with a token the operator meant to replace."""
+        self.allowed_hosts = list(settings.http.allowed_hosts)
+        try:
+            self.auth = Auth(settings.http_token(env), settings.http.token_name)
+        except FleetAgentError:
+            self.auth = Auth(None, settings.http.token_name)
+            raise
 
     def close(self) -> None:
         with self.lock:

@@ -117,12 +117,12 @@ class LoginLimiter:
 
 
 class _Security(BaseHTTPMiddleware):
-    def __init__(self, app: Any, allowed_hosts: list[str]) -> None:
+    def __init__(self, app: Any, console: Console) -> None:
         super().__init__(app)
-        self.allowed_hosts = allowed_hosts
+        self.console = console  # its http settings change on a reload (Console.apply_http)
 
     async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        if not host_allowed(request.headers.get("host"), self.allowed_hosts):
+        if not host_allowed(request.headers.get("host"), self.console.allowed_hosts):
             response: Response = PlainTextResponse(
                 "this console does not answer to that host name; add it to http.allowed_hosts if it is yours\n",
                 400)
@@ -296,8 +296,7 @@ def create_app(console: Console) -> Starlette:
         Route("/logout", site.logout, methods=["POST"]),
         Mount("/static", static, name="static"),
     ]
-    security = Middleware(_Security, allowed_hosts=list(console.settings.http.allowed_hosts))
-    return Starlette(routes=routes, middleware=[security])
+    return Starlette(routes=routes, middleware=[Middleware(_Security, console=console)])
 
 
 # Every route that changes something: the security tests walk this list.
