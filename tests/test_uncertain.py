@@ -171,6 +171,34 @@ def test_a_destroy_whose_answer_is_lost_is_sent_once_and_settled_by_looking(sim,
     assert res.payload["ok"] and res.payload["effect"]["type"] == "destroyed"
 
 
+def test_a_failed_destroy_within_the_listing_lag_is_not_recorded_as_done_and_still_counts(
+        sim, make_app, fake_model):
+    """Rented this tick, so vast.ai does not list it yet; the destroy answers 500 and did nothing. Absence
+    from a listing within the lag proves nothing: the result says the outcome is unknown, the instance stays
+    ours and counts against max_instances (a second rent is refused), and once listed it is there, alive."""
+    app = _app(make_app)
+    offer = good_offer(sim, app.settings)
+    fake_model.enqueue(reply("rent", tool_calls=[_rent(offer["id"])]), reply("done"))
+    assert run_tick(app).ok
+    (iid,) = app.log.store.owned_instance_ids()
+    sim.faults.update({"script": [{"method": "DELETE", "path": "/api/v0/instances/", "action": "fail"}]})
+    fake_model.enqueue(reply("rm", tool_calls=[("destroy_instance", {"instance_id": iid, "reason": "x"})]),
+                       reply("done"))
+    assert run_tick(app).ok
+    res = _result_of(app, "destroy_instance", 2)
+    assert not res.payload["ok"] and "not listed yet" in res.payload["error"]
+    assert iid in sim.instances and app.log.store.owned_instance_ids() == [iid]
+    other = next(o for o in _two_offers(sim, app) if o["id"] != offer["id"])
+    fake_model.enqueue(reply("rent", tool_calls=[_rent(other["id"])]), reply("done"))
+    assert run_tick(app).ok
+    assert not _result_of(app, "rent_instance", 3).payload["ok"]
+    assert len([i for i in sim.instances.values() if i.get("label")]) == 1
+    sim.advance(sim.realism.listing_lag)
+    fake_model.enqueue(reply("look"))
+    assert run_tick(app).ok
+    assert app.log.store.owned_instance_ids() == [iid] and not events_of(app, "instance.gone", 4)
+
+
 def test_reconcile_never_adopts_the_instance_it_just_destroyed(sim, make_app, fake_model):
     """The process stopped after logging a destroy intent (tool.called committed, no result).
     The next tick's reconcile completes the destroy and does not then adopt the same instance

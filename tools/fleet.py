@@ -15,6 +15,7 @@ from typing import Any
 from agent.clients.vast import Instance, Offer, VastError, spendable
 from agent.fleet import steering
 from agent.fleet.block import Block, norm_gpu
+from agent.fleet.reconcile import absence_proves_gone
 from agent.fleet.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
 
 LOG_TAIL_MAX = 200
@@ -215,10 +216,14 @@ def _destroy(ctx: ToolContext, args: Args, iid: int, key: str) -> Outcome:
         if not e.uncertain:
             raise
         seen = _look(ctx, iid)  # sent once; settled by looking
-        if seen is None:
+        if seen is None and absence_proves_gone(ctx.log, iid, ctx.log.instance_states(),
+                                                ctx.settings.vast.settle_after):
             return Outcome(True, f"destroyed instance {iid} (the answer was lost: {e}; it is no longer listed)",
                            effect={"type": "destroyed", "instance_id": iid})
-        state = seen if isinstance(seen, str) else f"it is still listed as {_status(seen)}"
+        if seen is None:  # within the listing lag of its rent: not listed yet, or gone; it still counts
+            state = "it is not listed yet (vast.ai lists new instances late), so it may still be running"
+        else:
+            state = seen if isinstance(seen, str) else f"it is still listed as {_status(seen)}"
         return Outcome(False, error=f"destroy of instance {iid}: outcome unknown ({e}); {state}. It was not "
                        "re-sent; list_fleet later shows whether it is gone")
     ctx.instances = [i for i in ctx.instances if i.id != iid]

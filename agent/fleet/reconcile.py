@@ -187,16 +187,17 @@ def _settle_ownership(log: EventLog, vast: VastClient, policy: Policy, listing: 
     settle_after = (settings.vast if settings else VastSettings()).settle_after
     states = log.instance_states()
     for iid in sorted(owned - set(by_id)):
-        if not _gone(log, iid, states, settle_after):
+        if not absence_proves_gone(log, iid, states, settle_after):
             continue  # rented, not listed yet: vast.ai lists new instances late
         log.append("instance.gone", {"instance_id": iid, "last_status": None}, "system")
         rep.gone.append(iid)
     return destroyed
 
 
-def _gone(log: EventLog, iid: int, states: dict[int, InstanceState], settle_after: float) -> bool:
+def absence_proves_gone(log: EventLog, iid: int, states: dict[int, InstanceState], settle_after: float) -> bool:
     """An owned instance the listing lacks is gone when a listing showed it before, or when it was
-    rented longer than ``settle_after`` ago (it would have been listed by now)."""
+    rented longer than ``settle_after`` ago (it would have been listed by now). Within the listing lag
+    of its rent, absence proves nothing."""
     state = states.get(iid)
     if state is not None and state.status != UNLISTED:
         return True
