@@ -9,7 +9,11 @@ the database through the Store alone.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from agent.store.db import sqlite3
@@ -237,6 +241,24 @@ def sqlite_write_lock_free(path: str | os.PathLike[str]) -> bool:
         return False
     finally:
         conn.close()
+
+
+def hold_sqlite_write_lock(path: str | os.PathLike[str]) -> subprocess.Popen[str]:
+    """Another process holding the SQLite log's write lock (an open write transaction) until it is killed,
+    as a writer suspended mid-transaction does; returns once the lock is held."""
+    code = "import sys; from tests.tamper import _hold_write_lock; _hold_write_lock(sys.argv[1])"
+    p = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert p.stdout is not None and p.stdout.readline().strip() == "held", "the lock holder failed"
+    return p
+
+
+def _hold_write_lock(path: str) -> None:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=60)
+    conn.execute("BEGIN IMMEDIATE")
+    print("held", flush=True)
+    while True:
+        time.sleep(3600)
 
 
 def edit_read_model(log: Any, table: str, **columns: Any) -> None:

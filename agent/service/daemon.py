@@ -84,6 +84,7 @@ from agent.service.sdnotify import SystemdNotifier
 from agent.store.db import check_database_file
 from agent.store.log import EventLog
 from agent.store.pglock import bound_idle_transactions, identity
+from agent.store.writelock import wait_for_write_lock
 
 log = logsetup.get_logger(__name__)
 
@@ -263,6 +264,10 @@ class Daemon:
             elif not self.leader.try_acquire():
                 raise LockError(self._refusal())
             self.leader.start_heartbeat(self._on_leadership_lost)
+            if not s.storage.is_pg and not self._wait_for_writer(s):
+                log.info("daemon.standby_stopped", reason="a stop signal arrived while waiting for the log's "
+                         "previous writer")
+                return 0
             self.app = self._make_app(s, prompts)
             self.events = EventLog(s.log_target(self.env), encoding=s.context.encoding, encoding_file=s.context.encoding_file,
                                    encoding_sha256=s.context.encoding_sha256, create=False)
@@ -367,6 +372,26 @@ class Daemon:
         with contextlib.suppress(OSError):
             if self._wake_w >= 0:
                 os.write(self._wake_w, b"\0")
+
+    def _wait_for_writer(self, s: Settings) -> bool:
+        """SQLite: wait, as long as it takes, until the log's write lock is free. A predecessor suspended
+        inside a write transaction holds it after losing the fleet; resumed, it finds its fence gone and
+        exits, and the lock comes free (False: a stop signal arrived first)."""
+        told: list[bool] = []
+
+        def waiting(seconds: float) -> None:
+            self.leader.check()  # LeadershipLost ends the wait: someone else has the fleet now
+            if not told:
+                told.append(True)
+                log.warning("daemon.waiting_for_writer", db=str(s.db_path),
+                            reason="another process holds the log's write lock (a suspended predecessor?); "
+                            "waiting for it to let go")
+                self.notifier.status("waiting for the log's write lock (held by another process)")
+
+        if self._signals:
+            return not any(sig != signal.SIGHUP for sig in self._signals)
+        return wait_for_write_lock(s.db_path, waiting=waiting,
+                                   stop=lambda: any(sig != signal.SIGHUP for sig in self._signals))
 
     def _start_web(self, s: Settings, prompts: Prompts) -> Any:
         """Metrics, health and the console from this process (``http.listen``), on a connection of their

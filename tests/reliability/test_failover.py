@@ -168,3 +168,51 @@ def test_partition_a_suspended_active_appends_nothing_and_sends_nothing_when_res
     assert rep.exit_codes == [0]
     assert rep.audit["duplicates"] == 0 and rep.audit["dangling_intents"] == 0
     assert rep.intents["duplicate_requests"] == 0
+
+
+@pytest.mark.slow
+def test_sqlite_a_standby_waits_out_a_suspended_writer_holding_the_write_lock(fast_root: Path,
+                                                                              storage_url: str | None):
+    """SQLite: the active daemon is suspended while another process holds the log's write lock (as the
+    daemon itself does when suspended mid-append). The standby takes the fleet and waits for the lock past
+    the busy timeout without exiting; once the lock comes free it appends leader.acquired and
+    daemon.started and ticks, and the old daemon, resumed, exits 3 having lost the fleet."""
+    if storage_url is not None:
+        pytest.skip("PostgreSQL ends a suspended writer's session itself (test_leader.py)")
+    from agent.store.db import BUSY_TIMEOUT_MS
+    from tests.reliability.failover import suspended
+    from tests.tamper import hold_sqlite_write_lock
+
+    with running_sim(3) as (sim, server):
+        fleet = Fleet(fast_root, _config(fast_root, sim, server.url, 3.0), None)
+        holder = None
+        try:
+            old = fleet.start(standby=False)
+            first = wait_for(lambda: fleet.acquired_after(0), "the first daemon to become active")
+            new = fleet.start()
+            wait_for(lambda: "daemon.standby" in fleet.stderr(new.pid), "the second daemon to wait as a standby")
+            wait_for(lambda: fleet.events(first.seq, ["tick.completed"]), "the active daemon to tick")
+            old.send_signal(signal.SIGSTOP)
+            wait_for(lambda: suspended(old.pid), "the active daemon to stop")
+            holder = hold_sqlite_write_lock(fleet.db)
+            head = len(fleet.events())
+            # Past failover_seconds (the standby takes the fleet) and then the busy timeout, where its first
+            # append would have failed.
+            time.sleep(3.0 + BUSY_TIMEOUT_MS / 1000 + 5)
+            assert new.poll() is None, fleet.stderr(new.pid)
+            assert "daemon.waiting_for_writer" in fleet.stderr(new.pid)
+            assert len(fleet.events()) == head
+            holder.kill()
+            holder.wait(10)
+            took = wait_for(lambda: fleet.acquired_after(first.seq), "the standby to take over")
+            assert fleet.holder_pid(took) == new.pid
+            wait_for(lambda: fleet.events(took.seq, ["tick.completed"]), "the new active daemon to tick")
+            old.send_signal(signal.SIGCONT)
+            assert old.wait(60) == 3, fleet.stderr(old.pid)
+            assert new.poll() is None
+        finally:
+            if holder is not None and holder.poll() is None:
+                holder.kill()
+            codes = fleet.stop_all()
+        assert codes[new.pid] == 0
+        assert check_db(fleet.db) == []
