@@ -535,3 +535,41 @@ def test_status_during_ticks_and_reloads_and_silence_after_stopping(tmp_path, si
     stopping = [i for i, m in enumerate(messages) if b"STOPPING=1" in m.split(b"\n")]
     assert stopping == [len(messages) - 1], messages[-5:]
     assert messages.count(b"WATCHDOG=1") > 0
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (its SigCgt mask in /proc)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(mask & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.15, 0.3, 0.5, 0.8, 1.1])
+def test_sigterm_at_any_moment_of_start_up_is_a_clean_stop(tmp_path, sim_server, delay):
+    """SIGTERM at any moment of ``fleet-agent run``'s start-up, from its first Python statement (the
+    interpreter's own start, some 50 ms, cannot be helped) through reading the config, opening and verifying
+    the log, to well after the daemon's own handlers exist: exit 0, never death by the signal, and the log
+    (if it got that far) verifies."""
+    cfg = write_config(tmp_path, sim_server.url, interval="1h")
+    p = subprocess.Popen([sys.executable, "-c", "from agent.start import entry; entry()", "--config", str(cfg),
+                          "run"], cwd=tmp_path, env=env_for(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for(lambda: p.poll() is not None or _catches_sigterm(p.pid), "the console script's first statement")
+    time.sleep(delay)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=WAIT_S)
+    assert p.returncode == 0, err.decode(errors="replace")[-2000:]
+    with EventLog(tmp_path / "data" / "fleet-agent.db", readonly=True) as lg:
+        assert lg.verify().ok
+
+
+def test_an_early_sigterm_ends_other_commands_with_143():
+    """Any other command stopped before it finished says so: 128 + SIGTERM. The command word is found past
+    the top-level options."""
+    from agent.start import command
+
+    code = ("import os, signal, sys, time; from agent.start import install; install(); "
+            "os.kill(os.getpid(), signal.SIGTERM); time.sleep(5)")
+    for argv, want in ((["--config", "c.yaml", "say", "hi"], 143), (["--config", "c.yaml", "run"], 0)):
+        r = subprocess.run([sys.executable, "-c", code, *argv], env=env_for(), capture_output=True, timeout=30)
+        assert r.returncode == want, (argv, r.stderr)
+    assert command(["--config", "run", "status"]) == "status" and command(["-h"]) is None
