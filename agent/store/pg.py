@@ -90,26 +90,39 @@ class PgConnection:
         self._pipeline: Any = None  # the open pipeline itself (``_pipe`` is its context manager)
 
     def execute(self, sql: str, params: Any = ()) -> psycopg.Cursor[Any]:
-        if sql == "BEGIN IMMEDIATE":
-            cur = self.raw.execute("BEGIN")
-            self.raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [APPEND_LOCK, self.target.agent_id])
-            self._pipe = self.raw.pipeline()
-            self._pipeline = self._pipe.__enter__()
-            return cur
-        if sql in ("COMMIT", "ROLLBACK") and self._pipe is not None:
-            pipe, self._pipe = self._pipe, None
-            try:
-                pipe.__exit__(None, None, None)
-            except psycopg.Error:
-                if sql == "COMMIT":
-                    raise
         return self.raw.execute(translate(sql), list(params))
 
     def executemany(self, sql: str, rows: Iterable[Any]) -> psycopg.Cursor[Any]:
         """One statement for many rows (inside a transaction's pipeline, sent without a wait per row)."""
+        return self.run_many(translate(sql), rows)
+
+    def run(self, sql: str, params: Any = ()) -> psycopg.Cursor[Any]:
+        """SQL written for PostgreSQL (``%s`` placeholders), as it is."""
+        return self.raw.execute(sql, list(params))
+
+    def run_many(self, sql: str, rows: Iterable[Any]) -> psycopg.Cursor[Any]:
         cur = self.raw.cursor()
-        cur.executemany(translate(sql), [list(r) for r in rows])
+        cur.executemany(sql, [list(r) for r in rows])
         return cur
+
+    def begin_append(self) -> None:
+        """BEGIN, the fleet's append lock (transaction-scoped, so appends from several processes and hosts
+        form one linear chain), then a pipeline for the transaction's statements."""
+        self.raw.execute("BEGIN")
+        self.raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [APPEND_LOCK, self.target.agent_id])
+        self._pipe = self.raw.pipeline()
+        self._pipeline = self._pipe.__enter__()
+
+    def end_pipeline(self, *, commit: bool) -> None:
+        """Close the append's pipeline (its errors raise only when about to commit)."""
+        if self._pipe is None:
+            return
+        pipe, self._pipe = self._pipe, None
+        try:
+            pipe.__exit__(None, None, None)
+        except psycopg.Error:
+            if commit:
+                raise
 
     def sync(self) -> None:
         """Send what the open append's pipeline holds and wait for the server: from then on the session is
