@@ -45,8 +45,9 @@ from agent.store.transaction import new_event_id as new_event_id
 from agent.tokens import Tokenizer
 
 
-def open_recorder(path: str | PgTarget, *, readonly: bool, create: bool) -> Recorder:
-    """The recorder for ``path``: a SQLite file's, or a PostgreSQL one naming the fleet."""
+def open_recorder(path: str | PgTarget, *, readonly: bool, create: bool, beside: str) -> Recorder:
+    """The recorder for ``path``: a SQLite file's, or a PostgreSQL one naming the fleet (``beside``: the path
+    its archived months would be kept beside; a SQLite file keeps them beside itself)."""
     if not isinstance(path, PgTarget):
         from agent.store.sqlite_recorder import SqliteRecorder
 
@@ -54,7 +55,7 @@ def open_recorder(path: str | PgTarget, *, readonly: bool, create: bool) -> Reco
     optional_import("psycopg", "postgres", "storage.url: postgresql://…")
     from agent.store.pg_recorder import PgRecorder
 
-    return PgRecorder(path, readonly=readonly, create=create)
+    return PgRecorder(path, readonly=readonly, create=create, beside=beside)
 
 
 class EventLog:
@@ -84,7 +85,8 @@ class EventLog:
             checkpoint = None if cp is None else os.fspath(cp)
         self.heads = HeadFile(head)
         self.checkpoint = Checkpoint(checkpoint)
-        self.recorder = open_recorder(where, readonly=readonly, create=create and not readonly)
+        self.recorder = open_recorder(where, readonly=readonly, create=create and not readonly,
+                                      beside=str(self.head_file))
         self.conn: Any = self.recorder.conn
         self.clock = clock or utc_now
         self._enc = (encoding, encoding_file, encoding_sha256)
@@ -222,15 +224,10 @@ class EventLog:
                 tx.appended.append(e)
         return len(tx.appended)
 
-    @cached_property
+    @property
     def segment_files(self) -> SegmentFiles:
-        """Archived months (agent/store/archive.py): read through here, transparently. Made on first use: a
-        command reading only read models does not import agent.store.segments."""
-        if self._file is not None:
-            return self.recorder.segment_files  # type: ignore[attr-defined, no-any-return]
-        from agent.store.segments import SegmentFiles
-
-        return SegmentFiles(Path(str(self.head_file)))
+        """Archived months (agent/store/archive.py): read through here, transparently."""
+        return self.recorder.segment_files
 
     def _read_head(self) -> tuple[int, str] | None:
         return self.heads.read()

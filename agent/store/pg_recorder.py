@@ -70,9 +70,10 @@ class PgRecorder(Recorder):
     dialect = "postgresql"
     warns_missing_head = False
 
-    def __init__(self, target: PgTarget, *, readonly: bool, create: bool) -> None:
+    def __init__(self, target: PgTarget, *, readonly: bool, create: bool, beside: str) -> None:
         self.target = target
         self.file = None
+        self.beside = beside
         self.conn: PgConnection = connect(target, readonly=readonly, create=create)
         self.rows = PgRows(self.conn)
 

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agent.events import Event
@@ -75,6 +76,18 @@ class Recorder(ABC):
     """The connection the read models and ``Store`` use."""
     file: str | None
     """The database file (None: not a file)."""
+    beside: str
+    """The path the archived months' directory is named after (``<beside>.segments``)."""
+
+    @cached_property
+    def segment_files(self) -> SegmentFiles:
+        """Archived months (agent/store/archive.py), read through the recorder transparently. Made on first
+        use: a command reading only read models does not import agent.store.segments."""
+        from pathlib import Path
+
+        from agent.store.segments import SegmentFiles
+
+        return SegmentFiles(Path(self.beside))
 
     # ------------------------------------------------------------------ transactions
 
@@ -172,12 +185,3 @@ class Recorder(ABC):
     def close(self) -> None:
         self.conn.close()
 
-
-def segment_files_for(base: str) -> SegmentFiles:
-    """The archived months beside ``base`` (made on first use: a command reading only read models does not
-    import agent.store.segments)."""
-    from pathlib import Path
-
-    from agent.store.segments import SegmentFiles
-
-    return SegmentFiles(Path(base))

@@ -11,8 +11,7 @@ import itertools
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.errors import LogError
 from agent.events import Event
@@ -22,9 +21,6 @@ from agent.store.db import connect, sqlite3
 from agent.store.queries import Store
 from agent.store.recorder import Filter, Recorder, Render, Row
 from agent.store.segment_types import Segment
-
-if TYPE_CHECKING:
-    from agent.store.segments import SegmentFiles
 
 INSERT_EVENT = f"INSERT INTO events ({COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 HEAD = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
@@ -91,18 +87,9 @@ class SqliteRecorder(Recorder):
     warns_missing_head = True
 
     def __init__(self, path: str, *, readonly: bool, create: bool) -> None:
-        self.file = path
+        self.file = self.beside = path
         self.conn = connect(path, readonly=readonly, create=create)
         self.rows = SqliteRows(self.conn, self)
-
-    @cached_property
-    def segment_files(self) -> SegmentFiles:
-        from pathlib import Path
-
-        from agent.store.segments import SegmentFiles
-
-        assert self.file is not None
-        return SegmentFiles(Path(self.file))
 
     def begin(self) -> tuple[int, str] | None:
         self.conn.execute("BEGIN IMMEDIATE")
