@@ -6,16 +6,17 @@ the same canonical JSON) both import it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from agent import events as ev
-from agent.errors import PayloadError
+from agent.errors import LogError, PayloadError
 from agent.events import Event
 from agent.events.canonical import canonical
 from agent.store.segment_types import Segment
@@ -104,7 +105,6 @@ def stub_mismatch(seg: Segment, rows: list[tuple[Any, ...]], kept: dict[int, tup
     return None
 
 
-
 def read_head(path: str | None) -> tuple[int, str] | None:
     """The (seq, hash) a head (or checkpoint) file records; None when it is missing or unreadable."""
     if path is None:
@@ -131,3 +131,204 @@ def write_head(fd: int, seq: int, h: str) -> None:
             os.ftruncate(fd, len(record))
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+class HeadFile:
+    """The file beside the database that records the newest (seq, hash): truncation evidence.
+
+    The file stays open and is rewritten in place under an exclusive flock, so writers in several
+    processes never move it backwards. Best effort: a failed write is reported by verify, not by the
+    append (which has committed)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def read(self) -> tuple[int, str] | None:
+        return read_head(self.path)
+
+    def write(self, seq: int, h: str) -> None:
+        if self.path is None:
+            return
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            write_head(self._fd, seq, h)
+        except OSError:
+            pass  # verify() compares what is there; the append itself has committed
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+# The checkpoint file is rewritten (fsync'd) once verification has moved this many events past what it records;
+# in between, the process remembers how far it verified. A start after a crash walks at most this many more.
+CHECKPOINT_EVERY = 2000
+
+
+class Checkpoint:
+    """How far verification reached: this process's own last verification (``verified``), and the
+    (seq, hash) recorded in the checkpoint file beside the database (``filed``: its seq, as last read or
+    written here)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.verified: tuple[int, str] | None = None
+        self.filed: int | None = None
+
+    def start(self) -> tuple[int, str] | None:
+        """Where the next verification may start: this process's last one, else the file's record."""
+        if self.verified is not None:
+            return self.verified
+        cp = read_head(self.path)
+        self.filed = cp[0] if cp is not None else None
+        return cp
+
+    def reached(self, seq: int, h: str) -> None:
+        """A clean verification reached (seq, h): remembered, and filed (best effort) when the file records
+        nothing yet or is ``CHECKPOINT_EVERY`` events behind."""
+        self.verified = (seq, h)
+        if (self.filed is None or seq - self.filed >= CHECKPOINT_EVERY) and self.write(seq, h):
+            self.filed = seq
+
+    def close(self) -> None:
+        if self.verified is not None and self.verified[0] > (self.filed or 0):
+            self.write(*self.verified)  # how far this process verified, for the next start
+
+    def write(self, seq: int, h: str) -> bool:
+        """Record a verified (seq, hash) beside the database, atomically; False when it cannot be written."""
+        if self.path is None:
+            return False
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, f"{seq} {h}\n".encode("ascii"))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            return True
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            return False
+
+
+class ChainRows(Protocol):
+    """One snapshot of a log's rows, as verification reads them (a recorder's reader on a fresh connection)."""
+
+    def segments(self) -> list[Segment]:
+        """The sealed segments' stubs, oldest first (none where the log has no tiers)."""
+        ...
+
+    def segment_rows(self, seg: Segment) -> list[tuple[Any, ...]]:
+        """The rows of ``seg``, re-read and checked against its sha256 (LogError when they cannot be)."""
+        ...
+
+    def kept(self, upto: int) -> dict[int, tuple[Any, ...]]:
+        """seq -> the events table's rows with seq <= ``upto`` (rows an archive kept)."""
+        ...
+
+    def pages(self, since: int) -> Iterator[list[tuple[Any, ...]]]:
+        """The events table's rows with seq > ``since`` in seq order, some at a time."""
+        ...
+
+    def row_at(self, seq: int, *, fresh: bool = False) -> tuple[Any, ...] | None:
+        """The row at ``seq``: the events table's, else its segment's (``fresh``: the segment re-read)."""
+        ...
+
+    def last_seq(self) -> int:
+        """The events table's newest seq (0 when empty)."""
+        ...
+
+
+class Verifier:
+    """The checks of one log's chain over one snapshot of its rows: a walk from the start or from a
+    checkpoint, then the recorded heads (the head file, an operator's anchor)."""
+
+    def __init__(self, rows: ChainRows, *, head_file: str | None = None, warn_missing_head: bool = True) -> None:
+        self.rows = rows
+        self.head_file = head_file
+        self.warn_missing_head = warn_missing_head
+
+    def verify(self, head: tuple[int, str] | None, anchor: tuple[int, str] | None = None) -> VerifyReport:
+        """Walk the whole chain, then check ``head`` (the head file's record) and ``anchor``."""
+        return self.check_anchors(self.walk(0, GENESIS), head, anchor)
+
+    def verify_from(self, cp: tuple[int, str] | None, head: tuple[int, str] | None) -> VerifyReport:
+        """Walk from the checkpoint ``cp`` (its row must still carry its hash), then check ``head``."""
+        return self.check_anchors(self.from_checkpoint(cp), head, None)
+
+    def from_checkpoint(self, cp: tuple[int, str] | None) -> VerifyReport:
+        if cp is None or cp[0] == 0:
+            return self.walk(0, GENESIS)
+        seq, h = cp
+        try:
+            row = self.rows.row_at(seq, fresh=True)
+        except LogError as e:
+            return VerifyReport(False, 0, seq - 1, seq, str(e))
+        if row is None:
+            end = self.rows.last_seq()
+            return VerifyReport(False, 0, end, min(seq, end + 1),
+                                f"the verified checkpoint records seq {seq} but the log ends at {end}: "
+                                "events were truncated or deleted")
+        if row[10] != h:
+            return VerifyReport(False, 0, seq, seq,
+                                f"seq {seq}: hash differs from the verified checkpoint: history was rewritten")
+        bad = bad_row(row, seq - 1, row[9])  # the checkpoint row's own content still matches its hash
+        if bad is not None:
+            return VerifyReport(False, 0, seq - 1, bad[0], bad[1])
+        return self.walk(seq, h, since=seq)
+
+    def walk(self, prev_seq: int, prev_hash: str, *, since: int = 0) -> VerifyReport:
+        """Walk the chain after ``since``: every sealed segment (re-read, sha256-checked), then the events table."""
+        checked = 0
+        segs = self.rows.segments()
+        hot_from = segs[-1].last_seq if segs else 0
+        kept = self.rows.kept(hot_from)
+        for seg in segs:
+            if seg.last_seq <= since:
+                continue
+            try:
+                rows = self.rows.segment_rows(seg)
+            except LogError as e:
+                return VerifyReport(False, checked, prev_seq, max(seg.first_seq, since + 1), str(e),
+                                    head_hash=prev_hash, since=since)
+            bad = stub_mismatch(seg, rows, kept)
+            for r in rows if bad is None else ():
+                if r[0] <= since:
+                    continue
+                bad = bad_row(r, prev_seq, prev_hash)
+                if bad is not None:
+                    break
+                prev_seq, prev_hash = r[0], r[10]
+                checked += 1
+            if bad is not None:
+                return VerifyReport(False, checked, prev_seq, bad[0], bad[1], head_hash=prev_hash, since=since)
+        for page in self.rows.pages(max(since, hot_from)):
+            for r in page:
+                bad = bad_row(r, prev_seq, prev_hash)
+                if bad is not None:
+                    return VerifyReport(False, checked, prev_seq, bad[0], bad[1], head_hash=prev_hash, since=since)
+                prev_seq, prev_hash = r[0], r[10]
+                checked += 1
+        return VerifyReport(True, checked, prev_seq, head_hash=prev_hash, since=since)
+
+    def check_anchors(self, r: VerifyReport, head: tuple[int, str] | None,
+                      anchor: tuple[int, str] | None) -> VerifyReport:
+        """The walked chain against the head file and an operator's recorded head."""
+        if not r.ok:
+            return r
+        for rec, what in ((head, "the head file"), (anchor, "the recorded head")):
+            if rec is None:
+                continue
+            bad = anchor_mismatch(lambda s: self.rows.row_at(s), rec, r.head_seq, what)
+            if bad is not None:
+                return replace(r, ok=False, first_bad_seq=bad[0], reason=bad[1])
+        if head is None and r.head_seq > 0 and self.warn_missing_head:
+            return replace(r, warnings=(f"no head file at {self.head_file}: deleting the newest events "
+                                        "cannot be detected without one",))
+        return r

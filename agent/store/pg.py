@@ -1,16 +1,17 @@
-"""The PostgreSQL backend: connect, schema and migrations, and the few differences of dialect.
+"""The PostgreSQL backend: connect, schema and migrations, and the connection the store reads and writes through.
 
 Imported only when ``storage.url`` names a PostgreSQL database (``EventLog`` given a ``PgTarget``), so
-SQLite users never load psycopg. ``PgConnection`` wraps a psycopg 3 connection with the small surface the
-log, the read models and ``Store`` use on a SQLite connection (``execute`` -> cursor, ``in_transaction``,
-``close``) and translates their SQL: ``?`` -> ``%s``, ``[table]`` -> ``"table"``, ``ON CONFLICT (col)``
--> ``ON CONFLICT (agent_id, col)``. Queries whose SQL differs beyond that (JSON, GLOB, full-text search,
-PRAGMA) have a PostgreSQL variant next to the SQLite one in agent/store/queries.py and log.py.
+SQLite users never load psycopg. ``PgConnection`` wraps a psycopg 3 connection. The event log's recorder
+(agent/store/pg_recorder.py) writes PostgreSQL and runs its statements as they are (``run``). The read models
+(agent/store/readmodels.py) and ``Store`` (agent/store/queries.py) still share their SQL with SQLite and go
+through ``execute``, which translates it: ``?`` -> ``%s``, ``[table]`` -> ``"table"``, ``ON CONFLICT (col)``
+-> ``ON CONFLICT (agent_id, col)``; queries whose SQL differs beyond that (JSON, GLOB, PRAGMA) have a
+PostgreSQL variant next to the SQLite one in agent/store/queries.py.
 
 Many fleets share one database: each connection names its fleet (``SET fleet_agent.agent_id``), every
 table's ``agent_id`` defaults to it and row-level security (FORCE) shows the connection only that fleet's
 rows (agent/schema_pg.sql). A role that bypasses row-level security (a superuser, BYPASSRLS) would see
-every fleet's rows, so it is refused. ``BEGIN IMMEDIATE`` becomes ``BEGIN`` plus a transaction-scoped
+every fleet's rows, so it is refused. An append transaction (``begin_append``) holds a transaction-scoped
 advisory lock on the fleet, so appends from several processes and hosts form one linear chain.
 
 Advisory lock keys (two-int form, class first): ``APPEND_LOCK`` (per fleet, for each append transaction),
@@ -79,7 +80,8 @@ def _fail(target: PgTarget, what: str, e: BaseException) -> LogError:
 
 
 class PgConnection:
-    """A psycopg connection in autocommit mode, speaking the SQLite connection's small dialect."""
+    """A psycopg connection in autocommit mode: ``run`` takes PostgreSQL, ``execute`` the SQL the read models
+    share with SQLite."""
 
     dialect = "postgresql"
 
@@ -90,26 +92,39 @@ class PgConnection:
         self._pipeline: Any = None  # the open pipeline itself (``_pipe`` is its context manager)
 
     def execute(self, sql: str, params: Any = ()) -> psycopg.Cursor[Any]:
-        if sql == "BEGIN IMMEDIATE":
-            cur = self.raw.execute("BEGIN")
-            self.raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [APPEND_LOCK, self.target.agent_id])
-            self._pipe = self.raw.pipeline()
-            self._pipeline = self._pipe.__enter__()
-            return cur
-        if sql in ("COMMIT", "ROLLBACK") and self._pipe is not None:
-            pipe, self._pipe = self._pipe, None
-            try:
-                pipe.__exit__(None, None, None)
-            except psycopg.Error:
-                if sql == "COMMIT":
-                    raise
         return self.raw.execute(translate(sql), list(params))
 
     def executemany(self, sql: str, rows: Iterable[Any]) -> psycopg.Cursor[Any]:
         """One statement for many rows (inside a transaction's pipeline, sent without a wait per row)."""
+        return self.run_many(translate(sql), rows)
+
+    def run(self, sql: str, params: Any = ()) -> psycopg.Cursor[Any]:
+        """SQL written for PostgreSQL (``%s`` placeholders), as it is."""
+        return self.raw.execute(sql, list(params))
+
+    def run_many(self, sql: str, rows: Iterable[Any]) -> psycopg.Cursor[Any]:
         cur = self.raw.cursor()
-        cur.executemany(translate(sql), [list(r) for r in rows])
+        cur.executemany(sql, [list(r) for r in rows])
         return cur
+
+    def begin_append(self) -> None:
+        """BEGIN, the fleet's append lock (transaction-scoped, so appends from several processes and hosts
+        form one linear chain), then a pipeline for the transaction's statements."""
+        self.raw.execute("BEGIN")
+        self.raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [APPEND_LOCK, self.target.agent_id])
+        self._pipe = self.raw.pipeline()
+        self._pipeline = self._pipe.__enter__()
+
+    def end_pipeline(self, *, commit: bool) -> None:
+        """Close the append's pipeline (its errors raise only when about to commit)."""
+        if self._pipe is None:
+            return
+        pipe, self._pipe = self._pipe, None
+        try:
+            pipe.__exit__(None, None, None)
+        except psycopg.Error:
+            if commit:
+                raise
 
     def sync(self) -> None:
         """Send what the open append's pipeline holds and wait for the server: from then on the session is
