@@ -138,6 +138,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("agent.web",),
     ("agent.service",),
     ("agent.cli",),
+    ("agent.start",),  # the console script: a stop signal handled before anything else, then the CLI
 ]
 
 

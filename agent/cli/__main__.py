@@ -1,5 +1,5 @@
 """``python -m agent.cli``: the same as the ``fleet-agent`` command."""
 
-from agent.start import entry
+from agent.cli import entry
 
 entry()
