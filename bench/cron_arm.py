@@ -1,8 +1,8 @@
 """The reference arm of bench/outcomes.py: a plain cron-style autoscaler, what an operator would write.
 
 Every tick it reads the queue and the instance list over the vast.ai API, destroys its dead instances,
-rents the cheapest reliable offers while more jobs wait than its instances can take (a fixed backlog
-per instance, whatever the GPU), and destroys one idle instance a tick when nothing waits. It keeps the
+rents the cheapest reliable offers while more jobs wait than it has instances (one job each,
+whatever the GPU), and destroys one idle instance a tick while fewer jobs wait than it has instances. It keeps the
 same caps as the agent's policy (instances, total $/h, rents an hour), reads no notes and raises no
 alerts. It talks plain HTTP (httpx) to the same endpoints the agent's client uses.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 LABEL = "cron-arm"
-JOBS_PER_INSTANCE = 4.0  # the backlog one instance is trusted to take (about half an hour of an average GPU)
+JOBS_PER_INSTANCE = 1.0  # one job at a time per instance, whatever the GPU
 MIN_RELIABILITY = 0.95
 STUCK_S = 900.0  # not running this long after the rent: dead
 DEAD = ("exited", "offline", "unknown", "stopped")
@@ -61,7 +61,7 @@ class CronArm:
             capacity = len(live) * JOBS_PER_INSTANCE
             if pending > capacity:
                 did += self._scale_up(http, live, math.ceil((pending - capacity) / JOBS_PER_INSTANCE), now)
-            elif pending < 1 and live:
+            elif pending + 1 < capacity and live:  # more than one instance without a job: idle
                 idle = max(live, key=lambda i: i["id"])  # the newest goes first
                 self._destroy(http, idle["id"])
                 did.append(f"destroy idle {idle['id']}")
@@ -85,7 +85,7 @@ class CronArm:
         return status != "running" and now - float(i.get("start_date") or now) > STUCK_S
 
     def _destroy(self, http: httpx.Client, iid: int) -> None:
-        http.delete(f"/api/v0/instances/{iid}/", json={})
+        http.request("DELETE", f"/api/v0/instances/{iid}/", json={})
 
     def _scale_up(self, http: httpx.Client, live: list[dict[str, Any]], want: int, now: float) -> list[str]:
         while self.rents and self.rents[0] <= now - 3600:
