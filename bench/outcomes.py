@@ -361,7 +361,9 @@ def _reacted(sc: Scenario, run: Run, acc: dict[str, Any], live: list[dict[str, A
 
 
 def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str | None,
-            model: str | None) -> Result:
+            model: str | None, observe: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> Result:
+    """One scenario with one arm on a fresh simulator; `observe(first, last)` gets the simulator's
+    accounting before the first tick and after the last."""
     t0 = time.monotonic()
     sim = Sim(seed)
     tmp = tempfile.TemporaryDirectory(prefix="outcomes-")
@@ -395,6 +397,8 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             if react is None and n >= sc.event_tick and _reacted(sc, run, acc, live):
                 react = n - sc.event_tick + 1
         acc = sim.get("/_sim/accounting")
+        if observe is not None:
+            observe(base, acc)
         arrived = acc["jobs_arrived"] - base["jobs_arrived"]
         served = acc["jobs_served"] - base["jobs_served"]
         waited = acc["job_hours_waited"] - base["job_hours_waited"]
