@@ -265,3 +265,19 @@ def test_cli_manual_clock_moves_only_when_advanced() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_unmet_job_ticks_count_what_the_running_fleet_leaves_per_advance(http: httpx.Client, sim: Simulator) -> None:
+    post(http, "/_sim/arrivals", {"shape": "constant", "rate": 0})
+    post(http, "/_sim/demand", {"pending": 20})
+    advance(http, 300)
+    assert accounting(http)["unmet_job_ticks"] == pytest.approx(20.0)  # nobody works: all 20 unmet
+    rent(http, good_single(sim, "H100 SXM")["id"])
+    advance(http, 600)  # running now; 30 jobs/h
+    acc = accounting(http)
+    assert acc["capacity_jobs_per_h"] == 30
+    before, pending = acc["unmet_job_ticks"], acc["pending"]
+    advance(http, 300)
+    after = accounting(http)
+    assert after["pending"] == pytest.approx(pending - 2.5, abs=0.01)
+    assert after["unmet_job_ticks"] - before == pytest.approx(max(0.0, after["pending"] - 2.5), abs=0.01)

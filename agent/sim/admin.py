@@ -2,7 +2,8 @@
 
     GET  /_sim/state        everything, as of now (Simulator.state)
     GET  /_sim/requests     the logged /api/ requests, credentials redacted (?since=N)
-    POST /_sim/advance      {"seconds": s}: move a ManualClock and the simulation (409 otherwise)
+    POST /_sim/advance      {"seconds": s}: move a ManualClock and the simulation (409 otherwise); each
+                            call counts as one tick in the accounting's unmet_job_ticks
     POST /_sim/plant_logs   {"instance_id", "text"}: what the instance's logs will say
     POST /_sim/outbid       {"instance_id"}: a bid instance loses its GPU
     GET/POST /_sim/faults   read or set the fault knobs (agent/sim/faults.py)
@@ -23,7 +24,8 @@
                             "num_gpus"?}]}
     POST /_sim/flap         {"instance_id", "down_s", "every_s", "phase_s"?}: down (no jobs done) down_s of
                             every every_s seconds; {"instance_id", "stop": true} ends it
-    GET  /_sim/accounting   ground truth: jobs arrived and served, job-hours waited, spend billed, balance,
+    GET  /_sim/accounting   ground truth: jobs arrived and served, job-hours waited, unmet job-ticks,
+                            the running fleet's jobs/h, spend billed, balance,
                             and per instance its GPU, host, status, jobs/h, jobs done and cost
 """
 
@@ -64,7 +66,22 @@ def _admin_advance(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) 
         raise ApiError(400, "invalid_args", "seconds must be a number") from e
     if seconds < 0:
         raise ApiError(400, "invalid_args", "seconds must be >= 0")
-    return json_reply(200, {"now": sim.advance(seconds)})
+    with sim._lock:
+        now = sim.advance(seconds)
+        # A driver advancing once a tick scores the tick: the jobs still waiting beyond what the
+        # running fleet finishes in a tick as long are jobs whose demand that tick did not meet.
+        sim.queue.unmet_job_ticks += max(0.0, sim.queue.pending - _capacity(sim) * seconds / 3600.0)
+    return json_reply(200, {"now": now})
+
+
+def _capacity(sim: Simulator) -> float:
+    """Jobs/h the running instances finish, a flapping one for the share of the time it is up."""
+    total = 0.0
+    for iid, inst in sim.instances.items():
+        if inst["actual_status"] == "running":
+            flap = sim.flaps.get(iid)
+            total += instances.jobs_per_h(inst) * (flap.up_fraction() if flap else 1.0)
+    return total
 
 
 def _admin_plant_logs(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
@@ -286,6 +303,7 @@ def _admin_accounting(sim: Simulator, query: dict[str, Any], body: dict[str, Any
         return json_reply(200, {
             "now": now, "jobs_arrived": round(q.arrived, 3), "jobs_served": round(q.completed, 3),
             "pending": round(q.pending, 3), "job_hours_waited": round(q.job_hours_waited, 6),
+            "unmet_job_ticks": round(q.unmet_job_ticks, 3), "capacity_jobs_per_h": round(_capacity(sim), 3),
             "arrival_rate_per_h": round(sim.arrival_rate(now), 3),
             "spend": round(float(sum(r["cost"] for r in rows)), 6), "balance": round(sim.balance, 6),
             "instances": rows,

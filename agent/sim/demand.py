@@ -140,6 +140,7 @@ class JobQueue:
     completed: float = 0.0
     arrived: float = 0.0  # since the simulator started (the starting backlog not counted)
     job_hours_waited: float = 0.0
+    unmet_job_ticks: float = 0.0  # summed per /_sim/advance: jobs left beyond what the fleet did in it
     per_instance: dict[int, float] = field(default_factory=dict)  # instance id -> jobs it finished
 
     def step(self, arrived: float, capacity: float, dt: float = 0.0) -> float:
