@@ -17,6 +17,8 @@ Per scenario and arm:
     $/job    spend / jobs served
     over     instance-ticks over need: per tick, live instances the fleet could lose (slowest first) and
              still do the arrivals plus the backlog within an hour
+    rent     rents' $ per job-capacity ($/h over jobs/h) over the best on offer when they were made, averaged
+             over the rents from the scenario's first event on (1.00 = always the best; '-': no rents)
     react    ticks from the scenario's event until the fleet answers it (1 = by the first tick after);
              '-' when it never does within the run
     viol     directive violations: rents after the operator's note that break it (host or GPU model)
@@ -45,6 +47,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from agent.sim.market import MODEL_BY_NAME  # noqa: E402
 from bench.cron_arm import Caps, CronArm  # noqa: E402
 
 TICK_S = 300.0
@@ -324,6 +327,7 @@ class Result:
     spend: float
     per_job: float | None
     over_instance_ticks: int
+    rent_vs_best: float | None
     react_ticks: int | None
     violations: int | None
     alerts_raised: list[str]
@@ -348,6 +352,16 @@ def _over(live: list[dict[str, Any]], need: float) -> int:
         cap -= i["jobs_per_h"]
         n += 1
     return n
+
+
+def _per_job_capacity(dph: float, gpu: str, num_gpus: int) -> float:
+    return dph / (MODEL_BY_NAME[gpu].jobs_per_h_per_gpu * num_gpus)
+
+
+def _best_on_offer(sim: Sim) -> float | None:
+    offers = sim.http.post("/api/v0/bundles/", json={"limit": 1000, "order": [["id", "asc"]]},
+                           headers={"Authorization": f"Bearer {SIM_KEY}"}).json()["offers"]
+    return min((_per_job_capacity(o["dph_total"], o["gpu_name"], o["num_gpus"]) for o in offers), default=None)
 
 
 def _reacted(sc: Scenario, run: Run, acc: dict[str, Any], live: list[dict[str, Any]]) -> bool:
@@ -380,17 +394,23 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
         react: int | None = None
         note_at: float | None = None
         first_alert: dict[str, int] = {}
+        first_event = min(sc.events) if sc.events else 0
+        rent_ratios: list[float] = []
         for n in range(ticks):
             if sc.directive and n == sc.event_tick:
                 note_at = now  # the note goes in at the event tick: rents from then on must obey it
             if n in sc.events:
                 sc.events[n](run)
+            best = _best_on_offer(sim) if n >= first_event else None
             arm.tick(now)
             for k in arm.alert_keys():
                 first_alert.setdefault(k, n)
             now = float(sim.post("/_sim/advance", {"seconds": TICK_S})["now"])
             acc = sim.get("/_sim/accounting")
             live = [i for i in acc["instances"] if i["status"] in LIVE]
+            if best:
+                rent_ratios += [_per_job_capacity(i["dph_total"], i["gpu_name"], i["num_gpus"]) / best
+                                for i in acc["instances"] if now - TICK_S <= i["rented_at"] < now]
             over += _over(live, _need(acc))
             if react is None and n >= sc.event_tick and _reacted(sc, run, acc, live):
                 react = n - sc.event_tick + 1
@@ -407,11 +427,11 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             host = run.notes.get("host")
             violations = sum(1 for i in acc["instances"] if note_at is not None and i["rented_at"] >= note_at
                              and (i["host_id"] == host or i["gpu_name"] != "RTX 4090"))
-        first_event = min(sc.events) if sc.events else 0
         raised = sorted(e for e in sc.alerts if any(k.startswith(e) and t >= first_event
                                                     for k, t in first_alert.items()))
         return Result(sc.name, arm_name, ticks, round(60.0 * waited / arrived, 2) if arrived else 0.0,
-                      round(unmet, 1), round(spend, 4), round(spend / served, 4) if served else None, over, react,
+                      round(unmet, 1), round(spend, 4), round(spend / served, 4) if served else None, over,
+                      round(sum(rent_ratios) / len(rent_ratios), 2) if rent_ratios else None, react,
                       violations, raised, list(sc.alerts), round(arrived, 1), round(served, 1), arm.failed,
                       round(time.monotonic() - t0, 2))
     finally:
@@ -424,7 +444,8 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
 # ------------------------------------------------------------------ report
 
 COLS = (("wait", "wait_min", "{:.1f}"), ("unmet", "unmet_job_ticks", "{:.0f}"), ("spend", "spend", "{:.2f}"),
-        ("$/job", "per_job", "{:.4f}"), ("over", "over_instance_ticks", "{:d}"), ("react", "react_ticks", "{:d}"))
+        ("$/job", "per_job", "{:.4f}"), ("over", "over_instance_ticks", "{:d}"), ("rent", "rent_vs_best", "{:.2f}"),
+        ("react", "react_ticks", "{:d}"))
 
 
 def ratio(a: float | int | None, b: float | int | None) -> str:
