@@ -22,7 +22,8 @@ Per scenario and arm:
     react    ticks from the scenario's event until the fleet answers it (1 = by the first tick after);
              '-' when it never does within the run
     viol     directive violations: rents after the operator's note that break it (host or GPU model)
-    alerts   expected alert keys raised by the agent after the event, out of those expected
+    alerts   expected alert keys raised by the agent at or after their cause, out of those expected (--json
+             adds each one's lag in ticks; 0 = raised by the tick the cause came before)
 A ratio is the agent's figure over the cron arm's in the same run.
 
     python bench/outcomes.py [--decider rules | --model-url URL --model NAME] [--scenarios a,b]
@@ -178,7 +179,7 @@ class Scenario:
     events: dict[int, Callable[[Run], None]]
     event_tick: int  # where "ticks to react" counts from
     react: str  # capacity | destroyed | comply
-    alerts: tuple[str, ...] = ()
+    alerts: dict[str, int] = field(default_factory=dict)  # expected alert key (prefix) -> the tick of its cause
     directive: bool = False
 
 
@@ -193,29 +194,29 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("ramp", "demand ramps 10 -> 60 jobs/h over an hour, holds, falls back",
              lambda r: r.sim.post("/_sim/arrivals", {"shape": "ramp", "points": [
                  [600, 10], [4200, 60], [6600, 60], [8400, 10]]}),
-             {}, 2, "capacity", ("demand:unmet",)),
+             {}, 2, "capacity", {"demand:unmet": 8}),
     Scenario("bursts", "a 3-hour day cycle around 25 jobs/h with two bursts (x3, x4)",
              lambda r: r.sim.post("/_sim/arrivals", {"shape": "day", "rate": 25, "amplitude": 0.4,
                                                      "period_s": 10800, "bursts": [
                                                          {"at_s": 3600, "for_s": 1200, "x": 3},
                                                          {"at_s": 7800, "for_s": 900, "x": 4}]}),
-             {}, 12, "capacity", ("demand:unmet",)),
+             {}, 12, "capacity", {"demand:unmet": 12}),
     Scenario("outage", "the host of two of the fleet's instances goes offline",
-             _both(constant(30), cheap_host), {12: outage}, 12, "capacity", ("dead:",)),
+             _both(constant(30), cheap_host), {12: outage}, 12, "capacity", {"dead:": 12}),
     Scenario("flap", "the fleet's fastest instance is down 3 of every 5 minutes, up whenever a tick looks",
-             constant(30), {8: flap}, 8, "destroyed", ("instance:underperforming:",)),
+             constant(30), {8: flap}, 8, "destroyed", {"instance:underperforming:": 8}),
     Scenario("surge", "RTX 3090 prices x2.5 and demand 30 -> 45 jobs/h", constant(30), {10: surge}, 10,
              "capacity"),
     Scenario("thin", "every offer leaves the market for an hour, then returns", constant(30),
              {6: lambda r: r.sim.post("/_sim/offers", {"withdraw": "all"}),
-              18: lambda r: r.sim.post("/_sim/offers", {"restore": "all"})}, 18, "capacity", ("demand:unmet",)),
+              18: lambda r: r.sim.post("/_sim/offers", {"restore": "all"})}, 18, "capacity", {"demand:unmet": 6}),
     Scenario("credit", "credit falls to $20, hits 0 (instances stop), then a $300 top-up", constant(30),
              {6: lambda r: r.sim.post("/_sim/credit", {"balance": 20}),
               12: lambda r: r.sim.post("/_sim/credit", {"balance": 0}),
               18: lambda r: r.sim.post("/_sim/credit", {"top_up": 300})}, 18, "capacity",
-             ("balance:low", "dead:")),
+             {"balance:low": 6, "dead:": 12}),
     Scenario("massstop", "every instance of the fleet is stopped at once", constant(30), {12: mass_stop}, 12,
-             "capacity", ("dead:",)),
+             "capacity", {"dead:": 12}),
     Scenario("note", f"operator note mid-run: '{NOTE}'", _both(constant(30), plenty_4090), {10: note(False)}, 10,
              "comply", directive=True),
     Scenario("directive", "the same, as a pinned directive", _both(constant(30), plenty_4090), {10: note(True)}, 10,
@@ -332,6 +333,7 @@ class Result:
     violations: int | None
     alerts_raised: list[str]
     alerts_expected: list[str]
+    alert_lag_ticks: dict[str, int]  # per expected key raised: ticks from its cause to its first raise (0: that tick)
     jobs_arrived: float
     jobs_served: float
     failed_ticks: int
@@ -427,12 +429,14 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             host = run.notes.get("host")
             violations = sum(1 for i in acc["instances"] if note_at is not None and i["rented_at"] >= note_at
                              and (i["host_id"] == host or i["gpu_name"] != "RTX 4090"))
-        raised = sorted(e for e in sc.alerts if any(k.startswith(e) and t >= first_event
-                                                    for k, t in first_alert.items()))
+        lag = {e: min(t for k, t in first_alert.items() if k.startswith(e) and t >= cause) - cause
+               for e, cause in sc.alerts.items()
+               if any(k.startswith(e) and t >= cause for k, t in first_alert.items())}
+        raised = sorted(lag)
         return Result(sc.name, arm_name, ticks, round(60.0 * waited / arrived, 2) if arrived else 0.0,
                       round(unmet, 1), round(spend, 4), round(spend / served, 4) if served else None, over,
                       round(sum(rent_ratios) / len(rent_ratios), 2) if rent_ratios else None, react,
-                      violations, raised, list(sc.alerts), round(arrived, 1), round(served, 1), arm.failed,
+                      violations, raised, list(sc.alerts), lag, round(arrived, 1), round(served, 1), arm.failed,
                       round(time.monotonic() - t0, 2))
     finally:
         if arm is not None:
