@@ -133,7 +133,7 @@ def cheap_host(r: Run, gpu: str = "RTX 3090", n: int = 2) -> None:
 def _good_host(r: Run, bad: set[int]) -> int:
     offers = r.sim.http.post("/api/v0/bundles/", json={"order": [["id", "asc"]], "limit": 1000},
                              headers={"Authorization": f"Bearer {SIM_KEY}"}).json()["offers"]
-    return max((o["reliability2"], -o["host_id"]) for o in offers if o["host_id"] not in bad)[1] * -1
+    return int(max((o["reliability2"], -o["host_id"]) for o in offers if o["host_id"] not in bad)[1]) * -1
 
 
 def outage(r: Run) -> None:
@@ -374,7 +374,7 @@ def _reacted(sc: Scenario, run: Run, acc: dict[str, Any], live: list[dict[str, A
         host = run.notes.get("host")
         return all(i["host_id"] != host and i["gpu_name"] == "RTX 4090" for i in live)
     healthy = [i for i in live if not i["flapping"]]
-    return sum(i["jobs_per_h"] for i in healthy) >= _need(acc)
+    return bool(sum(i["jobs_per_h"] for i in healthy) >= _need(acc))
 
 
 def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str | None,

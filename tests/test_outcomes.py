@@ -29,9 +29,11 @@ def _check_from_simulator(r: outcomes.Result, first: dict[str, Any], last: dict[
 def test_rules_and_cron_arms_report_the_simulators_figures() -> None:
     seen: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     sc = outcomes.SCENARIOS["outage"]
-    results = {arm: outcomes.run_one(sc, arm, 16, 7, None, None,
-                                     observe=lambda a, b, arm=arm: seen.__setitem__(arm, (a, b)))
-               for arm in ("agent", "cron")}
+    results = {}
+    for arm in ("agent", "cron"):
+        def observe(first: dict[str, Any], last: dict[str, Any], arm: str = arm) -> None:
+            seen[arm] = (first, last)
+        results[arm] = outcomes.run_one(sc, arm, 16, 7, None, None, observe=observe)
     for arm, r in results.items():
         first, last = seen[arm]
         _check_from_simulator(r, first, last)
