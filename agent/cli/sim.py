@@ -9,13 +9,13 @@ from agent.cli import args as args_
 
 
 def cmd_sim(args: argparse.Namespace, _app: object) -> int:
-    from agent.sim import serve_forever  # the simulator: only for the command that serves it
+    from agent.sim import DEFAULT_START, ManualClock, serve_forever  # only for the command that serves it
     from agent.sim.realism import Realism
 
     realism = Realism(rate_interval=args.rate_interval, listing_lag=args.listing_lag, logs_delay=args.logs_delay,
                       unschedulable=args.unschedulable)
     serve_forever(port=args.port, seed=args.seed, speed=args.speed, state_file=args.state, api_key=args.api_key,
-                  realism=realism)
+                  realism=realism, clock=ManualClock(args.start or DEFAULT_START) if args.manual_clock else None)
     return 0
 
 
@@ -35,4 +35,8 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
                    help="seconds before requested logs are ready (default 2.5)")
     s.add_argument("--unschedulable", type=args_.fraction, default=0.0,
                    help="probability a rent's machine cannot be scheduled (default 0)")
+    s.add_argument("--manual-clock", action="store_true",
+                   help="simulated time moves only when told to, by POST /_sim/advance {\"seconds\": s}")
+    s.add_argument("--start", type=args_.positive, default=None,
+                   help="with --manual-clock: the simulated start, a Unix time (default 1750000000)")
     s.set_defaults(func=cmd_sim, no_config=True)

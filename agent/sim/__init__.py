@@ -8,7 +8,9 @@ The HTTP surface is the one the official `vastai` CLI and agent/clients/vast.py 
 VAST_API.md): Bearer or `?api_key=` auth, JSON bodies with `Content-Type:
 application/json`, v1 instance pagination, the logs `result_url` flow. Admin
 endpoints live under `/_sim/` and need no vast auth; `GET /demand` serves the job
-queue the fleet works on. Everything random is drawn from RNGs seeded by `seed`, so
+queue the fleet works on. With `fleet-agent sim --manual-clock` a scenario is scripted from outside
+over HTTP: time, arrivals, prices, credit, host outages, offers, flaps, and the ground-truth
+accounting (docs/simulator.md). Everything random is drawn from RNGs seeded by `seed`, so
 a seed fixes the market, the bad hosts, each instance's timings and the demand.
 
 The modules, each about one thing:

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agent import logsetup
+from agent.sim.clock import Clock
 from agent.sim.realism import Realism
 from agent.sim.simulator import Simulator
 
@@ -107,9 +108,10 @@ class SimServer:
 
 
 def serve_forever(port: int, seed: int, speed: float, state_file: str | None, api_key: str,
-                  realism: Realism | None = None) -> None:
-    """Run the simulator until SIGTERM/SIGINT, saving state periodically and on exit."""
-    sim = Simulator(seed=seed, speed=speed, api_key=api_key, state_file=state_file, realism=realism)
+                  realism: Realism | None = None, clock: Clock | None = None) -> None:
+    """Run the simulator until SIGTERM/SIGINT, saving state periodically and on exit. With a ManualClock
+    time moves only through POST /_sim/advance."""
+    sim = Simulator(seed=seed, speed=speed, api_key=api_key, state_file=state_file, realism=realism, clock=clock)
     server = SimServer(sim, port=port).start()
     stop = threading.Event()
 
@@ -120,7 +122,8 @@ def serve_forever(port: int, seed: int, speed: float, state_file: str | None, ap
     signal.signal(signal.SIGINT, _on_signal)
     print(f"vast.ai simulator listening on {server.url}", flush=True)
     print(f"  VAST_URL={server.url} VAST_API_KEY={api_key}", flush=True)
-    print(f"  seed={seed} speed={speed} state={state_file or '(not persisted)'}", flush=True)
+    pace = "manual clock (POST /_sim/advance)" if sim.manual else f"speed={speed}"
+    print(f"  seed={seed} {pace} state={state_file or '(not persisted)'}", flush=True)
     log.info("sim.started", url=server.url, seed=seed, speed=speed, state_file=state_file)
     try:
         while not stop.wait(30.0):

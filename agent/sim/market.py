@@ -10,6 +10,11 @@ every GPU model keeps a single-GPU offer with 50 GB or more on a good host and o
 vast.ai, an offer's `dph_total` includes storage: the GPU price (`dph_base`) plus the search's
 `allocated_storage` GB (5 when the search names none) at `storage_cost` $/GB/month, and a search
 with `allocated_storage` only shows offers with at least that much disk.
+
+The market can be changed from outside (agent/sim/admin.py): an offer's or a GPU model's price set
+or multiplied (`set_price`; instances already rented keep the price they were rented at, as on
+vast.ai), offers withdrawn and brought back or new ones listed (`withdraw`, `restore`, `add_offer`),
+and a host taken offline, which withdraws its offers until it is back (`offline_hosts`).
 """
 
 from __future__ import annotations
@@ -64,7 +69,66 @@ class Market:
     def __init__(self, seed: int) -> None:
         self.offers: dict[int, dict[str, Any]] = {}
         self.bad_hosts: dict[int, str] = {}
+        self.withdrawn: set[int] = set()  # offers taken off the market (still known, so they can return)
+        self.offline_hosts: set[int] = set()  # hosts down: none of their offers is listed or rentable
         self._build(seed)
+        self._list_price = {oid: o["dph_base"] for oid, o in self.offers.items()}
+        self._added = random.Random(f"{seed}:added-offers")
+
+    def listed(self, offer: dict[str, Any]) -> bool:
+        """On the market now: not rented, not withdrawn, its host up."""
+        return not offer["rented"] and offer["id"] not in self.withdrawn and offer["host_id"] not in self.offline_hosts
+
+    def set_price(self, dph: float | None = None, multiplier: float | None = None, *,
+                  offer_id: int | None = None, gpu_name: str | None = None) -> list[int]:
+        """Price one offer, or every offer of a GPU model, at `dph` $/h per GPU or at `multiplier` x its
+        list price (1.0 restores it); returns the offers changed. LookupError when none matches."""
+        if offer_id is not None:
+            ids = [offer_id] if offer_id in self.offers else []
+        else:
+            ids = sorted(oid for oid, o in self.offers.items() if o["gpu_name"] == gpu_name)
+        if not ids:
+            raise LookupError(f"no offer {offer_id}" if offer_id is not None else f"no offer of GPU {gpu_name!r}")
+        for oid in ids:
+            o = self.offers[oid]
+            base = dph * o["num_gpus"] if dph is not None else self._list_price[oid] * float(multiplier or 1.0)
+            o["dph_base"] = round(base, 4)
+            o["dph_total"] = with_storage(base, DEFAULT_ALLOCATED_STORAGE)
+            o["min_bid"] = round(o["dph_total"] * 0.55, 4)
+            o["dlperf_per_dphtotal"] = round(o["dlperf"] / o["dph_total"], 2)
+            o["score"] = round(o["dlperf"] / o["dph_total"] * o["reliability"] * 4, 2)
+        return ids
+
+    def add_offer(self, gpu_name: str, *, host_id: int | None = None, num_gpus: int = 1,
+                  dph: float | None = None) -> int:
+        """List a new offer of `gpu_name` (on `host_id`, or a good host), `dph` $/h per GPU (default the
+        model's list price); returns its id."""
+        model = MODEL_BY_NAME.get(gpu_name)
+        if model is None:
+            raise LookupError(f"unknown GPU model {gpu_name!r}; one of {', '.join(MODEL_BY_NAME)}")
+        hosts = sorted({o["host_id"] for o in self.offers.values()})
+        good = [h for h in hosts if h not in self.bad_hosts]
+        host = host_id if host_id is not None else self._added.choice(good)
+        like = next((o for o in sorted(self.offers.values(), key=lambda o: o["id"])
+                     if o["host_id"] == host), None) or self.offers[min(self.offers)]
+        oid = max(max(self.offers) + 1, 10_000_000) + self._added.randrange(1, 50)
+        per_gpu = model.dph_per_gpu if dph is None else dph
+        dph_total = with_storage(per_gpu * num_gpus, DEFAULT_ALLOCATED_STORAGE)
+        dlperf = round(model.dlperf_per_gpu * num_gpus, 2)
+        rel = like["reliability"]
+        self.offers[oid] = {
+            **like, "id": oid, "ask_contract_id": oid, "bundle_id": oid + 7,
+            "machine_id": 60_000 + self._added.randrange(0, 30_000), "host_id": host, "num_gpus": num_gpus,
+            "gpu_name": model.name, "gpu_ram": model.gpu_ram_mb, "gpu_total_ram": model.gpu_ram_mb * num_gpus,
+            "cpu_cores_effective": float(8 * num_gpus), "cpu_ram": 64_000 * num_gpus, "disk_space": 100.0,
+            "dph_base": round(per_gpu * num_gpus, 4), "dph_total": dph_total,
+            "min_bid": round(dph_total * 0.55, 4), "cuda_max_good": model.cuda, "dlperf": dlperf,
+            "dlperf_per_dphtotal": round(dlperf / dph_total, 2), "score": round(dlperf / dph_total * rel * 4, 2),
+            "total_flops": round(model.total_flops * num_gpus, 1), "rented": False,
+            "compute_cap": 890 if "40" in model.name else 800,
+        }
+        self._list_price[oid] = self.offers[oid]["dph_base"]
+        return oid
 
     def _build(self, seed: int) -> None:
         rng = random.Random(f"{seed}:market")
@@ -145,7 +209,7 @@ class Market:
         rows = sorted(self.offers.values(), key=lambda o: (o["dph_total"], o["id"]))
         for o in rows:
             bad = o["host_id"] in self.bad_hosts
-            if o["rented"] or (gpu_name and o["gpu_name"] != gpu_name):
+            if not self.listed(o) or (gpu_name and o["gpu_name"] != gpu_name):
                 continue
             if num_gpus is not None and o["num_gpus"] != num_gpus:
                 continue
@@ -168,7 +232,7 @@ class Market:
             storage = float(q.get("allocated_storage") or DEFAULT_ALLOCATED_STORAGE)
         except (TypeError, ValueError) as e:
             raise ApiError(400, "invalid_args", "allocated_storage must be a number") from e
-        rows = [dict(o) for o in self.offers.values() if not o["rented"] and o["disk_space"] >= storage]
+        rows = [dict(o) for o in self.offers.values() if self.listed(o) and o["disk_space"] >= storage]
         for r in rows:
             r["dph_total"] = with_storage(r["dph_base"], storage)
         rows = [r for r in rows if matches(r, filters)]
@@ -189,7 +253,7 @@ class Market:
     def check_rent(self, offer_id: int, body: dict[str, Any]) -> dict[str, Any]:
         """The offer `body` may rent: image, disk and bid price checked; ApiError (404, 410, 400) if not."""
         offer = self.offers.get(offer_id)
-        if offer is None:
+        if offer is None or offer_id in self.withdrawn or offer["host_id"] in self.offline_hosts:
             raise ApiError(404, "no_such_ask", f"Instance type by id {offer_id} is not available.")
         if offer["rented"]:
             raise ApiError(410, "no_such_ask", f"Offer {offer_id} is no longer available: already rented.")

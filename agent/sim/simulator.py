@@ -15,7 +15,7 @@ from typing import Any
 
 from agent.sim import api, instances, state
 from agent.sim.clock import Clock, ManualClock, scaled_wall_clock
-from agent.sim.demand import JobQueue, arrival_rate, step_end
+from agent.sim.demand import Flap, JobQueue, Shape, arrival_rate, step_end
 from agent.sim.faults import Faults, after_action, ambiguous_rent, draw_fault
 from agent.sim.instances import Instance
 from agent.sim.logs import LogResults, synthetic_logs, tail_lines
@@ -66,6 +66,8 @@ class Simulator:
         self.bad_hosts = self.market.bad_hosts
         self.balance = float(start_balance)
         self.queue = JobQueue()
+        self.shape: Shape | None = None  # arrivals set from outside (POST /_sim/arrivals); None = seeded
+        self.flaps: dict[int, Flap] = {}  # instance id -> its down spells between two looks
         self._lock = threading.RLock()
         self._fault_rng = random.Random(f"{seed}:faults")
         self._next_id = ID_BASE + random.Random(f"{seed}:ids").randrange(1000, 9000)
@@ -133,12 +135,16 @@ class Simulator:
                 for cost in charges:
                     self.balance -= cost
                     self._bill(t, cost)
+                flap = self.flaps.get(iid)
+                if flap is not None and flap.down((t + end) / 2):
+                    secs = 0.0
                 if secs > 0:
                     shares.append((inst, secs * instances.jobs_per_h(inst) / 3600.0))
             capacity = sum(c for _, c in shares)
-            done = self.queue.step(self.arrival_rate(t) * (end - t) / 3600.0, capacity)
+            done = self.queue.step(self.arrival_rate(t) * (end - t) / 3600.0, capacity, end - t)
             for inst, c in shares:
                 inst["_jobs"] += done * c / capacity
+                self.queue.credit(inst["id"], done * c / capacity)
             if self.balance <= 0:
                 for inst in self.instances.values():
                     if inst["actual_status"] in ("running", "loading", "created", None):
@@ -165,8 +171,8 @@ class Simulator:
             return self.market.find_offer(gpu_name, good=good, num_gpus=num_gpus, behaviour=behaviour)
 
     def arrival_rate(self, t: float) -> float:
-        """Jobs per hour arriving at simulated time t: a day cycle, bursts, quiet spells."""
-        return arrival_rate(self.seed, t)
+        """Jobs per hour arriving at simulated time t: the shape set from outside, else the seeded one."""
+        return self.shape.at(t) if self.shape is not None else arrival_rate(self.seed, t)
 
     def demand(self) -> dict[str, Any]:
         with self._lock:
@@ -286,7 +292,15 @@ class Simulator:
             inst["_outbid_at"] = now
 
     def _public(self, inst: Instance) -> dict[str, Any]:
-        return instances.public(self.seed, inst, self._clock(), busy=self.pending >= 1)
+        now = self._clock()
+        out = instances.public(self.seed, inst, now, busy=self.pending >= 1)
+        flap = self.flaps.get(inst["id"])
+        if flap is not None and out.get("uptime_mins") is not None:
+            # What the machine itself reports: uptime since the last restart, utilisation over the period.
+            up = flap.up_since(now)
+            out["uptime_mins"] = round((now - up) / 60.0, 2) if up is not None else 0.0
+            out["gpu_util"] = round(float(out["gpu_util"] or 0.0) * flap.up_fraction(), 1)
+        return out
 
     def _sorted_instances(self) -> list[Instance]:
         return [self.instances[i] for i in sorted(self.instances)]

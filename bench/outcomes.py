@@ -1,0 +1,533 @@
+"""Outcomes: how well a decider runs the fleet, scenario by scenario, against a cron-style autoscaler.
+
+Each scenario runs twice, each time against its own `fleet-agent sim --manual-clock` subprocess on
+127.0.0.1 (same seed, same script): once with the agent (the real tick, `agent.runtime.tick.run_tick`,
+with a config pointing at the simulator, exactly what `fleet-agent tick` runs), once with the reference
+arm, bench/cron_arm.py, under the same caps. Every tick is 5 simulated minutes: the scenario's events
+for that tick (sent over the simulator's /_sim/ endpoints), one decision, then POST /_sim/advance.
+Operator notes go in through `agent.feedback.say`, what `fleet-agent say` runs, stamped with the
+simulated clock. Every figure comes from the simulator's ground truth (GET /_sim/accounting), never
+from the agent's log; only the alerts are read from the agent's log, since raising them is its job.
+
+Per scenario and arm:
+    wait     mean job wait, minutes: job-hours waited / jobs arrived
+    unmet    unmet job-ticks: per tick, the jobs waiting beyond what the running fleet finishes in a tick
+             (the simulator counts them at each /_sim/advance)
+    spend    $ billed by the simulator
+    $/job    spend / jobs served
+    over     instance-ticks over need: per tick, live instances the fleet could lose (slowest first) and
+             still do the arrivals plus the backlog within an hour
+    rent     rents' $ per job-capacity ($/h over jobs/h) over the best on offer when they were made, averaged
+             over the rents from the scenario's first event on (1.00 = always the best; '-': no rents)
+    react    ticks from the scenario's event until the fleet answers it (1 = by the first tick after);
+             '-' when it never does within the run
+    viol     directive violations: rents after the operator's note that break it (host or GPU model)
+    alerts   expected alert keys raised by the agent at or after their cause, out of those expected (--json
+             adds each one's lag in ticks; 0 = raised by the tick the cause came before)
+A ratio is the agent's figure over the cron arm's in the same run.
+
+    python bench/outcomes.py [--decider rules | --model-url URL --model NAME] [--scenarios a,b]
+                             [--ticks N] [--seed S] [--json] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from agent.sim.market import MODEL_BY_NAME  # noqa: E402
+from bench.cron_arm import Caps, CronArm  # noqa: E402
+
+TICK_S = 300.0
+SIM_KEY = "outcomes-sim-key"
+CAPS = Caps(max_instances=12, max_total_dph=8.0, max_rents_per_hour=8)
+LIVE = ("running", "loading", "created", None)
+NOTE = "Stop using host {host}. Only RTX 4090 from now on."
+
+
+class Sim:
+    """`fleet-agent sim --manual-clock` as a subprocess, and its admin endpoints."""
+
+    def __init__(self, seed: int) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agent.cli", "sim", "--manual-clock", "--port", str(port), "--seed", str(seed),
+             "--api-key", SIM_KEY, "--rate-interval", "0", "--logs-delay", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if "listening on" not in line:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise RuntimeError(f"the simulator did not start: {line}{err}")
+        self.url = line.rsplit(" ", 1)[-1].strip()
+        self.http = httpx.Client(base_url=self.url, timeout=30.0)
+
+    def get(self, path: str) -> Any:
+        r = self.http.get(path)
+        r.raise_for_status()
+        return r.json()
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        r = self.http.post(path, json=body)
+        if r.status_code >= 400:
+            raise RuntimeError(f"POST {path} {body}: HTTP {r.status_code} {r.text}")
+        return r.json()
+
+    def now(self) -> float:
+        return float(self.get("/_sim/accounting")["now"])
+
+    def close(self) -> None:
+        self.http.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# ------------------------------------------------------------------ scenarios
+
+
+@dataclass
+class Run:
+    """What a scenario's script may touch: the simulator, the arm's operator channel, its notes."""
+
+    sim: Sim
+    say: Callable[[str, bool], None]
+    notes: dict[str, Any] = field(default_factory=dict)  # what the script remembers (hosts, instances)
+
+    def live(self) -> list[dict[str, Any]]:
+        return [i for i in self.sim.get("/_sim/accounting")["instances"] if i["status"] in LIVE]
+
+
+def constant(rate: float) -> Callable[[Run], None]:
+    def setup(r: Run) -> None:
+        r.sim.post("/_sim/arrivals", {"shape": "constant", "rate": rate})
+    return setup
+
+
+def cheap_host(r: Run, gpu: str = "RTX 3090", n: int = 2) -> None:
+    """List n cheap offers on the most reliable good host, so both arms rent there first."""
+    st = r.sim.get("/_sim/state")
+    bad = {int(h) for h in st["bad_hosts"]}
+    host = _good_host(r, bad)
+    added = r.sim.post("/_sim/offers", {"add": [{"gpu_name": gpu, "dph": 0.12, "host_id": host}] * n})["added"]
+    r.notes.update(host=host, cheap_offers=added)
+
+
+def _good_host(r: Run, bad: set[int]) -> int:
+    offers = r.sim.http.post("/api/v0/bundles/", json={"order": [["id", "asc"]], "limit": 1000},
+                             headers={"Authorization": f"Bearer {SIM_KEY}"}).json()["offers"]
+    return int(max((o["reliability2"], -o["host_id"]) for o in offers if o["host_id"] not in bad)[1]) * -1
+
+
+def outage(r: Run) -> None:
+    host = r.notes["host"]
+    r.notes["victims"] = [i["id"] for i in r.live() if i["host_id"] == host]
+    r.sim.post("/_sim/host", {"host_id": host, "online": False})
+
+
+def flap(r: Run) -> None:
+    running = [i for i in r.live() if i["status"] == "running"]
+    if running:
+        victim = max(running, key=lambda i: (i["jobs_per_h"], i["id"]))
+        r.notes["victims"] = [victim["id"]]
+        r.sim.post("/_sim/flap", {"instance_id": victim["id"], "down_s": 180, "every_s": 300, "phase_s": 60})
+
+
+def surge(r: Run) -> None:
+    r.sim.post("/_sim/prices", {"gpu_name": "RTX 3090", "multiplier": 2.5})
+    r.sim.post("/_sim/arrivals", {"shape": "constant", "rate": 45})
+
+
+def mass_stop(r: Run) -> None:
+    for i in r.live():
+        r.sim.post("/_sim/outbid", {"instance_id": i["id"]})
+
+
+def note(pin: bool) -> Callable[[Run], None]:
+    def event(r: Run) -> None:
+        r.say(NOTE.format(host=r.notes["host"]), pin)
+    return event
+
+
+def plenty_4090(r: Run) -> None:
+    cheap_host(r)
+    r.sim.post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090"}] * 6})
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    what: str
+    setup: Callable[[Run], None]
+    events: dict[int, Callable[[Run], None]]
+    event_tick: int  # where "ticks to react" counts from
+    react: str  # capacity | destroyed | comply
+    alerts: dict[str, int] = field(default_factory=dict)  # expected alert key (prefix) -> the tick of its cause
+    directive: bool = False
+
+
+def _both(*fs: Callable[[Run], None]) -> Callable[[Run], None]:
+    def run(r: Run) -> None:
+        for f in fs:
+            f(r)
+    return run
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("ramp", "demand ramps 10 -> 60 jobs/h over an hour, holds, falls back",
+             lambda r: r.sim.post("/_sim/arrivals", {"shape": "ramp", "points": [
+                 [600, 10], [4200, 60], [6600, 60], [8400, 10]]}),
+             {}, 2, "capacity", {"demand:unmet": 8}),
+    Scenario("bursts", "a 3-hour day cycle around 25 jobs/h with two bursts (x3, x4)",
+             lambda r: r.sim.post("/_sim/arrivals", {"shape": "day", "rate": 25, "amplitude": 0.4,
+                                                     "period_s": 10800, "bursts": [
+                                                         {"at_s": 3600, "for_s": 1200, "x": 3},
+                                                         {"at_s": 7800, "for_s": 900, "x": 4}]}),
+             {}, 12, "capacity", {"demand:unmet": 12}),
+    Scenario("outage", "the host of two of the fleet's instances goes offline",
+             _both(constant(30), cheap_host), {12: outage}, 12, "capacity", {"dead:": 12}),
+    Scenario("flap", "the fleet's fastest instance is down 3 of every 5 minutes, up whenever a tick looks",
+             constant(30), {8: flap}, 8, "destroyed", {"instance:underperforming:": 8}),
+    Scenario("surge", "RTX 3090 prices x2.5 and demand 30 -> 45 jobs/h", constant(30), {10: surge}, 10,
+             "capacity"),
+    Scenario("thin", "every offer leaves the market for an hour, then returns", constant(30),
+             {6: lambda r: r.sim.post("/_sim/offers", {"withdraw": "all"}),
+              18: lambda r: r.sim.post("/_sim/offers", {"restore": "all"})}, 18, "capacity", {"demand:unmet": 6}),
+    Scenario("credit", "credit falls to $20, hits 0 (instances stop), then a $300 top-up", constant(30),
+             {6: lambda r: r.sim.post("/_sim/credit", {"balance": 20}),
+              12: lambda r: r.sim.post("/_sim/credit", {"balance": 0}),
+              18: lambda r: r.sim.post("/_sim/credit", {"top_up": 300})}, 18, "capacity",
+             {"balance:low": 6, "dead:": 12}),
+    Scenario("massstop", "every instance of the fleet is stopped at once", constant(30), {12: mass_stop}, 12,
+             "capacity", {"dead:": 12}),
+    Scenario("note", f"operator note mid-run: '{NOTE}'", _both(constant(30), plenty_4090), {10: note(False)}, 10,
+             "comply", directive=True),
+    Scenario("directive", "the same, as a pinned directive", _both(constant(30), plenty_4090), {10: note(True)}, 10,
+             "comply", directive=True),
+)}
+
+
+# ------------------------------------------------------------------ arms
+
+
+def agent_config(root: Path, sim_url: str, model_url: str | None, model: str | None) -> Path:
+    (root / "vast_api_key").write_text(SIM_KEY + "\n", encoding="utf-8")
+    os.chmod(root / "vast_api_key", 0o600)
+    (root / "knowledge").mkdir(exist_ok=True)
+    cfg = root / "config.yaml"
+    cfg.write_text(f"""\
+agent_id: outcomes
+logging:
+  level: warning
+data_dir: ./data
+knowledge_dir: ./knowledge
+vast:
+  url: {sim_url}
+  api_key_env: null
+  api_key_file: ./vast_api_key
+  min_interval: 0s
+demand:
+  url: {sim_url}/demand
+model:
+  provider: {"openai" if model_url else "rules"}
+  base_url: {model_url or "http://127.0.0.1:8000/v1"}
+  name: {model or "rules-provider"}
+  timeout: {600 if model_url else 60}s
+  max_retries: 0
+schedule:
+  tick_timeout: 3600s
+policy:
+  max_instances: {CAPS.max_instances}
+  max_total_dph: {CAPS.max_total_dph}
+  max_rents_per_hour: {CAPS.max_rents_per_hour}
+  max_destroys_per_hour: 24
+""", encoding="utf-8")
+    return cfg
+
+
+class AgentArm:
+    """The agent, ticked in this process on the simulator's clock."""
+
+    name = "agent"
+
+    def __init__(self, sim: Sim, root: Path, model_url: str | None, model: str | None) -> None:
+        from agent import config
+        from agent.runtime.app import App
+
+        self.t = sim.now()
+        self.app = App(config.load(str(agent_config(root, sim.url, model_url, model))), clock=lambda: self.t)
+        self.app.init_database()
+        self.failed = 0
+
+    def say(self, text: str, pin: bool) -> None:
+        from agent import feedback
+
+        feedback.say(self.app.log, text, "outcomes-operator", pin=pin)
+
+    def tick(self, now: float) -> None:
+        from agent.runtime.tick import run_tick
+
+        self.t = now
+        if not run_tick(self.app).ok:
+            self.failed += 1
+
+    def alert_keys(self) -> set[str]:
+        return {a.dedup_key for a in self.app.log.store.alerts(all_=True)}
+
+    def close(self) -> None:
+        self.app.close()
+
+
+class CronRef:
+    name = "cron"
+
+    def __init__(self, sim: Sim) -> None:
+        self.arm = CronArm(sim.url, SIM_KEY, f"{sim.url}/demand", CAPS)
+        self.failed = 0
+
+    def say(self, text: str, pin: bool) -> None:
+        return  # a cron script reads no notes
+
+    def tick(self, now: float) -> None:
+        self.arm.tick(now)
+
+    def alert_keys(self) -> set[str]:
+        return set()
+
+    def close(self) -> None:
+        return
+
+
+# ------------------------------------------------------------------ one run, its metrics
+
+
+@dataclass
+class Result:
+    scenario: str
+    arm: str
+    ticks: int
+    wait_min: float
+    unmet_job_ticks: float
+    spend: float
+    per_job: float | None
+    over_instance_ticks: int
+    rent_vs_best: float | None
+    react_ticks: int | None
+    violations: int | None
+    alerts_raised: list[str]
+    alerts_expected: list[str]
+    alert_lag_ticks: dict[str, int]  # per expected key raised: ticks from its cause to its first raise (0: that tick)
+    jobs_arrived: float
+    jobs_served: float
+    failed_ticks: int
+    wall_s: float
+
+
+def _need(acc: dict[str, Any]) -> float:
+    """Jobs/h the fleet needs: the arrivals, plus the backlog drained within an hour."""
+    return float(acc["arrival_rate_per_h"]) + float(acc["pending"])
+
+
+def _over(live: list[dict[str, Any]], need: float) -> int:
+    cap = sum(i["jobs_per_h"] for i in live)
+    n = 0
+    for i in sorted(live, key=lambda i: (i["jobs_per_h"], i["id"])):
+        if cap - i["jobs_per_h"] < need:
+            break
+        cap -= i["jobs_per_h"]
+        n += 1
+    return n
+
+
+def _per_job_capacity(dph: float, gpu: str, num_gpus: int) -> float:
+    return dph / (MODEL_BY_NAME[gpu].jobs_per_h_per_gpu * num_gpus)
+
+
+def _best_on_offer(sim: Sim) -> float | None:
+    offers = sim.http.post("/api/v0/bundles/", json={"limit": 1000, "order": [["id", "asc"]]},
+                           headers={"Authorization": f"Bearer {SIM_KEY}"}).json()["offers"]
+    return min((_per_job_capacity(o["dph_total"], o["gpu_name"], o["num_gpus"]) for o in offers), default=None)
+
+
+def _reacted(sc: Scenario, run: Run, acc: dict[str, Any], live: list[dict[str, Any]]) -> bool:
+    if sc.react == "destroyed":
+        victims = set(run.notes.get("victims") or [])
+        return bool(victims) and not any(i["id"] in victims for i in live)
+    if sc.react == "comply":
+        host = run.notes.get("host")
+        return all(i["host_id"] != host and i["gpu_name"] == "RTX 4090" for i in live)
+    healthy = [i for i in live if not i["flapping"]]
+    return bool(sum(i["jobs_per_h"] for i in healthy) >= _need(acc))
+
+
+def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str | None,
+            model: str | None, observe: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> Result:
+    """One scenario with one arm on a fresh simulator; `observe(first, last)` gets the simulator's
+    accounting before the first tick and after the last."""
+    t0 = time.monotonic()
+    sim = Sim(seed)
+    tmp = tempfile.TemporaryDirectory(prefix="outcomes-")
+    arm: AgentArm | CronRef | None = None
+    try:
+        arm = AgentArm(sim, Path(tmp.name), model_url, model) if arm_name == "agent" else CronRef(sim)
+        run = Run(sim, arm.say)
+        sim.post("/_sim/demand", {"pending": 0})
+        sc.setup(run)
+        base = sim.get("/_sim/accounting")
+        now = float(base["now"])
+        over = 0
+        react: int | None = None
+        note_at: float | None = None
+        first_alert: dict[str, int] = {}
+        first_event = min(sc.events) if sc.events else 0
+        rent_ratios: list[float] = []
+        for n in range(ticks):
+            if sc.directive and n == sc.event_tick:
+                note_at = now  # the note goes in at the event tick: rents from then on must obey it
+            if n in sc.events:
+                sc.events[n](run)
+            best = _best_on_offer(sim) if n >= first_event else None
+            arm.tick(now)
+            for k in arm.alert_keys():
+                first_alert.setdefault(k, n)
+            now = float(sim.post("/_sim/advance", {"seconds": TICK_S})["now"])
+            acc = sim.get("/_sim/accounting")
+            live = [i for i in acc["instances"] if i["status"] in LIVE]
+            if best:
+                rent_ratios += [_per_job_capacity(i["dph_total"], i["gpu_name"], i["num_gpus"]) / best
+                                for i in acc["instances"] if now - TICK_S <= i["rented_at"] < now]
+            over += _over(live, _need(acc))
+            if react is None and n >= sc.event_tick and _reacted(sc, run, acc, live):
+                react = n - sc.event_tick + 1
+        acc = sim.get("/_sim/accounting")
+        if observe is not None:
+            observe(base, acc)
+        arrived = acc["jobs_arrived"] - base["jobs_arrived"]
+        served = acc["jobs_served"] - base["jobs_served"]
+        waited = acc["job_hours_waited"] - base["job_hours_waited"]
+        unmet = acc["unmet_job_ticks"] - base["unmet_job_ticks"]
+        spend = acc["spend"] - base["spend"]
+        violations = None
+        if sc.directive:
+            host = run.notes.get("host")
+            violations = sum(1 for i in acc["instances"] if note_at is not None and i["rented_at"] >= note_at
+                             and (i["host_id"] == host or i["gpu_name"] != "RTX 4090"))
+        lag = {e: min(t for k, t in first_alert.items() if k.startswith(e) and t >= cause) - cause
+               for e, cause in sc.alerts.items()
+               if any(k.startswith(e) and t >= cause for k, t in first_alert.items())}
+        raised = sorted(lag)
+        return Result(sc.name, arm_name, ticks, round(60.0 * waited / arrived, 2) if arrived else 0.0,
+                      round(unmet, 1), round(spend, 4), round(spend / served, 4) if served else None, over,
+                      round(sum(rent_ratios) / len(rent_ratios), 2) if rent_ratios else None, react,
+                      violations, raised, list(sc.alerts), lag, round(arrived, 1), round(served, 1), arm.failed,
+                      round(time.monotonic() - t0, 2))
+    finally:
+        if arm is not None:
+            arm.close()
+        sim.close()
+        tmp.cleanup()
+
+
+# ------------------------------------------------------------------ report
+
+COLS = (("wait", "wait_min", "{:.1f}"), ("unmet", "unmet_job_ticks", "{:.0f}"), ("spend", "spend", "{:.2f}"),
+        ("$/job", "per_job", "{:.4f}"), ("over", "over_instance_ticks", "{:d}"), ("rent", "rent_vs_best", "{:.2f}"),
+        ("react", "react_ticks", "{:d}"))
+
+
+def ratio(a: float | int | None, b: float | int | None) -> str:
+    if a is None or b is None:
+        return "-"
+    if b == 0:
+        return "=" if a == 0 else "inf"
+    return f"{a / b:.2f}x"
+
+
+def table(results: list[Result], decider: str) -> str:
+    head = f"{'scenario':<10} {'arm':<6}" + "".join(f" {c:>14}" for c, _, _ in COLS) + f" {'viol':>5} {'alerts':>8}"
+    lines = [head, "-" * len(head)]
+    by = {(r.scenario, r.arm): r for r in results}
+    for name in dict.fromkeys(r.scenario for r in results):
+        a, c = by.get((name, "agent")), by.get((name, "cron"))
+        for r in (a, c):
+            if r is None:
+                continue
+            cells = []
+            for _, key, fmt in COLS:
+                v = getattr(r, key)
+                txt = "-" if v is None else fmt.format(v)
+                if r.arm == "agent" and c is not None:
+                    txt += f" ({ratio(v, getattr(c, key))})"
+                cells.append(f" {txt:>14}")
+            viol = "-" if r.violations is None else str(r.violations)
+            alerts = f"{len(r.alerts_raised)}/{len(r.alerts_expected)}" if r.arm == "agent" and r.alerts_expected \
+                else "-"
+            lines.append(f"{name:<10} {decider if r.arm == 'agent' else 'cron':<6}" + "".join(cells)
+                         + f" {viol:>5} {alerts:>8}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--decider", choices=("rules",), default="rules", help="the built-in rules provider (default)")
+    p.add_argument("--model-url", help="an OpenAI-compatible server's base URL: decide with this model instead")
+    p.add_argument("--model", help="the model's name on that server")
+    p.add_argument("--scenarios", help="comma-separated names (default: all; --list shows them)")
+    p.add_argument("--ticks", type=int, default=36, help="5-minute ticks per scenario (default 36: 3 h)")
+    p.add_argument("--seed", type=int, default=7, help="the simulator's seed (default 7)")
+    p.add_argument("--no-cron", action="store_true", help="skip the cron arm (no ratios)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    a = p.parse_args(argv)
+    if a.list:
+        for s in SCENARIOS.values():
+            print(f"{s.name:<10} {s.what}")
+        return 0
+    if bool(a.model_url) != bool(a.model):
+        p.error("--model-url and --model go together")
+    names = a.scenarios.split(",") if a.scenarios else list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        p.error(f"unknown scenario(s) {', '.join(unknown)}; one of {', '.join(SCENARIOS)}")
+    if a.ticks < 1:
+        p.error("--ticks must be at least 1")
+    from agent import logsetup
+
+    logsetup.configure("error", "auto")  # the table is the output; the agent's story is in its log
+    t0 = time.monotonic()
+    results = []
+    for name in names:
+        for arm in ("agent",) if a.no_cron else ("agent", "cron"):
+            results.append(run_one(SCENARIOS[name], arm, a.ticks, a.seed, a.model_url, a.model))
+    wall = time.monotonic() - t0
+    decider = "model" if a.model_url else "rules"
+    if a.json:
+        print(json.dumps({"decider": a.model or decider, "seed": a.seed, "ticks": a.ticks, "wall_s": round(wall, 1),
+                          "results": [asdict(r) for r in results]}, indent=2))
+    else:
+        print(f"outcomes: decider {a.model or decider}, seed {a.seed}, {a.ticks} ticks of {TICK_S / 60:.0f} min; "
+              "ratios are the agent's figure over the cron arm's")
+        print(table(results, decider))
+        print(f"wall time {wall:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

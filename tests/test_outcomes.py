@@ -1,0 +1,81 @@
+"""bench/outcomes.py at a small size: its figures are the simulator's accounting, the cron arm runs
+against the same API, and the model path runs a real tick loop against the scripted OpenAI server."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from bench import outcomes
+from bench.cron_arm import LABEL
+from tests.fakes.openai_server import FakeOpenAI, Step, is_summary_request, reply, summary_reply
+
+_OFFER_ROW = re.compile(r"^(\d+) \|", re.M)
+
+
+def _check_from_simulator(r: outcomes.Result, first: dict[str, Any], last: dict[str, Any]) -> None:
+    arrived = last["jobs_arrived"] - first["jobs_arrived"]
+    served = last["jobs_served"] - first["jobs_served"]
+    spend = last["spend"] - first["spend"]
+    assert r.jobs_arrived == pytest.approx(arrived, abs=0.05)
+    assert r.jobs_served == pytest.approx(served, abs=0.05)
+    assert r.spend == pytest.approx(spend, abs=1e-3)
+    assert r.wait_min == pytest.approx(60 * (last["job_hours_waited"] - first["job_hours_waited"]) / arrived, abs=0.01)
+    assert r.per_job == pytest.approx(spend / served, rel=1e-3)
+
+
+def test_rules_and_cron_arms_report_the_simulators_figures() -> None:
+    seen: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    sc = outcomes.SCENARIOS["outage"]
+    results = {}
+    for arm in ("agent", "cron"):
+        def observe(first: dict[str, Any], last: dict[str, Any], arm: str = arm) -> None:
+            seen[arm] = (first, last)
+        results[arm] = outcomes.run_one(sc, arm, 16, 7, None, None, observe=observe)
+    for arm, r in results.items():
+        first, last = seen[arm]
+        _check_from_simulator(r, first, last)
+        assert r.jobs_served > 0 and r.spend > 0 and r.failed_ticks == 0
+    cron_rows = seen["cron"][1]["instances"]
+    assert cron_rows and all((i["label"] or "").startswith(LABEL) for i in cron_rows)
+    assert not any((i["label"] or "").startswith(LABEL) for i in seen["agent"][1]["instances"])
+    # The outage took the host both arms rented on first; the agent's dead-instance alert fired after it.
+    assert any(i["status"] in ("offline", "destroyed") for i in seen["cron"][1]["instances"])
+    assert results["agent"].alerts_raised == ["dead:"]
+    text = outcomes.table(list(results.values()), "rules")
+    assert "outage" in text and "x)" in text
+
+
+def test_a_directive_scenario_counts_the_cron_arms_violations() -> None:
+    seen: dict[str, Any] = {}
+    r = outcomes.run_one(outcomes.SCENARIOS["note"], "cron", 20, 7, None, None,
+                         observe=lambda a, b: seen.update(last=b))
+    note_at = seen["last"]["now"] - (20 - outcomes.SCENARIOS["note"].event_tick) * outcomes.TICK_S
+    broke = [i for i in seen["last"]["instances"] if i["rented_at"] >= note_at and i["gpu_name"] != "RTX 4090"]
+    assert broke and r.violations == len(broke)  # a cron script reads no notes
+
+
+def _scripted_model(body: dict[str, Any]) -> Step:
+    """Each tick: search, rent the first offer listed, stop."""
+    if is_summary_request(body):
+        return summary_reply(body)
+    last = body["messages"][-1]
+    if last.get("role") != "tool":
+        return reply(tool_calls=[("search_offers", {"limit": 5})])
+    ids = _OFFER_ROW.findall(str(last.get("content") or ""))  # the search's table; a rent's result has none
+    if ids:
+        return reply(tool_calls=[("rent_instance", {"offer_id": int(ids[0]), "reason": "jobs are waiting"})])
+    return reply("done for this tick")
+
+
+def test_the_model_path_runs_ticks_against_a_scripted_model() -> None:
+    seen: dict[str, Any] = {}
+    with FakeOpenAI(default=_scripted_model) as fake:
+        r = outcomes.run_one(outcomes.SCENARIOS["ramp"], "agent", 4, 7, fake.base_url, fake.model,
+                             observe=lambda a, b: seen.update(first=a, last=b))
+        asked = len(fake.chat_requests)
+    _check_from_simulator(r, seen["first"], seen["last"])
+    assert r.failed_ticks == 0 and asked >= 4
+    assert seen["last"]["instances"], "the scripted model's rents reached the simulator"

@@ -1,0 +1,283 @@
+"""The simulator's scripting endpoints over real HTTP: arrivals, prices, credit, host outages, offers,
+flaps, accounting, and `fleet-agent sim --manual-clock` moved only by /_sim/advance."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from agent.sim import GPU_MODELS, SimServer, Simulator
+
+
+@pytest.fixture(autouse=True)
+def _no_rate_limit(sim: Simulator) -> None:
+    sim.realism.update({"rate_interval": 0, "logs_delay": 0, "listing_lag": 0})
+
+
+@pytest.fixture
+def http(sim_server: SimServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=sim_server.url, timeout=10,
+                      headers={"Authorization": "Bearer sim-key"}) as client:
+        yield client
+
+
+def post(http: httpx.Client, path: str, body: dict[str, Any], status: int = 200) -> Any:
+    r = http.post(path, json=body)
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+def advance(http: httpx.Client, seconds: float) -> float:
+    return float(post(http, "/_sim/advance", {"seconds": seconds})["now"])
+
+
+def search(http: httpx.Client, **q: Any) -> list[dict[str, Any]]:
+    r = http.post("/api/v0/bundles/", json={"order": [["dph_total", "asc"]], "limit": 1000, **q})
+    assert r.status_code == 200, r.text
+    return list(r.json()["offers"])
+
+
+def rent(http: httpx.Client, offer_id: int) -> int:
+    r = http.put(f"/api/v0/asks/{offer_id}/", json={"image": "sim/prover:latest", "disk": 10, "label": "t"})
+    assert r.status_code == 200, r.text
+    return int(r.json()["new_contract"])
+
+
+def accounting(http: httpx.Client) -> dict[str, Any]:
+    r = http.get("/_sim/accounting")
+    assert r.status_code == 200
+    return dict(r.json())
+
+
+def good_single(sim: Simulator, gpu: str = "RTX 4090") -> dict[str, Any]:
+    return sim.find_offer(gpu, good=True)
+
+
+def test_arrivals_constant_ramp_day_and_seeded(http: httpx.Client, sim: Simulator) -> None:
+    post(http, "/_sim/demand", {"pending": 0})
+    got = post(http, "/_sim/arrivals", {"shape": "constant", "rate": 60})
+    assert got["shape"] == "constant" and got["rate_now"] == 60
+    advance(http, 1800)
+    acc = accounting(http)
+    assert acc["jobs_arrived"] == pytest.approx(30.0)
+    assert acc["pending"] == pytest.approx(30.0)  # nothing rented: nobody works on them
+    # A backlog growing 1 job a minute for 30 minutes waits about 1+2+...+30 job-minutes (minute steps,
+    # the first and last cut where the clock's start falls within a minute).
+    assert acc["job_hours_waited"] == pytest.approx(sum(range(1, 31)) / 60.0, rel=0.01)
+
+    post(http, "/_sim/arrivals", {"shape": "ramp", "points": [[0, 10], [3600, 70]]})
+    advance(http, 1800)
+    assert http.get("/_sim/arrivals").json()["rate_now"] == pytest.approx(40.0)
+    advance(http, 7200)
+    assert http.get("/_sim/arrivals").json()["rate_now"] == pytest.approx(70.0)  # flat after the last point
+
+    post(http, "/_sim/arrivals", {"shape": "day", "rate": 20, "amplitude": 0.5, "period_s": 4 * 3600,
+                                  "bursts": [{"at_s": 600, "for_s": 600, "x": 3}]})
+    advance(http, 900)
+    burst = http.get("/_sim/arrivals").json()["rate_now"]
+    advance(http, 3600 - 900)  # the top of the cycle, burst over
+    assert burst > 20 * 2 and http.get("/_sim/arrivals").json()["rate_now"] == pytest.approx(30.0)
+
+    post(http, "/_sim/arrivals", {"shape": "seeded"})
+    assert http.get("/_sim/arrivals").json()["rate_now"] == pytest.approx(sim.arrival_rate(sim.now()), abs=1e-3)
+
+
+@pytest.mark.parametrize("body", [
+    {"shape": "wave", "rate": 1}, {"shape": "constant"}, {"shape": "constant", "rate": -1},
+    {"shape": "ramp", "points": []}, {"shape": "ramp", "points": [[60, 1], [0, 2]]},
+    {"shape": "day", "rate": 5, "bursts": [{"at_s": 1}]},
+])
+def test_arrivals_refuses_a_bad_shape_and_keeps_the_old(http: httpx.Client, body: dict[str, Any]) -> None:
+    post(http, "/_sim/arrivals", {"shape": "constant", "rate": 12})
+    err = post(http, "/_sim/arrivals", body, status=400)
+    assert err["error"] == "invalid_args" and err["msg"].startswith("arrivals:")
+    assert http.get("/_sim/arrivals").json()["rate_now"] == 12
+
+
+def test_jobs_done_at_each_gpu_rate_per_instance_and_in_demand_workers(http: httpx.Client, sim: Simulator) -> None:
+    post(http, "/_sim/demand", {"pending": 500})
+    post(http, "/_sim/arrivals", {"shape": "constant", "rate": 0})
+    slow, fast = good_single(sim, "RTX 3090"), good_single(sim, "H100 SXM")
+    a, b = rent(http, slow["id"]), rent(http, fast["id"])
+    advance(http, 600)  # both are running by now
+    before = accounting(http)
+    advance(http, 3600)
+    after = accounting(http)
+    done = {i["id"]: i["jobs_done"] - next(j["jobs_done"] for j in before["instances"] if j["id"] == i["id"])
+            for i in after["instances"]}
+    rates = {m.name: m.jobs_per_h_per_gpu for m in GPU_MODELS}
+    assert done[a] == pytest.approx(rates["RTX 3090"], abs=0.01)
+    assert done[b] == pytest.approx(rates["H100 SXM"], abs=0.01)
+    workers = http.get("/demand").json()["workers"]
+    assert set(workers) == {str(a), str(b)} and workers[str(b)]["completed"] == int(after["instances"][1]["jobs_done"])
+    # Stopped: it finishes nothing more.
+    assert http.put(f"/api/v0/instances/{a}/", json={"state": "stopped"}).status_code == 200
+    advance(http, 3600)
+    row = next(i for i in accounting(http)["instances"] if i["id"] == a)
+    assert row["jobs_done"] == pytest.approx(next(i for i in after["instances"] if i["id"] == a)["jobs_done"])
+
+
+def test_prices_per_gpu_model_and_per_offer(http: httpx.Client, sim: Simulator) -> None:
+    before = {o["id"]: o["dph_total"] for o in search(http, gpu_name={"eq": "RTX 3090"})}
+    got = post(http, "/_sim/prices", {"gpu_name": "RTX 3090", "multiplier": 2})
+    assert {o["id"] for o in got["offers"]} >= set(before)
+    after = {o["id"]: o["dph_total"] for o in search(http, gpu_name={"eq": "RTX 3090"})}
+    for oid, dph in before.items():
+        assert after[oid] == pytest.approx(2 * dph, rel=0.01)
+    one = next(iter(before))
+    post(http, "/_sim/prices", {"offer_id": one, "dph": 0.1})
+    shown = next(o for o in search(http) if o["id"] == one)
+    assert shown["dph_base"] == pytest.approx(0.1 * shown["num_gpus"])
+    post(http, "/_sim/prices", {"gpu_name": "RTX 3090", "multiplier": 1})
+    assert {o["id"]: o["dph_total"] for o in search(http, gpu_name={"eq": "RTX 3090"})} == before
+
+
+def test_a_price_change_leaves_rented_instances_at_their_price(http: httpx.Client, sim: Simulator) -> None:
+    offer = good_single(sim, "RTX 4090")
+    iid = rent(http, offer["id"])
+    dph = next(i for i in accounting(http)["instances"] if i["id"] == iid)["dph_total"]
+    post(http, "/_sim/prices", {"gpu_name": "RTX 4090", "multiplier": 3})
+    assert next(i for i in accounting(http)["instances"] if i["id"] == iid)["dph_total"] == dph
+
+
+@pytest.mark.parametrize("body,status", [
+    ({"gpu_name": "RTX 3090"}, 400), ({"gpu_name": "RTX 3090", "dph": 1, "multiplier": 2}, 400),
+    ({"gpu_name": "GTX 480", "multiplier": 2}, 404), ({"offer_id": 1, "multiplier": 2}, 404),
+    ({"gpu_name": "RTX 3090", "multiplier": "x"}, 400),
+])
+def test_prices_refuses_bad_bodies(http: httpx.Client, body: dict[str, Any], status: int) -> None:
+    post(http, "/_sim/prices", body, status=status)
+
+
+def test_credit_sets_and_tops_up_the_balance(http: httpx.Client, sim: Simulator) -> None:
+    assert post(http, "/_sim/credit", {"balance": 3.5})["balance"] == 3.5
+    assert post(http, "/_sim/credit", {"top_up": 10})["balance"] == 13.5
+    assert http.get("/api/v0/users/current/").json()["credit"] == pytest.approx(13.5)
+    post(http, "/_sim/credit", {"balance": 1, "top_up": 1}, status=400)
+    post(http, "/_sim/credit", {"top_up": -5}, status=400)
+    post(http, "/_sim/credit", {"balance": 0})
+    offer = good_single(sim)
+    r = http.put(f"/api/v0/asks/{offer['id']}/", json={"image": "x", "disk": 10})
+    assert r.status_code == 402  # no credit, no rent
+
+
+def test_host_outage_takes_its_instances_and_offers_and_gives_them_back(http: httpx.Client, sim: Simulator) -> None:
+    offer = good_single(sim)
+    host = offer["host_id"]
+    iid = rent(http, offer["id"])
+    advance(http, 600)
+    on_host = [o["id"] for o in search(http) if o["host_id"] == host]
+    post(http, "/_sim/host", {"host_id": host, "online": False})
+    listed = http.get("/api/v0/instances/").json()["instances"]
+    assert next(i for i in listed if i["id"] == iid)["actual_status"] == "offline"
+    assert not [o for o in search(http) if o["host_id"] == host]
+    if on_host:
+        assert http.put(f"/api/v0/asks/{on_host[0]}/", json={"image": "x", "disk": 10}).status_code == 404
+    done = next(i for i in accounting(http)["instances"] if i["id"] == iid)["jobs_done"]
+    advance(http, 1800)
+    assert next(i for i in accounting(http)["instances"] if i["id"] == iid)["jobs_done"] == done
+    post(http, "/_sim/host", {"host_id": host, "online": True})
+    advance(http, 600)
+    listed = http.get("/api/v0/instances/").json()["instances"]
+    assert next(i for i in listed if i["id"] == iid)["actual_status"] == "running"
+    assert sorted(o["id"] for o in search(http) if o["host_id"] == host) == sorted(on_host)
+    post(http, "/_sim/host", {"host_id": host, "online": "no"}, status=400)
+    post(http, "/_sim/host", {"host_id": 1, "online": False}, status=404)
+
+
+def test_offers_withdraw_keep_restore_add(http: httpx.Client) -> None:
+    everything = search(http)
+    one = everything[0]["id"]
+    got = post(http, "/_sim/offers", {"withdraw": [one]})
+    assert one in got["withdrawn"] and one not in {o["id"] for o in search(http)}
+    got = post(http, "/_sim/offers", {"keep": 1})
+    thin = search(http)
+    assert len({o["gpu_name"] for o in thin}) == len(thin)  # one offer per GPU model left
+    post(http, "/_sim/offers", {"restore": "all"})
+    assert len(search(http)) == len(everything)
+    added = post(http, "/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.05, "num_gpus": 2}]})["added"]
+    new = next(o for o in search(http) if o["id"] == added[0])
+    assert new["gpu_name"] == "RTX 4090" and new["num_gpus"] == 2 and new["dph_base"] == pytest.approx(0.1)
+    assert rent(http, new["id"])
+    post(http, "/_sim/offers", {"withdraw": "all"})
+    assert search(http) == []
+    # A bad body changes nothing.
+    post(http, "/_sim/offers", {"restore": "all", "add": [{"gpu_name": "GTX 480"}]}, status=400)
+    assert search(http) == []
+    post(http, "/_sim/offers", {"withdraw": [123]}, status=400)
+
+
+def test_flap_does_no_jobs_while_down_and_shows_between_looks(http: httpx.Client, sim: Simulator) -> None:
+    post(http, "/_sim/demand", {"pending": 1000})
+    post(http, "/_sim/arrivals", {"shape": "constant", "rate": 0})
+    a, b = rent(http, good_single(sim, "RTX 4090")["id"]), rent(http, sim.find_offer("RTX 4090", good=True)["id"])
+    advance(http, 600 - sim.now() % 300)  # both running, on a 5-minute boundary
+    post(http, "/_sim/flap", {"instance_id": a, "down_s": 180, "every_s": 300, "phase_s": 60})
+    start = {i["id"]: i["jobs_done"] for i in accounting(http)["instances"]}
+    for _ in range(12):  # an hour of looks on 5-minute boundaries: always up then
+        advance(http, 300)
+        row = next(i for i in http.get("/api/v0/instances/").json()["instances"] if i["id"] == a)
+        assert row["actual_status"] == "running"
+        assert row["uptime_mins"] <= 1.0  # it restarted a minute ago
+    end = {i["id"]: i["jobs_done"] for i in accounting(http)["instances"]}
+    assert end[b] - start[b] == pytest.approx(8.0, abs=0.01)
+    assert end[a] - start[a] == pytest.approx(8.0 * 2 / 5, abs=0.01)
+    assert next(i for i in accounting(http)["instances"] if i["id"] == a)["flapping"] is True
+    post(http, "/_sim/flap", {"instance_id": a, "stop": True})
+    assert next(i for i in accounting(http)["instances"] if i["id"] == a)["flapping"] is False
+    post(http, "/_sim/flap", {"instance_id": a, "down_s": 300, "every_s": 300}, status=400)
+    post(http, "/_sim/flap", {"instance_id": 1, "down_s": 1, "every_s": 300}, status=404)
+
+
+def test_accounting_spend_is_the_billing(http: httpx.Client, sim: Simulator) -> None:
+    iid = rent(http, good_single(sim)["id"])
+    advance(http, 3600)
+    assert http.delete(f"/api/v0/instances/{iid}/").status_code == 200
+    advance(http, 3600)
+    acc = accounting(http)
+    assert acc["spend"] == pytest.approx(sum(sim.billing().values()), abs=1e-5) and acc["spend"] > 0
+    row = next(i for i in acc["instances"] if i["id"] == iid)
+    assert row["status"] == "destroyed" and row["destroyed_at"] == pytest.approx(acc["now"] - 3600)
+
+
+def test_cli_manual_clock_moves_only_when_advanced() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "sim", "--manual-clock", "--port", str(port),
+                             "--start", "1800000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert "listening on" in first, first + (proc.stderr.read() if proc.stderr else "")
+        url = first.rsplit(" ", 1)[-1].strip()
+        assert "manual clock" in proc.stdout.readline() + proc.stdout.readline()
+        with httpx.Client(base_url=url, timeout=10) as c:
+            t0 = c.get("/_sim/accounting").json()["now"]
+            assert t0 == 1_800_000_000.0 and c.get("/_sim/accounting").json()["now"] == t0
+            assert c.post("/_sim/advance", json={"seconds": 300}).json()["now"] == t0 + 300
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_unmet_job_ticks_count_what_the_running_fleet_leaves_per_advance(http: httpx.Client, sim: Simulator) -> None:
+    post(http, "/_sim/arrivals", {"shape": "constant", "rate": 0})
+    post(http, "/_sim/demand", {"pending": 20})
+    advance(http, 300)
+    assert accounting(http)["unmet_job_ticks"] == pytest.approx(20.0)  # nobody works: all 20 unmet
+    rent(http, good_single(sim, "H100 SXM")["id"])
+    advance(http, 600)  # running now; 30 jobs/h
+    acc = accounting(http)
+    assert acc["capacity_jobs_per_h"] == 30
+    before, pending = acc["unmet_job_ticks"], acc["pending"]
+    advance(http, 300)
+    after = accounting(http)
+    assert after["pending"] == pytest.approx(pending - 2.5, abs=0.01)
+    assert after["unmet_job_ticks"] - before == pytest.approx(max(0.0, after["pending"] - 2.5), abs=0.01)
