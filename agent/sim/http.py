@@ -121,7 +121,8 @@ def serve_forever(port: int, seed: int, speed: float, state_file: str | None, ap
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     print(f"vast.ai simulator listening on {server.url}", flush=True)
-    print(f"  VAST_URL={server.url} VAST_API_KEY={api_key}", flush=True)
+    print(f"  point fleet-agent at it: vast.url: {server.url} in config.yaml, and the key in the environment:"
+          f" VAST_API_KEY={api_key}", flush=True)
     pace = "manual clock (POST /_sim/advance)" if sim.manual else f"speed={speed}"
     print(f"  seed={seed} {pace} state={state_file or '(not persisted)'}", flush=True)
     log.info("sim.started", url=server.url, seed=seed, speed=speed, state_file=state_file)
