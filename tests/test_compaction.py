@@ -141,7 +141,10 @@ def test_summariser_gets_a_request_of_its_own_when_the_continuation_would_not_fi
     log = open_log(tmp_path / "a.db")
     settings = ContextSettings(budget_tokens=12000, output_reserve=500, tool_output_max_tokens=300,
                                summary_max_tokens=400, high_water=0.95)
-    fill(log, settings=settings, outputs=(40, 40))
+    n = fill(log, settings=settings, outputs=(40, 40))
+    while proj(log, settings=settings).calibrated_tokens <= settings.high_water * settings.budget_tokens:
+        simple_tick(log, n, (40, 40))  # on past the first cut-to-fit request, up to high water itself
+        n += 1
     s = ScriptedSummarizer(GOOD)
     ev = run_compact(log, s, settings=settings)
     assert ev is not None and ev.payload["method"] == "llm"

@@ -108,3 +108,25 @@ def test_a_pinned_directive_is_in_every_request_after_several_compactions(make_a
             forms.append("pinned")
     first_pinned = forms.index("pinned")
     assert first_pinned > 0 and forms == ["thread"] * first_pinned + ["pinned"] * (len(forms) - first_pinned)
+
+
+@pytest.mark.parametrize("budget", [8000, 9000])
+def test_a_budget_under_the_reserve_over_one_minus_high_water_still_compacts(make_app, fake_model, sim_clock,
+                                                                            tmp_path, budget):
+    """budget_tokens below output_reserve / (1 - high_water) (10,240 with the defaults): the request is cut
+    to fit before it ever reaches high water. Compaction still runs (a request that had to be cut is due),
+    so a pinned directive is in every request and nothing is left out for space."""
+    (tmp_path / "knowledge").mkdir()
+    fake_model.default = _agent_or_summariser
+    app = make_app(context={"budget_tokens": budget})
+    assert app.settings.context.output_reserve / (1 - app.settings.context.high_water) > budget
+    feedback.say(app.log, "never rent outside Europe this week", "alice", pin=True)
+    for _ in range(20):
+        assert run_tick(app).ok
+        sim_clock.advance(300)
+    assert list(app.log.read(0, kinds=["context.compacted"]))
+    agent_requests = [r.json for r in fake_model.chat_requests if not is_summary_request(r.json)]
+    for n, body in enumerate(agent_requests):
+        contents = _contents(body)
+        assert sum("never rent outside Europe this week" in c for c in contents) == 1, f"request {n}"
+        assert not any("not shown for space" in c for c in contents), f"request {n} left messages out"

@@ -120,6 +120,10 @@ class Projection:
     tokens: int
     sections: dict[str, int] = field(default_factory=dict)
     shrink_notes: list[str] = field(default_factory=list)
+    # The thread did not fit even with floods folded: texts were cut or old messages left out to fit. The
+    # request is then due for compaction whatever high_water says (a budget under output_reserve /
+    # (1 - high_water) trims before it reaches high water).
+    overflowed: bool = False
 
     @property
     def calibrated_tokens(self) -> int:
@@ -361,10 +365,12 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
     limit_raw = v.calibration.raw_limit(settings.budget_tokens - settings.output_reserve)
     thread_tokens = v.thread_tokens()
     shrink_notes: list[str] = []
+    overflowed = False
     if v.fixed_tokens() + thread_tokens > limit_raw:
         folded = _fold_floods(v, settings.flood_keep)
         shrink_notes = [folded] if folded else []
-        if v.fixed_tokens() + v.thread_tokens() > limit_raw:
+        overflowed = v.fixed_tokens() + v.thread_tokens() > limit_raw
+        if overflowed:
             shrink_notes += _shrink(v, limit_raw)
         if v.fixed_tokens() + v.thread_tokens() > limit_raw:
             shrink_notes.append(_drop_oldest(v, limit_raw))
@@ -405,7 +411,7 @@ def assemble(v: View, settings: ContextSettings, *, model: str, tools: list[dict
     if params is not None:
         manifest["params_hash"] = params_hash(params)
     return Projection(messages=messages, manifest=manifest, tokens=tokens, sections=sections,
-                      shrink_notes=shrink_notes)
+                      shrink_notes=shrink_notes, overflowed=overflowed)
 
 
 def build(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
@@ -426,7 +432,8 @@ def fits(projection: Projection, settings: ContextSettings) -> bool:
 
 
 def needs_compaction(projection: Projection, settings: ContextSettings) -> bool:
-    return projection.calibrated_tokens > settings.high_water * settings.budget_tokens
+    """Over high water, or over the budget before texts were cut to fit (``Projection.overflowed``)."""
+    return projection.overflowed or projection.calibrated_tokens > settings.high_water * settings.budget_tokens
 
 
 def request_payload(projection: Projection) -> dict[str, Any]:

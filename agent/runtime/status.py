@@ -152,7 +152,8 @@ def context_size(app: App) -> dict[str, Any]:
 
     c = effective_context(app.log, app.settings)  # lowered when the model server said its window is smaller
     budget = c.budget_tokens
-    compact_at = int(c.high_water * budget)
+    # A request that would pass the budget less the reply's reserve is compacted too (before any text is cut)
+    compact_at = int(min(c.high_water * budget, budget - c.output_reserve))
     out: dict[str, Any] = {"budget": budget, "output_reserve": c.output_reserve, "compact_at": compact_at}
     if budget != app.settings.context.budget_tokens:
         out["configured_budget"] = app.settings.context.budget_tokens
