@@ -56,7 +56,7 @@ def demo_config(where: Path) -> Path:
 
 def bench(trees: dict[str, Path], cfg: Path, runs: int) -> dict[tuple[str, str], list[float]]:
     times: dict[tuple[str, str], list[float]] = {}
-    for label, tree in trees.items():
+    for tree in trees.values():
         check_tree(tree)
         for argv in COMMANDS:
             run(tree, cfg, argv)  # untimed: writes the tree's bytecode

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from agent.cli import output
-from agent.cli.doctor import format_line, run_checks
 from agent.runtime.app import App
 
 
@@ -31,6 +30,8 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, _app: App | None) -> int:
+    from agent.cli.doctor import format_line, run_checks  # the checks' clients: not for `status`
+
     results = run_checks(args.config)
     failed = [r for r in results if not r.ok]
     if args.json:
