@@ -6,6 +6,7 @@ CFG is a demo data directory made with ``fleet-agent demo --keep`` unless ``--co
 
 ``--against REV`` also times a git revision (a commit, a branch) checked out into a temporary worktree,
 taking turns with this checkout run by run so a busy machine slows both alike: a before/after pair.
+Each figure is a median wall time, with the median CPU time (user + system) beside it.
 
     python bench/cli.py [--runs 20] [--against e5e967e] [--config FILE]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,17 +27,20 @@ REPO = Path(__file__).resolve().parent.parent
 COMMANDS = (("alerts", "list"), ("status",), ("--help",), ("context",))
 
 
-def run(tree: Path, cfg: Path, argv: tuple[str, ...]) -> float:
-    """Seconds one ``python -m agent.cli --config CFG ARGV`` takes with ``tree`` on PYTHONPATH."""
+def run(tree: Path, cfg: Path, argv: tuple[str, ...]) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system) of one ``python -m agent.cli --config CFG ARGV`` with ``tree`` on
+    PYTHONPATH."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "agent.cli", "--config", str(cfg), *argv], env=env, cwd=tree,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     took = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         raise SystemExit(f"{tree}: {' '.join(argv)} exited {r.returncode}: {r.stderr.strip()}")
-    return took
+    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def check_tree(tree: Path) -> None:
@@ -54,8 +59,8 @@ def demo_config(where: Path) -> Path:
     return d / "config.yaml"
 
 
-def bench(trees: dict[str, Path], cfg: Path, runs: int) -> dict[tuple[str, str], list[float]]:
-    times: dict[tuple[str, str], list[float]] = {}
+def bench(trees: dict[str, Path], cfg: Path, runs: int) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for tree in trees.values():
         check_tree(tree)
         for argv in COMMANDS:
@@ -86,12 +91,17 @@ def main() -> int:
         finally:
             if a.against:
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(rev_tree)], check=True)
-    labels = list(trees)
-    print(f"median wall time of {a.runs} runs, python -m agent.cli --config CFG COMMAND ({sys.executable})")
-    print(f"{'command':<14}" + "".join(f"{label:>16}" for label in labels))
+    print(f"median of {a.runs} runs of python -m agent.cli --config CFG COMMAND ({sys.executable}), wall "
+          f"seconds (CPU seconds, user + system: what a busy machine changes least); load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"{'command':<14}" + "".join(f"{label:>22}" for label in trees))
     for argv in COMMANDS:
         cmd = " ".join(argv)
-        print(f"{cmd:<14}" + "".join(f"{statistics.median(times[(label, cmd)]):>15.3f}s" for label in labels))
+        cells = []
+        for label in trees:
+            wall, cpu = (statistics.median(x) for x in zip(*times[(label, cmd)], strict=True))
+            cells.append(f"{wall:.3f}s ({cpu:.3f}s)")
+        print(f"{cmd:<14}" + "".join(f"{c:>22}" for c in cells))
     return 0
 
 
