@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from agent import __version__
@@ -53,11 +53,13 @@ class OneOf:
 
 @dataclass(frozen=True)
 class Command:
+    """One command (or group) of the table; ``command(...)`` makes one."""
+
     path: str  # "alerts list"
     handler: str | None  # "agent.cli.feedback:cmd_alerts_list"; None for a group
     help: str
     description: str
-    args: tuple[Arg | OneOf, ...] = field(default=())
+    args: tuple[Arg | OneOf, ...] = ()
     no_config: bool = False
 
 
