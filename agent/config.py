@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeAlias
 
 import yaml
-from apscheduler.triggers.cron import CronTrigger
 from pydantic import (
     BeforeValidator,
     ConfigDict,
@@ -45,10 +44,12 @@ from pydantic import (
 )
 from pydantic_core import core_schema
 
-from agent import logsetup
 from agent.errors import ConfigError, UsageError
 from agent.secrets import Secret
 from agent.times import parse_duration
+
+if TYPE_CHECKING:
+    from apscheduler.triggers.cron import CronTrigger
 
 SEARCH_PATHS = ("./config.yaml", "/etc/fleet-agent/config.yaml")
 
@@ -625,6 +626,8 @@ def _one_line(name: str, value: str, where: str) -> str:
 
 def _warn_key_file(name: str, p: Path) -> None:
     """Warn (never refuse) about a key file others can read, or one reached through a symlink."""
+    from agent import logsetup  # structlog: only when there is something to warn about
+
     logger = logsetup.get_logger(__name__)
     try:
         if p.is_symlink():
@@ -863,6 +866,8 @@ def cron_trigger(expr: str) -> CronTrigger:
     Raises ``ValueError`` saying what is wrong. The config check and the daemon
     both use it, so an expression that loads is one the scheduler accepts.
     """
+    from apscheduler.triggers.cron import CronTrigger  # only a config with schedule.cron reads one
+
     return CronTrigger.from_crontab(expr, timezone=SCHEDULE_TIMEZONE)
 
 

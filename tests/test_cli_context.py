@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from collections.abc import Callable
@@ -11,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from agent.cli import context as cli_context
+from agent.cli import build_parser
 from agent.context import project
 from agent.context.compaction import compact
 from agent.context.inputs import log_request
@@ -37,11 +36,8 @@ def make_app(tmp_path: Path) -> SimpleNamespace:
 
 
 def cli(app: Any, *argv: str) -> int:
-    p = argparse.ArgumentParser(prog="fleet-agent")
-    sub = p.add_subparsers(dest="command")
-    cli_context.register(sub)
-    args = p.parse_args(list(argv))
-    return args.func(args, app)
+    args = build_parser().parse_args(list(argv))
+    return int(args.func(args, app))
 
 
 def logged_as_the_tick_does(app: SimpleNamespace) -> Callable[..., None]:

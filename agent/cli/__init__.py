@@ -1,34 +1,23 @@
 """The operator CLI: parse, call the library, print. One command per operator verb.
 
-Exit codes: 0 ok, 1 failure, 2 usage or configuration error. Each command group lives in a small module
-with a ``register(subparsers)`` function (``agent.cli.parser`` lists them); handlers are
-``handler(args, app) -> int``.
+Exit codes: 0 ok, 1 failure, 2 usage or configuration error. Every command is one entry of the table in
+``agent.cli.parser``, naming its handler ``"module:function"``; handlers are ``handler(args, app) -> int``.
+This package imports only what parsing needs: a handler's module, the config and the App are imported when
+a command runs, so ``--help`` and ``alerts list`` load no more than they use.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from agent import config, logsetup
-from agent.cli import output
-from agent.cli.args import check_utf8
-from agent.cli.thread import not_before_first
-from agent.errors import FleetAgentError
-from agent.runtime.app import App
-from agent.secrets import scrub
+from agent.cli.parser import build_parser
 
-__all__ = ["build_parser", "entry", "main", "not_before_first"]
+if TYPE_CHECKING:
+    from agent.runtime.app import App
 
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command-line parser, every command (``agent.cli.parser``)."""
-    # agent.runtime.status imports agent.cli.output, and the commands import the runtime: the package
-    # itself imports no command module, so importing agent.cli.output never imports them all.
-    from agent.cli import parser
-
-    return parser.build_parser()
+__all__ = ["build_parser", "entry", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,18 +29,25 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """Load the config and the App (none for a ``no_config`` command), run the handler; errors become one
     line on stderr and the exit code."""
-    handler: Callable[[argparse.Namespace, App | None], int] = args.func
+    from agent import config, logsetup
+    from agent.cli import output
+    from agent.cli.args import check_utf8
+    from agent.errors import FleetAgentError
+    from agent.secrets import scrub
+
     app: App | None = None
     try:
         check_utf8(args)
         if getattr(args, "no_config", False):
             logsetup.configure("warning", "auto")
-            return handler(args, None)
+            return int(args.func(args, None))
         settings = config.load(args.config)
         logsetup.configure(settings.logging.level if args.command in ("run", "tick") else "warning",
                            settings.logging.format)
+        from agent.runtime.app import App
+
         app = App(settings)
-        return handler(args, app)
+        return int(args.func(args, app))
     except FleetAgentError as e:
         sys.stderr.write(f"fleet-agent: {output.text(scrub(str(e)))}\n")
         return e.exit_code

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from agent.cli import output
 from agent.errors import FleetAgentError, LockError
@@ -53,22 +52,3 @@ def cmd_restore(args: argparse.Namespace, app: App) -> int:
     for p in r.kept_aside:
         output.out(f"  kept the replaced file as {output.line(p)}")
     return 0
-
-
-def register(sub: Any) -> None:
-    s = sub.add_parser("backup", help="copy the database while the daemon runs, verified, with its head",
-                       description="Write a consistent copy of the database (SQLite's online backup API; the "
-                       "daemon keeps running) to PATH, or to a dated file inside PATH when it is a directory; "
-                       "write PATH.head with the newest seq and hash, then verify the copy's whole chain. "
-                       "Never overwrites.")
-    s.add_argument("path", help="the new file, or a directory to write a dated file into")
-    s.add_argument("--json", action="store_true", help="print the result as JSON")
-    s.set_defaults(func=cmd_backup)
-
-    s = sub.add_parser("restore", help="replace the database with a verified backup (daemon stopped)",
-                       description="Verify the copy at PATH (its chain and its .head file) and put it in place "
-                       "of the database; the replaced database and its companion files are kept beside it as "
-                       "<name>.replaced-<time>.db. Refused while a daemon or a tick holds the lock.")
-    s.add_argument("path", help="a file written by 'fleet-agent backup'")
-    s.add_argument("--json", action="store_true", help="print the result as JSON")
-    s.set_defaults(func=cmd_restore)

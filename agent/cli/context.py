@@ -123,23 +123,3 @@ def cmd_replay(args: argparse.Namespace, app: Any) -> int:
 
 
 # ------------------------------------------------------------------ parser
-
-
-def register(sub: Any) -> None:
-    s = sub.add_parser("context", help="print exactly what the model saw (or would see now), with token counts",
-                       description="Project the model's request from the log: now, as of a time (--at), the last "
-                       "request of a tick (--tick, checked against its recorded hash) or a seq (--seq). Shows each "
-                       "section's tokens and every message.")
-    g = s.add_mutually_exclusive_group()
-    g.add_argument("--at", metavar="TIME", help="as of this time: ISO 8601 UTC (2026-11-29T10:05), now, 10m, 2h ago, yesterday 15:45")
-    g.add_argument("--tick", type=args_.count, metavar="N", help="the last request tick N sent")
-    g.add_argument("--seq", type=args_.count, metavar="S", help="as of event seq S")
-    s.add_argument("--json", action="store_true", help="print messages and manifest as JSON")
-    s.set_defaults(func=cmd_context)
-
-    s = sub.add_parser("replay", help="re-derive every past model request and check its hash",
-                       description="Re-derive every recorded model.request from the log and the prompt files and "
-                       "compare request hashes. --verify stops at the first mismatch, says why and exits 1.")
-    s.add_argument("--verify", action="store_true", help="exit 1 at the first mismatch")
-    s.add_argument("--json", action="store_true", help="JSON output")
-    s.set_defaults(func=cmd_replay)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from agent.cli import args as args_
 from agent.cli import output
 from agent.errors import UsageError
 from agent.runtime.app import App
@@ -63,35 +62,3 @@ def cmd_fork_diff(args: argparse.Namespace, _app: App | None) -> int:
     differ = sum(1 for d in diffs if not d.same)
     _out(f"{differ} of {len(diffs)} ticks decided differently")
     return 0
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    s = sub.add_parser("fork", help="re-run a past moment with a change, into a new log (what if)",
-                       description="Fork the log at a tick or a time: the context exactly as it was, the change "
-                       "applied (settings, prompts or model), K ticks against a simulator seeded from what the "
-                       "log recorded then, into a new log in its own directory. The real fleet and the real log "
-                       "are never touched (the database is opened read-only). 'fork diff DIR' compares the "
-                       "decisions.")
-    s.add_argument("--tick", type=args_.number, help="re-run from the start of this tick")
-    s.add_argument("--at", metavar="TIME", help="the log as it stood at this time (ISO 8601; a tick running then "
-                   "is re-run from its start)")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="change a setting in the fork, e.g. policy.max_instances=4 (repeatable)")
-    s.add_argument("--prompt-dir", metavar="DIR", help="prompt files (system.md, summarize.md) to try instead")
-    s.add_argument("--model", nargs=2, metavar=("URL", "NAME"), help="an OpenAI-compatible model server and model "
-                   "(its key, if it needs one, from $FLEET_AGENT_FORK_MODEL_KEY: the configured key goes only to "
-                   "the configured server)")
-    s.add_argument("--rules", action="store_true", help="decide with the built-in rules provider")
-    s.add_argument("--same", action="store_true", help="re-run without a change (how repeatable is the model?)")
-    s.add_argument("--ticks", type=args_.number, default=1, help="how many ticks to run (default 1)")
-    s.add_argument("--out", metavar="DIR", help="the fork's directory (new or empty; default: a new temp dir)")
-    s.add_argument("--seed", type=args_.count, default=0, help="the simulator's seed for what the log does not "
-                   "hold (the rest of the market, host behaviour)")
-    s.set_defaults(func=cmd_fork)
-    fsub = s.add_subparsers(dest="fork_command", metavar="SUBCOMMAND")
-    d = fsub.add_parser("diff", help="compare what the model decided in the origin and in a fork",
-                        description="Step by step, what the model decided in the original log and in the fork: "
-                        "tool calls and their outcomes, policy blocks, alerts, how each tick ended.")
-    d.add_argument("fork_dir", help="the fork's directory (printed by 'fleet-agent fork')")
-    d.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    d.set_defaults(func=cmd_fork_diff, no_config=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agent.cli import args as args_
 from agent.cli import output, steer
 from agent.cli.output import line
 from agent.fleet import steering
@@ -41,24 +40,3 @@ def cmd_hosts_include(args: argparse.Namespace, app: App) -> int:
                               reason=(args.reason or "").strip() or None)
     output.out(f"host {args.host_id} included again (event #{e.seq})")
     return 0
-
-
-def register(sub: Any) -> None:
-    h = sub.add_parser("hosts", help="list, exclude and include vast.ai hosts",
-                       description="Hosts rents are refused on: policy.excluded_hosts from the config, and "
-                       "exclusions in the log (by an operator, by the agent's exclude_host tool, or automatic "
-                       "after two failures within a day). The agent can exclude, never include.")
-    hs = steer.sub(h, "hosts_command")
-    s = hs.add_parser("list", help="the hosts excluded now", description="Every host excluded now, why and until when.")
-    s.add_argument("--json", action="store_true", help="print JSON")
-    s.set_defaults(func=cmd_hosts_list)
-    s = hs.add_parser("exclude", help="refuse rents on a host", description="Exclude a host from rents.")
-    s.add_argument("host_id", type=args_.number, help="vast.ai host id")
-    steer.add_until(s, "exclude")
-    steer.add_who(s, reason_required=True)
-    s.set_defaults(func=cmd_hosts_exclude)
-    s = hs.add_parser("include", help="allow rents on an excluded host again",
-                      description="End a host's exclusion (not one from the config file).")
-    s.add_argument("host_id", type=args_.number, help="vast.ai host id")
-    steer.add_who(s, reason_required=False)
-    s.set_defaults(func=cmd_hosts_include)

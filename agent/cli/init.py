@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from agent import config
 from agent.cli import output
@@ -143,36 +142,3 @@ def cmd_config_diff(args: argparse.Namespace, app: App) -> int:
     output.out("  no differences" if not diffs else
                f"{len(diffs)} differences; 'systemctl reload fleet-agent' (SIGHUP) puts the file in force")
     return 1 if diffs else 0
-
-
-# ------------------------------------------------------------------ the parser
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    s = sub.add_parser("init", help="create a config, data dir, database and knowledge dir",
-                       description="Create DIR/config.yaml (from config.example.yaml), the data directory and "
-                       "database, and a knowledge directory with one example file. With --config FILE and no "
-                       "DIR: create the data directory, database and knowledge directory FILE names. Only init "
-                       "creates a database; every other command refuses a missing or empty one. Refuses to "
-                       "overwrite.")
-    s.add_argument("dir", nargs="?", default=None, help="where to create them (default: .)")
-    s.add_argument("--grant", metavar="ROLE", default=None,
-                   help="PostgreSQL storage: also GRANT ROLE what a fleet needs (read and append only on the "
-                   "events, read and write on the read models) and print the statements; run as the schema's owner")
-    s.set_defaults(func=cmd_init, no_config=True)
-
-    c = sub.add_parser("config", help="check or show the configuration", description="Check or show settings.")
-    csub = c.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
-    s = csub.add_parser("check", help="validate the config and find the secrets (never printed)",
-                        description="Validate the config file and check the secrets can be found.")
-    s.add_argument("--json", action="store_true", help="print the result as JSON")
-    s.set_defaults(func=cmd_config_check)
-    s = csub.add_parser("show", help="print the effective settings (no secrets)",
-                        description="Print the effective settings as JSON; secrets are never part of them.")
-    s.set_defaults(func=cmd_config_show)
-    s = csub.add_parser("diff", help="the config file against the configuration in force (exit 1 on difference)",
-                        description="Compare the config file with the configuration the daemon last put in force "
-                        "(recorded in the log at start and at each reload): each differing key with its value in "
-                        "force and in the file. Exit 1 when they differ.")
-    s.add_argument("--json", action="store_true", help="print JSON")
-    s.set_defaults(func=cmd_config_diff)

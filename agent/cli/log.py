@@ -9,10 +9,10 @@ import sys
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from agent.cli import args as args_
 from agent.cli import output
+from agent.cli.parser import PAGE_SIZES
 from agent.config import LogLocation, PgTarget, find_secret, is_pg_url
 from agent.errors import ConfigError, FleetAgentError, LockError, LogError, UsageError
 from agent.runtime.app import App
@@ -22,8 +22,6 @@ from agent.store import archive
 from agent.store.db import PAGE_SIZE, sqlite3
 from agent.store.migrate import migrate
 from agent.store.segments import Remote
-
-PAGE_SIZES = (4096, 8192, 16384, 32768, 65536)
 
 # ------------------------------------------------------------------ verify, search, rebuild
 
@@ -267,100 +265,3 @@ def cmd_log_compact(args: argparse.Namespace, app: App) -> int:
         output.out(f"compacted {output.line(str(path))}: {before:,} -> {after:,} bytes, pages of {old:,} -> "
                    f"{new:,} bytes")
     return 0
-
-
-# ------------------------------------------------------------------ the parser
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    lg = sub.add_parser("log", help="verify, export, search or rebuild from the event log",
-                        description="Operate on the append-only event log.")
-    lsub = lg.add_subparsers(dest="log_command", metavar="SUBCOMMAND", required=True)
-
-    s = lsub.add_parser("verify", help="walk the hash chain; exit 1 naming the first bad seq",
-                        description="Verify the hash chain and the head file; report the first bad seq.")
-    s.add_argument("--json", action="store_true", help="print the report as JSON")
-    s.add_argument("--head", metavar="SEQ:HASH", help="also check the log holds this head, recorded elsewhere "
-                   "(the daemon logs it as head= on every 'tick' line)")
-    s.set_defaults(func=cmd_log_verify)
-
-    s = lsub.add_parser("export", help="write events as JSON lines or Parquet (--training: fine-tuning examples)",
-                        description="Export events (every field, hashes included) as JSON lines or a Parquet "
-                        "table; or, with --training, each answered model request with its answer in the OpenAI "
-                        "fine-tuning chat format (policy-blocked calls marked, overridden answers left out).")
-    s.add_argument("--format", default="jsonl", help="jsonl (default) or parquet (needs the parquet extra)")
-    s.add_argument("--kind", action="append", help="only this kind, or a family like 'tool.' (repeatable)")
-    s.add_argument("--since", help="only events after this seq, or from this time (ISO 8601, now, 2h ago, "
-                   "yesterday 15:45)")
-    s.add_argument("--training", action="store_true", help="fine-tuning examples instead of events")
-    s.add_argument("--no-metadata", action="store_true", help="with --training: only the format's own keys "
-                   "(an answer with a policy-blocked call then gets weight 0)")
-    s.add_argument("-o", "--output", help="file to write, replaced only when complete (default: stdout)")
-    s.set_defaults(func=cmd_log_export)
-
-    s = lsub.add_parser("archive", help="move old months of events into sealed, compressed segment files",
-                        description="Move every calendar month whose events are all older than "
-                        "storage.archive_after and covered by a summary into a sealed zstd segment beside the "
-                        "database (and its copy at storage.archive_url). Every read command still reads them; "
-                        "the chain verifies across them. Crash-safe: the file is written and read back before "
-                        "one transaction records it and removes the rows.")
-    s.add_argument("--dry-run", action="store_true", help="only say which months would move")
-    s.add_argument("--older-than", type=args_.span, metavar="SPAN",
-                   help="instead of storage.archive_after, e.g. 90d")
-    s.add_argument("--vacuum", action="store_true", help="then rewrite the database file to its new size "
-                   "(VACUUM; holds the write lock meanwhile)")
-    s.add_argument("--json", action="store_true", help="print the result as JSON")
-    s.set_defaults(func=cmd_log_archive)
-
-    s = lsub.add_parser("segments", help="list the archived segments and where their copies are",
-                        description="Every sealed segment: its seq and time range, size, and whether the file is "
-                        "here, copied elsewhere, or pruned here.")
-    s.add_argument("--json", action="store_true", help="print JSON")
-    s.set_defaults(func=cmd_log_segments)
-
-    s = lsub.add_parser("prune", help="delete local segment files that have a verified copy elsewhere",
-                        description="Delete the local files of segments whose events all precede --before, each "
-                        "only after its copy on storage.archive_url (written first when missing) or beside a "
-                        "backup (--backup) reads back with its sha256. Without --yes nothing is deleted. The "
-                        "stubs stay: reads and verify fetch the copy.")
-    s.add_argument("--before", required=True, help="segments ending before this time: ISO 8601, 90d, ...")
-    s.add_argument("--backup", metavar="PATH", help="a database 'fleet-agent backup' wrote, whose segment copies count")
-    s.add_argument("--yes", action="store_true", help="really delete")
-    s.add_argument("--json", action="store_true", help="print the result as JSON")
-    s.set_defaults(func=cmd_log_prune)
-
-    s = lsub.add_parser("migrate", help="copy the log to PostgreSQL or SQLite, chain and all (verified)",
-                        description="Copy this fleet's event log, row for row with its hash chain, into an empty "
-                        "log: a SQLite file or a postgresql:// database (the password from storage.password_env / "
-                        "_file / _credential). The source must verify; the target must hold no events; the copy "
-                        "is verified against the source's head and its read models against a rebuild. Stop the "
-                        "daemon first, then point storage.url at the target.")
-    s.add_argument("--to", required=True, metavar="URL", help="the target: a new SQLite file path or "
-                   "postgresql://USER@HOST:PORT/DATABASE")
-    s.add_argument("--from", dest="source", metavar="URL", help="the source (default: storage.url of the config)")
-    s.add_argument("--json", action="store_true", help="print the result as JSON")
-    s.set_defaults(func=cmd_log_migrate)
-
-    s = lsub.add_parser("compact", help="rewrite the database file, converting it to larger pages (daemon stopped)",
-                        description="Rewrite the SQLite database file (VACUUM): every row as it is, free pages "
-                        f"dropped, pages of --page-size bytes (default {PAGE_SIZE}, what 'fleet-agent init' gives a "
-                        "new database; one created with 4 KiB pages converts here). Needs the database to itself: "
-                        "refused while a daemon or a tick holds the lock.")
-    s.add_argument("--page-size", type=int, default=PAGE_SIZE, metavar="BYTES",
-                   help=f"bytes per page: {', '.join(map(str, PAGE_SIZES))} (default {PAGE_SIZE})")
-    s.add_argument("--json", action="store_true", help="print the result as JSON")
-    s.set_defaults(func=cmd_log_compact)
-
-    s = lsub.add_parser("search", help="full-text search over every event",
-                        description="Full-text search over the rendered text of every event, newest first.")
-    s.add_argument("query", nargs="+", help="words to find (all must match)")
-    s.add_argument("--limit", type=args_.number, default=20, help="at most this many hits")
-    s.add_argument("--json", action="store_true", help="print the hits as JSON")
-    s.set_defaults(func=cmd_log_search)
-
-    s = lsub.add_parser("rebuild", help="rebuild read models from the log (--check: compare only)",
-                        description="Rebuild alerts, memory, directives, ownership, intents, knowledge versions "
-                        "and spend runs from the log alone.")
-    s.add_argument("--check", action="store_true", help="only compare with the live tables; exit 1 on difference")
-    s.add_argument("--json", action="store_true", help="with --check: print the differences as JSON")
-    s.set_defaults(func=cmd_log_rebuild)

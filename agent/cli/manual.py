@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agent.cli import args as args_
 from agent.cli import output, steer
 from agent.cli.output import line
 from agent.errors import FleetAgentError
@@ -68,26 +67,3 @@ def cmd_drain(args: argparse.Namespace, app: App) -> int:
         raise FleetAgentError(f"{len(failed)} destroys did not complete; run 'fleet-agent instances' and "
                               "'fleet-agent destroy ID' for each")
     return 0
-
-
-def register(sub: Any) -> None:
-    s = sub.add_parser("instances", help="every instance on the account, ours and others",
-                       description="List the account's instances as vast.ai shows them now: whether ours, status "
-                       "and since when (from the log's observations), age, $/h, host, GPU and label.")
-    s.add_argument("--json", action="store_true", help="print JSON")
-    s.set_defaults(func=cmd_instances)
-    s = sub.add_parser("destroy", help="destroy an instance through the log (refused if not ours unless --force)",
-                       description="Destroy one instance through the same intent -> call -> result path as the "
-                       "agent's (idempotent; reconciled after a crash). The agent sees who did it and why. "
-                       "Refused for an instance that is not ours unless --force.")
-    s.add_argument("id", type=args_.number, help="instance id")
-    s.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    s.add_argument("--force", action="store_true", help="destroy even if it is not ours")
-    steer.add_who(s, reason_required=True)
-    s.set_defaults(func=cmd_destroy)
-    s = sub.add_parser("drain", help="pause, then destroy every instance of ours",
-                       description="Pause the fleet (until 'fleet-agent resume'), then destroy every instance of "
-                       "ours through the log, one by one.")
-    s.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    steer.add_who(s, reason_required=False)
-    s.set_defaults(func=cmd_drain)

@@ -22,12 +22,3 @@ def cmd_tick(args: argparse.Namespace, app: App) -> int:
         output.out(f"tick {r.tick} {state} ({r.steps} model steps"
                    + (f"; {', '.join(r.actions)}" if r.actions else "") + ")")
     return 0 if r.ok else 1
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    s = sub.add_parser("tick", help="run one tick now (exit 1 if it fails)",
-                       description="Run one tick: reconcile, observe, ingest feedback, compact if needed, then "
-                       "let the model act. Takes the single-writer lock; exits 0 on tick.completed, 1 on "
-                       "tick.failed.")
-    s.add_argument("--json", action="store_true", help="print the result as JSON")
-    s.set_defaults(func=cmd_tick)

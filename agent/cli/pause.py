@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from agent.cli import output, steer
 from agent.cli.output import line
@@ -27,17 +26,3 @@ def cmd_resume(args: argparse.Namespace, app: App) -> int:
     e = steering.resume(app.log, by=steer.by(args), reason=(args.reason or "").strip() or None)
     output.out(f"resumed (event #{e.seq}): pause #{e.payload['pause_id']} ended; actions run again within policy")
     return 0
-
-
-def register(sub: Any) -> None:
-    s = sub.add_parser("pause", help="refuse every rent, destroy and reboot until resumed",
-                       description="Pause the fleet: no side-effecting call runs (ticks still observe, raise "
-                       "alerts and talk to the agent, which is told it is paused and why). An operator's own "
-                       "'destroy' still runs. Ends with 'fleet-agent resume' or at --for/--until.")
-    steer.add_until(s, "pause")
-    steer.add_who(s, reason_required=True)
-    s.set_defaults(func=cmd_pause)
-    s = sub.add_parser("resume", help="end the pause",
-                       description="End the pause now; the agent sees that it ended.")
-    steer.add_who(s, reason_required=False)
-    s.set_defaults(func=cmd_resume)

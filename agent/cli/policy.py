@@ -65,30 +65,3 @@ def cmd_policy_reset(args: argparse.Namespace, app: App) -> int:
     output.out(f"override {ids} of {args.key} ended; the config value "
                f"{line(_show(getattr(app.settings.policy, args.key)))} is in force")
     return 0
-
-
-def register(sub: Any) -> None:
-    p = sub.add_parser("policy", help="show the policy in force; tighten it for a while (overrides)",
-                       description="The policy code enforces: the config, the operator overrides in force, and "
-                       "the effective values. Overrides only tighten (lower caps, a narrower GPU list, a higher "
-                       "reliability floor, smaller budgets); loosening needs a config change. Each is an event "
-                       "the agent sees, and it ends on reset or at its time.")
-    ps = steer.sub(p, "policy_command")
-    s = ps.add_parser("show", help="config, overrides and effective values",
-                      description="Print each policy key: config value, effective value, override in force.")
-    s.add_argument("--json", action="store_true", help="print JSON")
-    s.set_defaults(func=cmd_policy_show)
-    s = ps.add_parser("set", help="override a key with a tighter value",
-                      description="Tighten one policy key, e.g. 'policy set max_instances 4 --for 8h --reason "
-                      "\"budget review\"'. Keys: " + ", ".join(sorted(steering.OVERRIDABLE)) + ". allowed_gpus "
-                      "takes a comma-separated list.")
-    s.add_argument("key", help="policy key")
-    s.add_argument("value", help="the tighter value")
-    steer.add_until(s, "binds")
-    steer.add_who(s, reason_required=True)
-    s.set_defaults(func=cmd_policy_set)
-    s = ps.add_parser("reset", help="end the override of a key",
-                      description="End the override of KEY now; the config value is in force again.")
-    s.add_argument("key", help="policy key")
-    steer.add_who(s, reason_required=False)
-    s.set_defaults(func=cmd_policy_reset)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from agent.cli import output
-from agent.cli.doctor import format_line, run_checks
 from agent.runtime.app import App
 
 
@@ -31,6 +30,8 @@ def cmd_status(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace, _app: App | None) -> int:
+    from agent.cli.doctor import format_line, run_checks  # the checks' clients: not for `status`
+
     results = run_checks(args.config)
     failed = [r for r in results if not r.ok]
     if args.json:
@@ -42,28 +43,3 @@ def cmd_doctor(args: argparse.Namespace, _app: App | None) -> int:
         _print(format_line(r))
     _print(f"{len(failed)} of {len(results)} checks failed" if failed else f"all {len(results)} checks ok")
     return 1 if failed else 0
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    s = sub.add_parser("run", help="run the daemon in the foreground (ticks on the configured schedule)",
-                       description="Run the daemon: take the single-writer lock, tick on the schedule "
-                       "(schedule.interval or schedule.cron), reload on SIGHUP, stop on SIGTERM/SIGINT. "
-                       "Under systemd it speaks sd_notify (READY, STATUS, WATCHDOG, STOPPING). Exit 3 when "
-                       "it lost the fleet's lock to another daemon (it was suspended or cut off).")
-    s.add_argument("--standby", action="store_true",
-                   help="when another daemon is active for this fleet, wait and take over within "
-                   "storage.failover_seconds of it dying or hanging, instead of refusing to start")
-    s.set_defaults(func=cmd_run)
-
-    s = sub.add_parser("status", help="is the daemon running; last tick, fleet, alerts, context size",
-                       description="Show whether the daemon runs (and who holds the lock), the last tick, "
-                       "the fleet as last observed, open alerts and the context size against the budget.")
-    s.add_argument("--json", action="store_true", help="print the status as JSON")
-    s.set_defaults(func=cmd_status)
-
-    s = sub.add_parser("doctor", help="check config, secrets, database, vast.ai, model, tokenizer, files",
-                       description="Run every health check, one line each ('ok' or 'FAIL' with the fix); "
-                       "exit 1 when any fails. Secrets are never printed.")
-    s.add_argument("--json", action="store_true", help="print the results as JSON")
-    s.set_defaults(func=cmd_doctor, no_config=True)
-

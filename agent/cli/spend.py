@@ -43,12 +43,3 @@ def cmd_spend(args: argparse.Namespace, app: App) -> int:
             output.out(f"  #{i['instance_id']:<10} {line(i['gpu_name'] or '?'):<14} {_m(i['dph'])}/h "
                        f"{i['hours']:>8.2f} h  {_m(i['spent']):>10}  {state}")
     return 0
-
-
-def register(sub: Any) -> None:
-    s = sub.add_parser("spend", help="spend today, this week, this month, per instance and GPU model",
-                       description="Spend computed from the log's own rental history: each instance of ours at "
-                       "its $/h (storage included) for the time the ticks saw it running, between its rent and its destroy. UTC day, week from Monday, "
-                       "calendar month.")
-    s.add_argument("--json", action="store_true", help="print JSON")
-    s.set_defaults(func=cmd_spend)

@@ -1,19 +1,13 @@
-"""Shared pieces of the steering commands (policy, pause, hosts, spend, manual actions)."""
+"""Shared pieces of the steering handlers (policy, pause, hosts, manual actions); their arguments are
+``who`` and ``until`` in agent.cli.parser."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from agent.cli.feedback import invoking_user
 from agent.errors import UsageError
-
-BY_HELP = "who you are (default: $SUDO_USER or your login name)"
-
-
-def sub(parent: Any, dest: str) -> Any:
-    return parent.add_subparsers(dest=dest, metavar="SUBCOMMAND", required=True)
 
 
 def by(args: argparse.Namespace) -> str:
@@ -27,17 +21,6 @@ def reason(args: argparse.Namespace) -> str:
     if len(r) > 500:
         raise UsageError(f"--reason is {len(r)} characters; keep it under 500 (put detail in a knowledge file)")
     return r
-
-
-def add_who(p: argparse.ArgumentParser, *, reason_required: bool) -> None:
-    p.add_argument("--reason", required=reason_required, help="why (logged; the agent sees it)")
-    p.add_argument("--by", help=BY_HELP)
-
-
-def add_until(p: argparse.ArgumentParser, what: str) -> None:
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--for", dest="for_", metavar="DURATION", help=f"{what} for this long (30m, 4h, 7d, 2w)")
-    g.add_argument("--until", metavar="TIME", help=f"{what} until this time (ISO 8601; naive = UTC)")
 
 
 def confirm(args: argparse.Namespace, question: str) -> None:

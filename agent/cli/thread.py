@@ -6,7 +6,6 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from agent.cli import args as args_
 from agent.cli import output
@@ -91,22 +90,3 @@ def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
         except KeyboardInterrupt:
             return 0
     return 0
-
-
-def register(sub: argparse._SubParsersAction[Any]) -> None:
-    t = sub.add_parser("thread", help="read the conversation and everything around it",
-                       description="Read the event log as a thread.")
-    tsub = t.add_subparsers(dest="thread_command", metavar="SUBCOMMAND", required=True)
-    s = tsub.add_parser("show", help="print events readably (or --json), optionally following new ones",
-                        description="Print events: every tick, model answer, tool call and result, operator "
-                        "message. --follow keeps printing events other processes append.")
-    s.add_argument("--since", help="after this seq, or from this time: ISO 8601, now, 10m, 2h ago, yesterday 15:45")
-    s.add_argument("--until", help="up to this time (same forms as --since, no seq)")
-    s.add_argument("--kind", action="append", help="only this kind, or a family like 'tool.' (repeatable)")
-    g = s.add_mutually_exclusive_group()
-    g.add_argument("--limit", type=args_.number, help="at most this many events (the oldest)")
-    g.add_argument("--tail", type=args_.number, metavar="N", help="the newest N events")
-    s.add_argument("--follow", action="store_true", help="keep printing new events")
-    s.add_argument("--follow-for", type=args_.positive, help=argparse.SUPPRESS)
-    s.add_argument("--json", action="store_true", help="one JSON object per event")
-    s.set_defaults(func=cmd_thread_show)

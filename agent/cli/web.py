@@ -38,14 +38,3 @@ def cmd_web(args: argparse.Namespace, app: Any) -> int:
                f"writes {'need the token' if console.auth.enabled else 'are off (no token configured)'}")
     server.serve()  # closes the console when it stops
     return 0
-
-
-def register(sub: Any) -> None:
-    s = sub.add_parser("web", help="serve metrics, health and the operator console from the log (no daemon needed)",
-                       description="Serve /metrics, /healthz and the operator console (overview, alerts, thread, "
-                       "time travel, knowledge) read from the event log, in the foreground until Ctrl-C. The "
-                       "daemon serves the same pages itself at http.listen; use this from another account or "
-                       "when the daemon is not running. Writes (ack, note) need http.token_file or "
-                       "http.token_credential.")
-    s.add_argument("--listen", metavar="HOST:PORT", help="where to listen (default: http.listen)")
-    s.set_defaults(func=cmd_web)
