@@ -148,12 +148,12 @@ def find_cause(s: Situation) -> list[Cause]:
     if s.rents_last_hour >= p.max_rents_per_hour:
         out.append(Cause("cap", "max_rents_per_hour", f"max_rents_per_hour={p.max_rents_per_hour} "
                          f"({_who(s, 'max_rents_per_hour')}) used up: {s.rents_last_hour} rents in the last hour"))
-    out.extend(_market_causes(s, need, fitting))
-    if not out:
+    market = _market_causes(s, need, fitting)
+    if not out and (fitting or not market):  # offers fit and nothing in code stops renting them
         starting = f"; {s.starting} starting" if s.starting else ""
         out.append(Cause("decider", "decider", f"nothing in policy or the market stops renting: {s.decider} has not "
                          f"rented enough ({sizing}{starting}, {len(fitting)} fitting offers)"))
-    return out
+    return out + market
 
 
 def _market_causes(s: Situation, need: int, fitting: list[MarketOffer]) -> list[Cause]:
