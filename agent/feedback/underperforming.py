@@ -59,7 +59,7 @@ def _pending(obs: dict[str, Any]) -> int:
 def signs(observations: list[dict[str, Any]], iid: Any) -> list[str]:
     """What says instance ``iid`` is failing between ticks, in ``observations`` (oldest first)."""
     h = _history(observations, iid)
-    if len(h) < 2:
+    if len(h) < WINDOW:  # a sign needs the whole window: one odd reading is not a failing instance
         return []
     out = []
     statuses = [i.get("status") for _, i in h]
@@ -89,7 +89,7 @@ def _jobs_signs(observations: list[dict[str, Any]], ids: list[Any]) -> dict[Any,
     done: dict[Any, float] = {}
     for iid in ids:
         h = _history(observations, iid)
-        if len(h) < 2 or any(i.get("status") != "running" for _, i in h[1:]):
+        if len(h) < WINDOW or any(i.get("status") != "running" for _, i in h[1:]):
             continue
         j0, j1 = _num(h[0][1], "jobs_done"), _num(h[-1][1], "jobs_done")
         if j0 is not None and j1 is not None:
