@@ -166,7 +166,7 @@ def _market_causes(s: Situation, need: int, fitting: list[MarketOffer]) -> list[
         return []
     p = s.policy
     refused = Counter(o.refused_by for o in s.offers if o.refused_by is not None)
-    where = f"{len(fitting)} offers" if fitting else "0 offers"
+    where = "1 offer" if len(fitting) == 1 else f"{len(fitting)} offers"
     out = []
     for key, _ in refused.most_common():
         would = Counter(o.gpu_name for o in s.offers if o.refused_by == key)
@@ -178,7 +178,8 @@ def _market_causes(s: Situation, need: int, fitting: list[MarketOffer]) -> list[
             what = f"host exclusions ({_who(s, key)}) leave {where}"
         else:
             what = f"{key}={getattr(p, key, '?')} ({_who(s, key)}) leaves {where}"
-        out.append(Cause("restriction", key, f"{what}; {models} offers would fit; {short} more instances needed"))
+        fit = "offer would fit" if sum(would.values()) == 1 else "offers would fit"
+        out.append(Cause("restriction", key, f"{what}; {models} {fit}; {short} more instances needed"))
     if not out:
         out.append(Cause("market", "market", f"the market has {where} that fit the policy (allowed_gpus="
                          f"{_gpus(p.allowed_gpus)}, at most ${p.max_dph_per_instance:g}/h, reliability at least "
