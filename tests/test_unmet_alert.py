@@ -129,3 +129,30 @@ def test_causes_in_order_pause_credit_and_market():
     assert "0 offers that fit the policy" in empty[0].text
     assert find_cause(_situation(offers=None, market_error="HTTP 503"))[0].text == \
         "the market could not be searched (HTTP 503)"
+
+
+def test_a_pause_is_named_before_anything_else(sim, sim_clock, make_app):
+    """Paused by an operator with the rules provider deciding: nothing is rented, and the alert says who paused."""
+    app = make_app(provider="rules")
+    steering.pause(app.log, by="dave", reason="maintenance window", until=None)
+    assert _ticks_until_alert(app, sim_clock, 3) == 3
+    (a,) = _unmet(app)
+    assert a.title.startswith("jobs waiting 3 ticks: the fleet is paused by dave since ")
+    assert a.title.endswith("until resumed: maintenance window")
+    assert rents(app) == 0
+
+
+def test_a_cap_set_mid_run_is_named_within_three_ticks_of_it(sim, sim_server, sim_clock, make_app):
+    """A served fleet (queue drained at every tick) then a burst of 500 jobs together with an operator's
+    max_instances=1: the alert names the cap at the third tick after it, not before."""
+    app = make_app(provider="rules")
+    for _ in range(3):
+        _drain(sim_server)
+        assert run_tick(app).ok
+        sim_clock.advance(TICK_S)
+    assert _unmet(app) == []
+    httpx.post(f"{sim_server.url}/_sim/demand", json={"pending": 500}, timeout=5.0).raise_for_status()
+    steering.set_override(app.log, app.settings, "max_instances", "1", by="erin", reason="budget", until=None)
+    assert _ticks_until_alert(app, sim_clock, 3) == 3
+    (a,) = _unmet(app)
+    assert a.title.startswith("jobs waiting 3 ticks: max_instances=1 (override #")
