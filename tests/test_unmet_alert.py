@@ -156,3 +156,18 @@ def test_a_cap_set_mid_run_is_named_within_three_ticks_of_it(sim, sim_server, si
     assert _ticks_until_alert(app, sim_clock, 3) == 3
     (a,) = _unmet(app)
     assert a.title.startswith("jobs waiting 3 ticks: max_instances=1 (override #")
+
+
+def test_every_cap_that_binds_is_listed_most_binding_first():
+    """max_instances reached, max_total_dph with no room for the cheapest fitting offer, a spend budget and
+    the hourly rent limit: all named, in that order, each with who set it; then the thin market."""
+    from agent.config import PolicySettings
+
+    p = PolicySettings(max_instances=2, max_total_dph=1.0, max_rents_per_hour=3)
+    causes = find_cause(_situation(policy=p, fleet_dph=0.8, budget_block="$9.80 spent today + ... > budget $10.00",
+                                   rents_last_hour=3, sources={"max_total_dph": "override #5 by frank: cost"}))
+    assert [c.key for c in causes] == ["max_instances", "max_total_dph", "budget", "max_rents_per_hour", "market"]
+    assert causes[0].text.startswith("max_instances=2 (config) reached: the queue needs ~")
+    assert causes[1].text.startswith("max_total_dph=$1/h (override #5 by frank: cost) leaves no room")
+    assert causes[2].text == "spend budget: $9.80 spent today + ... > budget $10.00"
+    assert causes[3].text == "max_rents_per_hour=3 (config) used up: 3 rents in the last hour"
