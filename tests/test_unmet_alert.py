@@ -47,12 +47,14 @@ def test_a_cap_opens_the_alert_naming_it_and_a_drained_queue_resolves_it(sim, si
     (a,) = _unmet(app)
     assert a.title.startswith("jobs waiting 3 ticks: max_instances=1 (override #")
     assert f"override #{ov.seq} by alice: cost review" in a.title
-    assert re.search(r"1 live", a.title)
+    assert a.title.endswith("reached with 1 live")
+    assert a.detail.startswith("the queue needs ~")  # the figures that move each tick stay out of the title
     assert a.raised_by == "system"
     # the cap holds: another unmet tick repeats the alert, it does not open a second one
     sim_clock.advance(TICK_S)
     assert run_tick(app).ok
     assert [x.id for x in _unmet(app)] == [a.id] and app.log.store.alert(a.id).count == 2
+    assert not [e for e in events_of(app, "alert.retitled") if e.payload["alert_id"] == a.id]  # same cause
     _drain(sim_server)
     assert run_tick(app).ok
     assert _unmet(app) == []
@@ -69,7 +71,7 @@ def test_an_allowed_gpus_restriction_is_named_with_the_offers_that_would_fit(sim
     assert _ticks_until_alert(app, sim_clock, 3) == 3
     (a,) = _unmet(app)
     m = re.match(r"jobs waiting 3 ticks: allowed_gpus=\[L40S\] \(override #\d+ by bob: only L40S now\) leaves "
-                 r"0 offers under \$0\.5/h; (.+) offers? would fit; (\d+) more instances needed$", a.title)
+                 r"0 offers under \$0\.5/h; (.+) offers? would fit$", a.title)
     assert m, a.title
     fit = sorted(o for o in sim.offers.values() if not o["rented"] and o["num_gpus"] == 1
                  and o["gpu_name"] in ("RTX 4090", "RTX 3090") and o["disk_space"] >= app.settings.fleet.disk_gb
@@ -78,6 +80,7 @@ def test_an_allowed_gpus_restriction_is_named_with_the_offers_that_would_fit(sim
     counts = {g: sum(1 for o in fit if o["gpu_name"] == g) for g in ("RTX 3090", "RTX 4090")}
     named = {g: int(n) for n, g in re.findall(r"(\d+) (RTX \d+)", m.group(1))}
     assert named == {g: n for g, n in counts.items() if n}
+    assert re.match(r"\d+ more instances needed", a.detail)
     assert rents(app) == 0
     _drain(sim_server)
     assert run_tick(app).ok
@@ -123,12 +126,14 @@ def test_causes_in_order_pause_credit_and_market():
     """A pause comes first; credit short of an hour of the cheapest offer; an empty market names the filters."""
     causes = find_cause(_situation(paused="paused by carol since 2026-01-01 10:00 UTC, until resumed: maint"))
     assert causes[0].kind == "pause" and "carol" in causes[0].text
-    assert find_cause(_situation(balance=0.1))[0].text.startswith("credit $0.10 does not cover an hour")
+    credit = find_cause(_situation(balance=0.1))[0]
+    assert credit.text == "credit does not cover an hour of the cheapest fitting offer ($0.400/h); top up the account"
+    assert credit.more == "credit $0.10"
     empty = find_cause(_situation(offers=[]))
     assert [c.kind for c in empty] == ["market"]
     assert "0 offers that fit the policy" in empty[0].text
-    assert find_cause(_situation(offers=None, market_error="HTTP 503"))[0].text == \
-        "the market could not be searched (HTTP 503)"
+    (unsearched,) = find_cause(_situation(offers=None, market_error="HTTP 503"))
+    assert (unsearched.text, unsearched.more) == ("the market could not be searched", "HTTP 503")
 
 
 def test_a_pause_is_named_before_anything_else(sim, sim_clock, make_app):
@@ -165,9 +170,13 @@ def test_every_cap_that_binds_is_listed_most_binding_first():
 
     p = PolicySettings(max_instances=2, max_total_dph=1.0, max_rents_per_hour=3)
     causes = find_cause(_situation(policy=p, fleet_dph=0.8, budget_block="$9.80 spent today + ... > budget $10.00",
-                                   rents_last_hour=3, sources={"max_total_dph": "override #5 by frank: cost"}))
+                                   budget_rule="max_daily_spend", rents_last_hour=3,
+                                   sources={"max_total_dph": "override #5 by frank: cost"}))
     assert [c.key for c in causes] == ["max_instances", "max_total_dph", "budget", "max_rents_per_hour", "market"]
-    assert causes[0].text.startswith("max_instances=2 (config) reached: the queue needs ~")
-    assert causes[1].text.startswith("max_total_dph=$1/h (override #5 by frank: cost) leaves no room")
-    assert causes[2].text == "spend budget: $9.80 spent today + ... > budget $10.00"
-    assert causes[3].text == "max_rents_per_hour=3 (config) used up: 3 rents in the last hour"
+    assert causes[0].text == "max_instances=2 (config) reached with 2 live"
+    assert causes[0].more.startswith("the queue needs ~")
+    assert causes[1].text == "max_total_dph=$1/h (override #5 by frank: cost) leaves no room for the cheapest " \
+        "fitting offer ($0.400/h)"
+    assert (causes[2].text, causes[2].more) == ("max_daily_spend (config) refuses the cheapest fitting offer",
+                                                "$9.80 spent today + ... > budget $10.00")
+    assert (causes[3].text, causes[3].more) == ("max_rents_per_hour=3 (config) used up", "3 rents in the last hour")

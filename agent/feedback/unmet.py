@@ -92,6 +92,7 @@ class Situation:
     balance: float | None = None
     rents_last_hour: int = 0
     budget_block: str | None = None  # why a spend budget refuses the cheapest fitting offer
+    budget_rule: str = "budget"      # which budget (max_daily_spend, max_monthly_spend)
     offers: list[MarketOffer] | None = None  # None: the market could not be searched
     market_error: str | None = None
     decider: str = "the model"
@@ -102,7 +103,8 @@ class Situation:
 class Cause:
     kind: str  # pause | credit | cap | restriction | market | decider
     key: str   # the policy key or condition named
-    text: str
+    text: str  # what the title says: stable while the cause holds (a changed title is an alert.retitled)
+    more: str = ""  # the figures that move every tick (queue, spend, credit): the alert's detail
 
 
 def needed_instances(s: Situation) -> int:
@@ -133,34 +135,35 @@ def find_cause(s: Situation) -> list[Cause]:
     fitting = sorted(_fitting(s), key=lambda o: o.dph)
     cheapest = fitting[0].dph if fitting else None
     if s.balance is not None and (s.balance <= 0 or (cheapest is not None and s.balance < cheapest)):
-        out.append(Cause("credit", "credit", f"credit ${s.balance:,.2f} does not cover an hour of the cheapest "
-                         "fitting offer" + (f" (${cheapest:.3f}/h)" if cheapest is not None else "")
-                         + "; top up the account"))
+        out.append(Cause("credit", "credit", "credit does not cover an hour of the cheapest fitting offer"
+                         + (f" (${cheapest:.3f}/h)" if cheapest is not None else "") + "; top up the account",
+                         f"credit ${s.balance:,.2f}"))
     if s.live >= p.max_instances:
         out.append(Cause("cap", "max_instances", f"max_instances={p.max_instances} ({_who(s, 'max_instances')}) "
-                         f"reached: {sizing}"))
+                         f"reached with {s.live} live", sizing))
     if cheapest is not None and s.fleet_dph + cheapest > p.max_total_dph + 1e-9:
         out.append(Cause("cap", "max_total_dph", f"max_total_dph=${p.max_total_dph:g}/h ({_who(s, 'max_total_dph')}) "
-                         f"leaves no room: the fleet costs ${s.fleet_dph:.2f}/h and the cheapest fitting offer "
-                         f"${cheapest:.3f}/h; {sizing}"))
+                         f"leaves no room for the cheapest fitting offer (${cheapest:.3f}/h)",
+                         f"the fleet costs ${s.fleet_dph:.2f}/h; {sizing}"))
     if s.budget_block:
-        out.append(Cause("cap", "budget", f"spend budget: {s.budget_block}"))
+        out.append(Cause("cap", "budget", f"{s.budget_rule} ({_who(s, s.budget_rule)}) refuses the cheapest fitting "
+                         "offer", s.budget_block))
     if s.rents_last_hour >= p.max_rents_per_hour:
         out.append(Cause("cap", "max_rents_per_hour", f"max_rents_per_hour={p.max_rents_per_hour} "
-                         f"({_who(s, 'max_rents_per_hour')}) used up: {s.rents_last_hour} rents in the last hour"))
+                         f"({_who(s, 'max_rents_per_hour')}) used up", f"{s.rents_last_hour} rents in the last hour"))
     market = _market_causes(s, need, fitting)
     if not out and (fitting or not market):  # offers fit and nothing in code stops renting them
         starting = f"; {s.starting} starting" if s.starting else ""
         out.append(Cause("decider", "decider", f"nothing in policy or the market stops renting: {s.decider} has not "
-                         f"rented enough ({sizing}{starting}, {len(fitting)} fitting offers)"))
+                         "rented enough", f"{sizing}{starting}; {len(fitting)} fitting offers"))
     return out + market
 
 
 def _market_causes(s: Situation, need: int, fitting: list[MarketOffer]) -> list[Cause]:
     """A restriction that leaves too few offers while others would fit, or a market with too few."""
     if s.offers is None:
-        return [Cause("market", "market", f"the market could not be searched ({s.market_error or 'no answer'})")] \
-            if s.live < need else []
+        return [Cause("market", "market", "the market could not be searched",
+                      s.market_error or "no answer")] if s.live < need else []
     short = need - s.live
     if short <= 0 or len(fitting) >= short:
         return []
@@ -179,11 +182,11 @@ def _market_causes(s: Situation, need: int, fitting: list[MarketOffer]) -> list[
         else:
             what = f"{key}={getattr(p, key, '?')} ({_who(s, key)}) leaves {where}"
         fit = "offer would fit" if sum(would.values()) == 1 else "offers would fit"
-        out.append(Cause("restriction", key, f"{what}; {models} {fit}; {short} more instances needed"))
+        out.append(Cause("restriction", key, f"{what}; {models} {fit}", f"{short} more instances needed"))
     if not out:
         out.append(Cause("market", "market", f"the market has {where} that fit the policy (allowed_gpus="
                          f"{_gpus(p.allowed_gpus)}, at most ${p.max_dph_per_instance:g}/h, reliability at least "
-                         f"{p.min_reliability:g}); {short} more instances needed"))
+                         f"{p.min_reliability:g})", f"{short} more instances needed"))
     return out
 
 
@@ -208,7 +211,8 @@ def check_unmet(log: EventLog, settings: Any, tick: int | None, situation: Any) 
     if streak < after:
         return []
     causes = find_cause(situation())
-    detail = "; ".join(c.text for c in causes[1:])
-    raise_alert(log, key=KEY_UNMET, severity="warning", title=title_of(streak, causes),
-                detail=("also: " + detail) if detail else "", tick=tick, settings=settings)
+    also = "; ".join(f"{c.text} ({c.more})" if c.more else c.text for c in causes[1:])
+    detail = "; ".join(x for x in (causes[0].more, f"also: {also}" if also else "") if x)
+    raise_alert(log, key=KEY_UNMET, severity="warning", title=title_of(streak, causes), detail=detail, tick=tick,
+                settings=settings)
     return causes

@@ -95,6 +95,7 @@ def situation(ctx: ToolContext, obs: dict[str, Any]) -> Situation:
         paused=pause.describe() if pause is not None else None,
         balance=float(balance) if isinstance(balance, int | float) else None,
         rents_last_hour=ctx.policy.rents_last_hour(log), budget_block=budget.detail if budget else None,
+        budget_rule=budget.rule if budget else "budget",
         offers=offers, market_error=error,
         decider="the rules provider" if s.model.provider == "rules" else "the model",
         per_instance=capacity_per_instance(None, s))
