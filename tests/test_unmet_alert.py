@@ -7,7 +7,10 @@ import re
 from typing import Any
 
 import httpx
+import pytest
 
+from agent import config
+from agent.errors import ConfigError
 from agent.feedback.unmet import KEY_UNMET, MarketOffer, Situation, find_cause, unmet_tick
 from agent.fleet import steering
 from agent.runtime.tick import run_tick
@@ -180,3 +183,10 @@ def test_every_cap_that_binds_is_listed_most_binding_first():
     assert (causes[2].text, causes[2].more) == ("max_daily_spend (config) refuses the cheapest fitting offer",
                                                 "$9.80 spent today + ... > budget $10.00")
     assert (causes[3].text, causes[3].more) == ("max_rents_per_hour=3 (config) used up", "3 rents in the last hour")
+
+
+def test_a_negative_unmet_after_is_refused_naming_the_key():
+    with pytest.raises(ConfigError) as exc:
+        config.parse("agent_id: fleet-1\nalerts:\n  unmet_after: -2\n", "/etc/fa/config.yaml")
+    assert "alerts.unmet_after" in str(exc.value) and "0 to turn the unmet-demand alert off" in str(exc.value)
+    assert config.parse("agent_id: fleet-1\n", "/etc/fa/config.yaml").alerts.unmet_after == 3
