@@ -379,6 +379,9 @@ class AlertSettings:
     max_new_per_tick: StrictInt = 3
     # Ticks in a row without a tool call (while there is work) before "the model has not acted" opens.
     idle_ticks: StrictInt = 6
+    # Ticks in a row with jobs waiting and the queue not draining before "demand:unmet" opens, naming
+    # the cause (a cap, a restriction, the market, credit, a pause); 0 = off.
+    unmet_after: StrictInt = 3
     # Runs off the tick's path with a minimal environment (agent/feedback/alert_hook.py).
     notify_command: StrictStr | None = None
     notify_timeout: Duration = Duration(10)
@@ -945,6 +948,9 @@ def _check_limits(s: Settings, loc: _Lines) -> None:
             raise loc.error(key, f"must not be negative (got {b:g}); write dollars, or null for no budget")
     if s.alerts.idle_ticks < 1:
         raise loc.error("alerts.idle_ticks", f"must be at least 1 (got {s.alerts.idle_ticks})")
+    if s.alerts.unmet_after < 0:
+        raise loc.error("alerts.unmet_after", f"must not be negative (got {s.alerts.unmet_after}); write a number "
+                        "of ticks, or 0 to turn the unmet-demand alert off")
     if not 0 <= s.policy.min_reliability <= 1:
         raise loc.error("policy.min_reliability", "a share between 0 and 1")
     for u, key in ((s.vast.url, "vast.url"), (s.model.base_url, "model.base_url"), (s.demand.url, "demand.url")):

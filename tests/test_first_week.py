@@ -46,8 +46,10 @@ def test_a_first_week(tmp_path, sim_server, monkeypatch, capsys):  # noqa: F811
     hook = tmp_path / "notify.py"
     hook.write_text("import sys, pathlib\npathlib.Path(sys.argv[1]).open('a').write(sys.stdin.read())\n")
     cfg = make_setup(tmp_path, sim_server.url, "  provider: rules")
+    # unmet_after 0: the rules provider's first ticks leave jobs waiting; unmet demand is not the week's subject
     cfg.write_text(cfg.read_text(encoding="utf-8") + f"demand:\n  url: {sim_server.url}/demand\n"
-                   f"alerts:\n  low_balance: 1000000\n  stuck_after: 1s\n  notify_command: {sys.executable} {hook} {sent}\n",
+                   f"alerts:\n  low_balance: 1000000\n  stuck_after: 1s\n  unmet_after: 0\n"
+                   f"  notify_command: {sys.executable} {hook} {sent}\n",
                    encoding="utf-8")
     settings = config.load(str(cfg))
 

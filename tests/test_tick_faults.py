@@ -159,7 +159,7 @@ def test_context_length_error_compacts_once_and_retries_once(sim, make_app, fake
     """The provider's context-length error triggers exactly one compaction and one retry of the
     request, which then succeeds: the tick completes and the retry carries the summary."""
     server = fake_model.default = _Overflow()
-    app = make_app()
+    app = make_app(alerts={"unmet_after": 0})  # the summary names alert #1, the only one open
     _earlier_ticks(app, fake_model)
     server.errors = 1
     n_before = len(fake_model.chat_requests)

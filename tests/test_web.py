@@ -33,7 +33,9 @@ def fleet(make_app, sim_clock, tmp_path):
     (tmp_path / "knowledge").mkdir(exist_ok=True)
     (tmp_path / "knowledge" / "hosts.md").write_text("avoid host 12\n", encoding="utf-8")
     (tmp_path / "token").write_text(TOKEN + "\n", encoding="utf-8")
-    app = make_app(provider="rules", http={"token_file": str(tmp_path / "token"), "token_name": "web-alice"})
+    # unmet_after 0: the rules provider's first ticks leave jobs waiting; this log's one alert is the model's
+    app = make_app(provider="rules", http={"token_file": str(tmp_path / "token"), "token_name": "web-alice"},
+                   alerts={"unmet_after": 0})
     _ticks(app, sim_clock, 2)
     (tmp_path / "knowledge" / "hosts.md").write_text("avoid host 12\navoid host <script>alert(1)</script>\n",
                                                      encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Memory tools: remember / forget facts, search the whole history, read knowledge, raise alerts.
+"""Memory tools: remember / forget facts, search the whole history, read knowledge, raise and resolve alerts.
 
 ``search_history`` is how the agent recalls what compaction took out of its
 context: full-text search over every event in the log, tool output included.
@@ -63,6 +63,29 @@ def _raise_alert(ctx: ToolContext, args: Args) -> Outcome:
                    "operators see it with 'fleet-agent alerts list'")
 
 
+def _resolve_alert(ctx: ToolContext, args: Args) -> Outcome:
+    """Close an alert the model raised itself; alerts raised by code or operators close when their condition
+    clears or an operator acts, never at the model's word."""
+    from agent.feedback.alerts import resolve_in
+
+    alert_id, reason = int(args["alert_id"]), args["reason"].strip()
+    if not reason:
+        return Outcome(False, error="give a reason: say what changed, for the operators who read the alert")
+    with ctx.log.transaction() as tx:
+        a = tx.store.alert(alert_id)
+        if a is None:
+            return Outcome(False, error=f"no alert #{alert_id}; the observation's open_alerts lists the open ones")
+        if a.status == "resolved":
+            return Outcome(False, error=f"alert #{alert_id} is already resolved; nothing to do")
+        if a.raised_by != "model":
+            who = "an operator" if a.raised_by == "operator" else "code (a condition fleet-agent checks)"
+            return Outcome(False, error=f"alert #{alert_id} ({a.dedup_key}) was raised by {who}, not by you: only "
+                           "alerts you raised with raise_alert can be resolved by you; this one resolves when its "
+                           "condition clears, or an operator acks it")
+        resolve_in(tx, a, f"resolved by the model: {reason}", ctx.tick)
+    return Outcome(True, f"alert #{alert_id} resolved")
+
+
 RECALL_LIMIT = 50
 
 
@@ -112,4 +135,9 @@ TOOLS: tuple[AnyTool, ...] = (
               "title": {"type": "string", "minLength": 1, "maxLength": 200},
               "detail": {"type": "string", "maxLength": 2000},
               "key": {"type": "string", "maxLength": 100}}, ["severity", "title"]), _raise_alert),
+    Tool("resolve_alert", "Resolve an alert you raised (with raise_alert) once its cause is gone; alerts raised "
+         "by code or operators close by themselves when their condition clears.",
+         obj({"alert_id": {"type": "integer", "minimum": 1},
+              "reason": {"type": "string", "minLength": 1, "maxLength": 500}}, ["alert_id", "reason"]),
+         _resolve_alert),
 )

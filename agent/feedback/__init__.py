@@ -5,6 +5,8 @@ One job per module:
     alerts          raise / repeat / resolve / ack, deduplicated by key
     alert_hook      the operator's notify command, run for each new alert
     conditions      alerts raised by code from each tick's observation
+    unmet           demand left unmet for ticks on end, and the cause code finds for it
+    underperforming an instance failing between ticks (flapping, restarts, idle GPU, few jobs)
     knowledge       knowledge files: scan for changes, read, history
     knowledge_editor  ``fleet-agent knowledge edit``
     notes           operator notes and pinned directives

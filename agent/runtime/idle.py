@@ -1,7 +1,11 @@
 """Noticing a model that has stopped acting.
 
 A tick in which the model called no tool while there was work (demand pending and the fleet below
-``policy.max_instances``, or an alert open) is an idle tick. ``alerts.idle_ticks`` idle ticks in a
+``policy.max_instances``, or an alert open that the model can act on) is an idle tick. An alert counts
+only while it is still open (one resolved since does not) and only when a tool call can answer it: an
+instance stuck, dead, an orphan or failing between ticks (``ACTIONABLE``). Alerts about the model itself,
+credit, spend, failed ticks, knowledge files, unmet demand (counted by the demand rule above), the ones
+an operator raised and the model's own (it raised them for the operators, and may resolve them) do not. ``alerts.idle_ticks`` idle ticks in a
 row open the alert ``model:idle`` ("the model has not acted for N ticks"), naming what the model did
 instead: empty replies, the same text again, plain text, tool calls written as text. A tick in which
 the model calls a tool resolves it.
@@ -9,6 +13,7 @@ the model calls a tool resolves it.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -29,15 +34,31 @@ class TickConduct:
 
     tick: int
     acted: bool          # at least one tool call
-    work: bool           # demand pending with room in the fleet, or an alert open (other than this one)
+    work: bool           # demand pending with room in the fleet, or an alert open the model can act on
     doings: Counter[str]  # empty reply, same text again, text only, tool call written as text
 
 
-def _work(obs: dict[str, Any], max_instances: int) -> bool:
-    alerts = [a for a in obs.get("open_alerts") or [] if IDLE_TITLE not in str(a)]
+ACTIONABLE = ("stuck:", "dead:", "orphan:", "instance:underperforming:")
+_ALERT_ID = re.compile(r"#(\d+) ")
+
+
+def actionable_alerts(log: EventLog, lines: list[Any]) -> list[int]:
+    """The ids among an observation's ``open_alerts`` lines of alerts still open that the model can act on."""
+    out = []
+    for line in lines:
+        m = _ALERT_ID.match(str(line))
+        a = log.store.alert(int(m.group(1))) if m else None
+        if a is not None and a.status == "open" and a.raised_by == "system" and a.dedup_key.startswith(ACTIONABLE):
+            out.append(a.id)
+    return out
+
+
+def _work(log: EventLog, obs: dict[str, Any], max_instances: int) -> bool:
     demand = obs.get("demand") or {}
     ours = sum(1 for i in obs.get("instances") or [] if i.get("ours"))
-    return bool(alerts) or (int(demand.get("pending") or 0) > 0 and ours < max_instances)
+    if int(demand.get("pending") or 0) > 0 and ours < max_instances:
+        return True
+    return bool(actionable_alerts(log, obs.get("open_alerts") or []))
 
 
 def _text_before(log: EventLog, seq: int) -> str:
@@ -68,7 +89,7 @@ def conduct(log: EventLog, started: Event, max_instances: int) -> TickConduct:
         else:
             doings["text without a tool call"] += 1
         previous = text or previous
-    return TickConduct(tick, acted, _work(obs, max_instances), doings)
+    return TickConduct(tick, acted, _work(log, obs, max_instances), doings)
 
 
 def check_idle(log: EventLog, settings: Any, tick: int) -> bool:

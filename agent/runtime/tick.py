@@ -31,6 +31,7 @@ from agent.fleet.reconcile import UNLISTED, reconcile
 from agent.fleet.toolkit import Toolbox, ToolContext, load_tools
 from agent.model import window
 from agent.model.llm import LLMError, ModelReply, TextCall, call_with_retries, find_text_calls
+from agent.runtime import watch
 from agent.runtime.app import App
 from agent.runtime.idle import check_idle
 from agent.runtime.lock import FleetLock
@@ -283,6 +284,7 @@ def _start(run: _Run) -> ToolContext | TickResult:
         if outcome.effect:
             run.actions.append(f"{outcome.effect['type']} {outcome.effect.get('instance_id')}")
     spend.check_budgets(log, s, steering.effective_policy(s, log), tick)
+    watch.check_service(ctx, obs, tick)  # demand unmet (and why), instances failing between ticks
     return ctx
 
 
