@@ -85,11 +85,12 @@ def _duration(hours: float) -> str:
 
 
 def runway(credit: float, dph: float) -> str:
-    """``credit lasts 2 h 40 min at $4.10/h``; what a credit at or below $0 means instead."""
+    """``credit lasts 2 h 40 min at $4.10/h``; what a credit at or below $0 means instead; "" when nothing of
+    ours runs (no runway to state)."""
     if credit <= 0:
         return "credit exhausted: vast.ai stops every instance and refuses rents until a top-up"
     if dph <= 0:
-        return "no instance of ours is running"
+        return ""
     return f"credit lasts {_duration(credit / dph)} at ${dph:,.2f}/h"
 
 
@@ -115,13 +116,14 @@ def check_credit(tx: Transaction, settings: Any, obs: dict[str, Any], kept: list
     if isinstance(credit, int | float):
         if credit < low or credit <= reserve:
             sev = low_severity(credit, reserve)
-            up(tx, key_balance, sev, f"credit ${credit:,.2f} is below ${max(low, reserve):,.2f}: "
-               f"{runway(credit, burn_rate(obs))}",
+            left = runway(credit, burn_rate(obs))
+            up(tx, key_balance, sev, f"credit ${credit:,.2f} is below ${max(low, reserve):,.2f}"
+               + (f": {left}" if left else ""),
                f"fleet spends ${obs.get('fleet_dph', 0.0):,.2f}/h; rents are refused at or below "
                f"policy.credit_reserve ${reserve:,.2f}")
             set_severity(tx, key_balance, sev, tick)
         else:
-            resolve_absent_in(tx, key_balance, set(), f"credit back to ${credit:,.2f}", tick)
+            resolve_absent_in(tx, key_balance, set(), f"balance back to ${credit:,.2f}", tick)
     if kept:
         where = f"credit ${credit:,.2f}" if isinstance(credit, int | float) else "credit unknown"
         up(tx, KEY_CREDIT, "critical",
