@@ -133,3 +133,24 @@ def test_402_refusals_do_not_use_up_the_hourly_rent_limit(sim: Simulator, make_a
     assert run_tick(app).ok
     assert [r["status"] for r in rent_puts(sim)] == [402, 200]
     assert not [e for e in events_of(app, "policy.blocked") if e.payload["rule"] == "max_rents_per_hour"]
+
+
+def test_doctor_and_status_show_the_spendable_credit(sim: Simulator, make_app):
+    from agent.cli.doctor import check_vast
+    from agent.cli.status import format_text
+    from agent.runtime import status
+
+    app = make_app(provider="rules", policy={"max_instances": 2})
+    _fleet(app, sim, 2)
+    sim.advance(3600)  # a day's charges: the invoice balance is negative, the credit what is left
+    sim.set_credit(0.0)
+    assert run_tick(app).ok
+    sim.advance(600)
+    user = app.vast().current_user()
+    assert user.credit is not None and user.balance is not None and user.credit != user.balance
+    check = check_vast(app.vast(), app.settings.vast.url)
+    assert check.ok and f"credit ${user.credit:,.2f} spendable (invoice balance ${user.balance:,.2f})" in check.detail
+    f = status.fleet(app.log)
+    assert f is not None
+    text = format_text({"daemon": {"running": False}, "fleet": f, "last_tick": None, "alerts": []})
+    assert f"credit ${f['balance']:,.2f} spendable" in text and "2 stopped for lack of credit" in text
