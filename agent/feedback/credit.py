@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.feedback.alerts import live_alerts, raise_in, resolve_absent_in
+from agent.feedback.alerts import live_alerts, resolve_absent_in
 from agent.store.log import EventLog, Transaction
 
 KEY_CREDIT = "credit:stopped"
