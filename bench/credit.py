@@ -1,6 +1,6 @@
 """A credit run-out and a top-up, judged from the simulator's state: what the fleet lost and how fast it came back.
 
-    python bench/credit.py [--seed 0] [--warmup 24] [--outage 6] [--compare DIR]
+    python bench/credit.py [--seed 0] [--warmup 24] [--outage 6] [--model rules|renter] [--compare DIR]
 
 Runs the demo's configuration (the built-in rules provider against the simulator, 5 simulated minutes per
 tick): ``--warmup`` ticks to build the fleet, then the account's credit is set to $0 (vast.ai stops every
@@ -38,6 +38,47 @@ TOP_UP = 500.0
 MAX_RECOVERY_TICKS = 24
 
 
+class Renter:
+    """``--model renter``: a model that keeps the fleet at a fixed size whatever the credit, as a language
+    model that does not read money well does: each tick it counts our instances that run or are starting
+    (and any the system started this tick), searches, and rents the cheapest offers for the rest. It
+    destroys nothing and never reads the credit."""
+
+    can_summarise = False
+
+    def __init__(self, app: App, target: int) -> None:
+        self.app, self.target, self.name = app, target, "renter"
+
+    def list_models(self) -> list[str]:
+        return [self.name]
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        from agent.model.llm import ModelReply, ToolCall, Usage
+        from agent.model.rules import _parse_offers
+
+        log = self.app.log
+        start = next(log.read(0, kinds=["tick.started"], newest_first=True, limit=1))
+        since = list(log.read(start.seq, kinds=["model.response", "tool.result", "system.start"]))
+        live = {i["id"] for i in start.payload["observation"]["instances"]
+                if i["ours"] and i["status"] in ("running", "loading", "created", "provisioning", "unlisted")}
+        live |= {e.payload["instance_id"] for e in since if e.kind == "system.start" and e.payload.get("ok")}
+        need = self.target - len(live)
+        steps = sum(1 for e in since if e.kind == "model.response")
+        searched = [e for e in since if e.kind == "tool.result" and e.payload["name"] == "search_offers"
+                    and e.payload["ok"]]
+        calls: list[tuple[str, dict[str, Any]]] = []
+        if need > 0 and steps == 0:
+            calls = [("search_offers", {"limit": 25})]
+        elif need > 0 and steps == 1 and searched:
+            offers = _parse_offers(searched[-1].payload.get("output", ""))[:need]
+            calls = [("rent_instance", {"offer_id": o["id"], "reason": "keep the fleet at its size"}) for o in offers]
+        tick = start.tick
+        return ModelReply(text=f"renter: {len(live)} live, target {self.target}",
+                          tool_calls=tuple(ToolCall(f"renter_{tick}_{steps}_{n}", name, json.dumps(args))
+                                           for n, (name, args) in enumerate(calls)),
+                          usage=Usage(0, 0, 0), finish_reason="tool_calls" if calls else "stop", model=self.name)
+
+
 def _set_credit(sim: Simulator, amount: float) -> None:
     setter = getattr(sim, "set_credit", None)
     if setter is not None:
@@ -58,7 +99,7 @@ def _events(app: App, since: int, kind: str) -> list[Any]:
     return [e for e in app.log.read(since, kinds=[kind]) if e.seq > since]
 
 
-def scenario(seed: int, warmup: int, outage: int) -> dict[str, Any]:
+def scenario(seed: int, warmup: int, outage: int, model: str = "rules") -> dict[str, Any]:
     clock = ManualClock()
     sim = Simulator(seed=seed, clock=clock, api_key=SIM_KEY)
     with tempfile.TemporaryDirectory() as tmp, SimServer(sim) as server:
@@ -75,6 +116,8 @@ def scenario(seed: int, warmup: int, outage: int) -> dict[str, Any]:
             for _ in range(warmup):
                 run_tick(app)
                 clock.advance(TICK_SECONDS)
+            if model == "renter":  # the rules built the fleet; from here a model rents whatever the credit
+                app._provider = Renter(app, _capacity(sim, policy)[2])
             sim.tick()
             cap0, dph0, n0 = _capacity(sim, policy)
             alive0 = {iid for iid, i in sim.instances.items() if policy.is_our_label(i["label"])}
@@ -133,7 +176,8 @@ ROWS = [
     ("rents blocked by max_rents_per_hour", lambda r: r["hourly_limit_blocks"]),
     ("ticks until capacity is back after top-up", lambda r: r["ticks_to_capacity"] or f">{MAX_RECOVERY_TICKS}"),
     ("$/h per job/h before the run-out", lambda r: _per_unit(r["dph_before"], r["capacity_before"])),
-    ("$/h per job/h once capacity is back", lambda r: _per_unit(r["dph_after"], r["capacity_after"])),
+    ("$/h per job/h once back (else at the end)", lambda r: _per_unit(r["dph_after"], r["capacity_after"])),
+    ("running capacity then (jobs/h)", lambda r: f"{r['capacity_after']:.0f} of {r['capacity_before']:.0f}"),
 ]
 
 
@@ -142,10 +186,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=24)
     ap.add_argument("--outage", type=int, default=6)
+    ap.add_argument("--model", choices=("rules", "renter"), default="rules",
+                    help="rules: the built-in rules provider throughout; renter: after the warm-up, a model that "
+                    "rents to keep the fleet's size whatever the credit")
     ap.add_argument("--compare", metavar="DIR", help="also run with the agent of the checkout DIR (before)")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    after = scenario(args.seed, args.warmup, args.outage)
+    after = scenario(args.seed, args.warmup, args.outage, args.model)
     if args.json:
         print(json.dumps(after))
         return
@@ -153,11 +200,11 @@ def main() -> None:
     if args.compare:
         env = {**os.environ, "PYTHONPATH": str(Path(args.compare).resolve())}
         out = subprocess.run([sys.executable, __file__, "--json", "--seed", str(args.seed), "--warmup",
-                              str(args.warmup), "--outage", str(args.outage)], env=env, check=True,
+                              str(args.warmup), "--outage", str(args.outage), "--model", args.model], env=env, check=True,
                              capture_output=True, text=True).stdout
         runs = {f"before ({args.compare})": json.loads(out.strip().splitlines()[-1]), **runs}
     hours = args.outage * TICK_SECONDS / 3600
-    print(f"seed {args.seed}: {args.warmup} ticks to build the fleet, credit $0 for {args.outage} ticks "
+    print(f"model {args.model}, seed {args.seed}: {args.warmup} ticks to build the fleet, credit $0 for {args.outage} ticks "
           f"({hours:.1f} h), top-up ${TOP_UP:.0f}; {after['fleet_before']} instances "
           f"({after['capacity_before']:.0f} jobs/h) at the run-out")
     names = list(runs)
