@@ -154,3 +154,27 @@ def test_doctor_and_status_show_the_spendable_credit(sim: Simulator, make_app):
     assert f is not None
     text = format_text({"daemon": {"running": False}, "fleet": f, "last_tick": None, "alerts": []})
     assert f"credit ${f['balance']:,.2f} spendable" in text and "2 stopped for lack of credit" in text
+
+
+def test_the_low_credit_alert_states_the_runway_and_turns_critical_at_the_reserve(make_app):
+    from agent import feedback
+
+    app = make_app(policy={"credit_reserve": 2.0})
+
+    def obs(credit: float) -> dict[str, Any]:
+        return {"balance": credit, "fleet_dph": 4.1, "instances": [
+            {"id": 7, "ours": True, "status": "running", "dph": 4.1, "age_s": 60, "host_id": 3}]}
+
+    feedback.check_conditions(app.log, app.settings, obs(4.1 * 160 / 60), 1)
+    [a] = _open(app, "balance:low")
+    assert a.severity == "warning" and a.title.endswith("credit lasts 2 h 40 min at $4.10/h")
+    feedback.check_conditions(app.log, app.settings, obs(1.5), 2)
+    [a] = _open(app, "balance:low")
+    assert a.severity == "critical" and a.title.endswith("credit lasts 22 min at $4.10/h")
+    [changed] = events_of(app, "alert.severity_changed")
+    assert changed.payload == {"alert_id": a.id, "severity": "critical", "previous": "warning"}
+    feedback.check_conditions(app.log, app.settings, obs(-0.5), 3)
+    [a] = _open(app, "balance:low")
+    assert a.severity == "critical" and "credit exhausted" in a.title
+    assert len(events_of(app, "alert.severity_changed")) == 1  # critical already: no change to log
+    assert app.log.rebuild_check() == []  # the read model follows the severity change
