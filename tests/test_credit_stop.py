@@ -178,3 +178,27 @@ def test_the_low_credit_alert_states_the_runway_and_turns_critical_at_the_reserv
     assert a.severity == "critical" and "credit exhausted" in a.title
     assert len(events_of(app, "alert.severity_changed")) == 1  # critical already: no change to log
     assert app.log.rebuild_check() == []  # the read model follows the severity change
+
+
+def test_a_top_up_starts_only_what_the_policy_in_force_still_wants(sim: Simulator, make_app, fake_model):
+    from agent.fleet import steering
+
+    app = make_app(policy={"max_instances": 3})
+    ids = _fleet(app, sim, 3)
+    sim.set_credit(0.0)
+    fake_model.enqueue(reply("nothing to do"), reply("nothing to do"))
+    assert run_tick(app).ok
+    steering.set_override(app.log, app.settings, "max_instances", "2", by="ops", reason="smaller after the run-out",
+                          until=None)
+    sim.set_credit(100.0)
+    assert run_tick(app).ok
+    started = [e.payload["instance_id"] for e in events_of(app, "system.start")]
+    assert started == sorted(ids)[:2] and len(_starts(sim)) == 2
+    sim.advance(120)
+    assert sim.instances[sorted(ids)[2]]["actual_status"] == "stopped"  # kept, for the model to decide
+    assert not sim.destroyed and not events_of(app, "host.failed")
+    fake_model.enqueue(reply("nothing to do"))
+    assert run_tick(app).ok
+    [kept] = _open(app, "credit:")  # topped up: no longer critical, still says what is kept
+    assert kept.severity == "warning" and kept.title.startswith("1 instance of ours stopped by vast.ai")
+    assert len(_starts(sim)) == 2

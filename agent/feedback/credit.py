@@ -126,11 +126,17 @@ def check_credit(tx: Transaction, settings: Any, obs: dict[str, Any], kept: list
             resolve_absent_in(tx, key_balance, set(), f"balance back to ${credit:,.2f}", tick)
     if kept:
         where = f"credit ${credit:,.2f}" if isinstance(credit, int | float) else "credit unknown"
-        up(tx, KEY_CREDIT, "critical",
-           f"vast.ai stopped {len(kept)} instances of ours for lack of credit; they are kept (disks kept, "
-           "storage billed)",
+        what = f"{len(kept)} instance{'s' if len(kept) != 1 else ''} of ours"
+        if isinstance(credit, int | float) and credit > reserve:  # topped up: started as far as policy wants
+            sev, title = "warning", (f"{what} stopped by vast.ai for lack of credit, kept: started again as far "
+                                     "as the policy in force wants them")
+        else:
+            sev, title = "critical", (f"vast.ai stopped {what} for lack of credit; kept (disks kept, storage "
+                                      "billed) until a top-up")
+        up(tx, KEY_CREDIT, sev, title,
            f"{where}; instances {', '.join(f'#{i}' for i in kept)}. Top up the account: they are started again "
            f"once the credit is above policy.credit_reserve ${reserve:,.2f}; no rent until then")
+        set_severity(tx, KEY_CREDIT, sev, tick)
     else:
         resolve_absent_in(tx, KEY_CREDIT, set(), "no instance of ours is stopped for credit", tick)
 

@@ -57,18 +57,32 @@ START_REASON = "stopped by vast.ai for lack of credit; the credit is above polic
 
 def start_kept(ctx: ToolContext, balance: float | None, *, dry_run: bool) -> list[int]:
     """After a top-up: start each instance of ours kept since vast.ai stopped it for lack of credit, with its
-    disk, once the credit is above ``policy.credit_reserve``. Start is idempotent, so ``system.start`` is
-    logged after the call with its outcome (a crash in between is settled by the next tick, which sees the
-    instance running or starts it again). Nothing while the fleet is paused. Returns the ids started."""
+    disk, once the credit is above ``policy.credit_reserve``, as far as the policy in force still wants them
+    (``max_instances`` and ``max_total_dph`` with the operator's overrides, counting what runs; the model
+    scales from there). Start is idempotent, so ``system.start`` is logged after the call with its outcome
+    (a crash in between is settled by the next tick, which sees the instance running or starts it again).
+    Nothing while the fleet is paused; a dry run logs each start once, not sent. Returns the ids started."""
     reserve = float(ctx.settings.policy.credit_reserve)
     if balance is None or balance <= reserve or steering.paused(ctx.log) is not None:
         return []
     kept = credit.kept_ids(ctx.log)
+    waiting = sorted((i for i in ctx.ours() if i.id in kept and i.actual_status == STOPPED), key=lambda i: i.id)
+    if not waiting:
+        return []
+    p = steering.effective_policy(ctx.settings, ctx.log)
+    others = [i for i in ctx.ours() if i.id not in kept and i.actual_status not in ("stopped", "exited", "offline")]
+    count, dph = len(others), sum(i.dph_total or 0.0 for i in others)
+    logged = {int(e.payload["instance_id"]) for e in ctx.log.read(0, kinds=["system.start"]) if e.payload.get("dry_run")}
     started = []
-    for iid in sorted(i.id for i in ctx.ours() if i.id in kept and i.actual_status == STOPPED):
+    for inst in waiting:
+        iid = inst.id
+        if count + 1 > p.max_instances or dph + (inst.dph_total or 0.0) > p.max_total_dph + 1e-9:
+            continue  # not wanted under the policy in force: kept stopped for the model to decide
+        count, dph = count + 1, dph + (inst.dph_total or 0.0)
         payload: dict[str, object] = {"instance_id": iid, "reason": START_REASON}
         if dry_run:
-            ctx.log.append("system.start", {**payload, "ok": False, "dry_run": True}, "system", ctx.tick)
+            if iid not in logged:
+                ctx.log.append("system.start", {**payload, "ok": False, "dry_run": True}, "system", ctx.tick)
             continue
         try:
             ctx.vast.start(iid)
