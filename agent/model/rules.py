@@ -123,6 +123,9 @@ class RulesProvider:
         pending = d.get("pending") or 0
         rate = d.get("arrival_rate_per_h") or 0.0
         target = min(cap, math.ceil((rate + pending / DRAIN_HOURS) / JOBS_PER_INSTANCE_H)) if d else len(live)
+        credit = obs.get("balance")
+        if isinstance(credit, int | float) and credit <= s.policy.credit_reserve:
+            target = min(target, len(live))  # no rent at or below the credit reserve: hold until a top-up
         return _Plan(banned, avoid, cap, dead, live, pending, rate, target)
 
 
