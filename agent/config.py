@@ -363,6 +363,9 @@ class PolicySettings:
     excluded_hosts: list[HostId] = field(default_factory=list)
     # A host whose instances of ours failed twice within a day is excluded for this long (0: never).
     host_failure_exclusion: Duration = Duration(86400)
+    # No rent at or below this credit (dollars): vast.ai refuses rents with HTTP 402 and stops every
+    # instance at $0 (agent/feedback/credit.py).
+    credit_reserve: StrictFloat = 2.0
 
 
 @dataclass(frozen=True)
@@ -936,6 +939,7 @@ def _check_limits(s: Settings, loc: _Lines) -> None:
     for key, x in (("policy.max_total_dph", s.policy.max_total_dph),
                    ("policy.max_dph_per_instance", s.policy.max_dph_per_instance),
                    ("alerts.low_balance", s.alerts.low_balance), ("fleet.disk_gb", s.fleet.disk_gb),
+                   ("policy.credit_reserve", s.policy.credit_reserve),
                    ("model.temperature", s.model.temperature)):
         if x < 0:
             raise loc.error(key, f"must not be negative (got {x:g}); write 0 or more")

@@ -149,7 +149,7 @@ def test_status_text_is_readable(tmp_path, capsys, sim_server):
     assert code == 0
     assert "daemon: not running" in out
     assert "last tick: #2 ok" in out and "2,840 tokens (1,100 cached)" in out
-    assert "2 instances (1 loading, 1 running) · $0.76/h · balance $412.50" in out
+    assert "2 instances (1 loading, 1 running) · $0.76/h · credit $412.50 spendable" in out
     assert "#102 RTX 4090 x1 loading $0.38/h" in out
     assert "alerts: 1 open" in out and "instance 102 stuck loading" in out
     assert "context: " in out and "tokens to go" in out

@@ -186,7 +186,7 @@ def check_sqlite_version() -> Check:
 
 def check_vast(client: Any, url: str, origin: str | None = None) -> Check:
     """``client.current_user()``: reachable and key accepted (``origin``: where the key came from)."""
-    from agent.clients.vast import VastError
+    from agent.clients.vast import VastError, spendable
 
     try:
         user = client.current_user()
@@ -199,7 +199,12 @@ def check_vast(client: Any, url: str, origin: str | None = None) -> Check:
             return Check("vast.ai", False, f"{url} unreachable: {_err(e)}",
                          "check vast.url, DNS and outbound HTTPS from this host")
         return Check("vast.ai", False, f"{url}: {_err(e)}", "retry later; if it persists check vast.url")
-    bal = f", balance ${user.balance:,.2f}" if user.balance is not None else ""
+    # vast.ai's `credit` is what the account can spend (at $0 it stops every instance); its `balance` is the
+    # invoice balance, charges not yet settled.
+    credit = spendable(user)
+    bal = f", credit ${credit:,.2f} spendable" if credit is not None else ""
+    if user.credit is not None and user.balance is not None:
+        bal += f" (invoice balance ${user.balance:,.2f})"
     return Check("vast.ai", True, f"{url}: key accepted (user {user.id}{bal})")
 
 

@@ -47,9 +47,11 @@ def format_text(st: dict[str, Any]) -> str:
         states = ", ".join(f"{n} {s}" for s, n in sorted(f["states"].items())) or "none"
         after = f", after {f['acted']} rent/destroy" if f.get("acted") else ""
         lines.append(f"fleet (tick {f['tick']}, {_t(f['at'])}{after}): {len(f['instances'])} instances ({states}) · "
-                     f"{_money(f['dph'])}/h · balance {_money(f['balance'])}"
-                     + (f" (vast.ai credit, what it can spend; invoice balance {_money(f['account_balance'])})"
-                        if f.get("account_balance") is not None else ""))
+                     f"{_money(f['dph'])}/h · credit {_money(f['balance'])} spendable"
+                     + (f" (invoice balance {_money(f['account_balance'])}, not money to spend)"
+                        if f.get("account_balance") is not None else "")
+                     + (f" · {len(f['credit_stopped'])} stopped for lack of credit, kept until a top-up"
+                        if f.get("credit_stopped") else ""))
         for i in f["instances"]:
             flag = "" if i.get("ours", True) else " NOT-OURS"
             lines.append(f"  #{line(i['id'])} {line(i['gpu_name'])} x{line(i['num_gpus'])} {line(i['status'])} "

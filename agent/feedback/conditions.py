@@ -5,7 +5,9 @@
     dead:<instance id>      one of ours exited / offline / unknown, stopped without our asking (fleet-agent
                             never stops an instance: vast.ai could not schedule it, or it was outbid), or
                             its container failed to start
-    balance:low             balance under alerts.low_balance
+    balance:low             credit under alerts.low_balance or at policy.credit_reserve (critical at the
+                            reserve and at $0), with the runway (agent/feedback/credit.py)
+    credit:stopped          vast.ai stopped instances of ours for lack of credit; they are kept
     ticks:failing           alerts.failed_ticks ticks failed in a row
     policy:blocks           alerts.policy_blocks tool calls blocked by policy in one tick
     model:unreachable       raised and resolved by the tick around the model call
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.events import Event
+from agent.feedback import credit
 from agent.feedback.alerts import (
     dispatch_notifications,
     raise_alert,
@@ -65,8 +68,9 @@ def check_conditions(log: EventLog, settings: Any, observation: dict[str, Any], 
     with log.transaction() as tx:
         stuck: set[str] = set()
         dead: set[str] = set()
+        kept = [int(i) for i in observation.get("credit_stopped") or []]
         for i in observation.get("instances") or []:
-            if not i.get("ours", True):
+            if not i.get("ours", True) or i.get("id") in kept:  # stopped for credit: kept, not dead
                 continue
             iid = i.get("id")
             where = f"{i.get('gpu_name', '?')} x{i.get('num_gpus', 1)} on host {i.get('host_id', '?')}"
@@ -87,14 +91,7 @@ def check_conditions(log: EventLog, settings: Any, observation: dict[str, Any], 
         resolve_absent_in(tx, KEY_STUCK, stuck, "the instance is running or gone", tick)
         resolve_absent_in(tx, KEY_DEAD, dead, "the instance recovered or is gone", tick)
 
-        balance = observation.get("balance")  # vast.ai's credit: what the account can spend
-        if isinstance(balance, int | float):
-            if balance < a.low_balance:
-                up(tx, KEY_BALANCE, "critical" if balance <= 0 else "warning",
-                   f"credit ${balance:,.2f} is below ${a.low_balance:,.2f}",
-                   f"fleet spends ${observation.get('fleet_dph', 0.0):,.2f}/h")
-            else:
-                resolve_absent_in(tx, KEY_BALANCE, set(), f"balance back to ${balance:,.2f}", tick)
+        credit.check_credit(tx, settings, observation, kept, tick, up, KEY_BALANCE)
 
         if a.failed_ticks > 0:
             run = trailing_failed_ticks(tx, cap=max(a.failed_ticks, 1) * 4 + 100)

@@ -1,7 +1,8 @@
 """Guardrails applied in code to every side-effecting tool call, whatever the model says.
 
 Spend caps, spend budgets (agent.fleet.spend), excluded hosts (agent.fleet.steering), instance limits, allowed GPU models, minimum reliability, hourly
-rent/destroy limits, ownership (only instances an event of ours rented or
+rent/destroy limits (a rent vast.ai refused for lack of credit does not count), the credit reserve
+(``credit_exhausted``), ownership (only instances an event of ours rented or
 adopted may be destroyed, rebooted or have their logs read; our label alone is
 enough only with ``policy.destroy_orphans``), and the fleet template: the container image, start command, env
 and disk always come from config. A refusal names the rule and the numbers.
@@ -13,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from agent.config import Settings
+from agent.feedback import credit
 from agent.fleet import spend, steering
 from agent.fleet.block import Block, norm_gpu
 from agent.store.log import EventLog
@@ -43,8 +45,10 @@ class Policy:
         return utc_ts(log.clock() - timedelta(hours=hours))
 
     def rents_last_hour(self, log: EventLog) -> int:
-        """Rent attempts that may have spent money (every logged rent intent counts)."""
-        return log.store.rents_since(self._since(log))
+        """Rent attempts that may have spent money: every logged rent intent but those vast.ai refused for
+        lack of credit (HTTP 402), which created nothing."""
+        since = self._since(log)
+        return log.store.rents_since(since) - log.store.credit_refused_rents_since(since)
 
     def destroys_last_hour(self, log: EventLog) -> int:
         return log.store.destroys_since(self._since(log))
@@ -84,6 +88,9 @@ class Policy:
 
     def check_money_and_host(self, log: EventLog, offer: Any) -> Block | None:
         """Rents on an excluded host (config or log), and rents that would pass a spend budget."""
+        block = self.check_credit(credit.known_credit(log))
+        if block is not None:
+            return block
         x = steering.excluded_hosts(self.s, log).get(offer.host_id) if offer.host_id is not None else None
         if x is not None:
             until = f" until {x.until[:16].replace('T', ' ')} UTC" if x.until else ""
@@ -91,6 +98,17 @@ class Policy:
                          f"{x.reason}; choose an offer on another host")
         dph = offer.dph_total if offer.dph_total is not None else 0.0
         return spend.budget_block(log, self.p, dph)
+
+    def check_credit(self, balance: float | None) -> Block | None:
+        """No rent at or below ``policy.credit_reserve``: vast.ai refuses rents (HTTP 402) and stops every
+        instance at $0, so a rent there creates nothing or an instance stopped at once."""
+        reserve = float(self.p.credit_reserve)
+        if balance is None or balance > reserve:
+            return None
+        return Block("credit_exhausted", f"credit ${balance:,.2f} is at or below policy.credit_reserve "
+                     f"${reserve:,.2f}: vast.ai refuses rents (HTTP 402) and stops every instance at $0; no rent "
+                     "until the account is topped up (instances stopped for credit are kept and started again "
+                     "then)")
 
     def _reachable(self, label: str | None, owned: bool) -> bool:
         """Ownership comes from the log (an event of ours rented or adopted it). Our label alone is

@@ -374,10 +374,11 @@ def note_host_failures(log: EventLog, settings: Settings, obs: dict[str, Any], t
 
     hold = float(settings.policy.host_failure_exclusion)
     excluded: list[int] = []
+    kept = set(obs.get("credit_stopped") or [])  # stopped for lack of credit: no fault of the host
     for i in obs.get("instances") or []:
         status = _failure(i)
         hid = i.get("host_id")
-        if not i.get("ours") or status is None or not isinstance(hid, int):
+        if not i.get("ours") or status is None or not isinstance(hid, int) or i.get("id") in kept:
             continue
         if log.store.host_failure_logged(int(i["id"]), status):
             continue

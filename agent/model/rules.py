@@ -78,8 +78,9 @@ class RulesProvider:
         again would only repeat the failure (and spend the hourly rent budget)."""
         out: set[int] = set()
         for e in self.app.log.read(0, kinds=["tick.started"], newest_first=True, limit=FAILED_HOST_TICKS):
+            kept = set(e.payload["observation"].get("credit_stopped") or [])
             for i in e.payload["observation"].get("instances") or []:
-                if i.get("ours") and i.get("host_id") is not None and _is_dead(i, stuck_after):
+                if i.get("ours") and i.get("host_id") is not None and i["id"] not in kept and _is_dead(i, stuck_after):
                     out.add(int(i["host_id"]))
         return out
 
@@ -114,13 +115,17 @@ class RulesProvider:
             cap = min(cap, dcap)
         ours = [i for i in obs["instances"] if i["ours"]]
         stuck_after = s.alerts.stuck_after
-        dead = [i for i in ours if _is_dead(i, stuck_after) or i["host_id"] in banned]
+        kept = set(obs.get("credit_stopped") or [])  # stopped for lack of credit: kept for the top-up, not dead
+        dead = [i for i in ours if i["id"] not in kept and (_is_dead(i, stuck_after) or i["host_id"] in banned)]
         avoid = banned | self._failed_hosts(stuck_after)
         live = [i for i in ours if i not in dead]
         d = obs.get("demand") or {}
         pending = d.get("pending") or 0
         rate = d.get("arrival_rate_per_h") or 0.0
         target = min(cap, math.ceil((rate + pending / DRAIN_HOURS) / JOBS_PER_INSTANCE_H)) if d else len(live)
+        credit = obs.get("balance")
+        if isinstance(credit, int | float) and credit <= s.policy.credit_reserve:
+            target = min(target, len(live))  # no rent at or below the credit reserve: hold until a top-up
         return _Plan(banned, avoid, cap, dead, live, pending, rate, target)
 
 

@@ -135,7 +135,7 @@ def fleet(log_: EventLog) -> dict[str, Any] | None:
         dph = round(sum(i["dph"] for i in instances if isinstance(i["dph"], int | float)), 4)
     return {"tick": start.tick, "at": start.ts, "instances": instances, "states": states, "dph": dph,
             "balance": obs.get("balance"), "account_balance": obs.get("account_balance"),
-            "demand": obs.get("demand"), "acted": acted}
+            "demand": obs.get("demand"), "acted": acted, "credit_stopped": list(obs.get("credit_stopped") or [])}
 
 
 def open_alerts(log_: EventLog) -> list[dict[str, Any]]:

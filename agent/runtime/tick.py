@@ -23,6 +23,7 @@ from agent.context import compaction
 from agent.context.inputs import log_request
 from agent.errors import FleetAgentError
 from agent.events import Event
+from agent.feedback import credit
 from agent.feedback.knowledge import save_memo
 from agent.fleet import spend, steering, stopped
 from agent.fleet.pipeline import ToolCall, refuse_call, run_tool_call
@@ -271,9 +272,14 @@ def _start(run: _Run) -> ToolContext | TickResult:
         ctx.vast.deadline = None
         return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
     obs = observe(app, ctx, tick)
+    known = credit.kept_ids(log)
+    kept = credit.stopped_for_credit(obs, known)
+    if kept:
+        obs["credit_stopped"] = kept  # a money event, not failures: kept, not destroyed, no host blamed
     # The tick's start and what its observation brings in: one transaction.
-    with log.transaction():
+    with log.transaction() as tx:
         log.append("tick.started", {"observation": obs}, "scheduler", tick)
+        credit.note_stop(tx, obs, kept, known, float(s.policy.credit_reserve), tick)
         steering.note_in_force(log, tick)
         feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
         feedback.check_conditions(log, s, obs, tick)
@@ -283,6 +289,8 @@ def _start(run: _Run) -> ToolContext | TickResult:
     for outcome in stopped.destroy_stopped(ctx, dry_run=s.policy.dry_run):
         if outcome.effect:
             run.actions.append(f"{outcome.effect['type']} {outcome.effect.get('instance_id')}")
+    for iid in stopped.start_kept(ctx, obs.get("balance"), dry_run=s.policy.dry_run):
+        run.actions.append(f"started {iid}")
     spend.check_budgets(log, s, steering.effective_policy(s, log), tick)
     watch.check_service(ctx, obs, tick)  # demand unmet (and why), instances failing between ticks
     return ctx

@@ -249,6 +249,9 @@ def _destroy_one(sim: Simulator, c: Call) -> Reply:
 
 def _modify(sim: Simulator, c: Call) -> Reply:
     inst = sim._get(as_id(c.args[0]))
+    if c.body.get("state") == "running" and inst["actual_status"] == "stopped" and sim.balance <= 0:
+        # vast.ai starts nothing on an account without credit, as it rents nothing.
+        raise ApiError(402, "insufficient_credit", "Your account balance is too low to start the instance.")
     return json_reply(200, instances.modify(sim.seed, inst, c.body, c.now))
 
 

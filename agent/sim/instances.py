@@ -118,6 +118,7 @@ def restart(seed: int, inst: Instance, t: float, msg: str, *, reboot: bool = Fal
     """After a start or reboot: (rebooting,) loading, then running unless the host misbehaves."""
     r = irng(seed, inst["id"], f"restart:{t:.3f}")
     inst["_running_since"] = None
+    inst.pop("_credit_stop", None)
     inst["intended_status"] = inst["cur_state"] = inst["next_state"] = "running"
     if reboot:
         transition(seed, inst, "rebooting", t)
@@ -138,6 +139,16 @@ def stop(inst: Instance, msg: str, *, intended: bool = True) -> None:
         inst["intended_status"] = "stopped"
     inst["status_msg"] = msg
     inst["_next"] = inst["_running_since"] = None
+
+
+CREDIT_MSG = "stopped: insufficient credit; add credit and start the instance again"
+
+
+def credit_stop(inst: Instance) -> None:
+    """What vast.ai does to every instance when the account's credit reaches $0: stopped, the disk kept and
+    its storage still billed (the balance goes negative), and not started again by itself after a top-up."""
+    stop(inst, CREDIT_MSG)
+    inst["_credit_stop"] = True
 
 
 # --- billing -----------------------------------------------------------------------------

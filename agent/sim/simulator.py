@@ -147,10 +147,21 @@ class Simulator:
                 self.queue.credit(inst["id"], done * c / capacity)
             if self.balance <= 0:
                 for inst in self.instances.values():
-                    if inst["actual_status"] in ("running", "loading", "created", None):
-                        instances.stop(inst, "stopped: insufficient credit")
+                    if inst["actual_status"] in ("running", "loading", "created", "rebooting", None):
+                        instances.credit_stop(inst)
             t = end
         self._last_t = max(self._last_t, now)
+
+    def set_credit(self, amount: float) -> None:
+        """Set the account's credit now (a top-up, or a run-out). At $0 or less every instance stops at
+        the next step; instances stopped for credit stay stopped after a top-up until started."""
+        with self._lock:
+            self.tick()
+            self.balance = float(amount)
+            if self.balance <= 0:
+                for inst in self.instances.values():
+                    if inst["actual_status"] in ("running", "loading", "created", "rebooting", None):
+                        instances.credit_stop(inst)
 
     def _bill(self, t: float, cost: float) -> None:
         day, billed = self._billed_day

@@ -97,6 +97,12 @@ ORDER BY a.id
 _INTENTS_SINCE = ("SELECT COUNT(*) FROM events e CROSS JOIN intents i ON i.called_seq = e.seq "
                   "WHERE i.tool = ? AND e.ts >= ? AND +e.kind = 'tool.called'")
 
+# Rent intents whose result is vast.ai's refusal for lack of credit (HTTP 402): nothing was created.
+_CREDIT_REFUSED_SINCE = ("SELECT COUNT(*) FROM events e CROSS JOIN intents i ON i.called_seq = e.seq"
+                         " JOIN events r ON r.seq = i.result_seq WHERE i.tool = 'rent_instance' AND e.ts >= ?"
+                         " AND +e.kind = 'tool.called' AND i.ok = 0"
+                         " AND json_extract(r.payload, '$.error') LIKE '%HTTP 402%'")
+
 
 # What metrics count, grouped by kind and up to two labels, with the model's token sums.
 _METRIC_TOTALS = """
@@ -176,6 +182,9 @@ _PG: dict[str, str] = {
                        " WHERE kind = 'tick.completed' AND seq > ? AND seq <= ? ORDER BY seq"),
     "fleet_rates": (f"SELECT seq, ts, {_pg_num('{observation,fleet_dph}')} AS dph FROM events"
                     " WHERE kind = 'tick.started' AND seq > ? ORDER BY seq"),
+    "credit_refused_since": ("SELECT COUNT(*) FROM events e JOIN intents i ON i.called_seq = e.seq"
+                             " JOIN events r ON r.seq = i.result_seq WHERE i.tool = 'rent_instance' AND e.ts >= ?"
+                             " AND e.kind = 'tool.called' AND i.ok = 0 AND r.body->>'error' LIKE '%HTTP 402%'"),
     "host_failures": ("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= ?"
                       " AND body->>'host_id' = CAST(? AS text)"),
     "host_failure_logged": ("SELECT 1 FROM events WHERE kind = 'host.failed' AND body->>'instance_id' = CAST(? AS text)"
@@ -319,6 +328,10 @@ class Store:
     def rents_since(self, ts: str) -> int:
         """Rent intents logged at or after ``ts`` (each may have spent money)."""
         return int(self._value(_INTENTS_SINCE_PG if self._pg else _INTENTS_SINCE, ["rent_instance", ts]))
+
+    def credit_refused_rents_since(self, ts: str) -> int:
+        """Rent intents logged at or after ``ts`` that vast.ai refused for lack of credit (HTTP 402)."""
+        return int(self._value(self._sql(_CREDIT_REFUSED_SINCE, "credit_refused_since"), [ts]))
 
     def destroys_since(self, ts: str) -> int:
         return int(self._value(_INTENTS_SINCE_PG if self._pg else _INTENTS_SINCE, ["destroy_instance", ts]))

@@ -56,6 +56,10 @@ def _alert_retitled(c: sqlite3.Connection, e: Event) -> None:
     c.execute("UPDATE alerts SET title = ? WHERE id = ?", (e.payload["title"], e.payload["alert_id"]))
 
 
+def _alert_severity_changed(c: sqlite3.Connection, e: Event) -> None:
+    c.execute("UPDATE alerts SET severity = ? WHERE id = ?", (e.payload["severity"], e.payload["alert_id"]))
+
+
 def _alert_notified(c: sqlite3.Connection, e: Event) -> None:
     for a in e.payload["alerts"]:
         c.execute("UPDATE alerts SET notified_ts = ?, notified_reason = ? WHERE id = ?",
@@ -223,6 +227,7 @@ PROJECTORS: dict[str, Projector] = {
     "alert.acked": _alert_acked,
     "alert.resolved": _alert_resolved,
     "alert.retitled": _alert_retitled,
+    "alert.severity_changed": _alert_severity_changed,
     "alert.notified": _alert_notified,
     "alert.silenced": _alert_silenced,
     "alert.unsilenced": _alert_unsilenced,
@@ -244,7 +249,8 @@ PROJECTORS: dict[str, Projector] = {
 WRITTEN_BY: dict[str, tuple[str, ...]] = {
     "instances": ("tool.result", "instance.adopted", "instance.gone"),
     "instance_states": ("tick.started",),
-    "alerts": ("alert.raised", "alert.repeated", "alert.acked", "alert.resolved", "alert.retitled", "alert.notified"),
+    "alerts": ("alert.raised", "alert.repeated", "alert.acked", "alert.resolved", "alert.retitled", "alert.notified",
+               "alert.severity_changed"),
 }
 
 

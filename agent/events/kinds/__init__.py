@@ -6,12 +6,12 @@ events; old ones keep theirs) or ``render=AS_NEXT`` on the previous version (onl
 changed). Then add a sample for the new version to tests/test_events_golden.py and write its golden file
 (``UPDATE_GOLDEN=1``).
 
-    alerts      alert.* (raised, repeated, acked, resolved, silenced, notified, retitled)
+    alerts      alert.* (raised, repeated, acked, resolved, silenced, notified, retitled, severity_changed)
     config      daemon.started/stopped, config.loaded/refused/changed/applied
     context     memory.*, context.compacted/calibrated/pressure, input.recorded, summary.*
     feedback    operator.note, directive.unpinned, knowledge.changed
     fork        fork.started, answers overridden
-    instances   instance.adopted/gone, rent.settled, system.destroy
+    instances   instance.adopted/gone, rent.settled, system.destroy, credit.stopped, system.start
     leadership  leader.acquired/lost
     model       model.request/response/failed/retry/window/text_tool_calls, context.step_refused
     steering    policy overrides, pause, hosts, operator destroys and drains, steering.in_force

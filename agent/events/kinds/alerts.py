@@ -1,4 +1,4 @@
-"""Kinds of alerts: raised, repeated, acked, resolved, silenced, notified, retitled."""
+"""Kinds of alerts: raised, repeated, acked, resolved, silenced, notified, retitled, severity_changed."""
 
 from __future__ import annotations
 
@@ -169,3 +169,20 @@ class AlertRetitledV1(Payload):
 _define("alert.retitled", "A live alert that tracks a value (balance, policy blocks) was seen with a new value; "
         "its title now says so. The observation shows the current title; not rendered on its own.",
         Version(1, AlertRetitledV1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertSeverityChangedV1(Payload):
+    alert_id: int
+    severity: str
+    previous: str
+
+
+def _r_alert_severity_changed_v1(e: Event, p: AlertSeverityChangedV1) -> Message:
+    """``[alert #N severity · system] warning -> critical``."""
+    return user(f"[alert #{p.alert_id} severity · system] {inline(p.previous)} -> {inline(p.severity)}")
+
+
+_define("alert.severity_changed", "A live alert's condition grew worse or eased (the low-credit alert is "
+        "critical at the credit reserve and at $0): its severity changed in place.",
+        Version(1, AlertSeverityChangedV1, _r_alert_severity_changed_v1))

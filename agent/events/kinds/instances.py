@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.events.event import Event, Message
+from agent.events.event import Event, JsonArray, Message
 from agent.events.kinds.base import VOCABULARY
 from agent.events.payload import Payload
 from agent.events.rendering import (
@@ -84,3 +84,51 @@ def _r_system_destroy_v1(e: Event, p: SystemDestroyV1) -> Message:
 
 VOCABULARY.define("system.destroy", "The tick destroyed an instance of ours that vast.ai shows stopped (the tool "
                   "call and result follow).", Version(1, SystemDestroyV1, _r_system_destroy_v1))
+
+
+# ---------------------------------------------------------------- credit (agent/feedback/credit.py)
+#
+# At $0 vast.ai stops every instance, keeping the disks (storage still bills), refuses rents and starts
+# with HTTP 402, and starts nothing by itself after a top-up. A credit stop is a money event: the instances
+# are kept, and started again (``system.start``) once the credit is above ``policy.credit_reserve``.
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreditStoppedV1(Payload):
+    instance_ids: JsonArray
+    reserve: float
+    credit: float | None = None
+
+
+def _r_credit_stopped_v1(e: Event, p: CreditStoppedV1) -> Message:
+    """``[system credit] vast.ai stopped instances #1, #2 for lack of credit (credit $-0.12) ...``."""
+    ids = ", ".join(f"#{i}" for i in p.instance_ids)
+    credit = f"credit ${p.credit:,.2f}" if p.credit is not None else "credit unknown"
+    return user(f"[system credit] vast.ai stopped instances {ids} for lack of credit ({credit}). They are kept "
+                "(disks kept, storage billed), not failures: do not destroy or replace them. No rent is possible "
+                f"at or below the credit reserve ${p.reserve:,.2f}; they are started again after a top-up.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemStartV1(Payload):
+    instance_id: int
+    reason: str
+    ok: bool
+    error: str | None = None
+    dry_run: bool | None = None
+
+
+def _r_system_start_v1(e: Event, p: SystemStartV1) -> Message:
+    """``[system start] instance N — reason`` and the outcome."""
+    if p.dry_run:
+        outcome = "dry run: not sent"
+    else:
+        outcome = "started" if p.ok else f"not started: {inline(p.error or 'failed')}"
+    return user(f"[system start] instance {p.instance_id} — {inline(p.reason)}: {outcome}")
+
+
+_define("credit.stopped", "vast.ai stopped instances of ours for lack of credit; they are kept, not failures.",
+        Version(1, CreditStoppedV1, _r_credit_stopped_v1))
+_define("system.start", "The tick started an instance of ours that vast.ai had stopped for lack of credit, after "
+        "a top-up (start is idempotent: logged after the call, with its outcome).",
+        Version(1, SystemStartV1, _r_system_start_v1))
