@@ -199,10 +199,8 @@ def _admin_credit(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -
         raise ApiError(400, "invalid_args", "credit: give exactly one of balance and top_up")
     with sim._lock:
         sim.tick()
-        if "balance" in body:
-            sim.balance = _number(body, "balance", low=None)
-        else:
-            sim.balance += _number(body, "top_up")
+        amount = _number(body, "balance", low=None) if "balance" in body else sim.balance + _number(body, "top_up")
+        sim.set_credit(amount)  # at $0 or less every instance stops, as vast.ai stops them
         return json_reply(200, {"balance": round(sim.balance, 6)})
 
 
