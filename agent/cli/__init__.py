@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
                            settings.logging.format)
         from agent.runtime.app import App
 
-        app = App(settings)
+        app = App(settings, verify_writes=True)
         return int(args.func(args, app))
     except FleetAgentError as e:
         sys.stderr.write(f"fleet-agent: {output.text(scrub(str(e)))}\n")

@@ -39,14 +39,18 @@ class App:
     ``lock_held`` says the caller (the daemon) holds the single-writer lock, so a
     tick must not take it again; ``fence`` is the daemon's leadership check, which
     the log runs before every append commits and the vast.ai client before every request.
+    ``verify_writes`` (an operator's command, the console): before its first append commits, the log is
+    verified as the daemon verifies it at start (since the checkpoint), so nothing is added to a log the
+    daemon would refuse as tampered.
     """
 
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
                  clock: Callable[[], float] | None = None, provider: ChatProvider | None = None,
                  prompts: Prompts | None = None, lock_held: bool = False,
-                 fence: Callable[[], None] | None = None) -> None:
+                 fence: Callable[[], None] | None = None, verify_writes: bool = False) -> None:
         self.settings = settings
         self.fence = fence  # the daemon's leadership check: the log calls it before each append commits
+        self.verify_writes = verify_writes
         self.env = env
         self.clock = clock or time.time  # the fleet's clock (the simulator's, in demos and tests)
         self.lock_held = lock_held
@@ -139,6 +143,8 @@ class App:
             if self.settings.storage.archive_url:
                 self._log.segment_files.open_remote = self.archive_remote
             self._log.fence = self.fence
+            if self.fence is None and self.verify_writes:
+                self._log.fence = _verified_once(self._log)
             if self.fence is not None:  # the daemon's log: a suspended holder must not block its successor
                 from agent.store.pglock import bound_idle_transactions
 
@@ -243,3 +249,16 @@ class App:
         if self._reader is not None:
             self._reader[0].close()
             self._reader = None
+
+
+def _verified_once(log: EventLog) -> Callable[[], None]:
+    """A fence that verifies the log (``check_before_append``: ChainBroken, rolling the append back, when it
+    does not verify) before the first append commits, and passes after that."""
+    done: list[bool] = []
+
+    def fence() -> None:
+        if not done:
+            log.check_before_append()
+            done.append(True)
+
+    return fence

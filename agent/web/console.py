@@ -58,7 +58,7 @@ class Console:
                  clock: Callable[[], float] | None = None, prompts: Prompts | None = None,
                  daemon: DaemonInfo | None = None, start_problem: str | None = None) -> None:
         self.settings = settings
-        self.app = App(settings, env=env, clock=clock, prompts=prompts)
+        self.app = App(settings, env=env, clock=clock, prompts=prompts, verify_writes=True)
         self.clock = clock or time.time
         self.auth = Auth(settings.http_token(env), settings.http.token_name)
         self.allowed_hosts = list(settings.http.allowed_hosts)

@@ -78,3 +78,32 @@ def test_log_verify_exits_1_naming_the_first_bad_seq(pristine, tmp_path, tamper,
     assert out.startswith("FAILED at seq "), out
     rc, out, _err = run_cli(["--config", str(pristine / "config.yaml"), "log", "verify"])
     assert rc == 0, out
+
+
+@pytest.mark.parametrize("tamper", sorted(TAMPERS))
+def test_operator_writes_refuse_a_log_the_daemon_would_refuse(pristine, tmp_path, tamper, monkeypatch):
+    """Whatever `tick` (and `run`, which checks the same) refuses to append to, `say` and `alerts silence`
+    refuse too: exit 1 naming the bad seq, nothing appended; on the untouched log they write."""
+    monkeypatch.setenv("VAST_API_KEY", SIM_KEY)
+    root = tmp_path / "copy"
+    shutil.copytree(pristine, root)
+    with Tamper(db_path(root)) as t:
+        TAMPERS[tamper](t)
+        head = t.last_seq()
+    cfg = str(root / "config.yaml")
+    rc, out, err = run_cli(["--config", cfg, "tick"])
+    refused = rc == 1 and "seq" in err
+    assert refused or tamper not in ("truncate", "rechain"), err  # the head file catches these at once
+    for argv in (["say", "demand spike at 18:00"], ["alerts", "silence", "--key", "stuck:*", "--for", "1h",
+                                                     "--reason", "maintenance"]):
+        rc, out, err = run_cli(["--config", cfg, *argv])
+        assert "Traceback" not in err
+        if refused:
+            assert rc == 1 and "seq" in err, (tamper, argv, rc, out, err)
+    if refused:
+        with Tamper(db_path(root)) as t:
+            assert t.last_seq() == head
+    root = tmp_path / "untouched"
+    shutil.copytree(pristine, root)
+    rc, out, err = run_cli(["--config", str(root / "config.yaml"), "say", "demand spike at 18:00"])
+    assert rc == 0, err
