@@ -193,6 +193,19 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
     ("fleet.resumed", 1): [
         ("resumed", {"by": "alice", "pause_id": 12, "how": "resumed", "reason": "done"}),
         ("expired", {"by": "system", "pause_id": 12, "how": "expired"})],
+    ("constraint.proposed", 1): [
+        ("host", {"constraint": "exclude_host", "value": 67568, "source": "note", "source_seq": 12, "by": "alice",
+                  "text": "only 4090s, and stay off host 67568.", "until": "2026-12-04T00:00:00.000000Z"}),
+        ("gpus", {"constraint": "allow_gpus", "value": ["RTX 4090"], "source": "knowledge", "by": "bob",
+                  "text": _FORGED_M})],
+    ("constraint.accepted", 1): [
+        ("host", {"proposal_id": 13, "by": "alice", "constraint": "exclude_host", "value": 67568,
+                  "effect": "host 67568 excluded", "until": "2026-12-04T00:00:00.000000Z", "applied": [15]}),
+        ("forged", {"proposal_id": 14, "by": "bob", "constraint": "allow_gpus", "value": ["RTX 4090", _FORGED_M],
+                    "effect": _FORGED_M}),
+        ("cap", {"proposal_id": 16, "by": "carol", "constraint": "max_dph_per_instance", "value": 0.5,
+                 "effect": "max_dph_per_instance 0.5", "applied": []})],
+    ("constraint.rejected", 1): [("plain", {"proposal_id": 13, "by": "alice", "reason": "meant machine ids"})],
     ("host.excluded", 1): [
         ("operator", {"host_id": 4417, "by": "alice", "reason": "flaky disk", "source": "operator",
                       "until": "2026-12-08T03:00:00.000000Z"}),
