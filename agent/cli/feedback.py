@@ -231,7 +231,31 @@ def cmd_say(args: argparse.Namespace, app: App) -> int:
         _print(f"directive #{e.seq} pinned; 'fleet-agent unpin {e.seq}' withdraws it")
     else:
         _print(f"note recorded (event #{e.seq}); the agent reads it at its next step")
+    report_proposals(app, e.payload["text"], source="directive" if args.pin else "note", source_seq=e.seq,
+                     by=e.payload["by"], enforce=args.enforce)
     return 0
+
+
+def report_proposals(app: App, text: str, *, source: str, source_seq: int | None, by: str, enforce: bool) -> None:
+    """Propose what the operator's words let code enforce, print it at once (accepted too with
+    ``enforce``), and say what stays advice."""
+    from agent.fleet import constraints
+
+    events, ex = constraints.propose(app.log, text, source=source, source_seq=source_seq, by=by)
+    if events:
+        _print("enforced now:" if enforce else "proposed constraints (not enforced until accepted):")
+        for ev in events:
+            _print(f"  #{ev.seq} {line(constraints.describe(ev.payload['constraint'], ev.payload['value'], ev.payload['until']))}")
+        ids = " ".join(str(ev.seq) for ev in events)
+        if enforce:
+            for p, what in constraints.accept(app.log, app.settings, [ev.seq for ev in events], by=by):
+                _print(f"  accepted #{p.id}: {line(what)}")
+        else:
+            _print(f"accept: fleet-agent policy accept {ids}    reject: fleet-agent policy reject {ids}")
+    for problem in ex.problems:
+        _print(f"note: {line(problem)}")
+    for a in ex.advice:
+        _print(f"kept as advice, not a rule: {line(a)}")
 
 
 def cmd_unpin(args: argparse.Namespace, app: App) -> int:
@@ -337,10 +361,13 @@ def register(sub: Any) -> None:
 
     s = sub.add_parser("say", help="tell the agent something (--pin: a standing directive)",
                        description="Append an operator note; the agent sees '[operator note · you] TEXT'. "
-                       "With --pin it becomes a directive kept in every request until unpinned.")
+                       "With --pin it becomes a directive kept in every request until unpinned. What code can enforce in it "
+                       "(hosts, GPU models, caps, pauses) is proposed as constraints to accept ('policy accept N'); "
+                       "--enforce accepts them at once.")
     s.add_argument("text", nargs="+", help="what to say ('-': read it from standard input)")
     s.add_argument("--by", help=by_help)
     s.add_argument("--pin", action="store_true", help="make it a standing directive")
+    s.add_argument("--enforce", action="store_true", help="accept at once every constraint code reads in it")
     s.set_defaults(func=cmd_say)
 
     s = sub.add_parser("unpin", help="withdraw a pinned directive",

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 from typing import Any
 
+from agent.cli import args as args_
 from agent.cli import output, steer
 from agent.cli.output import line
 from agent.fleet import steering
@@ -67,6 +68,40 @@ def cmd_policy_reset(args: argparse.Namespace, app: App) -> int:
     return 0
 
 
+def cmd_policy_proposals(args: argparse.Namespace, app: App) -> int:
+    from agent.fleet import constraints
+
+    ps = [p for p in constraints.proposals(app.log).values() if args.all or p.state == "proposed"]
+    rows = [{"id": p.id, "state": p.state, "constraint": p.constraint.kind, "value": p.constraint.value,
+             "until": p.constraint.until, "source": p.source, "source_seq": p.source_seq, "by": p.by,
+             "decided_by": p.decided_by, "text": p.text, "ts": p.ts} for p in ps]
+    if args.json:
+        output.out(output.json_text(rows, indent=2, sort_keys=True))
+        return 0
+    if not rows:
+        output.out("no proposals" if args.all else "no proposals waiting; --all lists the decided ones too")
+    for p in ps:
+        output.out(f"#{p.id:<5} {p.state:<9} {line(p.describe())}  (from {p.source} by {line(p.by)}: "
+                   f"{line(p.text[:80])})")
+    return 0
+
+
+def cmd_policy_accept(args: argparse.Namespace, app: App) -> int:
+    from agent.fleet import constraints
+
+    for p, what in constraints.accept(app.log, app.settings, args.ids, by=steer.by(args)):
+        output.out(f"constraint #{p.id} accepted: {line(p.describe())}; enforced now ({line(what)})")
+    return 0
+
+
+def cmd_policy_reject(args: argparse.Namespace, app: App) -> int:
+    from agent.fleet import constraints
+
+    for p in constraints.reject(app.log, args.ids, by=steer.by(args), reason=(args.reason or "").strip() or None):
+        output.out(f"constraint #{p.id} rejected: {line(p.describe())}; the words stay advice to the agent")
+    return 0
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("policy", help="show the policy in force; tighten it for a while (overrides)",
                        description="The policy code enforces: the config, the operator overrides in force, and "
@@ -92,3 +127,16 @@ def register(sub: Any) -> None:
     s.add_argument("key", help="policy key")
     steer.add_who(s, reason_required=False)
     s.set_defaults(func=cmd_policy_reset)
+    s = ps.add_parser("proposals", help="constraints proposed from operators' words (--all: decided too)",
+                      description="Constraints code read in notes, directives and knowledge edits, waiting for an "
+                      "operator to accept or reject them.")
+    s.add_argument("--all", action="store_true", help="include accepted and rejected proposals")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_policy_proposals)
+    for verb, func, what in (("accept", cmd_policy_accept, "enforce proposed constraints now"),
+                             ("reject", cmd_policy_reject, "leave proposed constraints as advice")):
+        s = ps.add_parser(verb, help=what, description=f"{what[0].upper()}{what[1:]} (numbers from 'policy "
+                          "proposals').")
+        s.add_argument("ids", nargs="+", type=args_.number, metavar="N", help="proposal number")
+        steer.add_who(s, reason_required=False)
+        s.set_defaults(func=func)

@@ -61,25 +61,24 @@ class Constraint:
 def describe(kind: str, value: Any, until: str | None) -> str:
     """One line an operator and the model read: what the constraint does, and until when."""
     end = f" until {until[:16].replace('T', ' ')} UTC" if until else ""
-    what = {
-        "exclude_host": f"exclude host {value}",
-        "exclude_machine": f"exclude machine {value}",
-        "allow_gpus": f"allow only GPU models {', '.join(value) if isinstance(value, list) else value}",
-        "ban_gpus": f"ban GPU model {value}",
-        "max_instances": f"at most {value} instances",
-        "max_dph_per_instance": f"at most ${_num(value)}/h per instance",
-        "max_total_dph": f"at most ${_num(value)}/h for the whole fleet",
-        "max_daily_spend": f"at most ${_num(value)} a day",
-        "max_monthly_spend": f"at most ${_num(value)} a month",
-        "min_reliability": f"reliability at least {_num(value)}",
-        "max_rents_per_hour": "no new rents" if value == 0 else f"at most {value} rents an hour",
-        "pause": "pause the fleet (no rent, destroy or reboot)",
-    }.get(kind, f"{kind} {value}")
+    if kind == "allow_gpus":
+        what = f"allow only GPU models {', '.join(value) if isinstance(value, list) else value}"
+    elif kind == "max_rents_per_hour":
+        what = "no new rents" if value == 0 else f"at most {value} rents an hour"
+    else:
+        what = {
+            "exclude_host": "exclude host {}",
+            "exclude_machine": "exclude machine {}",
+            "ban_gpus": "ban GPU model {}",
+            "max_instances": "at most {} instances",
+            "max_dph_per_instance": "at most ${}/h per instance",
+            "max_total_dph": "at most ${}/h for the whole fleet",
+            "max_daily_spend": "at most ${} a day",
+            "max_monthly_spend": "at most ${} a month",
+            "min_reliability": "reliability at least {}",
+            "pause": "pause the fleet (no rent, destroy or reboot)",
+        }.get(kind, kind + " {}").format(f"{value:g}" if isinstance(value, float) else value)
     return what + end
-
-
-def _num(v: Any) -> str:
-    return f"{float(v):g}"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,130 @@
+"""Operators' words bind once accepted: `say` proposes what code can enforce and shows it at once (and
+raises the `constraint:proposed` alert); `policy accept N` enforces it through the same paths as `hosts
+exclude` and `policy set`; a model that ignores the note, and the rules provider, then cannot break it —
+the simulator sees no rent that does."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agent import cli
+from agent.errors import UsageError
+from agent.fleet import constraints, steering
+from agent.runtime.tick import run_tick
+from tests.conftest import events_of, rent_puts, within_policy
+from tests.fakes.openai_server import reply
+
+
+def _cli(app: Any, *argv: str) -> int:
+    args = cli.build_parser().parse_args(list(argv))
+    return int(args.func(args, app))
+
+
+def _rent(offer_id: int) -> tuple[str, dict[str, Any]]:
+    return ("rent_instance", {"offer_id": offer_id, "reason": "scripted"})
+
+
+def _eligible(sim: Any, settings: Any) -> list[dict[str, Any]]:
+    return sorted((o for o in sim.offers.values() if within_policy(settings, o) and not o["rented"]
+                   and o["host_id"] not in sim.bad_hosts), key=lambda o: (o["dph_total"], o["id"]))
+
+
+def _proposed(capsys: Any) -> list[int]:
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("accept: fleet-agent policy accept "))
+    return [int(x) for x in line.split("policy accept ")[1].split("reject:")[0].split()]
+
+
+def test_say_proposes_shows_and_alerts_and_accept_refuses_the_rent_in_code(sim, make_app, fake_model, capsys):
+    """`say "stay off host H, only GPU"` prints the proposals and what stays advice and opens the
+    constraint:proposed alert; nothing binds yet. After `policy accept`, a scripted model that ignores the
+    note rents on H and rents another GPU model: both refused in code, the simulator sees neither; the
+    model was told in a tagged message."""
+    app = make_app(policy={"max_rents_per_hour": 100})
+    offers = _eligible(sim, app.settings)
+    bad = offers[0]
+    gpu = bad["gpu_name"]  # the host to avoid offers the one model allowed: only the exclusion refuses it
+    other_gpu = next(o for o in offers if o["gpu_name"] != gpu and o["host_id"] != bad["host_id"])
+    keep = next(o for o in offers if o["gpu_name"] == gpu and o["host_id"] != bad["host_id"])
+    words = gpu.replace("_", " ").lower().replace("rtx ", "")
+    assert _cli(app, "say", f"only {words}s from now on, and stay off host {bad['host_id']}. jobs are urgent") == 0
+    out = capsys.readouterr().out
+    assert "proposed constraints (not enforced until accepted):" in out
+    assert f"exclude host {bad['host_id']}" in out
+    assert "kept as advice, not a rule: jobs are urgent" in out
+    ids = [e.seq for e in events_of(app, "constraint.proposed")]
+    assert len(ids) == 2 and f"policy accept {ids[0]} {ids[1]}" in out
+    assert [a.dedup_key for a in app.store.alerts(all_=False)] == ["constraint:proposed"]
+    assert bad["host_id"] not in steering.excluded_hosts(app.settings, app.log)  # proposed binds nothing
+
+    assert _cli(app, "policy", "accept", *map(str, ids)) == 0
+    assert bad["host_id"] in steering.excluded_hosts(app.settings, app.log)
+    assert steering.effective_policy(app.settings, app.log).allowed_gpus == [gpu.replace("_", " ")]
+    assert app.store.alerts(all_=False) == []  # every proposal decided: the alert resolved
+    fake_model.enqueue(reply("ignore the note", tool_calls=[_rent(bad["id"]), _rent(other_gpu["id"]),
+                                                          _rent(keep["id"])]), reply("done"))
+    assert run_tick(app).ok
+    rules = [x.payload["rule"] for x in events_of(app, "policy.blocked")]
+    assert rules == ["excluded_hosts", "allowed_gpus"]
+    assert len(rent_puts(sim)) == 1 and rent_puts(sim, keep["id"])
+    seen = [str(m.get("content")) for m in fake_model.chat_requests[0].json["messages"]]
+    assert any("accepted · " in c and f"exclude_host {bad['host_id']}" in c for c in seen)
+
+
+def test_say_enforce_accepts_in_one_step_and_reject_leaves_advice(sim, make_app, capsys):
+    """`say --enforce` accepts every proposal at once; `policy reject` leaves one as advice (nothing
+    enforced); deciding twice, or an unknown number, is refused with nothing written."""
+    app = make_app()
+    assert _cli(app, "say", "--enforce", "Avoid hosts 67568, 83792: flaky") == 0
+    out = capsys.readouterr().out
+    assert "enforced now:" in out and "accepted #" in out
+    assert {67568, 83792} <= set(steering.excluded_hosts(app.settings, app.log))
+    assert _cli(app, "say", "pause until tomorrow") == 0
+    (pid,) = _proposed(capsys)
+    assert _cli(app, "policy", "reject", str(pid), "--reason", "not now") == 0
+    assert steering.paused(app.log) is None
+    n = app.log.last_seq()
+    for argv in (("policy", "accept", str(pid)), ("policy", "reject", str(pid)), ("policy", "accept", "99999")):
+        with pytest.raises(UsageError):
+            _cli(app, *argv)
+    assert app.log.last_seq() == n
+    capsys.readouterr()
+    assert _cli(app, "policy", "proposals", "--all", "--json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["state"] for r in rows) == ["accepted", "accepted", "rejected"]
+
+
+def test_accepting_never_widens_what_is_in_force(make_app, capsys):
+    """A cap looser than an override already in force changes nothing; a ban removes one model from the
+    allowed list in force; a GPU allow-list naming no allowed model is refused, nothing written."""
+    app = make_app()
+    assert _cli(app, "policy", "set", "max_instances", "2", "--reason", "budget") == 0
+    assert _cli(app, "say", "--enforce", "at most 5 instances") == 0
+    assert steering.effective_policy(app.settings, app.log).max_instances == 2
+    assert "max_instances is already 2" in capsys.readouterr().out
+    allowed = list(app.settings.policy.allowed_gpus)
+    _cli(app, "say", "--enforce", f"no {allowed[0]}s please")
+    assert steering.effective_policy(app.settings, app.log).allowed_gpus == allowed[1:]
+    _cli(app, "say", "only H200s")
+    (pid,) = _proposed(capsys)
+    n = app.log.last_seq()
+    with pytest.raises(UsageError, match="allow no GPU"):
+        _cli(app, "policy", "accept", str(pid))
+    assert app.log.last_seq() == n
+
+
+def test_accepted_machine_exclusion_is_refused_in_code(sim, make_app, fake_model):
+    """Machine ids have no other exclusion path: an accepted `exclude_machine` refuses a rent there."""
+    app = make_app(policy={"max_rents_per_hour": 100})
+    offer = _eligible(sim, app.settings)[0]
+    if offer.get("machine_id") is None:
+        pytest.skip("the simulator's offers carry no machine_id")
+    _cli(app, "say", "--enforce", f"pls stay away from machine {offer['machine_id']}")
+    assert offer["machine_id"] in constraints.excluded_machines(app.log)
+    fake_model.enqueue(reply("rent", tool_calls=[_rent(offer["id"])]), reply("done"))
+    assert run_tick(app).ok
+    assert rent_puts(sim) == []
+    assert [x.payload["rule"] for x in events_of(app, "policy.blocked")] == ["excluded_machines"]
