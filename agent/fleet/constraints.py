@@ -90,7 +90,7 @@ class Extraction:
 
 # ------------------------------------------------------------------ the grammar
 
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|[\r\n]+|(?<=\D)[.!?;]+(?=\S)|\s+(?=but\s)|(?<!\d)\.(?=\s*$)")
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|[\r\n]+|(?<=\D)[.!?;]+(?=\S)|(?<!nothing)(?<!anything)\s+(?=but\s)|(?<!\d)\.(?=\s*$)")
 
 _GPU_TABLE: list[tuple[str, str]] = [
     # (pattern, canonical name as vast.ai writes it); more specific first
@@ -165,7 +165,7 @@ _ID_ITEM = re.compile(rf"(?P<word>{_HOST_WORD})|#?(?P<a>\d+)(?:\s*(?:-|–|to|th
 _BARE_IDS = re.compile(r"(?<![\w$.#/])(\d{5,9})(?![\w%$]|\s*(?:/h|\$|usd|dollars|instances|gpus|hours|h\b|%))",
                        re.I)
 
-_INST = r"(?:instances?|instnaces?|insts?|machines?|boxes|box|gpus?|nodes?|rentals?|servers?|workers?|rigs?|vms?)"
+_INST = r"(?:of them|instances?|instnaces?|insts?|machines?|boxes|box|gpus?|nodes?|rentals?|servers?|workers?|rigs?|vms?)"
 _MAX_INST = [
     re.compile(rf"\b(?:at most|atmost|max(?:imum)?(?: of)?|no more than|not more than|up to|upto|cap(?:ped)?"
                rf"(?: (?:it|the fleet|us|fleet size|instances))?(?: at| to)?|limit(?:ed)?(?: (?:it|the fleet|us))?"
@@ -188,7 +188,7 @@ _MONEY = r"\$?\s*(\d+(?:\.\d+)?|\.\d+)\s*(?:\$|usd|dollars?|bucks)?"
 _PER_HOUR = r"\s*(?:/\s*h(?:r|our)?|(?:per|an|a|/)\s*h(?:ou)?r|ph|dph|/hr|an hour|a hour|per hour|hourly)\b"
 _PRICE_CAP = re.compile(rf"(?:\b(?:at most|no more than|not more than|max(?:imum)?(?: of)?|under|below|less than|"
                         rf"cheaper than|nothing (?:over|above|more than|pricier than)|(?:don'?t|do not|never) "
-                        rf"(?:pay|spend|go) (?:more than|over|above|past)|up to|upto|cap(?:ped)? (?:at|to)|"
+                        rf"(?:pay|spend|go) (?:more than|over|above|past)|up to|upto|cap(?:ped)? (?:\w+ ){{0,2}}(?:at|to)|"
                         rf"limit(?:ed)? to|keep (?:it |spend |spending |costs? |the fleet )?(?:under|below|at)|"
                         rf"not over|not above|budget(?: of| is)?|spend(?:ing)? cap(?: of)?|within|"
                         rf"(?:a|the) ceiling of)|<=|≤|<)\s*{_MONEY}(?:\s*(?:-|–|to)\s*{_MONEY})?{_PER_HOUR}"
@@ -222,7 +222,7 @@ _NO_RENTS = re.compile(r"\b(stop renting|no new (?:rent\w*|instances|machines|bo
                        r"hold off (?:on )?(?:rent\w*|new instances|scaling up|buying)|freeze (?:rent\w*|scaling)|"
                        r"stop scaling up|no scaling up|don'?t scale up|do not scale up|no new rentals)\b", re.I)
 _UNTIL = re.compile(r"\b(?:until|till|til|untill|untl|up until|through|thru|before)\s+(?P<t>[^,;]+?)"
-                    r"(?=\s*(?:$|[,;:(]|\band\b|\bthen\b|\bor\b|\bbecause\b|\bsince\b|\bplease\b|\bpls\b|\bplz\b|\bas\b|"
+                    r"(?=\s*(?:$|[,;(]|:(?!\d)|\band\b|\bthen\b|\bor\b|\bbecause\b|\bsince\b|\bplease\b|\bpls\b|\bplz\b|\bas\b|"
                     r"\bwhile\b|\bwhen\b|\bafter\b|\bso\b))", re.I)
 _FOR = re.compile(r"\b(?:for|during|over)\s+(?:the\s+)?(?:next\s+|coming\s+|following\s+)?(?P<n>\d+(?:\.\d+)?|an?|one|two|"
                   r"three|four|five|six|seven|eight|nine|ten|twelve|twenty-?four|a couple(?: of)?|couple(?: of)?|"
@@ -231,7 +231,7 @@ _FOR = re.compile(r"\b(?:for|during|over)\s+(?:the\s+)?(?:next\s+|coming\s+|foll
 _WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
           "nine": 9, "ten": 10, "twelve": 12, "twentyfour": 24, "twenty-four": 24, "a couple": 2, "a couple of": 2,
           "couple": 2, "couple of": 2, "half a": 0.5, "half an": 0.5}
-_TODAY = re.compile(r"\b(?:for (?:the rest of )?today|today only|just today|rest of (?:the )?day|for the day|"
+_TODAY = re.compile(r"\b(?:(?:for )?(?:the rest of )?today|today only|just today|rest of (?:the )?day|for the day|"
                     r"(?:until|till|til) (?:the )?end of (?:the )?day|(?:until|till|til) eod|for tonight|tonight)\b",
                     re.I)
 _WEEK = re.compile(r"\b(?:for (?:the rest of )?this week|rest of (?:the )?week|this week only|(?:until|till|til) "
@@ -313,7 +313,7 @@ def _clauses(text: str) -> list[str]:
 
 def _segments(clause: str) -> list[str]:
     """A clause cut where a list of GPU models may change polarity ("only 4090s, no 3090s")."""
-    return [s for s in re.split(r",\s*|\s+(?:and|but|&|while|plus|also|then)\s+|\s+-\s+|;\s*|\(|\)", clause,
+    return [s for s in re.split(r",\s*|\s+(?:and|(?<!nothing)(?<!anything) but|&|while|plus|also|then)\s+|\s+-\s+|;\s*|\(|\)", clause,
                                 flags=re.I) if s and s.strip()]
 
 
@@ -362,7 +362,10 @@ def _clause_constraints(clause: str, now: datetime) -> tuple[list[Constraint], s
     out: list[Constraint] = []
     permit = _PERMIT.search(clause)
     hosts, machines = _hosts_in(clause)
-    if (hosts or machines) and _HOST_BAD.search(_strip_numbers(clause)) and not permit:
+    # a permission about GPU models beside a host list ("avoid host 5, 3090s are fine") leaves the hosts alone
+    host_part = ", ".join(s for s in clause.split(",") if not (_PERMIT.search(s) and _gpus_in(s) and
+                                                             not _ID_RUN.search(s)))
+    if (hosts or machines) and _HOST_BAD.search(_strip_numbers(host_part)) and not _PERMIT.search(host_part):
         out += [Constraint("exclude_host", h, until) for h in hosts]
         out += [Constraint("exclude_machine", m, until) for m in machines]
     rest = _strip_numbers(clause)
