@@ -139,7 +139,7 @@ _BAN = re.compile(r"\b(no(?! (?:more than|need|longer|limit|problem|issue))|not?
                   r"off[- ]limits|not allowed|disallow\w*|evict\w*|kill\w*|remove|purge|quit (?:using|renting))\b",
                   re.I)
 _PERMIT = re.compile(
-    r"\b((?:don'?t|do not|dont|no need to|never|no longer|stop|quit|not|needn'?t|shouldn'?t) (?:\w+ )?"
+    r"\b((?:don'?t|do not|dont|no need to|never|no longer|stop|quit|not|needn'?t|shouldn'?t) (?:\w+ ){0,3}"
     r"(?:avoid|avoiding|exclud\w*|ban\w*|blacklist\w*|skip\w*|block\w*|worry)|"
     r"(?:fine|ok|okay|alright|allowed|free|good|safe) to (?:use|rent|go|be used)|"
     r"(?:can|may|could) (?:now |again |also |still )?(?:use|rent|go back)|feel free|go ahead|"
@@ -219,7 +219,7 @@ _NO_PAUSE = re.compile(r"\b((?:don'?t|do not|dont|no need to|never|no) (?:\w+ )?
                        r"resume\w*|un-?freeze|no pause|not pause|end the pause|lift the pause)\b", re.I)
 _NO_RENTS = re.compile(r"\b(stop renting|no new (?:rent\w*|instances|machines|boxes)|no more (?:rent\w*|instances|"
                        r"machines)|(?:don'?t|do not|dont) rent (?:anything|any more|anymore|more|new)|"
-                       r"hold off (?:on )?(?:rent\w*|new instances|scaling up|buying)|freeze (?:rent\w*|scaling)|"
+                       r"hold off (?:on )?(?:rent\w*|new rent\w*|new instances|scaling up|buying)|freeze (?:rent\w*|scaling)|"
                        r"stop scaling up|no scaling up|don'?t scale up|do not scale up|no new rentals)\b", re.I)
 _UNTIL = re.compile(r"\b(?:until|till|til|untill|untl|up until|through|thru|before)\s+(?P<t>[^,;]+?)"
                     r"(?=\s*(?:$|[,;(]|:(?!\d)|\band\b|\bthen\b|\bor\b|\bbecause\b|\bsince\b|\bplease\b|\bpls\b|\bplz\b|\bas\b|"
@@ -234,7 +234,7 @@ _WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
 _TODAY = re.compile(r"\b(?:(?:for )?(?:the rest of )?today|today only|just today|rest of (?:the )?day|for the day|"
                     r"(?:until|till|til) (?:the )?end of (?:the )?day|(?:until|till|til) eod|for tonight|tonight)\b",
                     re.I)
-_WEEK = re.compile(r"\b(?:for (?:the rest of )?this week|rest of (?:the )?week|this week only|(?:until|till|til) "
+_WEEK = re.compile(r"\b(?:(?:for )?(?:the rest of )?this week|rest of (?:the )?week|this week only|(?:until|till|til) "
                    r"(?:the )?end of (?:the )?week|(?:until|till|til) eow|for the week)\b", re.I)
 _DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _DAY_ABBR = {"mon": 0, "tue": 1, "tues": 1, "wed": 2, "thu": 3, "thur": 3, "thurs": 3, "fri": 4, "sat": 5, "sun": 6}
@@ -253,6 +253,13 @@ def parse_until(text: str, now: datetime) -> datetime | None:
     t = re.sub(r"^(?:the |this |next |coming |)(?=\w)", "", t) if not t.startswith("next week") else t
     t = re.sub(r"\b(?:utc|morning|at the earliest|at least|or so|please|pls|plz)\b", "", t).strip()
     start = _day_start(now)
+    tomorrow = re.fullmatch(r"(?:tomorrow|tmrw|tomorow|tommorow)\s*(?:at\s+)?(.+)|(.+?)\s*(?:tomorrow|tmrw|tomorow|"
+                            r"tommorow)", t)
+    if tomorrow:
+        try:
+            return parse_operator_time(f"today {tomorrow.group(1) or tomorrow.group(2)}", now) + timedelta(days=1)
+        except UsageError:
+            return None
     if t in ("tomorrow", "tmrw", "tmr", "tomorow", "tommorow", "tommorrow"):
         return start + timedelta(days=1)
     if t in ("tonight", "midnight", "end of day", "end of the day", "eod", "end of today", "later today"):
@@ -356,7 +363,49 @@ def _strip_numbers(clause: str) -> str:
     return _ID_RUN.sub(" ", clause)
 
 
+_TOPIC = {"exclude_host": "host", "exclude_machine": "host", "allow_gpus": "gpu", "ban_gpus": "gpu",
+          "max_instances": "inst", "max_dph_per_instance": "money", "max_total_dph": "money",
+          "max_daily_spend": "money", "max_monthly_spend": "money", "min_reliability": "rel", "pause": "pause",
+          "max_rents_per_hour": "rents"}
+
+
+def _topics(segment: str, ids: set[int]) -> set[str]:
+    """What a piece of a clause speaks of (hosts, GPU models, instance counts, money, reliability, pause)."""
+    out = set()
+    if _ID_RUN.search(segment) or ids & {int(n) for n in re.findall(r"\d+", segment)}:
+        out.add("host")
+    if _gpus_in(_strip_numbers(segment)):
+        out.add("gpu")
+    if re.search(rf"\b{_INST}\b", segment, re.I) and not re.search(r"\b(?:new|more) (?:instances|machines)", segment,
+                                                                     re.I):
+        out.add("inst")
+    if re.search(r"\$|/\s*h\b|per hour|usd|dollars|budget|spend", segment, re.I):
+        out.add("money")
+    if re.search(r"reliab", segment, re.I):
+        out.add("rel")
+    if _PAUSE.search(segment):
+        out.add("pause")
+    if _NO_RENTS.search(segment):
+        out.add("rents")
+    return out
+
+
 def _clause_constraints(clause: str, now: datetime) -> tuple[list[Constraint], str | None]:
+    found, problem = _clause_rules(clause, now)
+    if len({_TOPIC[c.kind] for c in found}) < 2:
+        return found, problem
+    # Several kinds of rule in one clause: a time limit binds the rules its own part speaks of ("no 3090s and
+    # max 4 instances until Friday": the cap ends Friday, the ban does not); rules a time limit does not
+    # reach stay open-ended, which is never looser than what was meant.
+    ids = {int(c.value) for c in found if c.kind in ("exclude_host", "exclude_machine")}
+    timed: set[str] = set()
+    for seg in _segments(clause):
+        if _time_limit(seg, now)[0] is not None:
+            timed |= _topics(seg, ids) or set(_TOPIC.values())
+    return [c if _TOPIC[c.kind] in timed else Constraint(c.kind, c.value, None) for c in found], problem
+
+
+def _clause_rules(clause: str, now: datetime) -> tuple[list[Constraint], str | None]:
     until_dt, problem = _time_limit(clause, now)
     until = utc_ts(until_dt) if until_dt else None
     out: list[Constraint] = []
@@ -389,7 +438,7 @@ def _clause_constraints(clause: str, now: datetime) -> tuple[list[Constraint], s
     if allowed and not (permit and not _ALLOW.search(clause)):
         out.append(Constraint("allow_gpus", allowed, until))
     out += _caps(rest, until, permit is not None)
-    if _PAUSE.search(rest) and not _NO_PAUSE.search(rest) and not out:
+    if _PAUSE.search(rest) and not _NO_PAUSE.search(rest):
         out.append(Constraint("pause", True, until))
     elif _NO_RENTS.search(rest) and not _NO_PAUSE.search(rest) and not out and not _gpus_in(rest):
         out.append(Constraint("max_rents_per_hour", 0, until))
