@@ -727,6 +727,33 @@ class InForce:
     advice: tuple[str, ...]  # clauses of the steering texts it cannot parse
 
 
+    def offer_refusal(self, gpu: str, dph: float, host: int | None) -> str | None:
+        """Why an offer breaks what binds or what the operators' words say (None: it does not); what the
+        tool layer enforces anyway, told beforehand so a planner does not try."""
+        words = self.words.constraints
+        gpu = re.sub(r"\s+x\d+$", "", gpu.strip())  # search_offers writes "RTX 4090 x2"
+        if host is not None and (host in self.excluded_hosts or any(
+                c.kind == "exclude_host" and c.value == host for c in words)):
+            return f"host {host} is excluded"
+        allowed = list(self.policy.allowed_gpus)
+        for c in words:
+            if c.kind == "allow_gpus":
+                allowed = _resolve_gpus(list(c.value), allowed) or allowed
+            elif c.kind == "ban_gpus":
+                allowed = [g for g in allowed if g not in _resolve_gpus([str(c.value)], allowed)]
+        if norm_gpu(gpu) not in {norm_gpu(g) for g in allowed}:
+            return f"{gpu} is not among {', '.join(allowed) or 'no model'}"
+        cap = min([self.policy.max_dph_per_instance] + [float(c.value) for c in words
+                                                         if c.kind == "max_dph_per_instance"])
+        if dph > cap:
+            return f"${dph:.3f}/h is over ${cap:g}/h"
+        return None
+
+    def max_instances(self) -> int:
+        return min([self.policy.max_instances] + [int(c.value) for c in self.words.constraints
+                                                   if c.kind == "max_instances"])
+
+
 def in_force(settings: Settings, log: EventLog, texts: list[str]) -> InForce:
     words = extract("\n".join(texts), log.clock())
     advice = tuple(a for a in words.advice if len(a) > 3 and not a.startswith("#"))
