@@ -128,3 +128,23 @@ def test_accepted_machine_exclusion_is_refused_in_code(sim, make_app, fake_model
     assert run_tick(app).ok
     assert rent_puts(sim) == []
     assert [x.payload["rule"] for x in events_of(app, "policy.blocked")] == ["excluded_machines"]
+
+
+def test_the_rules_provider_obeys_accepted_constraints_and_names_advice_it_cannot_parse(sim, make_app):
+    """With the rules provider: after `say --enforce "only MODEL, stay off host H"` (H holding the cheapest
+    offer) no rent in two ticks breaks it and none needs refusing (it plans around what binds); a pinned
+    directive it cannot parse is named in its decision text as not followed."""
+    app = make_app(provider="rules", policy={"max_instances": 4, "max_rents_per_hour": 20, "max_total_dph": 20.0})
+    sim.pending = 500
+    cheapest = _eligible(sim, app.settings)[0]
+    gpu = cheapest["gpu_name"].replace("_", " ")
+    _cli(app, "say", "--enforce", f"only {gpu}s, and stay off host {cheapest['host_id']}.")
+    _cli(app, "say", "--pin", "prefer offers in Europe when the queue is long")
+    for _ in range(2):
+        assert run_tick(app).ok
+    rented = [sim.instances[i] for i in sim.instances]
+    assert rented, "the rules provider rented nothing"
+    assert all(i["host_id"] != cheapest["host_id"] and i["gpu_name"].replace("_", " ") == gpu for i in rented)
+    assert events_of(app, "policy.blocked") == []
+    texts = [e.payload["text"] for e in events_of(app, "model.response")]
+    assert any("cannot parse into a rule, not followed: 'prefer offers in Europe" in t for t in texts)
