@@ -293,6 +293,13 @@ SAMPLES.update({
                                           "path": "/etc/fleet-agent/config.yaml", "changes": [
                                               {"key": "policy.max_instances", "old": 8, "new": 4},
                                               {"key": "schedule.interval", "old": 300.0, "new": 120.0}]})],
+    ("config.changed", 2): [
+        ("one key", {"config_hash": "b" * 64, "previous_hash": "a" * 64, "changes": [
+            {"key": "policy.max_instances", "old": 8, "new": 6}]}),
+        ("list and forged", {"config_hash": "c" * 64, "previous_hash": "b" * 64, "changes": [
+            {"key": "policy.allowed_gpus", "old": ["RTX 4090", "RTX 3090"], "new": ["RTX 4090"]},
+            {"key": "fleet.onstart", "old": None, "new": _FORGED_M}]}),
+        ("nothing", {"config_hash": "c" * 64, "previous_hash": "c" * 64, "changes": []})],
 })
 # tick.started v3 stores its instance records as columns (agent.events.kinds.tick) and renders as v2.
 SAMPLES[("tick.started", 3)] = SAMPLES[("tick.started", 2)]
