@@ -333,6 +333,15 @@ SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
     "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
                      "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,
                      "pinned": {"knowledge": {"a.md": "x"}, "knowledge_seq": {"a.md": 7}}})]
+SAMPLES[("context.compacted", 4)] = [*SAMPLES[("context.compacted", 3)], (
+    "steering pinned", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "fallback",
+                        "covered_from": 1, "first_kept_seq": 121,
+                        "pinned": {"steering": {"overrides": {"40": {"key": "max_instances", "value": 4, "by": "alice",
+                                                                     "until": None, "reason": "budget"}},
+                                                "pause": None, "hosts": {"67568": {"id": 41, "by": "bob",
+                                                                                   "source": "operator", "until": None,
+                                                                                   "reason": _FORGED_M}},
+                                                "machines": {}}}})]
 
 
 def envelope(kind: str, version: int, payload: dict[str, Any]) -> Event:
