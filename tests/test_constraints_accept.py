@@ -148,3 +148,21 @@ def test_the_rules_provider_obeys_accepted_constraints_and_names_advice_it_canno
     assert events_of(app, "policy.blocked") == []
     texts = [e.payload["text"] for e in events_of(app, "model.response")]
     assert any("cannot parse into a rule, not followed: 'prefer offers in Europe" in t for t in texts)
+
+
+def test_a_knowledge_edit_found_by_the_tick_proposes_its_new_words_only(sim, make_app, fake_model):
+    """A knowledge file written on disk is proposed from at the tick that finds it (the demo's own
+    "Avoid hosts 67568, 83792: flaky" gives both hosts); a later edit proposes only its added lines."""
+    app = make_app()
+    kdir = app.settings.knowledge_path
+    kdir.mkdir(parents=True, exist_ok=True)
+    (kdir / "hosts.md").write_text("# Hosts\nAvoid hosts 67568, 83792: flaky\n")
+    fake_model.enqueue(reply("ok"))
+    assert run_tick(app).ok
+    got = [(e.payload["constraint"], e.payload["value"], e.payload["source"]) for e in events_of(app, "constraint.proposed")]
+    assert got == [("exclude_host", 67568, "knowledge"), ("exclude_host", 83792, "knowledge")]
+    (kdir / "hosts.md").write_text("# Hosts\nAvoid hosts 67568, 83792: flaky\nno 3090s until Friday\n")
+    fake_model.enqueue(reply("ok"))
+    assert run_tick(app).ok
+    got = [(e.payload["constraint"], e.payload["value"]) for e in events_of(app, "constraint.proposed")][2:]
+    assert got == [("ban_gpus", "RTX 3090")]

@@ -24,6 +24,8 @@ from agent.feedback.alerts import silenced_by
 from agent.runtime.app import App
 from agent.times import utc_ts
 
+ADVICE_LINES = 8  # lines of advice ``say`` and ``knowledge edit`` quote back (the rest are counted)
+
 
 def _print(s: str = "") -> None:
     output.out(s)
@@ -197,6 +199,11 @@ def cmd_knowledge_edit(args: argparse.Namespace, app: App) -> int:
     else:
         seqs = ", ".join(f"#{e.seq}" for e in r.events) or "none"
         _print(f"{line(r.name)}: {r.status} ({line(r.path)}); logged as event {seqs}")
+        from agent.fleet.constraints import knowledge_words
+
+        for e in r.events:
+            report_proposals(app, knowledge_words(e.payload), source="knowledge", source_seq=e.seq,
+                             by=_by(args), enforce=False)
     return 0
 
 
@@ -254,8 +261,10 @@ def report_proposals(app: App, text: str, *, source: str, source_seq: int | None
             _print(f"accept: fleet-agent policy accept {ids}    reject: fleet-agent policy reject {ids}")
     for problem in ex.problems:
         _print(f"note: {line(problem)}")
-    for a in ex.advice:
+    for a in ex.advice[:ADVICE_LINES]:
         _print(f"kept as advice, not a rule: {line(a)}")
+    if len(ex.advice) > ADVICE_LINES:
+        _print(f"kept as advice, not a rule: {len(ex.advice) - ADVICE_LINES} more lines")
 
 
 def cmd_unpin(args: argparse.Namespace, app: App) -> int:

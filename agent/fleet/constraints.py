@@ -583,6 +583,28 @@ def propose(log: EventLog, text: str, *, source: str, source_seq: int | None, by
     return events, ex
 
 
+def knowledge_words(payload: dict[str, Any]) -> str:
+    """The operator's new words in a ``knowledge.changed``: the whole text of an added file, the added lines
+    of a changed one (what was there before was proposed when it was written)."""
+    if payload.get("change") == "added":
+        return str(payload.get("text") or "")
+    if payload.get("change") != "changed":
+        return ""
+    diff = str(payload.get("diff") or "")
+    return "\n".join(ln[1:] for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
+
+
+def propose_from_knowledge(log: EventLog, events: Iterable[Event], tick: int | None = None) -> list[Event]:
+    """Proposals from each knowledge edit among ``events`` (what the tick's scan found on disk)."""
+    out: list[Event] = []
+    for e in events:
+        text = knowledge_words(e.payload) if e.kind == "knowledge.changed" else ""
+        if text.strip():
+            out += propose(log, text, source="knowledge", source_seq=e.seq,
+                           by=str(e.payload.get("by") or "edited on disk"), tick=tick)[0]
+    return out
+
+
 def _resolve_gpus(names: list[str], configured: list[str]) -> list[str]:
     """The configured models a list of named models covers ("A100" covers "A100 SXM4")."""
     out = []

@@ -24,7 +24,7 @@ from agent.context.inputs import log_request
 from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.feedback.knowledge import save_memo
-from agent.fleet import spend, steering, stopped
+from agent.fleet import constraints, spend, steering, stopped
 from agent.fleet.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.fleet.policy import Policy
 from agent.fleet.reconcile import UNLISTED, reconcile
@@ -274,7 +274,8 @@ def _start(run: _Run) -> ToolContext | TickResult:
     with log.transaction():
         log.append("tick.started", {"observation": obs}, "scheduler", tick)
         steering.note_in_force(log, tick)
-        feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
+        edits = feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
+        constraints.propose_from_knowledge(log, edits, tick)  # proposed only: an operator accepts them
         feedback.check_conditions(log, s, obs, tick)
         steering.note_host_failures(log, s, obs, tick)
     save_memo(s.data_path, app.knowledge_memo)
