@@ -166,3 +166,15 @@ def test_a_knowledge_edit_found_by_the_tick_proposes_its_new_words_only(sim, mak
     assert run_tick(app).ok
     got = [(e.payload["constraint"], e.payload["value"]) for e in events_of(app, "constraint.proposed")][2:]
     assert got == [("ban_gpus", "RTX 3090")]
+
+
+def test_say_enforce_that_cannot_enforce_one_rule_says_so_and_exits_non_zero(make_app, capsys):
+    """`say --enforce` with a rule that would allow no GPU at all: the host is enforced, the allow-list stays
+    proposed with a clear line on stderr, exit 1."""
+    app = make_app()
+    assert _cli(app, "say", "--enforce", "only H200s and avoid host 41234") == 1
+    err = capsys.readouterr().err
+    assert "not enforced, it stays proposed" in err and "allow no GPU" in err
+    assert 41234 in steering.excluded_hosts(app.settings, app.log)
+    assert [p.constraint.kind for p in constraints.proposals(app.log).values() if p.state == "proposed"] == [
+        "allow_gpus"]

@@ -238,16 +238,17 @@ def cmd_say(args: argparse.Namespace, app: App) -> int:
         _print(f"directive #{e.seq} pinned; 'fleet-agent unpin {e.seq}' withdraws it")
     else:
         _print(f"note recorded (event #{e.seq}); the agent reads it at its next step")
-    report_proposals(app, e.payload["text"], source="directive" if args.pin else "note", source_seq=e.seq,
-                     by=e.payload["by"], enforce=args.enforce)
-    return 0
+    refused = report_proposals(app, e.payload["text"], source="directive" if args.pin else "note",
+                               source_seq=e.seq, by=e.payload["by"], enforce=args.enforce)
+    return 1 if refused else 0
 
 
-def report_proposals(app: App, text: str, *, source: str, source_seq: int | None, by: str, enforce: bool) -> None:
+def report_proposals(app: App, text: str, *, source: str, source_seq: int | None, by: str, enforce: bool) -> int:
     """Propose what the operator's words let code enforce, print it at once (accepted too with
-    ``enforce``), and say what stays advice."""
+    ``enforce``), and say what stays advice. Returns how many ``enforce`` could not accept."""
     from agent.fleet import constraints
 
+    refused = 0
     events, ex = constraints.propose(app.log, text, source=source, source_seq=source_seq, by=by)
     if events:
         _print("enforced now:" if enforce else "proposed constraints (not enforced until accepted):")
@@ -255,8 +256,13 @@ def report_proposals(app: App, text: str, *, source: str, source_seq: int | None
             _print(f"  #{ev.seq} {line(constraints.describe(ev.payload['constraint'], ev.payload['value'], ev.payload['until']))}")
         ids = " ".join(str(ev.seq) for ev in events)
         if enforce:
-            for p, what in constraints.accept(app.log, app.settings, [ev.seq for ev in events], by=by):
-                _print(f"  accepted #{p.id}: {line(what)}")
+            for ev in events:
+                try:
+                    for p, what in constraints.accept(app.log, app.settings, [ev.seq], by=by):
+                        _print(f"  accepted #{p.id}: {line(what)}")
+                except UsageError as err:
+                    refused += 1
+                    sys.stderr.write(line(f"fleet-agent: #{ev.seq} not enforced, it stays proposed: {err}") + "\n")
         else:
             _print(f"accept: fleet-agent policy accept {ids}    reject: fleet-agent policy reject {ids}")
     for problem in ex.problems:
@@ -265,6 +271,7 @@ def report_proposals(app: App, text: str, *, source: str, source_seq: int | None
         _print(f"kept as advice, not a rule: {line(a)}")
     if len(ex.advice) > ADVICE_LINES:
         _print(f"kept as advice, not a rule: {len(ex.advice) - ADVICE_LINES} more lines")
+    return refused
 
 
 def cmd_unpin(args: argparse.Namespace, app: App) -> int:

@@ -681,6 +681,9 @@ def accept(log: EventLog, settings: Settings, ids: list[int], *, by: str) -> lis
             raise UsageError(f"no proposal #{i}; 'fleet-agent policy proposals' lists them")
         if ps[i].state != "proposed":
             raise UsageError(f"proposal #{i} was already {ps[i].state} by {ps[i].decided_by}")
+    pol = steering.effective_policy(settings, log)
+    for i in ids:  # refuse before writing anything when one cannot be enforced as things stand
+        _apply(log, settings, pol, ps[i].constraint, by=by, reason="")
     done: list[tuple[Proposal, str]] = []
     for i in ids:  # one at a time: each sees what the ones before it enforced
         p = ps[i]
