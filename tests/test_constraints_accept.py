@@ -6,6 +6,7 @@ the simulator sees no rent that does."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -178,3 +179,65 @@ def test_say_enforce_that_cannot_enforce_one_rule_says_so_and_exits_non_zero(mak
     assert 41234 in steering.excluded_hosts(app.settings, app.log)
     assert [p.constraint.kind for p in constraints.proposals(app.log).values() if p.state == "proposed"] == [
         "allow_gpus"]
+
+
+_WIDE = {"allowed_gpus": ["RTX 4090", "RTX 3090", "L40S", "A100 SXM4", "H100 SXM", "RTX A6000", "RTX A5000",
+                          "RTX A4000"],
+         "max_instances": 20, "max_dph_per_instance": 5.0, "max_total_dph": 100.0, "min_reliability": 0.9,
+         "max_rents_per_hour": 50}
+
+
+def _breaking(app: Any, c: Any) -> Any:
+    """A Block (or the pause) for an action that breaks accepted constraint ``c``, from the policy code the
+    tool pipeline runs; None when nothing refuses it."""
+    from agent.clients.vast import Offer
+    from agent.fleet.policy import Policy
+
+    pol = steering.effective_policy(app.settings, app.log)
+    policy = Policy(replace(app.settings, policy=pol))
+    ok_gpu = pol.allowed_gpus[0]
+    offer = {"id": 1, "machine_id": 1, "host_id": 1, "gpu_name": ok_gpu, "dph_total": 0.01, "reliability": 0.999}
+    if c.kind == "exclude_host":
+        return policy.check_money_and_host(app.log, Offer(**{**offer, "host_id": c.value}))
+    if c.kind == "exclude_machine":
+        return policy.check_money_and_host(app.log, Offer(**{**offer, "machine_id": c.value}))
+    if c.kind in ("allow_gpus", "ban_gpus"):
+        named = c.value if c.kind == "allow_gpus" else [c.value]
+        hit = constraints._resolve_gpus(list(named), list(app.settings.policy.allowed_gpus))
+        outside = [g for g in app.settings.policy.allowed_gpus if (g not in hit) == (c.kind == "allow_gpus")]
+        return all(policy.check_rent(Offer(**{**offer, "gpu_name": g}), 0, 0.0, 0) for g in outside)
+    if c.kind == "max_dph_per_instance":
+        return policy.check_rent(Offer(**{**offer, "dph_total": c.value + 0.01}), 0, 0.0, 0)
+    if c.kind == "max_total_dph":
+        return policy.check_rent(Offer(**offer), 1, float(c.value), 0)
+    if c.kind == "max_instances":
+        return policy.check_rent(Offer(**offer), int(c.value), 0.0, 0)
+    if c.kind == "min_reliability":
+        return policy.check_rent(Offer(**{**offer, "reliability": c.value - 0.001}), 0, 0.0, 0)
+    if c.kind == "max_rents_per_hour":
+        return policy.check_rent(Offer(**offer), 0, 0.0, int(c.value))
+    if c.kind in ("max_daily_spend", "max_monthly_spend"):  # an instance that alone would pass the budget
+        return policy.check_money_and_host(app.log, Offer(**{**offer, "dph_total": float(c.value) * 100}))
+    if c.kind == "pause":
+        return steering.paused(app.log)
+    return None
+
+
+def test_every_held_out_wording_once_accepted_is_refused_in_code(make_app, tmp_path, capsys):
+    """Aim: 0 violations after a note in every wording of the corpus's held-out part. For each held-out note,
+    `say --enforce` it on a fresh log; every constraint it gives is then refused in the policy code the tool
+    pipeline runs (an offer breaking it is blocked, or the fleet is paused), whatever a model asks."""
+    from tests.test_constraints import NOTES
+
+    violations, checked = [], 0
+    for note in (n for n in NOTES if n["split"] == "held-out" and n["expect"]):
+        app = make_app(policy=_WIDE, storage={"url": str(tmp_path / f"{note['id']}.db")})  # a fresh log each
+        _cli(app, "say", "--enforce", note["text"])
+        for p in constraints.proposals(app.log).values():
+            assert p.state == "accepted", (note["id"], p)
+            checked += 1
+            if not _breaking(app, p.constraint):
+                violations.append((note["id"], p.constraint))
+        app.close()
+    capsys.readouterr()
+    assert checked >= 100 and violations == []
