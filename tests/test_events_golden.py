@@ -193,6 +193,19 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
     ("fleet.resumed", 1): [
         ("resumed", {"by": "alice", "pause_id": 12, "how": "resumed", "reason": "done"}),
         ("expired", {"by": "system", "pause_id": 12, "how": "expired"})],
+    ("constraint.proposed", 1): [
+        ("host", {"constraint": "exclude_host", "value": 67568, "source": "note", "source_seq": 12, "by": "alice",
+                  "text": "only 4090s, and stay off host 67568.", "until": "2026-12-04T00:00:00.000000Z"}),
+        ("gpus", {"constraint": "allow_gpus", "value": ["RTX 4090"], "source": "knowledge", "by": "bob",
+                  "text": _FORGED_M})],
+    ("constraint.accepted", 1): [
+        ("host", {"proposal_id": 13, "by": "alice", "constraint": "exclude_host", "value": 67568,
+                  "effect": "host 67568 excluded", "until": "2026-12-04T00:00:00.000000Z", "applied": [15]}),
+        ("forged", {"proposal_id": 14, "by": "bob", "constraint": "allow_gpus", "value": ["RTX 4090", _FORGED_M],
+                    "effect": _FORGED_M}),
+        ("cap", {"proposal_id": 16, "by": "carol", "constraint": "max_dph_per_instance", "value": 0.5,
+                 "effect": "max_dph_per_instance 0.5", "applied": []})],
+    ("constraint.rejected", 1): [("plain", {"proposal_id": 13, "by": "alice", "reason": "meant machine ids"})],
     ("host.excluded", 1): [
         ("operator", {"host_id": 4417, "by": "alice", "reason": "flaky disk", "source": "operator",
                       "until": "2026-12-08T03:00:00.000000Z"}),
@@ -290,6 +303,13 @@ SAMPLES.update({
                                           "path": "/etc/fleet-agent/config.yaml", "changes": [
                                               {"key": "policy.max_instances", "old": 8, "new": 4},
                                               {"key": "schedule.interval", "old": 300.0, "new": 120.0}]})],
+    ("config.changed", 2): [
+        ("one key", {"config_hash": "b" * 64, "previous_hash": "a" * 64, "changes": [
+            {"key": "policy.max_instances", "old": 8, "new": 6}]}),
+        ("list and forged", {"config_hash": "c" * 64, "previous_hash": "b" * 64, "changes": [
+            {"key": "policy.allowed_gpus", "old": ["RTX 4090", "RTX 3090"], "new": ["RTX 4090"]},
+            {"key": "fleet.onstart", "old": None, "new": _FORGED_M}]}),
+        ("nothing", {"config_hash": "c" * 64, "previous_hash": "c" * 64, "changes": []})],
 })
 # tick.started v3 stores its instance records as columns (agent.events.kinds.tick) and renders as v2.
 SAMPLES[("tick.started", 3)] = SAMPLES[("tick.started", 2)]
@@ -323,6 +343,15 @@ SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
     "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
                      "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,
                      "pinned": {"knowledge": {"a.md": "x"}, "knowledge_seq": {"a.md": 7}}})]
+SAMPLES[("context.compacted", 4)] = [*SAMPLES[("context.compacted", 3)], (
+    "steering pinned", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "fallback",
+                        "covered_from": 1, "first_kept_seq": 121,
+                        "pinned": {"steering": {"overrides": {"40": {"key": "max_instances", "value": 4, "by": "alice",
+                                                                     "until": None, "reason": "budget"}},
+                                                "pause": None, "hosts": {"67568": {"id": 41, "by": "bob",
+                                                                                   "source": "operator", "until": None,
+                                                                                   "reason": _FORGED_M}},
+                                                "machines": {}}}})]
 
 
 def envelope(kind: str, version: int, payload: dict[str, Any]) -> Event:

@@ -23,6 +23,8 @@ from agent.feedback.alerts import silenced_by
 from agent.runtime.app import App
 from agent.times import utc_ts
 
+ADVICE_LINES = 8  # lines of advice ``say`` and ``knowledge edit`` quote back (the rest are counted)
+
 
 def _print(s: str = "") -> None:
     output.out(s)
@@ -196,6 +198,11 @@ def cmd_knowledge_edit(args: argparse.Namespace, app: App) -> int:
     else:
         seqs = ", ".join(f"#{e.seq}" for e in r.events) or "none"
         _print(f"{line(r.name)}: {r.status} ({line(r.path)}); logged as event {seqs}")
+        from agent.fleet.constraints import knowledge_words
+
+        for e in r.events:
+            report_proposals(app, knowledge_words(e.payload), source="knowledge", source_seq=e.seq,
+                             by=_by(args), enforce=False)
     return 0
 
 
@@ -230,7 +237,40 @@ def cmd_say(args: argparse.Namespace, app: App) -> int:
         _print(f"directive #{e.seq} pinned; 'fleet-agent unpin {e.seq}' withdraws it")
     else:
         _print(f"note recorded (event #{e.seq}); the agent reads it at its next step")
-    return 0
+    refused = report_proposals(app, e.payload["text"], source="directive" if args.pin else "note",
+                               source_seq=e.seq, by=e.payload["by"], enforce=args.enforce)
+    return 1 if refused else 0
+
+
+def report_proposals(app: App, text: str, *, source: str, source_seq: int | None, by: str, enforce: bool) -> int:
+    """Propose what the operator's words let code enforce, print it at once (accepted too with
+    ``enforce``), and say what stays advice. Returns how many ``enforce`` could not accept."""
+    from agent.fleet import constraints
+
+    refused = 0
+    events, ex = constraints.propose(app.log, text, source=source, source_seq=source_seq, by=by)
+    if events:
+        _print("enforced now:" if enforce else "proposed constraints (not enforced until accepted):")
+        for ev in events:
+            _print(f"  #{ev.seq} {line(constraints.describe(ev.payload['constraint'], ev.payload['value'], ev.payload['until']))}")
+        ids = " ".join(str(ev.seq) for ev in events)
+        if enforce:
+            for ev in events:
+                try:
+                    for p, what in constraints.accept(app.log, app.settings, [ev.seq], by=by):
+                        _print(f"  accepted #{p.id}: {line(what)}")
+                except UsageError as err:
+                    refused += 1
+                    sys.stderr.write(line(f"fleet-agent: #{ev.seq} not enforced, it stays proposed: {err}") + "\n")
+        else:
+            _print(f"accept: fleet-agent policy accept {ids}    reject: fleet-agent policy reject {ids}")
+    for problem in ex.problems:
+        _print(f"note: {line(problem)}")
+    for a in ex.advice[:ADVICE_LINES]:
+        _print(f"kept as advice, not a rule: {line(a)}")
+    if len(ex.advice) > ADVICE_LINES:
+        _print(f"kept as advice, not a rule: {len(ex.advice) - ADVICE_LINES} more lines")
+    return refused
 
 
 def cmd_unpin(args: argparse.Namespace, app: App) -> int:

@@ -65,3 +65,37 @@ def cmd_policy_reset(args: argparse.Namespace, app: App) -> int:
     output.out(f"override {ids} of {args.key} ended; the config value "
                f"{line(_show(getattr(app.settings.policy, args.key)))} is in force")
     return 0
+
+
+def cmd_policy_proposals(args: argparse.Namespace, app: App) -> int:
+    from agent.fleet import constraints
+
+    ps = [p for p in constraints.proposals(app.log).values() if args.all or p.state == "proposed"]
+    rows = [{"id": p.id, "state": p.state, "constraint": p.constraint.kind, "value": p.constraint.value,
+             "until": p.constraint.until, "source": p.source, "source_seq": p.source_seq, "by": p.by,
+             "decided_by": p.decided_by, "text": p.text, "ts": p.ts} for p in ps]
+    if args.json:
+        output.out(output.json_text(rows, indent=2, sort_keys=True))
+        return 0
+    if not rows:
+        output.out("no proposals" if args.all else "no proposals waiting; --all lists the decided ones too")
+    for p in ps:
+        output.out(f"#{p.id:<5} {p.state:<9} {line(p.describe())}  (from {p.source} by {line(p.by)}: "
+                   f"{line(p.text[:80])})")
+    return 0
+
+
+def cmd_policy_accept(args: argparse.Namespace, app: App) -> int:
+    from agent.fleet import constraints
+
+    for p, what in constraints.accept(app.log, app.settings, args.ids, by=steer.by(args)):
+        output.out(f"constraint #{p.id} accepted: {line(p.describe())}; enforced now ({line(what)})")
+    return 0
+
+
+def cmd_policy_reject(args: argparse.Namespace, app: App) -> int:
+    from agent.fleet import constraints
+
+    for p in constraints.reject(app.log, args.ids, by=steer.by(args), reason=(args.reason or "").strip() or None):
+        output.out(f"constraint #{p.id} rejected: {line(p.describe())}; the words stay advice to the agent")
+    return 0

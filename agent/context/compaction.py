@@ -378,6 +378,44 @@ def _simple(section: str, fmt: Callable[[Event], str]) -> Rule:
     return rule
 
 
+def _ends(p: dict[str, Any], open_ended: str) -> str:
+    until = p.get("until")
+    return f"until {str(until)[:16].replace('T', ' ')} UTC" if until else open_ended
+
+
+def _steer(fmt: Callable[[dict[str, Any], Event], str]) -> Rule:
+    """A digest rule for operator steering (overrides, pauses, exclusions, config changes, accepted
+    constraints): one line in the operator section, so a fallback summary keeps what binds."""
+    return _simple("Operator directives", lambda e: fmt(e.payload, e))
+
+
+def _value_text(v: Any) -> str:
+    return ", ".join(str(x) for x in v) if isinstance(v, list) else str(v)
+
+
+def _on_config_changed(d: _Digest, e: Event) -> None:
+    for c in e.payload.get("changes") or []:
+        d.add("Operator directives", f"- config change: {c.get('key')} {_value_text(c.get('old'))} -> "
+              f"{_value_text(c.get('new'))} (#{e.seq})")
+
+
+_STEERING_RULES: dict[str, Rule] = {
+    "policy.overridden": _steer(lambda p, e: f"- policy override #{e.seq} by {p['by']}: {p['key']} "
+                                f"{_value_text(p['value'])} {_ends(p, 'until reset')} ({_one_line(p['reason'], 120)})"),
+    "policy.override_ended": _steer(lambda p, e: f"- policy override #{p['override_id']} of {p['key']} ended "
+                                    f"({p['how']}, by {p['by']})"),
+    "fleet.paused": _steer(lambda p, e: f"- fleet paused (#{e.seq}) by {p['by']} {_ends(p, 'until resumed')}: "
+                           f"{_one_line(p['reason'], 120)}"),
+    "fleet.resumed": _steer(lambda p, e: f"- pause #{p['pause_id']} ended ({p['how']}, by {p['by']})"),
+    "host.excluded": _steer(lambda p, e: f"- host {p['host_id']} excluded by {p['by']} ({p['source']}) "
+                            f"{_ends(p, 'until included')}: {_one_line(p['reason'], 120)}"),
+    "host.included": _steer(lambda p, e: f"- host {p['host_id']} included again ({p['how']}, by {p['by']})"),
+    "constraint.accepted": _steer(lambda p, e: f"- constraint #{p['proposal_id']} accepted by {p['by']}: "
+                                  f"{p['constraint']} {_value_text(p['value'])} {_ends(p, 'until ended')}"),
+    "config.changed": _on_config_changed,
+}
+
+
 _RULES: dict[str, Rule] = {
     "tick.started": _on_tick,
     "model.response": _on_response,
@@ -396,6 +434,7 @@ _RULES: dict[str, Rule] = {
     "tick.failed": _simple("Open problems", lambda e: f"- tick {e.tick} failed: {_one_line(e.payload['reason'], 160)}"),
     "policy.blocked": _simple("Open problems",
                               lambda e: f"- policy blocked {e.payload['name']}: {e.payload['rule']}"),
+    **_STEERING_RULES,
 }
 
 

@@ -11,14 +11,19 @@ from agent.events import KINDS, Event, data, fence, inline
 
 SHRINK_FLOOR = 48          # never truncate a message's text below this many tokens
 MARKER_COST = 40           # tokens a truncation marker may add
-PINNED_KINDS = ("knowledge.changed", "operator.note", "directive.unpinned", "memory.written", "memory.deleted")
+STEERING_KINDS = ("policy.overridden", "policy.override_ended", "fleet.paused", "fleet.resumed", "host.excluded",
+                  "host.included", "constraint.accepted")
+PINNED_KINDS = ("knowledge.changed", "operator.note", "directive.unpinned", "memory.written", "memory.deleted",
+                *STEERING_KINDS)
 CURRENT = KINDS["context.compacted"].version
 """The rendering of the pinned block and the summary follows the version of the ``context.compacted`` event
 that carries them. v1: as first released. v2: the agent's memory under ``[memory · written by the agent]``
 with key and text written ``inline``, knowledge file names ``inline``, the summary (model-written) through
 ``data`` inside a fence: nothing the model or vast.ai wrote can spell a source tag there. v3: knowledge
 files most recently changed first (by the seq of each file's last ``knowledge.changed``, then by name),
-so what fits the cap is what the operator touched last."""
+so what fits the cap is what the operator touched last. v4: the steering in force as of the block (policy
+overrides, the pause, host exclusions, accepted machine exclusions), each with who set it and when it ends,
+under ``## In force now``, so the model sees what binds after any compaction."""
 
 
 def empty_pinned() -> dict[str, Any]:
@@ -40,14 +45,44 @@ def _fold_knowledge(knowledge: dict[str, str], kseq: dict[str, int], e: Event) -
                                 "has the current text]").lstrip("\n")
 
 
+def _fold_steering(steering: dict[str, Any], e: Event) -> None:
+    """Apply one steering event to the snapshot of what binds (overrides, pause, hosts, machines)."""
+    p = e.payload
+    ovs, hosts, machines = steering["overrides"], steering["hosts"], steering["machines"]
+    if e.kind == "policy.overridden":
+        ovs[str(e.seq)] = {"key": p["key"], "value": p["value"], "by": p["by"], "until": p.get("until"),
+                           "reason": p["reason"]}
+    elif e.kind == "policy.override_ended":
+        ovs.pop(str(p["override_id"]), None)
+    elif e.kind == "fleet.paused":
+        steering["pause"] = {"id": e.seq, "by": p["by"], "since": e.ts, "until": p.get("until"), "reason": p["reason"]}
+    elif e.kind == "fleet.resumed":
+        if (steering.get("pause") or {}).get("id") == p["pause_id"]:
+            steering["pause"] = None
+    elif e.kind == "host.excluded":
+        hosts[str(p["host_id"])] = {"id": e.seq, "by": p["by"], "source": p["source"], "until": p.get("until"),
+                                    "reason": p["reason"]}
+    elif e.kind == "host.included":
+        hosts.pop(str(p["host_id"]), None)
+    elif e.kind == "constraint.accepted" and p["constraint"] == "exclude_machine":
+        machines[str(p["value"])] = {"id": p["proposal_id"], "by": p["by"], "until": p.get("until")}
+
+
 def fold_pinned(pinned: dict[str, Any], events: Iterable[Event]) -> dict[str, Any]:
-    """Apply knowledge, directive and memory events to a pinned snapshot (a new dict)."""
+    """Apply knowledge, directive, memory and steering events to a pinned snapshot (a new dict)."""
     knowledge = dict(pinned.get("knowledge") or {})
     directives = [dict(d) for d in pinned.get("directives") or []]
     memory = dict(pinned.get("memory") or {})
     kseq = {k: int(v) for k, v in (pinned.get("knowledge_seq") or {}).items()}
     changed = int(pinned.get("changed_seq") or 0)
+    prev = pinned.get("steering") or {}
+    steering: dict[str, Any] = {"overrides": dict(prev.get("overrides") or {}), "pause": prev.get("pause"),
+                                "hosts": dict(prev.get("hosts") or {}), "machines": dict(prev.get("machines") or {})}
     for e in events:
+        if e.kind in STEERING_KINDS:
+            changed = max(changed, e.seq)
+            _fold_steering(steering, e)
+            continue
         p = e.payload
         if e.kind in PINNED_KINDS and (e.kind != "operator.note" or p.get("pin")):
             changed = max(changed, e.seq)
@@ -61,9 +96,39 @@ def fold_pinned(pinned: dict[str, Any], events: Iterable[Event]) -> dict[str, An
             memory[p["key"]] = p["text"]
         elif e.kind == "memory.deleted":
             memory.pop(p["key"], None)
-    return {"knowledge": dict(sorted(knowledge.items())), "directives": directives,
-            "memory": dict(sorted(memory.items())), "changed_seq": changed,
-            "knowledge_seq": {k: kseq.get(k, 0) for k in sorted(knowledge)}}
+    out = {"knowledge": dict(sorted(knowledge.items())), "directives": directives,
+           "memory": dict(sorted(memory.items())), "changed_seq": changed,
+           "knowledge_seq": {k: kseq.get(k, 0) for k in sorted(knowledge)}}
+    if any(steering.values()):  # snapshots without steering keep the shape they always had
+        out["steering"] = steering
+    return out
+
+
+def _ends(until: Any, open_ended: str) -> str:
+    return f"until {str(until)[:16].replace('T', ' ')} UTC" if until else open_ended
+
+
+def _steering_lines(steering: dict[str, Any]) -> list[str]:
+    """One line per thing in force, each with who set it and when it ends (strings written ``inline``)."""
+    lines = []
+    x = steering.get("pause")
+    if x:
+        lines.append(f"- [pause #{x['id']} · {inline(x['by'])}] PAUSED since {str(x['since'])[:16].replace('T', ' ')} "
+                     f"UTC {_ends(x.get('until'), 'until resumed')}: no rent, destroy or reboot runs — "
+                     f"{inline(x['reason'])}")
+    for oid, o in sorted((steering.get("overrides") or {}).items(), key=lambda kv: int(kv[0])):
+        v = o["value"]
+        shown = ", ".join(inline(g) for g in v) if isinstance(v, list) else inline(f"{v:g}" if isinstance(v, float)
+                                                                                   else v)
+        lines.append(f"- [policy override #{oid} · {inline(o['by'])}] {inline(o['key'])} {shown} "
+                     f"{_ends(o.get('until'), 'until reset')} — {inline(o['reason'])}")
+    for hid, h in sorted((steering.get("hosts") or {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(f"- [host excluded #{h['id']} · {inline(h['by'])}] host {int(hid)} "
+                     f"{_ends(h.get('until'), 'until included')}: rents on it are refused — {inline(h['reason'])}")
+    for mid, m in sorted((steering.get("machines") or {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(f"- [constraint #{m['id']} accepted · {inline(m['by'])}] machine {int(mid)} excluded "
+                     f"{_ends(m.get('until'), 'until an operator ends it')}: rents on it are refused")
+    return lines
 
 
 def knowledge_order(pinned: dict[str, Any]) -> list[str]:
@@ -178,7 +243,8 @@ def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings,
     directives = pinned.get("directives") or []
     memory = pinned.get("memory") or {}
     knowledge = pinned.get("knowledge") or {}
-    if not (directives or memory or knowledge):
+    steering = _steering_lines(pinned.get("steering") or {}) if version >= 4 else []
+    if not (directives or memory or knowledge or steering):
         return None
     # Cite the last event that changed the block, not the compaction: the block's bytes then stay
     # the same across compactions that change nothing pinned, and the prompt cache keeps it.
@@ -191,6 +257,10 @@ def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings,
                             "`fleet-agent directives` lists them; search_history finds each")
         parts.append("## Operator directives (standing orders until withdrawn)")
         parts.extend(lines)
+    if steering:
+        parts.append("## In force now (operator steering, enforced in code: calls that break it are refused)")
+        parts.extend(_capped(steering, settings.directives_max_tokens, meter, "steering entries",
+                             "`fleet-agent policy show`, `hosts list` and `status` list them"))
     if memory:
         lines = _memory_lines(memory, version)
         if version >= 3:

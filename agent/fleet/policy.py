@@ -15,7 +15,7 @@ from typing import Any
 
 from agent.config import Settings
 from agent.feedback import credit
-from agent.fleet import spend, steering
+from agent.fleet import constraints, spend, steering
 from agent.fleet.block import Block, norm_gpu
 from agent.store.log import EventLog
 from agent.times import utc_ts
@@ -96,6 +96,11 @@ class Policy:
             until = f" until {x.until[:16].replace('T', ' ')} UTC" if x.until else ""
             return Block("excluded_hosts", f"host {offer.host_id} is excluded{until} by {x.by} ({x.source}): "
                          f"{x.reason}; choose an offer on another host")
+        m = constraints.excluded_machines(log).get(offer.machine_id) if offer.machine_id is not None else None
+        if m is not None:
+            until = f" until {m.constraint.until[:16].replace('T', ' ')} UTC" if m.constraint.until else ""
+            return Block("excluded_machines", f"machine {offer.machine_id} is excluded{until} by constraint #{m.id} "
+                         f"(accepted by {m.decided_by}); choose an offer on another machine")
         dph = offer.dph_total if offer.dph_total is not None else 0.0
         return spend.budget_block(log, self.p, dph)
 

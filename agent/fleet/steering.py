@@ -160,6 +160,11 @@ def _overrides(log: EventLog) -> dict[int, Override]:
     return _read_overrides(log)
 
 
+def open_overrides(log: EventLog) -> list[Override]:
+    """Every override not ended by an event, oldest first (some may have expired by time)."""
+    return sorted(_overrides(log).values(), key=lambda o: o.id)
+
+
 def _read_overrides(log: EventLog) -> dict[int, Override]:
     out: dict[int, Override] = {}
     for e in log.read(0, kinds=_OVERRIDE_KINDS):

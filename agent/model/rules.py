@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,24 +23,7 @@ JOBS_PER_INSTANCE_H = 8.0
 DRAIN_HOURS = 2.0
 DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance: stopped is a failure
 FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died
-_HOST_LINE = re.compile(r"(avoid|blacklist|ban|flaky|never use|do not use|don't use)", re.I)
-_HOST_NUM = re.compile(r"host(?:s|_ids?)?\s*[:#=]?\s*((?:\[?\s*\d+\s*(?:,|and|\]|\s)\s*)+)", re.I)
-_CAP = re.compile(r"(?:at most|max(?:imum)?|no more than|up to)\s+(\d+)\s+(?:instances|machines|gpus)", re.I)
-
-
-def blacklisted_hosts(texts: list[str]) -> set[int]:
-    out: set[int] = set()
-    for text in texts:
-        for line in text.splitlines():
-            if _HOST_LINE.search(line):
-                for m in _HOST_NUM.finditer(line):
-                    out.update(int(n) for n in re.findall(r"\d+", m.group(1)))
-    return out
-
-
-def directive_cap(texts: list[str]) -> int | None:
-    caps = [int(m.group(1)) for t in texts for m in _CAP.finditer(t)]
-    return min(caps) if caps else None
+ADVICE_SHOWN = 2  # advice the rules cannot parse, quoted in the decision text (the rest counted)
 
 
 class RulesProvider:
@@ -105,14 +87,14 @@ class RulesProvider:
                           latency_ms=(time.monotonic() - t0) * 1000, model=self.name)
 
     def _plan(self, obs: dict[str, Any]) -> _Plan:
-        """The fleet as observed at the tick's start, sorted into dead and live, and the target size."""
+        """The fleet as observed at the tick's start, sorted into dead and live, and the target size. What
+        binds (policy, overrides, exclusions, accepted constraints) and what the directives and knowledge
+        files say come from the one parser of operators' words (``App.steering_view``)."""
         s = self.app.settings
-        steering = self._steering_texts()
-        banned = blacklisted_hosts(steering)
-        cap = s.policy.max_instances
-        dcap = directive_cap(steering)
-        if dcap is not None:
-            cap = min(cap, dcap)
+        view = self.app.steering_view(self._steering_texts())
+        banned = set(view.excluded_hosts) | {int(c.value) for c in view.words.constraints
+                                             if c.kind == "exclude_host"}
+        cap = view.max_instances()
         ours = [i for i in obs["instances"] if i["ours"]]
         stuck_after = s.alerts.stuck_after
         kept = set(obs.get("credit_stopped") or [])  # stopped for lack of credit: kept for the top-up, not dead
@@ -126,7 +108,16 @@ class RulesProvider:
         credit = obs.get("balance")
         if isinstance(credit, int | float) and credit <= s.policy.credit_reserve:
             target = min(target, len(live))  # no rent at or below the credit reserve: hold until a top-up
-        return _Plan(banned, avoid, cap, dead, live, pending, rate, target)
+        return _Plan(banned, avoid, cap, dead, live, pending, rate, target, view, _advice_text(view.advice))
+
+
+def _advice_text(advice: tuple[str, ...]) -> str:
+    """The decision text's word on operator advice the rules cannot turn into a rule."""
+    if not advice:
+        return ""
+    quoted = "; ".join(repr(a[:60]) for a in advice[:ADVICE_SHOWN])
+    more = f" and {len(advice) - ADVICE_SHOWN} more" if len(advice) > ADVICE_SHOWN else ""
+    return f"; operator advice the rules provider cannot parse into a rule, not followed: {quoted}{more}"
 
 
 @dataclass(frozen=True)
@@ -139,6 +130,8 @@ class _Plan:
     pending: int
     rate: float
     target: int
+    view: Any = None  # agent.fleet.constraints.InForce: what binds, and the operators' words
+    advice: str = ""
 
 
 Calls = list[tuple[str, dict[str, Any]]]
@@ -162,7 +155,7 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
         calls.append(("search_offers", {"limit": min(25, need + 3 + len(plan.avoid))}))
     text = (f"rules provider: {pending} pending, arriving ~{plan.rate:.0f}/h; {len(live)} live of ours, "
             f"target {target} (cap {cap}); " + (f"{len(plan.dead)} to replace; " if plan.dead else "")
-            + (f"searching for {need}" if need > 0 else "no rentals needed"))
+            + (f"searching for {need}" if need > 0 else "no rentals needed") + plan.advice)
     return calls, text
 
 
@@ -174,13 +167,14 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     if not (searched and not rented_already and need > 0):
         return [], "rules provider: done for this tick"
     offers = _parse_offers(searched[-1].payload.get("output", ""))
-    picks = [o for o in offers if o["host"] not in plan.avoid][:need]
+    refused = {o["id"]: plan.view.offer_refusal(o["gpu"], o["dph"], o["host"]) for o in offers} if plan.view else {}
+    picks = [o for o in offers if o["host"] not in plan.avoid and not refused.get(o["id"])][:need]
     calls: Calls = [("rent_instance", {"offer_id": o["id"], "reason":
                                        f"{plan.pending} jobs pending; {o['gpu']} at ${o['dph']:.3f}/h"})
                     for o in picks]
-    skipped = len([o for o in offers if o["host"] in plan.avoid])
+    skipped = len([o for o in offers if o["host"] in plan.avoid or refused.get(o["id"])])
     text = f"rules provider: renting {len(picks)} of {need} needed" + \
-        (f"; skipped {skipped} offers on blacklisted or failed hosts" if skipped else "")
+        (f"; skipped {skipped} offers on excluded or failed hosts or outside what binds" if skipped else "")
     return calls, text
 
 

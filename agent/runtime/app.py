@@ -231,6 +231,13 @@ class App:
         d["fleet_template"] = {"image": f.image, "disk_gb": f.disk_gb, "label_prefix": f.label_prefix}
         return d
 
+    def steering_view(self, texts: list[str]) -> Any:
+        """What binds the fleet now and what the operators' ``texts`` say (``agent.fleet.constraints.in_force``),
+        for planners below the fleet layer (the rules provider)."""
+        from agent.fleet.constraints import in_force
+
+        return in_force(self.settings, self.log, texts)
+
     def tool_specs(self) -> list[dict[str, Any]]:
         """The specs of the installed tools (found through their entry point), in name order."""
         from agent.fleet.toolkit import load_tools

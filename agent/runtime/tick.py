@@ -25,7 +25,7 @@ from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.feedback import credit
 from agent.feedback.knowledge import save_memo
-from agent.fleet import spend, steering, stopped
+from agent.fleet import constraints, spend, steering, stopped
 from agent.fleet.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.fleet.policy import Policy
 from agent.fleet.reconcile import UNLISTED, reconcile
@@ -281,7 +281,8 @@ def _start(run: _Run) -> ToolContext | TickResult:
         log.append("tick.started", {"observation": obs}, "scheduler", tick)
         credit.note_stop(tx, obs, kept, known, float(s.policy.credit_reserve), tick)
         steering.note_in_force(log, tick)
-        feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
+        edits = feedback.scan_knowledge(log, s, tick, memo=app.knowledge_memo)
+        constraints.propose_from_knowledge(log, edits, tick)  # proposed only: an operator accepts them
         feedback.check_conditions(log, s, obs, tick)
         steering.note_host_failures(log, s, obs, tick)
     save_memo(s.data_path, app.knowledge_memo)

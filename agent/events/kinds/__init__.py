@@ -7,6 +7,7 @@ changed). Then add a sample for the new version to tests/test_events_golden.py a
 (``UPDATE_GOLDEN=1``).
 
     alerts      alert.* (raised, repeated, acked, resolved, silenced, notified, retitled, severity_changed)
+    constraints constraint.proposed/accepted/rejected (operators' words made rules)
     config      daemon.started/stopped, config.loaded/refused/changed/applied
     context     memory.*, context.compacted/calibrated/pressure, input.recorded, summary.*
     feedback    operator.note, directive.unpinned, knowledge.changed
@@ -22,6 +23,7 @@ changed). Then add a sample for the new version to tests/test_events_golden.py a
 from agent.events.kinds import (
     alerts,
     config,
+    constraints,
     context,
     feedback,
     fork,
@@ -34,5 +36,5 @@ from agent.events.kinds import (
 )
 from agent.events.kinds.base import VOCABULARY
 
-__all__ = ["VOCABULARY", "alerts", "config", "context", "feedback", "fork", "instances", "leadership", "model",
+__all__ = ["VOCABULARY", "alerts", "config", "constraints", "context", "feedback", "fork", "instances", "leadership", "model",
            "steering", "tick", "tools"]

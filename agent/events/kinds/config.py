@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.events.event import JsonArray, JsonObject
-from agent.events.kinds.base import VOCABULARY
+from agent.events.event import Event, JsonArray, JsonObject, Message
+from agent.events.kinds.base import VOCABULARY, same_shape
 from agent.events.payload import Payload
+from agent.events.rendering import inline, user
 from agent.events.vocabulary import Version
 
 _define = VOCABULARY.define
@@ -62,6 +63,22 @@ class ConfigChangedV1(Payload):
     settings: JsonObject | None = None  # every dotted key now in force ('fleet-agent config diff' reads it)
 
 
+def _config_value(v: object) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(inline(x) for x in v) + "]"
+    if v is None:
+        return "unset"
+    return inline(v)
+
+
+def _r_changed_v2(e: Event, p: ConfigChangedV1) -> Message | None:
+    """One ``[config change · key old → new]`` line per changed key, as every other operator input is
+    tagged; nothing when no key changed."""
+    lines = [f"[config change · {inline(c.get('key'))} {_config_value(c.get('old'))} → {_config_value(c.get('new'))}]"
+             for c in p.changes if isinstance(c, dict)]
+    return user("\n".join(lines)) if lines else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ConfigAppliedV1(Payload):
     config_hash: str
@@ -70,6 +87,6 @@ class ConfigAppliedV1(Payload):
 
 
 _define("config.changed", "A reload (SIGHUP) put a new configuration in force: old -> new for each changed key.",
-        Version(1, ConfigChangedV1))
+        Version(1, ConfigChangedV1), Version(2, ConfigChangedV1, _r_changed_v2, upcast=same_shape))
 _define("config.applied", "The daemon started with this effective configuration (every non-secret setting).",
         Version(1, ConfigAppliedV1))

@@ -62,9 +62,10 @@ _define("memory.deleted", "The agent forgot a fact.", Version(1, MemoryDeletedV1
 _define("context.compacted", "The oldest thread span was summarised (nothing deleted). From v2 the pinned "
         "block and the summary it carries render with the agent's memory labelled as the agent's and every "
         "string the model wrote escaped (agent.context.pinned). From v3 knowledge files are shown most "
-        "recently changed first, and old tool outputs up to masked_to render as one-line stubs.",
+        "recently changed first, and old tool outputs up to masked_to render as one-line stubs. From v4 the pinned "
+        "block restates the steering in force (overrides, pause, host and machine exclusions).",
         Version(1, ContextCompactedV1), Version(2, ContextCompactedV1, upcast=same_shape),
-        Version(3, ContextCompactedV3, upcast=same_shape))
+        Version(3, ContextCompactedV3, upcast=same_shape), Version(4, ContextCompactedV3, upcast=same_shape))
 @dataclass(frozen=True, kw_only=True)
 class InputRecordedV1(Payload):
     name: str       # system.md | summarize.md | policy | tools
