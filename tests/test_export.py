@@ -92,45 +92,53 @@ def test_parquet_without_pyarrow_is_a_clear_error_and_writes_nothing(fleet, tmp_
 
 def test_training_examples_are_what_the_model_was_sent_blocked_marked_overridden_left_out(
         fleet, fake_model, tmp_path, capsys):
-    """`log export --training`: one example per model answer, in the OpenAI fine-tuning chat format. Its
-    messages before the answer are byte for byte the messages the model server received, its tools the
-    tools it was sent; only the answer has weight 1. The answer with the refused rent lists the call in
-    metadata.policy_blocked (with --no-metadata it gets weight 0 instead). After `override SEQ` that
-    answer is left out."""
+    """`log export --training`: one example per model answer, in the OpenAI fine-tuning chat format with only
+    its own keys. Its messages before the answer are byte for byte the messages the model server received,
+    its tools the tools it was sent; only the answer has weight 1, and an answer with a refused rent has
+    weight 0. The metadata file beside it lists, line for line, the seqs, tick, model and the refused call.
+    After `override SEQ` that answer is left out."""
     app, cfg = fleet
     sent = [r.json for r in fake_model.chat_requests]
     out = tmp_path / "train.jsonl"
     assert main(["--config", str(cfg), "log", "export", "--training", "-o", str(out)]) == 0
-    assert "exported 4 examples (1 with policy-blocked calls), left out 0 overridden" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "exported 4 examples (1 with policy-blocked calls), left out 0 overridden" in err
+    assert f"metadata in {tmp_path / 'train.metadata.jsonl'}" in err
     examples = [json.loads(x) for x in out.read_text().splitlines()]
-    assert len(examples) == len(sent) == 4
+    metas = [json.loads(x) for x in (tmp_path / "train.metadata.jsonl").read_text().splitlines()]
+    assert len(examples) == len(metas) == len(sent) == 4
+    assert [m["line"] for m in metas] == [1, 2, 3, 4]
     for ex, body in zip(examples, sent, strict=True):
-        assert set(ex) == {"messages", "tools", "parallel_tool_calls", "metadata"}
-        context, answer = ex["messages"][:-1], ex["messages"][-1]
+        assert set(ex) == {"messages", "tools", "parallel_tool_calls"}
+        context = ex["messages"][:-1]
         assert [{k: v for k, v in m.items() if k != "weight"} for m in context] == body["messages"]
         assert ex["tools"] == body["tools"]
-        assert answer["role"] == "assistant" and answer["weight"] == 1
+        assert ex["messages"][-1]["role"] == "assistant"
         assert all(m["weight"] == 0 for m in context if m["role"] == "assistant")
-    blocked = [ex for ex in examples if ex["metadata"]["policy_blocked"]]
-    (b,) = blocked
-    assert [c["rule"] for c in b["metadata"]["policy_blocked"]] == ["max_instances"]
-    assert [c["function"]["name"] for c in b["messages"][-1]["tool_calls"]] == ["rent_instance"] * 2
+    (b,) = [m for m in metas if m["policy_blocked"]]
+    assert [c["rule"] for c in b["policy_blocked"]] == ["max_instances"]
+    blocked = examples[b["line"] - 1]
+    assert [c["function"]["name"] for c in blocked["messages"][-1]["tool_calls"]] == ["rent_instance"] * 2
+    assert [ex["messages"][-1]["weight"] for ex in examples] == [0 if m is b else 1 for m in metas]
 
-    assert main(["--config", str(cfg), "log", "export", "--training", "--no-metadata"]) == 0
+    assert main(["--config", str(cfg), "log", "export", "--training"]) == 0  # to stdout: no metadata file
     strict = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert [set(ex) for ex in strict] == [{"messages", "tools", "parallel_tool_calls"}] * 4
-    assert [ex["messages"][-1]["weight"] for ex in strict] == [0 if ex is b else 1 for ex in examples]
+    assert strict == examples
 
-    seq = b["metadata"]["response_seq"]
+    seq = b["response_seq"]
     assert main(["--config", str(cfg), "override", str(seq), "--by", "alice", "--note", "no second box"]) == 0
     capsys.readouterr()
     assert main(["--config", str(cfg), "override", str(seq), "--by", "alice"]) == 2
     assert "already marked overridden" in capsys.readouterr().err
-    assert main(["--config", str(cfg), "log", "export", "--training"]) == 0
+    meta = tmp_path / "m.jsonl"
+    assert main(["--config", str(cfg), "log", "export", "--training", "--metadata", str(meta)]) == 0
     cap = capsys.readouterr()
     assert "exported 3 examples (0 with policy-blocked calls), left out 1 overridden" in cap.err
-    kept = [json.loads(x)["metadata"]["response_seq"] for x in cap.out.splitlines()]
-    assert kept == [ex["metadata"]["response_seq"] for ex in examples if ex is not b]
+    kept = [json.loads(x)["response_seq"] for x in meta.read_text().splitlines()]
+    assert kept == [m["response_seq"] for m in metas if m is not b]
+    assert main(["--config", str(cfg), "log", "export", "--training", "-o", str(tmp_path / "n.jsonl"),
+                 "--no-metadata"]) == 0
+    assert not (tmp_path / "n.metadata.jsonl").exists()
 
 
 def test_a_request_that_no_longer_re_derives_is_left_out_and_the_export_exits_1(fleet, tmp_path, capsys):
@@ -147,4 +155,4 @@ def test_a_request_that_no_longer_re_derives_is_left_out_and_the_export_exits_1(
     assert main(["--config", str(cfg), "log", "export", "--training", "-o", str(out)]) == 1
     err = capsys.readouterr().err
     assert "exported 2 examples" in err and "2 requests did not re-derive (run 'fleet-agent replay --verify')" in err
-    assert [json.loads(x)["metadata"]["tick"] for x in out.read_text().splitlines()] == [1, 1]
+    assert [json.loads(x)["tick"] for x in (tmp_path / "t.metadata.jsonl").read_text().splitlines()] == [1, 1]

@@ -41,6 +41,7 @@ READS: list[tuple[tuple[str, ...], str]] = [
     (("knowledge", "history", "notes.md"), "json"),
     (("directives",), "json"),
     (("policy", "show"), "json"),
+    (("policy", "proposals", "--all"), "json"),
     (("hosts", "list"), "json"),
     (("spend",), "json"),
     (("instances",), "json"),

@@ -16,7 +16,7 @@ from agent.cli.parser import PAGE_SIZES
 from agent.config import LogLocation, PgTarget, find_secret, is_pg_url
 from agent.errors import ConfigError, FleetAgentError, LockError, LogError, UsageError
 from agent.runtime.app import App
-from agent.runtime.export import Inputs, Selection, export_events, export_training
+from agent.runtime.export import Inputs, Selection, export_events, export_training, metadata_path
 from agent.runtime.lock import FleetLock
 from agent.store import archive
 from agent.store.db import PAGE_SIZE, sqlite3
@@ -101,12 +101,14 @@ def cmd_log_export(args: argparse.Namespace, app: App) -> int:
             raise UsageError("--training writes fine-tuning examples as JSON lines; drop --format and --kind")
         inputs = Inputs(app.prompts, app.settings.context, app.policy_dict(), app.tool_specs(),
                         app.settings.model.name)
-        r = export_training(app.log, inputs, dest, sys.stdout, sel=sel, metadata=not args.no_metadata,
-                            cache=app.projection_cache)
+        meta = None if args.no_metadata else Path(args.metadata) if args.metadata else \
+            metadata_path(dest) if dest is not None else None
+        r = export_training(app.log, inputs, dest, sys.stdout, sel=sel, metadata=meta, cache=app.projection_cache)
         skipped = f"; {len(r.unreproducible)} requests did not re-derive (run 'fleet-agent replay --verify')" \
             if r.unreproducible else ""
+        where = f"; metadata in {meta}" if meta is not None else ""
         sys.stderr.write(f"exported {r.written} examples ({r.with_blocked} with policy-blocked calls), left out "
-                         f"{r.overridden} overridden answers{skipped}\n")
+                         f"{r.overridden} overridden answers{skipped}{where}\n")
         return 1 if r.unreproducible else 0
     n = export_events(app.log, sel, args.format, dest, sys.stdout)
     if dest is not None:

@@ -146,16 +146,18 @@ COMMANDS: tuple[Command, ...] = (
             "write events as JSON lines or Parquet (--training: fine-tuning examples)",
             "Export events (every field, hashes included) as JSON lines or a Parquet table; or, "
             "with --training, each answered model request with its answer in the OpenAI fine-tuning "
-            "chat format (policy-blocked calls marked, overridden answers left out).",
+            "chat format, only the format's keys (an answer with a policy-blocked call has weight 0, "
+            "overridden answers are left out; what fleet-agent knows of each goes to a metadata file).",
             arg("--format", default="jsonl", help="jsonl (default) or parquet (needs the parquet extra)"),
             arg("--kind", action="append", help="only this kind, or a family like 'tool.' (repeatable)"),
             arg("--since",
                 help="only events after this seq, or from this time (ISO 8601, now, 2h ago, "
                      "yesterday 15:45)"),
             arg("--training", action="store_true", help="fine-tuning examples instead of events"),
-            arg("--no-metadata", action="store_true",
-                help="with --training: only the format's own keys (an answer with a policy-blocked "
-                     "call then gets weight 0)"),
+            one_of(arg("--metadata", metavar="FILE",
+                       help="with --training: write each example's seqs, tick, model and policy-blocked "
+                            "calls to FILE (default with -o: OUTPUT.metadata.jsonl beside it)"),
+                   arg("--no-metadata", action="store_true", help="with --training: no metadata file")),
             arg("-o", "--output", help="file to write, replaced only when complete (default: stdout)")),
     command("log archive", "agent.cli.log:cmd_log_archive",
             "move old months of events into sealed, compressed segment files",

@@ -11,15 +11,18 @@ earlier answers in the context have weight 0, so no answer is learned twice and 
 learned from a later example's context either.
 
 An answer counts as *overridden* when an operator marked it so with ``fleet-agent override SEQ``
-(a ``response.overridden`` event naming the ``model.response``): its example is left out. Calls policy
-refused are marked, not dropped: ``metadata.policy_blocked`` lists them (call id, tool, rule, detail);
-with ``metadata=False`` (strict files with only the format's keys) an answer with a refused call gets
-weight 0 instead. Requests whose re-derived hash differs from the recorded one are skipped and counted
-(run ``fleet-agent replay --verify`` to see why): an example is only ever what the model really saw.
+(a ``response.overridden`` event naming the ``model.response``): its example is left out. An answer with a
+call policy refused gets weight 0 (it stays as context, never as a lesson). Each example holds only the
+format's own keys, so the file validates against the fine-tuning schema as written; what fleet-agent knows
+about it (the request and response seqs, tick, request hash, model, and the refused calls: call id, tool,
+rule, detail) goes to a side file, one JSON line per example in the same order (``line`` numbers the
+example). Requests whose re-derived hash differs from the recorded one are skipped and counted (run
+``fleet-agent replay --verify`` to see why): an example is only ever what the model really saw.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -186,8 +189,8 @@ class Inputs:
 
 
 def training_examples(log: EventLog, inputs: Inputs, report: TrainingReport, *, sel: Selection = Selection(),
-                      metadata: bool = True, cache: ProjectionCache | None = None) -> Iterator[dict[str, Any]]:
-    """One fine-tuning example per answered model request (see the module docstring)."""
+                      cache: ProjectionCache | None = None) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(example, its metadata) per answered model request (see the module docstring)."""
     cache = cache or ProjectionCache()
     texts = recorded(log)
     skip = overridden_responses(log)
@@ -200,17 +203,18 @@ def training_examples(log: EventLog, inputs: Inputs, report: TrainingReport, *, 
         if resp.seq in skip:
             report.overridden += 1
             continue
-        ex = _example(log, req, resp, inputs, texts, cache, blocked, metadata)
-        if ex is None:
+        got = _example(log, req, resp, inputs, texts, cache, blocked)
+        if got is None:
             report.unreproducible.append(req.seq)
             continue
         report.written += 1
-        report.with_blocked += bool(ex.pop("_blocked"))
-        yield ex
+        report.with_blocked += bool(got[1]["policy_blocked"])
+        yield got
 
 
 def _example(log: EventLog, req: Event, resp: Event, inputs: Inputs, texts: dict[str, Any],
-             cache: ProjectionCache, blocked: dict[str, dict[str, Any]], metadata: bool) -> dict[str, Any] | None:
+             cache: ProjectionCache, blocked: dict[str, dict[str, Any]]
+             ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     manifest = manifest_of(req, texts)
     then, p = rederive(log, req, texts, inputs.prompts, inputs.settings, policy=inputs.policy, tools=inputs.tools,
                        model=inputs.model, cache=cache)
@@ -219,34 +223,41 @@ def _example(log: EventLog, req: Event, resp: Event, inputs: Inputs, texts: dict
     answer = render(resp)
     assert answer is not None  # model.response is model-visible in every version
     refused = [blocked[c["id"]] for c in resp.payload.get("tool_calls") or [] if c["id"] in blocked]
-    ex: dict[str, Any] = {"messages": _weighted(p.messages, answer, 0 if refused and not metadata else 1),
+    ex: dict[str, Any] = {"messages": _weighted(p.messages, answer, 0 if refused else 1),
                           "tools": then.tools, "parallel_tool_calls": True}
-    if metadata:
-        ex["metadata"] = {"request_seq": req.seq, "response_seq": resp.seq, "tick": resp.tick,
-                          "request_hash": req.payload["request_hash"], "model": manifest.get("model"),
-                          "policy_blocked": refused}
-    ex["_blocked"] = bool(refused)
-    return ex
+    meta = {"request_seq": req.seq, "response_seq": resp.seq, "tick": resp.tick,
+            "request_hash": req.payload["request_hash"], "model": manifest.get("model"), "policy_blocked": refused}
+    return ex, meta
 
 
-def write_training(examples: Iterable[dict[str, Any]], out: IO[str]) -> None:
-    for ex in examples:
+def write_training(examples: Iterable[tuple[dict[str, Any], dict[str, Any]]], out: IO[str],
+                   meta_out: IO[str] | None) -> None:
+    for n, (ex, meta) in enumerate(examples, 1):
         out.write(json.dumps(ex, ensure_ascii=False, sort_keys=True) + "\n")
+        if meta_out is not None:
+            meta_out.write(json.dumps({"line": n, **meta}, ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def metadata_path(output: Path) -> Path:
+    """The side file beside ``train.jsonl``: ``train.metadata.jsonl``."""
+    return output.with_name(f"{output.stem}.metadata{output.suffix or '.jsonl'}")
 
 
 def export_training(log: EventLog, inputs: Inputs, output: Path | None, stdout: IO[str], *,
-                    sel: Selection = Selection(), metadata: bool = True,
+                    sel: Selection = Selection(), metadata: Path | None = None,
                     cache: ProjectionCache | None = None) -> TrainingReport:
+    """Write the examples to ``output`` (stdout when None) and, when ``metadata`` names a file, their
+    metadata there; each file is replaced only when complete."""
     report = TrainingReport()
 
-    def run(f: IO[str]) -> None:
-        write_training(training_examples(log, inputs, report, sel=sel, metadata=metadata, cache=cache), f)
+    with contextlib.ExitStack() as stack:
+        def opened(path: Path) -> IO[str]:
+            tmp = stack.enter_context(atomic_file(path))
+            return stack.enter_context(open(tmp, "w", encoding="utf-8"))
 
-    if output is None:
-        run(stdout)
-    else:
-        with atomic_file(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
-            run(f)
+        out = stdout if output is None else opened(output)
+        meta_out = None if metadata is None else opened(metadata)
+        write_training(training_examples(log, inputs, report, sel=sel, cache=cache), out, meta_out)
     return report
 
 
