@@ -3,6 +3,7 @@ in the right place, and a pinned directive survives compactions."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -130,3 +131,51 @@ def test_a_budget_under_the_reserve_over_one_minus_high_water_still_compacts(mak
         contents = _contents(body)
         assert sum("never rent outside Europe this week" in c for c in contents) == 1, f"request {n}"
         assert not any("not shown for space" in c for c in contents), f"request {n} left messages out"
+
+
+def test_search_history_finds_the_operators_note_itself_before_any_summary_quoting_it(make_app, fake_model,
+                                                                                      sim_clock, tmp_path):
+    """After compactions have summarised a note, search_history's first hit is the note itself, not a
+    summary or the summariser's request that quoted it; those come only with include_summaries; since/until
+    keep to a time range."""
+    from agent.fleet.pipeline import run_tool_call
+    from agent.fleet.policy import Policy
+    from agent.fleet.toolkit import ToolContext, load_tools
+
+    (tmp_path / "knowledge").mkdir()
+
+    def quoting(body: dict[str, Any]) -> Any:  # a summariser that quotes the note, as real ones do
+        if not is_summary_request(body):
+            return _agent_or_summariser(body)
+        text = summary_reply(body).text
+        return reply(text + "\n- alice said: host 4242 overheats under zebrafinch loads")
+
+    fake_model.default = quoting
+    app = make_app(context={"budget_tokens": 6000, "output_reserve": 500, "high_water": 0.6, "low_water": 0.3,
+                            "tool_output_max_tokens": 400, "summary_max_tokens": 500})
+    sim_clock.advance(3600)
+    note = feedback.say(app.log, "host 4242 overheats under zebrafinch loads", "alice")
+    for _ in range(12):
+        assert run_tick(app).ok
+        sim_clock.advance(300)
+    assert list(app.log.read(0, kinds=["context.compacted"]))
+    quoted = [e for e, _ in app.log.search("zebrafinch", limit=50) if e.seq != note.seq]
+    assert quoted and all(e.kind in ("context.compacted", "summary.request", "summary.response") for e in quoted)
+
+    ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None, policy=Policy(app.settings),
+                      tick=99, clock=sim_clock)
+    tools = load_tools()
+
+    def search(**args: Any) -> str:
+        out, _ = run_tool_call(tools, ctx, {"id": "s", "name": "search_history",
+                                            "arguments": json.dumps({"query": "zebrafinch", **args})}, dry_run=False)
+        assert out.ok, out.error
+        return out.output
+
+    first = search(limit=1).splitlines()
+    assert first == [first[0]] and first[0].startswith(f"#{note.seq} ") and "operator.note" in first[0]
+    assert len(search().splitlines()) == 1
+    both = search(include_summaries=True).splitlines()
+    assert both[0].startswith(f"#{note.seq} ") and len(both) > 1
+    assert search(since="30m ago") .startswith("no matches")
+    assert search(until=note.ts).startswith(f"#{note.seq} ")

@@ -6,9 +6,16 @@ context: full-text search over every event in the log, tool output included.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from agent.events import Event
 from agent.fleet.toolkit import AnyTool, Args, Outcome, Tool, ToolContext, obj
 
 SEARCH_LIMIT = 10
+# How many matches, newest first, a search sorts into sources and copies before it keeps ``limit``.
+SEARCH_POOL = 200
+# Events that quote others (the summaries and the summariser's requests): found only on request.
+COPY_KINDS = frozenset({"context.compacted", "summary.request", "summary.response"})
 SNIPPET_EVENT_CHARS = 300
 
 
@@ -24,10 +31,34 @@ def _forget(ctx: ToolContext, args: Args) -> Outcome:
     return Outcome(True, f"forgot {args['key']!r}")
 
 
+def _quotes(e: Event) -> bool:
+    """Whether an event holds copies of others: a summary, the summariser's request, or a search of
+    the history (its query and its results)."""
+    return e.kind in COPY_KINDS or (e.kind in ("tool.called", "tool.result")
+                                    and e.payload.get("name") == "search_history")
+
+
 def _search_history(ctx: ToolContext, args: Args) -> Outcome:
-    hits = ctx.log.search(args["query"], limit=int(args.get("limit", SEARCH_LIMIT)))
+    """Sources before copies: an operator's note, a knowledge edit or a tool result is found as itself, not
+    as the summaries that quoted it (those only with ``include_summaries``), newest first, within
+    ``since``/``until`` when given."""
+    from agent.times import parse_operator_time, utc_ts
+
+    limit = int(args.get("limit", SEARCH_LIMIT))
+    now = ctx.clock()
+    bounds = []
+    for key in ("since", "until"):
+        text = args.get(key)
+        bounds.append(utc_ts(parse_operator_time(text, datetime.fromtimestamp(now, UTC))) if text else None)
+    since, until = bounds
+    hits = [(e, snip) for e, snip in ctx.log.search(args["query"], limit=SEARCH_POOL)
+            if (since is None or e.ts >= since) and (until is None or e.ts <= until)]
+    sources = [h for h in hits if not _quotes(h[0])]
+    copies = [h for h in hits if _quotes(h[0])] if args.get("include_summaries") else []
+    hits = (sources + copies)[:limit]
     if not hits:
-        return Outcome(True, "no matches")
+        more = "" if args.get("include_summaries") else " (summaries left out; include_summaries: true adds them)"
+        return Outcome(True, "no matches" + more)
     lines = []
     for e, snip in hits:
         tick = f" tick {e.tick}" if e.tick is not None else ""
@@ -120,9 +151,14 @@ TOOLS: tuple[AnyTool, ...] = (
          _remember),
     Tool("forget", "Forget the fact stored under a key.", obj({"key": KEY}, ["key"]), _forget),
     Tool("search_history", "Full-text search over the whole history (every tick, tool output, operator "
-         "message), newest first. Use it to recall what is no longer in your context.",
+         "message), newest first; the original events, not the summaries that quoted them (include_summaries "
+         "adds those). since/until take a time (2026-11-29 10:00, 2h ago, yesterday). Use it to recall what is "
+         "no longer in your context.",
          obj({"query": {"type": "string", "minLength": 1, "maxLength": 200},
-              "limit": {"type": "integer", "minimum": 1, "maximum": 25}}, ["query"]), _search_history),
+              "limit": {"type": "integer", "minimum": 1, "maximum": 25},
+              "since": {"type": "string", "minLength": 1, "maxLength": 60},
+              "until": {"type": "string", "minLength": 1, "maxLength": 60},
+              "include_summaries": {"type": "boolean"}}, ["query"]), _search_history),
     Tool("recall_facts", "Facts gathered from the whole history: per host, how many of our instances failed "
          "on it, how many rents of its offers were refused, when it was last seen; per GPU model, the price "
          "range seen. Give a host id or a GPU model to narrow it.",
