@@ -303,3 +303,23 @@ def test_projection_after_compaction_matches_project(tmp_path):
     ev = run_compact(log)
     p = project(log, PROMPTS, SMALL, policy=POLICY, tools=TOOLS)
     assert ev.payload["tokens_after"] == p.tokens
+
+
+def test_the_fallback_summary_groups_repeats_and_keeps_every_operator_line():
+    """Decision and action lines that differ only by their seq and tick become one line with a count and
+    the seq range, where the newest stood; a grouped line from the previous summary adds to its count;
+    operator lines are never grouped."""
+    from agent.context.compaction import group_repeats
+
+    lines = ["- ×3 tick N: renting 0 of 4 needed (#1–#9)", "- tick 10: renting 0 of 4 needed (#12)",
+             "- searched offers: 5 results (#13)", "- tick 11: renting 0 of 4 needed (#20)", "- rented 7 (#21)",
+             "- tick 12: renting 0 of 4 needed (#30)"]
+    assert group_repeats(lines) == ["- searched offers: 5 results (#13)", "- rented 7 (#21)",
+                                    "- ×6 tick N: renting 0 of 4 needed (#1–#30)"]
+    assert group_repeats(["- rented 7 (#21)", "- rented 8 (#22)"]) == ["- rented 7 (#21)", "- rented 8 (#22)"]
+    log_lines = [f"- tick {n}: renting 0 of 4 needed (#{n * 10})" for n in range(1, 29)]
+    text = fallback_summary("", [], cap=2000, meter=_meter(), open_alert_ids=[], owned_instance_ids=[])
+    assert "×" not in text
+    prev = "## Decisions and why\n" + "\n".join(log_lines)
+    text = fallback_summary(prev, [], cap=2000, meter=_meter(), open_alert_ids=[], owned_instance_ids=[])
+    assert text.count("renting 0 of 4 needed") == 1 and "- ×28 tick N: renting 0 of 4 needed (#10–#280)" in text

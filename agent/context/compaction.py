@@ -505,6 +505,40 @@ def _trim(mandatory: list[str], chosen: dict[str, list[str]], cap: int, meter: M
     return text
 
 
+_REPEAT = re.compile(r"^- ×(\d+) ")
+_SEQS = re.compile(r" \(#(\d+)(?:–#(\d+))?\)$")
+_TICK = re.compile(r"\btick \d+")
+
+
+def group_repeats(lines: list[str]) -> list[str]:
+    """Lines that say the same thing but for their seq and tick become one, where the newest stood:
+    ``- ×13 tick N: renting 0 of 4 needed (#120–#410)``. Operator lines are never grouped: each is cited
+    by its number."""
+    groups: dict[str, list[Any]] = {}  # text -> [count, first seq, last seq, newest index]
+    for i, ln in enumerate(lines):
+        m = _REPEAT.match(ln)
+        n, body = (int(m.group(1)), "- " + ln[m.end():]) if m else (1, ln)
+        seqs = _SEQS.search(body)
+        first = last = None
+        if seqs:
+            first, last = int(seqs.group(1)), int(seqs.group(2) or seqs.group(1))
+            body = body[:seqs.start()]
+        key = _TICK.sub("tick N", body)
+        g = groups.setdefault(key, [0, first, last, i])
+        g[0] += n
+        g[1] = first if g[1] is None else min(g[1], first or g[1])
+        g[2] = last if g[2] is None else max(g[2], last or g[2])
+        g[3] = i
+    out: list[tuple[int, str]] = []
+    for key, (n, first, last, at) in groups.items():
+        if n == 1:
+            out.append((at, lines[at]))
+            continue
+        where = f" (#{first}–#{last})" if first is not None and last != first else f" (#{first})" if first else ""
+        out.append((at, f"- ×{n} {key[2:]}{where}"))
+    return [ln for _, ln in sorted(out)]
+
+
 def fallback_summary(previous: str, events: list[Event], *, cap: int, meter: Meter,
                      open_alert_ids: list[int], owned_instance_ids: list[int]) -> str:
     """A summary built from the events alone, in the fixed sections, within ``cap`` tokens."""
@@ -512,6 +546,7 @@ def fallback_summary(previous: str, events: list[Event], *, cap: int, meter: Met
     d = _digest(events)
     mandatory = _mandatory(d, open_alert_ids, owned_instance_ids)
     lines = {t: [ln for ln in old[t] + d.lines[t] if ln.strip() != "- none recorded"] for t in PRIORITY}
+    lines = {t: ls if t == "Operator directives" else group_repeats(ls) for t, ls in lines.items()}
     used = meter.count(_compose(mandatory, {t: [] for t in SECTION_TITLES}))
     return _trim(mandatory, _choose(lines, used, cap, meter), cap, meter)
 
