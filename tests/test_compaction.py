@@ -6,6 +6,8 @@ import re
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from agent.context import ContextSettings, fits, load, needs_compaction, project
 from agent.context.compaction import (
     SECTION_TITLES,
@@ -323,3 +325,33 @@ def test_the_fallback_summary_groups_repeats_and_keeps_every_operator_line():
     prev = "## Decisions and why\n" + "\n".join(log_lines)
     text = fallback_summary(prev, [], cap=2000, meter=_meter(), open_alert_ids=[], owned_instance_ids=[])
     assert text.count("renting 0 of 4 needed") == 1 and "- ×28 tick N: renting 0 of 4 needed (#10–#280)" in text
+
+
+@pytest.mark.parametrize("n", [500, 2000])
+def test_a_large_fleets_summary_gives_the_count_not_every_id_and_is_accepted(n):
+    """Beyond NAMED_INSTANCES_MAX owned instances a summary is checked for their count (eight-digit ids of
+    500 instances alone would pass the cap): a model's summary that groups them is accepted within
+    summary_max_tokens, one that leaves the count out is refused saying what to write, and the fallback
+    holds the count and the id range within its cap."""
+    from agent.context.compaction import NAMED_INSTANCES_MAX
+
+    owned = list(range(21_000_000, 21_000_000 + n))
+    assert n > NAMED_INSTANCES_MAX
+    text = (f"## Fleet state and commitments\n- {n} instances: {n // 2} RTX 4090, {n - n // 2} RTX 3090; "
+            f"21000007 restarts often\n## Decisions and why\n- kept the fleet at demand\n## Open problems\n"
+            f"- alert #3\n## Operator directives\n- none\n## Completed actions\n- searched offers")
+    cap = ContextSettings().summary_max_tokens
+    assert check_summary(text, cap=cap, meter=_meter(), open_alert_ids=[3], owned_instance_ids=owned) is None
+    why = check_summary(text.replace(f"- {n} instances", "- the instances"), cap=cap, meter=_meter(),
+                        open_alert_ids=[3], owned_instance_ids=owned)
+    assert why is not None and f"write '{n} instances'" in why
+    fb = fallback_summary("", [], cap=cap, meter=_meter(), open_alert_ids=[3], owned_instance_ids=owned)
+    assert f"{n} instances (ids 21000000–{owned[-1]})" in fb
+    assert check_summary(fb, cap=cap, meter=_meter(), open_alert_ids=[3], owned_instance_ids=owned) is None
+
+
+def test_a_small_fleets_summary_still_names_every_instance():
+    text = ("## Fleet state and commitments\n- 2 instances\n## Decisions and why\n- kept\n## Open problems\n"
+            "- alert #3\n## Operator directives\n- none\n## Completed actions\n- searched")
+    why = check_summary(text, cap=2000, meter=_meter(), open_alert_ids=[3], owned_instance_ids=[11, 12])
+    assert why is not None and "missing owned instances 11, 12" in why

@@ -230,6 +230,26 @@ class MustMention:
     operator: tuple[int, ...] = ()
 
 
+# Up to this many owned instances a summary names each; beyond, their count (eight-digit ids of a large
+# fleet would take more than the summary's cap: 500 ids are about 2,500 tokens).
+NAMED_INSTANCES_MAX = 20
+
+
+def _counted(text: str, n: int) -> bool:
+    """Whether a line of ``text`` gives ``n`` as the number of instances."""
+    return any(re.search(rf"(?<![\d.]){n}(?![\d.])", ln) and re.search(r"instance", ln, flags=re.IGNORECASE)
+               for ln in text.splitlines())
+
+
+def _owned_text(owned: list[int]) -> str:
+    """The owned instances as a summary carries them: each id, or for a large fleet the count and range."""
+    if not owned:
+        return "none"
+    if len(owned) <= NAMED_INSTANCES_MAX:
+        return ", ".join(str(i) for i in owned)
+    return f"{len(owned)} instances (ids {min(owned)}–{max(owned)})"
+
+
 def _missing(text: str, must: MustMention) -> list[str]:
     def cited(n: int) -> bool:
         return re.search(rf"#{n}(?!\d)", text) is not None
@@ -238,9 +258,14 @@ def _missing(text: str, must: MustMention) -> list[str]:
     alerts = [a for a in must.alerts if not re.search(rf"(?:#|alert\s+)#?{a}(?!\d)", text, flags=re.IGNORECASE)]
     if alerts:
         out.append("missing open alerts " + ", ".join(f"#{a}" for a in alerts))
-    insts = [i for i in must.instances if not re.search(rf"(?<!\d){i}(?!\d)", text)]
-    if insts:
-        out.append("missing owned instances " + ", ".join(str(i) for i in insts))
+    if len(must.instances) > NAMED_INSTANCES_MAX:
+        if not _counted(text, len(must.instances)):
+            out.append(f"missing the count of owned instances: write '{len(must.instances)} instances' "
+                       "(grouped by GPU model; ids only for those with problems)")
+    else:
+        insts = [i for i in must.instances if not re.search(rf"(?<!\d){i}(?!\d)", text)]
+        if insts:
+            out.append("missing owned instances " + ", ".join(str(i) for i in insts))
     directives = [d for d in must.directives if not cited(d)]
     if directives:
         out.append("missing pinned directives " + ", ".join(f"#{d}" for d in directives))
@@ -451,7 +476,7 @@ def _mandatory(d: _Digest, open_alert_ids: list[int], owned_instance_ids: list[i
     """The lines every summary carries: owned instances, open alerts, the latest observation."""
     alerts = ", ".join(f"alert #{a}" + (f" ({_one_line(d.titles[a], 60)})" if a in d.titles else "")
                        for a in open_alert_ids)
-    out = ["- Owned instances: " + (", ".join(str(i) for i in owned_instance_ids) or "none"),
+    out = ["- Owned instances: " + _owned_text(owned_instance_ids),
            "- Open alerts: " + (alerts or "none")]
     if d.latest_obs is not None:
         o = d.latest_obs
@@ -587,7 +612,9 @@ def _to_mention(alerts: list[int], owned: list[int], must: MustMention, evicted:
     ops = {e.seq: e for e in evicted if e.seq in must.operator}
     return [
         "Open alerts to mention: " + (", ".join(f"alert #{a}" for a in alerts) or "none"),
-        "Instances the agent owns, to mention: " + (", ".join(str(i) for i in owned) or "none"),
+        "Instances the agent owns, to mention: " + (_owned_text(owned) if len(owned) <= NAMED_INSTANCES_MAX else
+                                                    f"{_owned_text(owned)}; write '{len(owned)} instances' "
+                                                    "grouped by GPU model, ids only for those with problems"),
         "Pinned operator directives to mention by number: " + (", ".join(f"#{d}" for d in must.directives) or "none"),
         "Operator inputs being folded, to mention by number: " + (", ".join(
             f"#{n} ({ops[n].kind} by {inline(ops[n].payload.get('by', '?'))})" for n in must.operator) or "none"),
