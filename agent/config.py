@@ -362,6 +362,12 @@ class PolicySettings:
     excluded_hosts: list[HostId] = field(default_factory=list)
     # A host whose instances of ours failed twice within a day is excluded for this long (0: never).
     host_failure_exclusion: Duration = Duration(86400)
+    # Jobs an hour one GPU delivers, assumed until the fleet's own instances have shown what a model
+    # delivers (agent/fleet/throughput.py); per GPU model where known, else the one figure.
+    jobs_per_hour: StrictFloat = 8.0
+    jobs_per_hour_by_gpu: dict[StrictStr, StrictFloat] = field(default_factory=dict)
+    # The backlog the fleet is sized to clear within this long, on top of what keeps arriving.
+    drain_within: Duration = Duration(3600)
 
 
 @dataclass(frozen=True)
@@ -934,6 +940,16 @@ def _check_limits(s: Settings, loc: _Lines) -> None:
                    ("policy.max_monthly_spend", s.policy.max_monthly_spend)):
         if b is not None and b < 0:
             raise loc.error(key, f"must not be negative (got {b:g}); write dollars, or null for no budget")
+    if not s.policy.jobs_per_hour > 0:
+        raise loc.error("policy.jobs_per_hour", f"must be above 0 (got {s.policy.jobs_per_hour:g}); the jobs an "
+                        "hour one GPU is assumed to deliver until the fleet has measured it, e.g. 8")
+    for gpu, x in s.policy.jobs_per_hour_by_gpu.items():
+        if not x > 0:
+            raise loc.error("policy.jobs_per_hour_by_gpu", f"{gpu!r}: must be above 0 (got {x:g}); jobs an hour "
+                            "one GPU of that model delivers, e.g. {RTX 4090: 8}")
+    if float(s.policy.drain_within) < 60:
+        raise loc.error("policy.drain_within", f"must be at least 1m (got {float(s.policy.drain_within):g}s); the "
+                        "backlog is planned to be cleared within this long, e.g. 1h")
     if s.alerts.idle_ticks < 1:
         raise loc.error("alerts.idle_ticks", f"must be at least 1 (got {s.alerts.idle_ticks})")
     if not 0 <= s.policy.min_reliability <= 1:

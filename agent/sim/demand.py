@@ -2,7 +2,9 @@
 
 Arrivals follow a day cycle times a multiplier drawn per two-hour block from the seed (a
 burst, a quiet spell or an ordinary block). Completions are shared out between the running
-instances by their throughput; `GET /demand` serves a snapshot.
+instances by their throughput; `GET /demand` serves a snapshot, with each live instance's
+cumulative completed jobs under `workers` (keyed by instance id), as a job queue that knows
+which worker finished a job reports it.
 """
 
 from __future__ import annotations
@@ -48,9 +50,12 @@ class JobQueue:
         self.completed += done
         return done
 
-    def snapshot(self, now: float, running_gpus: int, rate: float) -> dict[str, Any]:
+    def snapshot(self, now: float, running_gpus: int, rate: float,
+                 workers: dict[int, float] | None = None) -> dict[str, Any]:
+        """The queue as ``GET /demand`` serves it; ``workers`` maps an instance id to the jobs it completed."""
         pending = int(self.pending)
         return {
             "pending": pending, "running": min(pending, running_gpus), "completed": int(self.completed),
             "arrival_rate_per_h": round(rate, 3), "time": now,
+            "workers": {str(iid): {"completed": int(n)} for iid, n in sorted((workers or {}).items())},
         }

@@ -172,7 +172,8 @@ class Simulator:
         with self._lock:
             now = self.tick()
             gpus = sum(i["num_gpus"] for i in self.instances.values() if i["actual_status"] == "running")
-            return self.queue.snapshot(now, gpus, self.arrival_rate(now))
+            workers = {iid: i["_jobs"] for iid, i in self.instances.items()}
+            return self.queue.snapshot(now, gpus, self.arrival_rate(now), workers)
 
     # -- instances ----------------------------------------------------------------------
 
