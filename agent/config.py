@@ -918,6 +918,19 @@ def _check_failover(st: StorageSettings, loc: _Lines) -> None:
                         "a standby takes over this long after the active daemon stops, e.g. 30s")
 
 
+def _check_throughput(p: PolicySettings, loc: _Lines) -> None:
+    if not p.jobs_per_hour > 0:
+        raise loc.error("policy.jobs_per_hour", f"must be above 0 (got {p.jobs_per_hour:g}); the jobs an "
+                        "hour one GPU is assumed to deliver until the fleet has measured it, e.g. 8")
+    for gpu, x in p.jobs_per_hour_by_gpu.items():
+        if not x > 0:
+            raise loc.error("policy.jobs_per_hour_by_gpu", f"{gpu!r}: must be above 0 (got {x:g}); jobs an hour "
+                            "one GPU of that model delivers, e.g. {RTX 4090: 8}")
+    if float(p.drain_within) < 60:
+        raise loc.error("policy.drain_within", f"must be at least 1m (got {float(p.drain_within):g}s); the "
+                        "backlog is planned to be cleared within this long, e.g. 1h")
+
+
 def _check_limits(s: Settings, loc: _Lines) -> None:
     for key, v in (("policy.max_instances", s.policy.max_instances),
                    ("policy.max_rents_per_hour", s.policy.max_rents_per_hour),
@@ -940,16 +953,6 @@ def _check_limits(s: Settings, loc: _Lines) -> None:
                    ("policy.max_monthly_spend", s.policy.max_monthly_spend)):
         if b is not None and b < 0:
             raise loc.error(key, f"must not be negative (got {b:g}); write dollars, or null for no budget")
-    if not s.policy.jobs_per_hour > 0:
-        raise loc.error("policy.jobs_per_hour", f"must be above 0 (got {s.policy.jobs_per_hour:g}); the jobs an "
-                        "hour one GPU is assumed to deliver until the fleet has measured it, e.g. 8")
-    for gpu, x in s.policy.jobs_per_hour_by_gpu.items():
-        if not x > 0:
-            raise loc.error("policy.jobs_per_hour_by_gpu", f"{gpu!r}: must be above 0 (got {x:g}); jobs an hour "
-                            "one GPU of that model delivers, e.g. {RTX 4090: 8}")
-    if float(s.policy.drain_within) < 60:
-        raise loc.error("policy.drain_within", f"must be at least 1m (got {float(s.policy.drain_within):g}s); the "
-                        "backlog is planned to be cleared within this long, e.g. 1h")
     if s.alerts.idle_ticks < 1:
         raise loc.error("alerts.idle_ticks", f"must be at least 1 (got {s.alerts.idle_ticks})")
     if not 0 <= s.policy.min_reliability <= 1:
@@ -1015,6 +1018,7 @@ def _check(s: Settings, loc: _Lines) -> None:
     _check_context(s.context, loc)
     _check_schedule(s.schedule, loc)
     _check_limits(s, loc)
+    _check_throughput(s.policy, loc)
     _check_http(s.http, loc)
     _check_storage(s.storage, loc)
     _check_archive(s.storage, loc)
