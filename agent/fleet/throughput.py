@@ -25,8 +25,8 @@ WINDOW_TICKS = 48
 """Recent observations learned from (4 h at the default 5-minute interval)."""
 MAX_GAP_S = 2 * 3600.0
 """Two observations further apart than this are not compared (the daemon was down)."""
-PRIOR_GPU_HOURS = 1.0
-"""The weight of the prior, in GPU-hours of observation."""
+PRIOR_GPU_HOURS = 0.25
+"""The weight of the prior, in GPU-hours of observation (three ticks of one GPU at the default interval)."""
 LEARNED_GPU_HOURS = 1.0
 """GPU-hours measured before a model's figure counts as learned rather than assumed."""
 

@@ -221,7 +221,7 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
             + (f"{len(plan.dead)} to replace; " if plan.dead else "")
             + (f"{len(surplus)} surplus to destroy (over {SURPLUS_OVER:g}× need); " if surplus else "")
             + (f"searching for {short:.1f} jobs/h more (up to {RENT_UP_TO:g}× need)" if short
-               else "no rentals needed"))
+               else _why_no_rent(plan)))
     return calls, text
 
 
@@ -239,6 +239,14 @@ def _surplus(plan: _Plan) -> list[dict[str, Any]]:
             out.append(i)
             cap_left -= plan.jph(i)
     return out
+
+
+def _why_no_rent(plan: _Plan) -> str:
+    if plan.capacity >= plan.need:
+        return "no rentals needed"
+    if len(plan.live) >= plan.cap:
+        return f"short {plan.need - plan.capacity:.1f} jobs/h but at the instance cap"
+    return f"short {plan.need - plan.capacity:.1f} jobs/h but no rents left this hour (policy.max_rents_per_hour)"
 
 
 def _short(plan: _Plan) -> float:
