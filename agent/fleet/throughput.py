@@ -125,10 +125,12 @@ def recent_observations(log: Any, limit: int = WINDOW_TICKS) -> list[dict[str, A
     return [e.payload["observation"] for e in reversed(rows) if isinstance(e.payload.get("observation"), dict)]
 
 
-def estimate(log: Any, settings: Settings, current: Mapping[str, Any] | None = None) -> Throughput:
-    """Each GPU model's jobs/h from the recent observations in ``log`` (and ``current``, one not logged yet)."""
-    obs: list[Mapping[str, Any]] = list(recent_observations(log))
-    if current is not None:
-        obs.append(current)
+def from_observations(settings: Settings, observations: Iterable[Mapping[str, Any]]) -> Throughput:
+    """Each GPU model's jobs/h from ``observations`` (oldest first), over the configured prior."""
     base = prior_only(settings)
-    return Throughput(base.default, base.by_gpu, measure(obs))
+    return Throughput(base.default, base.by_gpu, measure(observations))
+
+
+def estimate(log: Any, settings: Settings) -> Throughput:
+    """Each GPU model's jobs/h from the recent observations in ``log``."""
+    return from_observations(settings, recent_observations(log))

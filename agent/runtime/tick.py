@@ -109,21 +109,20 @@ def _restarts(prev: dict[str, Any] | None, rec: dict[str, Any], dt: float) -> in
 
 def _queue_trend(obs: dict[str, Any], history: list[dict[str, Any]], now: float) -> float | None:
     """The pending jobs' change per hour over the last hour of observations (None without two readings)."""
-    d = obs.get("demand") or {}
-    if not isinstance(d.get("pending"), int):
+    pending = (obs.get("demand") or {}).get("pending")
+    if not isinstance(pending, int):
         return None
     for o in history:  # oldest first: the first reading within the hour
         t, p = o.get("time"), (o.get("demand") or {}).get("pending")
         if isinstance(t, int | float) and isinstance(p, int) and 0 < now - t <= 3600:
-            return round((d["pending"] - p) * 3600.0 / (now - t), 1)
+            return round((pending - p) * 3600.0 / (now - t), 1)
     return None
 
 
 def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]]) -> None:
     """Per GPU model of ours: jobs/h per GPU (learned, else the prior) and $/job at what we pay; the credit
     runway at the fleet's current burn; the queue's trend."""
-    tp = throughput.Throughput(throughput.prior_only(app.settings).default,
-                               dict(app.settings.policy.jobs_per_hour_by_gpu), throughput.measure([*history, obs]))
+    tp = throughput.from_observations(app.settings, [*history, obs])
     models: dict[str, dict[str, Any]] = {}
     for x in obs["instances"]:
         if not x["ours"]:
