@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent import events as ev
 from agent.model import rules
 from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, Simulator
@@ -128,3 +129,34 @@ def test_the_rent_step_picks_the_cheapest_per_job_up_to_the_need():
     calls, text = rules._rent_step(plan, [R()])
     assert [c[1]["offer_id"] for c in calls] == [12, 13], (calls, text)  # 8 + 16 >= 22 jobs/h; 14 is avoided
     assert "$0.0413/job" in calls[0][1]["reason"]
+
+
+def test_an_instance_down_between_ticks_is_seen_and_replaced(make_app, sim, sim_clock):
+    """Down three minutes in every five but running whenever a tick looks: its uptime goes back, so each
+    observation counts a restart; after FLAP_RESTARTS the rules
+    provider replaces it and avoids its host."""
+    sim.pending = 2000.0
+    app = make_app(provider="rules", policy={**ROOMY, "max_instances": 2}, fleet=FLEET)
+    _ticks(app, sim, sim_clock, 3)
+    ours = sorted(i["id"] for i in _ours(sim) if i["actual_status"] == "running")
+    assert len(ours) == 2, [(i["id"], i["actual_status"]) for i in _ours(sim)]
+    flaky, steady = ours
+    host = sim.instances[flaky]["host_id"]
+    for n in range(rules.FLAP_RESTARTS):
+        sim_clock.advance(60)
+        sim.set_status(flaky, "rebooting", "rebooting")
+        sim_clock.advance(180)
+        sim.set_status(flaky, "running", "success")
+        sim_clock.advance(60)
+        assert run_tick(app).ok
+        recs = {i["id"]: i for i in events_of(app, "tick.started")[-1].payload["observation"]["instances"]}
+        assert recs[flaky]["status"] == "running" and recs[flaky]["restarts"] == n + 1, recs[flaky]
+        assert recs[steady]["restarts"] == 0
+    assert recs[flaky]["up_s"] <= 120 < recs[steady]["up_s"]
+    reasons = [json_args(c)["reason"] for e in events_of(app, "model.response") for c in e.payload["tool_calls"]
+               if c["name"] == "destroy_instance" and json_args(c)["instance_id"] == flaky]
+    assert reasons == [f"replace: it stopped running {rules.FLAP_RESTARTS} times since rent"], reasons
+    assert flaky not in sim.instances
+    assert all(i["host_id"] != host for i in _ours(sim)), "rented again on the flapping instance's host"
+    content = ev.render(events_of(app, "tick.started")[-1])["content"]  # type: ignore[index]
+    assert f"#{flaky} " in content and f"{rules.FLAP_RESTARTS} restarts" in content
