@@ -121,3 +121,38 @@ def test_ticks_learn_each_models_rate_from_the_simulator(make_app, sim, sim_cloc
     content = ev.render(text)["content"]  # type: ignore[index]
     assert "per GPU model: RTX 3090 ×1" in content and "measured" in content
     assert re.search(rf"#{fast} RTX 4090 .* · util \d+% · up \dh\d\dm · {recs[fast]['jobs']} jobs", content), content
+
+
+def test_search_offers_shows_jobs_per_hour_and_dollars_per_job_after_its_columns(make_app, sim):
+    """The columns the table had keep their places; jobs/h and $/job follow, from the configured prior per
+    GPU model (none measured yet), and order=per_job lists the cheapest per job first."""
+    import json
+
+    from agent.fleet.pipeline import run_tool_call
+    from agent.fleet.policy import Policy
+    from agent.fleet.toolkit import ToolContext, load_tools
+
+    app = make_app(provider="rules", policy={"jobs_per_hour_by_gpu": {"RTX 4090": 8.0, "RTX 3090": 4.0},
+                                             "min_reliability": 0.9}, fleet={"disk_gb": 10.0})
+    ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None, policy=Policy(app.settings),
+                      tick=1)
+    ctx.refresh()
+    tools = load_tools()
+
+    def table(args: dict[str, Any]) -> list[list[str]]:
+        outcome, _ = run_tool_call(tools, ctx, {"id": "c", "name": "search_offers",  # type: ignore[arg-type]
+                                                "arguments": json.dumps(args)}, dry_run=False)
+        lines = outcome.output.splitlines()
+        assert lines[0] == "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job", lines[0]
+        assert "assumed (policy.jobs_per_hour)" in lines[-1], lines[-1]
+        return [[p.strip() for p in x.split("|")] for x in lines[1:] if x[:1].isdigit()]
+
+    by_dph = table({"limit": 25})
+    assert [float(r[2]) for r in by_dph] == sorted(float(r[2]) for r in by_dph)
+    for r in by_dph:
+        jph = {"RTX 4090": 8.0, "RTX 3090": 4.0}.get(r[1].rsplit(" x", 1)[0], 8.0)
+        assert float(r[6]) == jph and float(r[7]) == pytest.approx(float(r[2]) / jph, abs=2e-4), r  # $/h is shown to 3 places
+    per_job = table({"limit": 25, "order": "per_job"})
+    assert [float(r[7]) for r in per_job] == sorted(float(r[7]) for r in per_job)
+    assert sorted(r[0] for r in per_job) == sorted(r[0] for r in by_dph)
+    assert [r[0] for r in per_job] != [r[0] for r in by_dph]
