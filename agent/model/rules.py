@@ -226,15 +226,16 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
 
 
 def _surplus(plan: _Plan) -> list[dict[str, Any]]:
-    """Instances to destroy: over the cap, or capacity beyond ``SURPLUS_OVER``× need, the dearest per job
-    (and those not running yet) first, keeping ``RENT_UP_TO``× need."""
+    """Instances to destroy: over the cap (those not running yet first), or capacity beyond ``SURPLUS_OVER``×
+    need, the dearest per job first, keeping ``RENT_UP_TO``× need; one still starting is not surplus (it was
+    rented for a reason a tick ago, and destroying it wastes the rent)."""
     order = sorted(plan.live, key=lambda i: (i["status"] == "running",
                                              -(float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9)), -i["id"]))
     out = order[:max(0, len(plan.live) - plan.cap)]
     cap_left = plan.capacity - sum(plan.jph(i) for i in out)
     if cap_left > SURPLUS_OVER * plan.need:
         for i in order[len(out):]:
-            if cap_left - plan.jph(i) < RENT_UP_TO * plan.need:
+            if i["status"] != "running" or cap_left - plan.jph(i) < RENT_UP_TO * plan.need:
                 continue
             out.append(i)
             cap_left -= plan.jph(i)
