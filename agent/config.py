@@ -366,6 +366,12 @@ class PolicySettings:
     # No rent at or below this credit (dollars): vast.ai refuses rents with HTTP 402 and stops every
     # instance at $0 (agent/feedback/credit.py).
     credit_reserve: StrictFloat = 2.0
+    # Jobs an hour one GPU delivers, assumed until the fleet's own instances have shown what a model
+    # delivers (agent/fleet/throughput.py); per GPU model where known, else the one figure.
+    jobs_per_hour: StrictFloat = 8.0
+    jobs_per_hour_by_gpu: dict[StrictStr, StrictFloat] = field(default_factory=dict)
+    # The backlog the fleet is sized to clear within this long, on top of what keeps arriving.
+    drain_within: Duration = Duration(3600)
 
 
 @dataclass(frozen=True)
@@ -927,6 +933,19 @@ def _check_failover(st: StorageSettings, loc: _Lines) -> None:
                         "a standby takes over this long after the active daemon stops, e.g. 30s")
 
 
+def _check_throughput(p: PolicySettings, loc: _Lines) -> None:
+    if not p.jobs_per_hour > 0:
+        raise loc.error("policy.jobs_per_hour", f"must be above 0 (got {p.jobs_per_hour:g}); the jobs an "
+                        "hour one GPU is assumed to deliver until the fleet has measured it, e.g. 8")
+    for gpu, x in p.jobs_per_hour_by_gpu.items():
+        if not x > 0:
+            raise loc.error("policy.jobs_per_hour_by_gpu", f"{gpu!r}: must be above 0 (got {x:g}); jobs an hour "
+                            "one GPU of that model delivers, e.g. {RTX 4090: 8}")
+    if float(p.drain_within) < 60:
+        raise loc.error("policy.drain_within", f"must be at least 1m (got {float(p.drain_within):g}s); the "
+                        "backlog is planned to be cleared within this long, e.g. 1h")
+
+
 def _check_limits(s: Settings, loc: _Lines) -> None:
     for key, v in (("policy.max_instances", s.policy.max_instances),
                    ("policy.max_rents_per_hour", s.policy.max_rents_per_hour),
@@ -1025,6 +1044,7 @@ def _check(s: Settings, loc: _Lines) -> None:
     _check_context(s.context, loc)
     _check_schedule(s.schedule, loc)
     _check_limits(s, loc)
+    _check_throughput(s.policy, loc)
     _check_http(s.http, loc)
     _check_storage(s.storage, loc)
     _check_archive(s.storage, loc)

@@ -339,6 +339,32 @@ def _big_fleet(n: int) -> dict[str, Any]:
 SAMPLES[("tick.started", 5)] = [*SAMPLES[("tick.started", 2)],
                                 ("40 instances: one line each", {"observation": _big_fleet(40)}),
                                 ("41 instances: alike ones on one line", {"observation": _big_fleet(41)})]
+
+
+def _with_health(obs: dict[str, Any]) -> dict[str, Any]:
+    """``obs`` with v6's fields: per instance utilisation, uptime, restarts and jobs; per GPU model jobs/h and
+    $/job; the runway and the queue's trend (one instance down between ticks, one a model not yet measured)."""
+    insts = []
+    for k, i in enumerate(obs["instances"]):
+        running = i.get("status") == "running"
+        insts.append({**i, "gpu_util": (91.5 + k % 7) if running else None, "up_s": (3000 + 60 * k) if running else None,
+                      "restarts": 3 if k == 4 else 0, "jobs": 12 + k if i.get("ours", True) else None})
+    demand = {**obs["demand"], "trend_per_h": -36.5} if isinstance(obs.get("demand"), dict) else obs.get("demand")
+    return {**obs, "instances": insts, "demand": demand, "runway_h": 13.2,
+            "gpu_models": {"A100 SXM4": {"instances": 19, "jobs_per_h": 15.62, "measured_gpu_h": 41.5,
+                                         "usd_per_job": 0.0768},
+                           "RTX 4090": {"instances": 20, "jobs_per_h": 8.0, "measured_gpu_h": 0.4,
+                                        "usd_per_job": 0.0513}}}
+
+
+# v6 adds utilisation, uptime, restarts and jobs per instance, jobs/h and $/job per GPU model, the credit runway
+# and the queue's trend; an observation without them renders as v5.
+SAMPLES[("tick.started", 6)] = [*SAMPLES[("tick.started", 5)],
+                                ("full observation with health and economics", {"observation": _with_health(_OBS)}),
+                                ("40 instances with health", {"observation": {**_with_health(_big_fleet(40)),
+                                                                              "runway_h": 230.0}}),
+                                ("41 instances with health: grouped",
+                                 {"observation": _with_health(_big_fleet(41))})]
 SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
     "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
                      "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,

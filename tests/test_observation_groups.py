@@ -56,3 +56,29 @@ def test_a_fleet_up_to_the_threshold_and_old_rows_render_as_before(tmp_path: Pat
         assert ev.render(big) != ev.render(dataclasses.replace(big, version=4))
         # a row stored as v4 by an earlier release keeps its rendering: one line per instance
         assert "instances:\n  #" in ev.render(dataclasses.replace(big, version=4))["content"]   # type: ignore[index]
+
+
+def test_a_large_fleets_health_and_economics_keep_the_grouping_within_budget(tmp_path: Path) -> None:
+    """v6 adds utilisation, uptime, restarts and jobs to every instance: 500 of them still group alike ones,
+    every instance stays named, the one that restarted between ticks is named with its restarts, and the
+    rendering stays under half the one-line-per-instance form and within a fifth of the default budget."""
+    insts = _fleet(500)
+    for k, i in enumerate(insts):
+        running = i["status"] == "running"
+        i.update(gpu_util=85.0 + k % 14 if running else None, up_s=3000 + 60 * (k % 30) if running else None,
+                 restarts=4 if k == 10 else 0, jobs=20 + k % 40 if i["ours"] else None)
+    obs = {"time": 1_795_000_000, "balance": 900.0, "fleet_dph": 300.0, "runway_h": 3.0, "instances": insts,
+           "demand": {"pending": 900, "running": 500, "completed": 9000, "trend_per_h": 120.0},
+           "gpu_models": {g: {"instances": 125, "jobs_per_h": 8.0, "measured_gpu_h": 40.0, "usd_per_job": 0.05}
+                          for g in ("RTX 4090", "RTX 3090", "A100 SXM4", "L40S")}}
+    with EventLog(tmp_path / "events.db") as log:
+        e = log.append("tick.started", {"observation": obs}, "scheduler", 1)
+        assert e.version >= 6
+        text = ev.render(e)["content"]   # type: ignore[index]
+        named = re.findall(r"#(\d{8})\b", text)
+        assert sorted(int(x) for x in named) == sorted(i["id"] for i in insts)
+        assert f"#{insts[10]['id']} (4 restarts)" in text
+        assert "per GPU model: A100 SXM4 ×125" in text and "; RTX 4090 ×125 8.0 jobs/h/GPU (measured 40.0 GPU-h) $0.050/job" in text
+        grouped = log.tokenizer.count_message(ev.render(e))
+        one_each = log.tokenizer.count_message(ev.render(dataclasses.replace(e, version=4)))
+        assert grouped < one_each / 2 and grouped < 6000, (grouped, one_each)

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from agent.clients.vast import Instance, Offer, VastError, spendable
-from agent.fleet import steering
+from agent.fleet import steering, throughput
 from agent.fleet.block import Block, norm_gpu
 from agent.fleet.reconcile import absence_proves_gone
 from agent.fleet.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
@@ -72,20 +72,43 @@ def search(ctx: ToolContext, query: dict[str, Any], **kw: Any) -> list[Offer]:
     return offers
 
 
+PER_JOB_POOL = 64
+"""Offers fetched, cheapest $/h first, to pick the cheapest per job from (``order: per_job``)."""
+
+
 def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     limit = min(int(args.get("limit", ctx.settings.fleet.search_limit)), 25)
-    offers = search(ctx, _offer_query(ctx, args), limit=limit, order=[("dph_total", "asc")])
+    per_job = args.get("order") == "per_job"
+    offers = search(ctx, _offer_query(ctx, args), limit=max(limit, PER_JOB_POOL) if per_job else limit,
+                    order=[("dph_total", "asc")])
     excluded = steering.excluded_hosts(ctx.settings, ctx.log)
     left_out = [o for o in offers if o.host_id in excluded]
     offers = [o for o in offers if o.host_id not in excluded]
     note = f"\n({len(left_out)} offers on excluded hosts left out)" if left_out else ""
     if not offers:
         return Outcome(True, "no offers match (filters: allowed GPUs, price and reliability caps from policy)" + note)
-    rows = ["offer_id | gpu | $/h | reliability | host | location"]
-    for o in offers[:limit]:
+    tp = throughput.estimate(ctx.log, ctx.settings)
+    if per_job:
+        offers.sort(key=lambda o: (tp.usd_per_job(o.dph_total or 0.0, o.gpu_name or "?", o.num_gpus) or 0.0, o.id))
+    rows = ["offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"]
+    shown = offers[:limit]
+    for o in shown:
+        gpu = o.gpu_name or "?"
+        jph = tp.per_instance(gpu, o.num_gpus)
+        per = tp.usd_per_job(o.dph_total or 0.0, gpu, o.num_gpus)
         rows.append(f"{o.id} | {o.gpu_name} x{o.num_gpus or 1} | {o.dph_total or 0:.3f} | "
-                    f"{o.reliability or 0:.3f} | {o.host_id} | {o.geolocation or '?'}")
-    return Outcome(True, "\n".join(rows) + note)
+                    f"{o.reliability or 0:.3f} | {o.host_id} | {o.geolocation or '?'} | {jph:.1f} | "
+                    + (f"{per:.4f}" if per is not None else "?"))
+    return Outcome(True, "\n".join(rows) + _basis(tp, sorted({o.gpu_name or "?" for o in shown})) + note)
+
+
+def _basis(tp: throughput.Throughput, gpus: list[str]) -> str:
+    """Which GPU models' jobs/h the fleet measured and which are the configured assumption."""
+    measured = [g for g in gpus if tp.rate(g).learned]
+    assumed = [g for g in gpus if g not in measured]
+    parts = ([f"measured by our instances for {', '.join(measured)}"] if measured else []) + \
+        ([f"assumed (policy.jobs_per_hour) for {', '.join(assumed)}"] if assumed else [])
+    return "\n(jobs/h: " + "; ".join(parts) + ")"
 
 
 def find_offer(ctx: ToolContext, offer_id: int) -> Offer | None:
@@ -304,8 +327,11 @@ TOOLS: tuple[AnyTool, ...] = (
     Tool("list_fleet", "List every instance on the account: id, GPU, status, time in it, $/h, host, whether "
          "it is ours, label.", obj({}), _list_fleet),
     Tool("search_offers", "Search the vast.ai market for offers within policy (allowed GPUs, price and "
-         "reliability caps are applied automatically), cheapest first.",
+         "reliability caps are applied automatically), cheapest $/h first, or cheapest per job with "
+         "order=per_job. jobs/h is what one such instance delivers (measured by our own instances, else "
+         "assumed) and $/job its price per job.",
          obj({"gpu_name": {"type": "string", "maxLength": 40},
+              "order": {"type": "string", "enum": ["dph", "per_job"]},
               "num_gpus": {"type": "integer", "minimum": 1, "maximum": 8},
               "max_dph": {"type": "number", "minimum": 0},
               "min_reliability": {"type": "number", "minimum": 0, "maximum": 1},

@@ -2,7 +2,9 @@
 
 Production points `DemandClient` at the queue's status URL; the simulator serves the
 same shape at `GET /demand`. The body is JSON with at least `pending` and
-`completed`; `running` and `arrival_rate_per_h` are read when present.
+`completed`; `running` and `arrival_rate_per_h` are read when present, and so is
+`workers` (`{instance_id: {"completed": N}}`: the jobs each worker has completed,
+cumulative), from which the fleet learns what each GPU model delivers.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class Demand:
     running: int
     completed: int
     arrival_rate_per_h: float | None
+    # Jobs completed by each worker (instance id -> cumulative count); empty when the queue does not say.
+    workers: dict[int, int] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -42,10 +46,30 @@ class Demand:
                 running=int(data.get("running") or 0),
                 completed=int(data["completed"]),
                 arrival_rate_per_h=None if rate is None else float(rate),
+                workers=_workers(data.get("workers")),
                 raw=dict(data),
             )
         except (TypeError, ValueError) as e:
             raise DemandError(f"demand: non-numeric field in response: {e}") from e
+
+
+def _workers(data: Any) -> dict[int, int]:
+    """``workers`` as instance id -> completed jobs; absent or null is none known."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise DemandError(f"demand: 'workers' must map instance ids to {{\"completed\": N}}, "
+                          f"got {type(data).__name__}")
+    out: dict[int, int] = {}
+    for key, w in data.items():
+        if not isinstance(w, dict) or isinstance(w.get("completed"), bool):
+            raise DemandError(f"demand: workers[{str(key)[:40]!r}] must be {{\"completed\": N}}")
+        try:
+            out[int(key)] = int(w["completed"])
+        except (KeyError, TypeError, ValueError):
+            raise DemandError(f"demand: workers[{str(key)[:40]!r}] needs an instance id and a numeric "
+                              "'completed'") from None
+    return out
 
 
 class DemandClient:

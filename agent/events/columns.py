@@ -1,6 +1,6 @@
 """The instance records of a tick's observation as columns (``tick.started`` v3's and v4's stored forms).
 
-Pure functions the log decodes a v3, v4 or v5 row with (``agent.events.decode``); agent/events/kinds/tick.py
+Pure functions the log decodes a v3, v4, v5 or v6 row with (``agent.events.decode``); agent/events/kinds/tick.py
 defines the versions (v4: a column whose values repeat is stored as its distinct values and an index into them).
 """
 
@@ -130,5 +130,5 @@ INSTANCE_COLUMNS = Stored(encode=_encode, decode=_decode)
 INSTANCE_DICTIONARIES = Stored(encode=lambda p: _encode(p, dictionaries=True),
                                decode=lambda p: _decode(p, dictionaries=True))
 """v4: a column whose values repeat as its distinct values and an index, when that is shorter."""
-STORED = {3: INSTANCE_COLUMNS, 4: INSTANCE_DICTIONARIES, 5: INSTANCE_DICTIONARIES}
+STORED = {3: INSTANCE_COLUMNS, 4: INSTANCE_DICTIONARIES, 5: INSTANCE_DICTIONARIES, 6: INSTANCE_DICTIONARIES}
 """``tick.started``'s stored form by version."""

@@ -99,29 +99,92 @@ Quote = Callable[[object], str]
 """How a renderer writes a value it did not author: ``str`` (version 1 renderings) or ``inline``."""
 
 
-def _instance_line(i: JsonObject, q: Quote = str) -> str:
+def _instance_line(i: JsonObject, q: Quote = str, detail: bool = False) -> str:
     flag = "" if i.get("ours", True) else " NOT-OURS"
     msg = f" — {q(i['status_msg'])}" if i.get("status_msg") else ""
     return (f"  #{q(i.get('id'))} {q(i.get('gpu_name'))} x{q(i.get('num_gpus', 1))} "
             f"{q(i.get('status') or 'provisioning')} {age(i.get('age_s'))} {money(i.get('dph'))}/h "
-            f"host {q(i.get('host_id'))}{flag}{msg}")
+            f"host {q(i.get('host_id'))}{flag}{_health(i, q) if detail else ''}{msg}")
 
 
-def _demand_line(obs: JsonObject, q: Quote = str) -> str | None:
+def _health(i: JsonObject, q: Quote) -> str:
+    """`` · util 93% · up 2h10m · 1 restart · 41 jobs`` (v6): what the instance did between ticks, from
+    the fields it has."""
+    parts = []
+    util = i.get("gpu_util")
+    if isinstance(util, int | float) and not isinstance(util, bool):
+        parts.append(f"util {util:.0f}%")
+    if isinstance(i.get("up_s"), int | float):
+        parts.append(f"up {age(i.get('up_s'))}")
+    n = i.get("restarts")
+    if isinstance(n, int) and n:
+        parts.append(f"{n} restart{'s' if n != 1 else ''}")
+    if isinstance(i.get("jobs"), int):
+        parts.append(f"{q(i.get('jobs'))} jobs")
+    return "".join(f" · {p}" for p in parts)
+
+
+def _hours(h: float) -> str:
+    return f"{h / 24:.1f} days" if h >= 48 else age(h * 3600)
+
+
+def _per_job(x: object) -> str:
+    return f"${x:.3f}/job" if isinstance(x, int | float) and not isinstance(x, bool) else "$?/job"
+
+
+def _models_line(obs: JsonObject, q: Quote) -> str | None:
+    """``per GPU model: RTX 4090 ×3 7.9 jobs/h/GPU (measured 3.2 GPU-h) $0.048/job; ...`` (v6)."""
+    models = obs.get("gpu_models")
+    if not isinstance(models, dict) or not models:
+        return None
+    parts = []
+    for gpu, m in models.items():
+        if not isinstance(m, dict):
+            continue
+        jph, hours = m.get("jobs_per_h"), m.get("measured_gpu_h")
+        rate = f"{jph:.1f} jobs/h/GPU" if isinstance(jph, int | float) else "? jobs/h/GPU"
+        basis = (f"measured {hours:.1f} GPU-h" if isinstance(hours, int | float) and hours >= 1
+                 else "assumed, not yet measured")
+        parts.append(f"{q(gpu)} ×{q(m.get('instances', '?'))} {rate} ({basis}) {_per_job(m.get('usd_per_job'))}")
+    return "per GPU model: " + "; ".join(parts) if parts else None
+
+
+def _demand_line(obs: JsonObject, q: Quote = str, detail: bool = False) -> str | None:
     d = obs.get("demand")
     if isinstance(d, dict):
         rate = d.get("arrival_rate_per_h")
         rate_txt = f", arriving ~{rate:.0f}/h" if isinstance(rate, int | float) else ""
         delta = d.get("pending_delta")
         delta_txt = f" ({delta:+d} since last tick)" if isinstance(delta, int) else ""
+        trend = d.get("trend_per_h") if detail else None
+        trend_txt = f", queue trend {trend:+.0f}/h over the last hour" if isinstance(trend, int | float) else ""
         return (f"demand: {q(d.get('pending', '?'))} pending{delta_txt}, {q(d.get('running', 0))} running, "
-                f"{q(d.get('completed', '?'))} completed{rate_txt}")
+                f"{q(d.get('completed', '?'))} completed{rate_txt}{trend_txt}")
     if d is None and "demand_error" in obs:
         return f"demand: unavailable ({q(obs['demand_error'])})"
     return None
 
 
-def _grouped_lines(insts: list[JsonObject], q: Quote) -> list[str]:
+def _group_health(members: list[JsonObject]) -> str:
+    """`` · util 85-99% · 1,234 jobs`` (v6): a group's utilisation range and jobs done."""
+    utils = [u for i in members if isinstance(u := i.get("gpu_util"), int | float) and not isinstance(u, bool)]
+    jobs = [j for i in members if isinstance(j := i.get("jobs"), int)]
+    parts = []
+    if utils:
+        lo, hi = min(utils), max(utils)
+        parts.append(f"util {lo:.0f}%" if round(lo) == round(hi) else f"util {lo:.0f}-{hi:.0f}%")
+    if jobs:
+        parts.append(f"{sum(jobs):,} jobs")
+    return "".join(f" · {p}" for p in parts)
+
+
+def _member(i: JsonObject, q: Quote, detail: bool) -> str:
+    """``#id``, and in v6 ``(N restarts)`` after one that restarted: the member that is failing stands out."""
+    n = i.get("restarts") if detail else None
+    return f"#{q(i.get('id'))}" + (f" ({n} restart{'s' if n != 1 else ''})" if isinstance(n, int) and n else "")
+
+
+def _grouped_lines(insts: list[JsonObject], q: Quote, detail: bool = False) -> list[str]:
     """A large fleet's instance lines: the instances alike (GPU, count, status, price, status message) on one
     line, ``N × GPU xC status $/h — message:`` then their ids by host and age (``h16527 10m #a #b; h25295 2h00m
     #c``), in the order the first of each appears. One not ours keeps a line of its own, as does a group of
@@ -143,20 +206,24 @@ def _grouped_lines(insts: list[JsonObject], q: Quote) -> list[str]:
     for x in slots:
         members = [x] if isinstance(x, dict) else groups[x]
         if len(members) == 1:
-            lines.append(_instance_line(members[0], q))
+            lines.append(_instance_line(members[0], q, detail))
             continue
         where: dict[tuple[str, str], list[str]] = {}
         for i in members:
-            where.setdefault((q(i.get("host_id")), age(i.get("age_s"))), []).append(f"#{q(i.get('id'))}")
-        lines.append(f"  {len(members)} × {x}: " + "; ".join(f"h{h} {a} " + " ".join(ids) for (h, a), ids in where.items()))
+            where.setdefault((q(i.get("host_id")), age(i.get("age_s"))), []).append(_member(i, q, detail))
+        extra = _group_health(members) if detail else ""
+        lines.append(f"  {len(members)} × {x}{extra}: "
+                     + "; ".join(f"h{h} {a} " + " ".join(ids) for (h, a), ids in where.items()))
     return lines
 
 
 def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = str, *,
-                       group_over: int | None = None) -> str:
+                       group_over: int | None = None, detail: bool = False) -> str:
     """The compact, deterministic text of one tick's observation. ``q`` writes every value that came from
     vast.ai, the demand source or the log (``str`` in version 1; ``inline`` from version 2 on). With
-    ``group_over`` (version 5 on), a fleet of more instances than that lists alike ones on one line."""
+    ``group_over`` (version 5 on), a fleet of more instances than that lists alike ones on one line. With
+    ``detail`` (version 6 on): each instance's utilisation, uptime, restarts and jobs done, each GPU model's
+    jobs/h and $/job, the credit runway and the queue's trend, from the fields the observation has."""
     when = epoch_minute(obs["time"]) if isinstance(obs.get("time"), int | float) else ts_minute(ts)
     lines = [f"[tick {tick} · {when}] observation"]
     insts = obs.get("instances") or []
@@ -164,20 +231,25 @@ def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = st
     for i in insts:
         states[i.get("status") or "provisioning"] = states.get(i.get("status") or "provisioning", 0) + 1
     state_txt = ", ".join(f"{n} {q(s)}" for s, n in sorted(states.items())) or "none"
+    runway = obs.get("runway_h") if detail else None
+    runway_txt = f" (runway {_hours(runway)} at this burn)" if isinstance(runway, int | float) else ""
     lines.append(
-        f"balance {money(obs.get('balance'))} · fleet {len(insts)} instances ({state_txt}) · "
+        f"balance {money(obs.get('balance'))}{runway_txt} · fleet {len(insts)} instances ({state_txt}) · "
         f"{money(obs.get('fleet_dph', 0.0))}/h"
     )
-    demand = _demand_line(obs, q)
+    demand = _demand_line(obs, q, detail)
     if demand is not None:
         lines.append(demand)
+    models = _models_line(obs, q) if detail else None
+    if models is not None:
+        lines.append(models)
     if insts and group_over is not None and len(insts) > group_over:
         lines.append("instances (alike ones on one line: how many × GPU, count, status, price and message, then "
                      "their ids by host and age):")
-        lines.extend(_grouped_lines(insts, q))
+        lines.extend(_grouped_lines(insts, q, detail))
     elif insts:
         lines.append("instances:")
-        lines.extend(_instance_line(i, q) for i in insts)
+        lines.extend(_instance_line(i, q, detail) for i in insts)
     for key, title in (("changes", "changes since last tick"), ("open_alerts", "open alerts"), ("errors", "errors")):
         items = obs.get(key) or []
         if items:

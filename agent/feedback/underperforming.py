@@ -29,11 +29,16 @@ MIN_PEERS = 2
 
 
 def _uptime_s(i: dict[str, Any]) -> float | None:
-    v = i.get("uptime_s")
+    v = i.get("up_s", i.get("uptime_s"))  # tick.started v6 names it up_s
     if isinstance(v, int | float):
         return float(v)
     v = i.get("uptime_mins")
     return float(v) * 60.0 if isinstance(v, int | float) else None
+
+
+def _jobs(i: dict[str, Any]) -> float | None:
+    """Jobs the instance finished since rent (``jobs`` in tick.started v6)."""
+    return _num(i, "jobs") if "jobs" in i else _num(i, "jobs_done")
 
 
 def _num(i: dict[str, Any], key: str) -> float | None:
@@ -91,7 +96,7 @@ def _jobs_signs(observations: list[dict[str, Any]], ids: list[Any]) -> dict[Any,
         h = _history(observations, iid)
         if len(h) < WINDOW or any(i.get("status") != "running" for _, i in h[1:]):
             continue
-        j0, j1 = _num(h[0][1], "jobs_done"), _num(h[-1][1], "jobs_done")
+        j0, j1 = _jobs(h[0][1]), _jobs(h[-1][1])
         if j0 is not None and j1 is not None:
             done[iid] = j1 - j0
     out = {}

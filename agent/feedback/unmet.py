@@ -32,12 +32,21 @@ DRAIN_HOURS = 2.0  # the backlog a right-sized fleet should work off within this
 JOBS_PER_INSTANCE_H = 8.0  # the prior until the fleet's delivered throughput is known
 
 
-def capacity_per_instance(gpu_name: str | None = None, settings: Any = None) -> float:
-    """Jobs an hour one instance delivers: the prior of 8 (``policy.jobs_per_hour`` when the config has it).
-
-    The one place the unmet-demand cause sizes the fleet; a throughput learned per GPU model plugs in here."""
-    learned = getattr(getattr(settings, "policy", None), "jobs_per_hour", None)
-    return float(learned) if isinstance(learned, int | float) and learned > 0 else JOBS_PER_INSTANCE_H
+def capacity_per_instance(gpu_name: str | None = None, settings: Any = None,
+                          obs: dict[str, Any] | None = None) -> float:
+    """Jobs an hour one GPU of ``gpu_name`` delivers: as the fleet measured it (the observation's
+    ``gpu_models``, agent/fleet/throughput.py), else the configured prior for that model
+    (``policy.jobs_per_hour_by_gpu``), else ``policy.jobs_per_hour`` (8 when no settings are given)."""
+    models = (obs or {}).get("gpu_models") or {}
+    m = models.get(gpu_name) if gpu_name else None
+    if isinstance(m, dict) and isinstance(m.get("jobs_per_h"), int | float) and m["jobs_per_h"] > 0:
+        return float(m["jobs_per_h"])
+    policy = getattr(settings, "policy", None)
+    by_gpu = getattr(policy, "jobs_per_hour_by_gpu", None) or {}
+    if gpu_name in by_gpu:
+        return float(by_gpu[gpu_name])
+    prior = getattr(policy, "jobs_per_hour", None)
+    return float(prior) if isinstance(prior, int | float) and prior > 0 else JOBS_PER_INSTANCE_H
 
 
 def unmet_tick(obs: dict[str, Any]) -> bool | None:

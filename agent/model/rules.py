@@ -2,9 +2,11 @@
 
 Not a language model. It reads the latest observation and this tick's tool
 results from the log, and scales the fleet to demand within policy: destroy
-our dead or stuck instances, search when short, rent the cheapest offers on
-hosts no knowledge file or directive blacklists, destroy surplus when the queue
-is empty. It answers through the same tool calls a model would, so every
+our dead, stuck or flapping instances; size the fleet on throughput (the jobs/h
+each GPU model delivers, agent/fleet/throughput.py) to serve the arrivals plus
+the backlog cleared within ``policy.drain_within``; when short, rent the offers
+cheapest per job on hosts no knowledge file or directive blacklists, up to
+``RENT_UP_TO``× need; destroy surplus past ``SURPLUS_OVER``× need. It answers through the same tool calls a model would, so every
 guardrail, event and replay path is exercised the same way. Used by the demo
 and selectable with ``model.provider: rules``.
 """
@@ -12,15 +14,17 @@ and selectable with ``model.provider: rules``.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from agent.model.llm import ModelReply, ToolCall, Usage
+from agent.times import utc_ts
 
-JOBS_PER_INSTANCE_H = 8.0
-DRAIN_HOURS = 2.0
+RENT_UP_TO = 1.1  # rent until the fleet delivers this many times what it needs
+SURPLUS_OVER = 1.5  # destroy surplus only when the fleet delivers more than this many times what it needs
+FLAP_RESTARTS = 3  # an instance that stopped running this often since rent is replaced, its host avoided
 DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance: stopped is a failure
 FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died
 ADVICE_SHOWN = 2  # advice the rules cannot parse, quoted in the decision text (the rest counted)
@@ -87,9 +91,11 @@ class RulesProvider:
                           latency_ms=(time.monotonic() - t0) * 1000, model=self.name)
 
     def _plan(self, obs: dict[str, Any]) -> _Plan:
-        """The fleet as observed at the tick's start, sorted into dead and live, and the target size. What
-        binds (policy, overrides, exclusions, accepted constraints) and what the directives and knowledge
-        files say come from the one parser of operators' words (``App.steering_view``)."""
+        """The fleet as observed at the tick's start, sorted into dead and live, and what it must deliver:
+        jobs/h for the arrivals plus the backlog cleared within ``policy.drain_within``, against what the
+        live instances deliver (each GPU model's jobs/h as the fleet measured it, else the prior). What binds
+        (policy, overrides, exclusions, accepted constraints) and what the directives and knowledge files say
+        come from the one parser of operators' words (``App.steering_view``)."""
         s = self.app.settings
         view = self.app.steering_view(self._steering_texts())
         banned = set(view.excluded_hosts) | {int(c.value) for c in view.words.constraints
@@ -98,17 +104,28 @@ class RulesProvider:
         ours = [i for i in obs["instances"] if i["ours"]]
         stuck_after = s.alerts.stuck_after
         kept = set(obs.get("credit_stopped") or [])  # stopped for lack of credit: kept for the top-up, not dead
-        dead = [i for i in ours if i["id"] not in kept and (_is_dead(i, stuck_after) or i["host_id"] in banned)]
-        avoid = banned | self._failed_hosts(stuck_after)
+        flapping = {i["id"] for i in ours if i["id"] not in kept and int(i.get("restarts") or 0) >= FLAP_RESTARTS}
+        dead = [i for i in ours if i["id"] not in kept
+                and (_is_dead(i, stuck_after) or i["host_id"] in banned or i["id"] in flapping)]
+        avoid = banned | self._failed_hosts(stuck_after) | {int(i["host_id"]) for i in ours
+                                                            if i["id"] in flapping and i["host_id"] is not None}
         live = [i for i in ours if i not in dead]
+        tp = _Rates.of(obs, s.policy.jobs_per_hour, s.policy.jobs_per_hour_by_gpu)
         d = obs.get("demand") or {}
         pending = d.get("pending") or 0
         rate = d.get("arrival_rate_per_h") or 0.0
-        target = min(cap, math.ceil((rate + pending / DRAIN_HOURS) / JOBS_PER_INSTANCE_H)) if d else len(live)
+        drain_h = float(s.policy.drain_within) / 3600.0
+        capacity = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in live)
+        # Without a demand reading the fleet stays as it is: what it delivers now is what it must.
+        need = rate + pending / drain_h if d else capacity
+        log = self.app.log
+        rents_left = max(0, s.policy.max_rents_per_hour
+                         - log.store.rents_since(utc_ts(log.clock() - timedelta(hours=1))))
         credit = obs.get("balance")
-        if isinstance(credit, int | float) and credit <= s.policy.credit_reserve:
-            target = min(target, len(live))  # no rent at or below the credit reserve: hold until a top-up
-        return _Plan(banned, avoid, cap, dead, live, pending, rate, target, view, _advice_text(view.advice))
+        # no rent at or below the credit reserve: hold until a top-up (vast.ai would refuse it with a 402)
+        held = isinstance(credit, int | float) and credit <= s.policy.credit_reserve
+        return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
+                     rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held)
 
 
 def _advice_text(advice: tuple[str, ...]) -> str:
@@ -121,6 +138,33 @@ def _advice_text(advice: tuple[str, ...]) -> str:
 
 
 @dataclass(frozen=True)
+class _Rates:
+    """Jobs/h per GPU by model, as the tick's observation states them (``gpu_models``: learned from the
+    fleet's completions, else the prior); a model it does not name gets the configured prior."""
+
+    default: float
+    by_gpu: dict[str, float]
+    learned: frozenset[str]
+
+    @classmethod
+    def of(cls, obs: dict[str, Any], default: float, priors: dict[str, float]) -> _Rates:
+        rates = dict(priors)
+        learned = set()
+        for gpu, m in (obs.get("gpu_models") or {}).items():
+            if isinstance(m, dict) and isinstance(m.get("jobs_per_h"), int | float) and m["jobs_per_h"] > 0:
+                rates[gpu] = float(m["jobs_per_h"])
+                if (m.get("measured_gpu_h") or 0) >= 1:
+                    learned.add(gpu)
+        return cls(default, rates, frozenset(learned))
+
+    def per_gpu(self, gpu: str) -> float:
+        return self.by_gpu.get(gpu, self.default)
+
+    def per_instance(self, gpu: str, num_gpus: int | None) -> float:
+        return self.per_gpu(gpu) * max(1, int(num_gpus or 1))
+
+
+@dataclass(frozen=True)
 class _Plan:
     banned: set[int]
     avoid: set[int]  # blacklisted hosts and hosts where one of ours died
@@ -129,9 +173,28 @@ class _Plan:
     live: list[dict[str, Any]]
     pending: int
     rate: float
-    target: int
+    need: float  # jobs/h the fleet must deliver: arrivals plus the backlog over the drain horizon
+    capacity: float  # jobs/h the live instances deliver
+    drain_h: float
+    tp: _Rates
+    flapping: set[int]
+    rents_left: int  # rents policy.max_rents_per_hour still allows
+    max_dph: float
     view: Any = None  # agent.fleet.constraints.InForce: what binds, and the operators' words
-    advice: str = ""
+    advice: str = ""  # operator advice the rules cannot parse, for the decision text
+    credit_held: bool = False  # credit at or below policy.credit_reserve: no rent until a top-up
+
+    def jph(self, i: dict[str, Any]) -> float:
+        return self.tp.per_instance(str(i["gpu_name"]), i.get("num_gpus"))
+
+    def why(self) -> str:
+        """The numbers the decision rests on, in a sentence."""
+        models = sorted({str(i["gpu_name"]) for i in self.live})
+        rates = ", ".join(f"{g} {self.tp.per_gpu(g):.1f}/h/GPU {'measured' if g in self.tp.learned else 'assumed'}"
+                          for g in models)
+        return (f"need {self.need:.1f} jobs/h (arriving ~{self.rate:.0f}/h + {self.pending} pending over "
+                f"{self.drain_h:g}h); {len(self.live)} live deliver {self.capacity:.1f} jobs/h"
+                + (f" ({rates})" if rates else ""))
 
 
 Calls = list[tuple[str, dict[str, Any]]]
@@ -140,41 +203,99 @@ Calls = list[tuple[str, dict[str, Any]]]
 def _first_step(plan: _Plan) -> tuple[Calls, str]:
     """Destroy the dead and the surplus, search when short."""
     calls: Calls = []
-    pending, live, cap, target = plan.pending, plan.live, plan.cap, plan.target
+    cap = plan.cap
     for i in plan.dead:
         why = "its host is blacklisted by the operators" if i["host_id"] in plan.banned else \
+            f"it stopped running {i.get('restarts')} times since rent" if i["id"] in plan.flapping else \
             f"it is {i['status']} after {int(i['age_s']) // 60} min"
         calls.append(("destroy_instance", {"instance_id": i["id"], "reason": f"replace: {why}"}))
-    surplus = len(live) - target
-    if surplus > 0 and (pending < 5 or len(live) > cap):
-        for i in sorted(live, key=lambda x: (x["status"] == "running", -x["id"]))[:surplus]:
-            calls.append(("destroy_instance", {"instance_id": i["id"],
-                                               "reason": f"scale down: {pending} pending, target {target} (cap {cap})"}))
-    need = target - len(live)
-    if need > 0:
-        calls.append(("search_offers", {"limit": min(25, need + 3 + len(plan.avoid))}))
-    text = (f"rules provider: {pending} pending, arriving ~{plan.rate:.0f}/h; {len(live)} live of ours, "
-            f"target {target} (cap {cap}); " + (f"{len(plan.dead)} to replace; " if plan.dead else "")
-            + (f"searching for {need}" if need > 0 else "no rentals needed") + plan.advice)
+    surplus = _surplus(plan)
+    for i in surplus:
+        calls.append(("destroy_instance", {"instance_id": i["id"], "reason":
+                                           f"scale down: need {plan.need:.1f} jobs/h, {plan.capacity:.1f} live "
+                                           f"(cap {cap}); #{i['id']} delivers {plan.jph(i):.1f} jobs/h"}))
+    short = _short(plan)
+    if short:
+        calls.append(("search_offers", {"limit": 25, "order": "per_job"}))
+    text = (f"rules provider: {plan.why()}; cap {cap}; "
+            + (f"{len(plan.dead)} to replace; " if plan.dead else "")
+            + (f"{len(surplus)} surplus to destroy (over {SURPLUS_OVER:g}× need); " if surplus else "")
+            + (f"searching for {short:.1f} jobs/h more (up to {RENT_UP_TO:g}× need)" if short
+               else _why_no_rent(plan)) + plan.advice)
     return calls, text
 
 
+def _surplus(plan: _Plan) -> list[dict[str, Any]]:
+    """Instances to destroy: over the cap (those not running yet first), or capacity beyond ``SURPLUS_OVER``×
+    need, the dearest per job first, keeping ``RENT_UP_TO``× need; one still starting is not surplus (it was
+    rented for a reason a tick ago, and destroying it wastes the rent)."""
+    order = sorted(plan.live, key=lambda i: (i["status"] == "running",
+                                             -(float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9)), -i["id"]))
+    out = order[:max(0, len(plan.live) - plan.cap)]
+    cap_left = plan.capacity - sum(plan.jph(i) for i in out)
+    if cap_left > SURPLUS_OVER * plan.need:
+        for i in order[len(out):]:
+            if i["status"] != "running" or cap_left - plan.jph(i) < RENT_UP_TO * plan.need:
+                continue
+            out.append(i)
+            cap_left -= plan.jph(i)
+    return out
+
+
+def _why_no_rent(plan: _Plan) -> str:
+    if plan.capacity >= plan.need:
+        return "no rentals needed"
+    if plan.credit_held:
+        return (f"short {plan.need - plan.capacity:.1f} jobs/h but credit is at or below policy.credit_reserve; "
+                "holding rents until a top-up")
+    if len(plan.live) >= plan.cap:
+        return f"short {plan.need - plan.capacity:.1f} jobs/h but at the instance cap"
+    return f"short {plan.need - plan.capacity:.1f} jobs/h but no rents left this hour (policy.max_rents_per_hour)"
+
+
+def _short(plan: _Plan) -> float:
+    """Jobs/h to rent: none while capacity covers need, else up to ``RENT_UP_TO``× need; nothing at the cap."""
+    if plan.capacity >= plan.need or len(plan.live) >= plan.cap or plan.rents_left <= 0 or plan.credit_held:
+        return 0.0
+    return RENT_UP_TO * plan.need - plan.capacity
+
+
 def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
-    """After a search (and no rent yet this tick): rent the cheapest offers on hosts not avoided."""
+    """After a search (and no rent yet this tick): rent the offers cheapest per job on hosts not avoided,
+    until capacity reaches ``RENT_UP_TO``× need, within the instance cap, the rents left this hour and the
+    fleet's $/h cap."""
     searched = [e for e in results if e.payload["name"] == "search_offers" and e.payload["ok"]]
     rented_already = any(e.payload["name"] == "rent_instance" for e in results)
-    need = plan.target - len(plan.live)
-    if not (searched and not rented_already and need > 0):
+    short = _short(plan)
+    if not (searched and not rented_already and short > 0):
         return [], "rules provider: done for this tick"
     offers = _parse_offers(searched[-1].payload.get("output", ""))
+    for o in offers:
+        o["jph"] = o.get("jph") or plan.tp.per_instance(o["gpu"].rsplit(" x", 1)[0], 1)
+        o["per_job"] = o.get("per_job") or o["dph"] / max(o["jph"], 1e-9)
     refused = {o["id"]: plan.view.offer_refusal(o["gpu"], o["dph"], o["host"]) for o in offers} if plan.view else {}
-    picks = [o for o in offers if o["host"] not in plan.avoid and not refused.get(o["id"])][:need]
+    ok = sorted((o for o in offers if o["host"] not in plan.avoid and not refused.get(o["id"])),
+                key=lambda o: (o["per_job"], o["dph"], o["id"]))
+    fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
+    picks: list[dict[str, Any]] = []
+    added = 0.0
+    for o in ok:
+        if added >= short or len(plan.live) + len(picks) >= plan.cap or len(picks) >= plan.rents_left:
+            break
+        if fleet_dph + o["dph"] > plan.max_dph:
+            continue
+        picks.append(o)
+        added += o["jph"]
+        fleet_dph += o["dph"]
     calls: Calls = [("rent_instance", {"offer_id": o["id"], "reason":
-                                       f"{plan.pending} jobs pending; {o['gpu']} at ${o['dph']:.3f}/h"})
+                                       f"need {plan.need:.1f} jobs/h, have {plan.capacity:.1f}; {o['gpu']} at "
+                                       f"${o['dph']:.3f}/h delivers {o['jph']:.1f} jobs/h: "
+                                       f"${o['per_job']:.4f}/job"})
                     for o in picks]
     skipped = len([o for o in offers if o["host"] in plan.avoid or refused.get(o["id"])])
-    text = f"rules provider: renting {len(picks)} of {need} needed" + \
-        (f"; skipped {skipped} offers on excluded or failed hosts or outside what binds" if skipped else "")
+    best = f"; best on offer ${ok[0]['per_job']:.4f}/job" if ok else ""
+    text = (f"rules provider: renting {len(picks)} for {added:.1f} of {short:.1f} jobs/h short{best}"
+            + (f"; skipped {skipped} offers on excluded or failed hosts or outside what binds" if skipped else ""))
     return calls, text
 
 
@@ -187,14 +308,25 @@ def _is_dead(i: dict[str, Any], stuck_after: float) -> bool:
 
 
 def _parse_offers(table: str) -> list[dict[str, Any]]:
+    """search_offers' rows: id, GPU, $/h, reliability, host, and jobs/h and $/job when the table has them."""
     out = []
     for line in table.splitlines()[1:]:
         parts = [p.strip() for p in line.split("|")]
         if len(parts) < 5 or not parts[0].isdigit():
             continue
         try:
-            out.append({"id": int(parts[0]), "gpu": parts[1], "dph": float(parts[2]), "rel": float(parts[3]),
-                        "host": int(parts[4]) if parts[4].isdigit() else -1})
+            o = {"id": int(parts[0]), "gpu": parts[1], "dph": float(parts[2]), "rel": float(parts[3]),
+                 "host": int(parts[4]) if parts[4].isdigit() else -1}
         except ValueError:
             continue
+        if len(parts) >= 8:
+            o["jph"], o["per_job"] = _number(parts[6]), _number(parts[7])
+        out.append(o)
     return out
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None

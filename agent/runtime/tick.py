@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from agent import context, feedback, logsetup
-from agent.clients.demand import DemandError
+from agent.clients.demand import Demand, DemandError
 from agent.clients.vast import Instance, VastError, spendable
 from agent.config import ContextSettings
 from agent.context import compaction
@@ -25,7 +25,7 @@ from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.feedback import credit
 from agent.feedback.knowledge import save_memo
-from agent.fleet import constraints, spend, steering, stopped
+from agent.fleet import constraints, spend, steering, stopped, throughput
 from agent.fleet.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.fleet.policy import Policy
 from agent.fleet.reconcile import UNLISTED, reconcile
@@ -83,8 +83,69 @@ def _unlisted(app: App, ctx: ToolContext, states: dict[int, InstanceState], now:
         out.append({"id": o.instance_id, "label": o.label or "", "gpu_name": o.gpu_name or "?", "num_gpus": 1,
                     "status": UNLISTED, "status_msg": "rented; vast.ai does not list it yet",
                     "dph": round(o.dph or 0.0, 4), "age_s": round(max(0.0, now - since), 0), "since": round(since, 3),
-                    "intended": "running", "host_id": None, "ours": True})
+                    "intended": "running", "host_id": None, "ours": True,
+                    "gpu_util": None, "up_s": None, "restarts": 0, "jobs": None})
     return out
+
+
+def _uptime_s(i: Instance) -> float | None:
+    """How long the instance has run since it last started, as vast.ai reports it (``uptime_mins``)."""
+    up = i.raw.get("uptime_mins")
+    return round(float(up) * 60.0, 0) if isinstance(up, int | float) and not isinstance(up, bool) and up >= 0 else None
+
+
+def _restarts(prev: dict[str, Any] | None, rec: dict[str, Any], dt: float) -> int:
+    """Times the instance stopped running since it was rented, carried from the previous observation: it left
+    ``running``, or it runs at both observations but its uptime restarted in between (down between ticks)."""
+    if prev is None:
+        return 0
+    n = int(prev.get("restarts") or 0)
+    if prev.get("status") == "running":
+        if rec["status"] != "running":
+            return n + 1
+        up0, up1 = prev.get("up_s"), rec.get("up_s")
+        if isinstance(up0, int | float) and isinstance(up1, int | float) and up1 + 60 < up0 + dt:
+            return n + 1
+    return n
+
+
+def _queue_trend(obs: dict[str, Any], history: list[dict[str, Any]], now: float) -> float | None:
+    """The pending jobs' change per hour over the last hour of observations (None without two readings)."""
+    pending = (obs.get("demand") or {}).get("pending")
+    if not isinstance(pending, int):
+        return None
+    for o in history:  # oldest first: the first reading within the hour
+        t, p = o.get("time"), (o.get("demand") or {}).get("pending")
+        if isinstance(t, int | float) and isinstance(p, int) and 0 < now - t <= 3600:
+            return round((pending - p) * 3600.0 / (now - t), 1)
+    return None
+
+
+def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]]) -> None:
+    """Per GPU model of ours: jobs/h per GPU (learned, else the prior) and $/job at what we pay; the credit
+    runway at the fleet's current burn; the queue's trend."""
+    tp = throughput.from_observations(app.settings, [*history, obs])
+    models: dict[str, dict[str, Any]] = {}
+    for x in obs["instances"]:
+        if not x["ours"]:
+            continue
+        gpu = str(x["gpu_name"])
+        m = models.setdefault(gpu, {"instances": 0, "gpus": 0, "dph": 0.0})
+        m["instances"] += 1
+        m["gpus"] += int(x["num_gpus"] or 1)
+        m["dph"] += float(x["dph"] or 0.0)
+    out = {}
+    for gpu in sorted(models):
+        m, r = models[gpu], tp.rate(gpu)
+        per_job = m["dph"] / (r.jobs_per_h * m["gpus"]) if r.jobs_per_h > 0 and m["gpus"] else None
+        out[gpu] = {"instances": m["instances"], "jobs_per_h": round(r.jobs_per_h, 2),
+                    "measured_gpu_h": round(r.measured_gpu_h, 2),
+                    "usd_per_job": None if per_job is None else round(per_job, 4)}
+    obs["gpu_models"] = out
+    bal, burn = obs.get("balance"), obs["fleet_dph"]
+    obs["runway_h"] = round(bal / burn, 1) if isinstance(bal, int | float) and burn > 0 else None
+    if isinstance(obs.get("demand"), dict):
+        obs["demand"]["trend_per_h"] = _queue_trend(obs, history, obs["time"])
 
 
 def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
@@ -92,16 +153,24 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
     now = app.clock()
     owned = ctx.owned_ids()
     states = app.log.instance_states()
+    history = throughput.recent_observations(app.log)
+    prev_obs = history[-1] if history else {}
+    prev_recs = {x.get("id"): x for x in prev_obs.get("instances") or []}
+    dt = now - prev_obs["time"] if isinstance(prev_obs.get("time"), int | float) else 0.0
     insts: list[dict[str, Any]] = []
     for i in sorted(ctx.instances, key=lambda x: x.id):
         ours = i.id in owned or ctx.policy.is_our_label(i.label)
         since = status_since(states, i, now)
         # age_s: how long vast.ai has reported this status, by the fleet's own clock (observations), never
         # from start_date: a reboot restarts it, and a simulator or host clock that runs apart cannot skew it.
-        insts.append({"id": i.id, "label": i.label or "", "gpu_name": i.gpu_name or "?", "num_gpus": i.num_gpus or 1,
-                      "status": _status(i), "status_msg": (i.status_msg or None) if _status(i) != "running" else None,
-                      "dph": round(i.dph_total or 0.0, 4), "age_s": round(max(0.0, now - since), 0),
-                      "since": round(since, 3), "intended": i.intended_status, "host_id": i.host_id, "ours": ours})
+        rec = {"id": i.id, "label": i.label or "", "gpu_name": i.gpu_name or "?", "num_gpus": i.num_gpus or 1,
+               "status": _status(i), "status_msg": (i.status_msg or None) if _status(i) != "running" else None,
+               "dph": round(i.dph_total or 0.0, 4), "age_s": round(max(0.0, now - since), 0),
+               "since": round(since, 3), "intended": i.intended_status, "host_id": i.host_id, "ours": ours,
+               "gpu_util": i.gpu_util, "up_s": _uptime_s(i) if _status(i) == "running" else None,
+               "jobs": None}
+        rec["restarts"] = _restarts(prev_recs.get(i.id), rec, dt)
+        insts.append(rec)
     insts.extend(_unlisted(app, ctx, states, now))
     obs: dict[str, Any] = {"time": round(now, 0), "instances": insts,
                            "fleet_dph": round(sum(x["dph"] for x in insts if x["ours"]), 4), "errors": []}
@@ -114,20 +183,20 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
     except VastError as e:
         obs["balance"] = None
         obs["errors"].append(f"balance unavailable: {e}")
-    prev = next(app.log.read(0, kinds=["tick.started"], newest_first=True, limit=1), None)
-    prev_obs = prev.payload["observation"] if prev else {}
-    if ctx.demand is not None:
-        try:
-            d = ctx.demand.get()
-            pd = (prev_obs.get("demand") or {}).get("pending")
-            obs["demand"] = {"pending": d.pending, "running": d.running, "completed": d.completed,
-                             "arrival_rate_per_h": d.arrival_rate_per_h,
-                             "pending_delta": (d.pending - pd) if isinstance(pd, int) else None}
-        except (DemandError, VastError) as e:
-            obs["demand"] = None
-            obs["errors"].append(f"demand unavailable: {e}")
+    demand, demand_error = _read_demand(ctx)
+    if demand is not None:
+        d = demand
+        for x in insts:  # jobs each instance completed, as the queue reports them
+            x["jobs"] = d.workers.get(x["id"])
+        pd = (prev_obs.get("demand") or {}).get("pending")
+        obs["demand"] = {"pending": d.pending, "running": d.running, "completed": d.completed,
+                         "arrival_rate_per_h": d.arrival_rate_per_h,
+                         "pending_delta": (d.pending - pd) if isinstance(pd, int) else None}
     else:
         obs["demand"] = None
+        if demand_error is not None:
+            obs["errors"].append(f"demand unavailable: {demand_error}")
+    _economics(app, obs, history)
     before = {x["id"]: x["status"] for x in prev_obs.get("instances", [])}
     changes = []
     for x in insts:
@@ -140,6 +209,16 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
     obs["changes"] = changes
     obs["open_alerts"] = feedback.alert_lines(app.log)
     return obs
+
+
+def _read_demand(ctx: ToolContext) -> tuple[Demand | None, str | None]:
+    """The job queue as read now, or None and why (None, None: no demand source configured)."""
+    if ctx.demand is None:
+        return None, None
+    try:
+        return ctx.demand.get(), None
+    except (DemandError, VastError) as e:
+        return None, str(e)
 
 
 def _normalise_calls(reply: ModelReply, tick: int, step: int) -> list[ToolCall]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from agent import logsetup
 from agent.clients.vast import VastError
+from agent.config import Settings
 from agent.feedback.underperforming import check_underperforming
 from agent.feedback.unmet import MarketOffer, Situation, capacity_per_instance, check_unmet
 from agent.fleet import spend, steering
@@ -98,4 +99,12 @@ def situation(ctx: ToolContext, obs: dict[str, Any]) -> Situation:
         budget_rule=budget.rule if budget else "budget",
         offers=offers, market_error=error,
         decider="the rules provider" if s.model.provider == "rules" else "the model",
-        per_instance=capacity_per_instance(None, s))
+        per_instance=_per_instance(live, s, obs))
+
+
+def _per_instance(live: list[dict[str, Any]], s: Settings, obs: dict[str, Any]) -> float:
+    """Jobs/h an instance of this fleet delivers, on average over the live ones (each GPU model as measured,
+    else its prior); the prior alone when nothing is live."""
+    rates = [capacity_per_instance(str(i.get("gpu_name")), s, obs) * max(1, int(i.get("num_gpus") or 1))
+             for i in live]
+    return sum(rates) / len(rates) if rates else capacity_per_instance(None, s, obs)

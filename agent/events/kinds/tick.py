@@ -38,6 +38,16 @@ ones (same GPU, count, status, price and status message) on one line, their ids 
 line, as does a group of one. 500 instances take about 5,000 tokens. A fleet of ``GROUP_OVER`` or fewer
 renders exactly as v2-v4. The payload and its stored form are v4's; rows written as v2-v4 keep their
 rendering.
+
+``tick.started`` v6: the observation says what the fleet delivers, not only what it is. Each instance record
+adds ``gpu_util`` (vast.ai's reading), ``up_s`` (running since it last started), ``restarts`` (times it stopped
+running since rent, a restart between ticks included) and ``jobs`` (jobs it completed, from the queue's
+``workers``); the observation adds ``gpu_models`` (per GPU model of ours: instances, ``jobs_per_h`` per GPU,
+learned or the prior, ``measured_gpu_h`` and ``usd_per_job``), ``runway_h`` (the credit at the fleet's $/h)
+and ``demand.trend_per_h`` (pending jobs' change an hour). v6 renders them: ``· util 93% · up 2h10m · 1 restart
+· 41 jobs`` after an instance, a ``per GPU model:`` line, the runway after the balance and the trend after the
+demand; a grouped line gives its group's utilisation range and jobs and names a member that restarted. Stored
+as v4; rows written as v1-v5 keep their rendering.
 """
 
 from __future__ import annotations
@@ -106,12 +116,19 @@ def _r_tick_started_v5(e: Event, p: TickStartedV1) -> Message:
     return user(render_observation(e.tick, e.ts, p.observation, inline, group_over=GROUP_OVER))
 
 
+def _r_tick_started_v6(e: Event, p: TickStartedV1) -> Message:
+    """As v5, with each instance's utilisation, uptime, restarts and jobs, each GPU model's jobs/h and $/job,
+    the credit runway and the queue's trend."""
+    return user(render_observation(e.tick, e.ts, p.observation, inline, group_over=GROUP_OVER, detail=True))
+
+
 _define("tick.started", "A tick began; its observation of fleet, balance and demand.",
         Version(1, TickStartedV1, _r_tick_started_v1),
         Version(2, TickStartedV1, _r_tick_started_v2, upcast=same_shape),
         Version(3, TickStartedV1, _r_tick_started_v2, upcast=same_shape, stored=INSTANCE_COLUMNS),
         Version(4, TickStartedV1, _r_tick_started_v2, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
-        Version(5, TickStartedV1, _r_tick_started_v5, upcast=same_shape, stored=INSTANCE_DICTIONARIES))
+        Version(5, TickStartedV1, _r_tick_started_v5, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
+        Version(6, TickStartedV1, _r_tick_started_v6, upcast=same_shape, stored=INSTANCE_DICTIONARIES))
 _define("tick.completed", "A tick ended normally.", Version(1, TickCompletedV1))
 
 

@@ -1,0 +1,136 @@
+"""What each GPU model delivers, in jobs an hour per GPU, learned from the fleet's own instances.
+
+The demand source reports the jobs each worker has completed (``workers`` in its answer); every tick's
+observation records them per instance (``jobs``). Between two observations in which the queue kept every
+running GPU of ours busy (jobs pending at both), an instance that was running at the first did
+``jobs_b - jobs_a`` jobs in ``num_gpus × (t_b - t_a)`` GPU-hours. Summed per GPU model over the recent
+observations, that is what the model delivers: downtime between ticks, slow starts and restarts included,
+which is what sizing needs. Intervals where the queue ran dry say nothing about throughput and are left out.
+
+Until a model has been measured, the configured prior stands in (``policy.jobs_per_hour_by_gpu``, else
+``policy.jobs_per_hour``); measurement and prior are blended as if the prior were ``PRIOR_GPU_HOURS`` of
+observation, so one short interval cannot swing the estimate. Everything is computed from the log's
+observations, so a replay sees the same figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.config import Settings
+
+WINDOW_TICKS = 48
+"""Recent observations learned from (4 h at the default 5-minute interval)."""
+MAX_GAP_S = 2 * 3600.0
+"""Two observations further apart than this are not compared (the daemon was down)."""
+PRIOR_GPU_HOURS = 0.25
+"""The weight of the prior, in GPU-hours of observation (three ticks of one GPU at the default interval)."""
+LEARNED_GPU_HOURS = 1.0
+"""GPU-hours measured before a model's figure counts as learned rather than assumed."""
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One GPU model's estimate: jobs an hour per GPU, and how many GPU-hours measured it."""
+
+    gpu: str
+    jobs_per_h: float
+    measured_gpu_h: float = 0.0
+    measured_jobs: float = 0.0
+
+    @property
+    def learned(self) -> bool:
+        return self.measured_gpu_h >= LEARNED_GPU_HOURS
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Jobs an hour per GPU for every model: measured ones blended with the prior, the rest the prior."""
+
+    default: float
+    by_gpu: Mapping[str, float] = field(default_factory=dict)  # configured priors
+    measured: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # gpu -> (jobs, GPU-hours)
+
+    def prior(self, gpu: str) -> float:
+        return float(self.by_gpu.get(gpu, self.default))
+
+    def rate(self, gpu: str) -> Rate:
+        jobs, hours = self.measured.get(gpu, (0.0, 0.0))
+        p = self.prior(gpu)
+        est = (p * PRIOR_GPU_HOURS + jobs) / (PRIOR_GPU_HOURS + hours)
+        return Rate(gpu, est, hours, jobs)
+
+    def per_gpu(self, gpu: str) -> float:
+        return self.rate(gpu).jobs_per_h
+
+    def per_instance(self, gpu: str, num_gpus: int | None) -> float:
+        """Jobs an hour one instance of ``num_gpus`` GPUs of model ``gpu`` delivers."""
+        return self.per_gpu(gpu) * max(1, int(num_gpus or 1))
+
+    def usd_per_job(self, dph: float | None, gpu: str, num_gpus: int | None) -> float | None:
+        """Dollars per job at ``dph`` $/h; None when unknown (no price, or a model that delivers nothing)."""
+        jph = self.per_instance(gpu, num_gpus)
+        return None if dph is None or jph <= 0 else float(dph) / jph
+
+
+def prior_only(settings: Settings) -> Throughput:
+    p = settings.policy
+    return Throughput(p.jobs_per_hour, dict(p.jobs_per_hour_by_gpu))
+
+
+def measure(observations: Iterable[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Per GPU model (jobs done, GPU-hours) over consecutive ``observations`` (oldest first) in which the
+    queue kept every running GPU of ours busy."""
+    out: dict[str, tuple[float, float]] = {}
+    prev: Mapping[str, Any] | None = None
+    for obs in observations:
+        if prev is not None:
+            for gpu, jobs, hours in _interval(prev, obs):
+                j, h = out.get(gpu, (0.0, 0.0))
+                out[gpu] = (j + jobs, h + hours)
+        prev = obs
+    return out
+
+
+def _interval(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+    ta, tb = a.get("time"), b.get("time")
+    if not isinstance(ta, int | float) or not isinstance(tb, int | float) or not 0 < tb - ta <= MAX_GAP_S:
+        return []
+    before = {i.get("id"): i for i in a.get("instances") or [] if i.get("ours") and i.get("status") == "running"}
+    busy_gpus = sum(int(i.get("num_gpus") or 1) for i in before.values())
+    if not (_pending(a) >= max(1, busy_gpus) and _pending(b) >= 1):
+        return []  # the queue ran dry: idle GPUs say nothing about what they can do
+    out = []
+    for i in b.get("instances") or []:
+        x = before.get(i.get("id"))
+        ja, jb = (x or {}).get("jobs"), i.get("jobs")
+        if x is None or not isinstance(ja, int) or not isinstance(jb, int) or jb < ja:
+            continue
+        gpus = int(x.get("num_gpus") or 1)
+        out.append((str(x.get("gpu_name") or "?"), float(jb - ja), gpus * (tb - ta) / 3600.0))
+    return out
+
+
+def _pending(obs: Mapping[str, Any]) -> int:
+    d = obs.get("demand")
+    p = d.get("pending") if isinstance(d, dict) else None
+    return p if isinstance(p, int) else 0
+
+
+def recent_observations(log: Any, limit: int = WINDOW_TICKS) -> list[dict[str, Any]]:
+    """The last ``limit`` ticks' observations, oldest first."""
+    rows = list(log.read(0, kinds=["tick.started"], newest_first=True, limit=limit))
+    return [e.payload["observation"] for e in reversed(rows) if isinstance(e.payload.get("observation"), dict)]
+
+
+def from_observations(settings: Settings, observations: Iterable[Mapping[str, Any]]) -> Throughput:
+    """Each GPU model's jobs/h from ``observations`` (oldest first), over the configured prior."""
+    base = prior_only(settings)
+    return Throughput(base.default, base.by_gpu, measure(observations))
+
+
+def estimate(log: Any, settings: Settings) -> Throughput:
+    """Each GPU model's jobs/h from the recent observations in ``log``."""
+    return from_observations(settings, recent_observations(log))

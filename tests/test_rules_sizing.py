@@ -1,0 +1,162 @@
+"""The rules provider sizes the fleet on throughput, against the real simulator: a backlog is drained within
+``policy.drain_within``, surplus is destroyed when the fleet delivers well over what is needed, and after a
+price surge it rents the offer cheapest per job (by what each GPU model really delivers) within 10 %."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent import events as ev
+from agent.model import rules
+from agent.runtime.tick import run_tick
+from agent.sim import ManualClock, Simulator
+from agent.sim.market import MODEL_BY_NAME
+from tests.conftest import events_of
+
+TICK = 300.0
+ROOMY = {"max_instances": 12, "max_total_dph": 20.0, "max_rents_per_hour": 20, "max_destroys_per_hour": 20,
+         "allowed_gpus": ["RTX 4090", "RTX 3090", "L40S", "A100 SXM4"], "min_reliability": 0.9}
+FLEET = {"disk_gb": 10.0}  # the simulator's small-disk hosts too: a market deep enough to size against
+
+
+def _ours(sim: Simulator) -> list[dict[str, Any]]:
+    return [i for i in sim.instances.values() if i["actual_status"] not in ("exited", "offline")]
+
+
+def _true_per_job(o: dict[str, Any]) -> float:
+    return float(o["dph_total"]) / (MODEL_BY_NAME[o["gpu_name"]].jobs_per_h_per_gpu * o["num_gpus"])
+
+
+def _ticks(app: Any, sim: Simulator, clock: ManualClock, n: int) -> None:
+    for _ in range(n):
+        assert run_tick(app).ok
+        clock.advance(TICK)
+        sim.tick()
+
+
+def test_a_backlog_is_drained_within_the_horizon(make_app, sim, sim_clock):
+    """150 jobs waiting, drain_within 2h: the fleet is sized for the arrivals plus 75 jobs an hour, so the
+    backlog is gone within the two hours (plus the time rented instances take to start)."""
+    sim.pending = 150.0
+    app = make_app(provider="rules", policy={**ROOMY, "drain_within": 7200.0}, fleet=FLEET)
+    _ticks(app, sim, sim_clock, 1)
+    # the first tick plans for arrivals plus the backlog over two hours, in the decision's own words
+    text = events_of(app, "model.response")[0].payload["text"]
+    assert "150 pending over 2h" in text, text
+    rate = events_of(app, "tick.started")[0].payload["observation"]["demand"]["arrival_rate_per_h"]
+    assert f"need {rate + 75:.1f} jobs/h" in text, text
+    _ticks(app, sim, sim_clock, 29)  # two and a half hours: the horizon, plus provisioning and bad hosts
+    assert sim.pending < 30, sim.pending
+
+
+def test_surplus_is_destroyed_when_capacity_is_well_over_need(make_app, sim, sim_clock):
+    """A fleet rented for a backlog, then the queue empties: what delivers more than 1.5x the arrivals goes,
+    the dearest per job first, and the fleet left still covers the arrivals."""
+    sim.pending = 300.0
+    app = make_app(provider="rules", policy=ROOMY, fleet=FLEET)
+    _ticks(app, sim, sim_clock, 4)
+    before = _ours(sim)
+    assert len(before) >= 4
+    sim.pending = 0.0
+    _ticks(app, sim, sim_clock, 1)
+    after = _ours(sim)
+    assert len(after) < len(before)
+    texts = [e.payload["text"] for e in events_of(app, "model.response")]
+    assert any("surplus to destroy" in t for t in texts), texts[-2:]
+    reasons = [json_args(c)["reason"] for e in events_of(app, "model.response") for c in e.payload["tool_calls"]
+               if c["name"] == "destroy_instance"]
+    assert any(r.startswith("scale down: need") for r in reasons), reasons
+    obs = events_of(app, "tick.started")[-1].payload["observation"]
+    rate = obs["demand"]["arrival_rate_per_h"]
+    jph = {g: m["jobs_per_h"] for g, m in obs["gpu_models"].items()}
+    left = sum(jph.get(i["gpu_name"], 8.0) * i["num_gpus"] for i in after)
+    assert left >= rate, (left, rate)
+
+
+def test_after_a_price_surge_the_rent_is_cheapest_per_job_within_ten_percent(make_app, sim, sim_clock):
+    """The fleet learns what each model delivers while it drains a backlog; then the best model per job
+    doubles in price and, after a quiet spell that shrank the fleet, demand jumps: what it rents costs, per job really delivered, within 10 % of the
+    best offer the policy allows."""
+    sim.pending = 400.0
+    app = make_app(provider="rules", policy={**ROOMY, "max_instances": 8}, fleet=FLEET)
+    _ticks(app, sim, sim_clock, 8)
+    sim.pending = 0.0  # a quiet spell: the surplus goes, which leaves room to rent after the surge
+    _ticks(app, sim, sim_clock, 2)
+    for o in sim.offers.values():
+        if o["gpu_name"] == "RTX 4090":
+            o["dph_total"] = round(o["dph_total"] * 2, 4)
+            o["dph_base"] = round(o["dph_base"] * 2, 4)
+    sim.pending += 400.0
+    allowed = set(ROOMY["allowed_gpus"])
+    for _ in range(6):
+        before = set(sim.instances)
+        free = [o for o in sim.offers.values() if not o["rented"] and o["gpu_name"] in allowed
+                and o["num_gpus"] == 1 and o["host_id"] not in sim.bad_hosts and o["reliability"] >= 0.9
+                and o["dph_total"] <= 2.5 and o["disk_space"] >= FLEET["disk_gb"]]
+        best = min(_true_per_job(o) for o in free)
+        _ticks(app, sim, sim_clock, 1)
+        new = [sim.instances[i] for i in sorted(set(sim.instances) - before)]
+        if new:
+            first = min(_true_per_job(i) for i in new)
+            assert first <= 1.10 * best, (first, best, [(i["gpu_name"], i["dph_total"]) for i in new])
+            return
+    raise AssertionError("no rent after the surge: " + "\n".join(e.payload["text"] for e in events_of(app, "model.response")[-8:]))
+
+
+def json_args(call: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    return dict(json.loads(call["arguments"]))
+
+
+def test_the_rent_step_picks_the_cheapest_per_job_up_to_the_need():
+    """The search table's jobs/h and $/job columns decide: the cheapest per job first, enough of them for
+    1.1x the need, none on an avoided host."""
+    table = "\n".join([
+        "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job",
+        "11 | RTX 3090 x1 | 0.260 | 0.990 | 1 | Texas, US | 4.0 | 0.0650",
+        "12 | RTX 4090 x1 | 0.330 | 0.990 | 2 | Texas, US | 8.0 | 0.0413",
+        "13 | A100 SXM4 x1 | 1.020 | 0.990 | 3 | Texas, US | 16.0 | 0.0638",
+        "14 | RTX 4090 x1 | 0.300 | 0.990 | 9 | Texas, US | 8.0 | 0.0375",
+    ])
+    rates = rules._Rates(8.0, {}, frozenset())
+    plan = rules._Plan(banned=set(), avoid={9}, cap=8, dead=[], live=[], pending=20, rate=0.0, need=20.0,
+                       capacity=0.0, drain_h=1.0, tp=rates, flapping=set(), rents_left=6, max_dph=12.0)
+
+    class R:
+        payload = {"name": "search_offers", "ok": True, "output": table}
+
+    calls, text = rules._rent_step(plan, [R()])
+    assert [c[1]["offer_id"] for c in calls] == [12, 13], (calls, text)  # 8 + 16 >= 22 jobs/h; 14 is avoided
+    assert "$0.0413/job" in calls[0][1]["reason"]
+
+
+def test_an_instance_down_between_ticks_is_seen_and_replaced(make_app, sim, sim_clock):
+    """Down three minutes in every five but running whenever a tick looks: its uptime goes back, so each
+    observation counts a restart; after FLAP_RESTARTS the rules
+    provider replaces it and avoids its host."""
+    sim.pending = 2000.0
+    app = make_app(provider="rules", policy={**ROOMY, "max_instances": 2}, fleet=FLEET)
+    _ticks(app, sim, sim_clock, 3)
+    ours = sorted(i["id"] for i in _ours(sim) if i["actual_status"] == "running")
+    assert len(ours) == 2, [(i["id"], i["actual_status"]) for i in _ours(sim)]
+    flaky, steady = ours
+    host = sim.instances[flaky]["host_id"]
+    for n in range(rules.FLAP_RESTARTS):
+        sim_clock.advance(60)
+        sim.set_status(flaky, "rebooting", "rebooting")
+        sim_clock.advance(180)
+        sim.set_status(flaky, "running", "success")
+        sim_clock.advance(60)
+        assert run_tick(app).ok
+        recs = {i["id"]: i for i in events_of(app, "tick.started")[-1].payload["observation"]["instances"]}
+        assert recs[flaky]["status"] == "running" and recs[flaky]["restarts"] == n + 1, recs[flaky]
+        assert recs[steady]["restarts"] == 0
+    assert recs[flaky]["up_s"] <= 120 < recs[steady]["up_s"]
+    reasons = [json_args(c)["reason"] for e in events_of(app, "model.response") for c in e.payload["tool_calls"]
+               if c["name"] == "destroy_instance" and json_args(c)["instance_id"] == flaky]
+    assert reasons == [f"replace: it stopped running {rules.FLAP_RESTARTS} times since rent"], reasons
+    assert flaky not in sim.instances
+    assert all(i["host_id"] != host for i in _ours(sim)), "rented again on the flapping instance's host"
+    content = ev.render(events_of(app, "tick.started")[-1])["content"]  # type: ignore[index]
+    assert f"#{flaky} " in content and f"{rules.FLAP_RESTARTS} restarts" in content

@@ -1,0 +1,158 @@
+"""Each GPU model's jobs/h (agent.fleet.throughput): learned from the jobs the fleet's own instances complete
+(the demand source's ``workers``, recorded per instance in each tick's observation), the configured prior until
+then, per GPU model; and the simulator, the demand client and the observation that carry the figures."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import httpx
+import pytest
+
+from agent.clients.demand import Demand, DemandClient, DemandError
+from agent.fleet import throughput
+from agent.runtime.tick import run_tick
+from agent.sim.market import MODEL_BY_NAME
+from tests.conftest import events_of, plant_ours
+
+
+def _obs(t: float, pending: int, insts: list[tuple[int, str, int, str, int | None]]) -> dict[str, Any]:
+    return {"time": t, "demand": {"pending": pending},
+            "instances": [{"id": i, "gpu_name": g, "num_gpus": n, "status": st, "jobs": j, "ours": True}
+                          for i, g, n, st, j in insts]}
+
+
+def test_jobs_per_hour_are_learned_per_gpu_model_from_completions():
+    """Two 4090s doing 8 jobs/h, a 2-GPU 3090 doing 8 jobs/h (4 per GPU), over three busy hours."""
+    obs = [_obs(3600.0 * h, 500, [(1, "RTX 4090", 1, "running", 8 * h), (2, "RTX 4090", 1, "running", 8 * h),
+                                   (3, "RTX 3090", 2, "running", 8 * h)]) for h in range(4)]
+    measured = throughput.measure(obs)
+    assert measured == {"RTX 4090": (48.0, 6.0), "RTX 3090": (24.0, 6.0)}
+    tp = throughput.Throughput(8.0, {}, measured)
+    assert tp.per_gpu("RTX 4090") == pytest.approx(8.0)
+    assert tp.per_gpu("RTX 3090") == pytest.approx((8.0 * throughput.PRIOR_GPU_HOURS + 24) / (throughput.PRIOR_GPU_HOURS + 6))
+    assert tp.rate("RTX 3090").learned and tp.per_instance("RTX 3090", 2) == pytest.approx(2 * tp.per_gpu("RTX 3090"))
+    assert tp.usd_per_job(0.40, "RTX 4090", 1) == pytest.approx(0.05)
+
+
+def test_the_prior_stands_until_a_model_is_measured_then_gives_way():
+    tp = throughput.Throughput(8.0, {"H100 SXM": 30.0}, {})
+    assert tp.per_gpu("RTX 4090") == 8.0 and tp.per_gpu("H100 SXM") == 30.0
+    assert not tp.rate("H100 SXM").learned
+    short = throughput.Throughput(8.0, {}, {"RTX 3090": (0.4, 0.1)})   # one 5-minute interval: 4 jobs/h
+    long = throughput.Throughput(8.0, {}, {"RTX 3090": (16.0, 4.0)})   # four GPU-hours of it
+    assert 4.0 < long.per_gpu("RTX 3090") < short.per_gpu("RTX 3090") < 8.0
+    assert long.per_gpu("RTX 3090") == pytest.approx(4.0, rel=0.06)
+
+
+def test_intervals_that_say_nothing_about_throughput_are_left_out():
+    """The queue ran dry (idle GPUs), an instance not running at the start (starting up), a counter that went
+    back (a new queue), a gap of hours (the daemon was down), and an instance not ours."""
+    a = _obs(0.0, 50, [(1, "RTX 4090", 1, "running", 10), (2, "RTX 4090", 1, "loading", None),
+                       (3, "RTX 4090", 1, "running", 40)])
+    b = _obs(3600.0, 50, [(1, "RTX 4090", 1, "running", 18), (2, "RTX 4090", 1, "running", 3),
+                          (3, "RTX 4090", 1, "running", 2)])
+    assert throughput.measure([a, b]) == {"RTX 4090": (8.0, 1.0)}
+    dry = _obs(3600.0, 0, [(1, "RTX 4090", 1, "running", 12)])
+    assert throughput.measure([a, dry]) == {}
+    late = _obs(4 * 3600.0, 50, [(1, "RTX 4090", 1, "running", 40)])
+    assert throughput.measure([a, late]) == {}
+    theirs = {**b, "instances": [{**x, "ours": False} for x in b["instances"]]}
+    assert throughput.measure([{**a, "instances": [{**x, "ours": False} for x in a["instances"]]}, theirs]) == {}
+
+
+def test_the_demand_client_reads_workers_and_tolerates_their_absence():
+    d = Demand.from_json({"pending": 3, "completed": 9, "workers": {"101": {"completed": 7}, "102": {"completed": 2.0}}})
+    assert d.workers == {101: 7, 102: 2}
+    assert Demand.from_json({"pending": 3, "completed": 9}).workers == {}
+    assert Demand.from_json({"pending": 3, "completed": 9, "workers": None}).workers == {}
+    for bad, where in (([1, 2], "'workers' must map"), ({"x": {"completed": 1}}, "workers['x']"),
+                       ({"5": {"done": 1}}, "workers['5']"), ({"5": 3}, "workers['5']")):
+        with pytest.raises(DemandError, match=where.replace("[", r"\[")):
+            Demand.from_json({"pending": 3, "completed": 9, "workers": bad})
+
+
+def test_the_simulator_serves_each_instances_completions(sim, sim_server, sim_clock):
+    """GET /demand over HTTP: workers holds every live instance's cumulative completed jobs, which add up to
+    what the queue completed while they ran."""
+    a = sim.find_offer("RTX 4090")
+    iid = sim.create_instance(a["id"], label="x")
+    sim.pending = 500.0
+    sim_clock.advance(3 * 3600)
+    with DemandClient(f"{sim_server.url}/demand", transport=httpx.HTTPTransport()) as client:
+        d = client.get()
+    assert set(d.workers) == {iid}
+    assert 0 < d.workers[iid] <= 3 * MODEL_BY_NAME["RTX 4090"].jobs_per_h_per_gpu
+    assert d.workers[iid] == int(sim.instances[iid]["_jobs"])
+
+
+def test_ticks_learn_each_models_rate_from_the_simulator(make_app, sim, sim_clock):
+    """Rented instances of two models under a backlog: after two hours of ticks the observation's jobs/h per
+    GPU model is near what the simulator's GPUs really do, and marked measured; $/job follows."""
+    sim.pending = 2000.0
+    app = make_app(provider="openai", schedule={"max_steps": 1})
+    fast = plant_ours(app, sim, sim.find_offer("RTX 4090")["id"], key="aaaaaaaaaaa1")
+    slow = plant_ours(app, sim, sim.find_offer("RTX 3090")["id"], key="aaaaaaaaaaa2")
+    for _ in range(25):
+        sim_clock.advance(300)
+        sim.tick()
+        run_tick(app)
+    obs = events_of(app, "tick.started")[-1].payload["observation"]
+    models = obs["gpu_models"]
+    for gpu in ("RTX 4090", "RTX 3090"):
+        assert models[gpu]["measured_gpu_h"] >= 1.5, models
+        assert models[gpu]["jobs_per_h"] == pytest.approx(MODEL_BY_NAME[gpu].jobs_per_h_per_gpu, rel=0.15), models
+        dph = next(i["dph"] for i in obs["instances"] if i["gpu_name"] == gpu)
+        assert models[gpu]["usd_per_job"] == pytest.approx(dph / models[gpu]["jobs_per_h"], rel=0.01)
+    recs = {i["id"]: i for i in obs["instances"]}
+    assert recs[fast]["jobs"] > recs[slow]["jobs"] > 0
+    assert recs[fast]["gpu_util"] is not None and recs[fast]["up_s"] > 3600
+    est = throughput.estimate(app.log, app.settings)
+    assert est.per_gpu("RTX 4090") == pytest.approx(models["RTX 4090"]["jobs_per_h"], rel=0.05)
+    # an unmeasured model keeps the configured prior
+    s = dataclasses.replace(app.settings, policy=dataclasses.replace(app.settings.policy,
+                                                                      jobs_per_hour_by_gpu={"L40S": 11.0}))
+    assert throughput.estimate(app.log, s).per_gpu("L40S") == 11.0
+    text = events_of(app, "tick.started")[-1]
+    from agent import events as ev
+
+    content = ev.render(text)["content"]  # type: ignore[index]
+    assert "per GPU model: RTX 3090 ×1" in content and "measured" in content
+    assert re.search(rf"#{fast} RTX 4090 .* · util \d+% · up \dh\d\dm · {recs[fast]['jobs']} jobs", content), content
+
+
+def test_search_offers_shows_jobs_per_hour_and_dollars_per_job_after_its_columns(make_app, sim):
+    """The columns the table had keep their places; jobs/h and $/job follow, from the configured prior per
+    GPU model (none measured yet), and order=per_job lists the cheapest per job first."""
+    import json
+
+    from agent.fleet.pipeline import run_tool_call
+    from agent.fleet.policy import Policy
+    from agent.fleet.toolkit import ToolContext, load_tools
+
+    app = make_app(provider="rules", policy={"jobs_per_hour_by_gpu": {"RTX 4090": 8.0, "RTX 3090": 4.0},
+                                             "min_reliability": 0.9}, fleet={"disk_gb": 10.0})
+    ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None, policy=Policy(app.settings),
+                      tick=1)
+    ctx.refresh()
+    tools = load_tools()
+
+    def table(args: dict[str, Any]) -> list[list[str]]:
+        outcome, _ = run_tool_call(tools, ctx, {"id": "c", "name": "search_offers",  # type: ignore[arg-type]
+                                                "arguments": json.dumps(args)}, dry_run=False)
+        lines = outcome.output.splitlines()
+        assert lines[0] == "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job", lines[0]
+        assert "assumed (policy.jobs_per_hour)" in lines[-1], lines[-1]
+        return [[p.strip() for p in x.split("|")] for x in lines[1:] if x[:1].isdigit()]
+
+    by_dph = table({"limit": 25})
+    assert [float(r[2]) for r in by_dph] == sorted(float(r[2]) for r in by_dph)
+    for r in by_dph:
+        jph = {"RTX 4090": 8.0, "RTX 3090": 4.0}.get(r[1].rsplit(" x", 1)[0], 8.0)
+        assert float(r[6]) == jph and float(r[7]) == pytest.approx(float(r[2]) / jph, abs=2e-4), r  # $/h is shown to 3 places
+    per_job = table({"limit": 25, "order": "per_job"})
+    assert [float(r[7]) for r in per_job] == sorted(float(r[7]) for r in per_job)
+    assert sorted(r[0] for r in per_job) == sorted(r[0] for r in by_dph)
+    assert [r[0] for r in per_job] != [r[0] for r in by_dph]
