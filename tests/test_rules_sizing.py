@@ -160,3 +160,22 @@ def test_an_instance_down_between_ticks_is_seen_and_replaced(make_app, sim, sim_
     assert all(i["host_id"] != host for i in _ours(sim)), "rented again on the flapping instance's host"
     content = ev.render(events_of(app, "tick.started")[-1])["content"]  # type: ignore[index]
     assert f"#{flaky} " in content and f"{rules.FLAP_RESTARTS} restarts" in content
+
+
+def test_after_most_of_the_fleet_stops_at_once_its_hosts_are_not_blamed_and_it_is_rebuilt(make_app, sim,
+                                                                                          sim_clock):
+    """Every instance of ours loses its GPU in the same moment (outbid: stopped): that is a fleet-wide event,
+    not a host's fault. The stopped ones are replaced and the fleet is rebuilt within two ticks, on those
+    same hosts if they are where the offers are."""
+    sim.pending = 300.0
+    app = make_app(provider="rules", policy=ROOMY, fleet=FLEET)
+    _ticks(app, sim, sim_clock, 4)
+    before = {i["id"] for i in _ours(sim)}
+    assert len(before) >= 3
+    for iid in before:
+        sim.outbid(iid)
+    _ticks(app, sim, sim_clock, 2)
+    running = [i for i in _ours(sim) if i["id"] not in before]
+    assert len(running) >= len(before) // 2, [i["id"] for i in _ours(sim)]
+    texts = [e.payload["text"] for e in events_of(app, "model.response")[-4:]]
+    assert not any("failed hosts" in t and "renting 0" in t for t in texts), texts

@@ -27,6 +27,7 @@ SURPLUS_OVER = 1.5  # destroy surplus only when the fleet delivers more than thi
 FLAP_RESTARTS = 3  # an instance that stopped running this often since rent is replaced, its host avoided
 DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance: stopped is a failure
 FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died
+MASS_EVENT_MIN = 3  # this many of ours dead in one observation, and half the fleet or more: not the hosts
 ADVICE_SHOWN = 2  # advice the rules cannot parse, quoted in the decision text (the rest counted)
 
 
@@ -65,9 +66,11 @@ class RulesProvider:
         out: set[int] = set()
         for e in self.app.log.read(0, kinds=["tick.started"], newest_first=True, limit=FAILED_HOST_TICKS):
             kept = set(e.payload["observation"].get("credit_stopped") or [])
-            for i in e.payload["observation"].get("instances") or []:
-                if i.get("ours") and i.get("host_id") is not None and i["id"] not in kept and _is_dead(i, stuck_after):
-                    out.add(int(i["host_id"]))
+            ours = [i for i in e.payload["observation"].get("instances") or [] if i.get("ours")]
+            dead = [i for i in ours if i.get("host_id") is not None and i["id"] not in kept and _is_dead(i, stuck_after)]
+            if len(dead) >= MASS_EVENT_MIN and 2 * len(dead) >= len(ours):
+                continue  # most of the fleet at once (outbid, maintenance, the account): no host's fault
+            out.update(int(i["host_id"]) for i in dead)
         return out
 
     # -------------------------------------------------------------- the policy
