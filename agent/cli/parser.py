@@ -31,7 +31,7 @@ BY_HELP = "who you are (default: $SUDO_USER or your login name)"
 # not imported: the store is not for every command's parser).
 PAGE_SIZES = (4096, 8192, 16384, 32768, 65536)
 PAGE_SIZE = 8192
-# `policy set`'s keys, as agent.fleet.steering.OVERRIDABLE has them (tests/test_cli_parser.py holds them equal).
+# `policy set`'s keys, as agent.fleet.steering.OVERRIDABLE has them (tests/cli/test_cli_parser.py holds them equal).
 OVERRIDABLE_KEYS = ("allowed_gpus", "max_daily_spend", "max_destroys_per_hour", "max_dph_per_instance",
                     "max_instances", "max_monthly_spend", "max_rents_per_hour", "max_total_dph", "min_reliability")
 

@@ -5,7 +5,7 @@
 ``problems(log, statements, max_vm_steps)`` names each one that scans the events table whole
 (or the full-text index without a MATCH), or that, as a read, takes more than ``max_vm_steps``
 instructions (SQLite's progress handler counts them). On a big log the second catches any
-read whose work grows with the log, whatever index it goes through. tests/test_query_plans.py
+read whose work grows with the log, whatever index it goes through. tests/store/test_query_plans.py
 runs a tick, the operator commands and the projection through both.
 """
 

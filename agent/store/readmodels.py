@@ -244,26 +244,6 @@ PROJECTORS: dict[str, Projector] = {
     "tick.started": _tick_started,
 }
 
-# The only kinds whose projectors write these tables (tests/test_read_memo.py checks it against PROJECTORS): a read of
-# one of them stays true while this connection appends other kinds (``EventLog.memo``).
-WRITTEN_BY: dict[str, tuple[str, ...]] = {
-    "instances": ("tool.result", "instance.adopted", "instance.gone"),
-    "instance_states": ("tick.started",),
-    "alerts": ("alert.raised", "alert.repeated", "alert.acked", "alert.resolved", "alert.retitled", "alert.notified",
-               "alert.severity_changed"),
-}
-
-
-def kinds_writing(table: str) -> set[str]:
-    """The kinds whose projector's own SQL inserts, updates or deletes rows of ``table`` (read from the
-    projectors' source: what ``WRITTEN_BY`` must name; SQL text is the store's alone, so the scan lives here)."""
-    import inspect
-    import re
-
-    writes = re.compile(rf"(INSERT INTO|UPDATE|DELETE FROM)\s+{re.escape(table)}\b")
-    return {k for k, f in PROJECTORS.items() if writes.search(inspect.getsource(f))}
-
-
 def apply(conn: sqlite3.Connection, event: Event) -> None:
     proj = PROJECTORS.get(event.kind)
     if proj is not None:

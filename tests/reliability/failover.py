@@ -11,7 +11,7 @@ Both run real ``fleet-agent run --standby`` processes (the console script's code
 the model, over one log: the SQLite file in a shared data directory, or, given ``storage_url``,
 the fleet in a PostgreSQL database (each daemon then has a data directory of its own, as on two
 hosts). ``bench/failover.py`` prints the figures; the
-slow tests in tests/test_failover.py assert them.
+slow tests in tests/reliability/test_failover.py assert them.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from tests.reliability.harness import (
     running_sim,
     write_config,
 )
-from tests.test_daemon import wait_for as _wait_for
+from tests.service.test_daemon import wait_for as _wait_for
 
 WAIT_S = 90.0
 

@@ -326,7 +326,7 @@ def run_ambiguous(root: Path, ticks: int, seed: int = 11) -> dict[str, Any]:
         app = make_app(root, sim, server, vast={"timeout": 1.5})
         try:
             # Listed at once, so each ambiguous rent is resolved by its label within its tick; with vast.ai's
-            # listing lag it stays pending and is adopted a tick later (tests/test_uncertain.py).
+            # listing lag it stays pending and is adopted a tick later (tests/fleet/test_uncertain.py).
             sim.realism.update({"listing_lag": 0})
             sim.faults.update({"ambiguous_rent": 0.5, "hang_seconds": 4.0})
             for n in range(ticks):

@@ -3,7 +3,7 @@
 To change a kind, add a version (never edit a released one) in the module of its subject: a new payload
 class, an upcaster from the previous version, and either a new renderer (the rendering changes for new
 events; old ones keep theirs) or ``render=AS_NEXT`` on the previous version (only the payload shape
-changed). Then add a sample for the new version to tests/test_events_golden.py and write its golden file
+changed). Then add a sample for the new version to tests/events/test_events_golden.py and write its golden file
 (``UPDATE_GOLDEN=1``).
 
     alerts      alert.* (raised, repeated, acked, resolved, silenced, notified, retitled, severity_changed)

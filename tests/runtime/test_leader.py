@@ -1,0 +1,397 @@
+"""The leadership lock (agent/runtime/leader.py): one active holder per fleet, takeover, and the fence.
+
+The file lock runs on real files in a temp dir; the PostgreSQL lock against a throwaway server
+(tests/pgserver.py). Holders that get killed or suspended are real processes
+(tests/leader_driver.py) that act only while their fence passes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent import config
+from agent.clients.vast import VastClient
+from agent.errors import ConfigError, LogError
+from agent.runtime.leader import FileLeader, LeadershipLost, PgLeader, leader_for
+from agent.runtime.lock import FleetLock
+from agent.sim import SimServer, Simulator
+from agent.store import pglock
+from agent.store.log import EventLog
+from agent.store.pglock import identity
+from tests.service.test_daemon import wait_for as _wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 60.0
+
+
+wait_for = partial(_wait_for, timeout=WAIT_S)  # daemons starting and taking over under load
+
+
+def stopped(pid: int) -> bool:
+    """The process is suspended (state T in /proc)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+class Driver:
+    """tests/leader_driver.py in a subprocess: holds the lock and acts while its fence passes."""
+
+    def __init__(self, tmp: Path, kind: str, target: str, failover: float, name: str = "driver") -> None:
+        self.acts = tmp / f"{name}.acts"
+        self.out = tmp / f"{name}.out"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.leader_driver", kind, target, "fleet-1",
+                                      str(failover), str(self.acts)], cwd=tmp, env=env,
+                                     stdout=self.out.open("w"), stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def acting(self) -> bool:
+        assert self.proc.poll() is None, self.output()
+        return self.acts.exists() and self.acts.stat().st_size > 0
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def drivers() -> Iterator[list[Driver]]:
+    made: list[Driver] = []
+    yield made
+    for d in made:
+        if d.proc.poll() is None:
+            d.proc.send_signal(signal.SIGCONT)
+        d.kill()
+
+
+def file_leader(tmp: Path, failover: float = 30.0, **kw: Any) -> FileLeader:
+    return FileLeader(tmp / "data", "fleet-1", failover_seconds=failover, **kw)
+
+
+# ------------------------------------------------------------------ the file lock (SQLite, one host)
+
+
+def test_one_holder_at_a_time_and_a_clean_release_hands_over(tmp_path: Path):
+    """While one holder has the lease a second one cannot take it and names the holder's pid; once the
+    first releases it, the second takes it as free, and the first's fence refuses from then on."""
+    a, b = file_leader(tmp_path), file_leader(tmp_path)
+    try:
+        assert a.try_acquire()
+        a.check()
+        assert not b.try_acquire()
+        assert f"pid {os.getpid()} on {socket.gethostname()}" in b.holder()
+        a.release()
+        assert b.try_acquire()
+        assert b.took_because == "free"
+        with pytest.raises(LeadershipLost):
+            a.check()
+    finally:
+        a.release()
+        b.release()
+
+
+def test_a_holder_that_stops_heartbeating_loses_the_lease_and_its_fence_refuses(tmp_path: Path):
+    """A holder alive but silent past failover_seconds (seen through a clock 31 s ahead) is replaced
+    without the single-writer flock it still holds; its next fence check reads the lease, raises
+    LeadershipLost naming the new holder, and it never gets the lease back."""
+    a = file_leader(tmp_path)
+    b = file_leader(tmp_path, clock=lambda: time.time() + 31)
+    a.fresh_s = 0.0  # every check reads the lease: no heartbeat thread runs here
+    try:
+        assert a.try_acquire()
+        assert b.try_acquire()
+        assert b.took_because.endswith("s") and "has not heartbeated for 3" in b.took_because
+        assert not b.flock.held  # a still holds it: the lease alone moved
+        with pytest.raises(LeadershipLost, match=f"held by pid {os.getpid()}"):
+            a.check()
+        assert a.lost is not None
+        assert not a.try_acquire()
+        b.check()
+    finally:
+        a.release()
+        b.release()
+
+
+def test_a_free_lease_is_not_taken_while_a_tick_command_holds_the_single_writer_lock(tmp_path: Path):
+    """``fleet-agent tick`` and ``backup`` take the single-writer flock without a lease: a daemon must not
+    become active beside them; once they let go it can."""
+    tick = FleetLock(tmp_path / "data").acquire()
+    b = file_leader(tmp_path)
+    try:
+        assert not b.try_acquire()
+        assert f"pid {os.getpid()}" in b.holder()
+        tick.release()
+        assert b.try_acquire()
+    finally:
+        tick.release()
+        b.release()
+
+
+def test_the_log_appends_nothing_once_the_fence_refuses(tmp_path: Path):
+    """The log calls its fence inside every appending transaction, before the commit: after the lock is
+    lost the append raises LeadershipLost and the event is not there; an unfenced log (an operator's
+    command) appends as before."""
+    db = tmp_path / "log.db"
+    lead = file_leader(tmp_path)
+    lead.fresh_s = 0.0
+    with EventLog(db) as lg:
+        assert lead.try_acquire()
+        lg.fence = lead.check
+        lg.append("daemon.stopped", {"reason": "before"}, "system")
+        file_leader(tmp_path, clock=lambda: time.time() + 31).try_acquire()
+        with pytest.raises(LeadershipLost):
+            lg.append("daemon.stopped", {"reason": "after"}, "system")
+        with pytest.raises(LeadershipLost):
+            lg.check_fence()
+        assert [e.payload["reason"] for e in lg.read(0)] == ["before"]
+        lg.fence = None
+        lg.append("daemon.stopped", {"reason": "operator"}, "system")
+        assert lg.verify().ok
+    lead.release()
+
+
+def test_the_vast_client_sends_nothing_once_the_fence_refuses(tmp_path: Path):
+    """The vast.ai client calls its fence before each request: with a fence that refuses, no request
+    reaches the simulator."""
+    sim = Simulator(seed=3)
+    server = SimServer(sim).start()
+    try:
+        client = VastClient(server.url, sim.api_key, max_attempts=1, min_interval=0)
+        client.list_instances()
+        before = len(sim.requests)
+
+        def refuse() -> None:
+            raise LeadershipLost("lost for the test")
+
+        client.fence = refuse
+        with pytest.raises(LeadershipLost):
+            client.destroy(12345)
+        with pytest.raises(LeadershipLost):
+            client.list_instances()
+        assert len(sim.requests) == before
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_a_killed_holder_is_replaced_at_once_through_the_released_flock(tmp_path: Path, drivers: list[Driver]):
+    """kill -9 frees the holder's flock: a standby takes the lease as soon as it next polls, saying the
+    holder died (no need to wait for its heartbeat to age)."""
+    d = Driver(tmp_path, "file", str(tmp_path / "data"), 30.0)
+    drivers.append(d)
+    wait_for(d.acting, "the driver to act")
+    b = file_leader(tmp_path)
+    try:
+        assert not b.try_acquire()
+        d.kill()
+        assert b.try_acquire()
+        assert b.took_because == f"its holder (pid {d.proc.pid}) died"
+    finally:
+        b.release()
+
+
+def test_file_partition_a_suspended_holder_acts_no_more_when_resumed(tmp_path: Path, drivers: list[Driver]):
+    """SIGSTOP the holder past failover_seconds: a standby takes the lease; SIGCONT the old holder: its
+    fence finds the lease gone, it exits 3 and writes not one more act."""
+    _partition(tmp_path, drivers, "file", str(tmp_path / "data"),
+               lambda: file_leader(tmp_path, failover=3.0))
+
+
+def _partition(tmp_path: Path, drivers: list[Driver], kind: str, target: str,
+               make_standby: Callable[[], FileLeader | PgLeader]) -> None:
+    d = Driver(tmp_path, kind, target, 3.0 if kind == "file" else 4.0)
+    drivers.append(d)
+    wait_for(d.acting, "the driver to act")
+    standby = make_standby()
+    try:
+        assert not standby.try_acquire()
+        d.proc.send_signal(signal.SIGSTOP)
+        wait_for(lambda: stopped(d.proc.pid), "the driver to stop")
+        acts = d.acts.read_bytes()
+        t0 = time.monotonic()
+        wait_for(lambda: standby.try_acquire() or time.sleep(0.1), "the standby to take over", timeout=60)
+        print(f"{kind}: takeover {time.monotonic() - t0:.2f}s after SIGSTOP")
+        # Now active, it heartbeats as a daemon does: however long the old holder takes to wake and exit on a
+        # loaded machine, its own lease (on PostgreSQL, a session idle past failover/2) does not run out.
+        standby.start_heartbeat(lambda why: None)
+        d.proc.send_signal(signal.SIGCONT)
+        assert d.proc.wait(WAIT_S) == 3, d.output()
+        assert "lost: " in d.output()
+        assert d.acts.read_bytes() == acts
+        standby.check()
+    finally:
+        standby.release()
+
+
+# ------------------------------------------------------------------ the PostgreSQL lock
+
+
+def pg_leader(dsn: str, failover: float = 30.0) -> PgLeader:
+    return PgLeader(dsn, "fleet-1", failover_seconds=failover)
+
+
+def test_pg_one_holder_named_by_application_name_and_a_release_hands_over(pg_dsn: str):
+    """The advisory lock on the fleet's key admits one session; pg_locks joined with pg_stat_activity
+    names the holder as "fleet-agent <agent_id> <host> <pid>"; another fleet's key is independent; the
+    lock session has idle_session_timeout at half of failover_seconds; a release hands over."""
+    a, b = pg_leader(pg_dsn), pg_leader(pg_dsn)
+    other = PgLeader(pg_dsn, "fleet-2", failover_seconds=30)
+    try:
+        assert a.try_acquire()
+        a.check()
+        assert not b.try_acquire()
+        assert other.try_acquire()
+        (h,) = a.holders()
+        assert h.application_name == identity("fleet-1")
+        assert f"'{identity('fleet-1')}'" in b.holder()
+        assert pglock.session_setting(a._conn, "idle_session_timeout") == "15s"
+        a.release()
+        assert b.try_acquire()
+        assert b.holders()[0].pid != h.pid
+    finally:
+        for x in (a, b, other):
+            x.release()
+
+
+def test_pg_fence_refuses_once_the_lock_session_is_gone(pg_dsn: str):
+    """When the server ends the lock session (here: its backend gets SIGTERM, as from pg_terminate_backend,
+    and as idle_session_timeout or a lost connection would end it), the next synchronous check raises LeadershipLost and a standby gets the lock."""
+    a, b = pg_leader(pg_dsn), pg_leader(pg_dsn)
+    a.fresh_s = 0.0
+    try:
+        assert a.try_acquire()
+        (h,) = a.holders()
+        os.kill(h.pid, signal.SIGTERM)  # the server ends that session, as pg_terminate_backend does
+        with pytest.raises(LeadershipLost, match="lock session"):
+            a.check()
+        assert b.try_acquire()
+    finally:
+        a.release()
+        b.release()
+
+
+def test_pg_a_killed_holder_is_replaced(pg_dsn: str, tmp_path: Path, drivers: list[Driver]):
+    """kill -9 closes the holder's socket: the server ends its session and frees the lock, and a standby
+    polling pg_try_advisory_lock takes it."""
+    d = Driver(tmp_path, "pg", pg_dsn, 30.0)
+    drivers.append(d)
+    wait_for(d.acting, "the driver to act")
+    b = pg_leader(pg_dsn)
+    try:
+        assert not b.try_acquire()
+        d.kill()
+        wait_for(lambda: b.try_acquire() or time.sleep(0.1), "the standby to take over")
+    finally:
+        b.release()
+
+
+def test_pg_partition_a_suspended_holder_acts_no_more_when_resumed(pg_dsn: str, tmp_path: Path,
+                                                                   drivers: list[Driver]):
+    """SIGSTOP keeps the holder's socket open, so only idle_session_timeout (failover/2) ends its session:
+    a standby then takes the lock; SIGCONT the old holder: its fence finds the session gone, it exits 3
+    and writes not one more act."""
+    _partition(tmp_path, drivers, "pg", pg_dsn, lambda: pg_leader(pg_dsn, failover=4.0))
+
+
+# ------------------------------------------------------------------ settings
+
+
+def test_failover_seconds_is_bounded_with_file_and_line(tmp_path: Path):
+    """storage.failover_seconds below 3s is refused naming the file, line and key; the default is 30s and
+    a SQLite fleet gets the file lock in its data directory."""
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("agent_id: fleet-1\nstorage:\n  failover_seconds: 1s\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"config.yaml:3: storage.failover_seconds: must be between 3s"):
+        config.load(str(cfg))
+    cfg.write_text("agent_id: fleet-1\n", encoding="utf-8")
+    s = config.load(str(cfg))
+    assert float(s.storage.failover_seconds) == 30.0
+    lead = leader_for(s)
+    assert isinstance(lead, FileLeader) and lead.path == s.data_path / "fleet-agent.runtime.leader"
+
+
+def test_pg_a_suspended_daemon_mid_append_does_not_hold_the_append_lock(pg_url: str, tmp_path: Path):
+    """The daemon's logs on PostgreSQL end their session after failover/2 inside an open transaction: an
+    append left open (as by a daemon suspended mid-append) is rolled back by the server, and another
+    writer's append goes through instead of waiting for the suspended one."""
+    from agent.config import PgTarget
+    from agent.store.pglock import bound_idle_transactions
+
+    with EventLog(PgTarget(pg_url, "fleet-1", state_dir=tmp_path), create=True) as lg, \
+            EventLog(PgTarget(pg_url, "fleet-1", state_dir=tmp_path)) as other:
+        bound_idle_transactions(lg, 1.0)
+        lg.fence = lambda: None  # a daemon's log: fenced, so each append's statements go out at once
+        successor = threading.Thread(target=other.append, args=("daemon.stopped", {"reason": "the new active"},
+                                                                "system"), daemon=True)
+        with pytest.raises(LogError), lg.transaction() as tx:
+            tx.append("daemon.stopped", {"reason": "suspended mid-append"}, "system")
+            successor.start()  # waits for the fleet's append lock, held by this open transaction
+            successor.join(30)
+            assert not successor.is_alive(), "the open transaction kept the append lock"
+        assert [e.payload["reason"] for e in other.read(0)] == ["the new active"]
+
+
+# ------------------------------------------------------------------ doctor
+
+
+def _settings(tmp_path: Path, storage_url: str | None = None) -> config.Settings:
+    cfg = tmp_path / "config.yaml"
+    extra = f'storage:\n  url: "{storage_url}"\n' if storage_url else ""
+    cfg.write_text(f"agent_id: fleet-1\ndata_dir: ./data\n{extra}", encoding="utf-8")
+    return config.load(str(cfg))
+
+
+def test_doctor_names_the_file_lock_holder_and_fails_a_stale_one(tmp_path: Path):
+    """doctor's lock check: no daemon active (ok), the holder's pid and host with its heartbeat age (ok),
+    and a holder whose heartbeat is older than failover_seconds (FAIL: suspended or hung, with the fix)."""
+    from agent.cli.doctor import check_leader
+
+    s = _settings(tmp_path)
+    c = check_leader(s)
+    assert (c.ok, c.detail) == (True, "no daemon is active")
+    lead = FileLeader(s.data_path, "fleet-1", failover_seconds=30)
+    assert lead.try_acquire()
+    c = check_leader(s)
+    assert c.ok and c.detail.startswith(f"held by pid {os.getpid()} on {socket.gethostname()}, heartbeat ")
+    lead.release()
+    stale = FileLeader(s.data_path, "fleet-1", failover_seconds=30, clock=lambda: time.time() - 31)
+    assert stale.try_acquire()
+    c = check_leader(s)
+    assert not c.ok and "stale" in c.detail and c.fix is not None and "suspended or hung" in c.fix
+    stale.release()
+
+
+def test_doctor_names_the_pg_lock_holder_by_application_name(pg_url: str, tmp_path: Path):
+    """doctor's lock check on PostgreSQL reads pg_locks and pg_stat_activity: nobody (ok), a daemon named
+    "fleet-agent fleet-1 <host> <pid>" (ok), a session of something else holding the fleet's key (FAIL,
+    with the pg_terminate_backend fix)."""
+    import psycopg
+
+    from agent.cli.doctor import check_leader
+
+    s = _settings(tmp_path, pg_url)
+    assert check_leader(s).detail == "no daemon holds the advisory lock of fleet 'fleet-1'"
+    lead = pg_leader(pg_url)
+    assert lead.try_acquire()
+    c = check_leader(s)
+    assert c.ok and f"'{identity('fleet-1')}'" in c.detail
+    lead.release()
+    with psycopg.connect(pg_url, autocommit=True, application_name="psql") as other:
+        assert pglock.try_lock(other, "fleet-1")
+        c = check_leader(s)
+        assert not c.ok and "'psql'" in c.detail and c.fix is not None and "pg_terminate_backend" in c.fix
