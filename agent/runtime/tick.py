@@ -505,7 +505,16 @@ def _over_budget(run: _Run, model: _Model, proj: context.Projection) -> TickResu
     run.app.log.append("context.step_refused", {"step": run.steps + 1, "tokens": proj.calibrated_tokens,
                                                 "limit": limit}, "system", run.tick)
     log_.warning("context.step_refused", step=run.steps + 1, tokens=proj.calibrated_tokens, limit=limit)
-    return _complete(run)
+    if run.steps:
+        return _complete(run)  # the model acted this tick; the next tick starts after a compaction
+    # Not one step: the model cannot be asked at all. Never an "ok" tick, and the operator is told.
+    why = (f"the model's request ({proj.calibrated_tokens:,} tokens after compaction) does not fit "
+           f"context.budget_tokens less output_reserve ({limit:,}); raise context.budget_tokens or shorten the "
+           "pinned directives and knowledge files")
+    feedback.raise_alert(run.app.log, key="context:over_budget", severity="critical",
+                         title="The model cannot be asked: its context does not fit the budget", detail=why,
+                         tick=run.tick, settings=run.app.settings)
+    return run.fail(why, "context_budget")
 
 
 def _model_failed(run: _Run, model: _Model, e: LLMError, request_seq: int, tokens: int) -> TickResult | None:

@@ -193,3 +193,17 @@ def test_context_length_error_twice_fails_the_tick_after_one_compaction(sim, mak
     assert [e.payload["error_kind"] for e in events_of(app, "model.failed", 3)] == ["context_length"] * 2
     assert len(events_of(app, "context.compacted", 3)) == 1
     assert _ends(app)[3] == ["tick.failed"]
+
+
+def test_a_tick_whose_first_request_cannot_fit_fails_and_raises_a_critical_alert(sim, make_app, fake_model):
+    """A budget the config accepts but that cannot hold even the tools and the newest observation after
+    compaction: the model is never asked, and the tick is not 'ok with 0 steps' but failed, naming the
+    budget and the fix, with a critical alert the operator sees; nothing is sent to the model."""
+    app = make_app(context={"budget_tokens": 2000, "output_reserve": 500})
+    result = run_tick(app)
+    assert not result.ok and result.steps == 0
+    assert "does not fit context.budget_tokens" in (result.reason or "")
+    (alert,) = [a for a in app.log.store.alerts(all_=True) if a.dedup_key == "context:over_budget"]
+    assert alert.severity == "critical"
+    assert fake_model.chat_requests == []
+    assert events_of(app, "context.step_refused")
