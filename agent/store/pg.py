@@ -2,11 +2,9 @@
 
 Imported only when ``storage.url`` names a PostgreSQL database (``EventLog`` given a ``PgTarget``), so
 SQLite users never load psycopg. ``PgConnection`` wraps a psycopg 3 connection. The event log's recorder
-(agent/store/pg_recorder.py) writes PostgreSQL and runs its statements as they are (``run``). The read models
-(agent/store/readmodels.py) and ``Store`` (agent/store/queries.py) still share their SQL with SQLite and go
-through ``execute``, which translates it: ``?`` -> ``%s``, ``[table]`` -> ``"table"``, ``ON CONFLICT (col)``
--> ``ON CONFLICT (agent_id, col)``; queries whose SQL differs beyond that (JSON, GLOB, PRAGMA) have a
-PostgreSQL variant next to the SQLite one in agent/store/queries.py.
+(agent/store/pg_recorder.py), the read models (agent/store/readmodels.py) and ``Store``
+(agent/store/queries.py) write their statements in PostgreSQL's dialect (agent/store/dialect.py) and run
+them as they are (``run``, ``run_many``).
 
 Many fleets share one database: each connection names its fleet (``SET fleet_agent.agent_id``), every
 table's ``agent_id`` defaults to it and row-level security (FORCE) shows the connection only that fleet's
@@ -23,7 +21,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from functools import lru_cache
 from importlib import resources
 from typing import Any
 
@@ -60,28 +57,13 @@ def migrations() -> list[tuple[str, str]]:
     return [(parts[i], parts[i + 1]) for i in range(1, len(parts), 2)]
 
 
-_QMARK = re.compile(r"\?")
-_BRACKET = re.compile(r"\[(\w+)\]")
-_CONFLICT = re.compile(r"ON CONFLICT\s*\((\w+)\)", re.I)
-
-
-@lru_cache(maxsize=512)
-def translate(sql: str) -> str:
-    """SQLite-flavoured SQL as agent/store writes it -> PostgreSQL with psycopg placeholders."""
-    out = sql.replace("%", "%%")
-    out = _QMARK.sub("%s", out)
-    out = _BRACKET.sub(r'"\1"', out)
-    return _CONFLICT.sub(r"ON CONFLICT (agent_id, \1)", out)
-
-
 def _fail(target: PgTarget, what: str, e: BaseException) -> LogError:
     msg = scrub(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
     return LogError(f"{what} {target.url}: {msg}")
 
 
 class PgConnection:
-    """A psycopg connection in autocommit mode: ``run`` takes PostgreSQL, ``execute`` the SQL the read models
-    share with SQLite."""
+    """A psycopg connection in autocommit mode: ``run`` and ``run_many`` send PostgreSQL as it is written."""
 
     dialect = "postgresql"
 
@@ -91,18 +73,12 @@ class PgConnection:
         self._pipe: Any = None
         self._pipeline: Any = None  # the open pipeline itself (``_pipe`` is its context manager)
 
-    def execute(self, sql: str, params: Any = ()) -> psycopg.Cursor[Any]:
-        return self.raw.execute(translate(sql), list(params))
-
-    def executemany(self, sql: str, rows: Iterable[Any]) -> psycopg.Cursor[Any]:
-        """One statement for many rows (inside a transaction's pipeline, sent without a wait per row)."""
-        return self.run_many(translate(sql), rows)
-
     def run(self, sql: str, params: Any = ()) -> psycopg.Cursor[Any]:
         """SQL written for PostgreSQL (``%s`` placeholders), as it is."""
         return self.raw.execute(sql, list(params))
 
     def run_many(self, sql: str, rows: Iterable[Any]) -> psycopg.Cursor[Any]:
+        """One statement for many rows (inside a transaction's pipeline, sent without a wait per row)."""
         cur = self.raw.cursor()
         cur.executemany(sql, [list(r) for r in rows])
         return cur

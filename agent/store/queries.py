@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.store import dialect
 from agent.store.db import sqlite3
 from agent.store.readmodels import TABLES as READ_MODEL_TABLES
 from agent.store.rows import (
@@ -127,19 +128,20 @@ GROUP BY kind, a, b
 
 
 # ------------------------------------------------------------------ PostgreSQL variants
-# The queries whose SQL differs beyond what agent/store/pg.py translates (placeholders, quoting): JSON
-# through the jsonb ``body`` column (the payload text parsed; the hash covers the text), GLOB as LIKE.
+# The queries whose SQL differs beyond the dialect's placeholder and quoting, as PostgreSQL runs them (psycopg
+# placeholders, ``%%`` for a literal ``%``): JSON through the jsonb ``body`` column (the payload text parsed;
+# the hash covers the text), GLOB as LIKE.
 
 _LIVE_ALERTS_PG = """
 SELECT a.* FROM alerts a
 WHERE {where} AND (a.status = 'open' OR (a.status = 'acked' AND NOT EXISTS (
-    SELECT 1 FROM events e WHERE e.kind LIKE 'alert.%' AND e.body->>'alert_id' = a.id::text
+    SELECT 1 FROM events e WHERE e.kind LIKE 'alert.%%' AND e.body->>'alert_id' = a.id::text
       AND e.seq > a.closed_seq AND e.kind = 'alert.resolved')))
 ORDER BY a.id
 """
 
 _INTENTS_SINCE_PG = ("SELECT COUNT(*) FROM events e JOIN intents i ON i.called_seq = e.seq "
-                     "WHERE i.tool = ? AND e.ts >= ? AND e.kind = 'tool.called'")
+                     "WHERE i.tool = %s AND e.ts >= %s AND e.kind = 'tool.called'")
 
 
 def _pg_num(path: str, cast: str = "double precision") -> str:
@@ -164,31 +166,31 @@ SELECT kind,
   SUM(CASE WHEN kind = 'tick.completed' AND COALESCE(CASE WHEN jsonb_typeof(body->'actions') = 'array'
            THEN jsonb_array_length(body->'actions') END, 0) = 0 THEN 1 ELSE 0 END)::bigint AS idle
 FROM events
-WHERE seq > ? AND seq <= ? AND kind IN ('tick.completed', 'tick.failed', 'model.response', 'tool.result',
+WHERE seq > %s AND seq <= %s AND kind IN ('tick.completed', 'tick.failed', 'model.response', 'tool.result',
                                         'policy.blocked', 'context.compacted')
 GROUP BY kind, a, b
 """
 
 _PG: dict[str, str] = {
-    "alert_history": ("SELECT seq FROM events WHERE kind LIKE 'alert.%' AND body->>'alert_id' = CAST(? AS text)"
+    "alert_history": ("SELECT seq FROM events WHERE kind LIKE 'alert.%%' AND body->>'alert_id' = CAST(%s AS text)"
                       " UNION SELECT seq FROM events WHERE kind = 'alert.notified' AND EXISTS ("
                       "SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(body->'alerts') = 'array'"
-                      " THEN body->'alerts' ELSE '[]'::jsonb END) j WHERE j->>'alert_id' = CAST(? AS text))"
+                      " THEN body->'alerts' ELSE '[]'::jsonb END) j WHERE j->>'alert_id' = CAST(%s AS text))"
                       " ORDER BY seq"),
     "input_hashes": "SELECT body->>'sha256' AS h FROM events WHERE kind = 'input.recorded'",
     "payload_bytes": ("SELECT kind, COUNT(*) AS n, SUM(octet_length(payload))::bigint AS b FROM events"
                       " GROUP BY kind ORDER BY kind"),
     "tick_durations": (f"SELECT {_pg_num('{duration_ms}')} AS d FROM events"
-                       " WHERE kind = 'tick.completed' AND seq > ? AND seq <= ? ORDER BY seq"),
+                       " WHERE kind = 'tick.completed' AND seq > %s AND seq <= %s ORDER BY seq"),
     "fleet_rates": (f"SELECT seq, ts, {_pg_num('{observation,fleet_dph}')} AS dph FROM events"
-                    " WHERE kind = 'tick.started' AND seq > ? ORDER BY seq"),
+                    " WHERE kind = 'tick.started' AND seq > %s ORDER BY seq"),
     "credit_refused_since": ("SELECT COUNT(*) FROM events e JOIN intents i ON i.called_seq = e.seq"
-                             " JOIN events r ON r.seq = i.result_seq WHERE i.tool = 'rent_instance' AND e.ts >= ?"
-                             " AND e.kind = 'tool.called' AND i.ok = 0 AND r.body->>'error' LIKE '%HTTP 402%'"),
-    "host_failures": ("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= ?"
-                      " AND body->>'host_id' = CAST(? AS text)"),
-    "host_failure_logged": ("SELECT 1 FROM events WHERE kind = 'host.failed' AND body->>'instance_id' = CAST(? AS text)"
-                            " AND body->>'status' = ? LIMIT 1"),
+                             " JOIN events r ON r.seq = i.result_seq WHERE i.tool = 'rent_instance' AND e.ts >= %s"
+                             " AND e.kind = 'tool.called' AND i.ok = 0 AND r.body->>'error' LIKE '%%HTTP 402%%'"),
+    "host_failures": ("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= %s"
+                      " AND body->>'host_id' = CAST(%s AS text)"),
+    "host_failure_logged": ("SELECT 1 FROM events WHERE kind = 'host.failed' AND body->>'instance_id' = CAST(%s AS text)"
+                            " AND body->>'status' = %s LIMIT 1"),
 }
 
 
@@ -200,7 +202,9 @@ class Store:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
-        self._pg = getattr(conn, "dialect", "sqlite") == "postgresql"
+        self._d = dialect.of(conn)
+        self._p = self._d.p  # the placeholder the statements below are written with
+        self._pg = self._d is dialect.POSTGRESQL
 
     def _sql(self, sqlite_sql: str, pg_key: str) -> str:
         return _PG[pg_key] if self._pg else sqlite_sql
@@ -211,7 +215,7 @@ class Store:
               order_by: str | None = None, limit: int | None = None, select: str = "*") -> list[dict[str, Any]]:
         """``Table.rows_where``'s query, run on the connection itself (a command that reads a read
         model does not load sqlite-utils for it)."""
-        sql = f"SELECT {select} FROM [{table}]"
+        sql = f"SELECT {select} FROM {self._d.q(table)}"
         if where is not None:
             sql += f" WHERE {where}"
         if order_by is not None:
@@ -221,7 +225,7 @@ class Store:
         return self._query(sql, args)
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        cur = self._conn.execute(sql, list(args))
+        cur = dialect.run(self._conn, sql, list(args))
         fetched = cur.fetchall()  # first: inside a PostgreSQL pipeline the columns are known once it has run
         cols = [d[0] for d in cur.description]
         rows = [dict(zip(cols, r, strict=True)) for r in fetched]
@@ -231,11 +235,11 @@ class Store:
         return rows
 
     def _value(self, sql: str, args: Sequence[Any] = ()) -> Any:
-        row = self._conn.execute(sql, list(args)).fetchone()
+        row = dialect.run(self._conn, sql, list(args)).fetchone()
         return None if row is None else row[0]
 
     def _count(self, table: str) -> int:
-        return int(self._value(f"SELECT COUNT(*) FROM [{table}]"))
+        return int(self._value(f"SELECT COUNT(*) FROM {self._d.q(table)}"))
 
     # ------------------------------------------------------------------ alerts
 
@@ -249,7 +253,7 @@ class Store:
         return self.alerts()
 
     def alert(self, alert_id: int) -> Alert | None:
-        rows = self._rows("alerts", "id = ?", [alert_id])
+        rows = self._rows("alerts", f"id = {self._p}", [alert_id])
         return Alert(**rows[0]) if rows else None
 
     def live_alerts(self, *, key: str | None = None, prefix: str | None = None) -> list[Alert]:
@@ -258,10 +262,10 @@ class Store:
         live = "a.status IN ('open', 'acked') AND "  # index alerts_live: resolved alerts are never read
         sql = _LIVE_ALERTS_PG if self._pg else _LIVE_ALERTS
         if key is not None:
-            rows = self._query(sql.format(where=live + "a.dedup_key = ?"), [key])
+            rows = self._query(sql.format(where=live + f"a.dedup_key = {self._p}"), [key])
         elif prefix is not None:
-            rows = self._query(sql.format(where=live + "a.dedup_key >= ? AND a.dedup_key <= ?"
-                                                   " AND substr(a.dedup_key, 1, ?) = ?"),
+            rows = self._query(sql.format(where=live + f"a.dedup_key >= {self._p} AND a.dedup_key <= {self._p}"
+                                                   f" AND substr(a.dedup_key, 1, {self._p}) = {self._p}"),
                                [prefix, prefix + "\U0010ffff", len(prefix), prefix])
         else:
             raise ValueError("live_alerts needs a key or a prefix")
@@ -295,7 +299,7 @@ class Store:
     def instance(self, instance_id: int) -> Instance | None:
         from agent.store.rows import Instance
 
-        rows = self._rows("instances", "instance_id = ?", [instance_id])
+        rows = self._rows("instances", f"instance_id = {self._p}", [instance_id])
         return Instance(**rows[0]) if rows else None
 
     def instance_states(self) -> dict[int, InstanceState]:
@@ -318,7 +322,7 @@ class Store:
 
     def count_events_after(self, seq: int, kind: str) -> int:
         """Events of ``kind`` logged after ``seq``."""
-        return int(self._value("SELECT COUNT(*) FROM events WHERE seq > ? AND kind = ?", [seq, kind]))
+        return int(self._value(f"SELECT COUNT(*) FROM events WHERE seq > {self._p} AND kind = {self._p}", [seq, kind]))
 
     def rent_keys(self) -> set[str]:
         """Every idempotency key a rent intent was ever logged with."""
@@ -344,14 +348,14 @@ class Store:
         return [Memory(**r) for r in self._rows("memory", order_by="key")]
 
     def memory_has(self, key: str) -> bool:
-        return bool(self._rows("memory", "key = ?", [key], limit=1))
+        return bool(self._rows("memory", f"key = {self._p}", [key], limit=1))
 
     def active_directives(self) -> list[Directive]:
         """The directives in force, oldest first."""
         return [_directive(r) for r in self._rows("directives", "active = 1", order_by="id")]
 
     def directive(self, directive_id: int) -> Directive | None:
-        rows = self._rows("directives", "id = ?", [directive_id])
+        rows = self._rows("directives", f"id = {self._p}", [directive_id])
         return _directive(rows[0]) if rows else None
 
     # ------------------------------------------------------------------ knowledge
@@ -378,14 +382,14 @@ class Store:
         """Every logged version of ``name``, oldest first."""
         from agent.store.rows import KnowledgeVersion
 
-        return [KnowledgeVersion(**r) for r in self._rows("knowledge", "name = ?", [name], order_by="version")]
+        return [KnowledgeVersion(**r) for r in self._rows("knowledge", f"name = {self._p}", [name], order_by="version")]
 
     def knowledge_text(self, name: str) -> str | None:
         """The newest full text of ``name`` as logged (None: never seen, or removed)."""
-        rows = self._rows("knowledge", "name = ?", [name], order_by="version DESC", limit=1)
+        rows = self._rows("knowledge", f"name = {self._p}", [name], order_by="version DESC", limit=1)
         if not rows or rows[0]["hash"] is None:
             return None
-        payload = self._value("SELECT payload FROM events WHERE seq = ?", [rows[0]["seq"]])
+        payload = self._value(f"SELECT payload FROM events WHERE seq = {self._p}", [rows[0]["seq"]])
         if payload is None:
             return None
         text = json.loads(payload).get("text")
@@ -395,7 +399,7 @@ class Store:
 
     def next_tick_number(self) -> int:
         """One past the highest tick that started or failed."""
-        top = [self._value("SELECT MAX(tick) FROM events WHERE kind = ? AND tick IS NOT NULL", [k])
+        top = [self._value(f"SELECT MAX(tick) FROM events WHERE kind = {self._p} AND tick IS NOT NULL", [k])
                for k in ("tick.started", "tick.failed")]
         return max((int(t) for t in top if t is not None), default=0) + 1
 
@@ -409,7 +413,7 @@ class Store:
             return None
         start = rows[0]
         done = self._value("SELECT 1 FROM events WHERE kind IN ('tick.completed', 'tick.failed')"
-                           " AND tick = ? AND seq > ? LIMIT 1", [start["tick"], start["seq"]])
+                           f" AND tick = {self._p} AND seq > {self._p} LIMIT 1", [start["tick"], start["seq"]])
         return None if done else OpenTick(int(start["tick"]), int(start["seq"]), str(start["ts"]))
 
     def consecutive_failed_ticks(self, cap: int = 1000) -> FailedRun:
@@ -417,8 +421,8 @@ class Store:
         from agent.store.rows import FailedRun
 
         done = self._value("SELECT seq FROM events WHERE kind = 'tick.completed' ORDER BY seq DESC LIMIT 1")
-        rows = self._query("SELECT payload FROM events WHERE kind = 'tick.failed' AND seq > ?"
-                           " ORDER BY seq DESC LIMIT ?", [done or 0, cap])
+        rows = self._query(f"SELECT payload FROM events WHERE kind = 'tick.failed' AND seq > {self._p}"
+                           f" ORDER BY seq DESC LIMIT {self._p}", [done or 0, cap])
         reason = json.loads(rows[0]["payload"]).get("reason") if rows else None
         return FailedRun(len(rows), reason)
 
@@ -466,7 +470,7 @@ class Store:
 
     def has_rent_key(self, key: str) -> bool:
         """Whether a rent intent was ever logged with idempotency key ``key`` (index intents_idem)."""
-        return self._value("SELECT 1 FROM intents WHERE idem_key = ? AND idem_key IS NOT NULL"
+        return self._value(f"SELECT 1 FROM intents WHERE idem_key = {self._p} AND idem_key IS NOT NULL"
                            " AND tool = 'rent_instance' LIMIT 1", [key]) is not None
 
     # ------------------------------------------------------------------ silences and notifications
@@ -476,11 +480,11 @@ class Store:
         if now_ts is None:
             rows = self._rows("silences", order_by="id")
         else:
-            rows = self._rows("silences", "lifted_seq IS NULL AND until_ts > ?", [now_ts], order_by="id")
+            rows = self._rows("silences", f"lifted_seq IS NULL AND until_ts > {self._p}", [now_ts], order_by="id")
         return [Silence(**r) for r in rows]
 
     def silence(self, silence_id: int) -> Silence | None:
-        rows = self._rows("silences", "id = ?", [silence_id])
+        rows = self._rows("silences", f"id = {self._p}", [silence_id])
         return Silence(**rows[0]) if rows else None
 
     def alerts_to_notify(self) -> list[Alert]:
@@ -511,7 +515,7 @@ class Store:
         are read; ``since_ts`` is not applied after that (callers drop older points themselves)."""
         if after_seq == 0:
             # Through the ts index (MIN(seq) ... WHERE ts >= ? would walk the table from seq 1).
-            first = self._value("SELECT seq FROM events WHERE ts >= ? ORDER BY ts LIMIT 1", [since_ts])
+            first = self._value(f"SELECT seq FROM events WHERE ts >= {self._p} ORDER BY ts LIMIT 1", [since_ts])
             if first is None:
                 return []
             after_seq = int(first) - 1
@@ -521,14 +525,14 @@ class Store:
 
     def last_event_ts(self, kinds: Sequence[str]) -> str | None:
         """The ts of the newest event of any of ``kinds``."""
-        marks = ",".join("?" * len(kinds))
+        marks = self._d.marks(len(kinds))
         v = self._value(f"SELECT ts FROM events WHERE seq = (SELECT MAX(seq) FROM events WHERE kind IN ({marks}))",
                         list(kinds))
         return None if v is None else str(v)
 
     def tick_request_seqs(self, tick: int) -> list[int]:
         """The seqs of the model requests tick ``tick`` sent, in order."""
-        rows = self._query("SELECT seq FROM events WHERE kind = 'model.request' AND tick = ? ORDER BY seq", [tick])
+        rows = self._query(f"SELECT seq FROM events WHERE kind = 'model.request' AND tick = {self._p} ORDER BY seq", [tick])
         return [int(r["seq"]) for r in rows]
 
     def latest_tick(self) -> int | None:
@@ -540,17 +544,17 @@ class Store:
     def events_page(self, *, before: int | None, after: int, kinds: Sequence[str], limit: int) -> list[int]:
         """Seqs for one page of the timeline: newest first below ``before`` (or the newest), above ``after``,
         of the given kind prefixes (``tool.`` matches every tool kind) or all kinds."""
-        where: list[str] = ["seq > ?"]
+        where: list[str] = [f"seq > {self._p}"]
         args: list[Any] = [after]
         if before is not None:
-            where.append("seq < ?")
+            where.append(f"seq < {self._p}")
             args.append(before)
         if kinds:
-            where.append("(" + " OR ".join("kind = ? OR substr(kind, 1, ?) = ?" for _ in kinds) + ")")
+            where.append("(" + " OR ".join(f"kind = {self._p} OR substr(kind, 1, {self._p}) = {self._p}" for _ in kinds) + ")")
             for k in kinds:
                 prefix = k.rstrip("*").rstrip(".") + "."
                 args += [k, len(prefix), prefix]
-        rows = self._query(f"SELECT seq FROM events WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
+        rows = self._query(f"SELECT seq FROM events WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT {self._p}",
                            [*args, limit])
         return [int(r["seq"]) for r in rows]
 
@@ -572,7 +576,7 @@ class Store:
         """instance id -> (first ts, last ts, running) for each run of tick observations of an instance of
         ours (consecutive observations in one state) that lasted until ``since_ts`` or later, in log order.
         Reads the spend read model: the runs of a period, not its observations."""
-        rows = self._query("SELECT instance_id, first_ts, last_ts, running FROM observed_runs WHERE last_ts >= ?"
+        rows = self._query(f"SELECT instance_id, first_ts, last_ts, running FROM observed_runs WHERE last_ts >= {self._p}"
                            " ORDER BY instance_id, first_seq", [since_ts])
         out: dict[int, list[tuple[str, str, bool]]] = {}
         for r in rows:
@@ -613,20 +617,20 @@ class Store:
         """(YYYY-MM, first seq, last seq, events) of each calendar month of the events after ``after``,
         in seq order."""
         rows = self._query("SELECT substr(ts, 1, 7) AS m, MIN(seq) AS a, MAX(seq) AS b, COUNT(*) AS n FROM events"
-                           " WHERE seq > ? GROUP BY m ORDER BY a", [after])
+                           f" WHERE seq > {self._p} GROUP BY m ORDER BY a", [after])
         return [(str(r["m"]), int(r["a"]), int(r["b"]), int(r["n"])) for r in rows]
 
     def last_seq_before(self, ts: str) -> int:
         """The newest seq logged before ``ts`` (0 when none), through the ts index."""
-        v = self._value("SELECT seq FROM events WHERE ts < ? ORDER BY ts DESC LIMIT 1", [ts])
+        v = self._value(f"SELECT seq FROM events WHERE ts < {self._p} ORDER BY ts DESC LIMIT 1", [ts])
         return 0 if v is None else int(v)
 
     def retained_seqs(self, first: int, last: int) -> set[int]:
         """Events in [first, last] that stay in the hot table when their month is archived, because a live
         query reads them by seq: each knowledge file's newest text, and every recorded request input."""
-        rows = self._query("SELECT seq FROM knowledge k WHERE hash IS NOT NULL AND seq BETWEEN ? AND ? AND version ="
+        rows = self._query(f"SELECT seq FROM knowledge k WHERE hash IS NOT NULL AND seq BETWEEN {self._p} AND {self._p} AND version ="
                            " (SELECT MAX(version) FROM knowledge WHERE name = k.name)"
-                           " UNION SELECT seq FROM events WHERE kind = 'input.recorded' AND seq BETWEEN ? AND ?",
+                           f" UNION SELECT seq FROM events WHERE kind = 'input.recorded' AND seq BETWEEN {self._p} AND {self._p}",
                            [first, last, first, last])
         return {int(r["seq"]) for r in rows}
 
@@ -636,7 +640,7 @@ class Store:
 
     def hot_events_after(self, seq: int) -> int:
         """Rows in the events table after ``seq``."""
-        return int(self._value("SELECT COUNT(*) FROM events WHERE seq > ?", [seq]))
+        return int(self._value(f"SELECT COUNT(*) FROM events WHERE seq > {self._p}", [seq]))
 
     # ------------------------------------------------------------------ the file's pages (SQLite; bench/storage.py)
 
@@ -679,7 +683,7 @@ class Store:
         known: set[int] = set()
         for n in range(0, len(wanted), 500):
             chunk = wanted[n:n + 500]
-            rows = self._rows("instances", f"instance_id IN ({','.join('?' * len(chunk))})", chunk,
+            rows = self._rows("instances", f"instance_id IN ({self._d.marks(len(chunk))})", chunk,
                               select="instance_id")
             known.update(int(r["instance_id"]) for r in rows)
         return known
