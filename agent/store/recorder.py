@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agent.events import Event
+from agent.store import dialect
 from agent.store.chain import ChainRows
 from agent.store.segment_types import Segment
 
@@ -102,19 +103,19 @@ class Recorder(ABC):
     def rollback(self) -> None:
         """Roll back the open transaction, if the database has not already (a failed COMMIT, some I/O errors)."""
         if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
+            dialect.run(self.conn, "ROLLBACK")
 
     def savepoint(self) -> None:
-        self.conn.execute("SAVEPOINT joined")
+        dialect.run(self.conn, "SAVEPOINT joined")
 
     def release(self) -> None:
-        self.conn.execute("RELEASE joined")
+        dialect.run(self.conn, "RELEASE joined")
 
     def rollback_savepoint(self) -> None:
         """Undo what was done since ``savepoint`` (if the database has not rolled everything back already)."""
         if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK TO joined")
-            self.conn.execute("RELEASE joined")
+            dialect.run(self.conn, "ROLLBACK TO joined")
+            dialect.run(self.conn, "RELEASE joined")
 
     @abstractmethod
     def sync(self) -> None:
