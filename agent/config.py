@@ -279,11 +279,11 @@ def _price_text(v: object) -> object:
 @dataclass(frozen=True)
 class PriceSettings:
     """``model.price:`` dollars per million tokens, for the model cost that status, spend, the console and
-    /metrics show (agent/model/price.py)."""
+    /metrics show (agent/price.py)."""
 
     __pydantic_config__ = _SECTION
 
-    # A preset's list prices (agent.model.price.PRESETS); null: the preset named like model.name, if any.
+    # A preset's list prices (agent.price.PRESETS); null: the preset named like model.name, if any.
     preset: StrictStr | None = None
     # Rates given override the preset's; with no preset, input and output are needed (cached_input
     # defaults to input). Nothing set and no preset: a local model, $0.
@@ -939,7 +939,7 @@ def _check_context(c: ContextSettings, loc: _Lines) -> None:
 
 
 def _check_price(m: ModelSettings, loc: _Lines) -> None:
-    from agent.model.price import PRESETS, preset_named
+    from agent.price import PRESETS, preset_named
 
     p = m.price
     if p.preset is not None and p.preset not in PRESETS:

@@ -235,7 +235,7 @@ def model_cost(log: EventLog, settings: Settings) -> dict[str, Any]:
     schedule's pace (the fleet's whole bill for the model), per instance of ours a day, and per job the
     demand source reports completed between the window's first and newest observation (the model cost of
     the ticks in between over the jobs done in between). Summariser calls log no usage and are not counted."""
-    from agent.model.price import of_settings
+    from agent.price import of_settings
 
     price = of_settings(settings)
     starts = list(log.read(0, kinds=["tick.started"], newest_first=True, limit=MODEL_COST_TICKS))[::-1]

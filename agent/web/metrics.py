@@ -171,7 +171,7 @@ def cost_metrics(t: Totals, mc: dict[str, Any]) -> Iterator[Metric]:
     """The model's cost: a counter priced from the tokens counted so far at ``model.price`` (so it restarts
     when the price is changed), the price itself, and the per tick / day / job figures of
     agent.fleet.spend.model_cost (``mc``)."""
-    from agent.model.price import Price
+    from agent.price import Price
 
     p = "fleet_agent_"
     rates = mc["price"]

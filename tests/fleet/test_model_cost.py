@@ -14,7 +14,7 @@ from agent.cli import build_parser
 from agent.cli.status import format_text
 from agent.config import PriceSettings
 from agent.fleet.spend import model_cost
-from agent.model.price import PRESETS
+from agent.price import PRESETS
 from agent.runtime import status
 from agent.runtime.tick import run_tick
 from tests.conftest import plant_ours

@@ -6,7 +6,7 @@ import pytest
 
 from agent import config
 from agent.errors import ConfigError
-from agent.model.price import PRESETS, Price, daily_cost, of_settings
+from agent.price import PRESETS, Price, daily_cost, of_settings
 
 FILE = "/etc/fleet-agent/config.yaml"
 
