@@ -129,3 +129,15 @@ def test_an_explicit_rate_overrides_the_preset_and_a_local_model_costs_nothing(s
     lc = model_cost(local.log, local.settings)
     assert lc["free"] and lc["per_day"] == 0 and lc["calls"] == mc["calls"]
     assert "model price: local ($0" in format_text(status.collect(local))
+
+
+@pytest.mark.parametrize("cron, interval, per_day", [(None, 300, 288), (None, 3600, 24), ("*/10 * * * *", 300, 144),
+                                                     ("0 9-17 * * *", 300, 9)])
+def test_ticks_a_day_follow_the_schedule(cron, interval, per_day):
+    from datetime import UTC, datetime
+
+    from agent.config import ScheduleSettings
+    from agent.fleet.spend import ticks_per_day
+
+    monday = datetime(2026, 12, 7, 0, 0, tzinfo=UTC)
+    assert ticks_per_day(ScheduleSettings(interval=interval, cron=cron), monday) == per_day
