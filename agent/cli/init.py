@@ -84,6 +84,10 @@ def _init_data(settings: config.Settings, *, grant: str | None = None) -> None:
 
             for stmt in pg.apply_grants(app.log, grant):
                 output.out(stmt)
+            others = [f for f in pg.bindings(pg._raw(app.log), grant) if f != settings.agent_id]
+            if others:
+                output.out(f"note: the role {grant} is also bound to {', '.join(others)}: it reads and writes those "
+                           "fleets' rows too; give each fleet a role of its own to keep them apart")
     finally:
         app.close()
     output.out(f"created {settings.log_location}")

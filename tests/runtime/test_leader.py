@@ -241,6 +241,22 @@ def _partition(tmp_path: Path, drivers: list[Driver], kind: str, target: str,
 # ------------------------------------------------------------------ the PostgreSQL lock
 
 
+@pytest.fixture
+def pg_url(pg_url: str, tmp_path: Path) -> str:
+    """The database with fleet-1 and fleet-2 made by its owner (as init makes them), so each has its
+    leadership table and the owner may lock it."""
+    from agent.config import PgTarget
+
+    for fleet in ("fleet-1", "fleet-2"):
+        EventLog(PgTarget(pg_url, fleet, state_dir=tmp_path), create=True).close()
+    return pg_url
+
+
+@pytest.fixture
+def pg_dsn(pg_url: str) -> str:
+    return pg_url
+
+
 def pg_leader(dsn: str, failover: float = 30.0) -> PgLeader:
     return PgLeader(dsn, "fleet-1", failover_seconds=failover)
 
