@@ -78,7 +78,7 @@ def _init_data(settings: config.Settings, *, grant: str | None = None) -> None:
     """The database (refusing an existing one) and the knowledge directory with its example file."""
     app = App(settings)
     try:
-        app.init_database()
+        app.init_database(exist_ok=grant is not None)  # a role may be granted a fleet that already runs
         if grant is not None:
             from agent.store import pg  # psycopg: only with PostgreSQL storage
 

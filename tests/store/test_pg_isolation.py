@@ -17,6 +17,7 @@ The statements below are the attacker's: they are what the test is about, so the
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from psycopg import sql
 
 from agent import cli
 from agent.config import PgTarget
+from agent.errors import LogError
 from agent.store import pg
 from agent.store.log import EventLog
 from agent.runtime.leader import PgLeader
@@ -289,3 +291,88 @@ def test_a_role_bound_to_fleet_a_reads_and_writes_nothing_of_fleet_b(pg_server, 
         print("\nattack table (role of fleet-a against fleet-b):")
         for what, answer in results:
             print(f"| {what} | {answer} |")
+
+
+def test_init_grant_run_by_a_role_that_does_not_own_the_schema_fails_and_grants_nothing(
+        pg_server, pg_url, two_fleets, sim_server, tmp_path, capsys):
+    """init --grant run with the config of a granted role (not the schema's owner): exit non-zero, saying it
+    does not own the schema, and the role it named is neither granted nor bound."""
+    a_url = _url_as(pg_url, two_fleets["fleet-a"])
+    newcomer = f"newcomer_{uuid.uuid4().hex[:10]}"
+    pg_server.psql(f'CREATE ROLE "{newcomer}" LOGIN')
+    try:
+        cfg = write_config(tmp_path / "not-owner", a_url, sim_server.url, agent_id="fleet-a")
+        (tmp_path / "not-owner" / "data").mkdir()
+        code = cli.main(["--config", str(cfg), "init", "--grant", newcomer])
+        out, err = capsys.readouterr()
+        assert code != 0
+        assert "does not own the fleet-agent schema" in err and "nothing was granted" in err
+        assert "GRANT" not in out
+        with psycopg.connect(pg_server.dsn(urlsplit(pg_url).path.strip("/")), autocommit=True) as su:
+            assert su.execute("SELECT count(*) FROM fleet_roles WHERE rolname = %s", [newcomer]).fetchone() == (0,)
+            assert su.execute("SELECT has_table_privilege(%s, 'events', 'SELECT')", [newcomer]).fetchone() == (False,)
+    finally:
+        with psycopg.connect(pg_server.dsn(urlsplit(pg_url).path.strip("/")), autocommit=True) as su:
+            su.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(newcomer)))
+            su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(newcomer)))
+
+
+def _old_schema(url: str, fleets: dict[str, int]) -> None:
+    """The database as a fleet-agent from before the bindings left it: migrations 001 and 002 only, and
+    ``fleets[agent_id]`` chained events of each fleet, written as that version wrote them (the fleet named in
+    the session setting, its rows' agent_id from the column default)."""
+    from agent.store.chain import COLS
+    from agent.store.log import GENESIS, row_hash
+
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        for name, text in pg.migrations()[:2]:
+            c.execute(text.replace("CREATE TABLE IF NOT EXISTS _migrations", "CREATE TABLE IF NOT EXISTS _unused"))
+            c.execute("INSERT INTO _migrations VALUES (%s, 'before')", [name])
+        for agent_id, n in fleets.items():
+            c.execute("SELECT set_config('fleet_agent.agent_id', %s, false)", [agent_id])
+            prev = GENESIS
+            for seq in range(1, n + 1):
+                payload = json.dumps({"text": f"{agent_id} note {seq}", "by": "alice"})
+                row = (seq, f"id-{agent_id}-{seq}", f"2026-01-01T00:00:{seq:02d}.000000Z", "operator.note", 1,
+                       "operator", None, payload, None, prev)
+                prev = row_hash(*row)
+                c.execute(f"INSERT INTO events ({COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", [*row, prev])
+
+
+def test_an_existing_single_role_database_keeps_working_after_the_upgrade(pg_server, pg_url, tmp_path):
+    """A database written before the bindings, two fleets run by one role (the owner) plus a granted role:
+    the upgrade binds every fleet with events to the owner and to every role that could append, sets each
+    fleet's head from its events, and both roles go on appending where each chain left off; both chains
+    verify. A role granted nothing before is bound to nothing."""
+    _old_schema(pg_url, {"fleet-a": 7, "fleet-b": 3})
+    runner = f"old_runner_{uuid.uuid4().hex[:8]}"
+    bystander = f"bystander_{uuid.uuid4().hex[:8]}"
+    pg_server.psql(f'CREATE ROLE "{runner}" LOGIN; CREATE ROLE "{bystander}" LOGIN')
+    dbname = urlsplit(pg_url).path.strip("/")
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as c:  # the grants the old init --grant made
+            for stmt in pg.grant_statements(runner):
+                c.execute(stmt)
+            c.execute(sql.SQL("GRANT SELECT ON events TO {}").format(sql.Identifier(bystander)))
+        with EventLog(PgTarget(pg_url, "fleet-a", state_dir=tmp_path), create=False) as a:  # upgrades
+            assert "003_fleet_roles" in pg.applied_migrations(a)
+            assert a.last_seq() == 7
+            a.append("operator.note", {"text": "after the upgrade", "by": "alice"}, "operator")
+            assert a.last_seq() == 8 and a.verify().ok
+        with EventLog(PgTarget(_url_as(pg_url, runner), "fleet-b", state_dir=tmp_path), create=False) as b:
+            assert b.last_seq() == 3
+            b.append("operator.note", {"text": "runner after the upgrade", "by": "bob"}, "operator")
+            assert [e.seq for e in b.read()] == [1, 2, 3, 4] and b.verify().ok
+        with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as su:
+            bound = su.execute("SELECT agent_id, rolname FROM fleet_roles ORDER BY 1, 2").fetchall()
+        owner = urlsplit(pg_url).username
+        assert sorted(bound) == sorted((f, r) for f in ("fleet-a", "fleet-b") for r in (owner, runner))
+        with pytest.raises(LogError, match=f"role {bystander} is not bound to fleet 'fleet-a'"):
+            EventLog(PgTarget(_url_as(pg_url, bystander), "fleet-a", state_dir=tmp_path), create=False, readonly=True)
+    finally:
+        with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as su:
+            for role in (runner, bystander):
+                su.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role])
+                su.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+                su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
