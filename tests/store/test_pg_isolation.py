@@ -32,9 +32,9 @@ from psycopg import sql
 from agent import cli
 from agent.config import PgTarget
 from agent.errors import LogError
+from agent.runtime.leader import PgLeader
 from agent.store import pg
 from agent.store.log import EventLog
-from agent.runtime.leader import PgLeader
 from agent.store.pglock import lead_table
 from tests.pgserver import PgServer
 from tests.store.test_pg_store import write_config
