@@ -308,6 +308,68 @@ def test_pg_partition_a_suspended_holder_acts_no_more_when_resumed(pg_dsn: str, 
     _partition(tmp_path, drivers, "pg", pg_dsn, lambda: pg_leader(pg_dsn, failover=4.0))
 
 
+def test_pg_an_answer_read_after_the_lock_went_vouches_for_nothing(pg_server: Any):
+    """A check's answer vouches for when the question left, not for when it is read. The holder asks the
+    server whether it still holds the lock; the server answers yes, but the answer is held back on its way
+    (as when the holder is suspended or starved of CPU right then) until the server has ended the silent
+    session and a standby has taken the lock. Read late, that yes must not pass the fence: the check asks
+    again, finds its session gone, and raises LeadershipLost."""
+    from tests.tcpproxy import StallingProxy
+
+    proxy = StallingProxy(pg_server.port)
+    dsn = pg_server.tcp_dsn(with_password=True).replace(f":{pg_server.port}/", f":{proxy.port}/")
+    a = PgLeader(dsn, "fleet-stall", failover_seconds=3.0)  # the server ends a silent session after 1.5 s
+    b = PgLeader(pg_server.dsn(), "fleet-stall", failover_seconds=3.0)
+    outcome: list[str] = []
+
+    def check() -> None:
+        try:
+            a.check()
+            outcome.append("held")
+        except LeadershipLost as e:
+            outcome.append(f"lost: {e}")
+
+    try:
+        assert a.try_acquire()
+        a.fresh_s = 0.0  # this check asks the server
+        proxy.hold()
+        t = threading.Thread(target=check, daemon=True)
+        t.start()
+        wait_for(lambda: b.try_acquire() or time.sleep(0.1), "the server to end a's session and b to take over")
+        b.start_heartbeat(lambda why: None)
+        proxy.release()
+        t.join(WAIT_S)
+        assert len(outcome) == 1 and outcome[0].startswith("lost: ") and "lock session" in outcome[0]
+        assert a.lost is not None
+        b.check()
+    finally:
+        proxy.release()
+        a.release()
+        b.release()
+        proxy.close()
+
+
+def test_the_apps_clients_ask_nothing_once_the_fence_refuses(make_app: Any, sim: Simulator):
+    """The App puts the daemon's fence on every client that talks to another system: with a fence that
+    refuses, neither the demand source nor vast.ai gets a request."""
+    app = make_app(provider="rules")
+    demand = app.demand()
+    assert demand is not None
+    demand.get()
+    app.vast().list_instances()
+    before = len(sim.requests)
+
+    def refuse() -> None:
+        raise LeadershipLost("lost for the test")
+
+    app.fence = refuse
+    with pytest.raises(LeadershipLost):
+        demand.get()
+    with pytest.raises(LeadershipLost):
+        app.vast().list_instances()
+    assert sim.requests[before:] == []
+
+
 # ------------------------------------------------------------------ settings
 
 
