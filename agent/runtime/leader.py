@@ -65,6 +65,10 @@ LEASE_NAME = "fleet-agent.runtime.leader"
 _LEASE_SIZE = 1024
 
 
+# While a standby cannot reach the server it says so once, then at most this often, then once when it can.
+OUTAGE_WARN_EVERY_S = 60.0
+
+
 class LeadershipLost(FleetAgentError):
     """This process held the fleet's lock and does not any more: it must append nothing and call nothing."""
 
@@ -76,6 +80,7 @@ class Leader(Protocol):
 
     kind: str
     failover_seconds: float
+    unreachable: str | None  # set when the last try_acquire could not reach the lock's store at all
 
     def try_acquire(self) -> bool: ...
     def check(self) -> None: ...
@@ -87,10 +92,44 @@ class Leader(Protocol):
     def held(self) -> bool: ...
 
 
+class _OutageLog:
+    """A standby polls the lock several times a second: while the server is down each poll fails, and a
+    warning each would bury the log. One warning as the outage starts, at most one per ``every_s`` while it
+    lasts (with the count so far), one when a poll succeeds again."""
+
+    def __init__(self, every_s: float = OUTAGE_WARN_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self.clock = clock
+        self.since: float | None = None  # when the current outage started
+        self.failures = 0
+        self._told_at = 0.0
+
+    def failed(self, error: str) -> None:
+        now = self.clock()
+        if self.since is None:
+            self.since, self.failures, self._told_at = now, 1, now
+            log.warning("leader.standby_query_failed", error=error,
+                        note=f"polling on; while it fails this is logged at most every {self.every_s:g}s")
+            return
+        self.failures += 1
+        if now - self._told_at >= self.every_s:
+            self._told_at = now
+            log.warning("leader.standby_query_still_failing", error=error, failures=self.failures,
+                        for_s=round(now - self.since, 1))
+
+    def recovered(self) -> None:
+        if self.since is None:
+            return
+        log.warning("leader.standby_query_recovered", failures=self.failures,
+                    outage_s=round(self.clock() - self.since, 1))
+        self.since, self.failures = None, 0
+
+
 class _Heartbeat:
     """The shared half: the "held as of" time, the fence, the heartbeat thread."""
 
     kind = "base"
+    unreachable: str | None = None  # why the last try to take the lock could not reach its store
 
     def __init__(self, failover_seconds: float, beat_s: float | None = None) -> None:
         self.failover_seconds = float(failover_seconds)
@@ -349,8 +388,9 @@ class PgLeader(_Heartbeat):
     kind = "postgresql"
 
     def __init__(self, conninfo: str, agent_id: str, *, failover_seconds: float, beat_s: float | None = None,
-                 connect_kwargs: dict[str, Any] | None = None) -> None:
+                 connect_kwargs: dict[str, Any] | None = None, monotonic: Callable[[], float] = time.monotonic) -> None:
         super().__init__(failover_seconds, beat_s)
+        self.outage = _OutageLog(clock=monotonic)
         self.conninfo = conninfo
         self.agent_id = agent_id
         self.connect_kwargs = dict(connect_kwargs or {})
@@ -386,9 +426,14 @@ class PgLeader(_Heartbeat):
                 started = time.monotonic()  # the answer vouches for this moment, however late it is read
                 got = pglock.try_lock(conn, self.agent_id)
             except psycopg.Error as e:
-                log.warning("leader.standby_query_failed", error=str(e).strip()[:200])
+                error = str(e).strip()[:200]
+                self.unreachable = (f"cannot reach the fleet's PostgreSQL database to take its lock ({error}); "
+                                    "check that the server runs and that storage.url names it")
+                self.outage.failed(error)
                 self._drop()  # a standby's session may have been ended too: the next poll reconnects
                 return False
+            self.unreachable = None
+            self.outage.recovered()
             if got:
                 self._held_at = self.acquired_at = started
                 self.took_because = ("its holder's session ended (it stopped, died or lost its connection)"
