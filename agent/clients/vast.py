@@ -281,7 +281,8 @@ class VastClient:
         # check (agent.runtime.leader), so a daemon that lost the fleet's lock makes no call.
         self.fence: Callable[[], None] | None = None
         self._http = httpx.Client(timeout=timeout, transport=transport,
-                                  headers={"User-Agent": "fleet-agent/0.1"}, follow_redirects=False)
+                                  headers={"User-Agent": "fleet-agent/0.1"}, follow_redirects=False,
+                                  event_hooks={"request": [self._fenced]})
         self._get_headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
         self._body_headers = {**self._get_headers, "Content-Type": "application/json"}
 
@@ -299,6 +300,11 @@ class VastClient:
         self.close()
 
     # -- transport ------------------------------------------------------------------------
+
+    def _fenced(self, _request: httpx.Request) -> None:
+        """The fence, as late as httpx allows: the request is built and goes to the wire next."""
+        if self.fence is not None:
+            self.fence()
 
     def _scrub(self, text: str) -> str:
         return text.replace(self.__key, "<redacted>") if self.__key else text
@@ -361,8 +367,6 @@ class VastClient:
         delay = FIRST_BACKOFF_S
         for attempt in range(1, attempts + 1):
             self._pace(method, api_path)
-            if self.fence is not None:
-                self.fence()
             try:
                 resp = self._http.request(method, url, headers=headers, content=content,
                                           timeout=timeout if timeout is not None else self.timeout)
