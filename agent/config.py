@@ -271,6 +271,27 @@ class DemandSettings:
     url: StrictStr | None = None
 
 
+def _price_text(v: object) -> object:
+    """``model.price: gpt-4o`` is ``model.price: {preset: gpt-4o}``."""
+    return {"preset": v} if isinstance(v, str) else v
+
+
+@dataclass(frozen=True)
+class PriceSettings:
+    """``model.price:`` dollars per million tokens, for the model cost that status, spend, the console and
+    /metrics show (agent/price.py)."""
+
+    __pydantic_config__ = _SECTION
+
+    # A preset's list prices (agent.price.PRESETS); null: the preset named like model.name, if any.
+    preset: StrictStr | None = None
+    # Rates given override the preset's; with no preset, input and output are needed (cached_input
+    # defaults to input). Nothing set and no preset: a local model, $0.
+    input: StrictFloat | None = None
+    cached_input: StrictFloat | None = None
+    output: StrictFloat | None = None
+
+
 @dataclass(frozen=True)
 class ModelSettings(_KeyFrom):
     """``model:`` the model that decides, its server, its key and its sampling settings."""
@@ -290,6 +311,7 @@ class ModelSettings(_KeyFrom):
     max_retries: StrictInt = 1
     retry_timeouts: StrictBool = False
     text_tool_calls: TextToolCalls = "reject"
+    price: Annotated[PriceSettings, BeforeValidator(_price_text)] = field(default_factory=PriceSettings)
 
 
 @dataclass(frozen=True)
@@ -848,6 +870,8 @@ def _problem(err: Any, data: dict[str, Any], where: _Lines) -> tuple[int, Config
         if not (isinstance(value, dict) and part in value and part in _keys(cls)):
             break
         path, value, tp = path + (part,), value[part], typing.get_type_hints(cls, include_extras=True)[part]
+        if dataclasses.is_dataclass(_unwrap(tp)):  # a section read through a validator (model.price)
+            tp = _unwrap(tp)
         if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
             break
         cls = tp
@@ -912,6 +936,29 @@ def _check_context(c: ContextSettings, loc: _Lines) -> None:
         raise loc.error("context.mask_after_ticks", "must be 0 (never mask) or a number of ticks")
     if c.flood_keep < 0:
         raise loc.error("context.flood_keep", "must be 0 (never fold) or a number of messages")
+
+
+def _check_price(m: ModelSettings, loc: _Lines) -> None:
+    from agent.price import PRESETS, preset_named
+
+    p = m.price
+    if p.preset is not None and p.preset not in PRESETS:
+        near = difflib.get_close_matches(p.preset, list(PRESETS), n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise loc.error("model.price", f"{p.preset!r} is no preset; {hint}write one of {', '.join(PRESETS)}, or "
+                        "the rates: {input: 2.5, cached_input: 1.25, output: 10} (dollars per million tokens)")
+    for key in ("input", "cached_input", "output"):
+        x = getattr(p, key)
+        if x is not None and not 0 <= x <= 1000:
+            raise loc.error(f"model.price.{key}", f"must be between 0 and 1000 dollars per million tokens (got "
+                            f"{x:g}); e.g. 2.5")
+    if p.preset is None and preset_named(m.name) is None and (p.input is None) != (p.output is None):
+        missing = "input" if p.input is None else "output"
+        raise loc.error("model.price", f"{missing} is not set and {m.name!r} is no preset to take it from; write "
+                        f"model.price.{missing} (dollars per million tokens), or model.price.preset")
+    if p.input is not None and p.cached_input is not None and p.cached_input > p.input:
+        raise loc.error("model.price.cached_input", f"${p.cached_input:g} is above the input rate ${p.input:g}; "
+                        "a token served from the cache never costs more, write at most the input rate")
 
 
 def _check_schedule(sch: ScheduleSettings, loc: _Lines) -> None:
@@ -1044,6 +1091,7 @@ def _check(s: Settings, loc: _Lines) -> None:
     _check_context(s.context, loc)
     _check_schedule(s.schedule, loc)
     _check_limits(s, loc)
+    _check_price(s.model, loc)
     _check_throughput(s.policy, loc)
     _check_http(s.http, loc)
     _check_storage(s.storage, loc)

@@ -546,6 +546,22 @@ def cache_run(ticks: int, prompts: Any, path: Path, mask_after_ticks: int) -> di
     }
 
 
+# ---- $/day (agent.price): a run's prompt tokens, the reused prefix as cached, priced at a hosted sheet
+def usd_per_day(run: dict[str, Any], preset: str = "gpt-4.1", tick_seconds: float = 300) -> dict[str, Any]:
+    """The bill of ``run`` (``cache_run``'s result) a day at one tick every ``tick_seconds``."""
+    from agent.price import PRESETS, Price, daily_cost
+
+    i, c, o, sheet = PRESETS[preset]
+    total = run["prompt_tokens"]["ours"]
+    usage = {"prompt_tokens": total, "cached_tokens": round(total * run["prefix_reuse_by_tokens"]["ours"]),
+             "completion_tokens": run["summariser_tokens_per_1000_ticks"]["output"] * run["ticks"] // 1000
+             + run["model_calls"]["agent"]}  # the bench's agent replies are one token ("ok")
+    d = daily_cost(Price(i, c, o, sheet), usage, run["ticks"], tick_seconds)
+    return {"preset": preset, "sheet": sheet, "usd_per_tick": round(d["per_tick"], 5),
+            "usd_per_day": round(d["per_day"], 2)}
+# ---- end $/day
+
+
 def cache_scenario(ticks: int, prompts: Any) -> dict[str, Any]:
     """``cache_run`` with masking (the default K) and without it."""
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -557,7 +573,8 @@ def cache_scenario(ticks: int, prompts: Any) -> dict[str, Any]:
         for suffix in ("", "-wal", "-shm", ".head"):
             Path(str(path) + suffix).unlink(missing_ok=True)
     return {"with_masking": masked, "without_masking": unmasked,
-            "aim_prefix_reuse_ge_0.95": masked["prefix_reuse_by_tokens"]["ours"] >= 0.95}
+            "aim_prefix_reuse_ge_0.95": masked["prefix_reuse_by_tokens"]["ours"] >= 0.95,
+            "dollars": {"with_masking": usd_per_day(masked), "without_masking": usd_per_day(unmasked)}}
 
 
 def aims(r: dict[str, Any]) -> dict[str, Any]:

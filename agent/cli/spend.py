@@ -1,4 +1,4 @@
-"""``spend``: what the fleet spent, from the log's rental history."""
+"""``spend``: what the fleet spent, from the log's rental history, and what its model costs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from agent.cli import output
 from agent.cli.output import line
+from agent.cli.status import model_cost_lines
 from agent.fleet import spend
 from agent.runtime.app import App
 
@@ -19,6 +20,7 @@ def cmd_spend(args: argparse.Namespace, app: App) -> int:
     rep = spend.report(app.log)
     p = app.settings.policy
     rep["budgets"] = {"max_daily_spend": p.max_daily_spend, "max_monthly_spend": p.max_monthly_spend}
+    rep["model"] = spend.model_cost(app.log, app.settings)
     if args.json:
         output.out(output.json_text(rep, indent=2, sort_keys=True))
         return 0
@@ -31,6 +33,8 @@ def cmd_spend(args: argparse.Namespace, app: App) -> int:
     output.out(f"  this week   {_m(per['week']['spent'])}")
     output.out(f"  this month  {_m(per['month']['spent'])}{mon}")
     output.out(f"  all time    {_m(rep['total'])}; live run rate {_m(rep['run_rate_dph'])}/h")
+    for text in model_cost_lines(rep["model"]):
+        output.out(text)
     if rep["by_gpu"]:
         output.out("per GPU model:")
         for g, v in rep["by_gpu"].items():

@@ -61,6 +61,7 @@ def format_text(st: dict[str, Any]) -> str:
             lines.append(f"demand: {dm.get('pending', '?')} pending, {dm.get('running', 0)} running, "
                          f"{dm.get('completed', '?')} completed")
     lines.extend(_steering_lines(st.get("steering") or {}))
+    lines.extend(model_cost_lines(st.get("model_cost")))
     alerts = st.get("alerts") or []
     lines.append(f"alerts: {len(alerts)} open")
     for a in alerts:
@@ -99,6 +100,32 @@ def _steering_lines(sv: dict[str, Any]) -> list[str]:
         mon = f" of {_money(sp['max_monthly_spend'])}" if sp.get("max_monthly_spend") is not None else ""
         lines.append(f"spend: {_money(sp['today'])}{day} today, {_money(sp['month'])}{mon} this month")
     return lines
+
+
+def _usd(x: Any) -> str:
+    """Dollars with the cents a model call's fraction of a cent needs."""
+    if not isinstance(x, int | float):
+        return "?"
+    return f"${x:,.2f}" if abs(x) >= 10 else f"${x:,.4f}" if abs(x) >= 0.01 or x == 0 else f"${x:.6f}"
+
+
+def model_cost_lines(mc: dict[str, Any] | None) -> list[str]:
+    """The model's cost (agent.fleet.spend.model_cost) and the price sheet it is priced by."""
+    if not mc:
+        return []
+    lines = [f"model price: {line(mc['sheet'])}"]
+    if not mc.get("ticks"):
+        return lines + ["model cost: no tick yet"]
+    last = mc.get("last_tick") or {}
+    text = (f"model cost: {_usd(mc['per_day'])}/day at the schedule's pace · {_usd(mc['per_tick'])}/tick "
+            f"(mean of the last {mc['ticks']} ticks, {mc['calls']} calls, {_usd(mc['cost'])}) · last tick "
+            f"#{last.get('tick')} {_usd(last.get('cost'))}")
+    if mc.get("per_instance_day") is not None:
+        text += f" · {_usd(mc['per_instance_day'])}/instance-day ({mc['instances']} instances)"
+    if mc.get("jobs") is not None:
+        text += (f" · {_usd(mc['per_job'])}/job ({mc['jobs']:,} jobs served)" if mc["jobs"]
+                 else " · no jobs served in these ticks")
+    return lines + [text]
 
 
 def _knowledge_line(k: dict[str, Any]) -> str:

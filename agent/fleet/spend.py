@@ -200,3 +200,75 @@ def check_budgets(log: EventLog, settings: Settings, policy: PolicySettings, tic
                                  tick=tick, settings=settings)
         else:
             feedback.resolve_alert(log, akey, "spend is below 80 % of the budget", tick)
+
+
+# ------------------------------------------------------------------ what the model costs
+
+MODEL_COST_TICKS = 48
+"""The newest ticks the model's cost is averaged over (4 h at the default 5-minute interval): reading them
+is bounded whatever the log's size."""
+
+
+def ticks_per_day(schedule: Any, now: datetime) -> float:
+    """Ticks a day on ``schedule``: 86,400 s over the interval, or a cron expression's runs in the next day."""
+    from agent.config import cron_trigger
+
+    if not schedule.cron:
+        return 86400.0 / max(1.0, float(schedule.interval))
+    trig = cron_trigger(schedule.cron)
+    end, n, t = now + timedelta(days=1), 0, trig.get_next_fire_time(None, now)
+    while t is not None and t < end and n <= 24 * 60:
+        n += 1
+        t = trig.get_next_fire_time(t, t + timedelta(seconds=1))
+    return float(n)
+
+
+def _completed(obs: Any) -> int | None:
+    d = obs.get("demand") if isinstance(obs, dict) else None
+    c = d.get("completed") if isinstance(d, dict) else None
+    return c if isinstance(c, int) and not isinstance(c, bool) else None
+
+
+def model_cost(log: EventLog, settings: Settings) -> dict[str, Any]:
+    """What the model cost over the newest ``MODEL_COST_TICKS`` ticks, priced from the usage the server
+    reported for each call (``model.response``) at ``model.price``: in all, per tick, per day at the
+    schedule's pace (the fleet's whole bill for the model), per instance of ours a day, and per job the
+    demand source reports completed between the window's first and newest observation (the model cost of
+    the ticks in between over the jobs done in between). Summariser calls log no usage and are not counted."""
+    from agent.price import of_settings
+
+    price = of_settings(settings)
+    starts = list(log.read(0, kinds=["tick.started"], newest_first=True, limit=MODEL_COST_TICKS))[::-1]
+    out: dict[str, Any] = {"sheet": price.sheet, "free": price.free,
+                           "price": {"input": price.input, "cached_input": price.cached_input, "output": price.output},
+                           "ticks": len(starts), "calls": 0, "cost": 0.0, "per_tick": None, "per_day": None,
+                           "last_tick": None, "per_instance_day": None, "jobs": None, "per_job": None}
+    if not starts:
+        return out
+    usage = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
+    by_tick: dict[int, float] = {}
+    for e in log.read(starts[0].seq - 1, kinds=["model.response"]):
+        u = e.payload.get("usage") or {}
+        for k in usage:
+            v = u.get(k)
+            usage[k] += v if isinstance(v, int) and not isinstance(v, bool) else 0
+        if e.tick is not None:
+            by_tick[e.tick] = by_tick.get(e.tick, 0.0) + price.usage_cost(u)
+        out["calls"] += 1
+    total = price.usage_cost(usage)
+    per_tick = total / len(starts)
+    per_day = per_tick * ticks_per_day(settings.schedule, log.clock())
+    newest = starts[-1].payload.get("observation") or {}
+    ours = sum(1 for i in newest.get("instances") or [] if i.get("ours", True))
+    out.update(usage=usage, cost=round(total, 6), parts={k: round(v, 6) for k, v in price.parts(
+        usage["prompt_tokens"], usage["cached_tokens"], usage["completion_tokens"]).items()},
+        since=starts[0].ts, per_tick=round(per_tick, 6), per_day=round(per_day, 4), instances=ours,
+        per_instance_day=round(per_day / ours, 4) if ours else None,
+        last_tick={"tick": starts[-1].tick, "cost": round(by_tick.get(starts[-1].tick or 0, 0.0), 6)})
+    first_jobs, last_jobs = _completed(starts[0].payload.get("observation")), _completed(newest)
+    if len(starts) > 1 and first_jobs is not None and last_jobs is not None and last_jobs >= first_jobs:
+        window = {s.tick for s in starts[:-1]}
+        spent = sum(c for t, c in by_tick.items() if t in window)
+        out["jobs"] = last_jobs - first_jobs
+        out["per_job"] = round(spent / out["jobs"], 6) if out["jobs"] else None
+    return out

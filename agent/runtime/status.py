@@ -220,6 +220,14 @@ def steering_state(app: App) -> dict[str, Any]:
     }
 
 
+def model_cost(app: App) -> dict[str, Any]:
+    """What the model costs (agent.fleet.spend.model_cost): the price sheet in force, and the dollars per
+    tick, per day, per instance-day and per job served over the newest ticks."""
+    from agent.fleet import spend
+
+    return spend.model_cost(app.log, app.settings)
+
+
 def collect(app: App) -> dict[str, Any]:
     """Everything ``status`` shows, as a JSON-able dict."""
     s = app.settings
@@ -235,6 +243,7 @@ def collect(app: App) -> dict[str, Any]:
     st["fleet"] = fleet(lg)
     st["alerts"] = open_alerts(lg)
     st["steering"] = steering_state(app)
+    st["model_cost"] = model_cost(app)
     st["context"] = context_size(app)
     st["knowledge"] = knowledge(app)
     st["events"] = lg.last_seq()

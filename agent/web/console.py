@@ -168,7 +168,7 @@ class Console:
                 "charts": [charts.step_chart("last 24 h", day, spend.window_start(now, 24), now),
                            charts.step_chart("last 7 days", week, spend.window_start(now, 24 * 7), now)],
                 "next_tick": d.get("next_run") or _next_guess(lg, self.settings, now),
-                "last_seq": lg.last_seq(), "now": now,
+                "last_seq": lg.last_seq(), "now": now, "model_cost": fleet_spend.model_cost(lg, self.settings),
             }
 
     def _steering(self) -> dict[str, Any]:

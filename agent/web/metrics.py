@@ -167,6 +167,29 @@ def gauge_metrics(s: State) -> Iterator[Metric]:
     yield _gauge(p + "last_tick_timestamp_seconds", "Unix time of the newest tick event.", s.last_tick_ts)
 
 
+def cost_metrics(t: Totals, mc: dict[str, Any]) -> Iterator[Metric]:
+    """The model's cost: a counter priced from the tokens counted so far at ``model.price`` (so it restarts
+    when the price is changed), the price itself, and the per tick / day / job figures of
+    agent.fleet.spend.model_cost (``mc``)."""
+    from agent.price import Price
+
+    p = "fleet_agent_"
+    rates = mc["price"]
+    price = Price(rates["input"], rates["cached_input"], rates["output"])
+    parts = price.parts(t.tokens["prompt"], t.tokens["cached"], t.tokens["completion"])
+    yield _counter(p + "model_cost_dollars", "What the model calls answered cost at model.price, by token type "
+                   "(input = uncached prompt tokens).", ["type"], (((k,), v) for k, v in parts.items()))
+    yield _gauge(p + "model_price_dollars_per_million_tokens", "model.price in force, by token type.", None,
+                 ["type"], (((k,), float(v)) for k, v in rates.items()))
+    yield _gauge(p + "model_cost_per_tick_dollars", "Mean model cost of the newest ticks.", mc.get("per_tick"))
+    yield _gauge(p + "model_cost_per_day_dollars", "Model cost a day at the schedule's pace (the fleet's model "
+                 "bill).", mc.get("per_day"))
+    yield _gauge(p + "model_cost_per_instance_day_dollars", "Model cost a day per instance of ours.",
+                 mc.get("per_instance_day"))
+    yield _gauge(p + "model_cost_per_job_dollars", "Model cost per job the demand source reports completed, over "
+                 "the newest ticks.", mc.get("per_job"))
+
+
 class LogCollector(Collector):
     """A prometheus_client collector over a console's log: counters folded since the last scrape."""
 
@@ -180,6 +203,13 @@ class LogCollector(Collector):
             state = self.console.metric_state(self.totals)
             yield from counter_metrics(self.totals)
             yield from gauge_metrics(state)
+            yield from cost_metrics(self.totals, self._model_cost())
+
+    def _model_cost(self) -> dict[str, Any]:
+        from agent.fleet import spend
+
+        with self.console.lock:
+            return spend.model_cost(self.console.log, self.console.settings)
 
 
 def registry_for(collector: LogCollector) -> CollectorRegistry:

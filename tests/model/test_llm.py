@@ -369,6 +369,24 @@ def test_request_is_exactly_what_was_given(fake):
     assert _wire(messages) in fake.chat_requests[0].raw
 
 
+@pytest.mark.parametrize("tools", [TOOLS, []], ids=["tools", "no-tools"])
+def test_lists_sent_as_extra_body_are_the_same_bytes_as_through_the_typed_params(fake, tools):
+    """Messages and tools travel as extra_body (skipping the SDK's per-message transformation): the server
+    receives, byte for byte, the body the SDK's typed parameters send, headers' content type included."""
+    messages = _messages() + [
+        {"role": "assistant", "content": None,
+         "tool_calls": [ToolCall("call_1", "rent_offer", '{"offer_id": 12}').to_message()]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "rented #4242 at $0.41/h — ok"},
+        {"role": "assistant", "content": "done", "name": "fleet"},
+    ]
+    _client(fake, typed_lists=True).complete(messages, tools)
+    _client(fake).complete(messages, tools)
+    typed, plain = fake.chat_requests
+    assert plain.raw == typed.raw
+    assert plain.headers["content-type"] == typed.headers["content-type"] == "application/json"
+    assert ("tools" in plain.json) == bool(tools)
+
+
 def test_no_tools_means_no_tools_field(fake):
     """With no tools, neither tools nor tool_choice is sent."""
     _client(fake).complete(_messages(), [])

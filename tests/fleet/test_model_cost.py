@@ -1,0 +1,131 @@
+"""What the model costs, end to end: real ticks against the simulator and the fake OpenAI-compatible server
+(real SDK, real SQLite log), priced at a hosted model's sheet, against a count made from the usage fields the
+server sent."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from agent.cli import build_parser
+from agent.cli.status import format_text
+from agent.config import PriceSettings
+from agent.fleet.spend import model_cost
+from agent.price import PRESETS
+from agent.runtime import status
+from agent.runtime.tick import run_tick
+from tests.conftest import plant_ours
+from tests.fakes.openai_server import FakeOpenAI, Step, reply
+
+INTERVAL = 300
+TICKS = 6
+
+
+@dataclass
+class CountingFake(FakeOpenAI):
+    """The fake server, keeping the usage object of every completion it sends."""
+
+    sent_usage: list[dict[str, Any]] = field(default_factory=list, init=False)
+
+    def completion_body(self, step: Step, usage: dict[str, Any]) -> dict[str, Any]:
+        body = super().completion_body(step, usage)
+        self.sent_usage.append(body["usage"])
+        return body
+
+
+@pytest.fixture
+def counting_model():
+    with CountingFake() as fake:
+        yield fake
+
+
+def _bill(usages: list[dict[str, Any]], rates: tuple[float, float, float]) -> float:
+    """Dollars of the server's usage fields: uncached prompt, cached prompt, completion tokens."""
+    i, c, o = rates
+    total = 0.0
+    for u in usages:
+        cached = u["prompt_tokens_details"]["cached_tokens"]
+        total += (u["prompt_tokens"] - cached) * i + cached * c + u["completion_tokens"] * o
+    return total / 1e6
+
+
+def _fleet_of_ten(app, sim) -> list[int]:
+    """Ten instances of ours on hosts that behave (any GPU: the policy's list is not the point here)."""
+    offers = [o for o in sorted(sim.offers.values(), key=lambda o: (o["dph_total"], o["id"]))
+              if not o["rented"] and o["host_id"] not in sim.bad_hosts and o["disk_space"] >= app.settings.fleet.disk_gb]
+    ids = [plant_ours(app, sim, o["id"], key=f"c0ffee{n:06x}") for n, o in enumerate(offers[:10])]
+    assert len(ids) == 10
+    sim.advance(900)
+    return ids
+
+
+def test_dollars_a_day_of_a_ten_instance_fleet_match_the_servers_usage_within_one_percent(
+        sim, make_app, counting_model, capsys):
+    """Six ticks with two model calls each against a fleet of ten instances, priced at gpt-4.1's sheet:
+    the $/day status prints, and its $/tick and $/job, are within 1 % of the bill counted from the usage
+    objects the server sent (cached tokens at the cached rate) and the jobs the queue completed."""
+    sim.pending = 400.0
+    app = make_app(model_server=counting_model, model={"name": "gpt-4.1"},
+                   schedule={"interval": INTERVAL}, policy={"max_instances": 12})
+    _fleet_of_ten(app, sim)
+    completed = []
+    for _ in range(TICKS):
+        counting_model.enqueue(reply("looking", tool_calls=[("search_offers", {"limit": 5})]), reply("holding"))
+        completed.append(int(sim.completed))
+        r = run_tick(app)
+        assert r.ok, r.reason
+        sim.advance(INTERVAL)
+    completed.append(int(sim.completed))  # what the next observation would say; the window ends at the last start
+
+    usages = counting_model.sent_usage
+    assert len(usages) == 2 * TICKS
+    assert sum(u["prompt_tokens_details"]["cached_tokens"] for u in usages) > 0  # the cached rate is exercised
+    rates = PRESETS["gpt-4.1"][:3]
+    bill = _bill(usages, rates)
+    per_tick = bill / TICKS
+    per_day = per_tick * 86400 / INTERVAL
+
+    mc = model_cost(app.log, app.settings)
+    assert mc["ticks"] == TICKS and mc["calls"] == 2 * TICKS and mc["instances"] == 10
+    assert mc["per_day"] == pytest.approx(per_day, rel=0.01)
+    assert mc["per_tick"] == pytest.approx(per_tick, rel=0.01)
+    assert mc["per_instance_day"] == pytest.approx(per_day / 10, rel=0.01)
+    jobs = completed[TICKS - 1] - completed[0]
+    assert jobs > 0
+    assert mc["jobs"] == jobs
+    assert mc["per_job"] == pytest.approx(_bill(usages[:-2], rates) / jobs, rel=0.01)
+
+    text = format_text(status.collect(app))
+    shown = re.search(r"model cost: \$([\d,.]+)/day", text)
+    assert shown is not None, text
+    assert float(shown.group(1).replace(",", "")) == pytest.approx(per_day, rel=0.01)
+    assert "model price: gpt-4.1 (OpenAI list prices, 2025-08; from model.name 'gpt-4.1')" in text
+
+    args = build_parser().parse_args(["spend"])
+    assert args.func(args, app) == 0
+    out = capsys.readouterr().out
+    shown = re.search(r"model cost: \$([\d,.]+)/day", out)
+    assert shown is not None, out
+    assert float(shown.group(1).replace(",", "")) == pytest.approx(per_day, rel=0.01)
+
+
+def test_an_explicit_rate_overrides_the_preset_and_a_local_model_costs_nothing(sim, make_app, counting_model):
+    """The same ticks priced with model.price's own output rate, then as a local model."""
+    app = make_app(model_server=counting_model, model={"name": "gpt-4o", "price": PriceSettings(output=100.0)},
+                   schedule={"interval": INTERVAL})
+    for _ in range(2):
+        counting_model.enqueue(reply("holding"))
+        assert run_tick(app).ok
+        sim.advance(INTERVAL)
+    i, c, _ = PRESETS["gpt-4o"][:3]
+    mc = model_cost(app.log, app.settings)
+    assert mc["per_tick"] == pytest.approx(_bill(counting_model.sent_usage, (i, c, 100.0)) / 2, rel=0.01)
+    assert mc["price"] == {"input": i, "cached_input": c, "output": 100.0}
+
+    local = make_app(model_server=counting_model, model={"name": "qwen2.5-32b-instruct"})
+    lc = model_cost(local.log, local.settings)
+    assert lc["free"] and lc["per_day"] == 0 and lc["calls"] == mc["calls"]
+    assert "model price: local ($0" in format_text(status.collect(local))
