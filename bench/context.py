@@ -567,14 +567,14 @@ FLEET_GPUS = (("RTX_4090", 0.38), ("A100", 1.10), ("RTX_3090", 0.22))
 
 
 def fleet_observation(n: int, size: int) -> dict[str, Any]:
-    """A fleet of ``size`` instances as a tick observes it: eight-digit ids, three GPU models, a few hosts
-    each, one instance in trouble every 50, ages growing tick by tick."""
+    """A fleet of ``size`` instances as a tick observes it: eight-digit ids, three GPU models, four instances
+    to a host (rented together, so of one age), one instance in trouble every 50, ages growing tick by tick."""
     insts = []
     for i in range(size):
-        gpu, dph = FLEET_GPUS[i % len(FLEET_GPUS)]
+        gpu, dph = FLEET_GPUS[i // 4 % len(FLEET_GPUS)]
         bad = i % 50 == 7
         insts.append({"id": 10_000_000 + 37 * i, "gpu_name": gpu, "num_gpus": 1,
-                      "status": "loading" if bad else "running", "age_s": 3600 * (1 + i % 5) + n * 300,
+                      "status": "loading" if bad else "running", "age_s": 3600 * (1 + i // 4 % 5) + n * 300,
                       "dph": dph, "host_id": 1000 + i // 4,
                       **({"status_msg": "cuda error: device unavailable"} if bad else {})})
     return {"time": 1_795_000_000 + n * 300, "balance": 50_000.0 - n * size * 0.004, "instances": insts,
