@@ -698,14 +698,6 @@ def _masked_sizes(v: View, settings: ContextSettings, masked_to: int | None) -> 
     return {e.seq: e.tokens for e in thread if e.kind == "tool.result"}
 
 
-def _fits_masked(v: View, settings: ContextSettings, sizes: dict[int, int]) -> bool:
-    """Whether masking alone brings the request halfway from high water down to low water: then nothing
-    is summarised (no model call) and the prompt cache keeps everything before the first masked output."""
-    thread = sum(sizes.get(e.seq, e.tokens) if e.kind == "tool.result" else e.tokens for e in v.thread)
-    target = (settings.low_water + settings.high_water) / 2 * settings.budget_tokens
-    return v.calibration.calibrated(v.fixed_tokens() + thread) <= target
-
-
 # ------------------------------------------------------------------ the plan
 
 
@@ -733,8 +725,10 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
          tools: list[dict[str, Any]], meter: Meter, open_alert_ids: list[int], owned_instance_ids: list[int],
          model_name: str = "", force: bool = False) -> Plan | str | None:
     """The compaction to make (pure): a Plan, None when the request is under high water (and not
-    ``force``), or the reason no cut is possible. Masking old tool outputs comes first: when that alone
-    brings the request halfway down to low water, nothing is summarised."""
+    ``force``), or the reason no cut is possible. Old tool outputs are masked only together with a summary,
+    and only after it: a new summary changes the request from its own place on, so every byte it is followed
+    by is sent uncached anyway, and stubbing outputs there costs the prompt cache nothing. Masking alone would
+    rewrite the thread in the middle of a request whose head the provider holds, for a few ticks' room."""
     v = make_view(inputs, prompts=prompts, settings=settings, policy=policy, tools=tools, meter=meter)
     before = assemble(v, settings, model=model_name, tools=tools, prompts=prompts, policy=policy)
     if not force and not needs_compaction(before, settings):
@@ -743,13 +737,9 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
     alerts, owned = sorted(set(open_alert_ids)), sorted(set(owned_instance_ids))
     masked_to = mask_point(v, settings)
     sizes = _masked_sizes(v, settings, masked_to)
-    if masked_to is not None and not force and _fits_masked(v, settings, sizes):
-        return Plan(v, before, None, [], prev, [], alerts, owned, masked_to=masked_to)
     # the cut is chosen on the thread as the budget check left it (shrunk, when it had to be)
     cut = choose_cut(v, settings, sizes)
     if cut is None:
-        if masked_to is not None:
-            return Plan(v, before, None, [], prev, [], alerts, owned, masked_to=masked_to)
         return "no tick boundary to cut at"
     evicted = [e for e in v.events if e.seq < cut.first_kept_seq]
     must = MustMention(tuple(alerts), tuple(owned), tuple(int(d["id"]) for d in cut.pinned.get("directives") or []),
