@@ -173,7 +173,7 @@ def traffic(inst: Instance, dt: float) -> float:
     up, down = inst.get("_up_gbph", 0.0) * dt / 3600.0, inst.get("_down_gbph", 0.0) * dt / 3600.0
     inst["inet_up_billed"] = inst.get("inet_up_billed", 0.0) + up * MB_PER_GB
     inst["inet_down_billed"] = inst.get("inet_down_billed", 0.0) + down * MB_PER_GB
-    cost = up * float(inst.get("inet_up_cost") or 0.0) + down * float(inst.get("inet_down_cost") or 0.0)
+    cost = float(up * float(inst.get("inet_up_cost") or 0.0) + down * float(inst.get("inet_down_cost") or 0.0))
     inst["_traffic_cost"] = inst.get("_traffic_cost", 0.0) + cost
     return cost
 

@@ -102,7 +102,7 @@ class Market:
         never above the on-demand price."""
         if t is None:
             return float(offer["min_bid"])
-        return round(min(offer["dph_total"], offer["min_bid"] * self.bid_level(offer["gpu_name"], t)), 4)
+        return round(min(float(offer["dph_total"]), float(offer["min_bid"]) * self.bid_level(offer["gpu_name"], t)), 4)
 
     def listed(self, offer: dict[str, Any]) -> bool:
         """On the market now: not rented, not withdrawn, its host up."""

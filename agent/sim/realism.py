@@ -14,7 +14,7 @@
     price_increases how often a host asks a price increase on a running on-demand contract (per
                     instance per simulated day): a pending row (GET /instances/pending-price-increases/)
                     the renter accepts or rejects; unaccepted, the contract ends (the instance stops)
-                    at its end date, 2-12 h later
+                    at its end date, 1-7 days later
 
 Read and set through GET/POST /_sim/realism, or `fleet-agent sim --rate-interval ...`.
 """
@@ -30,7 +30,7 @@ from agent.sim.replies import Reply, text_reply
 DEFAULT_RATE_INTERVAL = 0.5   # "endpoint threshold=2.0 (requests/s)", as vast.ai's 429 bodies say
 DEFAULT_LISTING_LAG = 30.0
 DEFAULT_LOGS_DELAY = 2.5
-DEFAULT_PRICE_INCREASES = 0.2
+DEFAULT_PRICE_INCREASES = 0.1
 _ID = re.compile(r"/\d+(?=/|$)")
 
 

@@ -173,14 +173,15 @@ class Simulator:
                     and not self._open_increase(iid)
                     and self._increase_rng.random() < rate * (end - t) / 86400.0):
                 self._ask_increase(inst, round(self._increase_rng.uniform(1.1, 1.6), 3),
-                                   end + self._increase_rng.uniform(2.0, 12.0) * 3600.0, end)
+                                   end + self._increase_rng.uniform(1.0, 7.0) * 86400.0, end)
         for row in sorted(self.price_increases.values(), key=lambda r: r["pending_price_increase_id"]):
             if row["_applied"] or row["contract_end_date"] > end:
                 continue
             row["_applied"] = True
-            inst = self.instances.get(row["contract_id"])
-            if inst is None:
+            target = self.instances.get(row["contract_id"])
+            if target is None:
                 continue
+            inst = target
             if row["_status"] == "accepted":
                 inst["dph_base"] = round(row["new_gpu_costpersec"] * 3600.0, 4)
                 inst["dph_total"] = round(inst["dph_base"] + instances.storage_per_h(inst), 4)
