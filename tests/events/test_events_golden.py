@@ -392,6 +392,14 @@ SAMPLES[("context.compacted", 4)] = [*SAMPLES[("context.compacted", 3)], (
                                                                                    "source": "operator", "until": None,
                                                                                    "reason": _FORGED_M}},
                                                 "machines": {}}}})]
+SAMPLES[("context.compacted", 5)] = [*SAMPLES[("context.compacted", 4)], (
+    "operator words pinned", {"summary": "## Operator directives\n- note #90 (bob)", "covered_to": 120,
+                              "method": "llm", "covered_from": 1, "first_kept_seq": 121,
+                              "pinned": {"operator": [{"id": 90, "kind": "note", "by": "bob",
+                                                       "ts": "2026-12-01T05:00:00.000000Z",
+                                                       "text": "demand spike at 18:00"}],
+                                         "operator_seq": 90, "operator_ts": "2026-12-01T05:00:00.000000Z"}})]
+SAMPLES[("summary.request", 2)] = SAMPLES[("summary.request", 1)]
 
 
 def envelope(kind: str, version: int, payload: dict[str, Any]) -> Event:
