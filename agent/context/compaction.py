@@ -912,8 +912,8 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
     ``force``), or the reason no cut is possible. Old tool outputs are masked only together with a summary,
     and only after it: a new summary changes the request from its own place on, so every byte it is followed
     by is sent uncached anyway, and stubbing outputs there costs the prompt cache nothing. Masking alone would
-    rewrite the thread in the middle of a request whose head the provider holds, for a few ticks' room. ``version``: that of the
-    ``summary.request`` being planned (replay passes a logged one's)."""
+    rewrite the thread in the middle of a request whose head the provider holds, for a few ticks' room.
+    ``version``: that of the ``summary.request`` being planned (replay passes a logged one's)."""
     v = make_view(inputs, prompts=prompts, settings=settings, policy=policy, tools=tools, meter=meter)
     before = assemble(v, settings, model=model_name, tools=tools, prompts=prompts, policy=policy)
     if not force and not needs_compaction(before, settings):
