@@ -202,3 +202,86 @@ ALTER TABLE observed_runs ENABLE ROW LEVEL SECURITY;
 ALTER TABLE observed_runs FORCE ROW LEVEL SECURITY;
 CREATE POLICY fleet ON observed_runs USING (agent_id = current_setting('fleet_agent.agent_id'))
     WITH CHECK (agent_id = current_setting('fleet_agent.agent_id'));
+
+-- migration: 003_fleet_roles
+-- Each fleet bound to the database roles that may run it, in a table only its owner (the role that ran
+-- init) writes: row-level security now shows a session the rows of the fleet it names only when its own
+-- role is bound to that fleet, so a session naming another fleet (SET fleet_agent.agent_id) sees and
+-- writes nothing of it. The policies read the binding through an uncorrelated subquery, evaluated once
+-- per statement, whose value the planner does not guess from statistics.
+--
+-- fleets keeps each fleet's head (last seq and hash), updated in every append transaction: the append's
+-- row lock on it serialises a fleet's appends (a role that cannot see the row cannot lock it), and the
+-- head is read without a query over the events. Leadership of a fleet is a table lock on a table of its
+-- own (fleet_lead_<md5 of agent_id>) that only its bound roles may lock.
+--
+-- On upgrade every fleet with events is bound to the owner and to every role that could append to the
+-- events until now (held INSERT), so a setup that ran every fleet with one role keeps working; an owner
+-- isolates fleets by removing the bindings it does not want (DELETE FROM fleet_roles ...).
+CREATE TABLE fleet_roles (
+    agent_id TEXT NOT NULL,
+    rolname  TEXT NOT NULL,
+    bound_at TEXT NOT NULL,
+    PRIMARY KEY (agent_id, rolname)
+);
+ALTER TABLE fleet_roles ENABLE ROW LEVEL SECURITY;  -- not FORCE: the owner binds; any other role reads its own
+CREATE POLICY own ON fleet_roles FOR SELECT USING (rolname = current_user);
+REVOKE ALL ON fleet_roles FROM PUBLIC;
+GRANT SELECT ON fleet_roles TO PUBLIC;
+
+CREATE TABLE fleets (
+    agent_id  TEXT PRIMARY KEY,
+    head_seq  BIGINT NOT NULL DEFAULT 0,
+    head_hash TEXT
+);
+ALTER TABLE fleets ENABLE ROW LEVEL SECURITY;  -- not FORCE: the owner adds a fleet's row as it binds it
+CREATE POLICY fleet ON fleets
+    USING (agent_id = (SELECT r.agent_id FROM fleet_roles r WHERE r.agent_id = current_setting('fleet_agent.agent_id', true)
+                       AND r.rolname = current_user))
+    WITH CHECK (agent_id = (SELECT r.agent_id FROM fleet_roles r
+                            WHERE r.agent_id = current_setting('fleet_agent.agent_id', true) AND r.rolname = current_user));
+REVOKE ALL ON fleets FROM PUBLIC;
+
+-- Bind a fleet to a role (run by the owner: only it may write fleet_roles): the binding, the fleet's
+-- head row, its leadership table and the grants on both.
+CREATE FUNCTION fleet_agent_bind(fleet TEXT, grantee TEXT) RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE lead TEXT := 'fleet_lead_' || md5(fleet);
+BEGIN
+    INSERT INTO fleet_roles (agent_id, rolname, bound_at)
+        VALUES (fleet, grantee, to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+        ON CONFLICT DO NOTHING;
+    INSERT INTO fleets (agent_id) VALUES (fleet) ON CONFLICT DO NOTHING;
+    EXECUTE format('CREATE TABLE IF NOT EXISTS %I ()', lead);
+    EXECUTE format('REVOKE ALL ON %I FROM PUBLIC', lead);
+    EXECUTE format('GRANT SELECT, UPDATE ON %I TO %I', lead, grantee);
+    EXECUTE format('GRANT SELECT, UPDATE (head_seq, head_hash) ON fleets TO %I', grantee);
+END $$;
+REVOKE ALL ON FUNCTION fleet_agent_bind(TEXT, TEXT) FROM PUBLIC;
+
+DO $$
+DECLARE t TEXT;
+DECLARE bound TEXT := '(SELECT r.agent_id FROM fleet_roles r WHERE r.agent_id = '
+                      'current_setting(''fleet_agent.agent_id'', true) AND r.rolname = current_user)';
+DECLARE f TEXT;
+DECLARE g TEXT;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['events', 'events_fts', 'alerts', 'memory', 'directives', 'instances', 'intents',
+                             'knowledge', 'silences', 'instance_states', 'observed_runs'] LOOP
+        EXECUTE format('DROP POLICY fleet ON %I', t);
+        EXECUTE format('CREATE POLICY fleet ON %I USING (agent_id = %s) WITH CHECK (agent_id = %s)', t, bound, bound);
+    END LOOP;
+    -- The heads of the fleets already here, read past the policies for this transaction only.
+    ALTER TABLE events NO FORCE ROW LEVEL SECURITY;
+    FOR f IN SELECT DISTINCT agent_id FROM events LOOP
+        PERFORM fleet_agent_bind(f, current_user);
+        FOR g IN SELECT DISTINCT r.rolname FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+                 JOIN pg_roles r ON r.oid = a.grantee
+                 WHERE c.oid = 'events'::regclass AND a.privilege_type = 'INSERT' AND r.rolname <> current_user LOOP
+            PERFORM fleet_agent_bind(f, g);
+        END LOOP;
+    END LOOP;
+    UPDATE fleets SET head_seq = h.seq, head_hash = h.hash
+        FROM (SELECT DISTINCT ON (agent_id) agent_id, seq, hash FROM events ORDER BY agent_id, seq DESC) h
+        WHERE fleets.agent_id = h.agent_id;
+    ALTER TABLE events FORCE ROW LEVEL SECURITY;
+END $$;

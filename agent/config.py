@@ -388,6 +388,13 @@ class PolicySettings:
     # No rent at or below this credit (dollars): vast.ai refuses rents with HTTP 402 and stops every
     # instance at $0 (agent/feedback/credit.py).
     credit_reserve: StrictFloat = 2.0
+    # Interruptible (bid) instances: allowed or not, and the highest bid as a share of the offer's on-demand
+    # dph_total. An outbid instance stops and its work is lost; it is replaced.
+    interruptible: StrictBool = False
+    max_bid_share: StrictFloat = 0.7
+    # A host's price increase on a running instance is accepted up to this share (0.15 = +15 %); above it
+    # it is rejected and the instance replaced.
+    max_price_increase: StrictFloat = 0.15
     # Jobs an hour one GPU delivers, assumed until the fleet's own instances have shown what a model
     # delivers (agent/fleet/throughput.py); per GPU model where known, else the one figure.
     jobs_per_hour: StrictFloat = 8.0
@@ -1023,6 +1030,12 @@ def _check_limits(s: Settings, loc: _Lines) -> None:
                         "of ticks, or 0 to turn the unmet-demand alert off")
     if not 0 <= s.policy.min_reliability <= 1:
         raise loc.error("policy.min_reliability", "a share between 0 and 1")
+    if not 0 < s.policy.max_bid_share <= 1:
+        raise loc.error("policy.max_bid_share", f"a share of the on-demand price above 0 and at most 1 (got "
+                        f"{s.policy.max_bid_share:g}), e.g. 0.7")
+    if s.policy.max_price_increase < 0:
+        raise loc.error("policy.max_price_increase", f"must not be negative (got {s.policy.max_price_increase:g}); "
+                        "a share, e.g. 0.15 accepts increases up to +15 %")
     for u, key in ((s.vast.url, "vast.url"), (s.model.base_url, "model.base_url"), (s.demand.url, "demand.url")):
         if u is not None and not _is_http_url(u):
             raise loc.error(key, "must start with http:// or https://")

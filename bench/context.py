@@ -577,6 +577,137 @@ def cache_scenario(ticks: int, prompts: Any) -> dict[str, Any]:
             "dollars": {"with_masking": usd_per_day(masked), "without_masking": usd_per_day(unmasked)}}
 
 
+# ------------------------------------------------------------------ fleets of 10, 100 and 500 instances
+
+
+FLEET_GPUS = (("RTX_4090", 0.38), ("A100", 1.10), ("RTX_3090", 0.22))
+
+
+def fleet_observation(n: int, size: int) -> dict[str, Any]:
+    """A fleet of ``size`` instances as a tick observes it: eight-digit ids, three GPU models, four instances
+    to a host (rented together, so of one age), one instance in trouble every 50, ages growing tick by tick."""
+    insts = []
+    for i in range(size):
+        gpu, dph = FLEET_GPUS[i // 4 % len(FLEET_GPUS)]
+        bad = i % 50 == 7
+        insts.append({"id": 10_000_000 + 37 * i, "gpu_name": gpu, "num_gpus": 1,
+                      "status": "loading" if bad else "running", "age_s": 3600 * (1 + i // 4 % 5) + n * 300,
+                      "dph": dph, "host_id": 1000 + i // 4,
+                      **({"status_msg": "cuda error: device unavailable"} if bad else {})})
+    return {"time": 1_795_000_000 + n * 300, "balance": 50_000.0 - n * size * 0.004, "instances": insts,
+            "fleet_dph": round(sum(i["dph"] for i in insts), 2),
+            "demand": {"pending": 10 + n % 17, "running": size, "completed": 40 * n, "arrival_rate_per_h": 120.0}}
+
+
+def fleet_owned(size: int) -> list[int]:
+    return [10_000_000 + 37 * i for i in range(size)]
+
+
+def fleet_tick_items(n: int, size: int) -> list[list[Item]]:
+    """``cache_tick_items`` with the observation of a ``size``-instance fleet."""
+    parts = cache_tick_items(n)
+    kind, _, source, tick = parts[0][0]
+    parts[0][0] = (kind, {"observation": fleet_observation(n, size)}, source, tick)
+    return parts
+
+
+def fleet_run(size: int, ticks: int, prompts: Any, path: Path) -> dict[str, Any]:
+    """The real loop (compaction, projection) over ``ticks`` ticks of a ``size``-instance fleet, 3 agent calls a
+    tick with the project's real tool specs, and an answering summariser: per tick, the prompt tokens of every
+    call (the summariser's included) and how many of them repeat the previous call's prefix (what a provider's
+    prompt cache serves); the reuse of the first agent call after each compaction; compactions and summaries."""
+    from agent.fleet.toolkit import load_tools
+
+    for suffix in ("", "-wal", "-shm", ".head"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    tools = load_tools().specs()
+    log = EventLog(path)
+    count = MessageTokens(log.tokenizer)
+    tools_tokens = log.tokenizer.count_tools(tools)
+    cache = ProjectionCache()
+    summariser = BenchSummariser()
+    owned = fleet_owned(size)
+    prev: tuple[list[dict[str, Any]], bool] | None = None
+    reused = total = 0
+    after: list[float] = []
+
+    def score(msgs: list[dict[str, Any]], with_tools: bool) -> float:
+        nonlocal prev, reused, total
+        r, t = _reuse(count, tools_tokens, prev, msgs, with_tools)
+        reused += r
+        total += t
+        prev = (msgs, with_tools)
+        return r / t
+
+    t0 = time.perf_counter()
+    for n in range(1, ticks + 1):
+        for part in fleet_tick_items(n, size):
+            log.append_many(part)
+            seen = len(summariser.calls)
+            comp = compact(log, prompts, SETTINGS, policy=POLICY, tools=tools, summarizer=summariser, tick=n,
+                           open_alert_ids=[], owned_instance_ids=owned, cache=cache, model_name="bench")
+            for msgs, sent in summariser.calls[seen:]:
+                score(msgs, bool(sent))
+            p = project(log, prompts, SETTINGS, policy=POLICY, tools=tools, model="bench", cache=cache)
+            req = log.append("model.request", request_payload(p), "system", n)
+            log.append("model.response", {"text": "ok", "tool_calls": [], "request_seq": req.seq}, "model", n)
+            share = score(p.messages, True)
+            if comp is not None:
+                after.append(share)
+    comps = [e.payload for e in log.read(0, kinds=["context.compacted"])]
+    log.close()
+    summarised = [c for c in comps if c.get("summarised", True)]
+    return {
+        "instances": size, "ticks": ticks,
+        "prompt_tokens_per_tick": round(total / ticks),
+        "cached_tokens_per_tick": round(reused / ticks),
+        "uncached_tokens_per_tick": round((total - reused) / ticks),
+        "prefix_reuse_by_tokens": round(reused / total, 4),
+        "reuse_after_compaction": round(statistics.mean(after), 4) if after else None,
+        "reuse_after_compaction_min": round(min(after), 4) if after else None,
+        "compactions": len(comps),
+        "masking_only": sum(1 for c in comps if not c.get("summarised", True)),
+        "summaries": len(summarised),
+        "summaries_accepted": sum(1 for c in summarised if c["method"] == "llm"),
+        "summariser_calls": len(summariser.calls),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def fleet_scenario(sizes: list[int], ticks: int, prompts: Any) -> dict[str, Any]:
+    """``fleet_run`` at each fleet size, with each figure against its aim."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"fleet-{os.getpid()}.db"
+    out: dict[str, Any] = {}
+    try:
+        for size in sizes:
+            out[str(size)] = fleet_run(size, ticks, prompts, path)
+    finally:
+        for suffix in ("", "-wal", "-shm", ".head"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+    small, big = out.get("10"), out.get("500")
+    out["aims"] = {
+        **({"reuse_ge_0.97_at_10": small["prefix_reuse_by_tokens"] >= 0.97} if small else {}),
+        **({"reuse_ge_0.93_at_500": big["prefix_reuse_by_tokens"] >= 0.93,
+            "uncached_le_4k_per_tick_at_500": big["uncached_tokens_per_tick"] <= 4000} if big else {}),
+        "reuse_after_compaction_ge_0.8": all((r["reuse_after_compaction"] or 1) >= 0.8 for k, r in out.items()
+                                             if k != "aims"),
+    }
+    return out
+
+
+def print_fleet(r: dict[str, Any]) -> None:
+    """One line per fleet size (the JSON follows on the last line)."""
+    for k, f in r.items():
+        if k == "aims":
+            continue
+        print(f"instances {f['instances']:>4}  prompt/tick {f['prompt_tokens_per_tick']:>7,}  cached "
+              f"{f['cached_tokens_per_tick']:>7,}  uncached {f['uncached_tokens_per_tick']:>6,}  reuse "
+              f"{f['prefix_reuse_by_tokens']:.4f}  after compaction {f['reuse_after_compaction']}  compactions "
+              f"{f['compactions']} (masking only {f['masking_only']})  summaries accepted "
+              f"{f['summaries_accepted']}/{f['summaries']}", file=sys.stderr)
+
+
 def aims(r: dict[str, Any]) -> dict[str, Any]:
     """Each measured figure next to its aim."""
     proj = r["projection"]
@@ -652,6 +783,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
     ap.add_argument("--flood", type=int, metavar="FILES", help="only the flood scenario with FILES knowledge files")
     ap.add_argument("--cache", type=int, metavar="TICKS", help="only the prompt-cache scenario over TICKS ticks")
+    ap.add_argument("--fleet", metavar="SIZES", help="only the fleet-size scenario at SIZES instances (e.g. 10,100,500)")
+    ap.add_argument("--ticks", type=int, default=300, help="ticks per fleet size with --fleet (default 300)")
     ap.add_argument("--build", nargs=2, metavar=("N", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING + 10))
@@ -664,6 +797,11 @@ def main() -> None:
     prompts = load_prompts(None)
     if args.cache:
         print(json.dumps({"cache": cache_scenario(args.cache, prompts)}, sort_keys=True))
+        return
+    if args.fleet:
+        fleet = fleet_scenario([int(x) for x in args.fleet.split(",")], args.ticks, prompts)
+        print_fleet(fleet)
+        print(json.dumps({"fleet": fleet}, sort_keys=True))
         return
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000, 1_000_000]
     t0 = time.perf_counter()

@@ -3,7 +3,8 @@
 Each scenario runs twice, each time against its own `fleet-agent sim --manual-clock` subprocess on
 127.0.0.1 (same seed, same script): once with the agent (the real tick, `agent.runtime.tick.run_tick`,
 with a config pointing at the simulator, exactly what `fleet-agent tick` runs), once with the reference
-arm, bench/cron_arm.py, under the same caps. Every tick is 5 simulated minutes: the scenario's events
+arm, bench/cron_arm.py, under the same caps and on the same market (the cron arm's disk, every GPU model, its
+reliability floor: the arms differ in how they decide, not in what they may rent). Every tick is 5 simulated minutes: the scenario's events
 for that tick (sent over the simulator's /_sim/ endpoints), one decision, then POST /_sim/advance.
 Operator notes go in through `agent.feedback.say`, what `fleet-agent say` runs, stamped with the
 simulated clock. Every figure comes from the simulator's ground truth (GET /_sim/accounting), never
@@ -49,7 +50,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent.sim.market import MODEL_BY_NAME  # noqa: E402
-from bench.cron_arm import Caps, CronArm  # noqa: E402
+from bench.cron_arm import MIN_RELIABILITY, Caps, CronArm  # noqa: E402
 
 TICK_S = 300.0
 SIM_KEY = "outcomes-sim-key"
@@ -227,6 +228,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 # ------------------------------------------------------------------ arms
 
 
+CRON_DISK_GB = CronArm.disk
+
+
 def agent_config(root: Path, sim_url: str, model_url: str | None, model: str | None) -> Path:
     (root / "vast_api_key").write_text(SIM_KEY + "\n", encoding="utf-8")
     os.chmod(root / "vast_api_key", 0o600)
@@ -245,6 +249,8 @@ vast:
   min_interval: 0s
 demand:
   url: {sim_url}/demand
+fleet:
+  disk_gb: {CRON_DISK_GB:g}
 model:
   provider: {"openai" if model_url else "rules"}
   base_url: {model_url or "http://127.0.0.1:8000/v1"}
@@ -258,6 +264,8 @@ policy:
   max_total_dph: {CAPS.max_total_dph}
   max_rents_per_hour: {CAPS.max_rents_per_hour}
   max_destroys_per_hour: 24
+  allowed_gpus: {json.dumps(sorted(MODEL_BY_NAME))}
+  min_reliability: {MIN_RELIABILITY}
 """, encoding="utf-8")
     return cfg
 

@@ -234,7 +234,7 @@ def priced(settings: Settings, offer: dict[str, Any]) -> float:
     """The offer's $/h as a search for the fleet's disk shows it (vast.ai adds the storage rented)."""
     from agent.sim.market import with_storage
 
-    return with_storage(offer["dph_base"], settings.fleet.disk_gb)
+    return with_storage(offer["dph_base"], settings.fleet.disk_gb, offer["storage_cost"])
 
 
 def good_offer(sim: Simulator, settings: Settings) -> dict[str, Any]:

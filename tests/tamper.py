@@ -215,18 +215,20 @@ def pg_attempt(url: str, agent_id: str, statement: str) -> None:
 
 
 def pg_append_lock_free(url: str, agent_id: str) -> bool:
-    """Whether another writer could take fleet ``agent_id``'s append lock now (taken and let go at once, on a
-    connection of its own)."""
+    """Whether another writer could take fleet ``agent_id``'s append lock (its head row) now, without waiting
+    (taken and let go at once, on a connection of its own)."""
     import psycopg
 
-    from agent.store.pg import APPEND_LOCK
-
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", [APPEND_LOCK, agent_id]).fetchone()
-        if row and row[0]:
-            conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [APPEND_LOCK, agent_id])
-            return True
-    return False
+        conn.execute("SELECT set_config('fleet_agent.agent_id', %s, false)", [agent_id])
+        conn.execute("BEGIN")
+        try:
+            conn.execute("SELECT 1 FROM fleets WHERE agent_id = %s FOR UPDATE NOWAIT", [agent_id])
+        except psycopg.errors.LockNotAvailable:
+            return False
+        finally:
+            conn.execute("ROLLBACK")
+    return True
 
 
 def sqlite_write_lock_free(path: str | os.PathLike[str]) -> bool:

@@ -78,12 +78,16 @@ def _init_data(settings: config.Settings, *, grant: str | None = None) -> None:
     """The database (refusing an existing one) and the knowledge directory with its example file."""
     app = App(settings)
     try:
-        app.init_database()
+        app.init_database(exist_ok=grant is not None)  # a role may be granted a fleet that already runs
         if grant is not None:
             from agent.store import pg  # psycopg: only with PostgreSQL storage
 
             for stmt in pg.apply_grants(app.log, grant):
                 output.out(stmt)
+            others = [f for f in pg.bindings(pg._raw(app.log), grant) if f != settings.agent_id]
+            if others:
+                output.out(f"note: the role {grant} is also bound to {', '.join(others)}: it reads and writes those "
+                           "fleets' rows too; give each fleet a role of its own to keep them apart")
     finally:
         app.close()
     output.out(f"created {settings.log_location}")

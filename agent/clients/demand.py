@@ -78,16 +78,20 @@ class DemandClient:
     def __init__(self, url: str, *, timeout: float = 10, transport: httpx.BaseTransport | None = None) -> None:
         self.url = url
         self._shown = url.split("?", 1)[0]  # never show a query string: it may hold a token
-        self._http = httpx.Client(timeout=timeout, transport=transport, headers={"Accept": "application/json"})
-        # Called before every request is sent; raising sends nothing (none is set by the App today).
+        # Called before every request is sent, as late as httpx allows; raising sends nothing. The daemon's
+        # App sets it to its leadership check: a daemon that lost the fleet's lock asks the queue nothing.
         self.fence: Callable[[], None] | None = None
+        self._http = httpx.Client(timeout=timeout, transport=transport, headers={"Accept": "application/json"},
+                                  event_hooks={"request": [self._fenced]})
 
     def __repr__(self) -> str:
         return f"DemandClient(url={self._shown!r})"
 
-    def get(self) -> Demand:
+    def _fenced(self, _request: httpx.Request) -> None:
         if self.fence is not None:
             self.fence()
+
+    def get(self) -> Demand:
         try:
             resp = self._http.get(self.url)
         except httpx.TransportError as e:

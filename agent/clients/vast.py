@@ -117,6 +117,9 @@ def _first(d: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
+MB_PER_GB = 1024.0
+
+
 @dataclass(frozen=True)
 class Instance:
     id: int
@@ -138,7 +141,20 @@ class Instance:
     image: str | None = None
     ssh_host: str | None = None
     ssh_port: int | None = None
+    is_bid: bool | None = None
+    min_bid: float | None = None
+    # Traffic billed so far (MB, as the official CLI's display reads the counters) and its $/GB prices.
+    inet_up_billed: float | None = None
+    inet_down_billed: float | None = None
+    inet_up_cost: float | None = None
+    inet_down_cost: float | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def traffic_gb(self) -> tuple[float, float] | None:
+        """(up, down) GB billed so far, or None when vast.ai sends no counters."""
+        if self.inet_up_billed is None and self.inet_down_billed is None:
+            return None
+        return (self.inet_up_billed or 0.0) / MB_PER_GB, (self.inet_down_billed or 0.0) / MB_PER_GB
 
     @classmethod
     def from_api(cls, d: Mapping[str, Any]) -> Instance:
@@ -155,7 +171,10 @@ class Instance:
             disk_space=_float(d.get("disk_space")),
             reliability=_float(_first(d, "reliability2", "reliability")),
             geolocation=_str(d.get("geolocation")), image=_str(_first(d, "image_uuid", "image")),
-            ssh_host=_str(d.get("ssh_host")), ssh_port=_int(d.get("ssh_port")), raw=dict(d),
+            ssh_host=_str(d.get("ssh_host")), ssh_port=_int(d.get("ssh_port")), is_bid=_bool(d.get("is_bid")),
+            min_bid=_float(d.get("min_bid")), inet_up_billed=_float(d.get("inet_up_billed")),
+            inet_down_billed=_float(d.get("inet_down_billed")), inet_up_cost=_float(d.get("inet_up_cost")),
+            inet_down_cost=_float(d.get("inet_down_cost")), raw=dict(d),
         )
 
 
@@ -199,6 +218,37 @@ class Offer:
             geolocation=_str(d.get("geolocation")), score=_float(d.get("score")),
             dlperf=_float(d.get("dlperf")), cuda_max_good=_float(d.get("cuda_max_good")), raw=dict(d),
         )
+
+
+@dataclass(frozen=True)
+class PriceIncrease:
+    """A host's pending price increase on a running contract (instance): the new rate applies after the
+    contract's current end date if accepted; rejected or unanswered, the contract is not extended."""
+
+    id: int
+    instance_id: int
+    host_id: int | None
+    old_dph_gpu: float | None  # $/h, from the per-second prices vast.ai sends
+    new_dph_gpu: float | None
+    contract_end_date: float | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def share(self) -> float | None:
+        """How much higher the new GPU price is (0.2 = +20 %); None when vast.ai sends no GPU prices."""
+        if not self.old_dph_gpu or self.new_dph_gpu is None:
+            return None
+        return self.new_dph_gpu / self.old_dph_gpu - 1.0
+
+    @classmethod
+    def from_api(cls, d: Mapping[str, Any]) -> PriceIncrease:
+        def per_h(key: str) -> float | None:
+            v = _float(d.get(key))
+            return None if v is None else v * 3600.0
+
+        return cls(id=int(d["pending_price_increase_id"]), instance_id=_int(d.get("contract_id")) or 0,
+                   host_id=_int(d.get("host_id")), old_dph_gpu=per_h("old_gpu_costpersec"),
+                   new_dph_gpu=per_h("new_gpu_costpersec"), contract_end_date=_float(d.get("contract_end_date")),
+                   raw=dict(d))
 
 
 @dataclass(frozen=True)
@@ -281,7 +331,8 @@ class VastClient:
         # check (agent.runtime.leader), so a daemon that lost the fleet's lock makes no call.
         self.fence: Callable[[], None] | None = None
         self._http = httpx.Client(timeout=timeout, transport=transport,
-                                  headers={"User-Agent": "fleet-agent/0.1"}, follow_redirects=False)
+                                  headers={"User-Agent": "fleet-agent/0.1"}, follow_redirects=False,
+                                  event_hooks={"request": [self._fenced]})
         self._get_headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
         self._body_headers = {**self._get_headers, "Content-Type": "application/json"}
 
@@ -299,6 +350,11 @@ class VastClient:
         self.close()
 
     # -- transport ------------------------------------------------------------------------
+
+    def _fenced(self, _request: httpx.Request) -> None:
+        """The fence, as late as httpx allows: the request is built and goes to the wire next."""
+        if self.fence is not None:
+            self.fence()
 
     def _scrub(self, text: str) -> str:
         return text.replace(self.__key, "<redacted>") if self.__key else text
@@ -361,8 +417,6 @@ class VastClient:
         delay = FIRST_BACKOFF_S
         for attempt in range(1, attempts + 1):
             self._pace(method, api_path)
-            if self.fence is not None:
-                self.fence()
             try:
                 resp = self._http.request(method, url, headers=headers, content=content,
                                           timeout=timeout if timeout is not None else self.timeout)
@@ -562,6 +616,31 @@ class VastClient:
 
     def reboot(self, instance_id: int) -> None:
         self._put_instance(f"/instances/reboot/{int(instance_id)}/", {}, f"reboot instance {instance_id}")
+
+    def change_bid(self, instance_id: int, price: float) -> None:
+        """An interruptible instance's new bid ($/h), as ``vastai change bid`` sends it."""
+        self._put_instance(f"/instances/bid_price/{int(instance_id)}/", {"client_id": "me", "price": float(price)},
+                           f"change bid of instance {instance_id}")
+
+    # -- price increases on running contracts -------------------------------------------------
+
+    def pending_price_increases(self) -> list[PriceIncrease]:
+        """The hosts' pending price increases on our running contracts."""
+        data = self._call("GET", "/instances/pending-price-increases/", "show pending price increases")
+        return [PriceIncrease.from_api(r) for r in data.get("pending_price_increases") or []
+                if isinstance(r, dict) and _int(r.get("pending_price_increase_id")) is not None]
+
+    def answer_price_increase(self, pending_id: int, *, accept: bool) -> bool:
+        """Accept or reject one pending row (the body is exactly its id). False when it is no longer pending
+        (vast.ai answers 404 no_pending_price_increase, older backends 409)."""
+        what = "accept" if accept else "reject"
+        resp = self._send("PUT", f"/instances/{what}-price-increase/",
+                          body={"pending_price_increase_id": int(pending_id)}, retry=False)
+        if resp.status_code in (404, 409):
+            return False
+        if resp.status_code >= 400:
+            raise self._write_error(resp, f"{what} price increase {pending_id}")
+        return True
 
     # -- logs and account -------------------------------------------------------------------
 

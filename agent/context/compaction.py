@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from agent import logsetup
@@ -47,6 +47,7 @@ from agent.context import (
 )
 from agent.context.facts import fold_facts
 from agent.context.inputs import record_inputs
+from agent.context.pinned import CURRENT as PINNED_CURRENT
 from agent.context.prompts import Prompts, render_summarize
 from agent.context.seen import seen_to
 from agent.context.thread import build_thread, maskable
@@ -111,9 +112,11 @@ def cut_candidates(v: View) -> list[int]:
     return out
 
 
-def choose_cut(v: View, settings: ContextSettings, sizes: dict[int, int] | None = None) -> Cut | None:
+def choose_cut(v: View, settings: ContextSettings, sizes: dict[int, int] | None = None,
+               pinned_version: int = PINNED_CURRENT) -> Cut | None:
     """The earliest allowed boundary whose kept thread fits under low water (else the latest valid one);
-    ``sizes``: tool results' tokens once masked, when the compaction masks old outputs."""
+    ``sizes``: tool results' tokens once masked, when the compaction masks old outputs; ``pinned_version``:
+    the rendering of the pinned block the request was planned with (an older one when replaying)."""
     sizes = sizes or {}
     ticks = cut_candidates(v)
     spans = _call_spans(v.events)
@@ -129,7 +132,7 @@ def choose_cut(v: View, settings: ContextSettings, sizes: dict[int, int] | None 
         if any(r < c <= t for r, t in spans):
             continue  # would split a tool call from its result
         pinned = fold_pinned(base, (e for e in v.events if e.seq < c and e.kind in PINNED_KINDS))
-        ptext = render_pinned(pinned, c - 1, settings, v.meter)
+        ptext = render_pinned(pinned, c - 1, settings, v.meter, pinned_version)
         kept = sum(sizes.get(e.seq, e.tokens) if e.kind == "tool.result" else e.tokens
                    for e in v.thread if e.seq >= c)
         total = fixed + kept + (v.meter.text_message(ptext) if ptext else 0)
@@ -222,12 +225,24 @@ def _fit_transcript(lines: list[tuple[int, str]], budget: int, meter: Meter) -> 
 @dataclass(frozen=True)
 class MustMention:
     """What a summary has to name: open alerts, owned instances, pinned directives (by their #id) and the
-    operator inputs it folds (notes, acks, unpins, by their #seq)."""
+    operator inputs it folds (notes, acks, unpins, by their #seq). With ``claims`` (summary requests from
+    v2) also what it may not get wrong: the overrides and pause (by #id) and excluded hosts and machines (by
+    number) in force, no statement that none of those exist when they do, every line of its operator
+    section citing an operator input it was given (``known``), and the numbers it quotes (instance count,
+    balance, $/h) being ones the log shows (``counts``, ``balances``, ``rates``)."""
 
     alerts: tuple[int, ...] = ()
     instances: tuple[int, ...] = ()
     directives: tuple[int, ...] = ()
     operator: tuple[int, ...] = ()
+    claims: bool = False
+    overrides: tuple[int, ...] = ()
+    hosts: tuple[int, ...] = ()
+    machines: tuple[int, ...] = ()
+    known: tuple[int, ...] = ()
+    counts: tuple[int, ...] = ()
+    balances: tuple[float, ...] = ()
+    rates: tuple[float, ...] = ()
 
 
 # Up to this many owned instances a summary names each; beyond, their count (eight-digit ids of a large
@@ -275,6 +290,111 @@ def _missing(text: str, must: MustMention) -> list[str]:
     return out
 
 
+_NONE = r"(?:none|nothing|n/a|no(?:ne)? (?:given|recorded|active|in force|issued))"
+# (what exists, statements saying it does not)
+_NEGATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("directives", (r"\bno (?:standing |active |pinned |operator |current )*(?:directives?|orders?|instructions?)\b",
+                    r"\bdirectives? (?:were|was|have been|has been) (?:never |not )(?:given|issued|set)",
+                    rf"\b(?:operator |standing |pinned )?directives?\s*[:=-]\s*{_NONE}\b")),
+    ("overrides", (r"\bno (?:policy |active |operator )*overrides?\b",
+                   rf"\boverrides?\s*[:=-]\s*{_NONE}\b")),
+    ("alerts", (r"\bno (?:open |active |outstanding )*alerts?\b", rf"\b(?:open )?alerts?\s*[:=-]\s*{_NONE}\b")),
+    ("instances", (r"\bno (?:owned |running |active )*instances?\b", r"\bowns? no instances?\b",
+                   rf"\b(?:owned )?instances?\s*[:=-]\s*{_NONE}\b")),
+)
+_NONE_WORDS = {"none", "nothing", "n/a", "no", "recorded", "given", "active", "in", "force", "issued", "standing",
+               "inputs", "input", "directives", "directive", "operator", "pinned", "notes", "yet", "so", "far"}
+
+
+def _says_none(line: str) -> bool:
+    """Whether an operator-section line only says there is nothing ("- none", "standing: none; inputs: none")."""
+    words = re.findall(r"[a-z/]+", line.lower())
+    return bool(words) and set(words) <= _NONE_WORDS and bool({"none", "nothing", "n/a", "no"} & set(words))
+_COUNT = re.compile(r"(?<![\d.#$])(\d+)\s+(?:[\w-]+\s+){0,2}instances?\b", flags=re.IGNORECASE)
+_BALANCE = re.compile(r"balance\D{0,12}?(-?\d[\d,]*(?:\.\d+)?)", flags=re.IGNORECASE)
+_RATE = re.compile(r"\$\s*(\d[\d,]*(?:\.\d+)?)\s*(?:/\s*h(?:our|r)?\b|per hour)|(\d[\d,]*(?:\.\d+)?)\s*(?:\$/h|dph)\b",
+                   flags=re.IGNORECASE)
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _near(x: float, seen: tuple[float, ...], rel: float) -> bool:
+    return any(abs(x - y) <= max(0.01, rel * abs(y)) for y in seen)
+
+
+def _negations(text: str, must: MustMention) -> list[str]:
+    """Statements that something does not exist when the log says it does."""
+    exists = {"directives": must.directives, "overrides": must.overrides, "alerts": must.alerts,
+              "instances": must.instances}
+    out = []
+    for what, patterns in _NEGATIONS:
+        if not exists[what]:
+            continue
+        for pat in patterns:
+            m = re.search(pat, text, flags=re.IGNORECASE)
+            if m:
+                out.append(f"it says '{m.group(0)}' but {len(exists[what])} {what} are in force or open")
+                break
+    return out
+
+
+def _unsourced(text: str, must: MustMention) -> list[str]:
+    """Lines of the operator section that cite no operator input: orders nobody gave ("Rent nothing ever
+    again"), or "none" while there are some."""
+    known = set(must.known) | set(must.directives) | set(must.operator) | set(must.overrides)
+    out = []
+    for line in _sections_of(text)["Operator directives"]:
+        if _says_none(line):
+            if known:
+                out.append(f"the operator section says '{line.strip()}' but operator inputs "
+                           + ", ".join(f"#{n}" for n in sorted(known)[:8]) + " exist")
+            continue
+        cited = {int(n) for n in re.findall(r"#(\d+)", line)}
+        if not cited & known:
+            out.append(f"the operator section line '{_one_line(line, 80)}' cites no operator input (cite its #number;"
+                       " do not state orders no operator gave)")
+    return out
+
+
+def _wrong_numbers(text: str, must: MustMention) -> list[str]:
+    """Numbers the summary quotes that the log does not show: the instance count in its fleet section, a
+    balance, a spend rate."""
+    out = []
+    if must.counts:
+        for ln in _sections_of(text)["Fleet state and commitments"]:
+            found = [int(n) for n in _COUNT.findall(ln)]
+            if found and not (set(found) & set(must.counts) or sum(found) in must.counts):
+                out.append(f"it gives {'/'.join(map(str, found))} instances; the log shows "
+                           + " or ".join(str(c) for c in sorted(set(must.counts))[:4]))
+    if must.balances:
+        for m in _BALANCE.finditer(text):
+            if not _near(_num(m.group(1)), must.balances, 0.005):
+                out.append(f"it gives a balance of {m.group(1)}; the observations show "
+                           + ", ".join(f"{b:.2f}" for b in must.balances[-3:]))
+    if must.rates:
+        for m in _RATE.finditer(text):
+            x = _num(m.group(1) or m.group(2))
+            if not _near(x, must.rates, 0.02):
+                out.append(f"it gives a spend of ${x:g}/h; the observations show "
+                           + ", ".join(f"${r:.2f}/h" for r in must.rates[-3:]))
+    return out
+
+
+def _untrue(text: str, must: MustMention) -> list[str]:
+    """What the summary gets wrong against the log (summary requests from v2)."""
+    out = []
+    overrides = [o for o in must.overrides if not re.search(rf"#{o}(?!\d)", text)]
+    if overrides:
+        out.append("missing overrides and pauses in force " + ", ".join(f"#{o}" for o in overrides))
+    for what, ids in (("hosts", must.hosts), ("machines", must.machines)):
+        gone = [i for i in ids if not re.search(rf"(?<!\d){i}(?!\d)", text)]
+        if gone:
+            out.append(f"missing excluded {what} " + ", ".join(str(i) for i in gone))
+    return out + _negations(text, must) + _unsourced(text, must) + _wrong_numbers(text, must)
+
+
 def _empty_sections(text: str) -> list[str]:
     """The required sections that are absent or hold no line of content."""
     found = _sections_of(text)
@@ -307,7 +427,9 @@ def check_summary(text: str, *, cap: int, meter: Meter, open_alert_ids: list[int
                   owned_instance_ids: list[int], must: MustMention | None = None, prompt: str = "") -> str | None:
     """Why ``text`` is not an acceptable summary, or None when it is: it must be within the cap, carry every
     required section with content, name every open alert, owned instance, pinned directive and operator
-    input it folds, and not echo ``prompt`` (the instructions it was given)."""
+    input it folds, and not echo ``prompt`` (the instructions it was given). With ``must.claims`` it must also
+    be true to the log as far as code can tell (``_untrue``): overrides and exclusions named, nothing in
+    force denied, no order without its source, no number the log does not show."""
     if not text.strip():
         return "empty summary"
     if is_echo(text, prompt):
@@ -316,12 +438,14 @@ def check_summary(text: str, *, cap: int, meter: Meter, open_alert_ids: list[int
     if n > cap:
         return f"summary has {n} tokens, over the cap of {cap}"
     must = must or MustMention()
-    must = MustMention(tuple(open_alert_ids), tuple(owned_instance_ids), must.directives, must.operator)
+    must = replace(must, alerts=tuple(open_alert_ids), instances=tuple(owned_instance_ids))
     reasons = []
     empty = _empty_sections(text)
     if empty:
         reasons.append("sections missing or empty: " + ", ".join(empty))
     reasons += _missing(text, must)
+    if must.claims:
+        reasons += _untrue(text, must)
     return "; ".join(reasons) or None
 
 
@@ -618,7 +742,67 @@ def _to_mention(alerts: list[int], owned: list[int], must: MustMention, evicted:
         "Pinned operator directives to mention by number: " + (", ".join(f"#{d}" for d in must.directives) or "none"),
         "Operator inputs being folded, to mention by number: " + (", ".join(
             f"#{n} ({ops[n].kind} by {inline(ops[n].payload.get('by', '?'))})" for n in must.operator) or "none"),
+        *(_claim_lines(must) if must.claims else []),
     ]
+
+
+def _claim_lines(must: MustMention) -> list[str]:
+    """What a summary request from v2 adds: the steering to name, and the rules the check enforces."""
+    excluded = [f"host {h}" for h in must.hosts] + [f"machine {m}" for m in must.machines]
+    return [
+        "Overrides and pause in force, to mention by number: " + (", ".join(f"#{o}" for o in must.overrides)
+                                                                  or "none"),
+        "Excluded hosts and machines, to mention: " + (", ".join(excluded) or "none"),
+        "The operator's words stay verbatim in the pinned block: in the operator section cite each input by its "
+        "#number, state no order without one, and never write that none exist when they do; quote instance "
+        "counts, balances and $/h only as the events give them.",
+    ]
+
+
+SUMMARY_VERSION = 2
+"""Summary requests (``summary.request``) of this version are planned with the current pinned block and the
+claim check (``MustMention.claims``); v1 ones, written before it, re-plan as they were (pinned v4, no claims)."""
+
+
+def _observed(evicted: list[Event]) -> tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...]]:
+    """Instance counts, balances and $/h totals the span's observations show."""
+    counts, balances, rates = [], [], []
+    for e in evicted:
+        if e.kind != "tick.started":
+            continue
+        obs = e.payload.get("observation") or {}
+        insts = [i for i in obs.get("instances") or [] if isinstance(i, dict)]
+        counts.append(len(insts))
+        if isinstance(obs.get("balance"), int | float):
+            balances.append(float(obs["balance"]))
+        dph = [float(i["dph"]) for i in insts if isinstance(i.get("dph"), int | float)]
+        if dph:
+            rates.append(round(sum(dph), 4))
+    return tuple(counts), tuple(balances), tuple(rates)
+
+
+def _must(cut: Cut, evicted: list[Event], alerts: list[int], owned: list[int], previous: str,
+          claims: bool) -> MustMention:
+    """What the summary of ``evicted`` must name and (``claims``) may not get wrong."""
+    must = MustMention(tuple(alerts), tuple(owned), tuple(int(d["id"]) for d in cut.pinned.get("directives") or []),
+                       tuple(e.seq for e in evicted if e.kind in OPERATOR_INPUTS))
+    if not claims:
+        return must
+    st = cut.pinned.get("steering") or {}
+    overrides = [int(k) for k in st.get("overrides") or {}] + ([int(st["pause"]["id"])] if st.get("pause") else [])
+    known = {e.seq for e in evicted if e.kind in PINNED_KINDS or e.kind in STEERING_EXTRA}
+    known |= {int(w["id"]) for w in cut.pinned.get("operator") or []}
+    known |= {int(h["id"]) for h in (st.get("hosts") or {}).values()}
+    known |= {int(m["id"]) for m in (st.get("machines") or {}).values()}
+    known |= {int(n) for ln in _sections_of(previous)["Operator directives"] for n in re.findall(r"#(\d+)", ln)}
+    counts, balances, rates = _observed(evicted)
+    return replace(must, claims=True, overrides=tuple(sorted(overrides)),
+                   hosts=tuple(sorted(int(h) for h in st.get("hosts") or {})),
+                   machines=tuple(sorted(int(m) for m in st.get("machines") or {})), known=tuple(sorted(known)),
+                   counts=tuple(sorted({len(owned), *counts})), balances=balances, rates=rates)
+
+
+STEERING_EXTRA = ("config.changed", "constraint.proposed", "constraint.rejected", "operator.drain")
 
 
 def _summary_request(v: View, cut: Cut, previous: dict[str, Any] | None, evicted: list[Event], *,
@@ -698,14 +882,6 @@ def _masked_sizes(v: View, settings: ContextSettings, masked_to: int | None) -> 
     return {e.seq: e.tokens for e in thread if e.kind == "tool.result"}
 
 
-def _fits_masked(v: View, settings: ContextSettings, sizes: dict[int, int]) -> bool:
-    """Whether masking alone brings the request halfway from high water down to low water: then nothing
-    is summarised (no model call) and the prompt cache keeps everything before the first masked output."""
-    thread = sum(sizes.get(e.seq, e.tokens) if e.kind == "tool.result" else e.tokens for e in v.thread)
-    target = (settings.low_water + settings.high_water) / 2 * settings.budget_tokens
-    return v.calibration.calibrated(v.fixed_tokens() + thread) <= target
-
-
 # ------------------------------------------------------------------ the plan
 
 
@@ -731,10 +907,13 @@ OPERATOR_INPUTS = ("operator.note", "alert.acked", "directive.unpinned")
 
 def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy: dict[str, Any],
          tools: list[dict[str, Any]], meter: Meter, open_alert_ids: list[int], owned_instance_ids: list[int],
-         model_name: str = "", force: bool = False) -> Plan | str | None:
+         model_name: str = "", force: bool = False, version: int = SUMMARY_VERSION) -> Plan | str | None:
     """The compaction to make (pure): a Plan, None when the request is under high water (and not
-    ``force``), or the reason no cut is possible. Masking old tool outputs comes first: when that alone
-    brings the request halfway down to low water, nothing is summarised."""
+    ``force``), or the reason no cut is possible. Old tool outputs are masked only together with a summary,
+    and only after it: a new summary changes the request from its own place on, so every byte it is followed
+    by is sent uncached anyway, and stubbing outputs there costs the prompt cache nothing. Masking alone would
+    rewrite the thread in the middle of a request whose head the provider holds, for a few ticks' room.
+    ``version``: that of the ``summary.request`` being planned (replay passes a logged one's)."""
     v = make_view(inputs, prompts=prompts, settings=settings, policy=policy, tools=tools, meter=meter)
     before = assemble(v, settings, model=model_name, tools=tools, prompts=prompts, policy=policy)
     if not force and not needs_compaction(before, settings):
@@ -743,17 +922,12 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
     alerts, owned = sorted(set(open_alert_ids)), sorted(set(owned_instance_ids))
     masked_to = mask_point(v, settings)
     sizes = _masked_sizes(v, settings, masked_to)
-    if masked_to is not None and not force and _fits_masked(v, settings, sizes):
-        return Plan(v, before, None, [], prev, [], alerts, owned, masked_to=masked_to)
     # the cut is chosen on the thread as the budget check left it (shrunk, when it had to be)
-    cut = choose_cut(v, settings, sizes)
+    cut = choose_cut(v, settings, sizes, PINNED_CURRENT if version >= 2 else 4)
     if cut is None:
-        if masked_to is not None:
-            return Plan(v, before, None, [], prev, [], alerts, owned, masked_to=masked_to)
         return "no tick boundary to cut at"
     evicted = [e for e in v.events if e.seq < cut.first_kept_seq]
-    must = MustMention(tuple(alerts), tuple(owned), tuple(int(d["id"]) for d in cut.pinned.get("directives") or []),
-                       tuple(e.seq for e in evicted if e.kind in OPERATOR_INPUTS))
+    must = _must(cut, evicted, alerts, owned, prev["summary"] if prev else "", version >= 2)
     messages, prompt, sent_tools, cont = _request(v, before, cut, evicted, prompts=prompts, settings=settings,
                                                   tools=tools, alerts=alerts, owned=owned, must=must,
                                                   force=force)

@@ -8,13 +8,17 @@ from typing import Any
 from agent.config import ContextSettings
 from agent.context.cache import Meter
 from agent.events import KINDS, Event, data, fence, inline
+from agent.times import parse_ts
 
 SHRINK_FLOOR = 48          # never truncate a message's text below this many tokens
 MARKER_COST = 40           # tokens a truncation marker may add
 STEERING_KINDS = ("policy.overridden", "policy.override_ended", "fleet.paused", "fleet.resumed", "host.excluded",
                   "host.included", "constraint.accepted")
+# Operator words the pinned block carries verbatim from v5 (notes, acks, withdrawals), and what ends them.
+OPERATOR_WORD_KINDS = ("operator.note", "alert.acked", "directive.unpinned")
 PINNED_KINDS = ("knowledge.changed", "operator.note", "directive.unpinned", "memory.written", "memory.deleted",
-                *STEERING_KINDS)
+                *STEERING_KINDS, "alert.acked", "alert.resolved")
+OPERATOR_WORDS_HOURS = 24   # a note, ack or withdrawal stays in the pinned block this long after it was given
 CURRENT = KINDS["context.compacted"].version
 """The rendering of the pinned block and the summary follows the version of the ``context.compacted`` event
 that carries them. v1: as first released. v2: the agent's memory under ``[memory · written by the agent]``
@@ -23,7 +27,10 @@ with key and text written ``inline``, knowledge file names ``inline``, the summa
 files most recently changed first (by the seq of each file's last ``knowledge.changed``, then by name),
 so what fits the cap is what the operator touched last. v4: the steering in force as of the block (policy
 overrides, the pause, host exclusions, accepted machine exclusions), each with who set it and when it ends,
-under ``## In force now``, so the model sees what binds after any compaction."""
+under ``## In force now``, so the model sees what binds after any compaction. v5: every operator note, ack
+and directive withdrawal of the folded span, verbatim (each within the block's cap), under ``## Operator
+words``, until it is older than ``OPERATOR_WORDS_HOURS`` or superseded (an ack by its alert's resolution, a
+note by its withdrawal): the summary may cite them, it never replaces them."""
 
 
 def empty_pinned() -> dict[str, Any]:
@@ -68,8 +75,40 @@ def _fold_steering(steering: dict[str, Any], e: Event) -> None:
         machines[str(p["value"])] = {"id": p["proposal_id"], "by": p["by"], "until": p.get("until")}
 
 
+def _operator_word(e: Event) -> dict[str, Any] | None:
+    """One operator input as the v5 block carries it: its seq, kind, author, time and exact words."""
+    p = e.payload
+    if e.kind == "operator.note" and not p.get("pin"):
+        return {"id": e.seq, "kind": "note", "by": p["by"], "ts": e.ts, "text": p["text"]}
+    if e.kind == "alert.acked":
+        return {"id": e.seq, "kind": "ack", "by": p["by"], "ts": e.ts, "alert_id": p["alert_id"],
+                "text": p.get("note") or ""}
+    if e.kind == "directive.unpinned":
+        return {"id": e.seq, "kind": "unpin", "by": p["by"], "ts": e.ts, "directive_id": p["directive_id"],
+                "text": f"directive #{p['directive_id']} withdrawn"}
+    return None
+
+
+def _fold_words(words: list[dict[str, Any]], e: Event) -> list[dict[str, Any]]:
+    """``words`` with ``e`` applied: a new operator input appended, an ack dropped when its alert resolves."""
+    if e.kind == "alert.resolved":
+        return [w for w in words if not (w["kind"] == "ack" and w.get("alert_id") == e.payload["alert_id"])]
+    w = _operator_word(e)
+    return words if w is None else [*words, w]
+
+
+def _expire_words(words: list[dict[str, Any]], newest_ts: str | None) -> list[dict[str, Any]]:
+    """The words given within ``OPERATOR_WORDS_HOURS`` of ``newest_ts`` (the newest event folded)."""
+    if not newest_ts:
+        return words
+    newest = parse_ts(newest_ts)
+    return [w for w in words if (newest - parse_ts(w["ts"])).total_seconds() < OPERATOR_WORDS_HOURS * 3600]
+
+
 def fold_pinned(pinned: dict[str, Any], events: Iterable[Event]) -> dict[str, Any]:
-    """Apply knowledge, directive, memory and steering events to a pinned snapshot (a new dict)."""
+    """Apply knowledge, directive, memory and steering events to a pinned snapshot (a new dict); operator
+    notes, acks and withdrawals are kept verbatim under ``operator`` (rendered from v5) until they expire or
+    are superseded."""
     knowledge = dict(pinned.get("knowledge") or {})
     directives = [dict(d) for d in pinned.get("directives") or []]
     memory = dict(pinned.get("memory") or {})
@@ -78,7 +117,18 @@ def fold_pinned(pinned: dict[str, Any], events: Iterable[Event]) -> dict[str, An
     prev = pinned.get("steering") or {}
     steering: dict[str, Any] = {"overrides": dict(prev.get("overrides") or {}), "pause": prev.get("pause"),
                                 "hosts": dict(prev.get("hosts") or {}), "machines": dict(prev.get("machines") or {})}
+    words = [dict(w) for w in pinned.get("operator") or []]
+    words_seq = int(pinned.get("operator_seq") or 0)
+    newest_ts = pinned.get("operator_ts")
     for e in events:
+        if e.kind in OPERATOR_WORD_KINDS or e.kind == "alert.resolved":
+            before = len(words)
+            words = _fold_words(words, e)
+            if len(words) != before:
+                words_seq = max(words_seq, e.seq)
+            newest_ts = e.ts if not newest_ts or e.ts > newest_ts else newest_ts
+            if e.kind not in ("operator.note", "directive.unpinned"):
+                continue
         if e.kind in STEERING_KINDS:
             changed = max(changed, e.seq)
             _fold_steering(steering, e)
@@ -101,7 +151,21 @@ def fold_pinned(pinned: dict[str, Any], events: Iterable[Event]) -> dict[str, An
            "knowledge_seq": {k: kseq.get(k, 0) for k in sorted(knowledge)}}
     if any(steering.values()):  # snapshots without steering keep the shape they always had
         out["steering"] = steering
+    kept = _expire_words(words, newest_ts)
+    if kept or words_seq:  # nor do those without operator words
+        out.update({"operator": kept, "operator_seq": words_seq, "operator_ts": newest_ts})
     return out
+
+
+def _word_line(w: dict[str, Any]) -> str:
+    """One operator input, its words exactly as given (the operator's own text, as the thread showed it)."""
+    when = str(w["ts"])[:16].replace("T", " ")
+    if w["kind"] == "ack":
+        note = f" — note: {w['text']}" if w["text"] else ""
+        return f"- [alert #{w['alert_id']} acked #{w['id']} · {w['by']} · {when} UTC]{note}"
+    if w["kind"] == "unpin":
+        return f"- [operator #{w['id']} · {w['by']} · {when} UTC] {w['text']}"
+    return f"- [operator note #{w['id']} · {w['by']} · {when} UTC] {w['text']}"
 
 
 def _ends(until: Any, open_ended: str) -> str:
@@ -213,7 +277,8 @@ def _capped(lines: list[str], cap: int, meter: Meter, what: str, where: str) -> 
     return lines
 
 
-BLOCK_HEADS = {"directives": "## Operator directives", "memory": "## Your memory", "knowledge": "## Knowledge files",
+BLOCK_HEADS = {"directives": "## Operator directives", "operator": "## Operator words", "memory": "## Your memory",
+               "knowledge": "## Knowledge files",
                "facts": "## Facts from the summarised events"}
 
 
@@ -221,7 +286,7 @@ def block_tokens(pinned: str | None, summary: str | None, meter: Meter) -> dict[
     """Tokens of each block: directives, memory and knowledge in the pinned text, facts after the summary
     (split at the renderer's own block headings; a summary's own headings are inside its fence)."""
     out = dict.fromkeys(BLOCK_HEADS, 0)
-    for text, blocks in ((pinned, ("directives", "memory", "knowledge")), (summary, ("facts",))):
+    for text, blocks in ((pinned, ("directives", "operator", "memory", "knowledge")), (summary, ("facts",))):
         current: str | None = None
         chunk: list[str] = []
         for line in [*(text or "").split("\n"), "## end"]:
@@ -244,11 +309,15 @@ def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings,
     memory = pinned.get("memory") or {}
     knowledge = pinned.get("knowledge") or {}
     steering = _steering_lines(pinned.get("steering") or {}) if version >= 4 else []
-    if not (directives or memory or knowledge or steering):
+    words = (pinned.get("operator") or []) if version >= 5 else []
+    if not (directives or memory or knowledge or steering or words):
         return None
     # Cite the last event that changed the block, not the compaction: the block's bytes then stay
     # the same across compactions that change nothing pinned, and the prompt cache keeps it.
-    head = f"[pinned · knowledge, directives, memory as of #{pinned.get('changed_seq') or as_of}]"
+    changed = pinned.get("changed_seq") or 0
+    if version >= 5:
+        changed = max(changed, int(pinned.get("operator_seq") or 0))
+    head = f"[pinned · knowledge, directives, memory as of #{changed or as_of}]"
     parts = [head]
     if directives:
         lines = [f"- [operator directive #{d['id']} · {d['by']}] {d['text']}" for d in directives]
@@ -261,6 +330,12 @@ def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings,
         parts.append("## In force now (operator steering, enforced in code: calls that break it are refused)")
         parts.extend(_capped(steering, settings.directives_max_tokens, meter, "steering entries",
                              "`fleet-agent policy show`, `hosts list` and `status` list them"))
+    if words:
+        parts.append(f"## Operator words (notes, acks and withdrawals of the last {OPERATOR_WORDS_HOURS} h, "
+                     "verbatim, oldest first)")
+        parts.extend(_capped([_word_line(w) for w in words], settings.directives_max_tokens, meter,
+                             "operator inputs", "`fleet-agent thread show --kind operator.note` lists them; "
+                             "search_history finds each"))
     if memory:
         lines = _memory_lines(memory, version)
         if version >= 3:

@@ -131,7 +131,8 @@ def replay_summaries(log: EventLog, prompts: Prompts, settings: ContextSettings,
         s = settings_from_manifest(settings, m)
         p = plan(load(log, int(m["end"])), prompts=then.prompts, settings=s, policy=then.policy, tools=then.tools,
                  meter=meter_for(s, cache), open_alert_ids=list(m["open_alert_ids"]),
-                 owned_instance_ids=list(m["owned_instance_ids"]), model_name=str(m["model"]), force=bool(m["force"]))
+                 owned_instance_ids=list(m["owned_instance_ids"]), model_name=str(m["model"]), force=bool(m["force"]),
+                 version=req.version)
         reasons = [f"{x} not in the log" for x in then.missing]
         if not isinstance(p, Plan):
             derived = f"no plan: {p}"

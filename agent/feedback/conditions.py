@@ -42,6 +42,8 @@ UNASKED = {"stopped": "stopped without our asking (fleet-agent never stops an in
 OCI_FAILURE = "OCI runtime create failed"
 
 def _is_dead(i: dict[str, Any]) -> bool:
+    if i.get("status") == "stopped" and "outbid" in (i.get("status_msg") or "").lower():
+        return False  # a higher bid took the GPU: its own alert (agent/fleet/market.py)
     return (i.get("status") in DEAD_STATUSES) or OCI_FAILURE in (i.get("status_msg") or "")
 
 

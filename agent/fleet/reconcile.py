@@ -35,6 +35,7 @@ from typing import Any
 from agent import logsetup
 from agent.clients.vast import Instance, VastClient, VastError
 from agent.config import Settings, VastSettings
+from agent.fleet.market import note_traffic
 from agent.fleet.pipeline import result_payload
 from agent.fleet.policy import Policy
 from agent.fleet.toolkit import Outcome
@@ -73,6 +74,7 @@ def reconcile(log: EventLog, vast: VastClient, policy: Policy, *, destroy_orphan
     _resolve_gone_orphans(log, listing, policy)
     if destroyed:
         listing = [i for i in vast.list_instances() if i.id not in destroyed]
+    note_traffic(log, listing, set(log.owned_instance_ids()))  # bandwidth is billed per GB: spend counts it
     return rep, listing
 
 

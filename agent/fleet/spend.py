@@ -5,7 +5,9 @@ offer's ``dph_total``, which vast.ai prices with the storage rented) between its
 adoption) and its destroy result or ``instance.gone`` (or now, while it lives), for the time the
 ticks' observations saw it running: vast.ai bills the $/h only while an instance runs (storage
 otherwise), so an instance stuck loading or whose container never started costs next to
-nothing. ``segments`` says how the time between two observations is counted.
+nothing. ``segments`` says how the time between two observations is counted. Traffic is billed per GB on
+top of that: each instance's cumulative billed traffic, as the ticks note it (``instance.traffic``), counts in
+the spend, and its measured $/h in the live fleet's run rate that budgets project.
 
 Periods are UTC: the day from 00:00, the week from Monday 00:00, the month from the 1st.
 ``policy.max_daily_spend`` / ``policy.max_monthly_spend`` refuse a rent when the spend so far, plus
@@ -15,7 +17,7 @@ alert opens when the spend so far reaches 80 %.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -95,6 +97,8 @@ class Ledger:
     now: datetime
     rentals: list[Rental]
     billed: dict[int, list[Segment]]
+    # Traffic vast.ai billed per instance, cumulative dollars as noted (agent/fleet/market.py), in time order.
+    traffic: dict[int, list[tuple[datetime, float]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, log: EventLog, since: datetime | None = None) -> Ledger:
@@ -102,22 +106,61 @@ class Ledger:
         now = log.clock()
         rentals = log.store.rentals()
         seen = _observations(log, utc_ts(since) if since else "")
-        return cls(now, rentals, {r.instance_id: segments(r, seen.get(r.instance_id, []), now) for r in rentals})
+        return cls(now, rentals, {r.instance_id: segments(r, seen.get(r.instance_id, []), now) for r in rentals},
+                   _traffic(log))
 
     def cost(self, r: Rental, t0: datetime, t1: datetime) -> float:
-        """What rental ``r`` cost between ``t0`` and ``t1`` (nothing after now)."""
+        """What rental ``r`` cost between ``t0`` and ``t1`` (nothing after now): its $/h while it ran, plus the
+        traffic billed in between."""
         total = 0.0
         for a, b, share in self.billed[r.instance_id]:
             lo, hi = max(a, t0), min(b, t1, self.now)
             if hi > lo and share:
                 total += (hi - lo).total_seconds() * share
-        return total * float(r.dph or 0.0) / 3600.0
+        return total * float(r.dph or 0.0) / 3600.0 + self.traffic_cost(r, t0, t1)
+
+    def traffic_cost(self, r: Rental, t0: datetime, t1: datetime) -> float:
+        """Traffic billed to rental ``r`` between ``t0`` and ``t1``, from its cumulative notes; after the last
+        note, until its end (or now), at the rate its last two notes measured."""
+        points = self.traffic.get(r.instance_id)
+        if not points:
+            return 0.0
+        end = min(parse_ts(r.end_ts) if r.end_ts else self.now, self.now)
+        rate = self.traffic_dph(r.instance_id)
+        last_at, last = points[-1]
+
+        def upto(t: datetime) -> float:
+            if t > last_at:
+                return last + rate * max(0.0, (min(t, end) - last_at).total_seconds()) / 3600
+            return next((c for at, c in reversed(points) if at <= t), 0.0)
+
+        return max(0.0, upto(min(t1, self.now)) - upto(t0))
+
+    def traffic_dph(self, iid: int) -> float:
+        """The traffic $/h of ``iid`` between its last two notes (0 with fewer)."""
+        points = self.traffic.get(iid) or []
+        if len(points) < 2:
+            return 0.0
+        (a, ca), (b, cb) = points[-2], points[-1]
+        hours = (b - a).total_seconds() / 3600
+        return (cb - ca) / hours if hours > 0 else 0.0
 
     def spent(self, p: Period) -> float:
         return sum(self.cost(r, p.start, p.end) for r in self.rentals)
 
     def live_dph(self) -> float:
-        return sum(float(r.dph or 0.0) for r in self.rentals if r.end_ts is None)
+        """What the live fleet costs an hour: dph_total plus each instance's measured traffic $/h."""
+        return sum(float(r.dph or 0.0) + self.traffic_dph(r.instance_id) for r in self.rentals if r.end_ts is None)
+
+
+def _traffic(log: EventLog) -> dict[int, list[tuple[datetime, float]]]:
+    """Each instance's cumulative traffic dollars from its ``instance.traffic`` notes."""
+    out: dict[int, list[tuple[datetime, float]]] = {}
+    for e in log.read(0, kinds=["instance.traffic"]):
+        p = e.payload
+        cost = float(p["up_gb"]) * float(p["up_cost"]) + float(p["down_gb"]) * float(p["down_cost"])
+        out.setdefault(int(p["instance_id"]), []).append((parse_ts(e.ts), cost))
+    return out
 
 
 def report(log: EventLog) -> dict[str, Any]:

@@ -364,6 +364,8 @@ FAILED_STATUSES = ("stopped", "exited", "offline", "frozen")
 def _failure(i: dict[str, Any]) -> str | None:
     """The failure an observed instance of ours shows, or None."""
     st = str(i.get("status") or "")
+    if st == "stopped" and "outbid" in str(i.get("status_msg") or "").lower():
+        return None  # a higher bid took the GPU: the market, not the host (agent/fleet/market.py)
     if st in FAILED_STATUSES:
         return st
     if st == "created" and "error" in str(i.get("status_msg") or "").lower():

@@ -17,7 +17,7 @@ from __future__ import annotations
 from agent import logsetup
 from agent.clients.vast import VastError
 from agent.feedback import credit
-from agent.fleet import steering
+from agent.fleet import market, steering
 from agent.fleet.pipeline import run_destroy
 from agent.fleet.toolkit import Outcome, ToolContext
 
@@ -36,7 +36,8 @@ def destroy_stopped(ctx: ToolContext, *, dry_run: bool) -> list[Outcome]:
     """Destroy each listed instance of ours that shows stopped and was not destroyed for it before.
     Nothing while the fleet is paused. Returns the outcomes, in instance order."""
     kept = credit.kept_ids(ctx.log)  # stopped for lack of credit: a money event, kept for a top-up
-    stopped = sorted(i.id for i in ctx.ours() if i.actual_status == STOPPED and i.id not in kept)
+    stopped = sorted(i.id for i in ctx.ours() if i.actual_status == STOPPED and i.id not in kept
+                     and not market.is_outbid(i))  # outbids: agent/fleet/market.py
     if not stopped or steering.paused(ctx.log) is not None:
         return []
     done = _already(ctx)

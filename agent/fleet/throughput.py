@@ -5,7 +5,10 @@ observation records them per instance (``jobs``). Between two observations in wh
 running GPU of ours busy (jobs pending at both), an instance that was running at the first did
 ``jobs_b - jobs_a`` jobs in ``num_gpus × (t_b - t_a)`` GPU-hours. Summed per GPU model over the recent
 observations, that is what the model delivers: downtime between ticks, slow starts and restarts included,
-which is what sizing needs. Intervals where the queue ran dry say nothing about throughput and are left out.
+which is what sizing needs. Intervals where the queue ran dry cannot say how much more a GPU could have done,
+but they do say it did at least what it did: summed per model they are a floor under the estimate, so a
+prior that undersells a GPU is corrected even by a fleet that never falls behind (and would otherwise be
+kept too large for ever, its surplus never seen).
 
 Until a model has been measured, the configured prior stands in (``policy.jobs_per_hour_by_gpu``, else
 ``policy.jobs_per_hour``); measurement and prior are blended as if the prior were ``PRIOR_GPU_HOURS`` of
@@ -29,6 +32,8 @@ PRIOR_GPU_HOURS = 0.25
 """The weight of the prior, in GPU-hours of observation (three ticks of one GPU at the default interval)."""
 LEARNED_GPU_HOURS = 1.0
 """GPU-hours measured before a model's figure counts as learned rather than assumed."""
+FLOOR_GPU_HOURS = 0.5
+"""GPU-hours of intervals with the queue dry before what a model did in them is a floor under its estimate."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class Throughput:
     default: float
     by_gpu: Mapping[str, float] = field(default_factory=dict)  # configured priors
     measured: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # gpu -> (jobs, GPU-hours)
+    floor: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # the same, with the queue dry
 
     def prior(self, gpu: str) -> float:
         return float(self.by_gpu.get(gpu, self.default))
@@ -60,6 +66,9 @@ class Throughput:
         jobs, hours = self.measured.get(gpu, (0.0, 0.0))
         p = self.prior(gpu)
         est = (p * PRIOR_GPU_HOURS + jobs) / (PRIOR_GPU_HOURS + hours)
+        low_jobs, low_hours = self.floor.get(gpu, (0.0, 0.0))
+        if low_hours >= FLOOR_GPU_HOURS:
+            est = max(est, low_jobs / low_hours)  # it did this much without being kept busy
         return Rate(gpu, est, hours, jobs)
 
     def per_gpu(self, gpu: str) -> float:
@@ -80,28 +89,29 @@ def prior_only(settings: Settings) -> Throughput:
     return Throughput(p.jobs_per_hour, dict(p.jobs_per_hour_by_gpu))
 
 
-def measure(observations: Iterable[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
+def measure(observations: Iterable[Mapping[str, Any]], *, busy: bool = True) -> dict[str, tuple[float, float]]:
     """Per GPU model (jobs done, GPU-hours) over consecutive ``observations`` (oldest first) in which the
-    queue kept every running GPU of ours busy."""
+    queue kept every running GPU of ours busy (``busy``), or in which it did not (``busy=False``: what the
+    GPUs did then is less than they could, a floor)."""
     out: dict[str, tuple[float, float]] = {}
     prev: Mapping[str, Any] | None = None
     for obs in observations:
         if prev is not None:
-            for gpu, jobs, hours in _interval(prev, obs):
+            for gpu, jobs, hours in _interval(prev, obs, busy):
                 j, h = out.get(gpu, (0.0, 0.0))
                 out[gpu] = (j + jobs, h + hours)
         prev = obs
     return out
 
 
-def _interval(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+def _interval(a: Mapping[str, Any], b: Mapping[str, Any], busy: bool = True) -> list[tuple[str, float, float]]:
     ta, tb = a.get("time"), b.get("time")
     if not isinstance(ta, int | float) or not isinstance(tb, int | float) or not 0 < tb - ta <= MAX_GAP_S:
         return []
     before = {i.get("id"): i for i in a.get("instances") or [] if i.get("ours") and i.get("status") == "running"}
     busy_gpus = sum(int(i.get("num_gpus") or 1) for i in before.values())
-    if not (_pending(a) >= max(1, busy_gpus) and _pending(b) >= 1):
-        return []  # the queue ran dry: idle GPUs say nothing about what they can do
+    if (_pending(a) >= max(1, busy_gpus) and _pending(b) >= 1) != busy:
+        return []  # busy: the queue ran dry, idle GPUs say nothing about what they can do (and vice versa)
     out = []
     for i in b.get("instances") or []:
         x = before.get(i.get("id"))
@@ -128,7 +138,8 @@ def recent_observations(log: Any, limit: int = WINDOW_TICKS) -> list[dict[str, A
 def from_observations(settings: Settings, observations: Iterable[Mapping[str, Any]]) -> Throughput:
     """Each GPU model's jobs/h from ``observations`` (oldest first), over the configured prior."""
     base = prior_only(settings)
-    return Throughput(base.default, base.by_gpu, measure(observations))
+    seen = list(observations)
+    return Throughput(base.default, base.by_gpu, measure(seen), measure(seen, busy=False))
 
 
 def estimate(log: Any, settings: Settings) -> Throughput:

@@ -14,6 +14,7 @@ and selectable with ``model.provider: rules``.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,8 +23,8 @@ from typing import Any
 from agent.model.llm import ModelReply, ToolCall, Usage
 from agent.times import utc_ts
 
-RENT_UP_TO = 1.1  # rent until the fleet delivers this many times what it needs
-SURPLUS_OVER = 1.5  # destroy surplus only when the fleet delivers more than this many times what it needs
+RENT_UP_TO = 1.0  # rent until the fleet delivers what it needs (the last rent overshoots by up to one instance)
+SURPLUS_OVER = 1.0  # an instance the rest of the fleet can do without is surplus: vast.ai bills it by the second
 FLAP_RESTARTS = 3  # an instance that stopped running this often since rent is replaced, its host avoided
 DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance: stopped is a failure
 FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died
@@ -127,8 +128,12 @@ class RulesProvider:
         credit = obs.get("balance")
         # no rent at or below the credit reserve: hold until a top-up (vast.ai would refuse it with a 402)
         held = isinstance(credit, int | float) and credit <= s.policy.credit_reserve
+        # While a backlog waits every running instance is busy, each job at its own $/job: one is surplus
+        # only if the rest would also clear the backlog before the next tick, i.e. it would sit idle.
+        tick_h = float(s.schedule.interval) / 3600.0
+        keep = max(need, rate + pending / tick_h) if d else capacity
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
-                     rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held)
+                     rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep)
 
 
 def _advice_text(advice: tuple[str, ...]) -> str:
@@ -186,6 +191,7 @@ class _Plan:
     view: Any = None  # agent.fleet.constraints.InForce: what binds, and the operators' words
     advice: str = ""  # operator advice the rules cannot parse, for the decision text
     credit_held: bool = False  # credit at or below policy.credit_reserve: no rent until a top-up
+    keep: float = 0.0  # jobs/h below which nothing is surplus: arrivals plus the backlog cleared by the next tick
 
     def jph(self, i: dict[str, Any]) -> float:
         return self.tp.per_instance(str(i["gpu_name"]), i.get("num_gpus"))
@@ -229,19 +235,26 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
 
 
 def _surplus(plan: _Plan) -> list[dict[str, Any]]:
-    """Instances to destroy: over the cap (those not running yet first), or capacity beyond ``SURPLUS_OVER``×
-    need, the dearest per job first, keeping ``RENT_UP_TO``× need; one still starting is not surplus (it was
-    rented for a reason a tick ago, and destroying it wastes the rent)."""
+    """Instances to destroy: over the cap (those not running yet first), then, while the fleet delivers more
+    than ``SURPLUS_OVER``× need, the instance costing the most an hour among those the rest can do without,
+    need here counting the backlog as cleared by the next tick (``keep``): an instance working off a backlog
+    is busy, not surplus, and destroying it only makes the jobs wait longer.
+    The jobs are the same whoever does them, so what a surplus costs is its $/h: an H100 kept for 10 jobs/h
+    the A100 beside it covers is dearer than the A100, however cheap the H100 is per job. One still starting
+    is not surplus (it was rented for a reason a tick ago, and destroying it wastes the rent)."""
     order = sorted(plan.live, key=lambda i: (i["status"] == "running",
                                              -(float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9)), -i["id"]))
     out = order[:max(0, len(plan.live) - plan.cap)]
     cap_left = plan.capacity - sum(plan.jph(i) for i in out)
-    if cap_left > SURPLUS_OVER * plan.need:
-        for i in order[len(out):]:
-            if i["status"] != "running" or cap_left - plan.jph(i) < RENT_UP_TO * plan.need:
-                continue
-            out.append(i)
-            cap_left -= plan.jph(i)
+    spare = [i for i in order[len(out):] if i["status"] == "running"]
+    while spare:
+        can_go = [i for i in spare if cap_left - plan.jph(i) >= SURPLUS_OVER * max(plan.need, plan.keep)]
+        if not can_go:
+            break
+        i = max(can_go, key=lambda i: (float(i["dph"] or 0.0), -plan.jph(i), i["id"]))
+        out.append(i)
+        spare.remove(i)
+        cap_left -= plan.jph(i)
     return out
 
 
@@ -280,16 +293,17 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     ok = sorted((o for o in offers if o["host"] not in plan.avoid and not refused.get(o["id"])),
                 key=lambda o: (o["per_job"], o["dph"], o["id"]))
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
-    picks: list[dict[str, Any]] = []
-    added = 0.0
-    for o in ok:
-        if added >= short or len(plan.live) + len(picks) >= plan.cap or len(picks) >= plan.rents_left:
-            break
-        if fleet_dph + o["dph"] > plan.max_dph:
-            continue
-        picks.append(o)
-        added += o["jph"]
-        fleet_dph += o["dph"]
+    room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
+    picks = _cheapest_cover(ok, short, room, plan.max_dph - fleet_dph)
+    if picks is None:  # nothing within the caps covers the gap: as much as they allow, cheapest per job first
+        picks = []
+        for o in ok:
+            if len(picks) >= room:
+                break
+            if fleet_dph + o["dph"] <= plan.max_dph:
+                picks.append(o)
+                fleet_dph += o["dph"]
+    added = sum(o["jph"] for o in picks)
     calls: Calls = [("rent_instance", {"offer_id": o["id"], "reason":
                                        f"need {plan.need:.1f} jobs/h, have {plan.capacity:.1f}; {o['gpu']} at "
                                        f"${o['dph']:.3f}/h delivers {o['jph']:.1f} jobs/h: "
@@ -300,6 +314,38 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     text = (f"rules provider: renting {len(picks)} for {added:.1f} of {short:.1f} jobs/h short{best}"
             + (f"; skipped {skipped} offers on excluded or failed hosts or outside what binds" if skipped else ""))
     return calls, text
+
+
+COVER_STEP = 0.1  # jobs/h: the grain _cheapest_cover sums capacity in
+
+
+def _cheapest_cover(offers: list[dict[str, Any]], short: float, room: int,
+                    budget: float) -> list[dict[str, Any]] | None:
+    """The offers that together deliver at least ``short`` jobs/h for the fewest $/h, at most ``room`` of
+    them and ``budget`` $/h in all; None when no such set exists. The jobs are the same whoever does them,
+    so the rent that costs least an hour for the capacity missing is the cheapest per job the fleet will
+    do: per job while the gap is wide, and no big GPU rented for a sliver of it."""
+    if short <= 0 or room <= 0:
+        return [] if short <= 0 else None
+    target = math.ceil(short / COVER_STEP - 1e-9)
+    # best[(count, capacity reached, capped at target)] = ($/h, the offers' indexes)
+    best: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {(0, 0): (0.0, ())}
+    for n, o in enumerate(offers):
+        units = int(o["jph"] / COVER_STEP + 1e-9)
+        if units <= 0 or o["dph"] > budget:
+            continue
+        for (k, c), (cost, idx) in list(best.items()):
+            if k >= room or c >= target or cost + o["dph"] > budget + 1e-9:
+                continue
+            key = (k + 1, min(target, c + units))
+            new = (cost + o["dph"], idx + (n,))
+            if key not in best or new[0] < best[key][0] - 1e-12:
+                best[key] = new
+    done = [v for (k, c), v in best.items() if c >= target]
+    if not done:
+        return None
+    cost, idx = min(done, key=lambda v: (v[0], -sum(offers[i]["jph"] for i in v[1]), v[1]))
+    return sorted((offers[i] for i in idx), key=lambda o: (o["per_job"], o["dph"], o["id"]))
 
 
 def _is_dead(i: dict[str, Any], stuck_after: float) -> bool:

@@ -85,6 +85,7 @@ class App:
             from agent.clients.demand import DemandClient
 
             self._demand = DemandClient(self.settings.demand.url)
+            self._demand.fence = self._before_send
         return self._demand
 
     def provider(self) -> ChatProvider:

@@ -7,9 +7,13 @@
     Leader.holder() -> str                  who holds it, for errors, ``doctor`` and the log
 
 Both kinds keep a "still held as of T" time that a heartbeat thread renews every ``beat_s``;
-``check()`` costs a clock read while that time is under ``FRESH_S`` old and runs the synchronous
+``check()`` costs a clock read while that time is under ``fresh_s`` old and runs the synchronous
 check (a read of the lease file, a query on the lock's own connection) only when it is older, so a
 process that was suspended (SIGSTOP) and resumed checks for real before its next append or call.
+T is the monotonic time at which the check *started*, never when its answer arrived: an answer read
+after a suspension (sent by the server before it, or read from the lease file just before it) says
+the lock was ours back then, not now. A check whose answer took longer than ``lease_s`` vouches for
+nothing, and one that cannot be completed in time three times running counts as a lost lock.
 
 FileLeader (the SQLite log, daemons on one host): a lease file ``<data_dir>/fleet-agent.runtime.leader`` (a
 random token, pid, host, heartbeat time) read and written under its own short ``flock``, beside the
@@ -46,13 +50,23 @@ from agent.store.pglock import identity
 
 log = logsetup.get_logger(__name__)
 
-# check() trusts the heartbeat thread's last success for this long; older, it checks synchronously.
-# Sound because no other daemon can get the lock sooner after that success: on SQLite a standby needs the
-# heartbeat older than failover_seconds, on PostgreSQL the server ends the session failover_seconds / 2
-# after its last query, and the config keeps failover_seconds at 3 s or more.
+# check() trusts the last successful check for at most this long (from when it started); older, it
+# checks synchronously.
 FRESH_S = 1.0
+# The lease: a successful check started at T vouches for the lock until T + failover_seconds / 3 at most.
+# Sound because no other daemon can get the lock sooner after T: on SQLite a standby needs the heartbeat
+# (written after T) older than failover_seconds, on PostgreSQL the server ends the session
+# failover_seconds / 2 after its last query (answered after T), and the config keeps failover_seconds at
+# 3 s or more.
+LEASE_FRACTION = 1 / 3
+# Checks in a row whose answer came back too late to vouch for anything before the lock counts as lost.
+CHECK_TRIES = 3
 LEASE_NAME = "fleet-agent.runtime.leader"
 _LEASE_SIZE = 1024
+
+
+# While a standby cannot reach the server it says so once, then at most this often, then once when it can.
+OUTAGE_WARN_EVERY_S = 60.0
 
 
 class LeadershipLost(FleetAgentError):
@@ -66,6 +80,7 @@ class Leader(Protocol):
 
     kind: str
     failover_seconds: float
+    unreachable: str | None  # set when the last try_acquire could not reach the lock's store at all
 
     def try_acquire(self) -> bool: ...
     def check(self) -> None: ...
@@ -77,16 +92,51 @@ class Leader(Protocol):
     def held(self) -> bool: ...
 
 
+class _OutageLog:
+    """A standby polls the lock several times a second: while the server is down each poll fails, and a
+    warning each would bury the log. One warning as the outage starts, at most one per ``every_s`` while it
+    lasts (with the count so far), one when a poll succeeds again."""
+
+    def __init__(self, every_s: float = OUTAGE_WARN_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self.clock = clock
+        self.since: float | None = None  # when the current outage started
+        self.failures = 0
+        self._told_at = 0.0
+
+    def failed(self, error: str) -> None:
+        now = self.clock()
+        if self.since is None:
+            self.since, self.failures, self._told_at = now, 1, now
+            log.warning("leader.standby_query_failed", error=error,
+                        note=f"polling on; while it fails this is logged at most every {self.every_s:g}s")
+            return
+        self.failures += 1
+        if now - self._told_at >= self.every_s:
+            self._told_at = now
+            log.warning("leader.standby_query_still_failing", error=error, failures=self.failures,
+                        for_s=round(now - self.since, 1))
+
+    def recovered(self) -> None:
+        if self.since is None:
+            return
+        log.warning("leader.standby_query_recovered", failures=self.failures,
+                    outage_s=round(self.clock() - self.since, 1))
+        self.since, self.failures = None, 0
+
+
 class _Heartbeat:
     """The shared half: the "held as of" time, the fence, the heartbeat thread."""
 
     kind = "base"
+    unreachable: str | None = None  # why the last try to take the lock could not reach its store
 
     def __init__(self, failover_seconds: float, beat_s: float | None = None) -> None:
         self.failover_seconds = float(failover_seconds)
         self.beat_s = beat_s if beat_s is not None else min(0.5, self.failover_seconds / 6)
-        self.fresh_s = FRESH_S  # how long check() trusts the last successful check
-        self._held_at: float | None = None  # monotonic time of the last successful check
+        self.lease_s = self.failover_seconds * LEASE_FRACTION  # how long a check's success can vouch for
+        self.fresh_s = min(FRESH_S, self.lease_s)  # how long check() trusts it without checking again
+        self._held_at: float | None = None  # monotonic time the last successful check started
         self._lost: str | None = None
         self._io = threading.Lock()  # one check at a time (the heartbeat thread and the fence)
         self._stop = threading.Event()
@@ -121,22 +171,35 @@ class _Heartbeat:
         with self._io:
             if self._lost is not None:
                 return
+            started = time.monotonic()  # the answer vouches for this moment, however late it is read
             why = self._verify()
             if why is None:
-                self._held_at = time.monotonic()
+                self._held_at = max(started, self._held_at or started)
             else:
                 self._mark_lost(why)
 
-    def check(self) -> None:
-        """The fence: returns while the lock is ours, else raises ``LeadershipLost``."""
+    def _vouched(self, within: float) -> bool:
         held_at = self._held_at
-        if self._lost is None and held_at is not None and time.monotonic() - held_at <= self.fresh_s:
+        return self._lost is None and held_at is not None and time.monotonic() - held_at <= within
+
+    def check(self) -> None:
+        """The fence: returns while the lock is ours, else raises ``LeadershipLost``. Run before every
+        append commits and every request leaves, it returns only when a check that started less than
+        ``lease_s`` ago (``fresh_s`` without asking again) found the lock ours."""
+        if self._vouched(self.fresh_s):
             return
-        if self._lost is None and held_at is not None:
+        for _ in range(CHECK_TRIES):
+            if self._lost is not None or self._held_at is None:
+                break
             self._renew()
-        if self._lost is not None or self._held_at is None:
-            raise LeadershipLost(f"this daemon lost the fleet's {self.kind} lock ({self._lost or 'not held'}); "
-                                 "another daemon is active: nothing more is appended or sent from here")
+            if self._vouched(self.lease_s):
+                return
+        else:
+            with self._io:
+                self._mark_lost(f"{CHECK_TRIES} checks in a row took longer than the {self.lease_s:g}s lease; "
+                                "another daemon may take over meanwhile")
+        raise LeadershipLost(f"this daemon lost the fleet's {self.kind} lock ({self._lost or 'not held'}); "
+                             "another daemon is active: nothing more is appended or sent from here")
 
     def start_heartbeat(self, on_lost: Callable[[str], None]) -> None:
         self._on_lost = on_lost
@@ -261,11 +324,12 @@ class FileLeader(_Heartbeat):
                 if self.flock.held and not (lease or {}).get("has_flock"):
                     self.flock.release()  # the active took over without it; let it have it back
                 return False
+            started = time.monotonic()  # before the lease is written: its beat is no older than this
             now = self.clock()
             self._write(fd, {"token": self.token, "pid": os.getpid(), "host": socket.gethostname(),
                              "agent_id": self.agent_id, "since": now, "beat": now, "has_flock": self.flock.held,
                              "epoch": int((lease or {}).get("epoch") or 0) + 1})
-            self._held_at = self.acquired_at = time.monotonic()
+            self._held_at = self.acquired_at = started
             self.took_because = why
         return True
 
@@ -324,8 +388,9 @@ class PgLeader(_Heartbeat):
     kind = "postgresql"
 
     def __init__(self, conninfo: str, agent_id: str, *, failover_seconds: float, beat_s: float | None = None,
-                 connect_kwargs: dict[str, Any] | None = None) -> None:
+                 connect_kwargs: dict[str, Any] | None = None, monotonic: Callable[[], float] = time.monotonic) -> None:
         super().__init__(failover_seconds, beat_s)
+        self.outage = _OutageLog(clock=monotonic)
         self.conninfo = conninfo
         self.agent_id = agent_id
         self.connect_kwargs = dict(connect_kwargs or {})
@@ -358,13 +423,19 @@ class PgLeader(_Heartbeat):
         with self._io:
             try:
                 conn = self._connection()
+                started = time.monotonic()  # the answer vouches for this moment, however late it is read
                 got = pglock.try_lock(conn, self.agent_id)
             except psycopg.Error as e:
-                log.warning("leader.standby_query_failed", error=str(e).strip()[:200])
+                error = str(e).strip()[:200]
+                self.unreachable = (f"cannot reach the fleet's PostgreSQL database to take its lock ({error}); "
+                                    "check that the server runs and that storage.url names it")
+                self.outage.failed(error)
                 self._drop()  # a standby's session may have been ended too: the next poll reconnects
                 return False
+            self.unreachable = None
+            self.outage.recovered()
             if got:
-                self._held_at = self.acquired_at = time.monotonic()
+                self._held_at = self.acquired_at = started
                 self.took_because = ("its holder's session ended (it stopped, died or lost its connection)"
                                      if self._saw_holder else "free")
                 self._end_fenced_appends(conn)

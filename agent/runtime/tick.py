@@ -25,7 +25,7 @@ from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.feedback import credit
 from agent.feedback.knowledge import save_memo
-from agent.fleet import constraints, spend, steering, stopped, throughput
+from agent.fleet import constraints, market, spend, steering, stopped, throughput
 from agent.fleet.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.fleet.policy import Policy
 from agent.fleet.reconcile import UNLISTED, reconcile
@@ -365,8 +365,11 @@ def _start(run: _Run) -> ToolContext | TickResult:
         feedback.check_conditions(log, s, obs, tick)
         steering.note_host_failures(log, s, obs, tick)
     save_memo(s.data_path, app.knowledge_memo)
-    # fleet-agent never stops an instance: one of ours that shows stopped is destroyed here, whatever the model
-    for outcome in stopped.destroy_stopped(ctx, dry_run=s.policy.dry_run):
+    # The market's doings first (outbids, price increases: agent/fleet/market.py), then the stopped: fleet-agent
+    # never stops an instance, so one of ours that shows stopped is destroyed here, whatever the model
+    market.handle_price_increases(ctx, dry_run=s.policy.dry_run)
+    for outcome in [*market.handle_outbid(ctx, dry_run=s.policy.dry_run),
+                    *stopped.destroy_stopped(ctx, dry_run=s.policy.dry_run)]:
         if outcome.effect:
             run.actions.append(f"{outcome.effect['type']} {outcome.effect.get('instance_id')}")
     for iid in stopped.start_kept(ctx, obs.get("balance"), dry_run=s.policy.dry_run):

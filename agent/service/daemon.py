@@ -75,7 +75,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from agent import __version__, config, logsetup
 from agent.config import Settings
 from agent.context.prompts import Prompts, load_prompts
-from agent.errors import ChainBroken, ConfigError, FleetAgentError, LockError
+from agent.errors import ChainBroken, ConfigError, FleetAgentError, LockError, LogError
 from agent.runtime.app import App
 from agent.runtime.leader import FileLeader, LeadershipLost, PgLeader, leader_for
 from agent.runtime.tick import reconcile_at_start, run_tick
@@ -262,6 +262,8 @@ class Daemon:
                     return 0
                 waited = got
             elif not self.leader.try_acquire():
+                if self.leader.unreachable:  # no holder is known: the store itself could not be asked
+                    raise LogError(self.leader.unreachable)
                 raise LockError(self._refusal())
             self.leader.start_heartbeat(self._on_leadership_lost)
             if not s.storage.is_pg and not self._wait_for_writer(s):

@@ -6,6 +6,10 @@
                             call counts as one tick in the accounting's unmet_job_ticks
     POST /_sim/plant_logs   {"instance_id", "text"}: what the instance's logs will say
     POST /_sim/outbid       {"instance_id"}: a bid instance loses its GPU
+    POST /_sim/price_increase {"instance_id", "multiplier", "in_s"?}: its host asks multiplier x the GPU price
+                            from in_s seconds on (default 3600): a pending price increase
+    POST /_sim/bid_market   {"moving": false}: every offer's min_bid stays at its quiet level (true: it follows
+                            the seeded bid market, the default)
     GET/POST /_sim/faults   read or set the fault knobs (agent/sim/faults.py)
     GET/POST /_sim/realism  read or set rate limits, listing lag, log delay (agent/sim/realism.py)
     POST /_sim/set_status   {"instance_id", "status", "status_msg"?}: what vast.ai reports for it
@@ -97,6 +101,29 @@ def _admin_outbid(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -
     except LookupError as e:
         raise ApiError(404, "no_such_instance", str(e)) from e
     return json_reply(200, {"success": True})
+
+
+def _admin_price_increase(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
+    try:
+        multiplier, in_s = float(body.get("multiplier", 0)), float(body.get("in_s", 3600.0))
+    except (TypeError, ValueError) as e:
+        raise ApiError(400, "invalid_args", "multiplier and in_s must be numbers") from e
+    try:
+        row = sim.raise_price(as_id(body.get("instance_id")), multiplier, in_s)
+    except LookupError as e:
+        raise ApiError(404, "no_such_instance", str(e)) from e
+    except ValueError as e:
+        raise ApiError(400, "invalid_args", str(e)) from e
+    return json_reply(200, {"success": True, "pending_price_increase": row})
+
+
+def _admin_bid_market(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
+    if not isinstance(body.get("moving"), bool):
+        raise ApiError(400, "invalid_args", "need {\"moving\": true|false}")
+    with sim._lock:
+        sim.tick()
+        sim.market.bid_market = body["moving"]
+    return json_reply(200, {"moving": sim.market.bid_market})
 
 
 def _admin_set_faults(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
@@ -314,6 +341,8 @@ ADMIN: dict[tuple[str, str], AdminHandler] = {
     ("POST", "/_sim/advance"): _admin_advance,
     ("POST", "/_sim/plant_logs"): _admin_plant_logs,
     ("POST", "/_sim/outbid"): _admin_outbid,
+    ("POST", "/_sim/price_increase"): _admin_price_increase,
+    ("POST", "/_sim/bid_market"): _admin_bid_market,
     ("POST", "/_sim/faults"): _admin_set_faults,
     ("GET", "/_sim/faults"): _admin_faults,
     ("POST", "/_sim/realism"): _admin_set_realism,

@@ -216,11 +216,11 @@ def _machines(sim: Simulator, c: Call) -> Reply:
 
 
 def _bundles(sim: Simulator, c: Call) -> Reply:
-    return json_reply(200, {"offers": sim.market.search(c.body)})
+    return json_reply(200, {"offers": sim.market.search(c.body, c.now)})
 
 
 def _search_asks(sim: Simulator, c: Call) -> Reply:
-    return json_reply(200, {"offers": sim.market.search(c.body.get("q") or {})})
+    return json_reply(200, {"offers": sim.market.search(c.body.get("q") or {}, c.now)})
 
 
 def _rent(sim: Simulator, c: Call) -> Reply:
@@ -264,8 +264,30 @@ def _request_logs(sim: Simulator, c: Call) -> Reply:
     return json_reply(200, sim._request_logs(as_id(c.args[0]), c.body, c.base_url, c.now))
 
 
+def _pending_increases(sim: Simulator, c: Call) -> Reply:
+    rows = sim.pending_increases()
+    return json_reply(200, {"success": True, "count": len(rows), "truncated": False,
+                            "pending_price_increases": rows})
+
+
+def _accept_increase(sim: Simulator, c: Call) -> Reply:
+    return json_reply(200, sim.answer_increase(c.body, accept=True))
+
+
+def _reject_increase(sim: Simulator, c: Call) -> Reply:
+    return json_reply(200, sim.answer_increase(c.body, accept=False))
+
+
+def _change_bid(sim: Simulator, c: Call) -> Reply:
+    return json_reply(200, sim.change_bid(as_id(c.args[0]), c.body, c.now))
+
+
 # (method, path segments after /api/, handler); "*" matches one segment; the first match wins.
 ROUTES: list[tuple[str, tuple[str, ...], Handler]] = [
+    ("GET", ("v0", "instances", "pending-price-increases"), _pending_increases),
+    ("PUT", ("v0", "instances", "accept-price-increase"), _accept_increase),
+    ("PUT", ("v0", "instances", "reject-price-increase"), _reject_increase),
+    ("PUT", ("v0", "instances", "bid_price", "*"), _change_bid),
     ("GET", ("v1", "instances"), _list_v1),
     ("GET", ("v0", "instances"), _list_v0),
     ("GET", ("v0", "instances", "filters"), _filters),

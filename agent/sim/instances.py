@@ -44,9 +44,12 @@ def new_instance(seed: int, iid: int, offer: dict[str, Any], body: dict[str, Any
         "status_msg": None, "num_gpus": offer["num_gpus"], "gpu_name": offer["gpu_name"],
         "gpu_ram": offer["gpu_ram"], "gpu_totalram": offer["gpu_total_ram"], "gpu_util": None,
         "gpu_temp": None, "dph_base": offer["dph_base"],
-        "dph_total": float(price) if price is not None else round(offer["dph_base"] + storage_price(disk), 4),
+        "dph_total": float(price) if price is not None else round(
+            offer["dph_base"] + storage_price(disk, offer.get("storage_cost", STORAGE_PER_GB_MONTH)), 4),
         "is_bid": price is not None, "min_bid": offer["min_bid"],
-        "storage_cost": STORAGE_PER_GB_MONTH, "start_date": float(now),
+        "storage_cost": offer.get("storage_cost", STORAGE_PER_GB_MONTH), "start_date": float(now),
+        "inet_up_cost": offer.get("inet_up_cost", 0.0), "inet_down_cost": offer.get("inet_down_cost", 0.0),
+        "inet_up_billed": 0.0, "inet_down_billed": 0.0,
         "extra_env": [[str(k), str(v)] for k, v in env.items()],
         "image_uuid": body.get("image"), "image_args": [], "onstart": body.get("onstart"),
         "image_runtype": body.get("runtype") or "ssh", "disk_space": disk, "disk_usage": 0.0,
@@ -60,7 +63,9 @@ def new_instance(seed: int, iid: int, offer: dict[str, Any], body: dict[str, Any
         "driver_version": offer["driver_version"], "uptime_mins": None, "template_id": None,
         "template_hash_id": None, "template_name": None, "client_run_time": 0.0,
         "_offer_id": offer["id"], "_behaviour": behaviour, "_next": None, "_running_since": None,
-        "_cost": 0.0, "_jobs": 0.0,
+        "_cost": 0.0, "_jobs": 0.0, "_traffic_cost": 0.0,
+        "_up_gbph": round(irng(seed, iid, "traffic").uniform(0.2, 3.0), 3),
+        "_down_gbph": round(irng(seed, iid, "traffic-down").uniform(0.5, 6.0), 3),
     }
     schedule(inst, now + irng(seed, iid, "boot").uniform(3.0, 12.0), "created")
     return inst
@@ -154,9 +159,23 @@ def credit_stop(inst: Instance) -> None:
 # --- billing -----------------------------------------------------------------------------
 
 
-def storage_price(disk_gb: float) -> float:
-    """$/h of ``disk_gb`` GB of storage, as vast.ai adds it to dph_total."""
-    return float(disk_gb) * STORAGE_PER_GB_MONTH / 730.0
+MB_PER_GB = 1024.0  # inet_up_billed / inet_down_billed count MB, as the official CLI's display reads them
+
+
+def storage_price(disk_gb: float, storage_cost: float = STORAGE_PER_GB_MONTH) -> float:
+    """$/h of ``disk_gb`` GB of storage at ``storage_cost`` $/GB/month, as vast.ai adds it to dph_total."""
+    return float(disk_gb) * float(storage_cost) / 730.0
+
+
+def traffic(inst: Instance, dt: float) -> float:
+    """Bill ``dt`` running seconds of traffic: the counters grow (MB) and the charge ($) is returned. vast.ai
+    bills bandwidth per GB at the host's inet_up_cost / inet_down_cost, on top of dph_total."""
+    up, down = inst.get("_up_gbph", 0.0) * dt / 3600.0, inst.get("_down_gbph", 0.0) * dt / 3600.0
+    inst["inet_up_billed"] = inst.get("inet_up_billed", 0.0) + up * MB_PER_GB
+    inst["inet_down_billed"] = inst.get("inet_down_billed", 0.0) + down * MB_PER_GB
+    cost = float(up * float(inst.get("inet_up_cost") or 0.0) + down * float(inst.get("inet_down_cost") or 0.0))
+    inst["_traffic_cost"] = inst.get("_traffic_cost", 0.0) + cost
+    return cost
 
 
 def storage_per_h(inst: Instance) -> float:
@@ -171,7 +190,7 @@ def jobs_per_h(inst: Instance) -> float:
 def advance(seed: int, inst: Instance, t0: float, t1: float) -> tuple[float, list[float]]:
     """Bill and transition one instance over [t0, t1]: (its running seconds, the charges in order).
 
-    Running time bills at dph_total, anything else at the storage rate.
+    Running time bills at dph_total plus its traffic (per GB), anything else at the storage rate.
     """
     t, running, charges = t0, 0.0, []
     while True:
@@ -180,7 +199,7 @@ def advance(seed: int, inst: Instance, t0: float, t1: float) -> tuple[float, lis
         dt = seg_end - t
         if dt > 0:
             if inst["actual_status"] == "running":
-                cost = inst["dph_total"] * dt / 3600.0
+                cost = inst["dph_total"] * dt / 3600.0 + traffic(inst, dt)
                 running += dt
             else:
                 cost = storage_per_h(inst) * dt / 3600.0

@@ -9,7 +9,13 @@ Disks differ: about a third of the offers have less than 40 GB (8-32 GB), as sma
 every GPU model keeps a single-GPU offer with 50 GB or more on a good host and on a bad one. As on
 vast.ai, an offer's `dph_total` includes storage: the GPU price (`dph_base`) plus the search's
 `allocated_storage` GB (5 when the search names none) at `storage_cost` $/GB/month, and a search
-with `allocated_storage` only shows offers with at least that much disk.
+with `allocated_storage` only shows offers with at least that much disk. Each host sets its own
+storage price and its own bandwidth prices (`inet_up_cost`/`inet_down_cost`, $/GB), as on vast.ai,
+where bandwidth is billed per GB on top of `dph_total`.
+
+Interruptible (bid) prices move: each offer's `min_bid` follows the market (`bid_level`, a seeded
+walk per GPU model over simulated time, between 0.45 and 1.0 of the on-demand price); a running
+bid instance whose bid is below its offer's `min_bid` now is outbid: stopped, not destroyed.
 
 The market can be changed from outside (agent/sim/admin.py): an offer's or a GPU model's price set
 or multiplied (`set_price`; instances already rented keep the price they were rented at, as on
@@ -58,9 +64,14 @@ DEFAULT_ALLOCATED_STORAGE = 5.0
 SMALL_DISKS = (8.0, 16.0, 24.0, 32.0)
 
 
-def with_storage(dph_base: float, disk_gb: float) -> float:
-    """dph_total for ``disk_gb`` GB of storage on top of the GPU price, as vast.ai prices it."""
-    return round(dph_base + disk_gb * STORAGE_PER_GB_MONTH / 730.0, 4)
+STORAGE_PRICES = (0.05, 0.08, 0.10, 0.15, 0.20, 0.30)  # $/GB/month: each host sets its own
+INET_PRICES = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02)  # $/GB up or down: each host sets its own
+
+
+def with_storage(dph_base: float, disk_gb: float, storage_cost: float = STORAGE_PER_GB_MONTH) -> float:
+    """dph_total for ``disk_gb`` GB of storage at ``storage_cost`` $/GB/month on top of the GPU price, as
+    vast.ai prices it."""
+    return round(dph_base + disk_gb * storage_cost / 730.0, 4)
 
 
 class Market:
@@ -72,8 +83,26 @@ class Market:
         self.withdrawn: set[int] = set()  # offers taken off the market (still known, so they can return)
         self.offline_hosts: set[int] = set()  # hosts down: none of their offers is listed or rentable
         self._build(seed)
+        self._host_prices(seed)
         self._list_price = {oid: o["dph_base"] for oid, o in self.offers.items()}
         self._added = random.Random(f"{seed}:added-offers")
+        self.seed = seed
+        self.bid_market = True  # min_bid follows bid_level over time; False pins each offer's min_bid
+
+    def bid_level(self, gpu_name: str, t: float) -> float:
+        """How far above its quiet level the bid market for ``gpu_name`` is at simulated time ``t``: 1.0 in
+        most hours, higher when other renters bid up (a seeded draw per GPU model and hour)."""
+        if not self.bid_market:
+            return 1.0
+        r = random.Random(f"{self.seed}:bid:{gpu_name}:{int(t // 3600)}")
+        return 1.0 if r.random() < 0.7 else round(r.uniform(1.05, 1.6), 3)
+
+    def min_bid(self, offer: dict[str, Any], t: float | None) -> float:
+        """The lowest bid that holds ``offer``'s GPUs at ``t``: its quiet min_bid times the market level,
+        never above the on-demand price."""
+        if t is None:
+            return float(offer["min_bid"])
+        return round(min(float(offer["dph_total"]), float(offer["min_bid"]) * self.bid_level(offer["gpu_name"], t)), 4)
 
     def listed(self, offer: dict[str, Any]) -> bool:
         """On the market now: not rented, not withdrawn, its host up."""
@@ -93,7 +122,7 @@ class Market:
             o = self.offers[oid]
             base = dph * o["num_gpus"] if dph is not None else self._list_price[oid] * float(multiplier or 1.0)
             o["dph_base"] = round(base, 4)
-            o["dph_total"] = with_storage(base, DEFAULT_ALLOCATED_STORAGE)
+            o["dph_total"] = with_storage(base, DEFAULT_ALLOCATED_STORAGE, o["storage_cost"])
             o["min_bid"] = round(o["dph_total"] * 0.55, 4)
             o["dlperf_per_dphtotal"] = round(o["dlperf"] / o["dph_total"], 2)
             o["score"] = round(o["dlperf"] / o["dph_total"] * o["reliability"] * 4, 2)
@@ -113,7 +142,7 @@ class Market:
                      if o["host_id"] == host), None) or self.offers[min(self.offers)]
         oid = max(max(self.offers) + 1, 10_000_000) + self._added.randrange(1, 50)
         per_gpu = model.dph_per_gpu if dph is None else dph
-        dph_total = with_storage(per_gpu * num_gpus, DEFAULT_ALLOCATED_STORAGE)
+        dph_total = with_storage(per_gpu * num_gpus, DEFAULT_ALLOCATED_STORAGE, like["storage_cost"])
         dlperf = round(model.dlperf_per_gpu * num_gpus, 2)
         rel = like["reliability"]
         self.offers[oid] = {
@@ -183,6 +212,18 @@ class Market:
                 add(rng.choice(GPU_MODELS), host, 1)
         self._small_disks(seed)
 
+    def _host_prices(self, seed: int) -> None:
+        """Each host's storage and bandwidth prices, applied to its offers (dph_total re-priced)."""
+        rng = random.Random(f"{seed}:host-prices")
+        for host in sorted({o["host_id"] for o in self.offers.values()}):
+            storage, up, down = rng.choice(STORAGE_PRICES), rng.choice(INET_PRICES), rng.choice(INET_PRICES)
+            for o in self.offers.values():
+                if o["host_id"] == host:
+                    o["storage_cost"], o["inet_up_cost"], o["inet_down_cost"] = storage, up, down
+                    o["dph_total"] = with_storage(o["dph_base"], DEFAULT_ALLOCATED_STORAGE, storage)
+                    o["dlperf_per_dphtotal"] = round(o["dlperf"] / o["dph_total"], 2)
+                    o["score"] = round(o["dlperf"] / o["dph_total"] * o["reliability"] * 4, 2)
+
     def _small_disks(self, seed: int) -> None:
         """About a third of the offers get a small disk; each GPU model keeps its cheapest big-disk
         single-GPU offer on a good host and on a bad host, and every behaviour one big-disk single."""
@@ -222,8 +263,9 @@ class Market:
             return dict(o)
         raise LookupError(f"no offer for gpu_name={gpu_name} good={good} behaviour={behaviour}")
 
-    def search(self, q: dict[str, Any]) -> list[dict[str, Any]]:
-        """Unrented offers matching the filters in `q`, in its `order` (default best score first)."""
+    def search(self, q: dict[str, Any], now: float | None = None) -> list[dict[str, Any]]:
+        """Unrented offers matching the filters in `q`, in its `order` (default best score first); `min_bid`
+        as the bid market stands at `now`."""
         if not isinstance(q, dict):
             raise ApiError(400, "invalid_args", "search body must be an object")
         special = {"order", "type", "limit", "allocated_storage", "select_cols", "disable_bundling"}
@@ -234,7 +276,8 @@ class Market:
             raise ApiError(400, "invalid_args", "allocated_storage must be a number") from e
         rows = [dict(o) for o in self.offers.values() if self.listed(o) and o["disk_space"] >= storage]
         for r in rows:
-            r["dph_total"] = with_storage(r["dph_base"], storage)
+            r["min_bid"] = self.min_bid(r, now)
+            r["dph_total"] = with_storage(r["dph_base"], storage, r["storage_cost"])
         rows = [r for r in rows if matches(r, filters)]
         order = q.get("order") or [["score", "desc"]]
         if not isinstance(order, list):
@@ -250,7 +293,7 @@ class Market:
                 r["is_bid"] = True
         return rows[:max(0, min(limit, 1000))]
 
-    def check_rent(self, offer_id: int, body: dict[str, Any]) -> dict[str, Any]:
+    def check_rent(self, offer_id: int, body: dict[str, Any], now: float | None = None) -> dict[str, Any]:
         """The offer `body` may rent: image, disk and bid price checked; ApiError (404, 410, 400) if not."""
         offer = self.offers.get(offer_id)
         if offer is None or offer_id in self.withdrawn or offer["host_id"] in self.offline_hosts:
@@ -272,7 +315,7 @@ class Market:
                 price = float(price)
             except (TypeError, ValueError) as e:
                 raise ApiError(400, "invalid_args", "price must be a number") from e
-            if price < offer["min_bid"]:
-                raise ApiError(400, "invalid_args",
-                               f"bid price {price} is below the offer's min_bid {offer['min_bid']}")
+            floor = self.min_bid(offer, now)
+            if price < floor:
+                raise ApiError(400, "invalid_args", f"bid price {price} is below the offer's min_bid {floor}")
         return offer

@@ -11,6 +11,10 @@
     unschedulable   probability that a rent's machine cannot be scheduled: with
                     `cancel_unavail: true` the rent is refused; with false (the CLI's default)
                     vast.ai creates a *stopped* instance that bills storage and answers success
+    price_increases how often a host asks a price increase on a running on-demand contract (per
+                    instance per simulated day): a pending row (GET /instances/pending-price-increases/)
+                    the renter accepts or rejects; unaccepted, the contract ends (the instance stops)
+                    at its end date, 1-7 days later
 
 Read and set through GET/POST /_sim/realism, or `fleet-agent sim --rate-interval ...`.
 """
@@ -26,6 +30,7 @@ from agent.sim.replies import Reply, text_reply
 DEFAULT_RATE_INTERVAL = 0.5   # "endpoint threshold=2.0 (requests/s)", as vast.ai's 429 bodies say
 DEFAULT_LISTING_LAG = 30.0
 DEFAULT_LOGS_DELAY = 2.5
+DEFAULT_PRICE_INCREASES = 0.1
 _ID = re.compile(r"/\d+(?=/|$)")
 
 
@@ -35,6 +40,7 @@ class Realism:
     listing_lag: float = DEFAULT_LISTING_LAG
     logs_delay: float = DEFAULT_LOGS_DELAY
     unschedulable: float = 0.0
+    price_increases: float = DEFAULT_PRICE_INCREASES
 
     def update(self, values: dict[str, Any]) -> None:
         names = {f.name for f in fields(self)}

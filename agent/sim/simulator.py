@@ -72,6 +72,8 @@ class Simulator:
         self._fault_rng = random.Random(f"{seed}:faults")
         self._next_id = ID_BASE + random.Random(f"{seed}:ids").randrange(1000, 9000)
         self._planted: dict[int, str] = {}
+        self.price_increases: dict[int, dict[str, Any]] = {}  # pending_price_increase_id -> row (any status)
+        self._increase_rng = random.Random(f"{seed}:price-increases")
         self._results = LogResults(seed)
         saved = state.read(state_file, seed) if state_file else None
         start = float(saved["now"]) if saved else time.time()
@@ -149,8 +151,119 @@ class Simulator:
                 for inst in self.instances.values():
                     if inst["actual_status"] in ("running", "loading", "created", "rebooting", None):
                         instances.credit_stop(inst)
+            self._market_step(t, end)
             t = end
         self._last_t = max(self._last_t, now)
+
+    def _market_step(self, t: float, end: float) -> None:
+        """What the market does to running contracts over [t, end]: bids below the market's min_bid lose their
+        GPU (outbid), hosts ask for price increases now and then, and contracts reach their end date."""
+        for iid in sorted(self.instances):
+            inst = self.instances[iid]
+            offer = self.offers.get(inst["_offer_id"])
+            if inst.get("is_bid") and offer is not None:
+                inst["min_bid"] = self.market.min_bid(offer, end)
+                if inst["actual_status"] in ("running", "loading", "created", None) \
+                        and inst["dph_total"] < inst["min_bid"] - 1e-9:
+                    instances.stop(inst, f"outbid: the market's min_bid is ${inst['min_bid']:.4f}/h, above this "
+                                   f"instance's bid ${inst['dph_total']:.4f}/h", intended=False)
+                    inst["_outbid_at"] = end
+            rate = self.realism.price_increases
+            if (rate > 0 and not inst.get("is_bid") and inst["actual_status"] == "running"
+                    and not self._open_increase(iid)
+                    and self._increase_rng.random() < rate * (end - t) / 86400.0):
+                self._ask_increase(inst, round(self._increase_rng.uniform(1.1, 1.6), 3),
+                                   end + self._increase_rng.uniform(1.0, 7.0) * 86400.0, end)
+        for row in sorted(self.price_increases.values(), key=lambda r: r["pending_price_increase_id"]):
+            if row["_applied"] or row["contract_end_date"] > end:
+                continue
+            row["_applied"] = True
+            target = self.instances.get(row["contract_id"])
+            if target is None:
+                continue
+            inst = target
+            if row["_status"] == "accepted":
+                inst["dph_base"] = round(row["new_gpu_costpersec"] * 3600.0, 4)
+                inst["dph_total"] = round(inst["dph_base"] + instances.storage_per_h(inst), 4)
+            elif inst["actual_status"] not in ("exited", "offline"):
+                # Rejected or never answered: the contract is not extended at the old price.
+                instances.stop(inst, "contract ended: the host's price increase was not accepted", intended=False)
+
+    def _open_increase(self, iid: int) -> dict[str, Any] | None:
+        return next((r for r in self.price_increases.values()
+                     if r["contract_id"] == iid and r["_status"] == "pending"), None)
+
+    def _ask_increase(self, inst: Instance, multiplier: float, end_date: float, now: float) -> dict[str, Any]:
+        pid = 900_000 + len(self.price_increases) + 1
+        old = float(inst["dph_base"]) / 3600.0
+        disk = instances.storage_per_h(inst) / 3600.0
+        row = {"pending_price_increase_id": pid, "contract_id": inst["id"], "host_id": inst["host_id"],
+               "new_gpu_costpersec": old * multiplier, "old_gpu_costpersec": old,
+               "new_disk_ram_costpersec": None, "old_disk_ram_costpersec": round(disk, 9),
+               "new_bwu_cost": None, "old_bwu_cost": inst.get("inet_up_cost"),
+               "new_bwd_cost": None, "old_bwd_cost": inst.get("inet_down_cost"),
+               "new_platform_fee": None, "old_platform_fee": None,
+               "contract_end_date": float(end_date), "ask_end_date": float(end_date) + 30 * 86400.0,
+               "created_at": float(now), "_status": "pending", "_applied": False}
+        self.price_increases[pid] = row
+        return row
+
+    def raise_price(self, instance_id: int, multiplier: float, in_s: float = 3600.0) -> dict[str, Any]:
+        """The host of ``instance_id`` asks ``multiplier`` x its GPU price from ``in_s`` seconds on (its contract's
+        end date): a pending price increase the renter accepts or rejects; returns the row."""
+        with self._lock:
+            now = self.tick()
+            inst = self.instances.get(int(instance_id))
+            if inst is None:
+                raise LookupError(f"no instance {instance_id}")
+            if multiplier <= 1.0:
+                raise ValueError(f"multiplier must be > 1 (an increase), got {multiplier}")
+            if self._open_increase(inst["id"]) is not None:
+                raise ValueError(f"instance {instance_id} already has a pending price increase")
+            return self._public_increase(self._ask_increase(inst, float(multiplier), now + float(in_s), now))
+
+    @staticmethod
+    def _public_increase(row: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in row.items() if not k.startswith("_")}
+
+    def pending_increases(self) -> list[dict[str, Any]]:
+        """The rows GET /instances/pending-price-increases/ lists: pending, on live instances."""
+        return [self._public_increase(r) for _, r in sorted(self.price_increases.items())
+                if r["_status"] == "pending" and r["contract_id"] in self.instances]
+
+    def answer_increase(self, body: dict[str, Any], accept: bool) -> dict[str, Any]:
+        """PUT /instances/accept-price-increase/ or reject-price-increase/: body exactly
+        {"pending_price_increase_id": int}; a stale row answers 404 no_pending_price_increase."""
+        if set(body) != {"pending_price_increase_id"}:
+            raise ApiError(400, "invalid_args", "body must be exactly {\"pending_price_increase_id\": <int>}")
+        pid = body["pending_price_increase_id"]
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            raise ApiError(400, "invalid_args", "pending_price_increase_id must be an integer")
+        row = self.price_increases.get(pid)
+        if row is None or row["_status"] != "pending" or row["contract_id"] not in self.instances:
+            raise ApiError(404, "no_pending_price_increase", f"no pending price increase {pid}")
+        row["_status"] = "accepted" if accept else "rejected"
+        return {"success": True, "pending_price_increase_id": pid, "contract_id": row["contract_id"]}
+
+    def change_bid(self, iid: int, body: dict[str, Any], now: float) -> dict[str, Any]:
+        """PUT /instances/bid_price/{id}/ {"client_id": "me", "price": $}: an interruptible instance's new bid;
+        one stopped by an outbid starts again when the new bid holds the GPU."""
+        inst = self._get(iid)
+        if not inst.get("is_bid"):
+            raise ApiError(400, "invalid_args", f"Instance {iid} is on-demand; it has no bid to change.")
+        try:
+            price = float(body.get("price"))  # type: ignore[arg-type]
+        except (TypeError, ValueError) as e:
+            raise ApiError(400, "invalid_args", "price must be a number") from e
+        offer = self.offers.get(inst["_offer_id"])
+        floor = self.market.min_bid(offer, now) if offer is not None else float(inst["min_bid"])
+        if price < floor:
+            raise ApiError(400, "invalid_args", f"bid price {price} is below the min_bid {floor}")
+        inst["dph_total"] = round(price, 4)
+        if inst["actual_status"] == "stopped" and inst.get("_outbid_at") is not None:
+            inst.pop("_outbid_at", None)
+            instances.restart(self.seed, inst, now, "starting container: the new bid holds the GPU")
+        return {"success": True, "msg": f"bid of instance {iid} set to ${price:.4f}/h"}
 
     def set_credit(self, amount: float) -> None:
         """Set the account's credit now (a top-up, or a run-out). At $0 or less every instance stops at
@@ -230,7 +343,7 @@ class Simulator:
         The new instance is listed only ``realism.listing_lag`` simulated seconds later. When the
         machine cannot be scheduled, ``cancel_unavail: true`` refuses the rent; false (the CLI's
         default) creates the instance *stopped*, billing storage, and answers success."""
-        offer = self.market.check_rent(offer_id, body)
+        offer = self.market.check_rent(offer_id, body, now)
         if self.balance <= 0:
             raise ApiError(402, "insufficient_credit", "Your account balance is too low to rent.")
         if not isinstance(body.get("env") or {}, dict):

@@ -46,6 +46,7 @@ def to_saved(sim: Simulator, now: float) -> dict[str, Any]:
         "destroyed": list(sim.destroyed.values())[-500:],
         "rented_offers": sorted(o["id"] for o in sim.offers.values() if o["rented"]),
         "planted": {str(k): v for k, v in sim._planted.items()},
+        "price_increases": list(sim.price_increases.values()),
     }
 
 
@@ -91,4 +92,5 @@ def restore(sim: Simulator, data: dict[str, Any]) -> None:
         if oid in sim.offers:
             sim.offers[oid]["rented"] = True
     sim._planted = {int(k): v for k, v in data.get("planted", {}).items()}
+    sim.price_increases = {int(r["pending_price_increase_id"]): r for r in data.get("price_increases", [])}
     sim._last_t = float(data["now"])

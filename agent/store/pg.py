@@ -6,19 +6,24 @@ SQLite users never load psycopg. ``PgConnection`` wraps a psycopg 3 connection. 
 (agent/store/queries.py) write their statements in PostgreSQL's dialect (agent/store/dialect.py) and run
 them as they are (``run``, ``run_many``).
 
-Many fleets share one database: each connection names its fleet (``SET fleet_agent.agent_id``), every
-table's ``agent_id`` defaults to it and row-level security (FORCE) shows the connection only that fleet's
-rows (agent/schema_pg.sql). A role that bypasses row-level security (a superuser, BYPASSRLS) would see
-every fleet's rows, so it is refused. An append transaction (``begin_append``) holds a transaction-scoped
-advisory lock on the fleet, so appends from several processes and hosts form one linear chain.
+Many fleets share one database, kept apart by the server: each fleet is bound to the database roles that
+may run it (``fleet_roles``, which only the schema's owner writes; ``init --grant ROLE`` binds), and
+row-level security (FORCE) shows a session the rows of the fleet it names (``SET fleet_agent.agent_id``)
+only when its own role is bound to that fleet, so a role that names another fleet sees and writes nothing
+of it. A connection whose role is not bound to its fleet is refused as it opens (the owner binds itself
+to a fleet it creates). A role that bypasses row-level security (a superuser, BYPASSRLS) would see every
+fleet's rows, so it is refused.
 
-Advisory lock keys (two-int form, class first): ``APPEND_LOCK`` (per fleet, for each append transaction),
-``MIGRATE_LOCK`` (while migrating); the daemon's leadership of a fleet is agent/store/pglock.py's
-``LOCK_CLASS`` (a session lock, held while it is active).
+An append transaction (``begin_append``) locks the fleet's row in ``fleets``, which holds the fleet's head
+(last seq and hash) and is updated in the same transaction: appends from several processes and hosts form
+one linear chain, and no role of another fleet can see the row, let alone lock it. ``MIGRATE_LOCK`` (an
+advisory key) is held while migrating; the daemon's leadership of a fleet is agent/store/pglock.py's
+table lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable
 from importlib import resources
@@ -31,7 +36,6 @@ from agent.config import PgTarget
 from agent.errors import LogError
 from agent.secrets import scrub
 
-APPEND_LOCK = 0x66610001
 MIGRATE_LOCK = 0x66610000
 MIN_SERVER = 120000  # generated columns, FORCE row-level security, websearch text search
 CONNECT_TIMEOUT_S = 10
@@ -40,8 +44,10 @@ SETTING = "fleet_agent.agent_id"
 # The tables every fleet's rows live in (all carry agent_id and the row-level security policy).
 FLEET_TABLES = ("events", "events_fts", "alerts", "memory", "directives", "instances", "intents", "knowledge",
                 "silences", "instance_states", "observed_runs")
-# What the agent's role needs, table by table: the log only grows; read models change with it.
+# What the agent's role needs, table by table: the log only grows; read models change with it; the head
+# row (``fleets``) and the leadership table are granted by the binding itself (fleet_agent_bind).
 GRANTS = {"events": "SELECT, INSERT", "events_fts": "SELECT, INSERT", "_migrations": "SELECT"}
+HEAD_FOR_APPEND = "SELECT head_seq, head_hash FROM fleets WHERE agent_id = %s FOR UPDATE"
 READ_MODEL_GRANT = "SELECT, INSERT, UPDATE, DELETE"
 
 Error = psycopg.Error
@@ -83,13 +89,24 @@ class PgConnection:
         cur.executemany(sql, [list(r) for r in rows])
         return cur
 
-    def begin_append(self) -> None:
-        """BEGIN, the fleet's append lock (transaction-scoped, so appends from several processes and hosts
-        form one linear chain), then a pipeline for the transaction's statements."""
+    def begin_append(self) -> tuple[int, str | None]:
+        """BEGIN, a lock on the fleet's head row (held to the transaction's end, so appends from several
+        processes and hosts form one linear chain), then a pipeline for the transaction's statements.
+        Returns the head (last seq, its hash) as the lock found it."""
         self.raw.execute("BEGIN")
-        self.raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [APPEND_LOCK, self.target.agent_id])
+        try:
+            row = self.raw.execute(HEAD_FOR_APPEND, [self.target.agent_id]).fetchone()
+        except BaseException:
+            if not self.raw.closed and self.in_transaction:
+                with contextlib.suppress(psycopg.Error):
+                    self.raw.execute("ROLLBACK")
+            raise
+        if row is None:
+            self.raw.execute("ROLLBACK")
+            raise LogError(_unbound(self.target, self.raw))
         self._pipe = self.raw.pipeline()
         self._pipeline = self._pipe.__enter__()
+        return int(row[0]), row[1]
 
     def end_pipeline(self, *, commit: bool) -> None:
         """Close the append's pipeline (its errors raise only when about to commit)."""
@@ -151,6 +168,7 @@ def connect(target: PgTarget, *, readonly: bool = False, create: bool = False) -
                            "storage.url (as a role that may create tables), or check the database name")
         if not readonly:
             apply_migrations(raw, target)
+        _check_binding(raw, target, create=create)
     except psycopg.Error as e:
         raw.close()
         raise _fail(target, "cannot open the event log in", e) from None
@@ -167,6 +185,54 @@ def _check_role(raw: psycopg.Connection[Any], target: PgTarget) -> None:
         why = "a superuser" if row[1] else "allowed to bypass row-level security (BYPASSRLS)"
         raise LogError(f"{target.url}: the role {row[0]} is {why}, so it would see every fleet's rows; connect "
                        "as a role without those rights (README: Running more than one host)")
+
+
+def _current_role(raw: psycopg.Connection[Any]) -> str:
+    return str(raw.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+
+
+def owns_schema(raw: psycopg.Connection[Any]) -> bool:
+    """Whether the connected role owns the bindings (may bind a fleet to a role)."""
+    row = raw.execute("SELECT pg_has_role(current_user, c.relowner, 'USAGE') FROM pg_class c "
+                      "WHERE c.oid = to_regclass('fleet_roles')").fetchone()
+    return bool(row and row[0])
+
+
+def is_bound(raw: psycopg.Connection[Any], agent_id: str) -> bool:
+    """Whether the connected role is bound to fleet ``agent_id`` (a role reads only its own bindings)."""
+    row = raw.execute("SELECT EXISTS (SELECT 1 FROM fleet_roles WHERE agent_id = %s AND rolname = current_user)",
+                      [agent_id]).fetchone()
+    return bool(row and row[0])
+
+
+def _unbound(target: PgTarget, raw: psycopg.Connection[Any]) -> str:
+    role = _current_role(raw)
+    return (f"{target.url}: the role {role} is not bound to fleet {target.agent_id!r}, so the server shows it none "
+            f"of that fleet's rows; check agent_id in the config, or have the schema's owner run "
+            f"'fleet-agent --config OWNER_CONFIG init --grant {role}' with agent_id: {target.agent_id}")
+
+
+def _check_binding(raw: psycopg.Connection[Any], target: PgTarget, *, create: bool) -> None:
+    """Refuse a role not bound to the target's fleet; with ``create``, the owner binds itself to it."""
+    if not raw.execute("SELECT to_regclass('fleet_roles') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
+        return  # a schema from before the bindings, opened read-only: its policies are as they were
+    if is_bound(raw, target.agent_id):
+        return
+    if create and owns_schema(raw):
+        bind(raw, target.agent_id, _current_role(raw))
+        return
+    raise LogError(_unbound(target, raw))
+
+
+def bind(raw: psycopg.Connection[Any], agent_id: str, role: str) -> None:
+    """Bind fleet ``agent_id`` to ``role`` (as the schema's owner): its rows, head row and leadership table."""
+    raw.execute("SELECT fleet_agent_bind(%s, %s)", [agent_id, role])
+
+
+def bindings(raw: psycopg.Connection[Any], role: str) -> list[str]:
+    """The fleets ``role`` is bound to (as the owner sees them)."""
+    return [str(r[0]) for r in raw.execute("SELECT agent_id FROM fleet_roles WHERE rolname = %s ORDER BY agent_id",
+                                           [role])]
 
 
 def schema_present(raw: psycopg.Connection[Any]) -> bool:
@@ -233,18 +299,47 @@ def grant_statements(role: str) -> list[str]:
 
 
 def apply_grants(log: Any, role: str) -> list[str]:
-    """GRANT ``role`` what a fleet needs (``grant_statements``), as the tables' owner; returns the statements."""
+    """Bind ``role`` to the log's fleet and GRANT it what a fleet needs (``grant_statements``), as the schema's
+    owner, in one transaction; returns what was done. Raises LogError, having changed nothing, when the
+    connected role could not (it does not own the schema) or the server did not grant every privilege."""
     raw = _raw(log)
+    agent_id = log.conn.target.agent_id
     if not raw.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
         raise LogError(f"init --grant: no role {role!r} in the server; create it first (CREATE ROLE {role} LOGIN)")
+    if not owns_schema(raw):
+        raise LogError(f"init --grant {role}: the role {_current_role(raw)} does not own the fleet-agent schema, so "
+                       "it can neither bind a fleet nor grant on its tables; nothing was granted. Run it with the "
+                       "config of the role that owns the tables (the one that ran init)")
     stmts = grant_statements(role)
+    raw.execute("BEGIN")
     try:
         for s in stmts:
             raw.execute(s)
+        bind(raw, agent_id, role)
+        missing = _missing_grants(raw, role)
+        if missing:
+            raise LogError(f"init --grant {role}: the server did not grant {', '.join(missing)}; nothing was "
+                           "granted. Run it as the role that owns the tables (the one that ran init)")
+        raw.execute("COMMIT")
     except psycopg.Error as e:
-        raise LogError(f"init --grant {role}: {scrub(str(e)).strip()}; run it as the role that owns the tables "
-                       "(the one that ran init)") from None
-    return stmts
+        raw.execute("ROLLBACK")
+        raise LogError(f"init --grant {role}: {scrub(str(e)).strip()}; nothing was granted. Run it as the role "
+                       "that owns the tables (the one that ran init)") from None
+    except BaseException:
+        raw.execute("ROLLBACK")
+        raise
+    return [*stmts, f"-- bound fleet {agent_id!r} to the role {role}"]
+
+
+def _missing_grants(raw: psycopg.Connection[Any], role: str) -> list[str]:
+    """``table privilege`` for each privilege of ``grant_statements`` that ``role`` still lacks."""
+    out = []
+    for t in ("_migrations", *FLEET_TABLES):
+        for priv in GRANTS.get(t, READ_MODEL_GRANT).split(", "):
+            row = raw.execute("SELECT has_table_privilege(%s, %s, %s)", [role, t, priv]).fetchone()
+            if not (row and row[0]):
+                out.append(f"{priv} on {t}")
+    return out
 
 
 def privileges(log: Any) -> dict[str, set[str]]:

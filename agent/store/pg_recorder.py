@@ -1,7 +1,9 @@
 """The event log's recorder for a fleet in a PostgreSQL database (agent/store/pg.py connects and migrates).
 
-Its statements are written for PostgreSQL (``%s`` placeholders) and run as they are. An append holds the
-fleet's advisory lock for its transaction and sends its statements through a pipeline. The log has no
+Its statements are written for PostgreSQL (``%s`` placeholders) and run as they are. An append locks the
+fleet's head row (``fleets``: last seq and hash) for its transaction, sends its statements through a
+pipeline and moves the head in the same transaction, so the head is one row read by its key, whatever
+the events table's statistics say. The log has no
 tiers here (every event stays in its table), and reads go by pages of LIMIT, as a client-side cursor would
 hold every row of a statement at once.
 """
@@ -22,7 +24,8 @@ from agent.store.recorder import Filter, Recorder, Render, Row
 from agent.store.segment_types import Segment
 
 INSERT_EVENT = f"INSERT INTO events ({COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-HEAD = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+HEAD = "SELECT head_seq, head_hash FROM fleets WHERE agent_id = %s"
+MOVE_HEAD = "UPDATE fleets SET head_seq = %s, head_hash = %s WHERE agent_id = %s"
 ROW_AT = f"SELECT {COLS} FROM events WHERE seq = %s"
 PAGE_AFTER = f"SELECT {COLS} FROM events WHERE seq > %s ORDER BY seq LIMIT %s"
 COUNT = "SELECT COUNT(*) FROM events"
@@ -56,8 +59,8 @@ class PgRows:
             last = rows[-1][0]
 
     def last_seq(self) -> int:
-        last = self.conn.run(HEAD).fetchone()
-        return last[0] if last else 0
+        last = self.conn.run(HEAD, (self.conn.target.agent_id,)).fetchone()
+        return int(last[0]) if last else 0
 
     def row_at(self, seq: int, *, fresh: bool = False) -> Row | None:
         r = self.conn.run(ROW_AT, (seq,)).fetchone()
@@ -78,8 +81,8 @@ class PgRecorder(Recorder):
         self.rows = PgRows(self.conn)
 
     def begin(self) -> tuple[int, str] | None:
-        self.conn.begin_append()
-        return self.head()
+        seq, hash_ = self.conn.begin_append()
+        return (seq, hash_) if seq and hash_ else None
 
     def commit(self) -> None:
         self.conn.end_pipeline(commit=True)
@@ -97,11 +100,16 @@ class PgRecorder(Recorder):
         self.conn.sync()
 
     def insert(self, rows: Iterable[Row]) -> None:
+        rows = list(rows)
+        if not rows:
+            return
         self.conn.run_many(INSERT_EVENT, rows)
+        last = rows[-1]
+        self.conn.run(MOVE_HEAD, (last[0], last[-1], self.target.agent_id))
 
     def head(self) -> tuple[int, str] | None:
-        row = self.conn.run(HEAD).fetchone()
-        return (row[0], row[1]) if row else None
+        row = self.conn.run(HEAD, (self.target.agent_id,)).fetchone()
+        return (int(row[0]), row[1]) if row and row[0] else None
 
     def row_at(self, seq: int) -> Row | None:
         return self.rows.row_at(seq)

@@ -1,22 +1,27 @@
-"""The fleet's leadership lock on PostgreSQL: a session-level advisory lock on a dedicated connection.
+"""The fleet's leadership lock on PostgreSQL: a table lock, held by an open transaction on a dedicated connection.
 
     open_lock_session(conninfo, ...)    a connection that dies on its own when its client stops talking
-    try_lock(conn, agent_id) -> bool    pg_try_advisory_lock on the fleet's key
-    holds_lock(conn, agent_id) -> bool  this session is alive and holds the fleet's key
+    try_lock(conn, agent_id) -> bool    LOCK TABLE the fleet's leadership table IN EXCLUSIVE MODE NOWAIT
+    holds_lock(conn, agent_id) -> bool  this session is alive and holds that lock
     unlock(conn, agent_id)
-    lock_holders(conn, agent_id)        who holds the key: backend pid, application_name, client, since
+    lock_holders(conn, agent_id)        who holds it: backend pid, application_name, client, since
 
-The key is two 32-bit integers: a fixed class (``LOCK_CLASS``, "FALK") and ``hashtext(agent_id)``, so
-two fleets in one database never share a lock and no other application's one-integer keys collide.
+Each fleet has a table of its own, ``fleet_lead_<md5 of agent_id>`` (agent/schema_pg.sql's
+fleet_agent_bind makes it as the owner binds the fleet to a role): only the roles bound to the fleet may
+lock it, so no role of another fleet can hold a fleet's leadership (an advisory key would be anyone's to
+take). The lock is held by a transaction that has written nothing, so it holds no transaction id and no
+snapshot between its queries: it keeps no row from being vacuumed, however long it lasts.
 
-The session sets ``idle_session_timeout`` (PostgreSQL 14 and later) and server-side TCP keepalives, so
-the server ends the session, and with it the lock, when its client stops sending queries: a client that
-was killed, cut off by the network, or suspended (SIGSTOP keeps its socket open, so only the timeout
-notices it). The holder queries at least every ``idle_timeout / 3`` to keep it.
+The session sets ``idle_in_transaction_session_timeout`` (and ``idle_session_timeout`` on PostgreSQL 14
+and later, for a standby) and server-side TCP keepalives, so the server ends the session, and with it the
+lock, when its client stops sending queries: a client that was killed, cut off by the network, or
+suspended (SIGSTOP keeps its socket open, so only the timeout notices it). The holder queries at least
+every ``idle_timeout / 3`` to keep it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from dataclasses import dataclass
@@ -25,8 +30,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the driver loads when a lock session opens: SQLite users never load it
     import psycopg
 
-LOCK_CLASS = 0x46414C4B  # "FALK": the first half of every fleet-agent leadership key
-_KEY = "classid = %s::bigint::oid AND objid = (hashtext(%s)::bigint & 4294967295)::oid AND objsubid = 2"
+from agent.errors import LogError
+
+_HELD = ("locktype = 'relation' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+         "AND relation = to_regclass(%s) AND mode = 'ExclusiveLock' AND granted")
+
+
+def lead_table(agent_id: str) -> str:
+    """The name of fleet ``agent_id``'s leadership table."""
+    return "fleet_lead_" + hashlib.md5(agent_id.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,7 @@ def open_lock_session(conninfo: str, *, application_name: str, idle_timeout_s: f
                            keepalives_idle=idle, keepalives_interval=max(1, idle // 3), keepalives_count=3,
                            **kwargs)
     try:
+        conn.execute(f"SET idle_in_transaction_session_timeout = {max(1000, int(idle_timeout_s * 1000))}")
         if conn.info.server_version >= 140000:
             conn.execute(f"SET idle_session_timeout = {max(1000, int(idle_timeout_s * 1000))}")
         conn.execute(f"SET tcp_keepalives_idle = {idle}")
@@ -67,19 +80,42 @@ def server_version(conn: psycopg.Connection[Any]) -> int:
 
 
 def try_lock(conn: psycopg.Connection[Any], agent_id: str) -> bool:
-    row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, agent_id)).fetchone()
-    return bool(row and row[0])
+    """Take the fleet's leadership lock without waiting (the session then stays in a transaction that holds
+    it). Raises LogError when the role may not lock it (not bound to the fleet, or the fleet not bound)."""
+    import psycopg
+
+    if holds_lock(conn, agent_id):
+        return True
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.execute("ROLLBACK")
+    conn.execute("BEGIN")
+    try:
+        conn.execute(f'LOCK TABLE "{lead_table(agent_id)}" IN EXCLUSIVE MODE NOWAIT')
+    except psycopg.errors.LockNotAvailable:
+        conn.execute("ROLLBACK")
+        return False
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedTable):
+        conn.execute("ROLLBACK")
+        role = conn.execute("SELECT current_user").fetchone()
+        raise LogError(f"the role {role[0] if role else '?'} may not hold the leadership of fleet {agent_id!r}: it "
+                       "is not bound to that fleet; check agent_id in the config, or have the schema's owner run "
+                       "'fleet-agent --config OWNER_CONFIG init --grant ROLE' for this fleet") from None
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")
+        raise
+    return True
 
 
 def holds_lock(conn: psycopg.Connection[Any], agent_id: str) -> bool:
-    """True when this session is alive and holds the key (raises ``psycopg.Error`` when it is gone)."""
-    row = conn.execute(f"SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND {_KEY} "
-                       "AND granted AND pid = pg_backend_pid())", (LOCK_CLASS, agent_id)).fetchone()
+    """True when this session is alive and holds the lock (raises ``psycopg.Error`` when it is gone)."""
+    row = conn.execute(f"SELECT EXISTS (SELECT 1 FROM pg_locks WHERE {_HELD} AND pid = pg_backend_pid())",
+                       (lead_table(agent_id),)).fetchone()
     return bool(row and row[0])
 
 
 def unlock(conn: psycopg.Connection[Any], agent_id: str) -> None:
-    conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_CLASS, agent_id))
+    conn.execute("ROLLBACK")
 
 
 def session_setting(conn: psycopg.Connection[Any], name: str) -> str:
@@ -92,8 +128,8 @@ def lock_holders(conn: psycopg.Connection[Any], agent_id: str) -> list[LockHolde
     """The sessions holding the fleet's key (none or one), with what pg_stat_activity says of them."""
     rows = conn.execute(
         "SELECT l.pid, a.application_name, a.client_addr::text, a.backend_start::text, a.state_change::text "
-        f"FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND {_KEY} "
-        "AND l.granted ORDER BY l.pid", (LOCK_CLASS, agent_id)).fetchall()
+        f"FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE {_HELD.replace('locktype', 'l.locktype')} "
+        "ORDER BY l.pid", (lead_table(agent_id),)).fetchall()
     return [LockHolder(int(r[0]), r[1] or "", r[2], r[3], r[4]) for r in rows]
 
 
@@ -116,21 +152,20 @@ def bound_idle_transactions(log: Any, seconds: float) -> None:
 
 def end_fenced_appends(conn: psycopg.Connection[Any], agent_id: str, own: str) -> list[LockHolder]:
     """What a daemon does as it takes the fleet over, before its first append: end the sessions of an
-    earlier active daemon of this fleet that still hold the fleet's append lock.
+    earlier active daemon of this fleet that are inside a write (their transaction holds an id: an append
+    holds the lock on the fleet's head row).
 
     The timeout that ``bound_idle_transactions`` sets does not cover every stall: inside an append's
     pipeline the server waits for the client as an *active* query, and arms no idle timeout, so a daemon
-    suspended there (SIGSTOP, a frozen VM) would keep the append lock, and block its successor, for as
+    suspended there (SIGSTOP, a frozen VM) would keep the head row locked, and block its successor, for as
     long as it stays suspended. That daemon has lost the fleet (this one holds the leadership lock), so
     its open transaction can only end in a rollback: the server rolls it back now. Only daemon sessions
     (named ``fleet-agent <agent_id> <host> <pid>``, not ``own``) are ended; an operator's command is not."""
-    from agent.store.pg import APPEND_LOCK
-
     rows = conn.execute(
         "SELECT a.pid, a.application_name, a.client_addr::text, a.backend_start::text, a.state_change::text "
-        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-        f"AND {_KEY} AND l.granted AND starts_with(a.application_name, %s) AND a.application_name <> %s "
-        "AND a.pid <> pg_backend_pid()", (APPEND_LOCK, agent_id, f"fleet-agent {agent_id} ", own[:63])).fetchall()
+        "FROM pg_stat_activity a WHERE a.datname = current_database() AND a.backend_xid IS NOT NULL "
+        "AND starts_with(a.application_name, %s) AND a.application_name <> %s AND a.pid <> pg_backend_pid()",
+        (f"fleet-agent {agent_id} ", own[:63])).fetchall()
     for r in rows:
         conn.execute("SELECT pg_terminate_backend(%s)", (int(r[0]),))
     return [LockHolder(int(r[0]), r[1] or "", r[2], r[3], r[4]) for r in rows]

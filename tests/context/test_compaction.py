@@ -40,6 +40,7 @@ OWNED = [1000, 1001]
 GOOD = ("## Fleet state and commitments\nInstances 1000 and 1001 running.\n## Decisions and why\n- held (#5)\n"
         "## Open problems\n- alert #3 open\n## Operator directives\n- #1 never rent A100 (alice)\n"
         "## Completed actions\n- searched (#4)")
+NO_DIRECTIVE = GOOD.replace("- #1 never rent A100 (alice)", "- none")   # for logs where no operator spoke
 
 
 class ScriptedSummarizer:
@@ -147,7 +148,7 @@ def test_summariser_gets_a_request_of_its_own_when_the_continuation_would_not_fi
     while proj(log, settings=settings).calibrated_tokens <= settings.high_water * settings.budget_tokens:
         simple_tick(log, n, (40, 40))  # on past the first cut-to-fit request, up to high water itself
         n += 1
-    s = ScriptedSummarizer(GOOD)
+    s = ScriptedSummarizer(NO_DIRECTIVE)
     ev = run_compact(log, s, settings=settings)
     assert ev is not None and ev.payload["method"] == "llm"
     assert len(s.calls[0]) == 2 and s.calls[0][0]["content"].startswith("You maintain the rolling summary")
@@ -176,7 +177,7 @@ def test_retry_succeeds_after_one_rejection(tmp_path):
     """One rejected summary followed by a good one ends as method llm with two attempts."""
     log = open_log(tmp_path / "a.db")
     fill(log)
-    ev = run_compact(log, ScriptedSummarizer(GOOD.replace("1001", "the other"), GOOD))
+    ev = run_compact(log, ScriptedSummarizer(NO_DIRECTIVE.replace("1001", "the other"), NO_DIRECTIVE))
     assert ev.payload["method"] == "llm"
     assert [a["ok"] for a in ev.payload["attempts"]] == [False, True]
 

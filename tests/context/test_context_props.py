@@ -207,12 +207,13 @@ def test_request_bytes_of_a_fixed_run_are_pinned(tmp_path):
     They moved again when compaction stopped cutting past the newest event of an answered request (the
     cuts, not the renderings, moved), and when context.compacted gained version 3 (knowledge files most
     recently changed first, old tool outputs masked at compaction, facts after the summary, caps per
-    pinned block; the cut also leaves room for the facts)."""
+    pinned block; the cut also leaves room for the facts), and when it gained version 5 (the operator's
+    notes, acks and withdrawals carried verbatim in the pinned block: a larger block, earlier cuts)."""
     reqs, comps, digest = _golden_run(tmp_path, [400, 200, 650], S)
-    assert (len(reqs), comps) == (27, [34, 58, 87, 110])
-    assert digest == "1d1c11f48aba810e33c333f3e130637b50c5ec8150c6b73202ec9166a14bde23"
+    assert (len(reqs), comps) == (27, [34, 58, 82, 103, 120])
+    assert digest == "711b411a975b3979bc35c9adbf7657fb758d1caa55de316a66b3d789a35db05d"
     tight = replace(S, budget_tokens=3000, output_reserve=300, tool_output_max_tokens=900)
     reqs, comps, digest = _golden_run(tmp_path, [700, 650, 690], tight)
     assert (len(reqs), sum(e.payload["manifest"]["shrunk"] for e in reqs)) == (27, 8)
     assert comps == [16, 22, 28, 34, 43, 48, 53, 59, 65, 69, 74, 84, 89, 93, 99, 104, 109, 117, 122, 126, 132, 137]
-    assert digest == "216a018cb684050556b0049aa822b2c2aa64cf65c54567b3134928c53c9e3ce9"
+    assert digest == "d885ab1e734adfa3f41934ef99e454ee1ad744cceee913f41419c39b38e27973"

@@ -38,7 +38,8 @@ CORPUS: list[dict[str, str]] = json.loads(CORPUS_FILE.read_text(encoding="utf-8"
 # [operator note · alice], [alert #2 acked · bob], [knowledge edit · x.md], [memory · written by the agent]).
 TAG = re.compile(r"\[[^\[\]\n]*? · [^\[\]\n]*\]|\[summary of #[^\[\]\n]*\]")
 OPERATOR_HEADS = ("[operator note · ", "[operator directive #", "[operator · ")
-PINNED_PREFIXES = ("- [operator directive #", "- [memory · written by the agent] ")
+PINNED_PREFIXES = ("- [operator directive #", "- [memory · written by the agent] ", "- [operator note #", "- [alert #",
+                   "- [operator #")
 UNSAFE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 FENCE = re.compile(r"^(`{3,})([A-Za-z]*)$")
 

@@ -3,8 +3,10 @@
 At a compaction, tool results older than the newest ``context.mask_after_ticks`` ticks become one-line
 stubs in the projection (the call stays in the assistant's message, the outcome in the result's header, and
 the stub names the event that holds the output). The rule is carried by the ``context.compacted`` event
-(``masked_to``), so it is deterministic and replayable and changes nothing between compactions. When
-masking alone brings the request under low water, nothing is summarised and no model is called.
+(``masked_to``), so it is deterministic and replayable and changes nothing between compactions. Masking
+happens only together with a summary: the new summary changes the request from its place on, so the stubs
+after it cost the prompt cache nothing; masking alone would rewrite the middle of a cached request. Logs
+written when masking-only compactions were made still replay.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ def _tool_contents(p: Any) -> list[str]:
 
 
 def test_old_outputs_become_stubs_and_the_newest_ticks_stay_verbatim() -> None:
-    """After a compaction that masks, every tool result before the newest two ticks is a one-line stub
-    naming its event; the results of the newest ticks are shown as before."""
-    s = replace(S, budget_tokens=10000, low_water=0.4, mask_after_ticks=2, tool_output_max_tokens=700)
+    """After a compaction that masks, every tool result before the newest tick is a one-line stub naming
+    its event; the results of the newest tick are shown as before."""
+    s = replace(S, budget_tokens=10000, low_water=0.4, mask_after_ticks=1, tool_output_max_tokens=700)
     log = MemLog()
     requests = run(log, TICKS, step=mem_step(s))
     comps = [e for e in log.events if e.kind == "context.compacted"]
@@ -73,19 +75,26 @@ class UncountedLog(MemLog):
 
 
 @pytest.mark.parametrize("make_log", [MemLog, UncountedLog], ids=["stored counts", "no stored counts"])
-def test_masking_alone_can_avoid_a_summary(make_log: Any) -> None:
-    """When the outputs are most of the request, the compaction only masks: method 'masked', the summary
-    and covered span unchanged (nothing folded), and the request is back under low water; whether or not
-    the events carry a stored token count."""
+def test_masking_never_happens_without_a_summary(make_log: Any) -> None:
+    """Even when the outputs are most of the request (masking alone would bring it under low water), every
+    compaction summarises: the outputs it masks all follow the new summary, whose bytes are new anyway, and
+    the request after it keeps the system prompt and the pinned block of the request before it; whether or
+    not the events carry a stored token count."""
     log = make_log()
-    ticks = [{"outputs": [900], "feedback": "none", "crash": False} for _ in range(8)]
-    requests = run(log, ticks, step=mem_step(MASK_ONLY))
+    ticks = [{"outputs": [900], "feedback": "note" if n % 3 == 0 else "none", "crash": False} for n in range(12)]
+    requests = [r[0] for r in run(log, ticks, step=mem_step(MASK_ONLY))]
     comps = [e.payload for e in log.events if e.kind == "context.compacted"]
-    assert comps and comps[0]["method"] == "masked" and comps[0]["summarised"] is False
-    assert comps[0]["covered_to"] == 0 and comps[0]["masked_to"] > 0
-    after = next(r[0] for r in requests if r[0].manifest["compaction_seq"] is not None)
-    assert after.calibrated_tokens <= MASK_ONLY.low_water * MASK_ONLY.budget_tokens
-    assert not any(m["content"].startswith("[summary of") for m in after.messages if m["role"] == "user")
+    assert comps and all(c["summarised"] and c["method"] != "masked" and c["covered_to"] > 0 for c in comps)
+    assert any(c["masked_to"] is not None for c in comps)
+    assert all(c["masked_to"] is None or c["masked_to"] >= c["first_kept_seq"] for c in comps)
+    for a, b in zip(requests, requests[1:], strict=False):
+        if a.manifest["compaction_seq"] == b.manifest["compaction_seq"]:
+            assert b.messages[:len(a.messages)] == a.messages
+            continue
+        first = next(i for i, (x, y) in enumerate(zip(a.messages, b.messages, strict=False)) if x != y)
+        head = 2 if str(a.messages[1]["content"]).startswith("[pinned · ") else 1
+        assert str(b.messages[first]["content"]).startswith(("[summary of", "[pinned · "))
+        assert first >= 1 and (first >= head or b.messages[1] != a.messages[1])
 
 
 def test_zero_turns_masking_off() -> None:
@@ -97,10 +106,10 @@ def test_zero_turns_masking_off() -> None:
 
 
 def test_requests_after_masking_compactions_replay(tmp_path: Any, capsys: Any) -> None:
-    """On a real log, with masking-only and summarising compactions that mask, replay --verify
-    re-derives every agent and summariser request."""
-    from agent.context import project
-    from agent.context.compaction import compact
+    """On a real log, with summarising compactions that mask and masking-only compactions as earlier
+    versions made them, replay --verify re-derives every agent and summariser request."""
+    from agent.context import assemble, load, make_view, meter_for, project
+    from agent.context.compaction import Plan, compact, compaction_payload, mask_point
     from agent.context.inputs import log_request
     from agent.store.log import EventLog
     from tests.context.test_context import TOOLS
@@ -110,7 +119,23 @@ def test_requests_after_masking_compactions_replay(tmp_path: Any, capsys: Any) -
     s = replace(MASK_ONLY, budget_tokens=9000)
     app.settings.context = s
 
+    def masking_only(log: EventLog, n: int) -> None:
+        """A compaction that only masks, as versions before masking waited for a summary appended it."""
+        meter = meter_for(s, None)
+        v = make_view(load(log), prompts=app.prompts, settings=s, policy=app.policy, tools=TOOLS, meter=meter)
+        masked_to = mask_point(v, s)
+        if masked_to is None:
+            return
+        before = assemble(v, s, model="m", tools=TOOLS, prompts=app.prompts, policy=app.policy)
+        prev = v.compaction.payload if v.compaction else None
+        plan = Plan(v, before, None, [], prev, [], [3], [1000], masked_to=masked_to)
+        log.append("context.compacted", compaction_payload(
+            plan, plan.previous_summary, "masked", [], prompts=app.prompts, settings=s, policy=app.policy,
+            tools=TOOLS, model_name="m"), "system", n)
+
     def step(log: EventLog, n: int, state: dict[str, Any], requests: list[Any]) -> None:
+        if n % 5 == 3:
+            masking_only(log, n)
         compact(log, app.prompts, s, policy=app.policy, tools=TOOLS, summarizer=Summariser(), tick=n,
                 open_alert_ids=[3], owned_instance_ids=[1000], model_name="m")
         p = project(log, app.prompts, s, policy=app.policy, tools=TOOLS, model="m")

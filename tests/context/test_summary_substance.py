@@ -80,7 +80,8 @@ def test_a_summary_leaving_out_a_pinned_directive_or_an_operator_input_is_reject
     ev = run_compact(log, _summariser(fake_model), settings=EARLY)
     reason = ev.payload["attempts"][0]["reason"]
     assert "missing pinned directives #1" in reason
-    assert reason.endswith(f"missing operator inputs #1, #{note.seq}")
+    assert f"missing operator inputs #1, #{note.seq}" in reason
+    assert f"the operator section says '- none' but operator inputs #1, #{note.seq} exist" in reason
     assert ev.payload["method"] == "llm"
     assert reason in fake_model.chat_requests[1].json["messages"][-1]["content"]
 

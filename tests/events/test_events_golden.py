@@ -295,6 +295,20 @@ SAMPLES.update({
                                        "error": "start instance 21000124: HTTP 402 insufficient_credit"}),
                           ("dry run", {"instance_id": 21000125, "reason": "stopped for credit", "ok": False,
                                        "dry_run": True})],
+    ("instance.traffic", 1): [("billed", {"instance_id": 21000123, "up_gb": 1.25, "down_gb": 3.5, "up_cost": 0.002,
+                                          "down_cost": 0.01})],
+    ("instance.outbid", 1): [("destroyed", {"instance_id": 21000123, "bid": 0.21, "min_bid": 0.2625,
+                                            "action": "destroyed"}),
+                             ("dry run", {"instance_id": 21000124, "bid": None, "min_bid": None, "action": "dry_run"})],
+    ("price.increase", 1): [("accepted", {"instance_id": 21000123, "pending_id": 900001, "old_dph": 0.4,
+                                          "new_dph": 0.44, "share": 0.1, "cap": 0.15, "decision": "accepted",
+                                          "ok": True, "effective": "2026-12-08T10:00:00.000000Z"}),
+                            ("rejected", {"instance_id": 21000124, "pending_id": 900002, "old_dph": 0.4,
+                                          "new_dph": 0.6, "share": 0.5, "cap": 0.15, "decision": "rejected",
+                                          "ok": True, "effective": None}),
+                            ("stale", {"instance_id": 21000125, "pending_id": 900003, "old_dph": None,
+                                       "new_dph": None, "share": None, "cap": 0.15, "decision": "rejected",
+                                       "ok": False, "error": "no longer pending"})],
     ("alert.retitled", 1): [("balance moved", {"alert_id": 2, "title": "balance $9.00 is below $25.00",
                                                 "previous": "balance $12.00 is below $25.00"})],
     ("config.applied", 1): [("start", {"config_hash": "a" * 64, "path": "/etc/fleet-agent/config.yaml",
@@ -378,6 +392,14 @@ SAMPLES[("context.compacted", 4)] = [*SAMPLES[("context.compacted", 3)], (
                                                                                    "source": "operator", "until": None,
                                                                                    "reason": _FORGED_M}},
                                                 "machines": {}}}})]
+SAMPLES[("context.compacted", 5)] = [*SAMPLES[("context.compacted", 4)], (
+    "operator words pinned", {"summary": "## Operator directives\n- note #90 (bob)", "covered_to": 120,
+                              "method": "llm", "covered_from": 1, "first_kept_seq": 121,
+                              "pinned": {"operator": [{"id": 90, "kind": "note", "by": "bob",
+                                                       "ts": "2026-12-01T05:00:00.000000Z",
+                                                       "text": "demand spike at 18:00"}],
+                                         "operator_seq": 90, "operator_ts": "2026-12-01T05:00:00.000000Z"}})]
+SAMPLES[("summary.request", 2)] = SAMPLES[("summary.request", 1)]
 
 
 def envelope(kind: str, version: int, payload: dict[str, Any]) -> Event:

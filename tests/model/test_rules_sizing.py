@@ -110,8 +110,8 @@ def json_args(call: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_rent_step_picks_the_cheapest_per_job_up_to_the_need():
-    """The search table's jobs/h and $/job columns decide: the cheapest per job first, enough of them for
-    1.1x the need, none on an avoided host."""
+    """The search table's jobs/h and $/job columns decide: the offers that cover the need for the fewest $/h,
+    none on an avoided host; a gap one small GPU closes gets that GPU, not the cheapest per job."""
     table = "\n".join([
         "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job",
         "11 | RTX 3090 x1 | 0.260 | 0.990 | 1 | Texas, US | 4.0 | 0.0650",
@@ -127,8 +127,12 @@ def test_the_rent_step_picks_the_cheapest_per_job_up_to_the_need():
         payload = {"name": "search_offers", "ok": True, "output": table}
 
     calls, text = rules._rent_step(plan, [R()])
-    assert [c[1]["offer_id"] for c in calls] == [12, 13], (calls, text)  # 8 + 16 >= 22 jobs/h; 14 is avoided
-    assert "$0.0413/job" in calls[0][1]["reason"]
+    # 4 + 16 = 20 jobs/h for $1.28/h; 8 + 16 costs $1.35/h, 8 + 4 falls short; 14 is avoided
+    assert [c[1]["offer_id"] for c in calls] == [13, 11], (calls, text)
+    assert "$0.0638/job" in calls[0][1]["reason"] and "best on offer $0.0413/job" in text
+    small = rules._Plan(**{**plan.__dict__, "need": 3.0, "pending": 3})
+    calls, text = rules._rent_step(small, [R()])
+    assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)  # 3 jobs/h short: the $0.26/h GPU
 
 
 def test_an_instance_down_between_ticks_is_seen_and_replaced(make_app, sim, sim_clock):

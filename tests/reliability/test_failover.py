@@ -148,15 +148,22 @@ def test_failover_kill9_twenty_times(fast_root: Path, storage_url: str | None):
     assert rep.exit_codes == [0, 0]
 
 
+# The partition is a race against the suspension's moment (mid-request, mid-append, mid-heartbeat): it runs
+# this many times per backend, each SIGSTOP at another point (bench/partition_load.py runs it under load).
+PARTITION_RUNS = 10
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("run", range(PARTITION_RUNS))
 def test_partition_a_suspended_active_appends_nothing_and_sends_nothing_when_resumed(fast_root: Path,
-                                                                                      storage_url: str | None):
+                                                                                      storage_url: str | None,
+                                                                                      run: int):
     """SIGSTOP the active daemon mid-tick past storage.failover_seconds (3s): the standby takes over and
     ticks; with the new active suspended too, SIGCONT the old one: it exits 3 with a leader.lost log line,
-    having appended no event and sent no request to vast.ai; the new active resumes and ticks (or, when it
-    stayed suspended past its own lease, exits 3 having appended nothing and a fresh daemon ticks); the chain
-    verifies and no intent is left without a result."""
-    rep = run_partition(fast_root, seed=2, failover=3.0, storage_url=storage_url)
+    having appended no event and sent no request to vast.ai or the demand source; the new active resumes
+    and ticks (or, when it stayed suspended past its own lease, exits 3 having appended nothing and a fresh
+    daemon ticks); the chain verifies and no intent is left without a result."""
+    rep = run_partition(fast_root, seed=2 + run, failover=3.0, storage_url=storage_url)
     print("partition figures:", rep)
     assert rep.problems == []
     assert rep.old_exit == 3

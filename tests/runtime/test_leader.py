@@ -241,6 +241,22 @@ def _partition(tmp_path: Path, drivers: list[Driver], kind: str, target: str,
 # ------------------------------------------------------------------ the PostgreSQL lock
 
 
+@pytest.fixture
+def pg_url(pg_url: str, tmp_path: Path) -> str:
+    """The database with fleet-1 and fleet-2 made by its owner (as init makes them), so each has its
+    leadership table and the owner may lock it."""
+    from agent.config import PgTarget
+
+    for fleet in ("fleet-1", "fleet-2"):
+        EventLog(PgTarget(pg_url, fleet, state_dir=tmp_path), create=True).close()
+    return pg_url
+
+
+@pytest.fixture
+def pg_dsn(pg_url: str) -> str:
+    return pg_url
+
+
 def pg_leader(dsn: str, failover: float = 30.0) -> PgLeader:
     return PgLeader(dsn, "fleet-1", failover_seconds=failover)
 
@@ -306,6 +322,122 @@ def test_pg_partition_a_suspended_holder_acts_no_more_when_resumed(pg_dsn: str, 
     a standby then takes the lock; SIGCONT the old holder: its fence finds the session gone, it exits 3
     and writes not one more act."""
     _partition(tmp_path, drivers, "pg", pg_dsn, lambda: pg_leader(pg_dsn, failover=4.0))
+
+
+def test_pg_an_answer_read_after_the_lock_went_vouches_for_nothing(pg_server: Any):
+    """A check's answer vouches for when the question left, not for when it is read. The holder asks the
+    server whether it still holds the lock; the server answers yes, but the answer is held back on its way
+    (as when the holder is suspended or starved of CPU right then) until the server has ended the silent
+    session and a standby has taken the lock. Read late, that yes must not pass the fence: the check asks
+    again, finds its session gone, and raises LeadershipLost."""
+    from tests.tcpproxy import StallingProxy
+
+    proxy = StallingProxy(pg_server.port)
+    dsn = pg_server.tcp_dsn(with_password=True).replace(f":{pg_server.port}/", f":{proxy.port}/")
+    a = PgLeader(dsn, "fleet-stall", failover_seconds=3.0)  # the server ends a silent session after 1.5 s
+    b = PgLeader(pg_server.dsn(), "fleet-stall", failover_seconds=3.0)
+    outcome: list[str] = []
+
+    def check() -> None:
+        try:
+            a.check()
+            outcome.append("held")
+        except LeadershipLost as e:
+            outcome.append(f"lost: {e}")
+
+    try:
+        assert a.try_acquire()
+        a.fresh_s = 0.0  # this check asks the server
+        proxy.hold()
+        t = threading.Thread(target=check, daemon=True)
+        t.start()
+        wait_for(lambda: b.try_acquire() or time.sleep(0.1), "the server to end a's session and b to take over")
+        b.start_heartbeat(lambda why: None)
+        proxy.release()
+        t.join(WAIT_S)
+        assert len(outcome) == 1 and outcome[0].startswith("lost: ") and "lock session" in outcome[0]
+        assert a.lost is not None
+        b.check()
+    finally:
+        proxy.release()
+        a.release()
+        b.release()
+        proxy.close()
+
+
+def test_the_apps_clients_ask_nothing_once_the_fence_refuses(make_app: Any, sim: Simulator):
+    """The App puts the daemon's fence on every client that talks to another system: with a fence that
+    refuses, neither the demand source nor vast.ai gets a request."""
+    app = make_app(provider="rules")
+    demand = app.demand()
+    assert demand is not None
+    demand.get()
+    app.vast().list_instances()
+    before = len(sim.requests)
+
+    def refuse() -> None:
+        raise LeadershipLost("lost for the test")
+
+    app.fence = refuse
+    with pytest.raises(LeadershipLost):
+        demand.get()
+    with pytest.raises(LeadershipLost):
+        app.vast().list_instances()
+    assert sim.requests[before:] == []
+
+
+def test_pg_a_standby_through_an_outage_warns_once_then_once_a_minute_then_on_recovery(pg_dsn: str):
+    """A standby polls four times a second: while nothing answers at the server's address it logs one
+    warning as the outage starts, at most one a minute while it lasts (with the failures so far), and one
+    when a poll reaches the server again; meanwhile ``unreachable`` says why the lock could not be asked."""
+    from structlog.testing import capture_logs
+
+    from tests.pgserver import _free_port
+
+    now = [0.0]
+    lead = PgLeader(f"postgresql://nobody@127.0.0.1:{_free_port()}/postgres", "fleet-1", failover_seconds=30,
+                    monotonic=lambda: now[0])
+    try:
+        with capture_logs() as logs:
+            for n in range(200):  # 50 s of polls
+                now[0] = n * 0.25
+                assert not lead.try_acquire()
+            assert lead.unreachable is not None and "cannot reach the fleet's PostgreSQL database" in lead.unreachable
+            assert [e["event"] for e in logs] == ["leader.standby_query_failed"]
+            now[0] = 61.0
+            assert not lead.try_acquire()
+            now[0] = 62.0
+            assert not lead.try_acquire()
+            lead.conninfo = pg_dsn  # the server answers again
+            now[0] = 70.0
+            assert lead.try_acquire()
+        assert [(e["event"], e["log_level"]) for e in logs] == [
+            ("leader.standby_query_failed", "warning"), ("leader.standby_query_still_failing", "warning"),
+            ("leader.standby_query_recovered", "warning")]
+        assert (logs[1]["failures"], logs[1]["for_s"]) == (201, 61.0)
+        assert (logs[2]["failures"], logs[2]["outage_s"]) == (202, 70.0)
+        assert lead.unreachable is None
+    finally:
+        lead.release()
+
+
+def test_pg_run_with_the_server_down_says_the_database_is_unreachable(pg_url: str, tmp_path: Path):
+    """A plain ``run`` whose PostgreSQL server does not answer exits 1 saying the database cannot be
+    reached and how to check it, not that another daemon holds the fleet's lock."""
+    import re
+
+    from tests.pgserver import _free_port
+    from tests.reliability.harness import write_config
+
+    cfg = write_config(tmp_path, "http://127.0.0.1:9", storage={"url": pg_url}, http={"listen": None})
+    down = re.sub(r"port=\d+", f"port={_free_port()}", pg_url)  # no server on that socket any more
+    cfg.write_text(cfg.read_text(encoding="utf-8").replace(pg_url, down), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "agent.cli", "--config", str(cfg), "run"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=WAIT_S)
+    assert out.returncode == 1, out.stderr
+    assert "cannot reach the fleet's PostgreSQL database" in out.stderr and "storage.url" in out.stderr
+    assert "holds" not in out.stderr
 
 
 # ------------------------------------------------------------------ settings

@@ -134,7 +134,7 @@ def test_a_seed_builds_the_market_it_always_has() -> None:
     updates the digest here (and says so in the changelog)."""
     sim = Simulator(seed=7, clock=ManualClock())
     digest = hashlib.sha256(json.dumps([sim.offers, sim.bad_hosts], sort_keys=True).encode()).hexdigest()
-    assert digest == "e1435fc444724b3a3e6fdea5f27619b3ff3c29d473a5dd3b2269ffee52766c74"
+    assert digest == "0930d54e413effa3f87e579526b1346a61f504707fc176941ac44e6ad17ac196"
 
 
 def test_market_has_good_and_bad_offers_for_every_model(sim: Simulator) -> None:
@@ -200,7 +200,8 @@ def test_rent_over_http(http: httpx.Client, sim_server: SimServer, sim: Simulato
     assert ok["success"] is True
     inst = sim.instances[ok["new_contract"]]
     assert (inst["label"], inst["image_uuid"], inst["onstart"], inst["disk_space"]) == ("fa-1", "img", "run", 20.0)
-    assert inst["extra_env"] == [["K", "V"]] and inst["dph_total"] == with_storage(offer["dph_base"], 20.0)
+    assert inst["extra_env"] == [["K", "V"]]
+    assert inst["dph_total"] == with_storage(offer["dph_base"], 20.0, offer["storage_cost"])
     taken = http.put(url, headers=_auth(sim), json=body)
     assert 400 <= taken.status_code < 500 and taken.json()["success"] is False
     missing = http.put(f"{sim_server.url}/api/v0/asks/1/", headers=_auth(sim), json=body)
@@ -283,18 +284,33 @@ def test_stop_start_reboot_and_label(http: httpx.Client, sim_server: SimServer, 
 
 
 def test_billing_charges_gpu_time_and_storage(sim: Simulator) -> None:
-    """A running instance costs about dph_total per hour; a stopped one only a little storage."""
+    """A running instance costs dph_total per hour plus its traffic per GB at its host's prices; a stopped
+    one only a little storage (and no traffic)."""
     iid = sim.create_instance(sim.find_offer("A100 SXM4")["id"], disk=50)
     sim.advance(600)
-    before = sim.balance
+    inst = sim.instances[iid]
+    before, up0, down0 = sim.balance, inst["inet_up_billed"], inst["inet_down_billed"]
     sim.advance(3600)
     spent = before - sim.balance
-    assert spent == pytest.approx(sim.instances[iid]["dph_total"], rel=1e-6)
+    up_gb, down_gb = (inst["inet_up_billed"] - up0) / 1024, (inst["inet_down_billed"] - down0) / 1024
+    assert up_gb > 0 and down_gb > 0
+    traffic = up_gb * inst["inet_up_cost"] + down_gb * inst["inet_down_cost"]
+    assert spent == pytest.approx(inst["dph_total"] + traffic, rel=1e-6)
     sim.instances[iid].update(actual_status="stopped", _next=None, _running_since=None)
     before = sim.balance
     sim.advance(3600)
     storage = before - sim.balance
     assert 0 < storage < 0.05 * spent
+    assert storage == pytest.approx(50 * inst["storage_cost"] / 730, rel=1e-6)
+
+
+def test_hosts_price_storage_and_bandwidth_apart(sim: Simulator) -> None:
+    """Storage ($/GB/month) and bandwidth ($/GB up and down) are each host's own price, as on vast.ai."""
+    offers = list(sim.offers.values())
+    assert len({o["storage_cost"] for o in offers}) > 2
+    assert len({(o["inet_up_cost"], o["inet_down_cost"]) for o in offers}) > 2
+    for o in offers:
+        assert {x["storage_cost"] for x in offers if x["host_id"] == o["host_id"]} == {o["storage_cost"]}
 
 
 def test_balance_exhaustion_stops_instances(sim_clock: ManualClock) -> None:

@@ -137,6 +137,7 @@ def test_several_processes_appending_at_once_keep_one_linear_chain(pg_url, tmp_p
     the per-fleet advisory lock serialises them, so seqs are gap-free, every row links to the one before and
     every process's events are all there; a second fleet written at the same time is untouched."""
     EventLog(_target(pg_url, "fleet-a", tmp_path), create=True).close()
+    EventLog(_target(pg_url, "fleet-b", tmp_path), create=True).close()
     procs = [subprocess.Popen([sys.executable, "-c", _WRITER, pg_url, "fleet-a" if i < 4 else "fleet-b", "30",
                                f"w{i}"], cwd=str(Path(__file__).resolve().parents[2])) for i in range(5)]
     assert [p.wait(timeout=300) for p in procs] == [0] * 5

@@ -63,9 +63,11 @@ _define("context.compacted", "The oldest thread span was summarised (nothing del
         "block and the summary it carries render with the agent's memory labelled as the agent's and every "
         "string the model wrote escaped (agent.context.pinned). From v3 knowledge files are shown most "
         "recently changed first, and old tool outputs up to masked_to render as one-line stubs. From v4 the pinned "
-        "block restates the steering in force (overrides, pause, host and machine exclusions).",
+        "block restates the steering in force (overrides, pause, host and machine exclusions). From v5 it carries "
+        "the operator's notes, acks and withdrawals of the folded span verbatim until they expire or are superseded.",
         Version(1, ContextCompactedV1), Version(2, ContextCompactedV1, upcast=same_shape),
-        Version(3, ContextCompactedV3, upcast=same_shape), Version(4, ContextCompactedV3, upcast=same_shape))
+        Version(3, ContextCompactedV3, upcast=same_shape), Version(4, ContextCompactedV3, upcast=same_shape),
+        Version(5, ContextCompactedV3, upcast=same_shape))
 @dataclass(frozen=True, kw_only=True)
 class InputRecordedV1(Payload):
     name: str       # system.md | summarize.md | policy | tools
@@ -89,8 +91,10 @@ class SummaryResponseV1(Payload):
     error: str | None = None
 
 
-_define("summary.request", "A request about to be sent to the summariser: its hash and what re-plans it.",
-        Version(1, SummaryRequestV1))
+_define("summary.request", "A request about to be sent to the summariser: its hash and what re-plans it. From v2 "
+        "the request names the overrides and exclusions in force and the check holds the summary to the log's "
+        "facts (agent.context.compaction.SUMMARY_VERSION); a v1 request re-plans as it was.",
+        Version(1, SummaryRequestV1), Version(2, SummaryRequestV1, upcast=same_shape))
 _define("summary.response", "The summariser's answer (or the error it failed with).", Version(1, SummaryResponseV1))
 _define("context.calibrated", "The ratio of provider-reported to estimated prompt tokens changed.",
         Version(1, ContextCalibratedV1))

@@ -132,3 +132,75 @@ _define("credit.stopped", "vast.ai stopped instances of ours for lack of credit;
 _define("system.start", "The tick started an instance of ours that vast.ai had stopped for lack of credit, after "
         "a top-up (start is idempotent: logged after the call, with its outcome).",
         Version(1, SystemStartV1, _r_system_start_v1))
+
+
+# ---------------------------------------------------------------- the market: traffic, outbids, price increases
+#
+# vast.ai bills bandwidth per GB on top of dph_total; the tick notes each instance's billed traffic (cumulative
+# GB and its $/GB prices) so spend counts it (agent/fleet/market.py). An interruptible instance whose bid falls
+# below the market's min_bid is stopped by vast.ai (outbid): its work is lost and it is replaced. A host may ask a
+# price increase on a running contract: accepted within ``policy.max_price_increase``, else rejected and replaced.
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceTrafficV1(Payload):
+    instance_id: int
+    up_gb: float
+    down_gb: float
+    up_cost: float
+    down_cost: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceOutbidV1(Payload):
+    instance_id: int
+    bid: float | None = None
+    min_bid: float | None = None
+    action: str  # destroyed | rebid | dry_run
+
+
+def _r_instance_outbid_v1(e: Event, p: InstanceOutbidV1) -> Message:
+    """``[system outbid] instance N lost its GPU: bid $x/h < min_bid $y/h; its work is lost; ...``."""
+    bid = f"${p.bid:.4f}/h" if p.bid is not None else "?"
+    floor = f"${p.min_bid:.4f}/h" if p.min_bid is not None else "?"
+    then = {"destroyed": "destroyed, to be replaced", "rebid": "bid raised to keep it",
+            "dry_run": "dry run: nothing sent"}.get(p.action, inline(p.action))
+    return user(f"[system outbid] interruptible instance {p.instance_id} lost its GPU (bid {bid} < market min_bid "
+                f"{floor}); the work in flight on it is lost; {then}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PriceIncreaseV1(Payload):
+    instance_id: int
+    pending_id: int
+    old_dph: float | None = None
+    new_dph: float | None = None
+    share: float | None = None
+    cap: float
+    decision: str  # accepted | rejected
+    ok: bool
+    error: str | None = None
+    effective: str | None = None  # when the new price applies (the contract's end date), UTC
+
+
+def _r_price_increase_v1(e: Event, p: PriceIncreaseV1) -> Message:
+    """``[system price] the host of instance N asks +32 % ($0.40 -> $0.53/h GPU) from T: accepted | rejected``."""
+    share = f"+{p.share:.0%}" if p.share is not None else "an increase"
+    prices = f" (${p.old_dph:.3f} -> ${p.new_dph:.3f}/h GPU)" if p.old_dph is not None and p.new_dph is not None else ""
+    when = f" from {p.effective[:16].replace('T', ' ')} UTC" if p.effective else ""
+    if p.decision == "accepted":
+        what = f"accepted (within policy.max_price_increase +{p.cap:.0%})"
+    else:
+        what = f"rejected (above policy.max_price_increase +{p.cap:.0%}); the instance is replaced"
+    if not p.ok:
+        what += f" — not sent: {inline(p.error or 'failed')}"
+    return user(f"[system price] the host of instance {p.instance_id} asks {share}{prices}{when}: {what}")
+
+
+_define("instance.traffic", "Traffic vast.ai billed an instance of ours so far (GB up and down, $/GB); spend "
+        "counts it. Not rendered.", Version(1, InstanceTrafficV1))
+_define("instance.outbid", "An interruptible instance of ours lost its GPU to a higher bid; its work is lost.",
+        Version(1, InstanceOutbidV1, _r_instance_outbid_v1))
+_define("price.increase", "A host's pending price increase on an instance of ours, accepted within "
+        "policy.max_price_increase or rejected (the instance is then replaced).",
+        Version(1, PriceIncreaseV1, _r_price_increase_v1))

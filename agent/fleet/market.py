@@ -1,0 +1,170 @@
+"""What the market does to instances already rented, handled in code each tick whatever the model provider.
+
+- Traffic: vast.ai bills bandwidth per GB (the host's ``inet_up_cost`` / ``inet_down_cost``) on top of
+  ``dph_total``. Each instance's billed counters are noted (``instance.traffic``, cumulative) when its traffic
+  cost grew by ``TRAFFIC_STEP`` dollars or more since the last note, so spend, budgets and caps count it
+  (agent/fleet/spend.py).
+- Outbids: an interruptible instance whose bid is below the market's ``min_bid`` is stopped by vast.ai. Its
+  work is lost; it is destroyed (``instance.outbid`` says why, a warning alert tells the operator) and the fleet
+  is sized again, which replaces it. No ``host.failed``: the host did nothing wrong.
+- Price increases: a host may ask more for a running contract (``GET /instances/pending-price-increases/``).
+  Within ``policy.max_price_increase`` it is accepted; above it, rejected, the operator told (a warning alert),
+  and the instance destroyed so the fleet is sized again without it (a rejected contract ends anyway at its end
+  date). ``price.increase`` records each decision once.
+"""
+
+from __future__ import annotations
+
+from agent import logsetup
+from agent.clients.vast import Instance, PriceIncrease, VastError
+from agent.fleet import steering
+from agent.fleet.pipeline import run_destroy
+from agent.fleet.toolkit import Outcome, ToolContext
+from agent.store.log import EventLog
+from agent.times import utc_ts
+
+log_ = logsetup.get_logger(__name__)
+
+TRAFFIC_STEP = 0.01  # dollars of traffic between two notes of one instance
+OUTBID_REASON = "outbid: vast.ai stopped this interruptible instance for a higher bid; its work is lost"
+PRICE_REASON = "rejected a price increase above policy.max_price_increase; replaced rather than kept at the new price"
+
+
+def is_outbid(inst: Instance) -> bool:
+    """An interruptible instance vast.ai stopped for a higher bid (we never stop one ourselves)."""
+    return bool(inst.is_bid) and inst.actual_status == "stopped" and (
+        "outbid" in (inst.status_msg or "").lower() or inst.intended_status == "running")
+
+
+def traffic_cost(up_gb: float, down_gb: float, up_cost: float, down_cost: float) -> float:
+    return up_gb * up_cost + down_gb * down_cost
+
+
+def last_traffic(log: EventLog, since_seq: int = 0) -> dict[int, dict[str, float]]:
+    """The newest ``instance.traffic`` note per instance (from ``since_seq`` on)."""
+    out: dict[int, dict[str, float]] = {}
+    for e in log.read(since_seq, kinds=["instance.traffic"]):
+        out[int(e.payload["instance_id"])] = dict(e.payload)
+    return out
+
+
+def note_traffic(log: EventLog, listing: list[Instance], owned: set[int], tick: int | None = None) -> int:
+    """Log ``instance.traffic`` for each owned instance whose billed traffic cost grew by ``TRAFFIC_STEP`` or
+    more since its last note (or that has none yet and some traffic). Returns the notes logged."""
+    seen: list[tuple[Instance, tuple[float, float]]] = []
+    for i in listing:
+        t = i.traffic_gb() if i.id in owned else None
+        if t is not None and (t[0] > 0 or t[1] > 0):
+            seen.append((i, t))
+    if not seen:
+        return 0
+    last = last_traffic(log)
+    n = 0
+    for inst, (up, down) in seen:
+        up_cost, down_cost = float(inst.inet_up_cost or 0.0), float(inst.inet_down_cost or 0.0)
+        cost = traffic_cost(up, down, up_cost, down_cost)
+        prev = last.get(inst.id)
+        if prev is not None and cost - traffic_cost(prev["up_gb"], prev["down_gb"], prev["up_cost"],
+                                                    prev["down_cost"]) < TRAFFIC_STEP:
+            continue
+        log.append("instance.traffic", {"instance_id": inst.id, "up_gb": round(up, 6), "down_gb": round(down, 6),
+                                        "up_cost": up_cost, "down_cost": down_cost}, "system", tick)
+        n += 1
+    return n
+
+
+def handle_outbid(ctx: ToolContext, *, dry_run: bool) -> list[Outcome]:
+    """Each outbid instance of ours: ``instance.outbid``, a warning alert, and destroyed through the tool pipeline
+    (``system.destroy`` first), once per instance. Nothing while the fleet is paused."""
+    from agent import feedback
+
+    outbid = sorted((i for i in ctx.ours() if is_outbid(i)), key=lambda i: i.id)
+    if not outbid or steering.paused(ctx.log) is not None:
+        return []
+    done = {int(e.payload["instance_id"]) for e in ctx.log.read(0, kinds=["instance.outbid"])}
+    outcomes = []
+    for inst in (i for i in outbid if i.id not in done):
+        ctx.log.append("instance.outbid", {"instance_id": inst.id, "bid": inst.dph_total, "min_bid": inst.min_bid,
+                                           "action": "dry_run" if dry_run else "destroyed"}, "system", ctx.tick)
+        feedback.raise_alert(ctx.log, key=f"outbid:{inst.id}", severity="warning",
+                             title=f"interruptible instance {inst.id} was outbid; its work is lost",
+                             detail=f"bid ${inst.dph_total or 0:.4f}/h < market min_bid ${inst.min_bid or 0:.4f}/h on "
+                             f"{inst.gpu_name}; destroyed and replaced (policy.max_bid_share bounds the bids)",
+                             tick=ctx.tick, settings=ctx.settings)
+        e = ctx.log.append("system.destroy", {"instance_id": inst.id, "status": "stopped", "reason": OUTBID_REASON},
+                           "system", ctx.tick)
+        outcome = run_destroy(ctx, inst.id, call_id=f"sys_{e.seq}", reason=OUTBID_REASON, dry_run=dry_run)
+        log_.warning("market.outbid", instance_id=inst.id, ok=outcome.ok, dry_run=dry_run)
+        if outcome.ok and not dry_run:
+            ctx.instances = [i for i in ctx.instances if i.id != inst.id]
+            feedback.resolve_alert(ctx.log, f"outbid:{inst.id}", "the outbid instance is destroyed", ctx.tick)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def handle_price_increases(ctx: ToolContext, *, dry_run: bool) -> list[tuple[PriceIncrease, str]]:
+    """Read the pending price increases; on instances of ours, accept those within ``policy.max_price_increase``
+    and reject the rest (then destroy the instance: the fleet is sized again without it). Each decision is logged
+    once (``price.increase``); a rejection raises a warning alert. Returns (row, decision) for the rows decided.
+    A failed read is logged as a warning and retried next tick."""
+    from agent import feedback
+
+    if steering.paused(ctx.log) is not None:
+        return []
+    try:
+        rows = ctx.vast.pending_price_increases()
+    except VastError as e:
+        log_.warning("market.price_increases_unavailable", error=str(e))
+        return []
+    owned = {i.id for i in ctx.ours()}
+    rows = [r for r in rows if r.instance_id in owned]
+    if not rows:
+        return []
+    decided = {int(e.payload["pending_id"]) for e in ctx.log.read(0, kinds=["price.increase"]) if e.payload.get("ok")}
+    cap = float(ctx.settings.policy.max_price_increase)
+    out: list[tuple[PriceIncrease, str]] = []
+    for row in sorted(rows, key=lambda r: r.id):
+        if row.id in decided:
+            continue
+        share = row.share()
+        accept = share is not None and share <= cap + 1e-9
+        decision = "accepted" if accept else "rejected"
+        payload = {"instance_id": row.instance_id, "pending_id": row.id, "old_dph": _r(row.old_dph_gpu),
+                   "new_dph": _r(row.new_dph_gpu), "share": None if share is None else round(share, 4), "cap": cap,
+                   "decision": decision, "ok": not dry_run,
+                   "effective": utc_ts_of(row.contract_end_date)}
+        if dry_run:
+            payload["error"] = "dry run"
+        else:
+            try:
+                if not ctx.vast.answer_price_increase(row.id, accept=accept):
+                    payload.update(ok=False, error="no longer pending")
+            except VastError as e:
+                payload.update(ok=False, error=str(e))
+        ctx.log.append("price.increase", payload, "system", ctx.tick)
+        out.append((row, decision))
+        if accept:
+            continue
+        feedback.raise_alert(ctx.log, key=f"price:{row.instance_id}", severity="warning",
+                             title=f"host of instance {row.instance_id} raised its price "
+                             f"{'+' + format(share, '.0%') if share is not None else ''}; rejected",
+                             detail=f"above policy.max_price_increase +{cap:.0%}; the instance is destroyed and "
+                             "the fleet sized again without it", tick=ctx.tick, settings=ctx.settings)
+        if payload["ok"]:
+            why = ctx.log.append("system.destroy", {"instance_id": row.instance_id, "status": "price_increase",
+                                                    "reason": PRICE_REASON}, "system", ctx.tick)
+            outcome = run_destroy(ctx, row.instance_id, call_id=f"sys_{why.seq}", reason=PRICE_REASON,
+                                  dry_run=False)
+            if outcome.ok:
+                ctx.instances = [i for i in ctx.instances if i.id != row.instance_id]
+    return out
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def utc_ts_of(epoch: float | None) -> str | None:
+    from datetime import UTC, datetime
+
+    return None if epoch is None else utc_ts(datetime.fromtimestamp(epoch, tz=UTC))
