@@ -13,7 +13,13 @@ the tests, so these figures are the database's work and the client's, not the di
 its production settings (WAL, synchronous=FULL) on a temp dir. Both share this machine's load: compare
 the two columns of one run, not figures across runs.
 
-    python bench/pg.py [--events 100000] [--single 1000] [--quick]
+With ``--fleets N`` the PostgreSQL database holds N fleets, as a shared server does: fleets 1..N-1 are
+copies of one built log (same rows under other agent_ids, copied by the superuser), then ANALYZE, then
+the newest fleet is built through ``append_many`` with autovacuum off on every table, so its rows arrive
+after the last ANALYZE and the planner has never seen them. Its projection p50 and single appends are the
+figures, next to SQLite's (one fleet in one file, as always): ``pg_over_sqlite``.
+
+    python bench/pg.py [--events 100000] [--single 1000] [--quick] [--fleets 10]
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ import structlog  # noqa: E402
 from agent.config import PgTarget  # noqa: E402
 from agent.context.prompts import load_prompts  # noqa: E402
 from agent.store.log import EventLog  # noqa: E402
-from tests.pgserver import create_fleet_database, start_server  # noqa: E402
+from tests.pgfleets import analyzed, copy_fleet  # noqa: E402
+from tests.pgserver import PgServer, create_fleet_database, start_server  # noqa: E402
 
 
 def _build(log: EventLog, n: int) -> float:
@@ -86,22 +93,43 @@ def measure(where: Path | PgTarget, n: int, single: int, runs: int, prompts: Any
     return out
 
 
+def measure_fleets(srv: PgServer, fleets: int, n: int, single: int, runs: int, prompts: Any,
+                   state: Path) -> dict[str, Any]:
+    """The newest of ``fleets`` fleets in one database, its rows never analyzed."""
+    url = create_fleet_database(srv)
+    with EventLog(PgTarget(url, "fleet-1", state_dir=state)) as first:
+        _build(first, n)
+    for i in range(2, fleets):
+        EventLog(PgTarget(url, f"fleet-{i}", state_dir=state)).close()  # bound and made, as init does
+    copy_fleet(srv, url, "fleet-1", [f"fleet-{i}" for i in range(2, fleets)])
+    out = measure(PgTarget(url, f"fleet-{fleets}", state_dir=state), n, single, runs, prompts)
+    out["fleets_in_database"] = fleets
+    out["newest_fleet_analyzed"] = analyzed(srv, url, f"fleet-{fleets}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=100_000, help="events in each log (default 10^5)")
     ap.add_argument("--single", type=int, default=1000, help="single-event appends after the build")
     ap.add_argument("--quick", action="store_true", help="a seconds-long smoke run (5,000 events, 200 appends)")
+    ap.add_argument("--fleets", type=int, default=1, help="fleets in the PostgreSQL database (each of --events "
+                    "events); the newest is measured, its rows never analyzed")
     args = ap.parse_args()
     n, single, runs = (5000, 200, 2) if args.quick else (args.events, args.single, 5)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING + 10))
     prompts = load_prompts(None)
-    result: dict[str, Any] = {"events": n, "single": single, "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+    result: dict[str, Any] = {"events": n, "single": single, "fleets": args.fleets,
+                              "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
     srv = start_server()
     try:
         with tempfile.TemporaryDirectory(prefix="fleet-agent-bench-pg-") as tmp:
             result["sqlite"] = measure(Path(tmp) / "bench.db", n, single, runs, prompts)
-            url = create_fleet_database(srv)
-            result["postgresql"] = measure(PgTarget(url, "bench", state_dir=Path(tmp)), n, single, runs, prompts)
+            if args.fleets > 1:
+                result["postgresql"] = measure_fleets(srv, args.fleets, n, single, runs, prompts, Path(tmp))
+            else:
+                url = create_fleet_database(srv)
+                result["postgresql"] = measure(PgTarget(url, "bench", state_dir=Path(tmp)), n, single, runs, prompts)
     finally:
         srv.stop()
     sq, pg = result["sqlite"], result["postgresql"]

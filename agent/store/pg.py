@@ -78,15 +78,21 @@ class PgConnection:
         self.target = target
         self._pipe: Any = None
         self._pipeline: Any = None  # the open pipeline itself (``_pipe`` is its context manager)
+        self.trace: list[tuple[str, list[Any]]] | None = None  # agent/store/plans.py records statements here
 
     def run(self, sql: str, params: Any = ()) -> psycopg.Cursor[Any]:
         """SQL written for PostgreSQL (``%s`` placeholders), as it is."""
+        if self.trace is not None:
+            self.trace.append((sql, list(params)))
         return self.raw.execute(sql, list(params))
 
     def run_many(self, sql: str, rows: Iterable[Any]) -> psycopg.Cursor[Any]:
         """One statement for many rows (inside a transaction's pipeline, sent without a wait per row)."""
+        rows = [list(r) for r in rows]
+        if self.trace is not None and rows:
+            self.trace.append((sql, rows[0]))
         cur = self.raw.cursor()
-        cur.executemany(sql, [list(r) for r in rows])
+        cur.executemany(sql, rows)
         return cur
 
     def begin_append(self) -> tuple[int, str | None]:
@@ -95,6 +101,8 @@ class PgConnection:
         Returns the head (last seq, its hash) as the lock found it."""
         self.raw.execute("BEGIN")
         try:
+            if self.trace is not None:
+                self.trace.append((HEAD_FOR_APPEND, [self.target.agent_id]))
             row = self.raw.execute(HEAD_FOR_APPEND, [self.target.agent_id]).fetchone()
         except BaseException:
             if not self.raw.closed and self.in_transaction:

@@ -7,13 +7,23 @@
 instructions (SQLite's progress handler counts them). On a big log the second catches any
 read whose work grows with the log, whatever index it goes through. tests/store/test_query_plans.py
 runs a tick, the operator commands and the projection through both.
+
+On PostgreSQL ``pg_record(log)`` collects (statement, parameters) as the log's connection sends them, and
+``pg_problems(log, statements, max_rows)`` runs each read again under ``EXPLAIN (ANALYZE, FORMAT JSON)``
+(each write under a plain ``EXPLAIN``) on that connection, so with the fleet's row-level security, and
+names each one whose plan scans the events table (or the search index) whole, or that reads more than
+``max_rows`` rows of them, counting the rows its filters threw away: the server's own count, so a plan
+that sorts every row of a fleet fails however fast the machine is.
+tests/store/test_pg_query_plans.py runs them over ten fleets in one database, the newest never analyzed.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from agent.store.log import EventLog
 
@@ -86,4 +96,70 @@ def problems(log: EventLog, statements: Iterable[str], max_vm_steps: int) -> lis
             out.append(f"full scan {scans}: {sql[:300]}")
         elif read and (steps := vm_steps(log, sql)) > max_vm_steps:
             out.append(f"{steps} VM steps: {sql[:300]}")
+    return out
+
+
+# ------------------------------------------------------------------ PostgreSQL
+
+_PG_TABLES = ("events", "events_fts")
+_PG_SKIP = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "SET", "SHOW")
+
+
+@contextmanager
+def pg_record(log: EventLog) -> Iterator[list[tuple[str, list[Any]]]]:
+    """Every statement (with its parameters; the first row's for a statement run for many) the log's
+    PostgreSQL connection sends inside the block."""
+    statements: list[tuple[str, list[Any]]] = []
+    conn: Any = log.conn
+    conn.trace = statements
+    try:
+        yield statements
+    finally:
+        conn.trace = None
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
+
+
+def pg_plan(log: EventLog, sql: str, params: list[Any], *, analyze: bool) -> dict[str, Any]:
+    """The plan of ``sql`` as JSON (``analyze``: run, with the rows each node read; for reads only)."""
+    opts = "ANALYZE, TIMING OFF, SUMMARY OFF, FORMAT JSON" if analyze else "FORMAT JSON"
+    conn: Any = log.conn
+    row = conn.raw.execute(f"EXPLAIN ({opts}) {sql}", params).fetchone()
+    doc = row[0] if not isinstance(row[0], str) else json.loads(row[0])
+    return dict(doc[0]["Plan"])
+
+
+def rows_read(plan: dict[str, Any]) -> int:
+    """Rows of the events table and the search index the plan's scans produced or threw away."""
+    n = 0
+    for node in _nodes(plan):
+        if node.get("Relation Name") in _PG_TABLES:
+            loops = int(node.get("Actual Loops", 1) or 1)
+            n += int(node.get("Actual Rows", 0)) * loops
+            n += int(node.get("Rows Removed by Filter", 0)) + int(node.get("Rows Removed by Index Recheck", 0))
+    return n
+
+
+def pg_problems(log: EventLog, statements: Iterable[tuple[str, list[Any]]], max_rows: int) -> list[str]:
+    """One line per statement whose plan scans the events table or the search index whole (Seq Scan), or
+    that, as a read, reads more than ``max_rows`` of their rows."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for sql, params in statements:
+        key = sql + repr(params)
+        if key in seen or sql.lstrip().upper().startswith(_PG_SKIP):
+            continue
+        seen.add(key)
+        read = sql.lstrip().upper().startswith(("SELECT", "WITH")) and "FOR UPDATE" not in sql.upper()
+        plan = pg_plan(log, sql, params, analyze=read)
+        scans = [f"{n['Node Type']} on {n['Relation Name']}" for n in _nodes(plan)
+                 if n.get("Node Type") == "Seq Scan" and n.get("Relation Name") in _PG_TABLES]
+        if scans and not (read and " LIMIT " in sql.upper()):
+            out.append(f"full scan {scans}: {sql[:300]}")
+        elif read and (n := rows_read(plan)) > max_rows:
+            out.append(f"{n} rows read: {sql[:300]} {params!r:.100}")
     return out
