@@ -8,6 +8,9 @@ before use. Nothing is written to a cache directory.
 Counts follow the chat format: every message costs its content tokens plus a
 fixed overhead (role, separators), tool calls cost their name and arguments.
 Calibration against what the provider reports lives in ``agent.context``.
+
+tiktoken is imported and the encoding loaded only when a text is first counted: a command that reads
+counts kept from earlier runs (``agent.context.cache``) never pays for them.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import tiktoken
+from typing import TYPE_CHECKING, Any
 
 from agent.errors import ConfigError
+
+if TYPE_CHECKING:
+    import tiktoken
 
 # Known encodings that load offline: name -> (package, resource path, sha256, special tokens).
 _CL100K_SPECIAL = {
@@ -92,7 +96,24 @@ def _parse_bpe(data: bytes, where: str) -> dict[bytes, int]:
     return ranks
 
 
+def encoding_key(name: str = "cl100k_base", file: str | None = None, sha256: str | None = None) -> str:
+    """What identifies the encoding ``get_tokenizer(name, file, sha256)`` loads, without loading it: the
+    name and the expected sha256 of its file, or for a file named without a sha256 its path, size and
+    modification time (a changed file is another encoding)."""
+    if file is None:
+        return f"{name}:{KNOWN[name][2]}" if name in KNOWN else name
+    if sha256:
+        return f"{name}:{sha256}"
+    try:
+        st = Path(file).stat()
+    except OSError:
+        return f"{name}:{file}"
+    return f"{name}:{file}:{st.st_size}:{st.st_mtime_ns}"
+
+
 def _load_encoding(name: str, file: str | None, sha256: str | None) -> tiktoken.Encoding:
+    import tiktoken
+
     expected: str | None
     if file is None:
         if name not in KNOWN:
@@ -142,6 +163,10 @@ class Tokenizer:
 
     name: str
     encoding: tiktoken.Encoding
+    key: str = ""    # ``encoding_key`` of what was loaded ("" when made by hand: then the name)
+
+    def __post_init__(self) -> None:
+        self.key = self.key or self.name
 
     def count(self, text: str) -> int:
         if not text:
@@ -178,6 +203,7 @@ def get_tokenizer(name: str = "cl100k_base", file: str | None = None, sha256: st
     with _lock:
         tok = _cache.get(key)
         if tok is None:
-            tok = Tokenizer(name=name, encoding=_load_encoding(name, file, sha256))
+            tok = Tokenizer(name=name, encoding=_load_encoding(name, file, sha256),
+                            key=encoding_key(name, file, sha256))
             _cache[key] = tok
         return tok

@@ -19,7 +19,7 @@ from agent.context.prompts import Prompts
 from agent.errors import UsageError
 from agent.events import Event
 from agent.store.log import EventLog
-from agent.tokens import Tokenizer, get_tokenizer
+from agent.tokens import Tokenizer, encoding_key, get_tokenizer
 
 logger = logsetup.get_logger(__name__)
 
@@ -29,8 +29,11 @@ def tokenizer_for(settings: ContextSettings) -> Tokenizer:
 
 
 def meter_for(settings: ContextSettings, cache: ProjectionCache | None) -> Meter:
-    """A meter for ``settings``' encoding through ``cache`` (a fresh one when None)."""
-    return (ProjectionCache() if cache is None else cache).meter(tokenizer_for(settings))
+    """A meter for ``settings``' encoding through ``cache`` (a fresh one when None). The encoding is loaded
+    when the meter first needs it: not at all when the cache holds every count asked for."""
+    return (ProjectionCache() if cache is None else cache).meter(
+        lambda: tokenizer_for(settings), encoding_key(settings.encoding, settings.encoding_file,
+                                                      settings.encoding_sha256))
 
 
 def _newest(log: EventLog, kind: str, until_seq: int | None) -> Event | None:

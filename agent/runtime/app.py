@@ -203,10 +203,11 @@ class App:
 
     @cached_property
     def projection_cache(self) -> ProjectionCache:
-        """Token counts and rendered messages shared by every projection this process makes."""
-        from agent.context.cache import ProjectionCache
+        """Token counts and rendered messages shared by every projection this process makes, and with the
+        next process through the count file in the data directory."""
+        from agent.context.cache import COUNT_FILE, CountFile, ProjectionCache
 
-        return ProjectionCache()
+        return ProjectionCache(counts=CountFile(self.settings.data_path / COUNT_FILE))
 
     @cached_property
     def knowledge_memo(self) -> StatMemo:
