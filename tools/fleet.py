@@ -9,6 +9,7 @@ template (image, command, env, disk) always comes from config.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -75,12 +76,49 @@ def search(ctx: ToolContext, query: dict[str, Any], **kw: Any) -> list[Offer]:
 PER_JOB_POOL = 64
 """Offers fetched, cheapest $/h first, to pick the cheapest per job from (``order: per_job``)."""
 
+BID_MARGIN = 0.2
+"""A bid goes this far above the offer's min_bid now (the market moves; a bid at min_bid is outbid at once)."""
+
+
+def bidding(ctx: ToolContext, args: Args) -> bool:
+    """Whether this search or rent is interruptible: as asked, else as ``policy.interruptible`` says."""
+    return bool(args.get("interruptible", ctx.settings.policy.interruptible))
+
+
+def bid_for(ctx: ToolContext, offer: Offer) -> float | Block:
+    """The bid for ``offer``: its min_bid +``BID_MARGIN``, at most ``policy.max_bid_share`` x its on-demand price."""
+    share = float(ctx.settings.policy.max_bid_share)
+    if offer.min_bid is None or offer.dph_total is None:
+        return Block("interruptible", f"offer {offer.id} shows no min_bid; rent it on-demand (interruptible=false)")
+    cap = round(share * offer.dph_total, 4)
+    if offer.min_bid > cap:
+        return Block("max_bid_share", f"offer {offer.id}'s min_bid ${offer.min_bid:.4f}/h is above "
+                     f"policy.max_bid_share {share:.2f} x its on-demand ${offer.dph_total:.4f}/h = ${cap:.4f}/h")
+    return round(min(cap, offer.min_bid * (1 + BID_MARGIN)), 4)
+
+
+def _as_bid(ctx: ToolContext, offers: list[Offer]) -> list[Offer]:
+    """Interruptible offers priced at the bid fleet-agent would place (those it would not bid on left out)."""
+    out = []
+    for o in offers:
+        bid = bid_for(ctx, o)
+        if not isinstance(bid, Block):
+            out.append(dataclasses.replace(o, dph_total=bid))
+    return out
+
 
 def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     limit = min(int(args.get("limit", ctx.settings.fleet.search_limit)), 25)
     per_job = args.get("order") == "per_job"
+    bids = bidding(ctx, args)
+    if bids and not ctx.settings.policy.interruptible:
+        return Outcome(False, error="interruptible offers are off by policy (policy.interruptible: false); search "
+                       "without interruptible")
     offers = search(ctx, _offer_query(ctx, args), limit=max(limit, PER_JOB_POOL) if per_job else limit,
-                    order=[("dph_total", "asc")])
+                    order=[("dph_total", "asc")], **({"type": "bid"} if bids else {}))
+    on_demand = {o.id: o for o in offers}
+    if bids:
+        offers = sorted(_as_bid(ctx, offers), key=lambda o: (o.dph_total or 0.0, o.id))
     excluded = steering.excluded_hosts(ctx.settings, ctx.log)
     left_out = [o for o in offers if o.host_id in excluded]
     offers = [o for o in offers if o.host_id not in excluded]
@@ -90,15 +128,21 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     tp = throughput.estimate(ctx.log, ctx.settings)
     if per_job:
         offers.sort(key=lambda o: (tp.usd_per_job(o.dph_total or 0.0, o.gpu_name or "?", o.num_gpus) or 0.0, o.id))
-    rows = ["offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"]
+    rows = ["offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
+            + (" | min_bid | on-demand $/h" if bids else "")]
     shown = offers[:limit]
     for o in shown:
         gpu = o.gpu_name or "?"
         jph = tp.per_instance(gpu, o.num_gpus)
         per = tp.usd_per_job(o.dph_total or 0.0, gpu, o.num_gpus)
+        extra = f" | {o.min_bid or 0:.4f} | {on_demand[o.id].dph_total or 0:.3f}" if bids else ""
         rows.append(f"{o.id} | {o.gpu_name} x{o.num_gpus or 1} | {o.dph_total or 0:.3f} | "
                     f"{o.reliability or 0:.3f} | {o.host_id} | {o.geolocation or '?'} | {jph:.1f} | "
-                    + (f"{per:.4f}" if per is not None else "?"))
+                    + (f"{per:.4f}" if per is not None else "?") + extra)
+    if bids:
+        note += (f"\n(interruptible: $/h is the bid a rent places, min_bid +{BID_MARGIN:.0%} and at most "
+                 f"policy.max_bid_share {ctx.settings.policy.max_bid_share:.2f} x on-demand; an instance outbid "
+                 "later stops and its work is lost)")
     return Outcome(True, "\n".join(rows) + _basis(tp, sorted({o.gpu_name or "?" for o in shown})) + note)
 
 
@@ -131,6 +175,13 @@ def _check_rent(ctx: ToolContext, args: Args) -> Offer | Block:
     if offer is None:
         return Block("offer_unavailable", f"offer {args['offer_id']} is not on the market (rented or gone); "
                      "search again")
+    if bidding(ctx, args):
+        if not ctx.settings.policy.interruptible:
+            return Block("interruptible", "interruptible rents are off by policy (policy.interruptible: false)")
+        bid = bid_for(ctx, offer)
+        if isinstance(bid, Block):
+            return bid
+        offer = dataclasses.replace(offer, dph_total=bid)  # the caps, budgets and spend count the bid
     count, fleet_dph = fleet_load(ctx)
     return (pol.check_rent(offer, count, fleet_dph, pol.rents_last_hour(ctx.log))
             or pol.check_money_and_host(ctx.log, offer) or offer)
@@ -183,8 +234,9 @@ def pending_outcome(label: str, effect: dict[str, Any], why: str, settle_after: 
 def _rent(ctx: ToolContext, args: Args, offer: Offer, key: str) -> Outcome:
     f = ctx.settings.fleet
     label = ctx.policy.label_for(key)
+    price = offer.dph_total if bidding(ctx, args) else None  # the bid _check_rent priced the offer at
     out = ctx.vast.rent(int(args["offer_id"]), image=f.image, disk=f.disk_gb, label=label, onstart=f.onstart,
-                        env=f.env, runtype=f.runtype, cancel_unavail=True)
+                        env=f.env, price=price, runtype=f.runtype, cancel_unavail=True)
     if out.status != "rejected":
         ctx.offers.pop(offer.id, None)  # rented, or perhaps: either way not on the market for this tick
     effect_base = {"type": "rented", "label": label, "idem_key": key, "offer_id": int(args["offer_id"]),
@@ -322,6 +374,8 @@ def _demand(ctx: ToolContext, args: Args) -> Outcome:
 
 REASON = {"type": "string", "minLength": 1, "maxLength": 500, "description": "why, in a sentence (logged)"}
 IID = {"type": "integer", "minimum": 1}
+INTERRUPTIBLE = {"type": "boolean", "description": "interruptible (bid) offers, cheaper but stopped when outbid "
+                 "(their work lost); only with policy.interruptible, which makes them the default"}
 
 TOOLS: tuple[AnyTool, ...] = (
     Tool("list_fleet", "List every instance on the account: id, GPU, status, time in it, $/h, host, whether "
@@ -335,10 +389,11 @@ TOOLS: tuple[AnyTool, ...] = (
               "num_gpus": {"type": "integer", "minimum": 1, "maximum": 8},
               "max_dph": {"type": "number", "minimum": 0},
               "min_reliability": {"type": "number", "minimum": 0, "maximum": 1},
-              "limit": {"type": "integer", "minimum": 1, "maximum": 25}}), _search_offers),
+              "limit": {"type": "integer", "minimum": 1, "maximum": 25},
+              "interruptible": INTERRUPTIBLE}), _search_offers),
     Action("rent_instance", "Rent an offer (by offer_id from search_offers). The image, start command, env "
            "and disk come from the fleet template in config; passing others is refused by policy.",
-           obj({"offer_id": IID, "reason": REASON,
+           obj({"offer_id": IID, "reason": REASON, "interruptible": INTERRUPTIBLE,
                 "image": {"type": "string"}, "onstart": {"type": "string"},
                 "env": {"type": "object"}, "disk_gb": {"type": "number"}}, ["offer_id", "reason"]),
            check=_check_rent, handler=_rent),

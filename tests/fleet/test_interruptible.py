@@ -1,0 +1,80 @@
+"""Interruptible (bid) instances through the tools, end to end over HTTP against the simulator: searches show
+min_bid and the bid a rent places; rents bid under policy.max_bid_share; off by default; spend counts the bid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.fleet import spend
+from agent.runtime.tick import run_tick
+from agent.sim import Simulator
+from tests.conftest import events_of, rent_puts, tool_messages
+from tests.fakes.openai_server import reply
+
+
+def _search(**kw: Any) -> tuple[str, dict[str, Any]]:
+    return ("search_offers", {"limit": 5, **kw})
+
+
+def _rent(offer_id: int, **kw: Any) -> tuple[str, dict[str, Any]]:
+    return ("rent_instance", {"offer_id": offer_id, "reason": "scripted", **kw})
+
+
+def _rows(table: str) -> list[list[str]]:
+    return [[p.strip() for p in line.split("|")] for line in table.splitlines()[1:] if line[:1].isdigit()]
+
+
+def test_interruptible_is_off_by_default(sim: Simulator, make_app, fake_model):
+    app = make_app()
+    offer = next(o for o in sorted(sim.offers.values(), key=lambda o: o["dph_total"])
+                 if o["gpu_name"] in app.settings.policy.allowed_gpus and o["host_id"] not in sim.bad_hosts
+                 and o["disk_space"] >= app.settings.fleet.disk_gb)
+    fake_model.enqueue(reply("look", tool_calls=[_search(interruptible=True), _rent(offer["id"], interruptible=True)]),
+                       reply("done"))
+    assert run_tick(app).ok
+    search, rent = [m["content"] for m in tool_messages(fake_model.chat_requests[-1].json)]
+    assert "policy.interruptible" in search and "policy.interruptible" in rent
+    assert not rent_puts(sim)
+
+
+def test_bids_under_policy_and_spend_counts_the_bid(sim: Simulator, make_app, fake_model):
+    app = make_app(policy={"interruptible": True, "max_bid_share": 0.8})
+    sim.market.bid_market = False  # this test is about the bid placed, not the market moving
+    fake_model.enqueue(reply("look", tool_calls=[_search(limit=25)]), reply("done"))
+    assert run_tick(app).ok
+    table = tool_messages(fake_model.chat_requests[-1].json)[0]["content"]
+    assert "min_bid | on-demand $/h" in table and "interruptible" in table
+    rows = [r for r in _rows(table) if int(r[4]) not in sim.bad_hosts]
+    assert rows
+    oid, bid, min_bid, on_demand = int(rows[0][0]), float(rows[0][2]), float(rows[0][8]), float(rows[0][9])
+    assert min_bid < bid <= 0.8 * on_demand + 1e-3
+    assert sim.offers[oid]["min_bid"] == min_bid
+
+    fake_model.enqueue(reply("rent", tool_calls=[_rent(oid)]), reply("done"))
+    assert run_tick(app).ok
+    [put] = rent_puts(sim, oid)
+    assert abs(put["body"]["price"] - bid) < 1e-3
+    bid = put["body"]["price"]
+    [res] = [e for e in events_of(app, "tool.result") if e.payload["name"] == "rent_instance"]
+    iid = res.payload["effect"]["instance_id"]
+    assert res.payload["effect"]["dph"] == bid and sim.instances[iid]["is_bid"] is True
+    for _ in range(12):
+        sim.advance(300)
+        fake_model.enqueue(reply("nothing"))
+        assert run_tick(app).ok
+    assert sim.instances[iid]["actual_status"] == "running", sim.instances[iid]["status_msg"]
+    rep = {i["instance_id"]: i for i in spend.report(app.log)["instances"]}
+    billed = sim.billing()[iid]
+    assert abs(rep[iid]["spent"] - billed) / billed < 0.05  # at the bid, not the on-demand price
+    assert rep[iid]["spent"] < 0.85 * on_demand * rep[iid]["hours"]
+
+
+def test_a_bid_above_max_bid_share_is_refused(sim: Simulator, make_app, fake_model):
+    app = make_app(policy={"interruptible": True, "max_bid_share": 0.3})
+    offer = next(o for o in sorted(sim.offers.values(), key=lambda o: o["dph_total"])
+                 if o["gpu_name"] in app.settings.policy.allowed_gpus and o["host_id"] not in sim.bad_hosts
+                 and o["disk_space"] >= app.settings.fleet.disk_gb)
+    fake_model.enqueue(reply("rent", tool_calls=[_rent(offer["id"])]), reply("done"))
+    assert run_tick(app).ok
+    [msg] = [m["content"] for m in tool_messages(fake_model.chat_requests[-1].json)]
+    assert "max_bid_share" in msg and not rent_puts(sim)
