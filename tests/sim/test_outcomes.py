@@ -43,9 +43,28 @@ def test_rules_and_cron_arms_report_the_simulators_figures() -> None:
     assert not any((i["label"] or "").startswith(LABEL) for i in seen["agent"][1]["instances"])
     # The outage took the host both arms rented on first; the agent's dead-instance alert fired after it.
     assert any(i["status"] in ("offline", "destroyed") for i in seen["cron"][1]["instances"])
-    assert results["agent"].alerts_raised == ["dead:"]
+    assert "dead:" in results["agent"].alerts_raised
+    assert results["agent"].alerts_raised == sorted(results["agent"].alerts_expected), results["agent"]
     text = outcomes.table(list(results.values()), "rules")
     assert "outage" in text and "x)" in text
+
+
+def test_unmet_demand_is_expected_where_the_simulator_shows_it_and_raised_within_a_tick() -> None:
+    """No offer on the market from the start: the simulator shows jobs piling up from the first tick, so
+    demand:unmet is due at the tick after the third, and the agent raises it by then. With no arrivals
+    nothing is unmet and no such alert is expected."""
+    def empty(r: outcomes.Run) -> None:
+        r.sim.post("/_sim/arrivals", {"shape": "constant", "rate": 30})
+        r.sim.post("/_sim/offers", {"withdraw": "all"})
+
+    dry = outcomes.Scenario("dry", "no offers at all", empty, {}, 0, "capacity")
+    r = outcomes.run_one(dry, "agent", 6, 7, None, None)
+    due = f"{outcomes.UNMET_KEY}@{outcomes.UNMET_AFTER}"
+    assert r.alerts_expected == [due], r
+    assert r.alerts_raised == [due] and r.alert_lag_ticks[due] <= outcomes.ALERT_WITHIN, r
+    quiet = outcomes.Scenario("quiet", "nothing arrives", outcomes.constant(0), {}, 0, "capacity")
+    r = outcomes.run_one(quiet, "agent", 6, 7, None, None)
+    assert r.alerts_expected == [] and r.unmet_job_ticks == 0, r
 
 
 def test_a_directive_scenario_counts_the_cron_arms_violations() -> None:
