@@ -43,9 +43,31 @@ def test_rules_and_cron_arms_report_the_simulators_figures() -> None:
     assert not any((i["label"] or "").startswith(LABEL) for i in seen["agent"][1]["instances"])
     # The outage took the host both arms rented on first; the agent's dead-instance alert fired after it.
     assert any(i["status"] in ("offline", "destroyed") for i in seen["cron"][1]["instances"])
-    assert results["agent"].alerts_raised == ["dead:"]
+    assert "dead:" in results["agent"].alerts_raised
+    assert results["agent"].alerts_raised == sorted(results["agent"].alerts_expected), results["agent"]
     text = outcomes.table(list(results.values()), "rules")
     assert "outage" in text and "x)" in text
+
+
+def _empty_market(r: outcomes.Run) -> None:
+    r.sim.post("/_sim/arrivals", {"shape": "constant", "rate": 30})
+    r.sim.post("/_sim/offers", {"withdraw": "all"})
+
+
+DRY = outcomes.Scenario("dry", "no offers at all", _empty_market, {}, 0, "capacity")
+
+
+def test_unmet_demand_is_expected_where_the_simulator_shows_it_and_raised_within_a_tick() -> None:
+    """No offer on the market from the start: the simulator shows jobs piling up from the first tick, so
+    demand:unmet is due at the tick after the third, and the agent raises it by then. With no arrivals
+    nothing is unmet and no such alert is expected."""
+    r = outcomes.run_one(DRY, "agent", 6, 7, None, None)
+    due = f"{outcomes.UNMET_KEY}@{outcomes.UNMET_AFTER}"
+    assert r.alerts_expected == [due], r
+    assert r.alerts_raised == [due] and r.alert_lag_ticks[due] <= outcomes.ALERT_WITHIN, r
+    quiet = outcomes.Scenario("quiet", "nothing arrives", outcomes.constant(0), {}, 0, "capacity")
+    r = outcomes.run_one(quiet, "agent", 6, 7, None, None)
+    assert r.alerts_expected == [] and r.unmet_job_ticks == 0, r
 
 
 def test_a_directive_scenario_counts_the_cron_arms_violations() -> None:
@@ -79,3 +101,16 @@ def test_the_model_path_runs_ticks_against_a_scripted_model() -> None:
     _check_from_simulator(r, seen["first"], seen["last"])
     assert r.failed_ticks == 0 and asked >= 4
     assert seen["last"]["instances"], "the scripted model's rents reached the simulator"
+
+
+def test_the_model_path_is_told_of_unmet_demand_it_cannot_meet() -> None:
+    """The same scenario through the model path: the scripted model searches every tick and finds nothing
+    to rent; the simulator shows the jobs piling up, and the alert comes within a tick all the same, from
+    code, whoever decides."""
+    with FakeOpenAI(default=_scripted_model) as fake:
+        r = outcomes.run_one(DRY, "agent", 6, 7, fake.base_url, fake.model)
+        asked = len(fake.chat_requests)
+    due = f"{outcomes.UNMET_KEY}@{outcomes.UNMET_AFTER}"
+    assert r.failed_ticks == 0 and asked >= 6
+    assert r.jobs_served == 0 and r.alerts_expected == [due], r
+    assert r.alerts_raised == [due] and r.alert_lag_ticks[due] <= outcomes.ALERT_WITHIN, r
