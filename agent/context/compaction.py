@@ -309,7 +309,7 @@ _NONE_WORDS = {"none", "nothing", "n/a", "no", "recorded", "given", "active", "i
 def _says_none(line: str) -> bool:
     """Whether an operator-section line only says there is nothing ("- none", "standing: none; inputs: none")."""
     words = re.findall(r"[a-z/]+", line.lower())
-    return bool(words) and set(words) <= _NONE_WORDS and bool({"none", "nothing", "n/a", "no"} & set(words))
+    return "#" not in line and bool(words) and set(words) <= _NONE_WORDS and bool({"none", "nothing", "n/a", "no"} & set(words))
 _COUNT = re.compile(r"(?<![\d.#$])(\d+)\s+(?:[\w-]+\s+){0,2}instances?\b", flags=re.IGNORECASE)
 _BALANCE = re.compile(r"balance\D{0,12}?(-?\d[\d,]*(?:\.\d+)?)", flags=re.IGNORECASE)
 _RATE = re.compile(r"\$\s*(\d[\d,]*(?:\.\d+)?)\s*(?:/\s*h(?:our|r)?\b|per hour)|(\d[\d,]*(?:\.\d+)?)\s*(?:\$/h|dph)\b",

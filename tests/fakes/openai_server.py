@@ -183,16 +183,20 @@ def summary_reply(body: dict[str, Any]) -> Step:
 
     want = {}
     for line in _instruction(body).splitlines():
-        for key in ("Open alerts", "Instances the agent owns", "Pinned operator directives", "Operator inputs"):
+        for key in ("Open alerts", "Instances the agent owns", "Pinned operator directives", "Operator inputs",
+                    "Overrides and pause", "Excluded hosts"):
             if line.startswith(key):
                 want[key] = line.split(":", 1)[1].strip()
     inst = ", ".join(re.findall(r"\d+", want.get("Instances the agent owns", ""))) or "none"
     alerts = ", ".join(f"alert #{a}" for a in re.findall(r"#(\d+)", want.get("Open alerts", ""))) or "none"
     directives = ", ".join(f"#{d}" for d in re.findall(r"#(\d+)", want.get("Pinned operator directives", "")))
     inputs = ", ".join(f"#{d}" for d in re.findall(r"#(\d+)", want.get("Operator inputs", "")))
+    steering = ", ".join(f"#{d}" for d in re.findall(r"#(\d+)", want.get("Overrides and pause", "")))
+    excluded = want.get("Excluded hosts", "none")
+    extra = f"\n- in force: {steering}; excluded: {excluded}" if steering or excluded not in ("", "none") else ""
     return reply(f"## Fleet state and commitments\n- instances: {inst}\n## Decisions and why\n- kept the fleet\n"
                  f"## Open problems\n- {alerts}\n## Operator directives\n- standing: {directives or 'none'}; "
-                 f"inputs: {inputs or 'none'}\n## Completed actions\n- searched offers")
+                 f"inputs: {inputs or 'none'}{extra}\n## Completed actions\n- searched offers")
 
 
 def nothing_to_do() -> Step:
