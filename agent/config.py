@@ -1161,11 +1161,11 @@ def parse_partial(text: str, file: str = "<config>") -> tuple[Settings, dict[str
             continue
         break
     broken: dict[str, ConfigError] = {}
-    for _line, part, e in sorted(found, key=lambda f: f[0]):
-        broken.setdefault(part, e)
+    for _line, part, error in sorted(found, key=lambda f: f[0]):
+        broken.setdefault(part, error)
     sections = _sections(Settings)
     s = dataclasses.replace(s, source_path=None if file.startswith("<") else file,
-                            **{k: typing.cast(Any, BrokenSection(k, e)) for k, e in broken.items() if k in sections})
+                            **{k: typing.cast(Any, BrokenSection(k, v)) for k, v in broken.items() if k in sections})
     return s, broken
 
 
