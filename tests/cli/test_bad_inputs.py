@@ -331,3 +331,36 @@ def test_no_tracebacks_through_the_real_console_script(home: Path):
 def test_figures():
     """The suite's figures: runs and tracebacks (0) so far in this process."""
     assert Tally.tracebacks == []
+
+
+FULL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing us
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+from agent import cli
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("limit", [40_000, 150_000])
+def test_backup_onto_a_full_disk_is_one_line_and_leaves_nothing(limit: int, home: Path):
+    """'backup' where no more than ``limit`` bytes fit in a file (a file-size limit, as a full disk refuses
+    writes: early or midway): exit 2, one line saying the disk is full or the
+    file too large, no traceback, and no file left where the copy was to go; the log is untouched."""
+    app = App(config.load(str(home / "config.yaml")))
+    try:  # a log larger than the limit
+        for i in range(200):
+            feedback.say(app.log, f"note {i} " + hashlib.sha256(str(i).encode()).hexdigest() * 20, "bob")
+    finally:
+        app.close()
+    before = snapshot(home)
+    out = home / "backups"
+    out.mkdir()
+    p = subprocess.run([sys.executable, "-c", FULL_DISK, str(limit), "--config", str(home / "config.yaml"),
+                        "backup", str(out / "copy.db")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "copy.db" in p.stderr and ("full" in p.stderr or "too large" in p.stderr), p.stderr
+    assert list(out.iterdir()) == []
+    assert snapshot(home) == before
