@@ -701,6 +701,7 @@ class _Lines:
     def __init__(self, file: str) -> None:
         self.file = file
         self.lines: dict[tuple[str, ...], int] = {}
+        self.failed: str | None = None
 
     def line(self, path: tuple[str, ...]) -> int:
         """The line of ``path``, or of the nearest key around it that has one (0: none)."""
@@ -713,7 +714,9 @@ class _Lines:
         return f"{self.file}:{line}" if line else self.file
 
     def error(self, dotted: str, msg: str) -> ConfigError:
-        """A ConfigError for the setting ``dotted`` (like ``schedule.cron``), at its line."""
+        """A ConfigError for the setting ``dotted`` (like ``schedule.cron``), at its line; ``failed`` keeps
+        ``dotted`` (the partial load sets that part aside)."""
+        self.failed = dotted
         return ConfigError(f"{self.at(tuple(dotted.split('.')))}: {dotted}: {msg}")
 
 
@@ -869,6 +872,12 @@ def _unknown_key(key: str, path: tuple[str, ...], fields: list[str], where: _Lin
 
 def _problem(err: Any, data: dict[str, Any], where: _Lines) -> tuple[int, ConfigError]:
     """One of pydantic's errors as (line, the ConfigError that names the key and what it expects)."""
+    line, _part, error = _problem_at(err, data, where)
+    return line, error
+
+
+def _problem_at(err: Any, data: dict[str, Any], where: _Lines) -> tuple[int, str, ConfigError]:
+    """``_problem`` with the part of the file it is in (the top-level key: a section, or a key of its own)."""
     path: tuple[str, ...] = ()
     cls: type = Settings
     tp: Any = Settings
@@ -884,12 +893,12 @@ def _problem(err: Any, data: dict[str, Any], where: _Lines) -> tuple[int, Config
         cls = tp
     if err["type"] == "unexpected_keyword_argument" and tp is cls and len(err["loc"]) > len(path):
         key = str(err["loc"][len(path)])
-        return where.line(path + (key,)), _unknown_key(key, path, _keys(cls), where)
+        return where.line(path + (key,)), (path + (key,))[0], _unknown_key(key, path, _keys(cls), where)
     why = ""
     if isinstance(value, float) and not math.isfinite(value):
         why = "; .nan and .inf are not numbers a setting can hold, write a finite number"
     msg = f"{where.at(path)}: {'.'.join(path)}: expected {_expected(tp)}, got {value!r}"[:300] + why
-    return where.line(path), ConfigError(msg)
+    return where.line(path), (path or (str(err["loc"][0]) if err["loc"] else "",))[0], ConfigError(msg)
 
 
 def _validated(data: dict[str, Any], where: _Lines) -> Settings:
@@ -1145,6 +1154,107 @@ def parse(text: str, file: str = "<config>") -> Settings:
     return dataclasses.replace(s, source_path=None if file.startswith("<") else file)
 
 
+# ------------------------------------------------------------------ a config broken in places
+# The daemon keeps the configuration it last loaded when the file on disk breaks; an operator must still be
+# able to read the log and answer alerts then. ``load_partial`` sets each broken part of the file aside (its
+# defaults stand in; a section is replaced by a ``BrokenSection`` that raises its error on any use), and a
+# command refuses only when it reads a broken part (the table in docs/configuration.md, ``reads=`` in
+# agent/cli/parser.py).
+
+# The parts every command with a config reads: where the log is and whose it is.
+CORE_PARTS = ("agent_id", "data_dir", "storage")
+
+
+class BrokenSection:
+    """A section the file gets wrong, in place of its settings: any use raises its ConfigError."""
+
+    def __init__(self, name: str, error: ConfigError) -> None:
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_error", error)
+
+    def __getattr__(self, key: str) -> NoReturn:
+        raise object.__getattribute__(self, "_error")
+
+    def __repr__(self) -> str:
+        return f"BrokenSection({object.__getattribute__(self, '_name')!r})"
+
+    @property
+    def __dataclass_fields__(self) -> NoReturn:  # dataclasses.asdict() and fields() of it: the error, too
+        raise object.__getattribute__(self, "_error")
+
+
+def broken_error(section: object) -> ConfigError | None:
+    """The error of a section set aside by ``load_partial``, or None for a sound one."""
+    return object.__getattribute__(section, "_error") if isinstance(section, BrokenSection) else None
+
+
+def parse_partial(text: str, file: str = "<config>") -> tuple[Settings, dict[str, ConfigError]]:
+    """``text`` as Settings with each broken part set aside, and the first error of each broken part (by its
+    top-level key, in file order). A file that cannot be read as YAML at all, or is too large, raises."""
+    if len(text) > MAX_BYTES:
+        raise ConfigError(f"{file}: {len(text)} characters is too large for a config file (at most {MAX_BYTES}); "
+                          "check that it is the config, see config.example.yaml")
+    where = _Lines(file)
+    data = _read(text, where)
+    found: list[tuple[int, str, ConfigError]] = []
+    if "source_path" in data:
+        found.append((where.line(("source_path",)), "source_path", _unknown_key("source_path", (), _keys(Settings),
+                                                                                where)))
+    while True:
+        for _line, part, _e in found:
+            data.pop(part, None)
+        try:
+            s = _SETTINGS.validate_python(_fill_sections(Settings, data))
+        except ValidationError as e:
+            problems = [_problem_at(err, data, where) for err in e.errors()]
+            if not any(part in data for _line, part, _e in problems):
+                raise min(problems, key=lambda p: p[0])[2] from None
+            found.extend(problems)
+            continue
+        where.failed = None
+        try:
+            _check(s, where)
+        except ConfigError as e:
+            part = (where.failed or "").partition(".")[0]
+            if part not in data:  # (nothing to set aside: the file is broken as a whole)
+                raise
+            found.append((where.line((part,)), part, e))
+            continue
+        break
+    broken: dict[str, ConfigError] = {}
+    for _line, part, error in sorted(found, key=lambda f: f[0]):
+        broken.setdefault(part, error)
+    sections = _sections(Settings)
+    s = dataclasses.replace(s, source_path=None if file.startswith("<") else file,
+                            **{k: typing.cast(Any, BrokenSection(k, v)) for k, v in broken.items() if k in sections})
+    return s, broken
+
+
+def section_from(flat: Mapping[str, Any], name: str) -> Any:
+    """Section ``name`` rebuilt from settings as the log records them (dotted key -> value, as ``config.applied``
+    holds them), or None when they do not make a valid one."""
+    cls = _sections(Settings)[name]
+    hints = typing.get_type_hints(cls)
+    d: dict[str, Any] = {}
+    for key in _keys(cls):
+        dotted = f"{name}.{key}"
+        if typing.get_origin(_unwrap(hints[key])) is dict:
+            d[key] = {k[len(dotted) + 1:]: v for k, v in flat.items() if k.startswith(dotted + ".")}
+        elif dotted in flat:
+            d[key] = flat[dotted]
+    try:
+        return TypeAdapter(cls).validate_python(d)
+    except ValidationError:
+        return None
+
+
+def needed(broken: Mapping[str, ConfigError], reads: tuple[str, ...] | None) -> ConfigError | None:
+    """The first error (by line) of the broken parts a command reads: ``CORE_PARTS`` and ``reads``, or
+    every part (unknown keys too) when ``reads`` is None."""
+    hit = [e for part, e in broken.items() if reads is None or part in CORE_PARTS or part in reads]
+    return hit[0] if hit else None
+
+
 def path_text(p: str) -> str:
     """``p`` as a path prints (empty and ``.`` parts dropped, slashes collapsed)."""
     return str(Path(p))
@@ -1173,6 +1283,17 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> P
 
 def load(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Settings:
     p = find_config(explicit, env)
+    return parse(_file_text(p), str(p))
+
+
+def load_partial(explicit: str | None = None,
+                 env: Mapping[str, str] | None = None) -> tuple[Settings, dict[str, ConfigError]]:
+    """``load``, with each broken part set aside (``parse_partial``)."""
+    p = find_config(explicit, env)
+    return parse_partial(_file_text(p), str(p))
+
+
+def _file_text(p: Path) -> str:
     try:
         size = p.stat().st_size
         if size > MAX_BYTES:
@@ -1183,7 +1304,7 @@ def load(explicit: str | None = None, env: Mapping[str, str] | None = None) -> S
         raise ConfigError(f"{p}: not UTF-8 text; save the config as UTF-8") from None
     except OSError as e:
         raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
-    return parse(text, str(p))
+    return text
 
 
 def example_text() -> str:

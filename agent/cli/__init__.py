@@ -41,12 +41,27 @@ def _run(args: argparse.Namespace) -> int:
         if getattr(args, "no_config", False):
             logsetup.configure("warning", "auto")
             return int(args.func(args, None))
-        settings = config.load(args.config)
-        logsetup.configure(settings.logging.level if args.command in ("run", "tick") else "warning",
-                           settings.logging.format)
+        settings, broken = config.load_partial(args.config)
         from agent.runtime.app import App
 
-        app = App(settings, verify_writes=True)
+        app = App(settings, verify_writes=True, broken=broken)
+        reads = getattr(args, "reads", None)
+        # Parts a command may take as the daemon last put them in force when the file breaks them.
+        fallback = [p for p in getattr(args, "in_force", ()) if p in broken]
+        if fallback and config.needed({p: e for p, e in broken.items() if p not in fallback}, reads) is None:
+            for p in app.sections_in_force(*fallback):
+                del app.broken[p]
+        refused = config.needed(app.broken, reads)
+        if refused is not None:
+            raise refused
+        if broken:  # parts this command does not read: say so, and go on
+            shown = sorted(broken.keys() - app.broken.keys())
+            also = f"; it reads {' and '.join(shown)} as the daemon last put them in force" if shown else ""
+            sys.stderr.write(f"fleet-agent: warning: {output.line(scrub('; '.join(map(str, broken.values()))))}; "
+                             f"this command does not read that part of the config{also}; fix it before the daemon "
+                             "reloads or restarts ('fleet-agent config check')\n")
+        lg = config.LoggingSettings() if "logging" in broken else settings.logging
+        logsetup.configure(lg.level if args.command in ("run", "tick") else "warning", lg.format)
         return int(args.func(args, app))
     except FleetAgentError as e:
         sys.stderr.write(f"fleet-agent: {output.text(scrub(str(e)))}\n")

@@ -232,6 +232,8 @@ def _note_text(args: argparse.Namespace) -> str:
 
 
 def cmd_say(args: argparse.Namespace, app: App) -> int:
+    if args.enforce:  # accepting checks each constraint against the policy: refused before the note is appended
+        app.require("policy")
     e = feedback.say(app.log, _note_text(args), _by(args), pin=args.pin)
     if args.pin:
         _print(f"directive #{e.seq} pinned; 'fleet-agent unpin {e.seq}' withdraws it")

@@ -10,7 +10,11 @@ A group (``alerts``, ``log``) is an entry whose handler is None; its subcommands
 with a handler may have subcommands too (``fork``, ``fork diff``): they are then optional. The handler,
 ``handler(args, app) -> int``, is imported only when its command runs, so building the parser (every
 ``--help``, every command) imports no command module and nothing they import. ``no_config=True``: the
-command runs without a config (its handler gets no App).
+command runs without a config (its handler gets no App). ``reads=``: the parts of the config the command
+reads besides where the log is (``agent.config.CORE_PARTS``), by top-level key; it still runs when another
+part of the file is broken (a one-line warning names it). Without ``reads`` a command needs the whole file
+sound. ``in_force=``: parts of ``reads`` it takes as the daemon last put them in force (recorded in the log)
+when the file breaks them. The table of them is in docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ class Command:
     description: str
     args: tuple[Arg | OneOf, ...] = ()
     no_config: bool = False
+    reads: tuple[str, ...] | None = None  # None: the whole config
+    in_force: tuple[str, ...] = ()  # of ``reads``: taken as the daemon last put them in force when broken
 
 
 class Handler:
@@ -86,8 +92,9 @@ def one_of(*args: Arg) -> OneOf:
 
 
 def command(path: str, handler: str | None, help: str, description: str, *args: Arg | OneOf,
-            no_config: bool = False) -> Command:
-    return Command(path, handler, help, description, args, no_config)
+            no_config: bool = False, reads: tuple[str, ...] | None = None,
+            in_force: tuple[str, ...] = ()) -> Command:
+    return Command(path, handler, help, description, args, no_config, reads, in_force)
 
 
 def who(*, reason_required: bool) -> tuple[Arg, Arg]:
@@ -141,7 +148,8 @@ COMMANDS: tuple[Command, ...] = (
             arg("--json", action="store_true", help="print the report as JSON"),
             arg("--head", metavar="SEQ:HASH",
                 help="also check the log holds this head, recorded elsewhere (the daemon logs it as "
-                     "head= on every 'tick' line)")),
+                     "head= on every 'tick' line)"),
+            reads=()),
     command("log export", "agent.cli.log:cmd_log_export",
             "write events as JSON lines or Parquet (--training: fine-tuning examples)",
             "Export events (every field, hashes included) as JSON lines or a Parquet table; or, "
@@ -158,7 +166,8 @@ COMMANDS: tuple[Command, ...] = (
                        help="with --training: write each example's seqs, tick, model and policy-blocked "
                             "calls to FILE (default with -o: OUTPUT.metadata.jsonl beside it)"),
                    arg("--no-metadata", action="store_true", help="with --training: no metadata file")),
-            arg("-o", "--output", help="file to write, replaced only when complete (default: stdout)")),
+            arg("-o", "--output", help="file to write, replaced only when complete (default: stdout)"),
+            reads=()),
     command("log archive", "agent.cli.log:cmd_log_archive",
             "move old months of events into sealed, compressed segment files",
             "Move every calendar month whose events are all older than storage.archive_after and "
@@ -171,12 +180,14 @@ COMMANDS: tuple[Command, ...] = (
             arg("--vacuum", action="store_true",
                 help="then rewrite the database file to its new size (VACUUM; holds the write lock "
                      "meanwhile)"),
-            arg("--json", action="store_true", help="print the result as JSON")),
+            arg("--json", action="store_true", help="print the result as JSON"),
+            reads=()),
     command("log segments", "agent.cli.log:cmd_log_segments",
             "list the archived segments and where their copies are",
             "Every sealed segment: its seq and time range, size, and whether the file is here, "
             "copied elsewhere, or pruned here.",
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=()),
     command("log prune", "agent.cli.log:cmd_log_prune",
             "delete local segment files that have a verified copy elsewhere",
             "Delete the local files of segments whose events all precede --before, each only after "
@@ -187,7 +198,8 @@ COMMANDS: tuple[Command, ...] = (
             arg("--backup", metavar="PATH",
                 help="a database 'fleet-agent backup' wrote, whose segment copies count"),
             arg("--yes", action="store_true", help="really delete"),
-            arg("--json", action="store_true", help="print the result as JSON")),
+            arg("--json", action="store_true", help="print the result as JSON"),
+            reads=()),
     command("log migrate", "agent.cli.log:cmd_log_migrate",
             "copy the log to PostgreSQL or SQLite, chain and all (verified)",
             "Copy this fleet's event log, row for row with its hash chain, into an empty log: a "
@@ -199,7 +211,8 @@ COMMANDS: tuple[Command, ...] = (
                 help="the target: a new SQLite file path or postgresql://USER@HOST:PORT/DATABASE"),
             arg("--from", dest="source", metavar="URL",
                 help="the source (default: storage.url of the config)"),
-            arg("--json", action="store_true", help="print the result as JSON")),
+            arg("--json", action="store_true", help="print the result as JSON"),
+            reads=()),
     command("log compact", "agent.cli.log:cmd_log_compact",
             "rewrite the database file, converting it to larger pages (daemon stopped)",
             "Rewrite the SQLite database file (VACUUM): every row as it is, free pages dropped, "
@@ -208,20 +221,23 @@ COMMANDS: tuple[Command, ...] = (
             "refused while a daemon or a tick holds the lock.",
             arg("--page-size", type=int, default=PAGE_SIZE, metavar="BYTES",
                 help=f"bytes per page: {', '.join(map(str, PAGE_SIZES))} (default {PAGE_SIZE})"),
-            arg("--json", action="store_true", help="print the result as JSON")),
+            arg("--json", action="store_true", help="print the result as JSON"),
+            reads=()),
     command("log search", "agent.cli.log:cmd_log_search",
             "full-text search over every event",
             "Full-text search over the rendered text of every event, newest first.",
             arg("query", nargs="+", help="words to find (all must match)"),
             arg("--limit", type=number, default=20, help="at most this many hits"),
-            arg("--json", action="store_true", help="print the hits as JSON")),
+            arg("--json", action="store_true", help="print the hits as JSON"),
+            reads=()),
     command("log rebuild", "agent.cli.log:cmd_log_rebuild",
             "rebuild read models from the log (--check: compare only)",
             "Rebuild alerts, memory, directives, ownership, intents, knowledge versions and spend "
             "runs from the log alone.",
             arg("--check", action="store_true",
                 help="only compare with the live tables; exit 1 on difference"),
-            arg("--json", action="store_true", help="with --check: print the differences as JSON")),
+            arg("--json", action="store_true", help="with --check: print the differences as JSON"),
+            reads=()),
     command("thread", None,
             "read the conversation and everything around it",
             "Read the event log as a thread."),
@@ -237,7 +253,8 @@ COMMANDS: tuple[Command, ...] = (
                   arg("--tail", type=number, metavar="N", help="the newest N events")),
             arg("--follow", action="store_true", help="keep printing new events"),
             arg("--follow-for", type=positive, help=argparse.SUPPRESS),
-            arg("--json", action="store_true", help="one JSON object per event")),
+            arg("--json", action="store_true", help="one JSON object per event"),
+            reads=()),
     command("sim", "agent.cli.sim:cmd_sim",
             "run the vast.ai simulator on 127.0.0.1",
             "Serve a vast.ai-compatible API (and GET /demand) on 127.0.0.1.",
@@ -270,13 +287,15 @@ COMMANDS: tuple[Command, ...] = (
                            "yesterday 15:45"),
                   arg("--tick", type=count, metavar="N", help="the last request tick N sent"),
                   arg("--seq", type=count, metavar="S", help="as of event seq S")),
-            arg("--json", action="store_true", help="print messages and manifest as JSON")),
+            arg("--json", action="store_true", help="print messages and manifest as JSON"),
+            reads=("prompts_dir", "context", "model", "policy", "fleet")),
     command("replay", "agent.cli.context:cmd_replay",
             "re-derive every past model request and check its hash",
             "Re-derive every recorded model.request from the log and the prompt files and compare "
             "request hashes. --verify stops at the first mismatch, says why and exits 1.",
             arg("--verify", action="store_true", help="exit 1 at the first mismatch"),
-            arg("--json", action="store_true", help="JSON output")),
+            arg("--json", action="store_true", help="JSON output"),
+            reads=("prompts_dir", "context", "model", "policy", "fleet")),
     command("tick", "agent.cli.ops:cmd_tick",
             "run one tick now (exit 1 if it fails)",
             "Run one tick: reconcile, observe, ingest feedback, compact if needed, then let the "
@@ -289,12 +308,14 @@ COMMANDS: tuple[Command, ...] = (
             "list open alerts (--all: every alert)",
             "List open alerts, newest sighting and repeat count included.",
             arg("--all", action="store_true", help="include acked and resolved alerts"),
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=()),
     command("alerts show", "agent.cli.feedback:cmd_alerts_show",
             "one alert with its history",
             "Show one alert's fields and every event about it.",
             arg("id", type=number, help="alert number"),
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=()),
     command("alerts ack", "agent.cli.feedback:cmd_alerts_ack",
             "acknowledge an open alert (the agent sees the ack and note)",
             "Acknowledge an open alert. The agent sees '[alert #N acked · you]' with your note. "
@@ -302,7 +323,8 @@ COMMANDS: tuple[Command, ...] = (
             "refused.",
             arg("id", type=number, help="alert number"),
             arg("--note", help="a note for the agent, e.g. what you did about it"),
-            arg("--by", help=BY_HELP)),
+            arg("--by", help=BY_HELP),
+            reads=()),
     command("alerts silence", "agent.cli.feedback:cmd_alerts_silence",
             "stop an alert (or alerts by key pattern) notifying for a while",
             "Silence one alert, or every alert whose key matches a glob (--key 'stuck:*'), for a "
@@ -313,17 +335,20 @@ COMMANDS: tuple[Command, ...] = (
             arg("--for", dest="for_", type=span, required=True, metavar="DURATION",
                 help="how long: 30m, 2h, 3d, 1w"),
             arg("--reason", required=True, help="why (the agent and other operators see it)"),
-            arg("--by", help=BY_HELP)),
+            arg("--by", help=BY_HELP),
+            reads=()),
     command("alerts silences", "agent.cli.feedback:cmd_alerts_silences",
             "list silences in force (--all: every silence)",
             "Silences in force, with what they cover, until when, who and why.",
             arg("--all", action="store_true", help="include expired and lifted silences"),
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=()),
     command("alerts unsilence", "agent.cli.feedback:cmd_alerts_unsilence",
             "lift a silence before it expires",
             "Lift a silence now; the agent sees '[alert silence #N lifted · you]'.",
             arg("id", type=number, help="silence number (see 'fleet-agent alerts silences')"),
-            arg("--by", help=BY_HELP)),
+            arg("--by", help=BY_HELP),
+            reads=()),
     command("knowledge", None,
             "list, show, edit knowledge files and their history",
             "Knowledge files (*.md, *.txt, *.yaml) in the knowledge directory steer the agent; each "
@@ -332,12 +357,14 @@ COMMANDS: tuple[Command, ...] = (
             "knowledge files and whether the agent has their current text",
             "Each knowledge file on disk or in the log, its logged version and state (current, "
             "pending, new, removed, bad).",
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=("knowledge_dir",)),
     command("knowledge show", "agent.cli.feedback:cmd_knowledge_show",
             "print the text the agent knows for a file",
             "Print the latest version of a knowledge file as the log holds it.",
             arg("name", help="file name, e.g. hosts.md"),
-            arg("--json", action="store_true", help="print JSON (the text with its version and hash)")),
+            arg("--json", action="store_true", help="print JSON (the text with its version and hash)"),
+            reads=()),
     command("knowledge edit", "agent.cli.feedback:cmd_knowledge_edit",
             "edit (or create) a file in $VISUAL/$EDITOR; YAML is checked",
             "Edit a copy in $VISUAL or $EDITOR (default vi), then save it atomically. A YAML file "
@@ -345,12 +372,14 @@ COMMANDS: tuple[Command, ...] = (
             "change someone else made meanwhile (their change is shown).",
             arg("name", help="file name, e.g. hosts.md (created if missing)"),
             arg("--by", help=BY_HELP),
-            arg("--editor", help=argparse.SUPPRESS)),
+            arg("--editor", help=argparse.SUPPRESS),
+            reads=("knowledge_dir",)),
     command("knowledge history", "agent.cli.feedback:cmd_knowledge_history",
             "every logged version of a file",
             "The versions of a knowledge file recorded in the log: version, time, change, size, hash.",
             arg("name", help="file name"),
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=()),
     command("say", "agent.cli.feedback:cmd_say",
             "tell the agent something (--pin: a standing directive)",
             "Append an operator note; the agent sees '[operator note · you] TEXT'. With --pin it "
@@ -360,16 +389,19 @@ COMMANDS: tuple[Command, ...] = (
             arg("text", nargs="+", help="what to say ('-': read it from standard input)"),
             arg("--by", help=BY_HELP),
             arg("--pin", action="store_true", help="make it a standing directive"),
-            arg("--enforce", action="store_true", help="accept at once every constraint code reads in it")),
+            arg("--enforce", action="store_true", help="accept at once every constraint code reads in it"),
+            reads=()),
     command("unpin", "agent.cli.feedback:cmd_unpin",
             "withdraw a pinned directive",
             "Withdraw a directive; the agent sees that it was withdrawn.",
             arg("id", type=number, help="directive number (see 'fleet-agent directives')"),
-            arg("--by", help=BY_HELP)),
+            arg("--by", help=BY_HELP),
+            reads=()),
     command("directives", "agent.cli.feedback:cmd_directives",
             "list active directives",
             "The directives the agent keeps in every request.",
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=()),
     command("policy", None,
             "show the policy in force; tighten it for a while (overrides)",
             "The policy code enforces: the config, the operator overrides in force, and the "
@@ -379,7 +411,8 @@ COMMANDS: tuple[Command, ...] = (
     command("policy show", "agent.cli.policy:cmd_policy_show",
             "config, overrides and effective values",
             "Print each policy key: config value, effective value, override in force.",
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=("policy",)),
     command("policy set", "agent.cli.policy:cmd_policy_set",
             "override a key with a tighter value",
             "Tighten one policy key, e.g. 'policy set max_instances 4 --for 8h --reason \"budget review\"'. Keys: "
@@ -387,39 +420,46 @@ COMMANDS: tuple[Command, ...] = (
             arg("key", help="policy key"),
             arg("value", help="the tighter value"),
             until("binds"),
-            *who(reason_required=True)),
+            *who(reason_required=True),
+            reads=("policy",)),
     command("policy reset", "agent.cli.policy:cmd_policy_reset",
             "end the override of a key",
             "End the override of KEY now; the config value is in force again.",
             arg("key", help="policy key"),
-            *who(reason_required=False)),
+            *who(reason_required=False),
+            reads=("policy",)),
     command("policy proposals", "agent.cli.policy:cmd_policy_proposals",
             "constraints proposed from operators' words (--all: decided too)",
             "Constraints code read in notes, directives and knowledge edits, waiting for an operator "
             "to accept or reject them.",
             arg("--all", action="store_true", help="include accepted and rejected proposals"),
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=()),
     command("policy accept", "agent.cli.policy:cmd_policy_accept",
             "enforce proposed constraints now",
             "Enforce proposed constraints now (numbers from 'policy proposals').",
             arg("ids", nargs="+", type=number, metavar="N", help="proposal number"),
-            *who(reason_required=False)),
+            *who(reason_required=False),
+            reads=("policy",)),
     command("policy reject", "agent.cli.policy:cmd_policy_reject",
             "leave proposed constraints as advice",
             "Leave proposed constraints as advice (numbers from 'policy proposals').",
             arg("ids", nargs="+", type=number, metavar="N", help="proposal number"),
-            *who(reason_required=False)),
+            *who(reason_required=False),
+            reads=()),
     command("pause", "agent.cli.pause:cmd_pause",
             "refuse every rent, destroy and reboot until resumed",
             "Pause the fleet: no side-effecting call runs (ticks still observe, raise alerts and "
             "talk to the agent, which is told it is paused and why). An operator's own 'destroy' "
             "still runs. Ends with 'fleet-agent resume' or at --for/--until.",
             until("pause"),
-            *who(reason_required=True)),
+            *who(reason_required=True),
+            reads=()),
     command("resume", "agent.cli.pause:cmd_resume",
             "end the pause",
             "End the pause now; the agent sees that it ended.",
-            *who(reason_required=False)),
+            *who(reason_required=False),
+            reads=()),
     command("hosts", None,
             "list, exclude and include vast.ai hosts",
             "Hosts rents are refused on: policy.excluded_hosts from the config, and exclusions in "
@@ -428,23 +468,27 @@ COMMANDS: tuple[Command, ...] = (
     command("hosts list", "agent.cli.hosts:cmd_hosts_list",
             "the hosts excluded now",
             "Every host excluded now, why and until when.",
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=("policy",)),
     command("hosts exclude", "agent.cli.hosts:cmd_hosts_exclude",
             "refuse rents on a host",
             "Exclude a host from rents.",
             arg("host_id", type=number, help="vast.ai host id"),
             until("exclude"),
-            *who(reason_required=True)),
+            *who(reason_required=True),
+            reads=()),
     command("hosts include", "agent.cli.hosts:cmd_hosts_include",
             "allow rents on an excluded host again",
             "End a host's exclusion (not one from the config file).",
             arg("host_id", type=number, help="vast.ai host id"),
-            *who(reason_required=False)),
+            *who(reason_required=False),
+            reads=("policy",)),
     command("instances", "agent.cli.manual:cmd_instances",
             "every instance on the account, ours and others",
             "List the account's instances as vast.ai shows them now: whether ours, status and since "
             "when (from the log's observations), age, $/h, host, GPU and label.",
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=("vast", "fleet")),
     command("destroy", "agent.cli.manual:cmd_destroy",
             "destroy an instance through the log (refused if not ours unless --force)",
             "Destroy one instance through the same intent -> call -> result path as the agent's "
@@ -453,19 +497,22 @@ COMMANDS: tuple[Command, ...] = (
             arg("id", type=number, help="instance id"),
             arg("--yes", action="store_true", help="do not ask for confirmation"),
             arg("--force", action="store_true", help="destroy even if it is not ours"),
-            *who(reason_required=True)),
+            *who(reason_required=True),
+            reads=("vast", "fleet", "policy")),
     command("drain", "agent.cli.manual:cmd_drain",
             "pause, then destroy every instance of ours",
             "Pause the fleet (until 'fleet-agent resume'), then destroy every instance of ours "
             "through the log, one by one.",
             arg("--yes", action="store_true", help="do not ask for confirmation"),
-            *who(reason_required=False)),
+            *who(reason_required=False),
+            reads=("vast", "fleet", "policy")),
     command("spend", "agent.cli.spend:cmd_spend",
             "spend today, this week, this month, per instance and GPU model",
             "Spend computed from the log's own rental history: each instance of ours at its $/h "
             "(storage included) for the time the ticks saw it running, between its rent and its "
             "destroy. UTC day, week from Monday, calendar month.",
-            arg("--json", action="store_true", help="print JSON")),
+            arg("--json", action="store_true", help="print JSON"),
+            reads=("policy",)),
     command("fork", "agent.cli.fork:cmd_fork",
             "re-run a past moment with a change, into a new log (what if)",
             "Fork the log at a tick or a time: the context exactly as it was, the change applied "
@@ -505,7 +552,8 @@ COMMANDS: tuple[Command, ...] = (
             "told; use 'say' for that.",
             arg("response_seq", type=number, help="the model.response event's seq"),
             arg("--note", help="why (kept in the log)"),
-            arg("--by", help=BY_HELP)),
+            arg("--by", help=BY_HELP),
+            reads=()),
     command("run", "agent.cli.service:cmd_run",
             "run the daemon in the foreground (ticks on the configured schedule)",
             "Run the daemon: take the single-writer lock, tick on the schedule (schedule.interval "
@@ -519,7 +567,8 @@ COMMANDS: tuple[Command, ...] = (
             "is the daemon running; last tick, fleet, alerts, context size",
             "Show whether the daemon runs (and who holds the lock), the last tick, the fleet as "
             "last observed, open alerts and the context size against the budget.",
-            arg("--json", action="store_true", help="print the status as JSON")),
+            arg("--json", action="store_true", help="print the status as JSON"),
+            reads=("knowledge_dir", "context", "policy"), in_force=("context", "policy")),
     command("doctor", "agent.cli.service:cmd_doctor",
             "check config, secrets, database, vast.ai, model, tokenizer, files",
             "Run every health check, one line each ('ok' or 'FAIL' with the fix); exit 1 when any "
@@ -533,14 +582,16 @@ COMMANDS: tuple[Command, ...] = (
             "PATH.head with the newest seq and hash, then verify the copy's whole chain. Never "
             "overwrites.",
             arg("path", help="the new file, or a directory to write a dated file into"),
-            arg("--json", action="store_true", help="print the result as JSON")),
+            arg("--json", action="store_true", help="print the result as JSON"),
+            reads=()),
     command("restore", "agent.cli.backup:cmd_restore",
             "replace the database with a verified backup (daemon stopped)",
             "Verify the copy at PATH (its chain and its .head file) and put it in place of the "
             "database; the replaced database and its companion files are kept beside it as "
             "<name>.replaced-<time>.db. Refused while a daemon or a tick holds the lock.",
             arg("path", help="a file written by 'fleet-agent backup'"),
-            arg("--json", action="store_true", help="print the result as JSON")),
+            arg("--json", action="store_true", help="print the result as JSON"),
+            reads=()),
     command("demo", "agent.cli.demo:cmd_demo",
             "run a simulated fleet for a few minutes (no keys, no servers needed)",
             "Start the vast.ai simulator in-process, run N ticks with the built-in rules provider "
@@ -617,7 +668,7 @@ def build_parser(commands: tuple[Command, ...] = COMMANDS) -> argparse.ArgumentP
             else:
                 _add(s, a)
         if c.handler is not None:
-            s.set_defaults(func=Handler(c.handler), **({"no_config": True} if c.no_config else {}))
+            s.set_defaults(func=Handler(c.handler), reads=c.reads, in_force=c.in_force, **({"no_config": True} if c.no_config else {}))
         parsers[c.path] = s
     p.set_defaults(root_parser=p)  # completion and man read every command from it
     return p

@@ -47,8 +47,11 @@ class App:
     def __init__(self, settings: Settings, *, env: Mapping[str, str] | None = None,
                  clock: Callable[[], float] | None = None, provider: ChatProvider | None = None,
                  prompts: Prompts | None = None, lock_held: bool = False,
-                 fence: Callable[[], None] | None = None, verify_writes: bool = False) -> None:
+                 fence: Callable[[], None] | None = None, verify_writes: bool = False,
+                 broken: Mapping[str, ConfigError] | None = None) -> None:
         self.settings = settings
+        # Parts of the config file set aside as broken (``agent.config.load_partial``): ``require`` refuses them.
+        self.broken = dict(broken or {})
         self.fence = fence  # the daemon's leadership check: the log calls it before each append commits
         self.verify_writes = verify_writes
         self.env = env
@@ -60,6 +63,36 @@ class App:
         self._reader: tuple[Any, Store] | None = None  # a connection of ``store``'s own and its queries
         self._vast: VastClient | None = None
         self._demand: DemandClient | None = None
+
+    def require(self, *parts: str) -> None:
+        """Refuse (the file's ConfigError, at its line) when one of the config's ``parts`` is broken."""
+        for part in parts:
+            if part in self.broken:
+                raise self.broken[part]
+
+    def sections_in_force(self, *names: str) -> list[str]:
+        """Replace each of the sections ``names`` that is broken in the file by the one the daemon last put in
+        force (its latest ``config.applied`` or ``config.changed``): what the fleet runs on while the file is
+        broken. The names replaced; a section the log holds no valid record of stays broken."""
+        from dataclasses import replace
+
+        from agent.config import broken_error, section_from
+
+        todo = [n for n in names if broken_error(getattr(self.settings, n)) is not None]
+        if not todo:
+            return []
+        try:
+            rec = next(iter(self.log.read(0, kinds=["config.applied", "config.changed"], newest_first=True,
+                                          limit=1)), None)
+        except LogError:  # no log to read it from: the sections stay broken
+            return []
+        flat = rec.payload.get("settings") if rec is not None else None
+        if not isinstance(flat, dict):
+            return []
+        found = {n: sec for n in todo if (sec := section_from(flat, n)) is not None}
+        self.settings = replace(self.settings, **found)
+        self.close()  # opened with the context's defaults: the next use opens the log as configured
+        return sorted(found)
 
     def vast(self) -> VastClient:
         """A vast.ai client (one per App, reused across ticks)."""
@@ -130,9 +163,12 @@ class App:
     def log(self) -> EventLog:
         """The event log (opened, and migrated, on first use)."""
         if self._log is None:
+            from agent.config import ContextSettings, broken_error
             from agent.store.log import EventLog
 
-            c = self.settings.context
+            # The encoding only counts tokens (the context view, the console: commands that read ``context``);
+            # with that section broken, reading and appending need not stop.
+            c = ContextSettings() if broken_error(self.settings.context) else self.settings.context
             # Events are stamped with the fleet's clock, so policy windows ("rents in the last hour")
             # and observations share one notion of time (wall time in production).
             # A SQLite file is opened by its name: pathlib loads only where a Path is asked for.
@@ -223,6 +259,7 @@ class App:
         if self._prompts is None:
             from agent.context.prompts import load_prompts
 
+            self.require("prompts_dir")
             self._prompts = load_prompts(self.settings.prompts_path)
         return self._prompts
 

@@ -11,6 +11,7 @@ daemon or tick writes meanwhile.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agent.errors import FleetAgentError
+from agent.errors import FleetAgentError, UsageError
 from agent.store.db import sqlite3
 from agent.store.log import EventLog, VerifyReport
 from agent.store.segments import SUFFIX, Remote, write_durably
@@ -124,8 +125,8 @@ def backup(log: EventLog, dest: Path) -> BackupResult:
         raise FleetAgentError(f"{dest} already exists; backup never overwrites: name a new file or a directory")
     if not dest.parent.is_dir():
         raise FleetAgentError(f"{dest.parent} is not a directory; create it or name another place for the copy")
-    _copy(log.conn, dest)
     try:
+        _copy(log.conn, dest)
         _copy_segments(log, dest)
         head_file = dest.with_name(dest.name + ".head")
         with EventLog(dest, readonly=True, create=False, head_file=head_file) as copy:
@@ -134,12 +135,26 @@ def backup(log: EventLog, dest: Path) -> BackupResult:
         os.chmod(head_file, 0o600)
         r = verify_copy(dest, log.segment_files.open_remote)
         _refuse_bad(dest, r)
-    except BaseException:
+    except BaseException as e:
         dest.unlink(missing_ok=True)
         dest.with_name(dest.name + ".head").unlink(missing_ok=True)
         shutil.rmtree(dest.with_name(dest.name + ".segments"), ignore_errors=True)
+        if isinstance(e, sqlite3.Error | OSError):
+            raise _write_failed(dest, e) from None
         raise
     return BackupResult(str(dest), r.checked, r.head_seq, r.head_hash, dest.stat().st_size)
+
+
+def _write_failed(dest: Path, e: sqlite3.Error | OSError) -> UsageError:
+    """A copy that could not be written (a full disk, a file-size limit, a failing device), as one line: the
+    partial files are already gone."""
+    text = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    if (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)) or "full" in text.lower():
+        text += ": the disk is full, or the file too large for it"
+    elif "disk i/o" in text.lower():  # what SQLite says of a write refused for a file-size limit, too
+        text += ": a full disk, a file-size limit or a failing device"
+    return UsageError(f"cannot write {dest} ({text}); nothing was left behind: free space there, or name another "
+                      "place")
 
 
 def restore(src: Path, db_path: Path, now: datetime | None = None) -> RestoreResult:
@@ -157,7 +172,10 @@ def restore(src: Path, db_path: Path, now: datetime | None = None) -> RestoreRes
     staged = db_path.with_name(db_path.name + ".restoring")
     staged.unlink(missing_ok=True)
     with EventLog(src, readonly=True, create=False) as copy:
-        _copy(copy.conn, staged)
+        try:
+            _copy(copy.conn, staged)
+        except (sqlite3.Error, OSError) as e:  # before anything moved: the database is as it was
+            raise _write_failed(staged, e) from None
     kept = []
     base = db_path.with_name(f"{db_path.stem}.replaced-{stamp}{db_path.suffix}")  # opens as a database
     for suffix in ("", *_COMPANIONS):
