@@ -216,8 +216,9 @@ CREATE POLICY fleet ON observed_runs USING (agent_id = current_setting('fleet_ag
 -- own (fleet_lead_<md5 of agent_id>) that only its bound roles may lock.
 --
 -- On upgrade every fleet with events is bound to the owner and to every role that could append to the
--- events until now (held INSERT), so a setup that ran every fleet with one role keeps working; an owner
--- isolates fleets by removing the bindings it does not want (DELETE FROM fleet_roles ...).
+-- events until now (held INSERT), so a setup that ran every fleet with one role keeps working; the owner
+-- then isolates fleets by giving each a role of its own (init --grant) and removing the bindings it does
+-- not want (SELECT fleet_agent_unbind('fleet-b', 'fleet_agent')).
 CREATE TABLE fleet_roles (
     agent_id TEXT NOT NULL,
     rolname  TEXT NOT NULL,
@@ -257,6 +258,17 @@ BEGIN
     EXECUTE format('GRANT SELECT, UPDATE (head_seq, head_hash) ON fleets TO %I', grantee);
 END $$;
 REVOKE ALL ON FUNCTION fleet_agent_bind(TEXT, TEXT) FROM PUBLIC;
+
+-- Undo a binding (run by the owner): the role sees none of the fleet's rows and may no longer lock its
+-- leadership table.
+CREATE FUNCTION fleet_agent_unbind(fleet TEXT, grantee TEXT) RETURNS VOID LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM fleet_roles WHERE agent_id = fleet AND rolname = grantee;
+    IF to_regclass(format('%I', 'fleet_lead_' || md5(fleet))) IS NOT NULL THEN
+        EXECUTE format('REVOKE ALL ON %I FROM %I', 'fleet_lead_' || md5(fleet), grantee);
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION fleet_agent_unbind(TEXT, TEXT) FROM PUBLIC;
 
 DO $$
 DECLARE t TEXT;

@@ -144,6 +144,19 @@ def rows_read(plan: dict[str, Any]) -> int:
     return n
 
 
+def describe(plan: dict[str, Any]) -> str:
+    """The plan's nodes in one line, outermost first: "Limit > Sort > Seq Scan on events"."""
+    parts = []
+    for n in _nodes(plan):
+        what = str(n.get("Node Type"))
+        if n.get("Index Name"):
+            what += f" using {n['Index Name']}"
+        if n.get("Relation Name"):
+            what += f" on {n['Relation Name']}"
+        parts.append(what)
+    return " > ".join(parts)
+
+
 def pg_problems(log: EventLog, statements: Iterable[tuple[str, list[Any]]], max_rows: int) -> list[str]:
     """One line per statement whose plan scans the events table or the search index whole (Seq Scan), or
     that, as a read, reads more than ``max_rows`` of their rows."""
@@ -161,5 +174,5 @@ def pg_problems(log: EventLog, statements: Iterable[tuple[str, list[Any]]], max_
         if scans and not (read and " LIMIT " in sql.upper()):
             out.append(f"full scan {scans}: {sql[:300]}")
         elif read and (n := rows_read(plan)) > max_rows:
-            out.append(f"{n} rows read: {sql[:300]} {params!r:.100}")
+            out.append(f"{n} rows read: {sql[:300]} {params!r:.100} (plan: {describe(plan)})")
     return out

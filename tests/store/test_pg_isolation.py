@@ -344,7 +344,8 @@ def test_an_existing_single_role_database_keeps_working_after_the_upgrade(pg_ser
     """A database written before the bindings, two fleets run by one role (the owner) plus a granted role:
     the upgrade binds every fleet with events to the owner and to every role that could append, sets each
     fleet's head from its events, and both roles go on appending where each chain left off; both chains
-    verify. A role granted nothing before is bound to nothing."""
+    verify. A role granted nothing before is bound to nothing. The owner then unbinds the shared role from
+    one fleet: it can neither open that fleet's log nor take its leadership."""
     _old_schema(pg_url, {"fleet-a": 7, "fleet-b": 3})
     runner = f"old_runner_{uuid.uuid4().hex[:8]}"
     bystander = f"bystander_{uuid.uuid4().hex[:8]}"
@@ -370,6 +371,17 @@ def test_an_existing_single_role_database_keeps_working_after_the_upgrade(pg_ser
         assert sorted(bound) == sorted((f, r) for f in ("fleet-a", "fleet-b") for r in (owner, runner))
         with pytest.raises(LogError, match=f"role {bystander} is not bound to fleet 'fleet-a'"):
             EventLog(PgTarget(_url_as(pg_url, bystander), "fleet-a", state_dir=tmp_path), create=False, readonly=True)
+        # The owner isolates the fleets: the shared role keeps fleet-b only.
+        with psycopg.connect(pg_url, autocommit=True) as c:
+            c.execute("SELECT fleet_agent_unbind('fleet-a', %s)", [runner])
+        with pytest.raises(LogError, match=f"role {runner} is not bound to fleet 'fleet-a'"):
+            EventLog(PgTarget(_url_as(pg_url, runner), "fleet-a", state_dir=tmp_path), create=False)
+        lead = PgLeader(_url_as(pg_url, runner), "fleet-a", failover_seconds=30)
+        try:
+            with pytest.raises(LogError, match="may not hold the leadership of fleet 'fleet-a'"):
+                lead.try_acquire()
+        finally:
+            lead.release()
     finally:
         with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as su:
             for role in (runner, bystander):

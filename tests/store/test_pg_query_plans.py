@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -46,8 +47,11 @@ def newest(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Ite
         template = record_template(tpl, sim.advance, ticks=4)
         tpl.close()
         state = tmp_path_factory.mktemp("state")
+        # Every fleet's history ends where the newest's does, as fleets running side by side on one server
+        # have theirs: the events' timestamps are in the same statistics.
+        now = datetime.fromtimestamp(clock(), UTC)
         with EventLog(PgTarget(url, "fleet-1", state_dir=state)) as first:
-            grow(first, template, EVENTS)
+            grow(first, template, EVENTS, now=now)
         for i in range(2, FLEETS):
             EventLog(PgTarget(url, f"fleet-{i}", state_dir=state)).close()
         copy_fleet(pg_server, url, "fleet-1", [f"fleet-{i}" for i in range(2, FLEETS)])
@@ -97,3 +101,33 @@ def test_the_check_sees_a_read_of_every_row_and_a_sort_of_every_row(pg_url: str,
         assert plans.rows_read(plans.pg_plan(log, every, [], analyze=True)) >= 3000
         assert plans.pg_problems(log, [(every, [])], MAX_ROWS)[0].startswith("3000 rows read")
         assert plans.pg_problems(log, [(select + "seq = %s", [7])], MAX_ROWS) == []
+
+
+@pytest.mark.slow
+def test_a_policy_the_planner_can_guess_sorts_the_newest_fleet_and_the_check_says_so(
+        pg_server: PgServer, pg_url: str, tmp_path: Path) -> None:
+    """Nine fleets of 4,000 events analyzed, a tenth of 20,000 never: the newest tick read through the policy keyed on
+    the session's role and binding (a value the planner cannot guess) goes down the primary key backwards
+    and reads 1 row. Put back the policy from before the bindings, keyed on the setting the planner reads
+    as a constant, and the planner expects 1 row of a fleet it never saw, so it sorts all 20,000: the check
+    names that statement and its Sort."""
+    from urllib.parse import urlsplit
+
+    from psycopg import connect
+
+    for i in range(1, FLEETS):
+        with EventLog(PgTarget(pg_url, f"fleet-{i}", state_dir=tmp_path), create=True) as log:
+            for start in range(1, 4001, 2000):
+                log.append_many([("tick.completed", {"steps": 1}, "system", n) for n in range(start, start + 2000)])
+    copy_fleet(pg_server, pg_url, "fleet-1", [])  # ANALYZE, then no autovacuum
+    latest = "SEL" + "ECT seq FROM events WHERE kind = 'tick.completed' ORDER BY seq DESC LIMIT 1"
+    with EventLog(PgTarget(pg_url, f"fleet-{FLEETS}", state_dir=tmp_path), create=True) as log:
+        for start in range(1, 20001, 2000):
+            log.append_many([("tick.completed", {"steps": 1}, "system", n) for n in range(start, start + 2000)])
+        assert not analyzed(pg_server, pg_url, f"fleet-{FLEETS}")
+        assert plans.rows_read(plans.pg_plan(log, latest, [], analyze=True)) == 1
+        assert plans.pg_problems(log, [(latest, [])], 1000) == []
+        with connect(pg_server.dsn(urlsplit(pg_url).path.strip("/")), autocommit=True) as su:
+            su.execute("ALTER POLICY fleet ON events USING (agent_id = current_setting('fleet_agent.agent_id'))")
+        (problem,) = plans.pg_problems(log, [(latest, [])], 1000)
+        assert problem.startswith("20000 rows read") and "Sort" in problem, problem
