@@ -27,6 +27,7 @@ def format_text(st: dict[str, Any]) -> str:
         if d.get("stale_holder"):
             extra += f"; the last holder ({d['stale_holder']}) exited without releasing the lock"
         lines.append(f"daemon: not running{extra}")
+    lines.extend(_leadership_lines(d))
     if "error" in st:
         lines.append(st["error"])
         return "\n".join(lines)
@@ -78,6 +79,20 @@ def format_text(st: dict[str, Any]) -> str:
         lines.append(_knowledge_line(k))
     return "\n".join(lines)
 
+
+
+def _leadership_lines(d: dict[str, Any]) -> list[str]:
+    """The standbys waiting to take over, and what the leadership lock could not say."""
+    lines = []
+    if d.get("error"):
+        lines.append(f"  leadership: {line(d['error'])}")
+    if d.get("stale_lease"):
+        lines.append(f"  the lease names {line(d['stale_lease'])}; a standby takes over")
+    sb = d.get("standbys")
+    if sb is not None:
+        names = ", ".join(f"pid {line(x.get('pid'))} on {line(x.get('host'))}" for x in sb)
+        lines.append(f"standbys: {len(sb)} waiting" + (f" ({names})" if names else ""))
+    return lines
 
 
 def _steering_lines(sv: dict[str, Any]) -> list[str]:

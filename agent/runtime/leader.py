@@ -62,6 +62,7 @@ LEASE_FRACTION = 1 / 3
 # Checks in a row whose answer came back too late to vouch for anything before the lock counts as lost.
 CHECK_TRIES = 3
 LEASE_NAME = "fleet-agent.runtime.leader"
+STANDBY_PREFIX = "fleet-agent.runtime.standby."  # + pid: a waiting standby's file, flocked while it lives
 _LEASE_SIZE = 1024
 
 
@@ -241,6 +242,7 @@ class FileLeader(_Heartbeat):
         self.token = uuid.uuid4().hex
         self.clock = clock
         self._fd: int | None = None
+        self._standby_fd: int | None = None
 
     # -- the lease file
 
@@ -289,6 +291,32 @@ class FileLeader(_Heartbeat):
         with self._lease() as fd:
             return self._read(fd)
 
+    def _wait_as_standby(self) -> None:
+        """Say, in a file of its own that this process keeps flocked, that it waits to take the fleet over
+        (``status`` lists the live ones; the file of a standby that died is the next one's to remove)."""
+        if self._standby_fd is not None:
+            return
+        for old in self.data_dir.glob(STANDBY_PREFIX + "*"):
+            if flocked_by_someone(old) is False:
+                with contextlib.suppress(OSError):
+                    old.unlink()
+        path = self.data_dir / f"{STANDBY_PREFIX}{os.getpid()}"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # the list in ``status`` is a courtesy: a standby that cannot write it still waits
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": self.clock()}).encode())
+        self._standby_fd = fd
+
+    def _stop_waiting(self) -> None:
+        fd, self._standby_fd = self._standby_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                (self.data_dir / f"{STANDBY_PREFIX}{os.getpid()}").unlink()
+            os.close(fd)
+
     def _mine(self, lease: dict[str, Any] | None) -> bool:
         return bool(lease) and lease.get("token") == self.token  # type: ignore[union-attr]
 
@@ -323,6 +351,7 @@ class FileLeader(_Heartbeat):
             if why is None:
                 if self.flock.held and not (lease or {}).get("has_flock"):
                     self.flock.release()  # the active took over without it; let it have it back
+                self._wait_as_standby()
                 return False
             started = time.monotonic()  # before the lease is written: its beat is no older than this
             now = self.clock()
@@ -331,6 +360,7 @@ class FileLeader(_Heartbeat):
                              "epoch": int((lease or {}).get("epoch") or 0) + 1})
             self._held_at = self.acquired_at = started
             self.took_because = why
+        self._stop_waiting()
         return True
 
     def _verify(self) -> str | None:
@@ -350,6 +380,7 @@ class FileLeader(_Heartbeat):
 
     def release(self) -> None:
         self._stop_heartbeat()
+        self._stop_waiting()
         try:
             if self._held_at is not None and self._lost is None:
                 with self._lease() as fd:
@@ -377,6 +408,38 @@ class FileLeader(_Heartbeat):
             return "nobody" if flock == "unknown" else flock
         age = self.clock() - float(lease.get("beat") or 0)
         return f"pid {lease.get('pid')} on {lease.get('host')}, heartbeat {age:.1f}s ago"
+
+
+def flocked_by_someone(path: Path) -> bool | None:
+    """Whether another process holds ``path``'s flock (None: no such file, or it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return False
+
+
+def file_standbys(data_dir: Path) -> list[dict[str, Any]]:
+    """The standbys waiting for a fleet's file lock: pid, host and since (Unix time), oldest first."""
+    out = []
+    for path in Path(data_dir).glob(STANDBY_PREFIX + "*"):
+        if flocked_by_someone(path) is not True:
+            continue  # a standby that died: the kernel let go of its flock
+        try:
+            info = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(info, dict):
+            out.append({"pid": info.get("pid"), "host": info.get("host"), "since": info.get("since")})
+    return sorted(out, key=lambda x: (float(x.get("since") or 0), str(x.get("pid"))))
 
 
 # ------------------------------------------------------------------ PostgreSQL: several hosts
@@ -483,6 +546,21 @@ class PgLeader(_Heartbeat):
 
         with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10, **self.connect_kwargs) as conn:
             return list(pglock.lock_holders(conn, self.agent_id))
+
+    def daemons(self) -> tuple[list[Any], list[Any]]:
+        """The fleet's daemons as the server sees them, on a short connection of its own: the sessions
+        holding the fleet's lock, and the other daemons' sessions (standbys, each named as ``identity``
+        names it, once per daemon)."""
+        import psycopg
+
+        with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10, **self.connect_kwargs) as conn:
+            holders = list(pglock.lock_holders(conn, self.agent_id))
+            named = {h.application_name for h in holders}
+            others: dict[str, Any] = {}
+            for sess in pglock.daemon_sessions(conn, self.agent_id):
+                if sess.application_name not in named:
+                    others.setdefault(sess.application_name, sess)
+        return holders, list(others.values())
 
     def holder(self) -> str:
         import psycopg

@@ -51,6 +51,75 @@ def daemon_state(data_path: Path) -> dict[str, Any]:
     return out
 
 
+def leadership(settings: Any, env: Any = None) -> dict[str, Any]:
+    """The fleet's active daemon and its waiting standbys, as its leadership lock (agent.runtime.leader)
+    sees them: on SQLite the lease file and the standbys' files in the data directory, on PostgreSQL the
+    sessions the server has (the lock's holder, the daemons' other sessions). Keys: ``running``,
+    ``holder`` (when a daemon is active), ``standbys`` (pid, host; ``since`` on SQLite), ``lock``; on
+    PostgreSQL ``error`` when the server could not be asked."""
+    if settings.storage.is_pg:
+        return _pg_leadership(settings, env)
+    return _file_leadership(settings)
+
+
+def _file_leadership(settings: Any) -> dict[str, Any]:
+    import time
+
+    from agent.errors import LockError
+    from agent.runtime.leader import FileLeader, file_standbys, flocked_by_someone
+
+    lead = FileLeader(settings.data_path, settings.agent_id, failover_seconds=float(settings.storage.failover_seconds))
+    out: dict[str, Any] = {"lock": "file", "standbys": file_standbys(settings.data_path)}
+    try:
+        lease = lead.read_lease()
+    except LockError:
+        lease = None
+    if lease and not lease.get("released"):
+        age = time.time() - float(lease.get("beat") or 0)
+        who = f"pid {lease.get('pid')} on {lease.get('host')}, heartbeat {age:.1f}s ago"
+        if lease.get("has_flock") and flocked_by_someone(lead.flock.path) is not True:
+            out["stale_lease"] = f"{who} (it died: the kernel let go of its lock)"
+        elif age <= lead.failover_seconds:
+            out.update(running=True, holder=who)
+        else:
+            out["stale_lease"] = f"{who} (past failover_seconds: suspended, hung or dead)"
+    return out
+
+
+def _pg_leadership(settings: Any, env: Any) -> dict[str, Any]:
+    import psycopg
+
+    from agent.runtime.leader import PgLeader, leader_for
+
+    lead = leader_for(settings, env)
+    assert isinstance(lead, PgLeader)
+    out: dict[str, Any] = {"lock": "postgresql", "running": False, "holder": None, "standbys": []}
+    try:
+        holders, others = lead.daemons()
+    except psycopg.Error as e:
+        out["error"] = f"cannot ask the server who holds the lock: {str(e).strip()[:200]}"
+        return out
+    if holders:
+        h = holders[0]
+        out.update(running=True, holder=_pg_name(h.application_name, settings.agent_id) + f", server pid {h.pid}")
+    out["standbys"] = [_pg_daemon(x.application_name, settings.agent_id) for x in others]
+    return out
+
+
+def _pg_daemon(application_name: str, agent_id: str) -> dict[str, Any]:
+    """``fleet-agent <agent_id> <host> <pid>`` as pid and host (a name cut at 63 characters: as it is)."""
+    rest = application_name[len(f"fleet-agent {agent_id} "):]
+    host, _, pid = rest.rpartition(" ")
+    return {"pid": int(pid), "host": host} if pid.isdigit() and host else {"pid": None, "host": rest}
+
+
+def _pg_name(application_name: str, agent_id: str) -> str:
+    if not application_name.startswith(f"fleet-agent {agent_id} "):
+        return f"'{application_name}' (not a fleet-agent daemon)"
+    d = _pg_daemon(application_name, agent_id)
+    return f"pid {d['pid']} on {d['host']}" if d["pid"] is not None else f"'{application_name}'"
+
+
 def _last(log_: EventLog, *kinds: str) -> Any:
     return next(log_.read(0, kinds=kinds, newest_first=True, limit=1), None)
 
@@ -233,6 +302,7 @@ def collect(app: App) -> dict[str, Any]:
     s = app.settings
     st: dict[str, Any] = {"agent_id": s.agent_id, "config": s.source_path, "database": s.log_location}
     st["daemon"] = daemon_state(s.data_path)
+    st["daemon"].update(leadership(s, app.env))
     if not s.storage.is_pg and not s.db_path.exists():
         st["error"] = f"no database at {s.db_path}; run 'fleet-agent init' or fix data_dir"
         return st

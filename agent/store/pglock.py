@@ -133,6 +133,16 @@ def lock_holders(conn: psycopg.Connection[Any], agent_id: str) -> list[LockHolde
     return [LockHolder(int(r[0]), r[1] or "", r[2], r[3], r[4]) for r in rows]
 
 
+def daemon_sessions(conn: psycopg.Connection[Any], agent_id: str) -> list[LockHolder]:
+    """Every session a daemon of this fleet opened (named by ``identity``: its lock session, its log's;
+    a standby's polling session), oldest first; an operator's command names its sessions otherwise."""
+    rows = conn.execute(
+        "SELECT pid, application_name, client_addr::text, backend_start::text, state_change::text "
+        "FROM pg_stat_activity WHERE starts_with(application_name, %s) AND pid <> pg_backend_pid() "
+        "ORDER BY backend_start, pid", (f"fleet-agent {agent_id} ",)).fetchall()
+    return [LockHolder(int(r[0]), r[1] or "", r[2], r[3], r[4]) for r in rows]
+
+
 def identity(agent_id: str) -> str:
     """``fleet-agent <agent_id> <hostname> <pid>``: how a holder names itself (its lock, its sessions)."""
     return f"fleet-agent {agent_id} {socket.gethostname()} {os.getpid()}"

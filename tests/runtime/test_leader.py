@@ -527,3 +527,73 @@ def test_doctor_names_the_pg_lock_holder_by_application_name(pg_url: str, tmp_pa
         assert pglock.try_lock(other, "fleet-1")
         c = check_leader(s)
         assert not c.ok and "'psql'" in c.detail and c.fix is not None and "pg_terminate_backend" in c.fix
+
+
+# ------------------------------------------------------------------ status
+
+
+def test_status_names_the_file_lock_holder_and_its_standbys(tmp_path: Path, drivers: list[Driver]):
+    """On SQLite ``status`` reads the lease for the active daemon (pid, host, heartbeat age) and lists the
+    standbys waiting (each keeps a file of its own flocked); a standby or holder killed drops out."""
+    from agent.cli.status import format_text
+    from agent.runtime.status import daemon_state, leadership
+
+    s = _settings(tmp_path)
+    assert leadership(s) == {"lock": "file", "standbys": []}
+    a = Driver(tmp_path, "file", str(s.data_path), 30.0, "a")
+    drivers.append(a)
+    wait_for(a.acting, "the holder to act")
+    b = Driver(tmp_path, "file", str(s.data_path), 30.0, "b")
+    drivers.append(b)
+    wait_for(lambda: leadership(s)["standbys"], "the standby to be listed")
+    st = leadership(s)
+    assert st["running"] and st["holder"].startswith(f"pid {a.proc.pid} on {socket.gethostname()}, heartbeat ")
+    assert [(x["pid"], x["host"]) for x in st["standbys"]] == [(b.proc.pid, socket.gethostname())]
+    text = format_text({"daemon": {**daemon_state(s.data_path), **st}, "error": "(the log is not read here)"})
+    assert text.splitlines()[:2] == [f"daemon: running ({st['holder']})",
+                                     f"standbys: 1 waiting (pid {b.proc.pid} on {socket.gethostname()})"]
+    b.kill()
+    assert leadership(s)["standbys"] == []
+    a.kill()
+    st = leadership(s)
+    assert "running" not in st and "it died" in st["stale_lease"]
+
+
+def test_status_names_the_pg_lock_holder_and_its_standbys(pg_url: str, tmp_path: Path, drivers: list[Driver]):
+    """On PostgreSQL ``status`` asks the server: the session holding the fleet's lock names the active
+    daemon (pid and host, and its server pid), the other daemons' sessions are its standbys; another fleet's
+    daemons are not listed, and a server that cannot be reached is said so."""
+    from agent.cli.status import format_text
+    from agent.runtime.status import leadership
+
+    s = _settings(tmp_path, pg_url)
+    assert leadership(s) == {"lock": "postgresql", "running": False, "holder": None, "standbys": []}
+    a = Driver(tmp_path, "pg", pg_url, 30.0, "a")
+    drivers.append(a)
+    wait_for(a.acting, "the holder to act")
+    b = Driver(tmp_path, "pg", pg_url, 30.0, "b")
+    drivers.append(b)
+    other = PgLeader(pg_url, "fleet-2", failover_seconds=30)
+    try:
+        assert other.try_acquire()
+        wait_for(lambda: leadership(s)["standbys"], "the standby to be listed")
+        st = leadership(s)
+        assert st["running"] and st["holder"].startswith(f"pid {a.proc.pid} on {socket.gethostname()}, server pid ")
+        assert st["standbys"] == [{"pid": b.proc.pid, "host": socket.gethostname()}]
+        text = format_text({"daemon": {**st, "running": True}, "error": "(the log is not read here)"})
+        assert text.splitlines()[:2] == [f"daemon: running ({st['holder']})",
+                                         f"standbys: 1 waiting (pid {b.proc.pid} on {socket.gethostname()})"]
+    finally:
+        other.release()
+    b.kill()
+    a.kill()
+    wait_for(lambda: not leadership(s)["running"], "the server to free the killed holder's lock")
+    import re
+
+    from tests.pgserver import _free_port
+
+    (tmp_path / "down").mkdir()
+    down = _settings(tmp_path / "down", re.sub(r"port=\d+", f"port={_free_port()}", pg_url))
+    st = leadership(down)
+    assert not st["running"] and st["error"].startswith("cannot ask the server who holds the lock: ")
+    assert "leadership: cannot ask the server" in format_text({"daemon": st, "error": "-"})
