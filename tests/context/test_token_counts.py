@@ -157,3 +157,24 @@ def test_importing_the_projection_does_not_load_tiktoken() -> None:
     code = "import sys, agent.context, agent.context.compaction, agent.store.log; print('tiktoken' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_an_encoding_file_parses_as_line_by_line_and_names_a_damaged_line(tmp_path: Path) -> None:
+    import hashlib
+    from importlib import resources
+
+    import pytest
+
+    from agent.errors import ConfigError
+    from agent.tokens import KNOWN, _parse_bpe, _parse_bpe_lines
+
+    package, rel = KNOWN["cl100k_base"][:2]
+    data = resources.files(package).joinpath(rel).read_bytes()
+    assert _parse_bpe(data, "f") == _parse_bpe_lines(data, "f")
+    assert _parse_bpe(data.replace(b"\n", b"\n\n", 3), "f") == _parse_bpe_lines(data, "f")   # blank lines
+    for bad, line in ((data.replace(b" 5\n", b" x\n", 1), 6), (data.replace(b" 5\n", b"\n", 1), 6),
+                      (data + b"abc 1 2\n", 100257)):
+        path = tmp_path / "bad.tiktoken"
+        path.write_bytes(bad)
+        with pytest.raises(ConfigError, match=rf"bad.tiktoken:{line}: not a tiktoken BPE line"):
+            get_tokenizer("cl100k_base", str(path), hashlib.sha256(bad).hexdigest())
