@@ -59,14 +59,15 @@ def demo_config(where: Path) -> Path:
     return d / "config.yaml"
 
 
-def bench(trees: dict[str, Path], cfg: Path, runs: int) -> dict[tuple[str, str], list[tuple[float, float]]]:
+def bench(trees: dict[str, Path], cfg: Path, runs: int,
+          commands: tuple[tuple[str, ...], ...] = COMMANDS) -> dict[tuple[str, str], list[tuple[float, float]]]:
     times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for tree in trees.values():
         check_tree(tree)
-        for argv in COMMANDS:
+        for argv in commands:
             run(tree, cfg, argv)  # untimed: writes the tree's bytecode
     for _ in range(runs):
-        for argv in COMMANDS:
+        for argv in commands:
             for label, tree in trees.items():
                 times.setdefault((label, " ".join(argv)), []).append(run(tree, cfg, argv))
     return times
@@ -77,7 +78,10 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=20, help="timed runs of each command (default 20)")
     p.add_argument("--against", metavar="REV", help="also time this git revision, for a before/after pair")
     p.add_argument("--config", type=Path, help="the config to read (default: a new demo data directory)")
+    p.add_argument("--commands", help="the commands to time, ';'-separated (default: "
+                   + "; ".join(" ".join(c) for c in COMMANDS) + ")")
     a = p.parse_args()
+    commands = tuple(tuple(c.split()) for c in a.commands.split(";")) if a.commands else COMMANDS
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
         cfg = a.config or demo_config(Path(tmp))
         trees = {"this checkout": REPO}
@@ -87,21 +91,21 @@ def main() -> int:
                            check=True)
             trees = {a.against: rev_tree, **trees}
         try:
-            times = bench(trees, cfg, a.runs)
+            times = bench(trees, cfg, a.runs, commands)
         finally:
             if a.against:
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(rev_tree)], check=True)
     print(f"median of {a.runs} runs of python -m agent.cli --config CFG COMMAND ({sys.executable}), wall "
           f"seconds (CPU seconds, user + system: what a busy machine changes least); load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'command':<14}" + "".join(f"{label:>22}" for label in trees))
-    for argv in COMMANDS:
+    print(f"{'command':<20}" + "".join(f"{label:>22}" for label in trees))
+    for argv in commands:
         cmd = " ".join(argv)
         cells = []
         for label in trees:
             wall, cpu = (statistics.median(x) for x in zip(*times[(label, cmd)], strict=True))
             cells.append(f"{wall:.3f}s ({cpu:.3f}s)")
-        print(f"{cmd:<14}" + "".join(f"{c:>22}" for c in cells))
+        print(f"{cmd:<20}" + "".join(f"{c:>22}" for c in cells))
     return 0
 
 

@@ -611,7 +611,8 @@ def fleet_tick_items(n: int, size: int) -> list[list[Item]]:
     return parts
 
 
-def fleet_run(size: int, ticks: int, prompts: Any, path: Path) -> dict[str, Any]:
+def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: ContextSettings = SETTINGS
+              ) -> dict[str, Any]:
     """The real loop (compaction, projection) over ``ticks`` ticks of a ``size``-instance fleet, 3 agent calls a
     tick with the project's real tool specs, and an answering summariser: per tick, the prompt tokens of every
     call (the summariser's included) and how many of them repeat the previous call's prefix (what a provider's
@@ -628,7 +629,7 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path) -> dict[str, Any]
     summariser = BenchSummariser()
     owned = fleet_owned(size)
     prev: tuple[list[dict[str, Any]], bool] | None = None
-    reused = total = 0
+    reused = total = fresh = 0   # fresh: tokens of the tick's own new messages, which no cache can hold
     after: list[float] = []
 
     def score(msgs: list[dict[str, Any]], with_tools: bool) -> float:
@@ -642,13 +643,15 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path) -> dict[str, Any]
     t0 = time.perf_counter()
     for n in range(1, ticks + 1):
         for part in fleet_tick_items(n, size):
-            log.append_many(part)
+            for e in log.append_many(part):
+                m = render(e)
+                fresh += count(m) if m is not None else 0
             seen = len(summariser.calls)
-            comp = compact(log, prompts, SETTINGS, policy=POLICY, tools=tools, summarizer=summariser, tick=n,
+            comp = compact(log, prompts, settings, policy=POLICY, tools=tools, summarizer=summariser, tick=n,
                            open_alert_ids=[], owned_instance_ids=owned, cache=cache, model_name="bench")
             for msgs, sent in summariser.calls[seen:]:
                 score(msgs, bool(sent))
-            p = project(log, prompts, SETTINGS, policy=POLICY, tools=tools, model="bench", cache=cache)
+            p = project(log, prompts, settings, policy=POLICY, tools=tools, model="bench", cache=cache)
             req = log.append("model.request", request_payload(p), "system", n)
             log.append("model.response", {"text": "ok", "tool_calls": [], "request_seq": req.seq}, "model", n)
             share = score(p.messages, True)
@@ -658,10 +661,12 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path) -> dict[str, Any]
     log.close()
     summarised = [c for c in comps if c.get("summarised", True)]
     return {
-        "instances": size, "ticks": ticks,
+        "instances": size, "ticks": ticks, "low_water": settings.low_water,
         "prompt_tokens_per_tick": round(total / ticks),
         "cached_tokens_per_tick": round(reused / ticks),
         "uncached_tokens_per_tick": round((total - reused) / ticks),
+        "new_input_tokens_per_tick": round(fresh / ticks),
+        "reuse_ceiling": round(1 - fresh / total, 4),   # were nothing but the new messages sent uncached
         "prefix_reuse_by_tokens": round(reused / total, 4),
         "reuse_after_compaction": round(statistics.mean(after), 4) if after else None,
         "reuse_after_compaction_min": round(min(after), 4) if after else None,
@@ -674,14 +679,15 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path) -> dict[str, Any]
     }
 
 
-def fleet_scenario(sizes: list[int], ticks: int, prompts: Any) -> dict[str, Any]:
+def fleet_scenario(sizes: list[int], ticks: int, prompts: Any, settings: ContextSettings = SETTINGS
+                   ) -> dict[str, Any]:
     """``fleet_run`` at each fleet size, with each figure against its aim."""
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"fleet-{os.getpid()}.db"
     out: dict[str, Any] = {}
     try:
         for size in sizes:
-            out[str(size)] = fleet_run(size, ticks, prompts, path)
+            out[str(size)] = fleet_run(size, ticks, prompts, path, settings)
     finally:
         for suffix in ("", "-wal", "-shm", ".head"):
             Path(str(path) + suffix).unlink(missing_ok=True)
@@ -703,7 +709,8 @@ def print_fleet(r: dict[str, Any]) -> None:
             continue
         print(f"instances {f['instances']:>4}  prompt/tick {f['prompt_tokens_per_tick']:>7,}  cached "
               f"{f['cached_tokens_per_tick']:>7,}  uncached {f['uncached_tokens_per_tick']:>6,}  reuse "
-              f"{f['prefix_reuse_by_tokens']:.4f}  after compaction {f['reuse_after_compaction']}  compactions "
+              f"{f['prefix_reuse_by_tokens']:.4f} (ceiling {f['reuse_ceiling']:.4f}, new input "
+              f"{f['new_input_tokens_per_tick']:,}/tick)  after compaction {f['reuse_after_compaction']}  compactions "
               f"{f['compactions']} (masking only {f['masking_only']})  summaries accepted "
               f"{f['summaries_accepted']}/{f['summaries']}", file=sys.stderr)
 
@@ -785,6 +792,7 @@ def main() -> None:
     ap.add_argument("--cache", type=int, metavar="TICKS", help="only the prompt-cache scenario over TICKS ticks")
     ap.add_argument("--fleet", metavar="SIZES", help="only the fleet-size scenario at SIZES instances (e.g. 10,100,500)")
     ap.add_argument("--ticks", type=int, default=300, help="ticks per fleet size with --fleet (default 300)")
+    ap.add_argument("--low-water", type=float, help="with --fleet: context.low_water (default: the default's)")
     ap.add_argument("--build", nargs=2, metavar=("N", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING + 10))
@@ -799,7 +807,10 @@ def main() -> None:
         print(json.dumps({"cache": cache_scenario(args.cache, prompts)}, sort_keys=True))
         return
     if args.fleet:
-        fleet = fleet_scenario([int(x) for x in args.fleet.split(",")], args.ticks, prompts)
+        from dataclasses import replace
+
+        fleet = fleet_scenario([int(x) for x in args.fleet.split(",")], args.ticks, prompts,
+                               SETTINGS if args.low_water is None else replace(SETTINGS, low_water=args.low_water))
         print_fleet(fleet)
         print(json.dumps({"fleet": fleet}, sort_keys=True))
         return

@@ -82,9 +82,9 @@ def cmd_context(args: argparse.Namespace, app: Any) -> int:
     _out(f"{comp} · request_hash {m['request_hash']}")
     if recorded is not None:
         _out(f"recorded request #{recorded.seq}: hash {'matches' if match else 'DIFFERS: ' + recorded.payload['request_hash']}")
-    tok = app.log.tokenizer
+    meter = meter_for(settings, _cache(app))   # kept counts first: the tokenizer loads only for new texts
     for i, msg in enumerate(p.messages):
-        _out(_render_message(i, msg, tok.count_message(msg)))
+        _out(_render_message(i, msg, meter.message(msg)))
     return 0 if match is not False else 1
 
 

@@ -34,8 +34,9 @@ COUNT_CHARS = 16 << 20     # and at most this many characters of them: one 5 MB 
 Message = dict[str, Any]
 
 COUNT_FILE = "token-counts"           # its name in the data directory
-MAGIC = b"fleet-agent token counts v1\n"
+MAGIC = b"fleet-agent token counts file 1\n"   # one record long: a second copy only costs one record
 RECORD = struct.Struct("<16sII8s")   # text digest, count, text's UTF-8 length, check of the three
+assert len(MAGIC) == RECORD.size
 FILE_RECORDS = 32_768                # past this many records the file is rewritten with the newest half
 
 
@@ -48,6 +49,12 @@ def _digest(key: str, text: str) -> tuple[bytes, int]:
 def _check(digest: bytes, count: int, size: int) -> bytes:
     return hashlib.blake2b(digest + count.to_bytes(4, "little") + size.to_bytes(4, "little"), digest_size=8,
                            key=MAGIC).digest()
+
+
+def _sound(digest: bytes, count: int, size: int, check: bytes) -> bool:
+    """Whether a record is as it was written and its count one a text of ``size`` bytes can have (at least
+    one token for a non-empty text, at most one a byte)."""
+    return check == _check(digest, count, size) and (size == 0 or 1 <= count <= size)
 
 
 class CountFile:
@@ -99,9 +106,11 @@ class CountFile:
         if hit is None:
             return None
         n, kept_size, check = hit
-        if kept_size != size or check != _check(digest, n, size) or not (size == 0 or 1 <= n <= size):
+        if not _sound(digest, n, kept_size, check) or kept_size != size:
             self.rejected += 1
             del index[digest]
+            if self.rejected * 4 > len(index):   # a damaged file: the next count kept rewrites it
+                self._foreign = True
             return None
         return n
 
@@ -120,7 +129,11 @@ class CountFile:
                 self._rewrite()
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                if os.fstat(self._fd).st_size == 0:
+                size = os.fstat(self._fd).st_size
+                if size % RECORD.size:   # a record torn by a crash: what follows would be misread
+                    self._rewrite()
+                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o600)
+                elif size == 0:
                     os.write(self._fd, MAGIC)
             os.write(self._fd, record)
             self._records += 1
@@ -132,7 +145,7 @@ class CountFile:
         """Keep the newest half: a new file put in place at once (a writer still appending to the old
         one loses its records, which only costs a count later)."""
         assert self._index is not None
-        keep = list(self._index.items())[-(self.max_records // 2):]
+        keep = [(d, r) for d, r in self._index.items() if _sound(d, *r)][-(self.max_records // 2):]
         tmp = f"{self.path}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             f.write(MAGIC + b"".join(RECORD.pack(d, n, size, check) for d, (n, size, check) in keep))

@@ -707,7 +707,8 @@ def fallback_summary(previous: str, events: list[Event], *, cap: int, meter: Met
 class Plan:
     """A compaction decided from the log's inputs alone: where to cut, what to mask and what to ask the
     summariser. ``cut`` is None for a masking-only compaction (old tool outputs become stubs, nothing is
-    summarised and no model is called)."""
+    summarised and no model is called): logs hold them from before masking waited for a summary, and
+    ``compaction_payload`` still writes one for such a plan, but ``plan`` no longer makes them."""
 
     view: View
     before: Projection
