@@ -16,6 +16,7 @@ from typing import Any
 from agent.clients.vast import Instance, Offer, VastError, spendable
 from agent.fleet import steering, throughput
 from agent.fleet.block import Block, norm_gpu
+from agent.fleet.market import BID_MARGIN
 from agent.fleet.reconcile import absence_proves_gone
 from agent.fleet.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
 
@@ -75,9 +76,6 @@ def search(ctx: ToolContext, query: dict[str, Any], **kw: Any) -> list[Offer]:
 
 PER_JOB_POOL = 64
 """Offers fetched, cheapest $/h first, to pick the cheapest per job from (``order: per_job``)."""
-
-BID_MARGIN = 0.2
-"""A bid goes this far above the offer's min_bid now (the market moves; a bid at min_bid is outbid at once)."""
 
 
 def bidding(ctx: ToolContext, args: Args) -> bool:
