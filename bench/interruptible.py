@@ -1,7 +1,7 @@
 """Interruptible fleets: $/job and mean job wait with bids against on-demand, for a workload that tolerates
 interruption (a proof job lost to an outbid is simply run again).
 
-    python bench/interruptible.py [--ticks 144] [--seed 0] [--rate 30] [--max-bid-share 0.6] [--json]
+    python bench/interruptible.py [--ticks 144] [--seed 0] [--rate 30] [--max-bid-share 0.7] [--json]
 
 Runs the same scenario twice, each against its own `fleet-agent sim --manual-clock` subprocess (same seed, the
 simulator's default market: bids follow a moving market and are outbid), with the agent's real tick and the
@@ -66,7 +66,7 @@ def run(arm: str, ticks: int, seed: int, rate: float, max_bid_share: float, trac
                 a = sim.get("/_sim/accounting")
                 print(f"{arm} t={(now - float(base['now'])) / 60:5.0f}m pending {a['pending']:6.1f} capacity "
                       f"{a['capacity_jobs_per_h']:5.1f} " + " ".join(
-                          f"{i['id'] % 1000}:{i['gpu_name'][-4:]}:{i['status']}" for i in a["instances"]
+                          f"{i['id'] % 1000}:{i['gpu_name'][-4:]}:{i['status']}:{i['dph_total']:.3f}" for i in a["instances"]
                           if i["status"] != "destroyed"), file=sys.stderr)
         acc = sim.get("/_sim/accounting")
         arrived = acc["jobs_arrived"] - base["jobs_arrived"]
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ticks", type=int, default=144)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rate", type=float, default=30.0, help="jobs arriving per hour (constant)")
-    ap.add_argument("--max-bid-share", type=float, default=0.6)
+    ap.add_argument("--max-bid-share", type=float, default=0.7)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--trace", action="store_true", help="each tick's queue and instances, on stderr")
     args = ap.parse_args(argv)
