@@ -4,7 +4,8 @@
 
 Runs the demo's configuration (the built-in rules provider renting and destroying against the
 simulator, 5 simulated minutes per tick), then prints what `fleet-agent spend` computes from the log
-and what the simulator billed for the same instances: in total, per instance, and the % difference.
+and what the simulator billed for the same instances: in total, per instance, and the % difference,
+with the bandwidth part (vast.ai bills traffic per GB at each host's prices) on its own line.
 Figures only; nothing here asserts.
 """
 
@@ -46,6 +47,10 @@ def main() -> None:
                     clock.advance(TICK_SECONDS)
             rep = spend.report(app.log)
             billed = sim.billing()
+            led = spend.Ledger.of(app.log)
+            epoch = spend.datetime(1970, 1, 1, tzinfo=spend.UTC)
+            log_traffic = sum(led.traffic_cost(r, epoch, led.now) for r in led.rentals)
+            sim_traffic = {iid: float(i.get("_traffic_cost", 0.0)) for iid, i in {**sim.destroyed, **sim.instances}.items()}
         finally:
             app.close()
     ours = [i for i in rep["instances"]]
@@ -59,6 +64,9 @@ def main() -> None:
               f"simulator ${b:8.4f}  {diff:+6.2f} %")
     diff = (rep["total"] - sim_total) / sim_total * 100 if sim_total else float("nan")
     print(f"total: log ${rep['total']:.4f}  simulator ${sim_total:.4f}  difference {diff:+.2f} %")
+    st = sum(sim_traffic.get(i["instance_id"], 0.0) for i in ours)
+    tdiff = (log_traffic - st) / st * 100 if st else float("nan")
+    print(f"of which bandwidth: log ${log_traffic:.4f}  simulator ${st:.4f}  difference {tdiff:+.2f} %")
 
 
 if __name__ == "__main__":

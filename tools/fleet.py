@@ -16,6 +16,7 @@ from typing import Any
 from agent.clients.vast import Instance, Offer, VastError, spendable
 from agent.fleet import steering, throughput
 from agent.fleet.block import Block, norm_gpu
+from agent.fleet.market import BID_MARGIN
 from agent.fleet.reconcile import absence_proves_gone
 from agent.fleet.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
 
@@ -76,13 +77,15 @@ def search(ctx: ToolContext, query: dict[str, Any], **kw: Any) -> list[Offer]:
 PER_JOB_POOL = 64
 """Offers fetched, cheapest $/h first, to pick the cheapest per job from (``order: per_job``)."""
 
-BID_MARGIN = 0.2
-"""A bid goes this far above the offer's min_bid now (the market moves; a bid at min_bid is outbid at once)."""
 
-
-def bidding(ctx: ToolContext, args: Args) -> bool:
-    """Whether this search or rent is interruptible: as asked, else as ``policy.interruptible`` says."""
-    return bool(args.get("interruptible", ctx.settings.policy.interruptible))
+def bidding(ctx: ToolContext, args: Args) -> str:
+    """How this search or rent treats bids: "only" (interruptible=true), "never" (false, or the policy is off),
+    else "prefer" with ``policy.interruptible``: a bid where one fits ``policy.max_bid_share``, on-demand
+    otherwise (the fleet is not left short when the bid market is thin)."""
+    asked = args.get("interruptible")
+    if asked is not None:
+        return "only" if asked else "never"
+    return "prefer" if ctx.settings.policy.interruptible else "never"
 
 
 def bid_for(ctx: ToolContext, offer: Offer) -> float | Block:
@@ -97,20 +100,32 @@ def bid_for(ctx: ToolContext, offer: Offer) -> float | Block:
     return round(min(cap, offer.min_bid * (1 + BID_MARGIN)), 4)
 
 
-def _as_bid(ctx: ToolContext, offers: list[Offer]) -> list[Offer]:
-    """Interruptible offers priced at the bid fleet-agent would place (those it would not bid on left out)."""
+def as_bid(offer: Offer, bid: float) -> Offer:
+    """``offer`` priced at ``bid``: what a rent places, and what caps, budgets and spend count."""
+    return dataclasses.replace(offer, dph_total=bid, raw={**offer.raw, BID_KEY: bid})
+
+
+BID_KEY = "_fleet_agent_bid"  # in an Offer's raw row: the bid a rent of it places
+
+
+def _as_bid(ctx: ToolContext, offers: list[Offer], mode: str) -> list[Offer]:
+    """Offers priced at the bid fleet-agent would place; one it would not bid on is left out ("only") or kept
+    at its on-demand price ("prefer")."""
     out = []
     for o in offers:
         bid = bid_for(ctx, o)
         if not isinstance(bid, Block):
-            out.append(dataclasses.replace(o, dph_total=bid))
+            out.append(as_bid(o, bid))
+        elif mode == "prefer":
+            out.append(o)
     return out
 
 
 def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     limit = min(int(args.get("limit", ctx.settings.fleet.search_limit)), 25)
     per_job = args.get("order") == "per_job"
-    bids = bidding(ctx, args)
+    mode = bidding(ctx, args)
+    bids = mode != "never"
     if bids and not ctx.settings.policy.interruptible:
         return Outcome(False, error="interruptible offers are off by policy (policy.interruptible: false); search "
                        "without interruptible")
@@ -118,7 +133,7 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
                     order=[("dph_total", "asc")], **({"type": "bid"} if bids else {}))
     on_demand = {o.id: o for o in offers}
     if bids:
-        offers = sorted(_as_bid(ctx, offers), key=lambda o: (o.dph_total or 0.0, o.id))
+        offers = sorted(_as_bid(ctx, offers, mode), key=lambda o: (o.dph_total or 0.0, o.id))
     excluded = steering.excluded_hosts(ctx.settings, ctx.log)
     left_out = [o for o in offers if o.host_id in excluded]
     offers = [o for o in offers if o.host_id not in excluded]
@@ -129,20 +144,23 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     if per_job:
         offers.sort(key=lambda o: (tp.usd_per_job(o.dph_total or 0.0, o.gpu_name or "?", o.num_gpus) or 0.0, o.id))
     rows = ["offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
-            + (" | min_bid | on-demand $/h" if bids else "")]
+            + (" | min_bid | on-demand $/h | type" if bids else "")]
     shown = offers[:limit]
     for o in shown:
         gpu = o.gpu_name or "?"
         jph = tp.per_instance(gpu, o.num_gpus)
         per = tp.usd_per_job(o.dph_total or 0.0, gpu, o.num_gpus)
-        extra = f" | {o.min_bid or 0:.4f} | {on_demand[o.id].dph_total or 0:.3f}" if bids else ""
+        kind = "bid" if BID_KEY in o.raw else "on-demand"
+        extra = f" | {o.min_bid or 0:.4f} | {on_demand[o.id].dph_total or 0:.3f} | {kind}" if bids else ""
         rows.append(f"{o.id} | {o.gpu_name} x{o.num_gpus or 1} | {o.dph_total or 0:.3f} | "
                     f"{o.reliability or 0:.3f} | {o.host_id} | {o.geolocation or '?'} | {jph:.1f} | "
                     + (f"{per:.4f}" if per is not None else "?") + extra)
     if bids:
         note += (f"\n(interruptible: $/h is the bid a rent places, min_bid +{BID_MARGIN:.0%} and at most "
                  f"policy.max_bid_share {ctx.settings.policy.max_bid_share:.2f} x on-demand; an instance outbid "
-                 "later stops and its work is lost)")
+                 "later stops and its work is lost"
+                 + ("; offers whose min_bid is above that are rented on-demand (type)" if mode == "prefer" else "")
+                 + ")")
     return Outcome(True, "\n".join(rows) + _basis(tp, sorted({o.gpu_name or "?" for o in shown})) + note)
 
 
@@ -175,13 +193,15 @@ def _check_rent(ctx: ToolContext, args: Args) -> Offer | Block:
     if offer is None:
         return Block("offer_unavailable", f"offer {args['offer_id']} is not on the market (rented or gone); "
                      "search again")
-    if bidding(ctx, args):
+    mode = bidding(ctx, args)
+    if mode != "never":
         if not ctx.settings.policy.interruptible:
             return Block("interruptible", "interruptible rents are off by policy (policy.interruptible: false)")
         bid = bid_for(ctx, offer)
-        if isinstance(bid, Block):
+        if isinstance(bid, Block) and mode == "only":
             return bid
-        offer = dataclasses.replace(offer, dph_total=bid)  # the caps, budgets and spend count the bid
+        if not isinstance(bid, Block):
+            offer = as_bid(offer, bid)  # the caps, budgets and spend count the bid
     count, fleet_dph = fleet_load(ctx)
     return (pol.check_rent(offer, count, fleet_dph, pol.rents_last_hour(ctx.log))
             or pol.check_money_and_host(ctx.log, offer) or offer)
@@ -234,7 +254,7 @@ def pending_outcome(label: str, effect: dict[str, Any], why: str, settle_after: 
 def _rent(ctx: ToolContext, args: Args, offer: Offer, key: str) -> Outcome:
     f = ctx.settings.fleet
     label = ctx.policy.label_for(key)
-    price = offer.dph_total if bidding(ctx, args) else None  # the bid _check_rent priced the offer at
+    price = offer.raw.get(BID_KEY)  # the bid _check_rent priced the offer at; None: on-demand
     out = ctx.vast.rent(int(args["offer_id"]), image=f.image, disk=f.disk_gb, label=label, onstart=f.onstart,
                         env=f.env, price=price, runtype=f.runtype, cancel_unavail=True)
     if out.status != "rejected":

@@ -5,8 +5,10 @@
   cost grew by ``TRAFFIC_STEP`` dollars or more since the last note, so spend, budgets and caps count it
   (agent/fleet/spend.py).
 - Outbids: an interruptible instance whose bid is below the market's ``min_bid`` is stopped by vast.ai. Its
-  work is lost; it is destroyed (``instance.outbid`` says why, a warning alert tells the operator) and the fleet
-  is sized again, which replaces it. No ``host.failed``: the host did nothing wrong.
+  work is lost. When the market's min_bid plus the bid margin still fits ``policy.max_bid_share`` of its
+  on-demand GPU price, the bid is raised (``PUT /instances/bid_price/{id}/``) and the instance starts again
+  with its disk; otherwise it is destroyed and the fleet sized again, which replaces it. ``instance.outbid``
+  says which, a warning alert tells the operator. No ``host.failed``: the host did nothing wrong.
 - Price increases: a host may ask more for a running contract (``GET /instances/pending-price-increases/``).
   Within ``policy.max_price_increase`` it is accepted; above it, rejected, the operator told (a warning alert),
   and the instance destroyed so the fleet is sized again without it (a rejected contract ends anyway at its end
@@ -25,6 +27,8 @@ from agent.times import utc_ts
 
 log_ = logsetup.get_logger(__name__)
 
+BID_MARGIN = 0.2
+"""A bid goes this far above the offer's min_bid now (the market moves; a bid at min_bid is outbid at once)."""
 TRAFFIC_STEP = 0.01  # dollars of traffic between two notes of one instance
 OUTBID_REASON = "outbid: vast.ai stopped this interruptible instance for a higher bid; its work is lost"
 PRICE_REASON = "rejected a price increase above policy.max_price_increase; replaced rather than kept at the new price"
@@ -73,17 +77,48 @@ def note_traffic(log: EventLog, listing: list[Instance], owned: set[int], tick: 
     return n
 
 
-def handle_outbid(ctx: ToolContext, *, dry_run: bool) -> list[Outcome]:
-    """Each outbid instance of ours: ``instance.outbid``, a warning alert, and destroyed through the tool pipeline
-    (``system.destroy`` first), once per instance. Nothing while the fleet is paused."""
-    from agent import feedback
+Rebids = dict[int, tuple[float | None, float | None, float]]  # id -> (old bid, market min_bid, new bid)
 
+
+def _outbid_now(ctx: ToolContext) -> list[Instance]:
+    """Outbid instances of ours not handled yet at their current bid; none while the fleet is paused."""
     outbid = sorted((i for i in ctx.ours() if is_outbid(i)), key=lambda i: i.id)
     if not outbid or steering.paused(ctx.log) is not None:
         return []
-    done = {int(e.payload["instance_id"]) for e in ctx.log.read(0, kinds=["instance.outbid"])}
+    done = {(int(e.payload["instance_id"]), e.payload.get("bid")) for e in ctx.log.read(0, kinds=["instance.outbid"])}
+    return [i for i in outbid if (i.id, i.dph_total) not in done]
+
+
+def rebid_outbid(ctx: ToolContext, *, dry_run: bool) -> Rebids:
+    """Before the tick's observation: raise the bid of each outbid instance of ours where the policy allows it
+    (see ``_rebid``), then list again so the observation shows them starting. Logged by ``handle_outbid``."""
+    if dry_run:
+        return {}
+    out: Rebids = {}
+    for inst in _outbid_now(ctx):
+        new_bid = _rebid(ctx, inst)
+        if new_bid is not None:
+            out[inst.id] = (inst.dph_total, inst.min_bid, new_bid)
+            log_.warning("market.rebid", instance_id=inst.id, bid=new_bid)
+    if out:
+        try:
+            ctx.refresh()
+        except VastError as e:
+            log_.warning("market.rebid_listing_failed", error=str(e))
+    return out
+
+
+def handle_outbid(ctx: ToolContext, *, dry_run: bool, rebids: Rebids | None = None) -> list[Outcome]:
+    """Each outbid instance of ours: ``instance.outbid`` and a warning alert; rebid before the observation
+    (``rebids``) or destroyed through the tool pipeline (``system.destroy`` first), once per instance and bid.
+    Nothing while the fleet is paused."""
+    from agent import feedback
+
+    for iid, (bid, min_bid, new_bid) in sorted((rebids or {}).items()):
+        ctx.log.append("instance.outbid", {"instance_id": iid, "bid": bid, "min_bid": min_bid, "action": "rebid",
+                                           "new_bid": new_bid}, "system", ctx.tick)
     outcomes = []
-    for inst in (i for i in outbid if i.id not in done):
+    for inst in _outbid_now(ctx):
         ctx.log.append("instance.outbid", {"instance_id": inst.id, "bid": inst.dph_total, "min_bid": inst.min_bid,
                                            "action": "dry_run" if dry_run else "destroyed"}, "system", ctx.tick)
         feedback.raise_alert(ctx.log, key=f"outbid:{inst.id}", severity="warning",
@@ -100,6 +135,25 @@ def handle_outbid(ctx: ToolContext, *, dry_run: bool) -> list[Outcome]:
             feedback.resolve_alert(ctx.log, f"outbid:{inst.id}", "the outbid instance is destroyed", ctx.tick)
         outcomes.append(outcome)
     return outcomes
+
+
+def _rebid(ctx: ToolContext, inst: Instance) -> float | None:
+    """Raise an outbid instance's bid to the market's min_bid plus the margin when that fits
+    ``policy.max_bid_share`` of its on-demand GPU price (vast.ai's ``dph_base``); the new bid, or None when it
+    does not fit, is not allowed, or vast.ai refused it."""
+    p = ctx.settings.policy
+    on_demand = inst.raw.get("dph_base")
+    if not p.interruptible or inst.min_bid is None or not isinstance(on_demand, int | float) or on_demand <= 0:
+        return None
+    bid = round(inst.min_bid * (1 + BID_MARGIN), 4)
+    if bid > p.max_bid_share * float(on_demand):
+        return None
+    try:
+        ctx.vast.change_bid(inst.id, bid)
+    except VastError as e:
+        log_.warning("market.rebid_refused", instance_id=inst.id, error=str(e))
+        return None
+    return bid
 
 
 def handle_price_increases(ctx: ToolContext, *, dry_run: bool) -> list[tuple[PriceIncrease, str]]:

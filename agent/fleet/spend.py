@@ -99,6 +99,9 @@ class Ledger:
     billed: dict[int, list[Segment]]
     # Traffic vast.ai billed per instance, cumulative dollars as noted (agent/fleet/market.py), in time order.
     traffic: dict[int, list[tuple[datetime, float]]] = field(default_factory=dict)
+    # Changes of an instance's $/h after its rent, in time order: (from when, "set" | "add", $/h): a raised bid
+    # sets it, an accepted price increase adds its GPU difference from the contract's end date.
+    prices: dict[int, list[PriceChange]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, log: EventLog, since: datetime | None = None) -> Ledger:
@@ -107,7 +110,7 @@ class Ledger:
         rentals = log.store.rentals()
         seen = _observations(log, utc_ts(since) if since else "")
         return cls(now, rentals, {r.instance_id: segments(r, seen.get(r.instance_id, []), now) for r in rentals},
-                   _traffic(log))
+                   _traffic(log), _prices(log))
 
     def cost(self, r: Rental, t0: datetime, t1: datetime) -> float:
         """What rental ``r`` cost between ``t0`` and ``t1`` (nothing after now): its $/h while it ran, plus the
@@ -116,8 +119,26 @@ class Ledger:
         for a, b, share in self.billed[r.instance_id]:
             lo, hi = max(a, t0), min(b, t1, self.now)
             if hi > lo and share:
-                total += (hi - lo).total_seconds() * share
-        return total * float(r.dph or 0.0) / 3600.0 + self.traffic_cost(r, t0, t1)
+                total += self._dph_seconds(r, lo, hi) * share
+        return total / 3600.0 + self.traffic_cost(r, t0, t1)
+
+    def dph_at(self, r: Rental, t: datetime) -> float:
+        """Rental ``r``'s $/h at ``t``: as rented, then as its price changes say."""
+        dph = float(r.dph or 0.0)
+        for at, how, v in self.prices.get(r.instance_id, []):
+            if at > t:
+                break
+            dph = v if how == "set" else dph + v
+        return dph
+
+    def _dph_seconds(self, r: Rental, lo: datetime, hi: datetime) -> float:
+        """$/h x seconds over [lo, hi], split where its price changed."""
+        changes = [c for c in self.prices.get(r.instance_id, []) if lo < c[0] < hi]
+        total, t, dph = 0.0, lo, self.dph_at(r, lo)
+        for at, how, v in changes:
+            total += (at - t).total_seconds() * dph
+            t, dph = at, (v if how == "set" else dph + v)
+        return total + (hi - t).total_seconds() * dph
 
     def traffic_cost(self, r: Rental, t0: datetime, t1: datetime) -> float:
         """Traffic billed to rental ``r`` between ``t0`` and ``t1``, from its cumulative notes; after the last
@@ -150,7 +171,29 @@ class Ledger:
 
     def live_dph(self) -> float:
         """What the live fleet costs an hour: dph_total plus each instance's measured traffic $/h."""
-        return sum(float(r.dph or 0.0) + self.traffic_dph(r.instance_id) for r in self.rentals if r.end_ts is None)
+        return sum(self.dph_at(r, self.now) + self.traffic_dph(r.instance_id) for r in self.rentals
+                   if r.end_ts is None)
+
+
+PriceChange = tuple[datetime, str, float]
+
+
+def _prices(log: EventLog) -> dict[int, list[PriceChange]]:
+    """Each instance's $/h changes after its rent: a raised bid (``instance.outbid`` rebid) from then on, an
+    accepted price increase (``price.increase``) from its contract's end date."""
+    out: dict[int, list[PriceChange]] = {}
+    for e in log.read(0, kinds=["instance.outbid", "price.increase"]):
+        p = e.payload
+        iid = int(p["instance_id"])
+        if e.kind == "instance.outbid" and p.get("action") == "rebid" and p.get("new_bid") is not None:
+            out.setdefault(iid, []).append((parse_ts(e.ts), "set", float(p["new_bid"])))
+        elif (e.kind == "price.increase" and p.get("decision") == "accepted" and p.get("ok")
+              and p.get("new_dph") is not None and p.get("old_dph") is not None):
+            at = parse_ts(p["effective"]) if p.get("effective") else parse_ts(e.ts)
+            out.setdefault(iid, []).append((at, "add", float(p["new_dph"]) - float(p["old_dph"])))
+    for changes in out.values():
+        changes.sort(key=lambda c: c[0])
+    return out
 
 
 def _traffic(log: EventLog) -> dict[int, list[tuple[datetime, float]]]:

@@ -68,7 +68,8 @@ class RulesProvider:
         for e in self.app.log.read(0, kinds=["tick.started"], newest_first=True, limit=FAILED_HOST_TICKS):
             kept = set(e.payload["observation"].get("credit_stopped") or [])
             ours = [i for i in e.payload["observation"].get("instances") or [] if i.get("ours")]
-            dead = [i for i in ours if i.get("host_id") is not None and i["id"] not in kept and _is_dead(i, stuck_after)]
+            dead = [i for i in ours if i.get("host_id") is not None and i["id"] not in kept and _is_dead(i, stuck_after)
+                    and "outbid" not in (i.get("status_msg") or "")]  # a higher bid took it: not the host's fault
             if len(dead) >= MASS_EVENT_MIN and 2 * len(dead) >= len(ours):
                 continue  # most of the fleet at once (outbid, maintenance, the account): no host's fault
             out.update(int(i["host_id"]) for i in dead)

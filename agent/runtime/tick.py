@@ -350,6 +350,7 @@ def _start(run: _Run) -> ToolContext | TickResult:
     except VastError as e:
         ctx.vast.deadline = None
         return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
+    rebids = market.rebid_outbid(ctx, dry_run=s.policy.dry_run)  # before the observation: it shows them starting
     obs = observe(app, ctx, tick)
     known = credit.kept_ids(log)
     kept = credit.stopped_for_credit(obs, known)
@@ -368,7 +369,7 @@ def _start(run: _Run) -> ToolContext | TickResult:
     # The market's doings first (outbids, price increases: agent/fleet/market.py), then the stopped: fleet-agent
     # never stops an instance, so one of ours that shows stopped is destroyed here, whatever the model
     market.handle_price_increases(ctx, dry_run=s.policy.dry_run)
-    for outcome in [*market.handle_outbid(ctx, dry_run=s.policy.dry_run),
+    for outcome in [*market.handle_outbid(ctx, dry_run=s.policy.dry_run, rebids=rebids),
                     *stopped.destroy_stopped(ctx, dry_run=s.policy.dry_run)]:
         if outcome.effect:
             run.actions.append(f"{outcome.effect['type']} {outcome.effect.get('instance_id')}")

@@ -299,6 +299,8 @@ SAMPLES.update({
                                           "down_cost": 0.01})],
     ("instance.outbid", 1): [("destroyed", {"instance_id": 21000123, "bid": 0.21, "min_bid": 0.2625,
                                             "action": "destroyed"}),
+                             ("rebid", {"instance_id": 21000125, "bid": 0.21, "min_bid": 0.2625, "action": "rebid",
+                                        "new_bid": 0.315}),
                              ("dry run", {"instance_id": 21000124, "bid": None, "min_bid": None, "action": "dry_run"})],
     ("price.increase", 1): [("accepted", {"instance_id": 21000123, "pending_id": 900001, "old_dph": 0.4,
                                           "new_dph": 0.44, "share": 0.1, "cap": 0.15, "decision": "accepted",

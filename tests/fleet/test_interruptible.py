@@ -8,7 +8,7 @@ from typing import Any
 from agent.fleet import spend
 from agent.runtime.tick import run_tick
 from agent.sim import Simulator
-from tests.conftest import events_of, rent_puts, tool_messages
+from tests.conftest import events_of, good_offer, rent_puts, tool_messages
 from tests.fakes.openai_server import reply
 
 
@@ -69,12 +69,21 @@ def test_bids_under_policy_and_spend_counts_the_bid(sim: Simulator, make_app, fa
     assert rep[iid]["spent"] < 0.85 * on_demand * rep[iid]["hours"]
 
 
-def test_a_bid_above_max_bid_share_is_refused(sim: Simulator, make_app, fake_model):
+def test_a_bid_above_max_bid_share_is_refused_or_rented_on_demand(sim: Simulator, make_app, fake_model):
+    """Asked for a bid, one above policy.max_bid_share is refused; by default (policy.interruptible prefers
+    bids) the offer is rented on-demand instead, so a thin bid market does not leave the fleet short."""
     app = make_app(policy={"interruptible": True, "max_bid_share": 0.3})
-    offer = next(o for o in sorted(sim.offers.values(), key=lambda o: o["dph_total"])
-                 if o["gpu_name"] in app.settings.policy.allowed_gpus and o["host_id"] not in sim.bad_hosts
-                 and o["disk_space"] >= app.settings.fleet.disk_gb)
-    fake_model.enqueue(reply("rent", tool_calls=[_rent(offer["id"])]), reply("done"))
+    sim.market.bid_market = False
+    offer = good_offer(sim, app.settings)
+    assert offer["min_bid"] > 0.3 * offer["dph_total"]
+    fake_model.enqueue(reply("rent", tool_calls=[_rent(offer["id"], interruptible=True)]), reply("done"))
     assert run_tick(app).ok
     [msg] = [m["content"] for m in tool_messages(fake_model.chat_requests[-1].json)]
     assert "max_bid_share" in msg and not rent_puts(sim)
+    fake_model.enqueue(reply("search", tool_calls=[_search(limit=25)]), reply("rent", tool_calls=[_rent(offer["id"])]),
+                       reply("done"))
+    assert run_tick(app).ok
+    table = tool_messages(fake_model.chat_requests[-2].json)[-1]["content"]
+    assert any(r[0] == str(offer["id"]) and r[-1] == "on-demand" for r in _rows(table))
+    [put] = rent_puts(sim, offer["id"])
+    assert put["body"]["price"] is None

@@ -87,3 +87,33 @@ def test_spend_counts_the_traffic_vast_ai_bills(sim: Simulator, make_app):
     billed = sim.billing()[iid]
     assert inst["_traffic_cost"] > 0.01 * billed  # traffic matters on this host
     assert abs(rep[iid]["spent"] - billed) / billed < 0.01, (rep[iid]["spent"], billed)
+
+
+def test_an_outbid_instance_is_rebid_when_the_market_fits_the_policy_and_spend_follows_the_new_bid(
+        sim: Simulator, make_app):
+    app = make_app(provider="rules", policy={"max_instances": 1, "interruptible": True, "max_bid_share": 0.95})
+    sim.market.bid_market = False
+    offer = good_offer(sim, app.settings)
+    key = "feedc0ffee05"
+    label = app.settings.fleet.label_prefix + app.settings.agent_id + "-" + key
+    iid = sim.create_instance(offer["id"], label=label, price=offer["min_bid"], disk=app.settings.fleet.disk_gb)
+    app.log.append("instance.adopted", {"instance_id": iid, "label": label, "idem_key": key,
+                                        "dph": offer["min_bid"]}, "system")
+    for _ in range(3):
+        sim.advance(300)
+        assert run_tick(app).ok
+    sim.outbid(iid)
+    assert run_tick(app).ok
+    [ev] = events_of(app, "instance.outbid")
+    assert ev.payload["action"] == "rebid" and ev.payload["new_bid"] == round(offer["min_bid"] * 1.2, 4)
+    assert iid in sim.instances and iid not in sim.destroyed  # kept, with its disk
+    [req] = [r for r in sim.requests if r["path"] == f"/api/v0/instances/bid_price/{iid}/"]
+    assert req["body"]["price"] == ev.payload["new_bid"]
+    for _ in range(12):
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert sim.instances[iid]["actual_status"] == "running"
+    rep = {i["instance_id"]: i for i in spend.report(app.log)["instances"]}
+    billed = sim.billing()[iid]
+    # at the old bid it would be 1/1.2 of this: the spend follows the new bid (the rest: observation gaps)
+    assert abs(rep[iid]["spent"] - billed) / billed < 0.05, (rep[iid]["spent"], billed)

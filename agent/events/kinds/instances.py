@@ -157,13 +157,15 @@ class InstanceOutbidV1(Payload):
     bid: float | None = None
     min_bid: float | None = None
     action: str  # destroyed | rebid | dry_run
+    new_bid: float | None = None  # rebid: the bid placed to keep the instance (its $/h from then on)
 
 
 def _r_instance_outbid_v1(e: Event, p: InstanceOutbidV1) -> Message:
     """``[system outbid] instance N lost its GPU: bid $x/h < min_bid $y/h; its work is lost; ...``."""
     bid = f"${p.bid:.4f}/h" if p.bid is not None else "?"
     floor = f"${p.min_bid:.4f}/h" if p.min_bid is not None else "?"
-    then = {"destroyed": "destroyed, to be replaced", "rebid": "bid raised to keep it",
+    raised = f"bid raised to ${p.new_bid:.4f}/h to keep it (its disk kept; it starts again)" if p.new_bid else ""
+    then = {"destroyed": "destroyed, to be replaced", "rebid": raised or "bid raised to keep it",
             "dry_run": "dry run: nothing sent"}.get(p.action, inline(p.action))
     return user(f"[system outbid] interruptible instance {p.instance_id} lost its GPU (bid {bid} < market min_bid "
                 f"{floor}); the work in flight on it is lost; {then}")
