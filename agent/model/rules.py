@@ -4,9 +4,12 @@ Not a language model. It reads the latest observation and this tick's tool
 results from the log, and scales the fleet to demand within policy: destroy
 our dead, stuck or flapping instances; size the fleet on throughput (the jobs/h
 each GPU model delivers, agent/fleet/throughput.py) to serve the arrivals plus
-the backlog cleared within ``policy.drain_within``; when short, rent the offers
-cheapest per job on hosts no knowledge file or directive blacklists, up to
-``RENT_UP_TO``× need; destroy surplus past ``SURPLUS_OVER``× need. It answers through the same tool calls a model would, so every
+the backlog cleared within ``policy.drain_within``, counting instances still
+starting; when short, rent the offers that cover the gap for the fewest $/h on
+hosts no knowledge file or directive blacklists; destroy an instance the rest
+can do without (the dearest an hour first), but never one a backlog keeps busy;
+replace one the fleet needs for under half of what it delivers when smaller
+offers cover that for under half its $/h. It answers through the same tool calls a model would, so every
 guardrail, event and replay path is exercised the same way. Used by the demo
 and selectable with ``model.provider: rules``.
 """
