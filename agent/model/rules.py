@@ -4,9 +4,12 @@ Not a language model. It reads the latest observation and this tick's tool
 results from the log, and scales the fleet to demand within policy: destroy
 our dead, stuck or flapping instances; size the fleet on throughput (the jobs/h
 each GPU model delivers, agent/fleet/throughput.py) to serve the arrivals plus
-the backlog cleared within ``policy.drain_within``; when short, rent the offers
-cheapest per job on hosts no knowledge file or directive blacklists, up to
-``RENT_UP_TO``× need; destroy surplus past ``SURPLUS_OVER``× need. It answers through the same tool calls a model would, so every
+the backlog cleared within ``policy.drain_within``, counting instances still
+starting; when short, rent the offers that cover the gap for the fewest $/h on
+hosts no knowledge file or directive blacklists; destroy an instance the rest
+can do without (the dearest an hour first), but never one a backlog keeps busy;
+replace one the fleet needs for under half of what it delivers when smaller
+offers cover that for under half its $/h. It answers through the same tool calls a model would, so every
 guardrail, event and replay path is exercised the same way. Used by the demo
 and selectable with ``model.provider: rules``.
 """
@@ -25,6 +28,8 @@ from agent.times import utc_ts
 
 RENT_UP_TO = 1.0  # rent until the fleet delivers what it needs (the last rent overshoots by up to one instance)
 SURPLUS_OVER = 1.0  # an instance the rest of the fleet can do without is surplus: vast.ai bills it by the second
+SWAP_USED = 0.5  # an instance the fleet needs for less than this share of what it delivers may be replaced...
+SWAP_SAVING = 0.5  # ...by offers covering that share for less than this share of its $/h (a clear saving)
 FLAP_RESTARTS = 3  # an instance that stopped running this often since rent is replaced, its host avoided
 DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance: stopped is a failure
 FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died
@@ -225,14 +230,35 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
                                            f"scale down: need {plan.need:.1f} jobs/h, {plan.capacity:.1f} live "
                                            f"(cap {cap}); #{i['id']} delivers {plan.jph(i):.1f} jobs/h"}))
     short = _short(plan)
-    if short:
+    swap = None if short or surplus or plan.dead else _swap(plan)
+    if short or swap:
         calls.append(("search_offers", {"limit": 25, "order": "per_job"}))
+    swap_text = ""
+    if swap:
+        x, used = swap
+        swap_text = (f"; #{x['id']} costs ${float(x['dph'] or 0):.3f}/h for the {used:.1f} of its "
+                     f"{plan.jph(x):.1f} jobs/h the fleet needs: searching for that for under "
+                     f"{SWAP_SAVING:g}× its $/h, to replace it")
     text = (f"rules provider: {plan.why()}; cap {cap}; "
             + (f"{len(plan.dead)} to replace; " if plan.dead else "")
             + (f"{len(surplus)} surplus to destroy (over {SURPLUS_OVER:g}× need); " if surplus else "")
             + (f"searching for {short:.1f} jobs/h more (up to {RENT_UP_TO:g}× need)" if short
-               else _why_no_rent(plan)) + plan.advice)
+               else _why_no_rent(plan)) + swap_text + plan.advice)
     return calls, text
+
+
+def _swap(plan: _Plan) -> tuple[dict[str, Any], float] | None:
+    """The running instance costing the most an hour, when the fleet needs less than ``SWAP_USED`` of what
+    it delivers (the rest cover the others), with the jobs/h it is needed for: a smaller offer covering
+    those for under ``SWAP_SAVING``× its $/h replaces it (rented now, it becomes surplus once it counts)."""
+    if _short(plan) or plan.rents_left <= 0 or len(plan.live) >= plan.cap or plan.credit_held:
+        return None
+    running = [i for i in plan.live if i["status"] == "running"]
+    if not running:
+        return None
+    x = max(running, key=lambda i: (float(i["dph"] or 0.0), i["id"]))
+    used = max(plan.need, plan.keep) - (plan.capacity - plan.jph(x))
+    return (x, used) if 0 < used <= SWAP_USED * plan.jph(x) else None
 
 
 def _surplus(plan: _Plan) -> list[dict[str, Any]]:
@@ -284,6 +310,9 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     searched = [e for e in results if e.payload["name"] == "search_offers" and e.payload["ok"]]
     rented_already = any(e.payload["name"] == "rent_instance" for e in results)
     short = _short(plan)
+    swap = None if short else _swap(plan)
+    if swap:
+        short = swap[1]
     if not (searched and not rented_already and short > 0):
         return [], "rules provider: done for this tick"
     offers = _parse_offers(searched[-1].payload.get("output", ""))
@@ -296,6 +325,17 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
     picks = _cheapest_cover(ok, short, room, plan.max_dph - fleet_dph)
+    if swap:
+        x = swap[0]
+        limit = SWAP_SAVING * float(x["dph"] or 0.0)
+        if picks is None or sum(o["dph"] for o in picks) >= limit:
+            return [], (f"rules provider: no offer covers the {short:.1f} jobs/h #{x['id']} is needed for under "
+                        f"${limit:.3f}/h; keeping it")
+        return [("rent_instance", {"offer_id": o["id"], "reason":
+                                   f"replace #{x['id']} (${float(x['dph'] or 0):.3f}/h, {plan.jph(x):.1f} jobs/h, "
+                                   f"{short:.1f} needed): {o['gpu']} at ${o['dph']:.3f}/h delivers {o['jph']:.1f} "
+                                   f"jobs/h"}) for o in picks], \
+            f"rules provider: renting {len(picks)} to replace #{x['id']}, which goes once they count"
     if picks is None:  # nothing within the caps covers the gap: as much as they allow, cheapest per job first
         picks = []
         for o in ok:

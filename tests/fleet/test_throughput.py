@@ -63,6 +63,32 @@ def test_intervals_that_say_nothing_about_throughput_are_left_out():
     assert throughput.measure([{**a, "instances": [{**x, "ours": False} for x in a["instances"]]}, theirs]) == {}
 
 
+def test_a_dry_queue_is_a_floor_under_a_model_the_prior_undersells():
+    """An H100 doing 20 jobs/h for an hour with the queue dry at every look: that says it can do at least 20
+    (the prior's 8 is wrong), never how much more; a 4090 doing 3 with the prior at 8 keeps the prior."""
+    obs = [_obs(600.0 * k, 0, [(1, "H100 SXM", 1, "running", round(20 * k / 6)),
+                               (2, "RTX 4090", 1, "running", round(3 * k / 6))]) for k in range(7)]
+    assert throughput.measure(obs) == {}
+    floor = throughput.measure(obs, busy=False)
+    assert floor == {"H100 SXM": (20.0, pytest.approx(1.0)), "RTX 4090": (3.0, pytest.approx(1.0))}
+    tp = throughput.Throughput(8.0, {}, {}, floor)
+    assert tp.per_gpu("H100 SXM") == pytest.approx(20.0) and tp.per_gpu("RTX 4090") == 8.0
+    assert not tp.rate("H100 SXM").learned  # a floor is not a measurement
+    thin = throughput.Throughput(8.0, {}, {}, {"H100 SXM": (2.0, 0.1)})  # one look: too little to go on
+    assert thin.per_gpu("H100 SXM") == 8.0
+    busy = throughput.Throughput(8.0, {}, {"H100 SXM": (120.0, 4.0)}, floor)  # measured busy: 30 stands
+    assert busy.per_gpu("H100 SXM") == pytest.approx((8.0 * throughput.PRIOR_GPU_HOURS + 120) /
+                                                     (throughput.PRIOR_GPU_HOURS + 4))
+    settings_tp = throughput.from_observations(_settings(), obs)
+    assert settings_tp.per_gpu("H100 SXM") == pytest.approx(20.0)
+
+
+def _settings() -> Any:
+    from agent.config import Settings
+
+    return Settings()
+
+
 def test_the_demand_client_reads_workers_and_tolerates_their_absence():
     d = Demand.from_json({"pending": 3, "completed": 9, "workers": {"101": {"completed": 7}, "102": {"completed": 2.0}}})
     assert d.workers == {101: 7, 102: 2}

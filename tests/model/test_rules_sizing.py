@@ -183,3 +183,58 @@ def test_after_most_of_the_fleet_stops_at_once_its_hosts_are_not_blamed_and_it_i
     assert len(running) >= len(before) // 2, [i["id"] for i in _ours(sim)]
     texts = [e.payload["text"] for e in events_of(app, "model.response")[-4:]]
     assert not any("failed hosts" in t and "renting 0" in t for t in texts), texts
+
+
+def _inst(iid: int, gpu: str, dph: float, status: str = "running") -> dict[str, Any]:
+    return {"id": iid, "gpu_name": gpu, "num_gpus": 1, "dph": dph, "status": status, "host_id": iid}
+
+
+def _plan(live: list[dict[str, Any]], need: float, pending: int = 0, **kw: Any) -> rules._Plan:
+    rates = rules._Rates(8.0, {"H100 SXM": 30.0, "A100 SXM4": 16.0, "RTX 3090": 4.0}, frozenset())
+    capacity = sum(rates.per_instance(i["gpu_name"], 1) for i in live)
+    return rules._Plan(banned=set(), avoid=set(), cap=8, dead=[], live=live, pending=pending, rate=need,
+                       need=need, capacity=capacity, drain_h=1.0, tp=rates, flapping=set(), rents_left=6,
+                       max_dph=12.0, keep=kw.pop("keep", need), **kw)
+
+
+def test_surplus_goes_by_the_dollars_an_hour_it_saves_and_never_while_a_backlog_keeps_it_busy():
+    """10 jobs/h needed from an H100 (30 jobs/h, $2/h, the cheapest per job) and an A100 (16, $1.2/h): the
+    H100 goes, the A100 alone covers the need. With a backlog the next tick would not see cleared, both are
+    busy and neither is surplus; an instance still starting never is (the A100 goes instead)."""
+    h100, a100 = _inst(1, "H100 SXM", 2.0), _inst(2, "A100 SXM4", 1.2)
+    assert [i["id"] for i in rules._surplus(_plan([h100, a100], 10.0))] == [1]
+    assert rules._surplus(_plan([h100, a100], 10.0, pending=20, keep=10.0 + 20 * 12)) == []
+    assert [i["id"] for i in rules._surplus(_plan([{**h100, "status": "loading"}, a100], 10.0))] == [2]
+
+
+def test_an_instance_mostly_idle_is_replaced_by_a_cheaper_cover_or_kept():
+    """The fleet needs 10 jobs/h of the H100's 30 and nothing else can go: it searches, rents the 3090s that
+    cover 10 jobs/h for under half the H100's $/h (the H100 is surplus once they count); offers that cost
+    more than that leave the H100 in place."""
+    h100 = _inst(1, "H100 SXM", 2.0)
+    plan = _plan([h100], 10.0)
+    assert rules._surplus(plan) == [] and rules._short(plan) == 0
+    calls, text = rules._first_step(plan)
+    assert [c[0] for c in calls] == ["search_offers"] and "to replace it" in text, text
+    table = "\n".join([
+        "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job",
+        "11 | RTX 3090 x1 | 0.220 | 0.990 | 5 | Texas, US | 4.0 | 0.0550",
+        "12 | RTX 3090 x1 | 0.230 | 0.990 | 6 | Texas, US | 4.0 | 0.0575",
+        "13 | RTX 3090 x1 | 0.240 | 0.990 | 7 | Texas, US | 4.0 | 0.0600",
+        "14 | A100 SXM4 x1 | 1.100 | 0.990 | 8 | Texas, US | 16.0 | 0.0688",
+    ])
+
+    class R:
+        payload = {"name": "search_offers", "ok": True, "output": table}
+
+    calls, text = rules._rent_step(plan, [R()])
+    assert sorted(c[1]["offer_id"] for c in calls) == [11, 12, 13], (calls, text)
+    assert all("replace #1" in c[1]["reason"] for c in calls)
+    after = _plan([h100, *(_inst(n, "RTX 3090", 0.23) for n in (11, 12, 13))], 10.0)
+    assert [i["id"] for i in rules._surplus(after)] == [1]
+
+    class Dear:
+        payload = {"name": "search_offers", "ok": True, "output": "\n".join(table.splitlines()[:1] + [table.splitlines()[4]])}
+
+    calls, text = rules._rent_step(plan, [Dear()])
+    assert calls == [] and "keeping it" in text, text
