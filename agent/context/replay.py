@@ -227,10 +227,10 @@ def inspect_request(log: EventLog, prompts: Prompts, settings: ContextSettings, 
         raise UsageError("give at most one of --at, --tick, --seq")
     cache = cache or ProjectionCache()
     if tick is not None:
-        req = request_of_tick(log, tick)
-        texts = recorded(log, req.seq)
-        then, p = rederive(log, req, texts, prompts, settings, policy=policy, tools=tools, model=model, cache=cache)
-        return Inspection(p, req, _said(req, then))
+        last = request_of_tick(log, tick)
+        texts = recorded(log, last.seq)
+        then, p = rederive(log, last, texts, prompts, settings, policy=policy, tools=tools, model=model, cache=cache)
+        return Inspection(p, last, _said(last, then))
     if at_ts is None and seq is None:
         p = project_at(log, prompts, settings, policy=policy, tools=tools, model=model, cache=cache)
         return Inspection(p, None)
