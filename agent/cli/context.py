@@ -50,7 +50,8 @@ def _blocks(p: Any, settings: Any, app: Any) -> str:
     pinned = next((t for t in texts if t.startswith("[pinned · ")), None)
     summary = next((t for t in texts if t.startswith("[summary of ")), None)
     used = block_tokens(pinned, summary, meter_for(settings, _cache(app)))
-    caps = {"directives": settings.directives_max_tokens, "memory": settings.memory_max_tokens,
+    caps = {"directives": settings.directives_max_tokens, "operator": settings.directives_max_tokens,
+            "memory": settings.memory_max_tokens,
             "knowledge": settings.pinned_max_tokens, "facts": settings.facts_max_tokens}
     return " · ".join(f"{k} {used[k]:,}/{caps[k]:,}" for k in caps)
 
@@ -67,7 +68,7 @@ def cmd_context(args: argparse.Namespace, app: Any) -> int:
     if args.json:
         _out(output.json_text({"messages": p.messages, "manifest": p.manifest, "tokens": p.tokens,
                          "sections": p.sections, "recorded_request_seq": recorded.seq if recorded else None,
-                         "recorded_hash_matches": match}, indent=2, sort_keys=True))
+                         "recorded_hash_matches": match, "inputs": found.inputs}, indent=2, sort_keys=True))
         return 0 if match is not False else 1
     m = p.manifest
     limit = settings.budget_tokens - settings.output_reserve
@@ -77,6 +78,7 @@ def cmd_context(args: argparse.Namespace, app: Any) -> int:
     _out("sections: " + " · ".join(f"{k} {v}" for k, v in p.sections.items())
          + f" · total {p.tokens} (calibrated {m['calibrated_tokens']} of {limit}; ratio {m['calibration']})")
     _out("blocks: " + _blocks(p, settings, app))
+    _out(f"inputs: {found.inputs}")
     comp = f"summary covers #1–#{m['covered_to']} (compaction #{m['compaction_seq']})" if m["compaction_seq"] \
         else "no compaction yet"
     _out(f"{comp} · request_hash {m['request_hash']}")

@@ -23,8 +23,9 @@ from agent.context.build import (
 from agent.context.cache import ProjectionCache
 from agent.context.compaction import Plan, plan, retry_messages
 from agent.context.inputs import InForce, in_force, manifest_of, recorded
-from agent.context.load import load, meter_for, project, project_at, request_of_tick
+from agent.context.load import load, meter_for, project, project_at, request_of_tick, seq_at
 from agent.context.prompts import Prompts
+from agent.errors import UsageError
 from agent.events import Event
 from agent.events.canonical import canonical
 from agent.store.log import EventLog
@@ -175,10 +176,12 @@ def verify(results: Iterator[ReplayResult], *, stop_at_first: bool) -> ReplaySum
 
 @dataclass
 class Inspection:
-    """A projected request, and when it is a tick's last request, the recorded one it should equal."""
+    """A projected request, and when it is a tick's last request, the recorded one it should equal.
+    ``inputs``: which prompts, policy, tools and settings it was rendered with, said in one line."""
 
     projection: Projection
     recorded: Event | None
+    inputs: str = "today's prompt files, policy, tool schemas and settings"
 
     @property
     def matches(self) -> bool | None:
@@ -187,10 +190,61 @@ class Inspection:
         return bool(self.recorded.payload["request_hash"] == self.projection.request_hash)
 
 
+def _said(req: Event, then: InForce) -> str:
+    """The line saying which logged inputs a time-travel view used, and which (if any) are today's."""
+    got = ", ".join(then.from_log) or "none"
+    out = f"rendered with the inputs logged for request #{req.seq} (tick {req.tick}): {got}"
+    today = [n for n in ("system.md", "summarize.md", "policy", "tools") if n not in then.from_log]
+    if today:
+        out += "; today's " + ", ".join(today) + " (not in the log)"
+    if then.missing:
+        out += "; missing: " + "; ".join(then.missing)
+    return out
+
+
+def _request_of(log: EventLog, until: int) -> Event | None:
+    """The ``model.request`` built from the log up to exactly ``until`` (logged right after it), if any."""
+    for e in log.read(until, kinds=["model.request"], limit=1):
+        texts = recorded(log, e.seq)
+        if int(manifest_of(e, texts).get("thread_to", -1)) == until:
+            return e
+    return None
+
+
+def _request_before(log: EventLog, until: int) -> Event | None:
+    """The newest ``model.request`` at or before ``until``."""
+    return next(iter(log.read(0, until_seq=until, kinds=["model.request"], newest_first=True, limit=1)), None)
+
+
 def inspect_request(log: EventLog, prompts: Prompts, settings: ContextSettings, *, policy: dict[str, Any],
             tools: list[dict[str, Any]], model: str = "", at_ts: str | None = None, tick: int | None = None,
             seq: int | None = None, cache: ProjectionCache | None = None) -> Inspection:
-    """The request as of a time, a tick's last request (checked against its hash) or a seq."""
-    p = project_at(log, prompts, settings, policy=policy, tools=tools, model=model, at_ts=at_ts, tick=tick,
-                   seq=seq, cache=cache)
-    return Inspection(p, request_of_tick(log, tick) if tick is not None else None)
+    """The request as of a time, a tick's last request (checked against its hash) or a seq. A past moment
+    is rendered as replay renders it: with the prompts, policy, tool schemas, model parameters and budget
+    settings logged for the newest request at or before it (a tick's last request: that request's own),
+    so a later config reload or prompt edit does not change what it shows; now is rendered with today's."""
+    if sum(x is not None for x in (at_ts, tick, seq)) > 1:
+        raise UsageError("give at most one of --at, --tick, --seq")
+    cache = cache or ProjectionCache()
+    if tick is not None:
+        last = request_of_tick(log, tick)
+        texts = recorded(log, last.seq)
+        then, p = rederive(log, last, texts, prompts, settings, policy=policy, tools=tools, model=model, cache=cache)
+        return Inspection(p, last, _said(last, then))
+    if at_ts is None and seq is None:
+        p = project_at(log, prompts, settings, policy=policy, tools=tools, model=model, cache=cache)
+        return Inspection(p, None)
+    until = seq_at(log, at_ts) if at_ts is not None else int(seq or 0)
+    req = _request_of(log, until) or _request_before(log, until)
+    if req is None:
+        p = project_at(log, prompts, settings, policy=policy, tools=tools, model=model, seq=until, cache=cache)
+        return Inspection(p, None, "no request was logged by then: today's prompt files, policy, tool schemas "
+                                   "and settings")
+    texts = recorded(log, req.seq)
+    manifest = manifest_of(req, texts)
+    then = in_force(manifest, texts, prompts=prompts, policy=policy, tools=tools)
+    p = project(log, then.prompts, settings_from_manifest(settings, manifest), policy=then.policy, tools=then.tools,
+                until_seq=until, model=manifest.get("model", model), cache=cache,
+                params=then.params if "params_hash" in manifest else None)
+    same = int(manifest.get("thread_to", -1)) == until
+    return Inspection(p, req if same else None, _said(req, then))

@@ -256,7 +256,7 @@ class Console:
                      "tokens": tok.count_message(m)} for m in p.messages]
             response, results = _answer(lg, found.recorded)
             return {"projection": p, "sections": split_sections(msgs, p.sections), "recorded": found.recorded,
-                    "matches": found.matches, "response": response, "results": results, "tick": tick,
+                    "matches": found.matches, "inputs": found.inputs, "response": response, "results": results, "tick": tick,
                     "seq": seq, "at": at, "budget": self.settings.context.budget_tokens,
                     "limit": self.settings.context.budget_tokens - self.settings.context.output_reserve,
                     "last_seq": lg.last_seq(), "latest_tick": lg.store.latest_tick() or 0}
