@@ -107,12 +107,19 @@ def cmd_log_export(args: argparse.Namespace, app: App) -> int:
         skipped = f"; {len(r.unreproducible)} requests did not re-derive (run 'fleet-agent replay --verify')" \
             if r.unreproducible else ""
         where = f"; metadata in {meta}" if meta is not None else ""
-        sys.stderr.write(f"exported {r.written} examples ({r.with_blocked} with policy-blocked calls), left out "
-                         f"{r.overridden} overridden answers{skipped}{where}\n")
+        if args.json:
+            sys.stderr.write(output.json_text({
+                "examples": r.written, "with_blocked": r.with_blocked, "overridden": r.overridden,
+                "unreproducible": len(r.unreproducible), "path": str(dest) if dest else None,
+                "metadata": str(meta) if meta else None}, sort_keys=True) + "\n")
+        else:
+            sys.stderr.write(f"exported {r.written} examples ({r.with_blocked} with policy-blocked calls), left out "
+                             f"{r.overridden} overridden answers{skipped}{where}\n")
         return 1 if r.unreproducible else 0
     n = export_events(app.log, sel, args.format, dest, sys.stdout)
     if dest is not None:
-        output.out(f"exported {n} events to {dest}")
+        output.out(output.json_text({"events": n, "path": str(dest), "format": args.format}, sort_keys=True)
+                   if args.json else f"exported {n} events to {dest}")
     return 0
 
 
