@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -387,8 +388,134 @@ def test_no_tracebacks_through_the_real_console_script(home: Path):
         assert b"Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, (case, p.stderr)
 
 
-def test_figures():
-    """The suite's figures: runs and tracebacks (0) so far in this process."""
+# Bad requests to every console route: (method, path, form or None, what it must get: "4xx"; "<500" for a
+# filter or a moment the console answers leniently; "answer" for /healthz, whose 503 says no tick ran). Each
+# must be answered without a traceback and append nothing.
+TOKEN = "correct-horse-battery-staple-0123"
+CONSOLE: list[tuple[str, str, dict[str, str] | None, str]] = [
+    ("GET", "/alerts/abc", None, "4xx"), ("GET", "/alerts/0", None, "4xx"), ("GET", "/alerts/-1", None, "4xx"),
+    ("GET", "/alerts/99999999999999999999999", None, "4xx"), ("GET", "/alerts/%00", None, "4xx"),
+    ("GET", "/alerts/999", None, "4xx"), ("GET", "/alerts?status=bogus", None, "<500"),
+    ("GET", "/alerts?severity=%ff", None, "<500"),
+    ("GET", "/travel?tick=abc", None, "4xx"), ("GET", "/travel?tick=-1", None, "4xx"),
+    ("GET", "/travel?tick=99999999999999999999", None, "4xx"), ("GET", "/travel?tick=999", None, "4xx"),
+    ("GET", "/travel?seq=abc", None, "4xx"), ("GET", "/travel?seq=99999", None, "<500"),
+    ("GET", "/travel?at=nope", None, "4xx"), ("GET", "/travel?at=99999999d", None, "4xx"),
+    ("GET", "/travel?at=2001-01-01", None, "<500"), ("GET", "/travel?tick=1&seq=2", None, "4xx"),
+    ("GET", "/travel/diff?a=x&b=y", None, "4xx"), ("GET", "/travel/diff", None, "4xx"),
+    ("GET", "/travel/diff?a=1&b=99999", None, "<500"),
+    ("GET", "/thread?before=abc", None, "4xx"), ("GET", "/thread?before=-5", None, "4xx"),
+    ("GET", "/thread?kind=%ff", None, "<500"), ("GET", "/thread?q=" + "x" * 5000, None, "<500"),
+    ("GET", "/thread?q=%22%27%3Cscript%3E", None, "<500"), ("GET", "/thread/new?after=abc", None, "4xx"),
+    ("GET", "/thread/new?after=99999999999999999999999", None, "4xx"),
+    ("GET", "/knowledge/..%2F..%2Fetc%2Fpasswd", None, "4xx"), ("GET", "/knowledge/nope.md", None, "4xx"),
+    ("GET", "/knowledge/%00", None, "4xx"), ("GET", "/knowledge/notes.md?v=abc", None, "4xx"),
+    ("GET", "/knowledge/notes.md?v=999", None, "<500"), ("GET", "/nonexistent", None, "4xx"),
+    ("GET", "/static/../../etc/passwd", None, "4xx"), ("GET", "/metrics?x=%ff", None, "<500"),
+    ("GET", "/healthz?x=1", None, "answer"),
+    ("POST", "/alerts/abc/ack", {"note": "x", "csrf": "CSRF"}, "4xx"),
+    ("POST", "/alerts/999/ack", {"note": "x", "csrf": "CSRF"}, "4xx"),
+    ("POST", "/alerts/99999999999999999999999/ack", {"note": "x", "csrf": "CSRF"}, "4xx"),
+    ("POST", "/alerts/2/ack", {"note": "x" * 20000, "csrf": "CSRF"}, "4xx"), ("POST", "/alerts/2/ack", {"note": "x"}, "4xx"),
+    ("POST", "/alerts/2/ack", {"note": "x", "csrf": "0" * 32}, "4xx"),
+    ("POST", "/notes", {"text": "", "csrf": "CSRF"}, "4xx"), ("POST", "/notes", {"text": "   ", "csrf": "CSRF"}, "4xx"),
+    ("POST", "/notes", {"text": "x" * 20000, "csrf": "CSRF"}, "4xx"), ("POST", "/notes", {"text": "hi"}, "4xx"),
+    ("POST", "/login", {"token": ""}, "4xx"), ("POST", "/login", {"token": "x" * 100000}, "4xx"),
+    ("POST", "/login", {}, "4xx"), ("POST", "/logout", {}, "<500"), ("GET", "/login?next=//evil.example", None, "<500"),
+    ("GET", "/alerts", {"host": "evil.example"}, "4xx"), ("PUT", "/notes", None, "4xx"), ("DELETE", "/alerts/2", None, "4xx"),
+]
+
+
+def test_bad_console_requests_are_answered_and_change_nothing(home: Path):
+    """Every console route with bad ids, numbers, times, paths, notes, tokens, forms, hosts and methods: a
+    4xx page saying what is wrong (or a lenient answer for a filter), never a 5xx or a traceback, and the log
+    and files as they were."""
+    from starlette.testclient import TestClient
+
+    from agent.web import Console
+    from agent.web.routes import create_app
+
+    (home / "token").write_text(TOKEN + "\n", encoding="utf-8")
+    (home / "token").chmod(0o600)
+    cfg = home / "config.yaml"
+    cfg.write_text(cfg.read_text(encoding="utf-8").replace("token_file: null", f"token_file: {home / 'token'}", 1),
+                   encoding="utf-8")
+    console = Console(config.load(str(cfg)))
+    problems = []
+    try:
+        with TestClient(create_app(console), base_url="http://127.0.0.1") as client:
+            assert client.post("/login", data={"token": TOKEN}, follow_redirects=False).status_code == 303
+            m = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/thread").text)
+            assert m
+            before = snapshot(home)
+            for method, path, form, want in CONSOLE:
+                headers = {"host": form["host"]} if form and "host" in form else None
+                data = None if headers else {k: m.group(1) if v == "CSRF" else v for k, v in (form or {}).items()}
+                r = client.request(method, path, data=data if method == "POST" else None, headers=headers,
+                                   follow_redirects=False)
+                ok = want == "answer" or (r.status_code < 500 and (want != "4xx" or 400 <= r.status_code < 500))
+                if not ok or "Traceback" in r.text or snapshot(home) != before:
+                    problems.append(f"{method} {path[:60]}: {r.status_code} {r.text[:200]!r}")
+                    before = snapshot(home)
+                if path == "/logout":
+                    assert client.post("/login", data={"token": TOKEN}, follow_redirects=False).status_code == 303
+                    m = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/thread").text)
+                    assert m
+    finally:
+        console.close()
+    assert not problems, "\n".join(problems)
+
+
+def command_of(args: list[str]) -> str:
+    """The table's command ``args`` runs (its longest path), or "(none)"."""
+    from agent.cli.parser import COMMANDS as TABLE
+
+    words = [a for a in args if not a.startswith("-")]
+    paths = {c.path for c in TABLE if c.handler is not None}
+    for n in (2, 1):
+        if " ".join(words[:n]) in paths:
+            return " ".join(words[:n])
+    return "(none)"
+
+
+def corpus() -> dict[str, int]:
+    """The bad inputs this file runs, by command (a bad config or key file counts once per command it is
+    tried on; console requests by route)."""
+    from collections import Counter
+
+    n: Counter[str] = Counter()
+    for args in BAD_ARGS:
+        n[command_of(args)] += 1
+    for cmd in COMMANDS:
+        n[command_of(cmd)] += len(BAD_CONFIGS)
+    for cmd in (["config", "check"], ["tick"], ["run"]):
+        n[command_of(cmd)] += len(KEY_FILES)
+    n["say"] += 4 + 1  # test_say_dash_refuses_bad_stdin, the dash read
+    n["backup"] += 2  # test_backup_onto_a_full_disk_is_one_line_and_leaves_nothing
+    for method, path, _form, _want in CONSOLE:
+        route = re.sub(r"^/(alerts|knowledge)/[^/?]+", r"/\1/{x}", path.split("?")[0])
+        n[f"console {method} {route}"] += 1
+    return dict(n)
+
+
+def test_figures(capsys: pytest.CaptureFixture[str]):
+    """The corpus: at least 150 bad inputs, every command of the table and every console route among them;
+    its size by command is printed (pytest -s). Tracebacks so far in this process: 0."""
+    from agent.cli.parser import COMMANDS as TABLE
+
+    n = corpus()
+    commands = {c.path for c in TABLE if c.handler is not None}
+    assert commands - set(n) == set(), "commands with no bad input in the corpus"
+    console_routes = {k.split(" ", 2)[2] for k in n if k.startswith("console ")}
+    for route in ("/alerts/{x}", "/alerts", "/travel", "/travel/diff", "/thread", "/thread/new", "/knowledge/{x}",
+                  "/notes", "/login", "/logout", "/metrics", "/healthz"):
+        assert route in console_routes or any(r.startswith(route) for r in console_routes), route
+    total = sum(n.values())
+    assert total >= 150
+    with capsys.disabled():
+        print(f"\nbad-input corpus: {total} inputs over {len(n)} commands and routes")
+        for k in sorted(n):
+            print(f"  {n[k]:4d}  {k}")
     assert Tally.tracebacks == []
 
 
