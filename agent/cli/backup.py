@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from agent.cli import output
-from agent.errors import FleetAgentError, LockError
+from agent.errors import FleetAgentError, LockError, UsageError
 from agent.runtime.app import App
 from agent.runtime.lock import FleetLock
 from agent.store import backup as backup_
@@ -22,6 +22,8 @@ def _not_on_postgres(app: App, what: str) -> None:
 
 def cmd_backup(args: argparse.Namespace, app: App) -> int:
     _not_on_postgres(app, "backup")
+    if not args.path.strip():
+        raise UsageError("backup needs a place: name a new file or a directory (e.g. /srv/backups/)")
     dest = backup_.backup_target(Path(args.path), app.settings.agent_id)
     r = backup_.backup(app.log, dest)
     if args.json:
@@ -34,7 +36,11 @@ def cmd_backup(args: argparse.Namespace, app: App) -> int:
 
 def cmd_restore(args: argparse.Namespace, app: App) -> int:
     _not_on_postgres(app, "restore")
+    if not args.path.strip():
+        raise UsageError("restore needs the file 'fleet-agent backup' wrote; name it")
     src = Path(args.path)
+    if not src.is_file():  # before the lock: a mistyped name changes nothing, not even the lock file
+        raise UsageError(f"no backup at {src}; name a file written by 'fleet-agent backup'")
     try:
         lock = FleetLock(app.settings.data_path).acquire()
     except LockError as e:

@@ -32,8 +32,8 @@ def _parse_anchor(v: str | None) -> tuple[int, str] | None:
     seq, _, h = v.partition(":")
     h = h.strip().lower()
     if not seq.strip().isdigit() or len(h) != 64 or any(c not in "0123456789abcdef" for c in h):
-        raise UsageError(f"--head {v!r} is not SEQ:HASH (a seq number and a 64-hex-digit hash, as the daemon's "
-                         "'tick' log line prints them in head=)")
+        raise UsageError(f"--head {v!r} is not SEQ:HASH; write a seq number and a 64-hex-digit hash, as head= of "
+                         "the daemon's 'tick' log line prints them")
     return int(seq), h
 
 
@@ -96,6 +96,14 @@ def cmd_log_export(args: argparse.Namespace, app: App) -> int:
     since, since_ts = args_.seq_or_when(args.since, "--since") if args.since is not None else (0, None)
     sel = Selection(tuple(args.kind or ()), since, since_ts)
     dest = Path(args.output) if args.output else None
+    if any(not k.strip() for k in args.kind or ()):
+        raise UsageError("--kind '' names no kind; write a kind like tool.result, or a family like 'tool.'")
+    if not args.training and (args.metadata or args.no_metadata):
+        raise UsageError("--metadata and --no-metadata go with --training (plain events carry their own fields); "
+                         "drop them, or add --training")
+    if args.metadata and not Path(args.metadata).parent.is_dir():
+        raise UsageError(f"--metadata {args.metadata}: {Path(args.metadata).parent} is not a directory; create it "
+                         "or name another place")
     if args.training:
         if args.format != "jsonl" or args.kind:
             raise UsageError("--training writes fine-tuning examples as JSON lines; drop --format and --kind")
@@ -107,12 +115,19 @@ def cmd_log_export(args: argparse.Namespace, app: App) -> int:
         skipped = f"; {len(r.unreproducible)} requests did not re-derive (run 'fleet-agent replay --verify')" \
             if r.unreproducible else ""
         where = f"; metadata in {meta}" if meta is not None else ""
-        sys.stderr.write(f"exported {r.written} examples ({r.with_blocked} with policy-blocked calls), left out "
-                         f"{r.overridden} overridden answers{skipped}{where}\n")
+        if args.json:
+            sys.stderr.write(output.json_text({
+                "examples": r.written, "with_blocked": r.with_blocked, "overridden": r.overridden,
+                "unreproducible": len(r.unreproducible), "path": str(dest) if dest else None,
+                "metadata": str(meta) if meta else None}, sort_keys=True) + "\n")
+        else:
+            sys.stderr.write(f"exported {r.written} examples ({r.with_blocked} with policy-blocked calls), left out "
+                             f"{r.overridden} overridden answers{skipped}{where}\n")
         return 1 if r.unreproducible else 0
     n = export_events(app.log, sel, args.format, dest, sys.stdout)
     if dest is not None:
-        output.out(f"exported {n} events to {dest}")
+        output.out(output.json_text({"events": n, "path": str(dest), "format": args.format}, sort_keys=True)
+                   if args.json else f"exported {n} events to {dest}")
     return 0
 
 
@@ -215,12 +230,21 @@ def _location(app: App, value: str | None, flag: str) -> LogLocation:
     if "://" in value:
         raise UsageError(f"log migrate {flag}: {value.split('://', 1)[0]}:// is not a database fleet-agent can use; "
                          "give a SQLite file path or postgresql://USER@HOST:PORT/DATABASE")
-    return Path(value).expanduser().resolve()
+    p = Path(value).expanduser().resolve()
+    if flag == "--to" and not p.parent.is_dir():  # a mistyped directory is not made up on the spot
+        raise UsageError(f"log migrate --to {value}: {p.parent} is not a directory; create it first, or name a file "
+                         "in an existing directory")
+    if flag == "--from" and not p.is_file():
+        raise UsageError(f"log migrate --from {value}: no such file; name the SQLite file the log is in")
+    return p
 
 
 def cmd_log_migrate(args: argparse.Namespace, app: App) -> int:
     source = _location(app, args.source, "--from")
     target = _location(app, args.to, "--to")
+    if isinstance(source, Path) and isinstance(target, Path) and source == target.resolve():
+        raise UsageError(f"log migrate --to {args.to}: that is the log itself; name a new file or a PostgreSQL "
+                         "database to copy it into")
     r = migrate(source, target)
     if args.json:
         output.out(output.json_text(asdict(r), sort_keys=True))

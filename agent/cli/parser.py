@@ -132,7 +132,8 @@ COMMANDS: tuple[Command, ...] = (
             arg("--json", action="store_true", help="print the result as JSON")),
     command("config show", "agent.cli.init:cmd_config_show",
             "print the effective settings (no secrets)",
-            "Print the effective settings as JSON; secrets are never part of them."),
+            "Print the effective settings as JSON; secrets are never part of them.",
+            arg("--json", action="store_true", help="print JSON (the form it prints anyway)")),
     command("config diff", "agent.cli.init:cmd_config_diff",
             "the config file against the configuration in force (exit 1 on difference)",
             "Compare the config file with the configuration the daemon last put in force (recorded "
@@ -167,6 +168,8 @@ COMMANDS: tuple[Command, ...] = (
                             "calls to FILE (default with -o: OUTPUT.metadata.jsonl beside it)"),
                    arg("--no-metadata", action="store_true", help="with --training: no metadata file")),
             arg("-o", "--output", help="file to write, replaced only when complete (default: stdout)"),
+            arg("--json", action="store_true",
+                help="the closing summary as one JSON object (the events are JSON lines either way)"),
             reads=()),
     command("log archive", "agent.cli.log:cmd_log_archive",
             "move old months of events into sealed, compressed segment files",

@@ -61,6 +61,8 @@ def _thread_events(args: argparse.Namespace, app: App) -> Iterator[Event]:
 
 
 def cmd_thread_show(args: argparse.Namespace, app: App) -> int:
+    if any(not k.strip() for k in args.kind or ()):
+        raise UsageError("--kind '' names no kind; write a kind like tool.result, or a family like 'tool.'")
     wanted = _wanted(args.kind or None)
 
     def show(e: Event) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -228,7 +230,7 @@ def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = N
         seen, total = operator_inputs_seen(app)
         out.write(f"  operator inputs seen by the model: {seen}/{total}\n")
         out.write(f"  log: {verify.checked} events, chain {'verifies' if verify.ok else 'BROKEN: ' + str(verify.reason)}\n\n")
-        c = f"fleet-agent --config {cfg}"
+        c = f"{command_name()} --config {shlex.quote(str(cfg))}"
         mid = max(1, ticks // 2)
         out.write("explore what was recorded:\n"
                   f"  {c} thread show --kind operator. --kind alert. --kind knowledge.\n"
@@ -244,6 +246,21 @@ def run_demo(*, ticks: int = 15, speed: float = 600.0, model_url: str | None = N
         if app is not None:
             app.close()
         server.stop()
+
+
+def command_name(argv0: str | None = None, path: str | None = None) -> str:
+    """How to run fleet-agent from the operator's shell: ``fleet-agent`` when that is on ``path`` ($PATH) and
+    is this program, else the path this program was started by (``.venv/bin/fleet-agent``), else this Python
+    with ``-m agent.cli``."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    found = shutil.which("fleet-agent", path=path)
+    if Path(argv0).name == "fleet-agent":
+        if found is not None and Path(found).resolve() == Path(argv0).resolve():
+            return "fleet-agent"
+        return shlex.quote(argv0)
+    if found is not None:
+        return "fleet-agent"
+    return f"{shlex.quote(sys.executable)} -m agent.cli"
 
 
 def operator_inputs_seen(app: App) -> tuple[int, int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -64,7 +65,7 @@ BAD_CONFIGS: dict[str, str | bytes] = {
 FIX_WORDS = ("fix", "use ", "write", "remove", "quote", "set ", "did you mean", "valid keys", "keep", "expected",
              "must", "save", "create", "copy", "run ", "see ", "check", "name where", "needs", "give", "merge",
              "try", "say ", "put ", "edit", "a name is", "no such", "between", "'fleet-agent ", "--help", "of 1 or more",
-             "of 0 or more", "go together")
+             "of 0 or more", "go together", "one of:", "choose", "add ", "drop ")
 
 
 @pytest.fixture
@@ -87,7 +88,7 @@ def snapshot(root: Path) -> dict[str, object]:
     and head."""
     files = {}
     for p in sorted(root.rglob("*")):
-        if p.is_file() and ".db" not in p.name and p.name != "lock":
+        if p.is_file() and ".db" not in p.name and not p.name.endswith("lock"):  # lock files: runtime state
             files[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
     app = App(config.load(str(root / "config.yaml")))
     try:
@@ -258,17 +259,76 @@ BAD_ARGS: list[list[str]] = [
     ["hosts", "exclude", "12", "--for", "99999999w", "--reason", "x"],
     ["thread", "show", "--since", "999999999d"], ["context", "--at", "99999999d"],
     ["log", "export", "--since", "99999999d"], ["thread", "show", "--since", "1" * 26 + "h"],
+    # every other command of the table, and more of each ("@/": inside the fleet's directory)
+    ["init", "@/"], ["init", "/proc/nope/x"], ["init", "--grant", "someone", "@/fresh"],
+    ["config", "check", "extra"], ["config", "show", "--bogus"], ["config", "diff", "x"],
+    ["log", "verify", "--head", "nope"], ["log", "verify", "--head", "5:zz"],
+    ["log", "verify", "--head", "99999999999999999999999:ab"],
+    ["log", "archive", "--older-than", "x"], ["log", "archive", "--older-than", "99999999d"],
+    ["log", "archive", "--older-than", "-5d"], ["log", "archive"], ["log", "segments", "extra"],
+    ["log", "prune"], ["log", "prune", "--before", "x"], ["log", "prune", "--before", "1d", "--backup", "@/no-such.db"],
+    ["log", "prune", "--before", "99999999d"],
+    ["log", "migrate"], ["log", "migrate", "--to", "mysql://x/y"], ["log", "migrate", "--to", "postgresql://u:pw@h/db"],
+    ["log", "migrate", "--to", "@/fleet-data/fleet-agent.db"], ["log", "migrate", "--to", "@/no-such-dir/x.db"],
+    ["log", "migrate", "--to", "@/c.db", "--from", "@/no-such.db"],
+    ["log", "compact", "--page-size", "1000"], ["log", "compact", "--page-size", "abc"],
+    ["log", "compact", "--page-size", "99999999999999999999"], ["log", "rebuild", "extra"],
+    ["log", "search", "--limit", "abc", "x"], ["log", "search", "--limit", "99999999999999999999", "x"],
+    ["log", "export", "--kind", ""], ["log", "export", "--metadata", "m.json"],
+    ["log", "export", "--training", "--metadata", "@/no-such-dir/m", "-o", "@/t.jsonl"], ["log", "export", "-o", "@/"],
+    ["thread", "show", "--kind", ""], ["thread", "show", "--tail", "0"], ["thread", "show", "--since", "99999"],
+    ["thread", "show", "--follow-for", "0"],
+    ["replay", "extra"], ["replay", "--verify", "--bogus"], ["tick", "--bogus"], ["tick"],
+    ["run", "--standby", "x"], ["run", "--bogus"],
+    ["alerts", "list", "--bogus"], ["alerts", "silences", "x"], ["alerts", "unsilence", "abc"],
+    ["alerts", "unsilence", "999"], ["alerts", "silence", "1", "--for", "0s", "--reason", "x"],
+    ["alerts", "silence", "--for", "1h", "--reason", "x"], ["alerts", "silence", "1", "--key", "x*", "--for", "1h", "--reason", "x"],
+    ["alerts", "silence", "999", "--for", "1h", "--reason", "x"], ["alerts", "silence", "1", "--for", "1h", "--reason", ""],
+    ["alerts", "silence", "1", "--for", "1h"], ["alerts", "silence", "--key", "", "--for", "1h", "--reason", "x"],
+    ["knowledge", "list", "x"], ["knowledge", "edit", ""], ["knowledge", "history", "../../etc/passwd"],
+    ["directives", "x"], ["unpin", "99999999999999999999999"],
+    ["policy", "show", "x"], ["policy", "set", "nope", "3", "--reason", "x"],
+    ["policy", "set", "max_instances", "100", "--reason", "x"], ["policy", "set", "max_instances", "abc", "--reason", "x"],
+    ["policy", "set", "max_instances", "-1", "--reason", "x"], ["policy", "set", "allowed_gpus", "", "--reason", "x"],
+    ["policy", "set", "max_instances", "2"], ["policy", "set", "min_reliability", "nan", "--reason", "x"],
+    ["policy", "set", "max_total_dph", "inf", "--reason", "x"],
+    ["policy", "set", "max_instances", "99999999999999999999999", "--reason", "x"],
+    ["policy", "set", "max_instances", "2", "--until", "2001-01-01", "--reason", "x"],
+    ["policy", "reset", "nope"], ["policy", "reset", "max_instances"], ["policy", "proposals", "x"],
+    ["policy", "accept", "999"], ["policy", "accept", "abc"], ["policy", "reject", "999"], ["policy", "reject", "abc"],
+    ["pause"], ["pause", "--for", "x", "--reason", "r"], ["pause", "--until", "2001-01-01", "--reason", "r"],
+    ["pause", "--for", "1h", "--until", "2030-01-01", "--reason", "r"], ["pause", "--reason", ""],
+    ["pause", "--until", "garbage", "--reason", "r"], ["resume"], ["resume", "x"],
+    ["hosts", "list", "x"], ["hosts", "exclude", "abc", "--reason", "r"], ["hosts", "exclude", "0", "--reason", "r"],
+    ["hosts", "exclude", "5"], ["hosts", "exclude", "5", "--for", "x", "--reason", "r"], ["hosts", "include", "999"],
+    ["hosts", "include", "abc"],
+    ["instances"], ["instances", "x"], ["destroy", "abc"], ["destroy", "0", "--reason", "r"], ["destroy", "1"],
+    ["destroy", "1", "--yes", "--reason", "r"], ["drain", "--yes"], ["drain", "x"], ["spend", "x"], ["doctor", "--bogus"],
+    ["backup", "@/config.yaml"], ["backup", "@/no-such-dir/x.db"], ["backup", ""],
+    ["restore", "@/no-such.db"], ["restore", "@/config.yaml"], ["restore", "@/knowledge"], ["restore", ""],
+    ["demo", "--keep", "@/"], ["demo", "--ticks", "abc"], ["completion", "fish"], ["completion"], ["man", "x"],
+    ["web", "--listen", "nope"], ["web", "--listen", "127.0.0.1:99999"], ["web", "--listen", "10.0.0.1:8080"],
+    ["fork", "--at", "garbage", "--rules"], ["fork", "--tick", "1", "--model", "ftp://x", "m"],
+    ["fork", "--tick", "1", "--rules", "--out", "@/"], ["fork", "diff", "@/"], ["override", "1", "--note", "\udcff"],
+    ["context", "--seq", "99999999999999999999999"],
+    ["sim", "--start", "5"], ["sim", "--unschedulable", "2"], ["sim", "--port", "-1"], ["status", "--json", "x"],
 ]
 
 
-def test_bad_arguments_are_one_line(home: Path, capsys: pytest.CaptureFixture[str]):
+def in_home(args: list[str], home: Path) -> list[str]:
+    """``args`` with "@/..." naming a path inside the fleet's directory."""
+    return [str(home / a[2:]) if a.startswith("@/") else a for a in args]
+
+
+def test_bad_arguments_are_one_line(home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     """Bad numbers, names, times, paths, editors, empty or non-UTF-8 text and unknown commands: exit 1
     or 2 with a line saying what and how, never a traceback, and nothing written."""
     cfg = str(home / "config.yaml")
+    monkeypatch.delenv("VAST_API_KEY", raising=False)  # tick, instances, destroy, drain: refused for the key
     before = snapshot(home)
     problems = []
     for args in BAD_ARGS:
-        argv = ["--config", cfg, *args]
+        argv = ["--config", cfg, *in_home(args, home)]
         code, text = run_cli(argv, capsys)
         try:
             assert_refused(code, text, argv)
@@ -328,8 +388,134 @@ def test_no_tracebacks_through_the_real_console_script(home: Path):
         assert b"Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, (case, p.stderr)
 
 
-def test_figures():
-    """The suite's figures: runs and tracebacks (0) so far in this process."""
+# Bad requests to every console route: (method, path, form or None, what it must get: "4xx"; "<500" for a
+# filter or a moment the console answers leniently; "answer" for /healthz, whose 503 says no tick ran). Each
+# must be answered without a traceback and append nothing.
+TOKEN = "correct-horse-battery-staple-0123"
+CONSOLE: list[tuple[str, str, dict[str, str] | None, str]] = [
+    ("GET", "/alerts/abc", None, "4xx"), ("GET", "/alerts/0", None, "4xx"), ("GET", "/alerts/-1", None, "4xx"),
+    ("GET", "/alerts/99999999999999999999999", None, "4xx"), ("GET", "/alerts/%00", None, "4xx"),
+    ("GET", "/alerts/999", None, "4xx"), ("GET", "/alerts?status=bogus", None, "<500"),
+    ("GET", "/alerts?severity=%ff", None, "<500"),
+    ("GET", "/travel?tick=abc", None, "4xx"), ("GET", "/travel?tick=-1", None, "4xx"),
+    ("GET", "/travel?tick=99999999999999999999", None, "4xx"), ("GET", "/travel?tick=999", None, "4xx"),
+    ("GET", "/travel?seq=abc", None, "4xx"), ("GET", "/travel?seq=99999", None, "<500"),
+    ("GET", "/travel?at=nope", None, "4xx"), ("GET", "/travel?at=99999999d", None, "4xx"),
+    ("GET", "/travel?at=2001-01-01", None, "<500"), ("GET", "/travel?tick=1&seq=2", None, "4xx"),
+    ("GET", "/travel/diff?a=x&b=y", None, "4xx"), ("GET", "/travel/diff", None, "4xx"),
+    ("GET", "/travel/diff?a=1&b=99999", None, "<500"),
+    ("GET", "/thread?before=abc", None, "4xx"), ("GET", "/thread?before=-5", None, "4xx"),
+    ("GET", "/thread?kind=%ff", None, "<500"), ("GET", "/thread?q=" + "x" * 5000, None, "<500"),
+    ("GET", "/thread?q=%22%27%3Cscript%3E", None, "<500"), ("GET", "/thread/new?after=abc", None, "4xx"),
+    ("GET", "/thread/new?after=99999999999999999999999", None, "4xx"),
+    ("GET", "/knowledge/..%2F..%2Fetc%2Fpasswd", None, "4xx"), ("GET", "/knowledge/nope.md", None, "4xx"),
+    ("GET", "/knowledge/%00", None, "4xx"), ("GET", "/knowledge/notes.md?v=abc", None, "4xx"),
+    ("GET", "/knowledge/notes.md?v=999", None, "<500"), ("GET", "/nonexistent", None, "4xx"),
+    ("GET", "/static/../../etc/passwd", None, "4xx"), ("GET", "/metrics?x=%ff", None, "<500"),
+    ("GET", "/healthz?x=1", None, "answer"),
+    ("POST", "/alerts/abc/ack", {"note": "x", "csrf": "CSRF"}, "4xx"),
+    ("POST", "/alerts/999/ack", {"note": "x", "csrf": "CSRF"}, "4xx"),
+    ("POST", "/alerts/99999999999999999999999/ack", {"note": "x", "csrf": "CSRF"}, "4xx"),
+    ("POST", "/alerts/2/ack", {"note": "x" * 20000, "csrf": "CSRF"}, "4xx"), ("POST", "/alerts/2/ack", {"note": "x"}, "4xx"),
+    ("POST", "/alerts/2/ack", {"note": "x", "csrf": "0" * 32}, "4xx"),
+    ("POST", "/notes", {"text": "", "csrf": "CSRF"}, "4xx"), ("POST", "/notes", {"text": "   ", "csrf": "CSRF"}, "4xx"),
+    ("POST", "/notes", {"text": "x" * 20000, "csrf": "CSRF"}, "4xx"), ("POST", "/notes", {"text": "hi"}, "4xx"),
+    ("POST", "/login", {"token": ""}, "4xx"), ("POST", "/login", {"token": "x" * 100000}, "4xx"),
+    ("POST", "/login", {}, "4xx"), ("POST", "/logout", {}, "<500"), ("GET", "/login?next=//evil.example", None, "<500"),
+    ("GET", "/alerts", {"host": "evil.example"}, "4xx"), ("PUT", "/notes", None, "4xx"), ("DELETE", "/alerts/2", None, "4xx"),
+]
+
+
+def test_bad_console_requests_are_answered_and_change_nothing(home: Path):
+    """Every console route with bad ids, numbers, times, paths, notes, tokens, forms, hosts and methods: a
+    4xx page saying what is wrong (or a lenient answer for a filter), never a 5xx or a traceback, and the log
+    and files as they were."""
+    from starlette.testclient import TestClient
+
+    from agent.web import Console
+    from agent.web.routes import create_app
+
+    (home / "token").write_text(TOKEN + "\n", encoding="utf-8")
+    (home / "token").chmod(0o600)
+    cfg = home / "config.yaml"
+    cfg.write_text(cfg.read_text(encoding="utf-8").replace("token_file: null", f"token_file: {home / 'token'}", 1),
+                   encoding="utf-8")
+    console = Console(config.load(str(cfg)))
+    problems = []
+    try:
+        with TestClient(create_app(console), base_url="http://127.0.0.1") as client:
+            assert client.post("/login", data={"token": TOKEN}, follow_redirects=False).status_code == 303
+            m = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/thread").text)
+            assert m
+            before = snapshot(home)
+            for method, path, form, want in CONSOLE:
+                headers = {"host": form["host"]} if form and "host" in form else None
+                data = None if headers else {k: m.group(1) if v == "CSRF" else v for k, v in (form or {}).items()}
+                r = client.request(method, path, data=data if method == "POST" else None, headers=headers,
+                                   follow_redirects=False)
+                ok = want == "answer" or (r.status_code < 500 and (want != "4xx" or 400 <= r.status_code < 500))
+                if not ok or "Traceback" in r.text or snapshot(home) != before:
+                    problems.append(f"{method} {path[:60]}: {r.status_code} {r.text[:200]!r}")
+                    before = snapshot(home)
+                if path == "/logout":
+                    assert client.post("/login", data={"token": TOKEN}, follow_redirects=False).status_code == 303
+                    m = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/thread").text)
+                    assert m
+    finally:
+        console.close()
+    assert not problems, "\n".join(problems)
+
+
+def command_of(args: list[str]) -> str:
+    """The table's command ``args`` runs (its longest path), or "(none)"."""
+    from agent.cli.parser import COMMANDS as TABLE
+
+    words = [a for a in args if not a.startswith("-")]
+    paths = {c.path for c in TABLE if c.handler is not None}
+    for n in (2, 1):
+        if " ".join(words[:n]) in paths:
+            return " ".join(words[:n])
+    return "(none)"
+
+
+def corpus() -> dict[str, int]:
+    """The bad inputs this file runs, by command (a bad config or key file counts once per command it is
+    tried on; console requests by route)."""
+    from collections import Counter
+
+    n: Counter[str] = Counter()
+    for args in BAD_ARGS:
+        n[command_of(args)] += 1
+    for cmd in COMMANDS:
+        n[command_of(cmd)] += len(BAD_CONFIGS)
+    for cmd in (["config", "check"], ["tick"], ["run"]):
+        n[command_of(cmd)] += len(KEY_FILES)
+    n["say"] += 4 + 1  # test_say_dash_refuses_bad_stdin, the dash read
+    n["backup"] += 2  # test_backup_onto_a_full_disk_is_one_line_and_leaves_nothing
+    for method, path, _form, _want in CONSOLE:
+        route = re.sub(r"^/(alerts|knowledge)/[^/?]+", r"/\1/{x}", path.split("?")[0])
+        n[f"console {method} {route}"] += 1
+    return dict(n)
+
+
+def test_figures(capsys: pytest.CaptureFixture[str]):
+    """The corpus: at least 150 bad inputs, every command of the table and every console route among them;
+    its size by command is printed (pytest -s). Tracebacks so far in this process: 0."""
+    from agent.cli.parser import COMMANDS as TABLE
+
+    n = corpus()
+    commands = {c.path for c in TABLE if c.handler is not None}
+    assert commands - set(n) == set(), "commands with no bad input in the corpus"
+    console_routes = {k.split(" ", 2)[2] for k in n if k.startswith("console ")}
+    for route in ("/alerts/{x}", "/alerts", "/travel", "/travel/diff", "/thread", "/thread/new", "/knowledge/{x}",
+                  "/notes", "/login", "/logout", "/metrics", "/healthz"):
+        assert route in console_routes or any(r.startswith(route) for r in console_routes), route
+    total = sum(n.values())
+    assert total >= 150
+    with capsys.disabled():
+        print(f"\nbad-input corpus: {total} inputs over {len(n)} commands and routes")
+        for k in sorted(n):
+            print(f"  {n[k]:4d}  {k}")
     assert Tally.tracebacks == []
 
 

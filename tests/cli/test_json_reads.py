@@ -48,7 +48,7 @@ READS: list[tuple[tuple[str, ...], str]] = [
 ]
 # Commands with --json that change something: covered by their own tests.
 WRITES = {"tick", "backup", "restore", "log archive", "log prune", "log migrate", "log compact"}  # archive: tests/store/test_archive*.py; log migrate: tests/store/test_pg_store.py reads its --json; log compact: tests/store/test_log_compact.py
-ALWAYS_JSON = {"config show", "log export"}  # print JSON without being asked
+ALWAYS_JSON: set[str] = set()  # commands that print JSON without being asked and refuse --json: none
 # Read commands that need more than a fleet's own config: parsed with --json by their own tests.
 ELSEWHERE = {"fork diff"}  # tests/fork/test_fork.py reads a fork's directory
 
