@@ -44,3 +44,14 @@ def analyzed(srv: PgServer, url: str, agent_id: str) -> bool:
         row = su.execute("SELECT most_common_vals::text FROM pg_stats WHERE tablename = 'events' "
                          "AND attname = 'agent_id'").fetchone()
     return row is not None and row[0] is not None and agent_id in str(row[0])
+
+
+def superuser_fleet(srv: PgServer, dbname: str, agent_id: str) -> None:
+    """Fleet ``agent_id`` made in database ``dbname`` for the superuser, schema and all: so tests that drive
+    the leadership lock as the superuser (over TCP with its password, say) find the fleet's leadership
+    table. fleet-agent itself refuses to run a fleet as a superuser; the lock alone does not check."""
+    from agent.config import PgTarget
+
+    with psycopg.connect(srv.dsn(dbname), autocommit=True) as su:
+        pg.apply_migrations(su, PgTarget(srv.dsn(dbname), agent_id))
+        su.execute("SELECT fleet_agent_bind(%s, current_user)", [agent_id])
