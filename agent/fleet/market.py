@@ -167,6 +167,8 @@ def handle_price_increases(ctx: ToolContext, *, dry_run: bool) -> list[tuple[Pri
 
     if steering.paused(ctx.log) is not None:
         return []
+    feedback.resolve_absent(ctx.log, "price:", {f"price:{i.id}" for i in ctx.ours()}, ctx.tick,
+                            reason="the instance whose price rose is replaced")
     try:
         rows = ctx.vast.pending_price_increases()
     except VastError as e:
