@@ -62,7 +62,9 @@ def note_traffic(log: EventLog, listing: list[Instance], owned: set[int], tick: 
             seen.append((i, t))
     if not seen:
         return 0
-    last = last_traffic(log)
+    # Notes of these instances come after their rents: read from the oldest of them, not the whole log.
+    rows = [log.store.instance(i.id) for i, _ in seen]
+    last = last_traffic(log, min((r.rented_seq for r in rows if r is not None), default=0))
     n = 0
     for inst, (up, down) in seen:
         up_cost, down_cost = float(inst.inet_up_cost or 0.0), float(inst.inet_down_cost or 0.0)
@@ -165,6 +167,8 @@ def handle_price_increases(ctx: ToolContext, *, dry_run: bool) -> list[tuple[Pri
 
     if steering.paused(ctx.log) is not None:
         return []
+    feedback.resolve_absent(ctx.log, "price:", {f"price:{i.id}" for i in ctx.ours()}, ctx.tick,
+                            reason="the instance whose price rose is replaced")
     try:
         rows = ctx.vast.pending_price_increases()
     except VastError as e:

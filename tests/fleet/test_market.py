@@ -43,6 +43,7 @@ def test_price_increases_within_the_cap_are_accepted_and_others_rejected_and_rep
     sim.advance(300)
     assert run_tick(app).ok  # decided once: the accepted row is no longer pending; nothing answered again
     assert len(_answers(sim, "accept")) == 1 and len(events_of(app, "price.increase")) == 2
+    assert not _open(app, "price:")  # told; resolved once the instance is replaced
 
 
 def test_an_outbid_instance_is_destroyed_and_alerted_without_blaming_its_host(sim: Simulator, make_app):
