@@ -8,7 +8,8 @@ OpenAI-compatible server (real openai SDK over HTTP) that writes skeletons, nega
 given"), orders nobody gave, wrong numbers, and summaries citing inputs by number only, in turn
 (tests/context/faithful_run.py). After each tick every operator input still in force is looked for verbatim
 in the projected request. Figures per budget: inputs given, checks (input x tick), kept, lost, compactions,
-summariser attempts rejected, retries, fallbacks, accepted summaries, seconds.
+summariser attempts rejected, retries, fallbacks, accepted summaries, seconds; and the budget split (system,
+pinned, summary, tools, history, output reserve, free) averaged over the ticks' requests.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def main() -> None:
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(str(r[c]) for c in cols))
+    print("budget split, % of the budget averaged over the ticks' requests:")
+    for r in rows:
+        print(f"{r['budget']}: " + " · ".join(f"{k} {v}%" for k, v in r["split_pct"].items()))
 
 
 if __name__ == "__main__":

@@ -74,10 +74,20 @@ def format_text(st: dict[str, Any]) -> str:
                    if c.get("configured_budget") else "")
         lines.append(f"context: {c['tokens']:,} of {c['budget']:,} tokens{lowered}{when}; compaction at "
                      f"{c['compact_at']:,}, {c['until_compaction']:,} tokens to go")
+    lines.extend(_split_lines(st.get("budget_split")))
     k = st.get("knowledge")
     if k:
         lines.append(_knowledge_line(k))
     return "\n".join(lines)
+
+
+def _split_lines(sp: dict[str, Any] | None) -> list[str]:
+    """The last request's budget split, one line (none before the first request)."""
+    from agent.context.shares import split_text
+
+    if not sp:
+        return []
+    return [f"budget split: {split_text(sp['parts'], sp['budget'])}"]
 
 
 

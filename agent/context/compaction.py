@@ -50,6 +50,7 @@ from agent.context.inputs import record_inputs
 from agent.context.pinned import CURRENT as PINNED_CURRENT
 from agent.context.prompts import Prompts, render_summarize
 from agent.context.seen import seen_to
+from agent.context.shares import low_target
 from agent.context.thread import build_thread, maskable
 from agent.events import KINDS, Event, data, fence, inline, render, render_observation
 from agent.events.canonical import canonical
@@ -113,10 +114,13 @@ def cut_candidates(v: View) -> list[int]:
 
 
 def choose_cut(v: View, settings: ContextSettings, sizes: dict[int, int] | None = None,
-               pinned_version: int = PINNED_CURRENT) -> Cut | None:
+               pinned_version: int = PINNED_CURRENT, shares: bool = True) -> Cut | None:
     """The earliest allowed boundary whose kept thread fits under low water (else the latest valid one);
     ``sizes``: tool results' tokens once masked, when the compaction masks old outputs; ``pinned_version``:
-    the rendering of the pinned block the request was planned with (an older one when replaying)."""
+    the rendering of the pinned block the request was planned with (an older one when replaying);
+    ``shares``: low water is a share of the room the fixed blocks leave (agent.context.shares), not of the
+    whole budget (as summary requests before v2 were planned, and as a forced compaction still cuts: the
+    provider refused the request, so it sheds all it can)."""
     sizes = sizes or {}
     ticks = cut_candidates(v)
     spans = _call_spans(v.events)
@@ -135,7 +139,10 @@ def choose_cut(v: View, settings: ContextSettings, sizes: dict[int, int] | None 
         ptext = render_pinned(pinned, c - 1, settings, v.meter, pinned_version)
         kept = sum(sizes.get(e.seq, e.tokens) if e.kind == "tool.result" else e.tokens
                    for e in v.thread if e.seq >= c)
-        total = fixed + kept + (v.meter.text_message(ptext) if ptext else 0)
+        ptokens = v.meter.text_message(ptext) if ptext else 0
+        total = fixed + kept + ptokens
+        if shares:
+            target = low_target(settings, fixed + ptokens)
         ok = v.calibration.calibrated(total) <= target
         best = Cut(c, pinned, ok)
         if ok:
@@ -924,7 +931,7 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
     masked_to = mask_point(v, settings)
     sizes = _masked_sizes(v, settings, masked_to)
     # the cut is chosen on the thread as the budget check left it (shrunk, when it had to be)
-    cut = choose_cut(v, settings, sizes, PINNED_CURRENT if version >= 2 else 4)
+    cut = choose_cut(v, settings, sizes, PINNED_CURRENT if version >= 2 else 4, shares=version >= 2 and not force)
     if cut is None:
         return "no tick boundary to cut at"
     evicted = [e for e in v.events if e.seq < cut.first_kept_seq]

@@ -297,6 +297,20 @@ def model_cost(app: App) -> dict[str, Any]:
     return spend.model_cost(app.log, app.settings)
 
 
+def budget_split(app: App) -> dict[str, Any] | None:
+    """How the last request used the budget: the fixed blocks, the history, the output reserve and what was
+    free (its manifest's sections; agent.context.shares). None before the first request."""
+    from agent.context.shares import split
+    from agent.model.window import effective_context
+
+    req = _last(app.log, "model.request")
+    sections = ((req.payload.get("manifest") or {}).get("sections") if req is not None else None) or {}
+    if not sections:
+        return None
+    c = effective_context(app.log, app.settings)
+    return {"budget": c.budget_tokens, "parts": split(sections, c.budget_tokens, c.output_reserve)}
+
+
 def collect(app: App) -> dict[str, Any]:
     """Everything ``status`` shows, as a JSON-able dict."""
     s = app.settings
@@ -315,6 +329,7 @@ def collect(app: App) -> dict[str, Any]:
     st["steering"] = steering_state(app)
     st["model_cost"] = model_cost(app)
     st["context"] = context_size(app)
+    st["budget_split"] = budget_split(app)
     st["knowledge"] = knowledge(app)
     st["events"] = lg.last_seq()
     return st

@@ -19,6 +19,7 @@ from agent import config, feedback, logsetup
 from agent.config import Settings
 from agent.context.prompts import Prompts
 from agent.context.replay import inspect_request
+from agent.context.shares import split, split_text
 from agent.errors import FleetAgentError, UsageError
 from agent.events import KINDS, Event, describe, render
 from agent.fleet import spend as fleet_spend
@@ -256,7 +257,10 @@ class Console:
                      "tokens": tok.count_message(m)} for m in p.messages]
             response, results = _answer(lg, found.recorded)
             return {"projection": p, "sections": split_sections(msgs, p.sections), "recorded": found.recorded,
-                    "matches": found.matches, "inputs": found.inputs, "response": response, "results": results, "tick": tick,
+                    "matches": found.matches, "inputs": found.inputs, "response": response,
+                    "split": split_text(split(p.sections, self.settings.context.budget_tokens,
+                                              self.settings.context.output_reserve),
+                                        self.settings.context.budget_tokens), "results": results, "tick": tick,
                     "seq": seq, "at": at, "budget": self.settings.context.budget_tokens,
                     "limit": self.settings.context.budget_tokens - self.settings.context.output_reserve,
                     "last_seq": lg.last_seq(), "latest_tick": lg.store.latest_tick() or 0}

@@ -28,6 +28,7 @@ from agent.context import ProjectionCache, project
 from agent.context.compaction import compact
 from agent.context.pinned import OPERATOR_WORDS_HOURS
 from agent.context.prompts import load_prompts
+from agent.context.shares import split
 from agent.model.llm import OpenAIChat
 from agent.store.log import EventLog
 from tests.fakes.openai_server import FakeOpenAI, Step, is_summary_request, reply, summary_reply
@@ -98,10 +99,13 @@ class Tally:
     rejected: int = 0
     fallbacks: int = 0
     llm: int = 0
+    parts: dict[str, int] = field(default_factory=dict)   # summed over the ticks' requests
 
     def row(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["lost_inputs"] = sorted(self.lost_inputs)
+        d["split_pct"] = {k: round(100 * v / (self.budget * max(1, self.ticks)), 1) for k, v in self.parts.items()}
+        del d["parts"]
         return d
 
 
@@ -251,8 +255,10 @@ def run(db: Path, fake: FakeOpenAI, *, budget: int, ticks: int, every: int = 7, 
             tally.llm += p["method"] == "llm"
         _tick(log, n, owned)
         tally.ticks += 1
-        seen = "\n".join(str(m.get("content") or "") for m in project(
-            log, PROMPTS, settings, policy=POLICY, tools=TOOLS, model=fake.model, cache=cache).messages)
+        req = project(log, PROMPTS, settings, policy=POLICY, tools=TOOLS, model=fake.model, cache=cache)
+        for k, x in split(req.sections, settings.budget_tokens, settings.output_reserve).items():
+            tally.parts[k] = tally.parts.get(k, 0) + x
+        seen = "\n".join(str(m.get("content") or "") for m in req.messages)
         for s in op.in_force(clock.t):
             tally.checks += 1
             if s.text in seen:

@@ -113,5 +113,5 @@ def test_each_pinned_block_keeps_its_cap_and_context_shows_them(tmp_path: Any, c
     capsys.readouterr()
     assert cli(app, "context") == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("blocks: "))
-    assert line.startswith("blocks: directives 0/2,000 · memory ") and " · knowledge 0/900 · facts " in line
+    assert line.startswith("blocks: directives 0/2,000 · operator 0/2,000 · memory ") and " · knowledge 0/900 · facts " in line
     assert int(line.split(" · memory ")[1].split("/")[0]) <= 300 and line.endswith("/400")
