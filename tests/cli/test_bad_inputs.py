@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent import cli, config, feedback
+from agent.context.cache import COUNT_FILE
 from agent.runtime.app import App
 
 # One valid invocation of every command that reads the config.
@@ -88,7 +89,8 @@ def snapshot(root: Path) -> dict[str, object]:
     and head."""
     files = {}
     for p in sorted(root.rglob("*")):
-        if p.is_file() and ".db" not in p.name and not p.name.endswith("lock"):  # lock files: runtime state
+        # lock files and the token-count cache (agent.context.cache.COUNT_FILE) are runtime state
+        if p.is_file() and ".db" not in p.name and not p.name.endswith("lock") and p.name != COUNT_FILE:
             files[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
     app = App(config.load(str(root / "config.yaml")))
     try:
