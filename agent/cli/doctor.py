@@ -15,13 +15,13 @@ client as an argument, so tests point them at servers on 127.0.0.1.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from agent import config
 from agent.config import Settings
-from agent.errors import FleetAgentError
+from agent.errors import ConfigError, FleetAgentError
 from agent.feedback.knowledge import knowledge_problems
 
 VAST_KEY_FIX = ("check the vast.ai API key (vast.api_key_env / vast.api_key_file / vast.api_key_credential); "
@@ -55,22 +55,41 @@ def _err(e: BaseException) -> str:
 
 
 def check_config(path: str | None, env: Mapping[str, str] | None = None) -> tuple[Check, Settings | None]:
+    """The config check, and the settings the other checks use: None when the file is broken as a whole or
+    where the log is; with a broken section, that section stands in as broken (the checks that read it say so)."""
+    fix = "edit the file as the message says (config.example.yaml documents every setting)"
     try:
-        s = config.load(path, env)
+        s, broken = config.load_partial(path, env)
     except FleetAgentError as e:
-        return Check("config", False, _err(e), "edit the file as the message says (config.example.yaml "
-                     "documents every setting)"), None
+        return Check("config", False, _err(e), fix), None
+    if broken:
+        return Check("config", False, _err(ConfigError("; ".join(map(str, broken.values())))), fix), \
+            None if config.needed(broken, ()) is not None else s
     return Check("config", True, f"{s.source_path} (hash {s.config_hash()[:12]})"), s
+
+
+def _guarded(name: str, check: Callable[[], Check | list[Check]]) -> list[Check]:
+    """``check``'s results; a FAIL naming the broken section when it needs one the config file breaks."""
+    try:
+        r = check()
+    except ConfigError as e:
+        return [Check(name, False, f"not checked: {_err(e)}", "fix the config first (see the config check)")]
+    return r if isinstance(r, list) else [r]
 
 
 def check_secrets(s: Settings, env: Mapping[str, str] | None = None) -> list[Check]:
     out = []
-    try:
-        key = s.vast_api_key(env)
-        out.append(Check("secrets", True, f"vast.ai key from {key.origin}"))
-    except FleetAgentError as e:
-        out.append(Check("secrets", False, "vast.ai key not found", _err(e).split("; ", 1)[-1]))
-    if s.model.provider == "openai":
+    if (broken := config.broken_error(s.vast)) is not None:
+        out.append(Check("secrets", False, f"vast.ai key not looked for: {_err(broken)}", "fix the config first"))
+    else:
+        try:
+            key = s.vast_api_key(env)
+            out.append(Check("secrets", True, f"vast.ai key from {key.origin}"))
+        except FleetAgentError as e:
+            out.append(Check("secrets", False, "vast.ai key not found", _err(e).split("; ", 1)[-1]))
+    if (broken := config.broken_error(s.model)) is not None:
+        out.append(Check("secrets", False, f"model key not looked for: {_err(broken)}", "fix the config first"))
+    elif s.model.provider == "openai":
         try:
             mk = s.model_api_key(env)
         except FleetAgentError as e:
@@ -89,8 +108,8 @@ def check_database(s: Settings) -> list[Check]:
         return [Check("database", False, f"no database at {s.db_path}",
                       "run 'fleet-agent init', or point data_dir at the existing data directory")]
     try:
-        lg = EventLog(s.db_path, encoding=s.context.encoding, encoding_file=s.context.encoding_file,
-                      encoding_sha256=s.context.encoding_sha256)
+        c = config.ContextSettings() if config.broken_error(s.context) else s.context  # (only for counting tokens)
+        lg = EventLog(s.db_path, encoding=c.encoding, encoding_file=c.encoding_file, encoding_sha256=c.encoding_sha256)
     except (FleetAgentError, sqlite3.DatabaseError) as e:
         return [Check("database", False, f"{s.db_path} cannot be opened: {_err(e)}",
                       "restore the database from a backup: 'fleet-agent restore BACKUP' (stop the daemon first; copies come from 'fleet-agent backup PATH')")]
@@ -403,19 +422,19 @@ def run_checks(config_path: str | None = None, *, env: Mapping[str, str] | None 
     out = [first]
     if s is None:
         return out
-    out += check_secrets(s, env)
+    out += _guarded("secrets", lambda: check_secrets(s, env))
     if s.storage.is_pg:
-        out += check_postgres(s, env)
+        out += _guarded("database", lambda: check_postgres(s, env))
     else:
-        out += check_database(s)
+        out += _guarded("database", lambda: check_database(s))
         out.append(check_sqlite_version())
-    out.append(check_leader(s, env))
-    out.append(_vast_check(s, env, vast))
-    out.append(_model_check(s, env, provider))
-    out.append(_demand_check(s))
-    out.append(check_tokenizer(s))
-    out.append(check_knowledge(s))
-    out.append(check_prompts(s))
+    out += _guarded("lock", lambda: check_leader(s, env))
+    out += _guarded("vast.ai", lambda: _vast_check(s, env, vast))
+    out += _guarded("model", lambda: _model_check(s, env, provider))
+    out += _guarded("demand", lambda: _demand_check(s))
+    out += _guarded("tokens", lambda: check_tokenizer(s))
+    out += _guarded("knowledge", lambda: check_knowledge(s))
+    out += _guarded("prompts", lambda: check_prompts(s))
     return out
 
 

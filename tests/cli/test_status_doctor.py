@@ -270,6 +270,12 @@ def test_doctor_missing_pieces(tmp_path, capsys, sim_server, monkeypatch):
     assert code == 1
     lines = out.strip().splitlines()
     assert lines[0].startswith("FAIL config") and "did you mean 'schedule.interval'" in lines[0]
+    assert len(lines) > 3 and lines[-1].endswith("checks failed")  # a broken section: the other checks still run
+
+    cfg.write_text("agent_id: Not An Id\n", encoding="utf-8")  # where the log is: nothing else can be checked
+    code, out = run_cli(capsys, "--config", str(cfg), "doctor")
+    lines = out.strip().splitlines()
+    assert code == 1 and lines[0].startswith("FAIL config") and "agent_id" in lines[0]
     assert lines[-1] == "1 of 1 checks failed"
 
 

@@ -330,8 +330,10 @@ def test_pg_an_answer_read_after_the_lock_went_vouches_for_nothing(pg_server: An
     (as when the holder is suspended or starved of CPU right then) until the server has ended the silent
     session and a standby has taken the lock. Read late, that yes must not pass the fence: the check asks
     again, finds its session gone, and raises LeadershipLost."""
+    from tests.pgfleets import superuser_fleet
     from tests.tcpproxy import StallingProxy
 
+    superuser_fleet(pg_server, "postgres", "fleet-stall")
     proxy = StallingProxy(pg_server.port)
     dsn = pg_server.tcp_dsn(with_password=True).replace(f":{pg_server.port}/", f":{proxy.port}/")
     a = PgLeader(dsn, "fleet-stall", failover_seconds=3.0)  # the server ends a silent session after 1.5 s

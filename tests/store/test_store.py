@@ -310,7 +310,10 @@ def test_rebuild_compares_and_repairs_through_the_store(log: EventLog):
 # ------------------------------------------------------------------ no SQL outside the store
 
 SCANNED = ("agent", "tools", "tests", "bench")
-ALLOWED = {"agent/store", "tests/tamper.py", "tests/pgserver.py", "tests/store/test_pgserver.py"}
+# Tests that play an attacker (tamper, the cross-fleet role attack), set up throwaway PostgreSQL servers
+# and fleets, EXPLAIN what the store sends, or run the README's psql steps as the operator would.
+ALLOWED = {"agent/store", "tests/tamper.py", "tests/pgserver.py", "tests/store/test_pgserver.py", "tests/pgfleets.py",
+           "tests/store/test_pg_isolation.py", "tests/store/test_pg_query_plans.py", "tests/test_readme_postgres.py"}
 # bench/ files that time a raw SQLite baseline against the log may keep their SQL.
 BENCH_RAW_BASELINE: set[str] = {"bench/append.py"}
 
