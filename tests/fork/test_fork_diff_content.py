@@ -4,10 +4,12 @@ decision; a rent that got another instance id (the fork's simulator numbers its 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from agent.fork.diff import compare, render
 from agent.store.log import EventLog
 from tests.context.test_context import Clock
+from tests.fork.test_fork import origin as origin  # three ticks: a search, a rent, two rents
 
 TABLE = "offer_id | gpu | $/h\n{} | RTX 4090 | 0.41"
 
@@ -40,3 +42,21 @@ def test_a_search_with_other_results_is_different_a_rent_with_another_id_is_not(
     assert search[0].strip().startswith("step 1   original") and "8 | RTX 4090" not in search[0]
     assert search[1].strip().startswith("fork") and "returned" in search[1]
     assert any("rent_offer" in ln and " same " in ln for ln in lines)
+
+
+def test_the_forks_market_is_the_one_the_origin_saw(origin: Any) -> None:
+    """Every offer the fork's simulator lists unrented is one the origin's model was shown: none of the
+    seed's own (cheaper) offers comes first in the fork's first search."""
+    from agent.fork import Where, fork_point, open_origin
+    from agent.fork.seed import logged_offers, seeded_simulator
+
+    app, _ = origin
+    log = open_origin(app.settings)
+    try:
+        p = fork_point(log, Where(tick=3))
+        shown = set(logged_offers(list(log.read(0, until_seq=p.seq, kinds=["tool.called", "tool.result"]))))
+        sim, _, _ = seeded_simulator(log, p.seq, p.observation, seed=0, time=p.time, api_key="k")
+    finally:
+        log.close()
+    free = {oid for oid, o in sim.offers.items() if not o.get("rented")}
+    assert shown and free and free <= shown
