@@ -347,6 +347,33 @@ class ContextSettings:
     flood_keep: StrictInt = 3
 
 
+PROMPT_AND_TOOLS_TOKENS = 3000   # the shipped system prompt with a policy (~800) and the tool schemas (~2,000)
+TICK_BASE_TOKENS = 800           # a tick's observation and the model's turns, besides its tool outputs
+
+
+def smallest_budget(c: ContextSettings) -> int:
+    """The smallest ``budget_tokens`` that holds, under high water and with the output reserve, the system
+    prompt and tool schemas, the pinned block, the summary and the facts at their caps, and one tick (two tool
+    outputs at their cap): below it a request is trimmed before compaction can make room."""
+    need = (PROMPT_AND_TOOLS_TOKENS + c.pinned_max_tokens + c.summary_max_tokens + c.facts_max_tokens
+            + 2 * c.tool_output_max_tokens + TICK_BASE_TOKENS)
+    return math.ceil(max(need / c.high_water, need + c.output_reserve))
+
+
+def budget_problem(c: ContextSettings) -> str | None:
+    """Why ``c``'s budget cannot work (what it must hold, the smallest that works), or None."""
+    low = smallest_budget(c)
+    if c.budget_tokens >= low:
+        return None
+    return (f"context.budget_tokens {c.budget_tokens:,} cannot hold the pinned block (context.pinned_max_tokens "
+            f"{c.pinned_max_tokens:,}), the summary ({c.summary_max_tokens:,}) and facts ({c.facts_max_tokens:,}), "
+            f"the system prompt and tool schemas (about {PROMPT_AND_TOOLS_TOKENS:,}) and one tick "
+            f"({2 * c.tool_output_max_tokens + TICK_BASE_TOKENS:,}) under context.high_water ({c.high_water:g}) "
+            f"with context.output_reserve ({c.output_reserve:,}); the smallest budget that works with these caps is "
+            f"{low:,}: raise context.budget_tokens to {low:,}, or lower the caps (pinned_max_tokens, "
+            "summary_max_tokens, tool_output_max_tokens)")
+
+
 @dataclass(frozen=True)
 class FleetSettings:
     """``fleet:`` what runs on every rented machine (the model cannot change it)."""

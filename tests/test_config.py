@@ -123,6 +123,7 @@ def test_cli_config_errors_exit_2_with_one_line(tmp_path):
         "type.yaml": ("schedule:\n  max_steps: many\n", "expected an integer"),
         "secret.yaml": (f"vast:\n  api_key: {VAST_KEY}\n", "secrets never go in the config file"),
         "nokey.yaml": ("data_dir: ./data\n", "vast.api_key: no key found; set $VAST_API_KEY"),
+        "budget.yaml": ("context:\n  budget_tokens: 8000\n", "the smallest budget that works with these caps is 21,500"),
     }
     cases["missing.yaml"] = (None, "missing.yaml: no such config file")
     for name, (text, _) in cases.items():

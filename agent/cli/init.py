@@ -10,7 +10,7 @@ from pathlib import Path
 
 from agent import config
 from agent.cli import output
-from agent.errors import FleetAgentError
+from agent.errors import ConfigError, FleetAgentError
 from agent.runtime.app import App
 
 EXAMPLE_KNOWLEDGE = """\
@@ -104,6 +104,9 @@ def _init_data(settings: config.Settings, *, grant: str | None = None) -> None:
 
 def cmd_config_check(args: argparse.Namespace, app: App) -> int:
     s = app.settings
+    problem = config.budget_problem(s.context)
+    if problem is not None:
+        raise ConfigError(f"{s.source_path}: {problem}")
     vast = s.vast_api_key(app.env)
     model = s.model_api_key(app.env) if s.model.provider == "openai" else None
     if args.json:

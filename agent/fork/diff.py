@@ -2,12 +2,15 @@
 
 A decision is one tool call the model asked for and what came of it: ok, an error, or refused by policy
 (with the rule). Alerts raised and how each tick ended are compared too. Two decisions are the same when
-the tool, its arguments and the kind of outcome (ok, error, the policy rule) are the same; the details
-(an instance id, an error's wording) are shown but not compared.
+the tool, its arguments and the kind of outcome (ok, error, the policy rule) are the same, and, for a call
+that changed nothing (a search, a read), what it returned: two searches that showed the model different
+offers are different decisions. The details of a call that acted (an instance id, an error's wording) are
+shown but not compared.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +25,11 @@ class Decision:
     arguments: str
     outcome: str     # ok | error | blocked:<rule> | not run
     detail: str = ""
+    content: str = ""   # what a call that changed nothing returned (a hash of it): compared
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return self.name, self.arguments, self.outcome
+    def key(self) -> tuple[str, str, str, str]:
+        return self.name, self.arguments, self.outcome, self.content
 
     def show(self, *, detail: bool = True) -> str:
         what = {"ok": "ok", "error": "ERROR", "not run": "not run"}.get(self.outcome)
@@ -54,11 +58,17 @@ def _args(raw: str) -> str:
         return raw
 
 
-def _outcome(p: dict[str, Any]) -> tuple[str, str]:
+def _outcome(p: dict[str, Any]) -> tuple[str, str, str]:
+    """(outcome, detail shown, content compared) of one tool result."""
     if p.get("ok"):
         eff = p.get("effect") or {}
-        return "ok", f"{eff['type']} {eff.get('instance_id')}" if eff.get("type") else ""
-    return "error", (p.get("error") or "").splitlines()[0][:120] if p.get("error") else ""
+        if eff.get("type"):
+            return "ok", f"{eff['type']} {eff.get('instance_id')}", ""
+        out = str(p.get("output") or "")
+        digest = hashlib.sha256(out.encode()).hexdigest()[:12]
+        first = next((ln for ln in out.splitlines() if ln.strip()), "")
+        return "ok", f"returned {len(out):,} chars (sha256 {digest}): {first[:80]}", digest
+    return "error", (p.get("error") or "").splitlines()[0][:120] if p.get("error") else "", ""
 
 
 class _Collector:
@@ -79,8 +89,8 @@ class _Collector:
             if e.kind == "policy.blocked":
                 steps[i][j] = Decision(d.name, d.arguments, f"blocked:{p['rule']}", (p.get("detail") or "")[:120])
             elif not d.outcome.startswith("blocked:"):
-                outcome, detail = _outcome(p)
-                steps[i][j] = Decision(d.name, d.arguments, outcome, detail)
+                outcome, detail, content = _outcome(p)
+                steps[i][j] = Decision(d.name, d.arguments, outcome, detail, content)
         elif e.kind == "alert.raised":
             self.out.alerts.append(f"{p.get('severity')}: {p.get('title')}")
         elif e.kind == "tick.completed":

@@ -2,8 +2,8 @@
 
 The instances (id, label, GPU, status, price, age, host) and the balance come from the observation the
 origin logged; the demand queue from its demand figures; the offers from every ``search_offers`` table
-the origin's model was shown up to the fork point (the newest row of each offer wins), on top of the
-simulator's own seeded market. Offers a logged rent took are marked rented. What the log does not hold
+the origin's model was shown up to the fork point (the newest row of each offer wins), in place of the
+simulator's own seeded market (which stays only when the origin logged no search). Offers a logged rent took are marked rented. What the log does not hold
 (other offers, host behaviour) comes from the simulator's seed.
 
 Logged prices include storage: the origin searched with its fleet's disk as ``allocated_storage`` and
@@ -156,8 +156,13 @@ def seeded_simulator(origin: EventLog, seq: int, observation: dict[str, Any], *,
                     start_balance=float(balance) if isinstance(balance, int | float) else DEFAULT_BALANCE)
     events = list(origin.read(0, until_seq=seq, kinds=["tool.called", "tool.result"]))
     offers = logged_offers(events)
-    for row in offers.values():
-        sim.offers[row["id"]] = _offer(sim, row, disk)
+    logged = {row["id"]: _offer(sim, row, disk) for row in offers.values()}
+    if logged:
+        # The market the origin saw, not the seed's: a search in the fork shows the offers the origin's model
+        # was shown (cheaper offers of the seed's own would change what a no-change fork rents first).
+        for oid in [oid for oid, o in sim.offers.items() if not o.get("rented")]:
+            del sim.offers[oid]
+    sim.offers.update(logged)
     taken = rented_offer_ids(events)
     for oid in taken:
         if oid in sim.offers:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from agent import config
+from agent.config import budget_problem, smallest_budget
 from agent.context import ContextSettings, ProjectionCache
 from agent.context.compaction import Plan, plan
 from agent.context.load import load, meter_for
@@ -73,3 +74,16 @@ def test_status_shows_the_last_requests_budget_split(tmp_path: Any, capsys: Any,
     code, out = run_cli(capsys, "--config", str(cfg), "status")
     line = next(ln for ln in out.splitlines() if ln.startswith("budget split: "))
     assert f"history {sections['thread']:,} (" in line and " · free " in line
+
+
+def test_a_budget_that_cannot_hold_the_fixed_blocks_and_a_tick_is_refused_with_the_smallest_that_works() -> None:
+    """The default caps need 21,500 tokens (17,200 under high water 0.8); 8,000 works once the caps fit."""
+    d = ContextSettings()
+    assert smallest_budget(d) == 21_500 and budget_problem(d) is None
+    small = ContextSettings(budget_tokens=8000, output_reserve=1024)
+    why = budget_problem(small)
+    assert why is not None and why.startswith("context.budget_tokens 8,000 cannot hold the pinned block")
+    assert "the smallest budget that works with these caps is 21,500: raise context.budget_tokens to 21,500" in why
+    fitted = ContextSettings(budget_tokens=8000, output_reserve=800, pinned_max_tokens=1200, summary_max_tokens=600,
+                             facts_max_tokens=200, tool_output_max_tokens=300)
+    assert budget_problem(fitted) is None and smallest_budget(fitted) <= 8000
