@@ -116,8 +116,8 @@ def test_hosts_ask_price_increases_by_default(sim: Simulator) -> None:
     sim.realism.update({"price_increases": Simulator(seed=1).realism.price_increases})
     assert sim.realism.price_increases > 0
     ids = [sim.create_instance(sim.find_offer(g)["id"]) for g in ("RTX 3090", "RTX 4090", "L40S", "H100 SXM")]
-    for _ in range(96):
-        sim.advance(1800)
+    for _ in range(240):  # ten simulated days
+        sim.advance(3600)
     assert any(r["contract_id"] in ids for r in sim.price_increases.values())
 
 
