@@ -139,20 +139,56 @@ def check_database(s: Settings) -> list[Check]:
 
 
 def check_postgres(s: Settings, env: Mapping[str, str] | None = None) -> list[Check]:
-    """PostgreSQL storage: reachable (server version), the role's privileges on the log, and the chain."""
+    """PostgreSQL storage: reachable (server version), the role it connects as bound to this fleet alone, the
+    role's privileges on the log, and the chain."""
     from agent.store.log import EventLog
 
     where = s.log_location
     try:
         lg = EventLog(s.log_target(env), create=False)
     except FleetAgentError as e:
+        role = _pg_role(s, env)
+        if role is not None and not role.ok:  # the server answered; the role is not this fleet's
+            return [Check("postgres", True, f"{where}: reachable"), role]
         return [Check("postgres", False, f"{where}: {_err(e)}",
                       "check storage.url, that the server is up and the password (storage.password_env / _file / "
                       "_credential); README: Running more than one host")]
     try:
-        return [_pg_server(lg), _pg_privileges(lg), _pg_chain(lg)]
+        role = _pg_role(s, env) or Check("role", False, "cannot read the fleets the role is bound to",
+                                         "check the server and storage.url")
+        return [_pg_server(lg), role, _pg_privileges(lg), _pg_chain(lg)]
     finally:
         lg.close()
+
+
+def _pg_role(s: Settings, env: Mapping[str, str] | None) -> Check | None:
+    """The role the config connects as and the fleets it is bound to: exactly this fleet, or the server shows
+    the daemon none of its rows (not bound) or another fleet's too (bound to several). None when the server
+    cannot say (down, no schema)."""
+    from agent.store import pg
+
+    try:
+        found = pg.probe_role(s.log_target(env))
+    except FleetAgentError:
+        return None
+    if found is None:
+        return None
+    role, fleets = found
+    named = ", ".join(f"'{f}'" for f in fleets) or "no fleet"
+    grant = (f"as the schema's owner, with a config whose agent_id is {s.agent_id}: "
+             "fleet-agent --config OWNER_CONFIG")
+    if s.agent_id not in fleets:
+        return Check("role", False, f"connects as {role}, bound to {named}, not to '{s.agent_id}': the server "
+                     "shows it none of this fleet's rows", f"{grant} init --grant {role}; or set agent_id to the "
+                     "fleet this role runs")
+    if len(fleets) > 1:
+        return Check("role", False, f"connects as {role}, bound to {len(fleets)} fleets ({named}): it reads and "
+                     "writes every one of them (after an upgrade, migration 003 binds the role that ran every "
+                     "fleet to all of them)", "give each fleet a role of its own; for each fleet: CREATE ROLE "
+                     "NEW LOGIN, then with that fleet's owner config (its agent_id) 'fleet-agent --config OWNER_CONFIG init "
+                     "--grant NEW', point the fleet's storage.url at NEW and restart it, then 'fleet-agent --config "
+                     f"OWNER_CONFIG init --revoke {role}' (docs/operations.md: Running more than one host)")
+    return Check("role", True, f"connects as {role}, bound to '{s.agent_id}' only")
 
 
 def _pg_server(lg: Any) -> Check:
@@ -464,7 +500,7 @@ def check_leader(s: Settings, env: Mapping[str, str] | None = None) -> Check:
     except Exception as e:  # noqa: BLE001 - psycopg's errors; the driver loads only here
         return Check("lock", False, f"cannot read pg_locks: {_err(e)}", "check storage.url and the server")
     if not holders:
-        return Check("lock", True, f"no daemon holds the advisory lock of fleet '{s.agent_id}'")
+        return Check("lock", True, f"no daemon holds the leadership table lock of fleet '{s.agent_id}'")
     h = holders[0]
     who = f"server pid {h.pid}, '{h.application_name}'" + (f" from {h.client}" if h.client else "")
     if not h.application_name.startswith(f"fleet-agent {s.agent_id} "):

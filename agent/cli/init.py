@@ -32,9 +32,12 @@ def cmd_init(args: argparse.Namespace, _app: App | None) -> int:
     with ``--config FILE`` and no DIR, what an existing config names (the config is left as it is)."""
     try:
         if args.config and args.dir is None:
+            if args.revoke:
+                return _revoke(Path(args.config), args.revoke)
             return _init_from(Path(args.config), grant=args.grant)
-        if args.grant:
-            raise FleetAgentError("init --grant: needs --config FILE whose storage.url names the PostgreSQL "
+        if args.grant or args.revoke:
+            flag = "--grant" if args.grant else "--revoke"
+            raise FleetAgentError(f"init {flag}: needs --config FILE whose storage.url names the PostgreSQL "
                                   "database (run it as the role that owns the schema)")
         return _init_dir(Path(args.dir or ".").resolve())
     except OSError as e:
@@ -71,6 +74,31 @@ def _init_from(cfg: Path, *, grant: str | None = None) -> int:
                               "PostgreSQL storage.url")
     _init_data(settings, grant=grant)
     output.out(f"next: 'fleet-agent --config {cfg} doctor'")
+    return 0
+
+
+def _revoke(cfg: Path, role: str) -> int:
+    """Unbind ``role`` from the config's fleet (and revoke its grants when it runs no fleet any more); the
+    database must exist already: revoking creates nothing."""
+    settings = config.load(str(cfg))
+    if not settings.storage.is_pg:
+        raise FleetAgentError(f"init --revoke: {cfg} keeps the log in SQLite (storage.url); bindings and GRANTs "
+                              "are for a PostgreSQL storage.url")
+    from agent.store import pg  # psycopg: only with PostgreSQL storage
+
+    app = App(settings)
+    try:
+        for line in pg.apply_revoke(app.log, role):
+            output.out(line)
+        if not pg.bindings(pg._raw(app.log), role):
+            held = pg.held_grants(app.log, role)
+            if held:
+                output.out(f"note: the role {role} still holds {', '.join(held[:4])} through PUBLIC or a role it "
+                           "is a member of; it is bound to no fleet, so it reads and writes no fleet's rows")
+    finally:
+        app.close()
+    output.out(f"note: a daemon already running as {role} for {settings.agent_id!r} sees none of its rows from now "
+               f"on: its next append fails; end its sessions sooner with pg_terminate_backend")
     return 0
 
 

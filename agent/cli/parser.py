@@ -118,10 +118,14 @@ COMMANDS: tuple[Command, ...] = (
             "the data directory, database and knowledge directory FILE names. Only init creates a "
             "database; every other command refuses a missing or empty one. Refuses to overwrite.",
             arg("dir", nargs="?", help="where to create them (default: .)"),
-            arg("--grant", metavar="ROLE",
-                help="PostgreSQL storage: also GRANT ROLE what a fleet needs (read and append only "
-                     "on the events, read and write on the read models) and print the statements; "
-                     "run as the schema's owner"),
+            one_of(arg("--grant", metavar="ROLE",
+                       help="PostgreSQL storage: also GRANT ROLE what a fleet needs (read and append only "
+                            "on the events, read and write on the read models), bind it to the config's "
+                            "agent_id and print the statements; run as the schema's owner"),
+                   arg("--revoke", metavar="ROLE",
+                       help="PostgreSQL storage: unbind ROLE from the config's agent_id (and REVOKE what "
+                            "--grant granted once it runs no fleet), in one transaction; creates nothing; "
+                            "run as the schema's owner")),
             no_config=True),
     command("config", None,
             "check or show the configuration",

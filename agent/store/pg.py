@@ -339,6 +339,87 @@ def apply_grants(log: Any, role: str) -> list[str]:
     return [*stmts, f"-- bound fleet {agent_id!r} to the role {role}"]
 
 
+def revoke_statements(role: str) -> list[str]:
+    """The REVOKEs that undo ``grant_statements`` and what the bindings granted on the head rows."""
+    ident = '"' + role.replace('"', '""') + '"'
+    out = [f"REVOKE {GRANTS.get(t, READ_MODEL_GRANT)} ON {t} FROM {ident};" for t in ("_migrations", *FLEET_TABLES)]
+    return [*out, f"REVOKE SELECT, UPDATE ON fleets FROM {ident};", f"REVOKE USAGE ON SCHEMA public FROM {ident};"]
+
+
+def apply_revoke(log: Any, role: str) -> list[str]:
+    """Unbind ``role`` from the log's fleet and, when it is then bound to no fleet, REVOKE what ``apply_grants``
+    granted it, as the schema's owner, in one transaction; returns what was done. Raises LogError, having
+    changed nothing, when the connected role does not own the schema or ``role`` is not bound to the fleet.
+    The owner's own privileges on its tables are never revoked."""
+    raw = _raw(log)
+    agent_id = log.conn.target.agent_id
+    if not owns_schema(raw):
+        raise LogError(f"init --revoke {role}: the role {_current_role(raw)} does not own the fleet-agent schema, "
+                       "so it can neither unbind a fleet nor revoke on its tables; nothing was revoked. Run it with "
+                       "the config of the role that owns the tables (the one that ran init)")
+    raw.execute("BEGIN")
+    try:
+        bound = bindings(raw, role)
+        if agent_id not in bound:
+            where = f"it is bound to {', '.join(bound)}" if bound else "it is bound to no fleet"
+            raise LogError(f"init --revoke {role}: the role {role} is not bound to fleet {agent_id!r} ({where}); "
+                           "nothing was revoked. Run it with the owner's config whose agent_id names the fleet to "
+                           "take from the role, or check the role's name")
+        done = [f"-- unbound fleet {agent_id!r} from the role {role}"]
+        left = [f for f in bound if f != agent_id]
+        if not raw.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
+            # a role dropped since it was bound: its binding goes, it holds no privileges to revoke
+            raw.execute("DELETE FROM fleet_roles WHERE agent_id = %s AND rolname = %s", [agent_id, role])
+            raw.execute("COMMIT")
+            return [*done, f"-- the role {role} no longer exists in the server: nothing to revoke"]
+        raw.execute("SELECT fleet_agent_unbind(%s, %s)", [agent_id, role])
+        owner = raw.execute("SELECT pg_has_role(%s, c.relowner, 'USAGE') FROM pg_class c "
+                            "WHERE c.oid = to_regclass('fleet_roles')", [role]).fetchone()
+        if left:
+            done.append(f"-- the role {role} keeps its privileges: it is still bound to {', '.join(left)}")
+        elif owner and owner[0]:
+            done.append(f"-- the role {role} owns the tables: its privileges on them stay")
+        else:
+            for s in revoke_statements(role):
+                raw.execute(s)
+                done.append(s)
+        raw.execute("COMMIT")
+    except psycopg.Error as e:
+        raw.execute("ROLLBACK")
+        raise LogError(f"init --revoke {role}: {scrub(str(e)).strip()}; nothing was revoked. Run it as the role "
+                       "that owns the tables (the one that ran init)") from None
+    except BaseException:
+        raw.execute("ROLLBACK")
+        raise
+    return done
+
+
+def held_grants(log: Any, role: str) -> list[str]:
+    """``table privilege`` for each privilege of ``grant_statements`` that ``role`` still holds (through PUBLIC
+    or a role it is a member of, once its own grants are revoked)."""
+    raw = _raw(log)
+    if not raw.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
+        return []
+    return [f"{priv} on {t}" for t in ("_migrations", *FLEET_TABLES)
+            for priv in GRANTS.get(t, READ_MODEL_GRANT).split(", ")
+            if raw.execute("SELECT has_table_privilege(%s, %s, %s)", [role, t, priv]).fetchone() == (True,)]
+
+
+def probe_role(target: PgTarget) -> tuple[str, list[str]] | None:
+    """The role a connection to ``target`` logs in as and the fleets it is bound to, without opening the log
+    (so it answers for a role the log refuses); None for a database without the bindings."""
+    raw = raw_connect(target)
+    try:
+        if not raw.execute("SELECT to_regclass('fleet_roles') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
+            return None
+        role = _current_role(raw)
+        return role, bindings(raw, role)
+    except psycopg.Error as e:
+        raise _fail(target, "cannot read the bindings in", e) from None
+    finally:
+        raw.close()
+
+
 def _missing_grants(raw: psycopg.Connection[Any], role: str) -> list[str]:
     """``table privilege`` for each privilege of ``grant_statements`` that ``role`` still lacks."""
     out = []

@@ -512,14 +512,14 @@ def test_doctor_names_the_file_lock_holder_and_fails_a_stale_one(tmp_path: Path)
 
 def test_doctor_names_the_pg_lock_holder_by_application_name(pg_url: str, tmp_path: Path):
     """doctor's lock check on PostgreSQL reads pg_locks and pg_stat_activity: nobody (ok), a daemon named
-    "fleet-agent fleet-1 <host> <pid>" (ok), a session of something else holding the fleet's key (FAIL,
-    with the pg_terminate_backend fix)."""
+    "fleet-agent fleet-1 <host> <pid>" (ok), a session of something else holding the fleet's leadership table
+    lock (FAIL, with the pg_terminate_backend fix)."""
     import psycopg
 
     from agent.cli.doctor import check_leader
 
     s = _settings(tmp_path, pg_url)
-    assert check_leader(s).detail == "no daemon holds the advisory lock of fleet 'fleet-1'"
+    assert check_leader(s).detail == "no daemon holds the leadership table lock of fleet 'fleet-1'"
     lead = pg_leader(pg_url)
     assert lead.try_acquire()
     c = check_leader(s)

@@ -288,9 +288,9 @@ def test_doctor_on_postgresql_reports_server_privileges_and_chain(pg_url, sim, s
     assert run(capsys, cfg, "init")[0] == 0
     assert run(capsys, cfg, "say", "hello")[0] == 0
     checks = doctor.check_postgres(config.load(str(cfg)))
-    assert [c.name for c in checks] == ["postgres", "privileges", "chain"]
+    assert [c.name for c in checks] == ["postgres", "role", "privileges", "chain"]
     assert all(c.ok for c in checks), checks
-    assert "PostgreSQL 1" in checks[0].detail and "1 events" in checks[2].detail
+    assert "PostgreSQL 1" in checks[0].detail and "1 events" in checks[3].detail
 
 
 def test_sqlite_commands_never_import_psycopg(tmp_path):
