@@ -168,7 +168,8 @@ def _pg_role(s: Settings, env: Mapping[str, str] | None) -> Check | None:
     from agent.store import pg
 
     try:
-        found = pg.probe_role(s.log_target(env))
+        target = s.log_target(env)
+        found = pg.probe_role(target) if isinstance(target, config.PgTarget) else None
     except FleetAgentError:
         return None
     if found is None:

@@ -168,7 +168,7 @@ def test_revoke_of_a_role_not_bound_to_the_fleet_fails_and_changes_nothing(setup
 
     code, out, err = _main(capsys, setup.owner["fleet-a"], "init", "--revoke", role)
     assert code != 0
-    assert f"not bound to fleet 'fleet-a' (it is bound to fleet-b)" in err and "nothing was revoked" in err
+    assert "not bound to fleet 'fleet-a' (it is bound to fleet-b)" in err and "nothing was revoked" in err
     assert "agent_id" in err
     assert "REVOKE" not in out
     assert setup.bound(role) == ["fleet-b"]
