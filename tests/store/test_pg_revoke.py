@@ -21,6 +21,7 @@ from psycopg import sql
 
 from agent import cli, config
 from agent.cli import doctor
+from agent.store import pg
 from agent.store.pglock import lead_table
 from tests.pgserver import PgServer
 from tests.store.test_pg_store import write_config
@@ -258,3 +259,42 @@ def test_doctor_fails_a_role_bound_to_several_fleets_and_says_how_to_give_each_i
     assert _main(capsys, setup.owner["fleet-a"], "init", "--revoke", shared)[0] == 0
     assert _role_check(setup.runner("fleet-a", own)).ok
     assert _role_check(setup.runner("fleet-b", shared)).ok
+
+
+def test_after_an_upgrade_doctor_fails_the_shared_role_and_its_fix_gives_fleet_a_its_own(pg_server, pg_url, sim,
+                                                                                          sim_server, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """A database written before the bindings, fleets A and B run by one granted role: migration 003 binds
+    that role to both, and doctor fails it, pointing at the upgrade. The operator follows the fix for fleet A
+    with the CLI (--grant a role of its own, --revoke the shared one): A's new role reads A's whole chain
+    and appends to it, the shared role runs B alone, and doctor passes both."""
+    from tests.store.test_pg_isolation import _old_schema
+
+    monkeypatch.setenv("VAST_API_KEY", sim.api_key)
+    _old_schema(pg_url, {"fleet-a": 7, "fleet-b": 3})
+    s = Setup(pg_server, pg_url, sim_server, tmp_path)
+    shared = s.role("old_shared")
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as c:  # the grants the old init --grant made
+            for stmt in pg.grant_statements(shared):
+                c.execute(stmt)
+        assert _main(capsys, s.owner["fleet-a"], "log", "verify")[0] == 0  # the owner's first open upgrades
+        assert s.bound(shared) == ["fleet-a", "fleet-b"]
+        check = _role_check(s.runner("fleet-a", shared))
+        assert not check.ok and "bound to 2 fleets" in check.detail and "migration 003" in check.detail
+
+        own = s.role("own_a")
+        assert _main(capsys, s.owner["fleet-a"], "init", "--grant", own)[0] == 0
+        code, _, err = _main(capsys, s.owner["fleet-a"], "init", "--revoke", shared)
+        assert code == 0, err
+        own_cfg = s.runner("fleet-a", own)
+        assert _role_check(own_cfg).ok and _role_check(s.runner("fleet-b", shared)).ok
+        assert _main(capsys, own_cfg, "say", "fleet-a on a role of its own")[0] == 0
+        code, out, err = _main(capsys, own_cfg, "log", "verify")
+        assert code == 0 and "ok: 8 events, chain verifies up to seq 8" in out, out + err
+    finally:
+        with s.su() as su:
+            for role in s.roles:
+                su.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role])
+                su.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+                su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
