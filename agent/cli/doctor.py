@@ -174,7 +174,7 @@ def _pg_role(s: Settings, env: Mapping[str, str] | None) -> Check | None:
         return None
     if found is None:
         return None
-    role, fleets = found
+    role, fleets, owner = found
     named = ", ".join(f"'{f}'" for f in fleets) or "no fleet"
     grant = (f"as the schema's owner, with a config whose agent_id is {s.agent_id}: "
              "fleet-agent --config OWNER_CONFIG")
@@ -182,6 +182,9 @@ def _pg_role(s: Settings, env: Mapping[str, str] | None) -> Check | None:
         return Check("role", False, f"connects as {role}, bound to {named}, not to '{s.agent_id}': the server "
                      "shows it none of this fleet's rows", f"{grant} init --grant {role}; or set agent_id to the "
                      "fleet this role runs")
+    if len(fleets) > 1 and owner:  # the owner binds itself to every fleet it creates: expected, not shared
+        return Check("role", True, f"connects as {role}, the schema's owner, bound to the {len(fleets)} fleets it "
+                     f"created ({named}); each fleet's daemon should run as a role of its own")
     if len(fleets) > 1:
         return Check("role", False, f"connects as {role}, bound to {len(fleets)} fleets ({named}): it reads and "
                      "writes every one of them (after an upgrade, migration 003 binds the role that ran every "

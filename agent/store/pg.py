@@ -405,15 +405,16 @@ def held_grants(log: Any, role: str) -> list[str]:
             if raw.execute("SELECT has_table_privilege(%s, %s, %s)", [role, t, priv]).fetchone() == (True,)]
 
 
-def probe_role(target: PgTarget) -> tuple[str, list[str]] | None:
-    """The role a connection to ``target`` logs in as and the fleets it is bound to, without opening the log
-    (so it answers for a role the log refuses); None for a database without the bindings."""
+def probe_role(target: PgTarget) -> tuple[str, list[str], bool] | None:
+    """The role a connection to ``target`` logs in as, the fleets it is bound to and whether it owns the schema,
+    without opening the log (so it answers for a role the log refuses); None for a database without the
+    bindings."""
     raw = raw_connect(target)
     try:
         if not raw.execute("SELECT to_regclass('fleet_roles') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
             return None
         role = _current_role(raw)
-        return role, bindings(raw, role)
+        return role, bindings(raw, role), owns_schema(raw)
     except psycopg.Error as e:
         raise _fail(target, "cannot read the bindings in", e) from None
     finally:

@@ -261,6 +261,14 @@ def test_doctor_fails_a_role_bound_to_several_fleets_and_says_how_to_give_each_i
     assert _role_check(setup.runner("fleet-b", shared)).ok
 
 
+def test_doctor_passes_the_schemas_owner_bound_to_every_fleet_it_created(setup, capsys):
+    """The owner binds itself to each fleet it creates: with its config, doctor's role check passes and says
+    so, rather than failing as a shared daemon role does."""
+    check = _role_check(setup.owner["fleet-a"])
+    assert check.ok, check
+    assert "the schema's owner, bound to the 2 fleets it created ('fleet-a', 'fleet-b')" in check.detail
+
+
 def test_after_an_upgrade_doctor_fails_the_shared_role_and_its_fix_gives_fleet_a_its_own(pg_server, pg_url, sim,
                                                                                           sim_server, tmp_path,
                                                                                           monkeypatch, capsys):
