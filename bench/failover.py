@@ -6,7 +6,7 @@ fleet-changing request reached the simulator), a new standby replaces it, and th
 new active daemon's ``leader.acquired`` event is one takeover (tests/reliability/failover.py, the loop the
 slow test runs). On SQLite both daemons share one data directory (one host: the released ``flock`` says the
 holder died); on PostgreSQL (a throwaway local server, tests/pgserver.py) each has its own data directory
-(two hosts: the server ends the dead holder's session and frees the advisory lock). Then one partition
+(two hosts: the server ends the dead holder's session and frees the leadership lock). Then one partition
 run per backend: the active one is SIGSTOPped until the standby takes over (``--partition-failover``
 seconds, the lock session's idle timeout being half of it on PostgreSQL) and resumed: the time from the
 SIGSTOP to the takeover, and what the resumed one appended and sent (both must be 0).

@@ -22,10 +22,11 @@ A standby takes over when the holder's ``FleetLock`` is free (the kernel release
 or when the holder's heartbeat is older than ``failover_seconds`` (it is alive but stopped). A holder
 whose token is no longer in the lease has lost.
 
-PgLeader (storage on PostgreSQL, daemons on several hosts): ``agent.store.pglock``'s session-level
-advisory lock on the fleet's key, on a connection of its own whose ``idle_session_timeout`` is
+PgLeader (storage on PostgreSQL, daemons on several hosts): ``agent.store.pglock``'s lock on the fleet's
+leadership table (``LOCK TABLE … IN EXCLUSIVE MODE``, which only the fleet's bound roles may take), held in
+a transaction that writes nothing on a connection of its own whose ``idle_session_timeout`` is
 ``failover_seconds / 2``: when the holder stops heartbeating (killed, cut off, suspended) the server
-ends its session and frees the lock, and a standby polling ``pg_try_advisory_lock`` gets it.
+ends its session and frees the lock, and a standby polling it with ``NOWAIT`` gets it.
 """
 
 from __future__ import annotations
@@ -446,7 +447,7 @@ def file_standbys(data_dir: Path) -> list[dict[str, Any]]:
 
 
 class PgLeader(_Heartbeat):
-    """The fleet's advisory lock, held by a session of its own."""
+    """The fleet's leadership table lock, held by a session of its own."""
 
     kind = "postgresql"
 
@@ -523,7 +524,7 @@ class PgLeader(_Heartbeat):
 
         try:
             if self._conn is None or not pglock.holds_lock(self._conn, self.agent_id):
-                return "the lock session no longer holds the fleet's advisory lock"
+                return "the lock session no longer holds the fleet's leadership lock"
         except psycopg.Error as e:
             self._drop()
             return f"the lock session is gone ({str(e).strip()[:200]})"
@@ -579,7 +580,7 @@ class PgLeader(_Heartbeat):
 
 
 def leader_for(settings: Any, env: Mapping[str, str] | None = None) -> FileLeader | PgLeader:
-    """The leadership lock for ``settings``' storage: the advisory lock in the PostgreSQL database
+    """The leadership lock for ``settings``' storage: the leadership table lock in the PostgreSQL database
     ``storage.url`` names (with the role's password from ``storage.password_*``), else the file lock in
     ``data_dir``."""
     failover = float(settings.storage.failover_seconds)

@@ -251,6 +251,10 @@ class PartitionReport:
     audit: dict[str, int] = field(default_factory=dict)
     intents: dict[str, Any] = field(default_factory=dict)
     setup_retries: int = 0  # pairs started again: the first one lost its lease before the partition
+    # SQLite: the old active was suspended holding the log's write lock (mid-append), so the standby, having
+    # taken the fleet, waits for that lock; the old one is resumed to finish the append it began as leader,
+    # and must then stop with no further append and no request.
+    mid_append: bool = False
     void_pids: list[int] = field(default_factory=list)  # those pairs' daemons
 
 
@@ -321,20 +325,35 @@ def run_partition(root: Path, *, seed: int = 2, failover: float = 3.0,
             t_stop = time.time()
             old.send_signal(signal.SIGSTOP)
             wait_for(lambda: suspended(old.pid), "the active daemon to stop")
-            took = wait_for(lambda: fleet.acquired_after(first.seq), "the standby to take over")
-            rep.takeover_s = ts_seconds(took.ts) - t_stop
-            wait_for(lambda: fleet.events(took.seq, ["tick.completed"]), "the new active daemon to tick")
-            new.send_signal(signal.SIGSTOP)
-            wait_for(lambda: suspended(new.pid), "the new active daemon to stop")
-            head, requests = len(fleet.events()), len(sim.requests)
-            old.send_signal(signal.SIGCONT)
-            rep.old_exit = old.wait(WAIT_S)
-            rep.old_appended = len(fleet.events()) - head
-            rep.old_requests = len(sim.requests) - requests
-            new.send_signal(signal.SIGCONT)  # at once: the longer it stays suspended, the likelier it loses its lease
-            rep.old_logged_lost = '"leader.lost"' in fleet.stderr(old.pid)
-            mark = head + rep.old_appended
-            rep.new_ticked_after = _ticks_after_partition(fleet, new, mark, rep)
+            took = wait_for(lambda: fleet.acquired_after(first.seq) or (
+                storage_url is None and "daemon.waiting_for_writer" in fleet.stderr(new.pid)),
+                "the standby to take over")
+            if took is True:  # the old active holds the write lock: let it finish that append, then count
+                rep.mid_append = True
+                head, requests = len(fleet.events()), len(sim.requests)
+                old.send_signal(signal.SIGCONT)
+                rep.old_exit = old.wait(WAIT_S)
+                rep.old_appended = len(fleet.events()) - head
+                rep.old_requests = len(sim.requests) - requests
+                rep.old_logged_lost = '"leader.lost"' in fleet.stderr(old.pid)
+                took = wait_for(lambda: fleet.acquired_after(first.seq), "the standby to take over")
+                rep.takeover_s = ts_seconds(took.ts) - t_stop
+                rep.new_ticked_after = bool(wait_for(lambda: fleet.events(took.seq, ["tick.completed"]),
+                                                     "the new active daemon to tick"))
+            else:
+                rep.takeover_s = ts_seconds(took.ts) - t_stop
+                wait_for(lambda: fleet.events(took.seq, ["tick.completed"]), "the new active daemon to tick")
+                new.send_signal(signal.SIGSTOP)
+                wait_for(lambda: suspended(new.pid), "the new active daemon to stop")
+                head, requests = len(fleet.events()), len(sim.requests)
+                old.send_signal(signal.SIGCONT)
+                rep.old_exit = old.wait(WAIT_S)
+                rep.old_appended = len(fleet.events()) - head
+                rep.old_requests = len(sim.requests) - requests
+                new.send_signal(signal.SIGCONT)  # at once: the longer it stays suspended, the likelier it loses its lease
+                rep.old_logged_lost = '"leader.lost"' in fleet.stderr(old.pid)
+                mark = head + rep.old_appended
+                rep.new_ticked_after = _ticks_after_partition(fleet, new, mark, rep)
         finally:
             codes = fleet.stop_all()
         rep.exit_codes = [c for pid, c in codes.items() if pid != old.pid and pid not in rep.void_pids and not (

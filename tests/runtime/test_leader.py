@@ -262,8 +262,8 @@ def pg_leader(dsn: str, failover: float = 30.0) -> PgLeader:
 
 
 def test_pg_one_holder_named_by_application_name_and_a_release_hands_over(pg_dsn: str):
-    """The advisory lock on the fleet's key admits one session; pg_locks joined with pg_stat_activity
-    names the holder as "fleet-agent <agent_id> <host> <pid>"; another fleet's key is independent; the
+    """The fleet's leadership table lock admits one session; pg_locks joined with pg_stat_activity
+    names the holder as "fleet-agent <agent_id> <host> <pid>"; another fleet's lock is independent; the
     lock session has idle_session_timeout at half of failover_seconds; a release hands over."""
     a, b = pg_leader(pg_dsn), pg_leader(pg_dsn)
     other = PgLeader(pg_dsn, "fleet-2", failover_seconds=30)
@@ -303,7 +303,7 @@ def test_pg_fence_refuses_once_the_lock_session_is_gone(pg_dsn: str):
 
 def test_pg_a_killed_holder_is_replaced(pg_dsn: str, tmp_path: Path, drivers: list[Driver]):
     """kill -9 closes the holder's socket: the server ends its session and frees the lock, and a standby
-    polling pg_try_advisory_lock takes it."""
+    polling the leadership table lock takes it."""
     d = Driver(tmp_path, "pg", pg_dsn, 30.0)
     drivers.append(d)
     wait_for(d.acting, "the driver to act")

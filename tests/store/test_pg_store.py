@@ -134,7 +134,7 @@ with EventLog(PgTarget(url, agent), create=False) as log:
 
 def test_several_processes_appending_at_once_keep_one_linear_chain(pg_url, tmp_path):
     """Four processes append to one fleet at the same time (the daemon and operators' CLIs on other hosts):
-    the per-fleet advisory lock serialises them, so seqs are gap-free, every row links to the one before and
+    the fleet's head row, locked in each append, serialises them, so seqs are gap-free, every row links to the one before and
     every process's events are all there; a second fleet written at the same time is untouched."""
     EventLog(_target(pg_url, "fleet-a", tmp_path), create=True).close()
     EventLog(_target(pg_url, "fleet-b", tmp_path), create=True).close()
