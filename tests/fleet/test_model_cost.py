@@ -4,8 +4,10 @@ server sent."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,10 +15,13 @@ import pytest
 from agent.cli import build_parser
 from agent.cli.status import format_text
 from agent.config import PriceSettings
+from agent.events import stored_payload
+from agent.events.canonical import canonical
 from agent.fleet.spend import model_cost
 from agent.price import PRESETS
 from agent.runtime import status
 from agent.runtime.tick import run_tick
+from agent.store.log import GENESIS, EventLog, row_hash
 from tests.conftest import plant_ours
 from tests.fakes.openai_server import FakeOpenAI, Step, is_summary_request, reply, summary_reply
 
@@ -179,6 +184,50 @@ def test_the_summarisers_calls_are_in_the_bill_within_one_percent(sim, make_app,
     assert mc["per_job"] == pytest.approx(_bill(usages[:calls[-1]], rates) / jobs, rel=0.01)
     last = _bill(usages[calls[-1]:], rates)
     assert mc["last_tick"]["cost"] == pytest.approx(last, rel=0.01)
+
+
+def test_a_log_written_before_summary_usage_verifies_and_its_summaries_cost_nothing(sim, make_app, counting_model,
+                                                                                   capsys):
+    """The same kind of run, its ``summary.response`` rows then stored as v1 wrote them (no usage), chained
+    into a fresh log: ``replay --verify`` passes on it as on the v2 log, and model_cost prices the agent's
+    calls only (the summariser's usage is unknown there, not guessed)."""
+    counting_model.default = _agent_or_summariser
+    app = make_app(model_server=counting_model, model={"name": "gpt-4.1"}, context=SMALL_CONTEXT,
+                   schedule={"interval": INTERVAL}, policy={"max_instances": 12})
+    _fleet_of_ten(app, sim)
+    for _ in range(8):
+        assert run_tick(app).ok
+        sim.advance(INTERVAL)
+    assert counting_model.summary_usage, "no compaction called the summariser"
+    args = build_parser().parse_args(["replay", "--verify"])
+    assert args.func(args, app) == 0
+    rows, prev = [], GENESIS
+    for e in app.log.read(0):
+        payload, version = e.payload, e.version
+        if e.kind == "summary.response":
+            payload, version = {k: v for k, v in e.payload.items() if k != "usage"}, 1
+        row = dataclasses.replace(e, payload=payload, version=version, prev_hash=prev)
+        h = row_hash(e.seq, e.id, e.ts, e.kind, version, e.source, e.tick, canonical(stored_payload(row)),
+                     e.tokens, prev)
+        rows.append(dataclasses.replace(row, hash=h))
+        prev = h
+    db = Path(app.settings.db_file)
+    app.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    old = EventLog(db)
+    old.adopt(rows)
+    old.close()
+
+    assert {e.version for e in app.log.read(0, kinds=["summary.response"])} == {1}
+    capsys.readouterr()
+    assert args.func(args, app) == 0, capsys.readouterr()
+    mc = model_cost(app.log, app.settings)
+    agent_calls = len(counting_model.sent_usage) - len(counting_model.summary_usage)
+    assert mc["calls"] == agent_calls and mc["summary_calls"] == 0 and mc["summary_cost"] == 0
+    rates = PRESETS["gpt-4.1"][:3]
+    agent_bill = _bill(counting_model.sent_usage, rates) - _bill(counting_model.summary_usage, rates)
+    assert mc["cost"] == pytest.approx(agent_bill, rel=0.01)
 
 
 def test_an_explicit_rate_overrides_the_preset_and_a_local_model_costs_nothing(sim, make_app, counting_model):

@@ -13,7 +13,13 @@ from agent.runtime.tick import run_tick
 from agent.web import Console
 from agent.web.routes import create_app
 from tests.fakes.openai_server import reply
-from tests.fleet.test_model_cost import SMALL_CONTEXT, CountingFake, _agent_or_summariser, _bill, _fleet_of_ten
+from tests.fleet.test_model_cost import (
+    SMALL_CONTEXT,
+    CountingFake,
+    _agent_or_summariser,
+    _bill,
+    _fleet_of_ten,
+)
 
 
 def test_metrics_and_the_overview_show_the_models_cost(make_app, sim, sim_clock):
