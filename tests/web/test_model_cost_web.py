@@ -54,9 +54,11 @@ def test_metrics_and_the_overview_show_the_models_cost(make_app, sim, sim_clock)
     assert "gpt-4o-mini (OpenAI list prices, 2025-08" in page
 
 
+@pytest.mark.usefixtures("backend")
 def test_metrics_count_the_summarisers_calls(make_app, sim, sim_clock):
     """Ticks that compact through the summariser: /metrics' cost counter is the bill of every usage object the
-    server sent, the summariser's included, and fleet_agent_summary_tokens is the summariser's share."""
+    server sent, the summariser's included, and fleet_agent_summary_tokens is the summariser's share (on SQLite
+    and on PostgreSQL, whose totals query is its own)."""
     with CountingFake() as fake:
         fake.default = _agent_or_summariser
         app = make_app(model_server=fake, model={"name": "gpt-4o-mini"}, context=SMALL_CONTEXT,
