@@ -1080,9 +1080,12 @@ class RecordedSummarizer:
             self.log.append("summary.response", {"request_seq": req.seq, "text": None,
                                                  "error": f"{type(e).__name__}: {str(e)[:300]}"}, "model", self.tick)
             raise
-        self.last_response = self.log.append("summary.response", {"request_seq": req.seq,
-                                                                  "text": getattr(reply, "text", "") or ""},
-                                             "model", self.tick).seq
+        answer: dict[str, Any] = {"request_seq": req.seq, "text": getattr(reply, "text", "") or ""}
+        usage = getattr(reply, "usage", None)
+        if usage is not None:   # priced like the agent's calls (agent.fleet.spend.model_cost)
+            answer["usage"] = {k: int(getattr(usage, k, 0) or 0)
+                               for k in ("prompt_tokens", "completion_tokens", "cached_tokens")}
+        self.last_response = self.log.append("summary.response", answer, "model", self.tick).seq
         return reply
 
 

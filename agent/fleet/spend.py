@@ -320,33 +320,43 @@ def model_cost(log: EventLog, settings: Settings) -> dict[str, Any]:
     reported for each call (``model.response``) at ``model.price``: in all, per tick, per day at the
     schedule's pace (the fleet's whole bill for the model), per instance of ours a day, and per job the
     demand source reports completed between the window's first and newest observation (the model cost of
-    the ticks in between over the jobs done in between). Summariser calls log no usage and are not counted."""
+    the ticks in between over the jobs done in between). The summariser's calls count with the agent's
+    (``summary.response`` from v2 carries their usage; a v1 answer or a failed call has none and costs 0):
+    ``calls`` counts both, ``summary_calls`` and ``summary_cost`` the summariser's share."""
     from agent.price import of_settings
 
     price = of_settings(settings)
     starts = list(log.read(0, kinds=["tick.started"], newest_first=True, limit=MODEL_COST_TICKS))[::-1]
     out: dict[str, Any] = {"sheet": price.sheet, "free": price.free,
                            "price": {"input": price.input, "cached_input": price.cached_input, "output": price.output},
-                           "ticks": len(starts), "calls": 0, "cost": 0.0, "per_tick": None, "per_day": None,
+                           "ticks": len(starts), "calls": 0, "summary_calls": 0, "cost": 0.0, "summary_cost": 0.0,
+                           "per_tick": None, "per_day": None,
                            "last_tick": None, "per_instance_day": None, "jobs": None, "per_job": None}
     if not starts:
         return out
     usage = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
     by_tick: dict[int, float] = {}
-    for e in log.read(starts[0].seq - 1, kinds=["model.response"]):
+    summary = 0.0
+    for e in log.read(starts[0].seq - 1, kinds=["model.response", "summary.response"]):
+        if e.kind == "summary.response" and "usage" not in e.payload:
+            continue   # failed, or written before answers carried usage: nothing to price
         u = e.payload.get("usage") or {}
         for k in usage:
             v = u.get(k)
             usage[k] += v if isinstance(v, int) and not isinstance(v, bool) else 0
+        cost = price.usage_cost(u)
         if e.tick is not None:
-            by_tick[e.tick] = by_tick.get(e.tick, 0.0) + price.usage_cost(u)
+            by_tick[e.tick] = by_tick.get(e.tick, 0.0) + cost
         out["calls"] += 1
+        if e.kind == "summary.response":
+            out["summary_calls"] += 1
+            summary += cost
     total = price.usage_cost(usage)
     per_tick = total / len(starts)
     per_day = per_tick * ticks_per_day(settings.schedule, log.clock())
     newest = starts[-1].payload.get("observation") or {}
     ours = sum(1 for i in newest.get("instances") or [] if i.get("ours", True))
-    out.update(usage=usage, cost=round(total, 6), parts={k: round(v, 6) for k, v in price.parts(
+    out.update(usage=usage, cost=round(total, 6), summary_cost=round(summary, 6), parts={k: round(v, 6) for k, v in price.parts(
         usage["prompt_tokens"], usage["cached_tokens"], usage["completion_tokens"]).items()},
         since=starts[0].ts, per_tick=round(per_tick, 6), per_day=round(per_day, 4), instances=ours,
         per_instance_day=round(per_day / ours, 4) if ours else None,

@@ -115,14 +115,17 @@ SELECT kind,
   CASE kind WHEN 'tool.result' THEN CASE WHEN json_extract(payload, '$.ok') THEN 'ok' ELSE 'error' END
             WHEN 'policy.blocked' THEN json_extract(payload, '$.name') END AS b,
   COUNT(*) AS n,
-  SUM(CASE WHEN kind = 'model.response' THEN json_extract(payload, '$.usage.prompt_tokens') END) AS prompt,
-  SUM(CASE WHEN kind = 'model.response' THEN json_extract(payload, '$.usage.cached_tokens') END) AS cached,
-  SUM(CASE WHEN kind = 'model.response' THEN json_extract(payload, '$.usage.completion_tokens') END) AS completion,
+  SUM(CASE WHEN kind IN ('model.response', 'summary.response')
+           THEN json_extract(payload, '$.usage.prompt_tokens') END) AS prompt,
+  SUM(CASE WHEN kind IN ('model.response', 'summary.response')
+           THEN json_extract(payload, '$.usage.cached_tokens') END) AS cached,
+  SUM(CASE WHEN kind IN ('model.response', 'summary.response')
+           THEN json_extract(payload, '$.usage.completion_tokens') END) AS completion,
   SUM(CASE WHEN kind = 'tick.completed' AND COALESCE(json_array_length(payload, '$.actions'), 0) = 0
            THEN 1 ELSE 0 END) AS idle
 FROM events
 WHERE seq > ? AND seq <= ? AND kind IN ('tick.completed', 'tick.failed', 'model.response', 'tool.result',
-                                        'policy.blocked', 'context.compacted')
+                                        'policy.blocked', 'context.compacted', 'summary.response')
 GROUP BY kind, a, b
 """
 
@@ -159,15 +162,18 @@ SELECT kind,
                                              AND (body->>'ok')::numeric <> 0) THEN 'ok' ELSE 'error' END
             WHEN 'policy.blocked' THEN body->>'name' END AS b,
   COUNT(*) AS n,
-  SUM(CASE WHEN kind = 'model.response' THEN {_pg_num('{usage,prompt_tokens}', 'bigint')} END)::bigint AS prompt,
-  SUM(CASE WHEN kind = 'model.response' THEN {_pg_num('{usage,cached_tokens}', 'bigint')} END)::bigint AS cached,
-  SUM(CASE WHEN kind = 'model.response' THEN {_pg_num('{usage,completion_tokens}', 'bigint')} END)::bigint
+  SUM(CASE WHEN kind IN ('model.response', 'summary.response')
+           THEN {_pg_num('{usage,prompt_tokens}', 'bigint')} END)::bigint AS prompt,
+  SUM(CASE WHEN kind IN ('model.response', 'summary.response')
+           THEN {_pg_num('{usage,cached_tokens}', 'bigint')} END)::bigint AS cached,
+  SUM(CASE WHEN kind IN ('model.response', 'summary.response')
+           THEN {_pg_num('{usage,completion_tokens}', 'bigint')} END)::bigint
       AS completion,
   SUM(CASE WHEN kind = 'tick.completed' AND COALESCE(CASE WHEN jsonb_typeof(body->'actions') = 'array'
            THEN jsonb_array_length(body->'actions') END, 0) = 0 THEN 1 ELSE 0 END)::bigint AS idle
 FROM events
 WHERE seq > %s AND seq <= %s AND kind IN ('tick.completed', 'tick.failed', 'model.response', 'tool.result',
-                                        'policy.blocked', 'context.compacted')
+                                        'policy.blocked', 'context.compacted', 'summary.response')
 GROUP BY kind, a, b
 """
 
@@ -498,8 +504,8 @@ class Store:
     def metric_totals(self, since: int, until: int) -> list[dict[str, Any]]:
         """Counts and token sums of the events in (since, until] that metrics count, grouped by kind and
         by one or two labels: the failure kind of a failed tick, a tool's name and outcome, a policy rule,
-        a compaction's method. Sums: prompt, cached and completion tokens of model responses; ticks
-        whose model took no action (``idle``)."""
+        a compaction's method. Sums: prompt, cached and completion tokens of model and summariser responses;
+        ticks whose model took no action (``idle``)."""
         return self._query(_METRIC_TOTALS_PG if self._pg else _METRIC_TOTALS, [since, until])
 
     def tick_durations(self, since: int, until: int) -> list[float]:

@@ -41,7 +41,8 @@ class Totals:
     ticks: Counter[str] = field(default_factory=Counter)  # ok | failed
     failed_by_reason: Counter[str] = field(default_factory=Counter)
     model_steps: int = 0
-    tokens: Counter[str] = field(default_factory=Counter)  # prompt | cached | completion
+    tokens: Counter[str] = field(default_factory=Counter)  # prompt | cached | completion: the agent's and summariser's
+    summary_tokens: Counter[str] = field(default_factory=Counter)  # the summariser's share of ``tokens``
     compactions: Counter[str] = field(default_factory=Counter)
     tool_calls: Counter[tuple[str, str]] = field(default_factory=Counter)
     policy_blocks: Counter[str] = field(default_factory=Counter)
@@ -74,6 +75,10 @@ def fold(t: Totals, rows: list[dict[str, Any]], durations: list[float], tools: s
             t.model_steps += n
             for k in ("prompt", "cached", "completion"):
                 t.tokens[k] += int(r[k] or 0)
+        elif kind == "summary.response":   # priced like the agent's calls; v1 answers carry no usage
+            for k in ("prompt", "cached", "completion"):
+                t.tokens[k] += int(r[k] or 0)
+                t.summary_tokens[k] += int(r[k] or 0)
         elif kind == "tool.result":
             t.tool_calls[(_bounded(a, (), tools), str(b))] += n
         elif kind == "policy.blocked":
@@ -137,8 +142,10 @@ def counter_metrics(t: Totals) -> Iterator[Metric]:
     h.add_metric([], buckets, t.duration_sum)
     yield h
     yield _counter(p + "model_steps", "Model calls answered.", [], [((), t.model_steps)])
-    yield _counter(p + "model_tokens", "Tokens the provider reported, by type.", ["type"],
-                   (((k,), t.tokens[k]) for k in ("prompt", "cached", "completion")))
+    yield _counter(p + "model_tokens", "Tokens the provider reported for the agent's and the summariser's calls, "
+                   "by type.", ["type"], (((k,), t.tokens[k]) for k in ("prompt", "cached", "completion")))
+    yield _counter(p + "summary_tokens", "The summariser's share of model_tokens, by type.", ["type"],
+                   (((k,), t.summary_tokens[k]) for k in ("prompt", "cached", "completion")))
     yield _counter(p + "compactions", "Compactions by method.", ["method"],
                    (((k,), v) for k, v in sorted(t.compactions.items())))
     yield _counter(p + "tool_calls", "Tool calls by tool and outcome.", ["tool", "outcome"],
@@ -177,8 +184,9 @@ def cost_metrics(t: Totals, mc: dict[str, Any]) -> Iterator[Metric]:
     rates = mc["price"]
     price = Price(rates["input"], rates["cached_input"], rates["output"])
     parts = price.parts(t.tokens["prompt"], t.tokens["cached"], t.tokens["completion"])
-    yield _counter(p + "model_cost_dollars", "What the model calls answered cost at model.price, by token type "
-                   "(input = uncached prompt tokens).", ["type"], (((k,), v) for k, v in parts.items()))
+    yield _counter(p + "model_cost_dollars", "What the model calls answered (the agent's and the summariser's) "
+                   "cost at model.price, by token type (input = uncached prompt tokens).", ["type"],
+                   (((k,), v) for k, v in parts.items()))
     yield _gauge(p + "model_price_dollars_per_million_tokens", "model.price in force, by token type.", None,
                  ["type"], (((k,), float(v)) for k, v in rates.items()))
     yield _gauge(p + "model_cost_per_tick_dollars", "Mean model cost of the newest ticks.", mc.get("per_tick"))

@@ -164,6 +164,10 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
                                                                               "base_hash": "s" * 16}})],
     ("summary.response", 1): [("answered", {"request_seq": 121, "text": "## Fleet state and commitments\n- ok"}),
                               ("failed", {"request_seq": 123, "error": "LLMError: HTTP 503"})],
+    ("summary.response", 2): [("answered", {"request_seq": 121, "text": "## Fleet state and commitments\n- ok",
+                                            "usage": {"prompt_tokens": 41200, "completion_tokens": 640,
+                                                      "cached_tokens": 38912}}),
+                              ("failed", {"request_seq": 123, "error": "LLMError: HTTP 503"})],
     ("input.recorded", 1): [
         ("a prompt file", {"name": "system.md", "sha256": "aa11", "content": "# Charter\n{policy}\n"}),
         ("the policy", {"name": "policy", "sha256": "cc33", "content": {"allowed_gpus": ["RTX_4090"]}}),

@@ -91,11 +91,20 @@ class SummaryResponseV1(Payload):
     error: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class SummaryResponseV2(SummaryResponseV1):
+    # What the server reported the call used, shaped like model.response's: prompt_tokens, completion_tokens,
+    # cached_tokens (its prompt_tokens_details.cached_tokens); absent on a failed call.
+    usage: JsonObject | None = None
+
+
 _define("summary.request", "A request about to be sent to the summariser: its hash and what re-plans it. From v2 "
         "the request names the overrides and exclusions in force and the check holds the summary to the log's "
         "facts (agent.context.compaction.SUMMARY_VERSION); a v1 request re-plans as it was.",
         Version(1, SummaryRequestV1), Version(2, SummaryRequestV1, upcast=same_shape))
-_define("summary.response", "The summariser's answer (or the error it failed with).", Version(1, SummaryResponseV1))
+_define("summary.response", "The summariser's answer (or the error it failed with). From v2 an answer carries "
+        "the usage the server reported for the call, so the model's cost counts the summariser's calls.",
+        Version(1, SummaryResponseV1), Version(2, SummaryResponseV2, upcast=same_shape))
 _define("context.calibrated", "The ratio of provider-reported to estimated prompt tokens changed.",
         Version(1, ContextCalibratedV1))
 
