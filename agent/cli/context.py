@@ -18,9 +18,9 @@ from agent.cli import args as args_
 from agent.cli import output
 from agent.cli.thread import not_before_first
 from agent.context import meter_for
+from agent.context.load import not_past_the_end
 from agent.context.pinned import block_tokens
 from agent.context.replay import ReplayResult, inspect_request, replay, replay_summaries, verify
-from agent.errors import UsageError
 
 
 def _out(s: str = "") -> None:
@@ -60,8 +60,7 @@ def cmd_context(args: argparse.Namespace, app: Any) -> int:
     settings = app.settings.context
     at = args_.parse_when(args.at) if args.at else None
     not_before_first(app, at, "--at")
-    if args.seq is not None and args.seq > app.log.last_seq():
-        raise UsageError(f"--seq {args.seq}: the log ends at seq {app.log.last_seq()}; use a smaller seq")
+    not_past_the_end(app.log, args.seq, "--seq")
     found = inspect_request(app.log, app.prompts, settings, policy=app.policy_dict(), tools=app.tool_specs(),
                     model=app.settings.model.name, at_ts=at, tick=args.tick, seq=args.seq, cache=_cache(app))
     p, recorded, match = found.projection, found.recorded, found.matches

@@ -21,10 +21,9 @@ def first_event_ts(app: App) -> str | None:
 
 def not_before_first(app: App, ts: str | None, flag: str) -> None:
     """Refuse a time before the log's first event: it would show an empty history, not an answer."""
-    first = first_event_ts(app)
-    if ts is not None and first is not None and ts < first:
-        raise UsageError(f"{flag} {ts[:19]}Z is before the first event ({first[:19]}Z); the log holds nothing "
-                         "then: use a later time ('fleet-agent thread show --limit 1' shows the first event)")
+    from agent.context.load import not_before_first as check  # shared with the console's time travel
+
+    check(app.log, ts, flag)
 
 
 def _wanted(kinds: list[str] | None) -> Callable[[Event], bool]:

@@ -83,6 +83,21 @@ def update_calibration(log: EventLog, estimated: int, reported: int, *, tick: in
 # ------------------------------------------------------------------ time travel
 
 
+def not_before_first(log: EventLog, ts: str | None, what: str) -> None:
+    """Refuse a time before the log's first event (``what``: how the operator named it, ``--at``): it would
+    show an empty history, not an answer."""
+    first = next(iter(log.read(0, limit=1)), None)
+    if ts is not None and first is not None and ts < first.ts:
+        raise UsageError(f"{what} {ts[:19]}Z is before the first event ({first.ts[:19]}Z); the log holds nothing "
+                         "then: use a later time ('fleet-agent thread show --limit 1' shows the first event)")
+
+
+def not_past_the_end(log: EventLog, seq: int | None, what: str) -> None:
+    """Refuse a seq the log has not reached (``what``: how the operator named it, ``--seq``)."""
+    if seq is not None and seq > (last := log.last_seq()):
+        raise UsageError(f"{what} {seq}: the log ends at seq {last}; use a smaller seq")
+
+
 def seq_at(log: EventLog, at_ts: str) -> int:
     """The last seq with ts <= at_ts (0 when the log had nothing then)."""
     e = next(iter(log.read(0, until_ts=at_ts, newest_first=True, limit=1)), None)

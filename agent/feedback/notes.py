@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from agent.errors import FleetAgentError, UsageError
@@ -14,11 +15,21 @@ if TYPE_CHECKING:
 MAX_NOTE_CHARS = 4000
 MAX_NAME_CHARS = 64
 
+# C0 and C1 controls and DEL, but tab, newline and a carriage return before a newline.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+# Control characters by name, for the message that refuses one.
+_CONTROL_NAMES = {0x00: "NUL", 0x07: "BEL", 0x08: "backspace", 0x0B: "vertical tab", 0x0C: "form feed",
+                  0x0D: "carriage return", 0x1B: "ESC", 0x7F: "DEL"}
+
+
 def utf8_text(what: str, text: str) -> str:
-    """``text`` unchanged if it is valid Unicode; a UsageError naming ``what`` otherwise.
+    """``text`` unchanged if it is valid Unicode without control characters; a UsageError naming
+    ``what`` otherwise. Every piece of operator text (notes, directives, ack notes, reasons) passes here.
 
     Command-line arguments that are not UTF-8 reach Python as lone surrogates, which the log
-    cannot store (and no model could read).
+    cannot store (and no model could read). Control characters other than tab and line breaks are
+    never meant: NUL is refused by PostgreSQL's text columns, ESC and the C1 controls drive terminals.
+    A carriage return is kept only before a newline (a browser's textarea sends CRLF line breaks).
     """
     try:
         text.encode("utf-8")
@@ -27,6 +38,11 @@ def utf8_text(what: str, text: str) -> str:
         byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"U+{ord(bad):04X}"
         raise UsageError(f"{what} is not valid UTF-8 text ({byte} at character {e.start}); "
                          "write it as UTF-8 (check your terminal's or file's encoding)") from None
+    m = _CONTROL.search(text)
+    if m is not None:
+        o = ord(m.group())
+        raise UsageError(f"{what} holds a control character (U+{o:04X} {_CONTROL_NAMES.get(o, 'control')} at "
+                         f"character {m.start()}); remove it: only tabs and line breaks are allowed")
     return text
 
 

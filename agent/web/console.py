@@ -17,6 +17,7 @@ from typing import Any
 
 from agent import config, feedback, logsetup
 from agent.config import Settings
+from agent.context.load import not_before_first, not_past_the_end
 from agent.context.prompts import Prompts
 from agent.context.replay import inspect_request
 from agent.context.shares import split, split_text
@@ -31,6 +32,7 @@ from agent.web.auth import Auth
 from agent.web.metrics import LogCollector, State, Totals, db_bytes, fold, registry_for
 
 TICK_KINDS = ("tick.started", "tick.completed", "tick.failed")
+ALERT_STATUSES = ("open", "acked", "resolved")
 PAGE = 100
 
 DaemonInfo = Callable[[], dict[str, Any]]
@@ -50,6 +52,10 @@ def tick_interval(s: config.ScheduleSettings, now: float) -> float:
     if first is None or second is None:
         return float(s.interval)
     return max(1.0, float((second - first).total_seconds()))
+
+
+class NotFound(LookupError):
+    """What a page asks for does not exist (the console answers 404 with this message)."""
 
 
 class Console:
@@ -192,6 +198,11 @@ class Console:
     # ------------------------------------------------------------------ alerts
 
     def alerts(self, status_: str | None, severity: str | None) -> list[Any]:
+        """The alerts, newest first, of one status and severity (None: any); an unknown one is refused
+        rather than shown as an empty list."""
+        for what, v, known in (("status", status_, ALERT_STATUSES), ("severity", severity, feedback.SEVERITIES)):
+            if v is not None and v not in known:
+                raise UsageError(f"{what} {v[:40]!r} is not an alert {what}; choose one of: {', '.join(known)}")
         with self.lock:
             rows = self.log.store.alerts(all_=True)
         return [a for a in reversed(rows) if (not status_ or a.status == status_)
@@ -238,9 +249,12 @@ class Console:
     # ------------------------------------------------------------------ time travel
 
     def moment(self, *, tick: int | None = None, seq: int | None = None, at: str | None = None) -> dict[str, Any]:
-        """The request the model saw at a tick (its last request), a seq or a time, section by section."""
+        """The request the model saw at a tick (its last request), a seq or a time, section by section. A
+        time before the first event or a seq past the log's end is refused as ``context`` refuses it."""
         with self.lock:
             a, lg = self.app, self.log
+            not_before_first(lg, at, "at")
+            not_past_the_end(lg, seq, "seq")
             if tick is None and seq is None and at is None:
                 tick = lg.store.latest_tick()
                 if tick is None or not lg.store.tick_request_seqs(tick):
@@ -267,6 +281,9 @@ class Console:
 
     def diff(self, a: int, b: int) -> tuple[str, str, list[str]]:
         """A unified diff of the requests as of seq ``a`` and seq ``b``."""
+        with self.lock:
+            not_past_the_end(self.log, a, "a")
+            not_past_the_end(self.log, b, "b")
         ma, mb = self.moment(seq=a), self.moment(seq=b)
         ta, tb = request_text(ma), request_text(mb)
         lines = list(difflib.unified_diff(ta.splitlines(), tb.splitlines(), f"as of seq {a}", f"as of seq {b}",
@@ -289,14 +306,16 @@ class Console:
             lg = self.log
             versions = lg.store.knowledge_versions(name)
             if not versions:
-                raise UsageError(f"the log knows no knowledge file {name!r}")
+                raise NotFound(f"the log knows no knowledge file {name!r}; the knowledge page lists those it knows")
             rows = []
             for v in versions:
                 e = lg.get(v.seq)
                 p = e.payload if e is not None else {}
                 rows.append({"version": v.version, "ts": v.ts, "change": v.change, "size": v.size, "seq": v.seq,
                              "by": p.get("by") or "edited on disk", "diff": p.get("diff"), "text": p.get("text")})
-            chosen = next((r for r in rows if r["version"] == version), rows[-1])
+            chosen = rows[-1] if version is None else next((r for r in rows if r["version"] == version), None)
+            if chosen is None:
+                raise NotFound(f"{name} has no version {version}; its versions are 1 to {rows[-1]['version']}")
             text = chosen["text"] if chosen["text"] is not None else _text_at(rows, chosen["version"])
             return {"name": name, "versions": list(reversed(rows)), "chosen": chosen, "text": text}
 

@@ -34,7 +34,7 @@ from agent.errors import FleetAgentError, UsageError
 from agent.feedback import SEVERITIES
 from agent.times import parse_operator_time, utc_ts
 from agent.web.auth import COOKIE
-from agent.web.console import Console
+from agent.web.console import ALERT_STATUSES, Console, NotFound
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -152,6 +152,8 @@ class _Site:
         async def endpoint(request: Request) -> Response:
             try:
                 return await run_in_threadpool(fn, request)
+            except NotFound as e:
+                return self.page(request, "error.html", {"message": str(e)}, 404)
             except FleetAgentError as e:
                 return self.page(request, "error.html", {"message": str(e)}, 400)
         return endpoint
@@ -181,7 +183,8 @@ class _Site:
     def alerts(self, request: Request) -> Response:
         st, sev = request.query_params.get("status") or None, request.query_params.get("severity") or None
         return self.page(request, "alerts.html", {"alerts": self.console.alerts(st, sev), "status": st, "severity": sev,
-                                             "severities": SEVERITIES, "silences": self.console.silences()})
+                                             "statuses": ALERT_STATUSES, "severities": SEVERITIES,
+                                             "silences": self.console.silences()})
 
     def alert(self, request: Request) -> Response:
         a, history = self.console.alert(_int(request.path_params["id"], "alert id"))

@@ -243,6 +243,70 @@ def test_bad_query_values_get_a_clear_400(client):
     assert r.status_code == 400 and "seq must be a whole number" in r.text
 
 
+def test_a_filter_or_moment_that_cannot_be_answered_is_a_4xx_saying_why(client, fleet):
+    """An unknown alert status or severity, a time before the first event, a seq or diff end past the log's
+    end: 400 naming the problem (the time and seq in the words `fleet-agent context` uses); a knowledge
+    version that does not exist: 404. The same queries within the log answer 200."""
+    import argparse
+    import html
+
+    from agent.errors import UsageError
+
+    r = client.get("/alerts?status=bogus")
+    assert r.status_code == 400 and "choose one of: open, acked, resolved" in r.text
+    r = client.get("/alerts?severity=loud")
+    assert r.status_code == 400 and "'loud' is not an alert severity" in html.unescape(r.text)
+    assert client.get("/alerts?status=open&severity=warning").status_code == 200
+
+    with pytest.raises(UsageError) as cli_error:
+        cmd_context(argparse.Namespace(at="2001-01-01", tick=None, seq=None, json=True), fleet)
+    r = client.get("/travel?at=2001-01-01")
+    expected = str(cli_error.value).removeprefix("--at ")
+    assert r.status_code == 400 and f"at {expected}" in html.unescape(r.text), r.text
+    first = next(fleet.log.read(0, limit=1)).ts
+    assert client.get(f"/travel?at={first}").status_code == 200
+
+    last = fleet.log.last_seq()
+    with pytest.raises(UsageError) as cli_error:
+        cmd_context(argparse.Namespace(at=None, tick=None, seq=last + 1, json=True), fleet)
+    r = client.get(f"/travel?seq={last + 1}")
+    assert r.status_code == 400 and str(cli_error.value).removeprefix("--") in r.text, r.text
+    assert client.get(f"/travel?seq={last}").status_code == 200
+    r = client.get(f"/travel/diff?a=1&b={last + 1}")
+    assert r.status_code == 400 and f"b {last + 1}: the log ends at seq {last}" in r.text
+    r = client.get(f"/travel/diff?a={last + 5}&b=1")
+    assert r.status_code == 400 and f"a {last + 5}: the log ends at seq {last}" in r.text
+
+    versions = [v.version for v in fleet.log.store.knowledge_versions("hosts.md")]
+    r = client.get(f"/knowledge/hosts.md?v={max(versions) + 1}")
+    assert r.status_code == 404 and f"has no version {max(versions) + 1}" in r.text
+    assert client.get("/knowledge/hosts.md?v=0").status_code == 404
+    assert client.get(f"/knowledge/hosts.md?v={min(versions)}").status_code == 200
+    assert client.get("/knowledge/nope.md").status_code == 404
+
+
+@pytest.mark.parametrize("text", ["a\x00b", "\x00", "stop\x1b[2J", "a\rb", "a\x85b", "\x7f"])
+def test_a_note_with_a_control_character_is_a_400_and_appends_nothing(client, fleet, text):
+    """A console note or ack note with NUL (PostgreSQL's text columns refuse it), ESC, a lone carriage
+    return or a C1 control: 400 naming the character, nothing appended."""
+    csrf = _login(client)
+    head = fleet.log.last_seq()
+    r = client.post("/notes", data={"text": text, "csrf": csrf})
+    assert r.status_code == 400 and "holds a control character" in r.text and "remove it" in r.text
+    r = client.post(f"/alerts/{_alert_id(fleet)}/ack", data={"note": text, "csrf": csrf})
+    assert r.status_code == 400 and "holds a control character" in r.text
+    assert fleet.log.last_seq() == head
+
+
+def test_a_note_from_a_textarea_keeps_its_crlf_line_breaks_and_tabs(client, fleet):
+    """A browser's textarea sends CRLF line breaks: such a note (with a tab) is accepted as written."""
+    csrf = _login(client)
+    r = client.post("/notes", data={"text": "prefer 4090s\r\n\tnot 3090s", "csrf": csrf}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    e = next(fleet.log.read(0, kinds=["operator.note"], newest_first=True, limit=1))
+    assert e.payload["text"] == "prefer 4090s\r\n\tnot 3090s"
+
+
 def test_a_write_to_a_bad_alert_id_is_a_400_and_appends_nothing(client, fleet):
     """POST /alerts/abc/ack and a 23-digit id, with a valid session: a 400 naming the problem, no event."""
     csrf = _login(client)
