@@ -6,6 +6,8 @@ instances, faults injected per kind, fuzzed calls and injections tried, canary h
 lock errors. Exit 1 when any figure shows a broken promise.
 
     PYTHONPATH=. python bench/reliability.py [--quick] [--kills 300] [--seconds 60]
+    PYTHONPATH=. python bench/reliability.py --only-kill9 --kills 600 --lag-destroy 0.5 --max-instances 3 \
+        --operators --seed 1          # destroys whose answer is lost inside the listing lag, operators writing
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--after-action", type=float, default=0.15,
                     help="share of side-effecting requests that act, then lose their answer or arrive late")
     ap.add_argument("--only-kill9", action="store_true", help="run the kill -9 loop alone")
+    ap.add_argument("--lag-destroy", type=float, default=0.0,
+                    help="share of destroys sent inside the listing lag whose answer is lost (the provider then "
+                    "destroys the newest unlisted instance each tick; a third of the runs stay inside the lag)")
+    ap.add_argument("--max-instances", type=int, default=10, help="policy cap the monitor holds the simulator to")
+    ap.add_argument("--operators", action="store_true", help="a note and an ack through the CLI beside each tick")
     args = ap.parse_args(argv)
     q = args.quick
     kills = args.kills or (40 if q else 300)
@@ -64,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         k = harness.run_kill9(_root(base, "kill9"), kills=kills, seed=args.seed, spawner=zygote,
                               exec_every=0 if q else 15, after_action=args.after_action,
-                              install="tests.reliability.harness:install_reboots")
+                              lag_destroy=args.lag_destroy, max_instances=args.max_instances,
+                              operators=args.operators,
+                              install="tests.reliability.harness:install_lag_destroys" if args.lag_destroy
+                              else "tests.reliability.harness:install_reboots")
         out["kill9"] = {**asdict(k), "problems": k.problems[:10], "problem_count": len(k.problems)}
         if args.only_kill9:
             return _finish(out, kills, t0, only_kill9=True)
@@ -117,6 +127,9 @@ def _kill9_broken(k9: dict[str, Any], kills: int) -> bool:
         any(k9["audit"][x] for x in ("duplicates", "untraced", "untracked", "dangling_intents")),
         k9["monitor"]["over_max_instances"] > 0, k9["monitor"]["over_max_total_dph"] > 0,
         k9["intents"]["duplicate_requests"] > 0, k9["intents"]["adopted_after_destroyed"] > 0,
+        bool(k9["destroyed_but_alive"]),
+        any(k9["operators"].get(x) for x in ("failed_commands", "lost_notes", "lost_acks", "notes_twice",
+                                              "acks_twice")),
     ])
 
 

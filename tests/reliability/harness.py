@@ -46,7 +46,8 @@ AGENT_ID = "rel"
 LABEL_BASE = f"fa-{AGENT_ID}-"
 SIM_KEY = "rel-sim-key-0001"
 FAULT_KINDS = ("429_text", "429_quota", "500", "503", "slow", "ambiguous_500", "ambiguous_hang",
-               "after_action_500", "after_action_late")
+               "after_action_500", "after_action_late", "lag_destroy_fail", "lag_destroy_drop", "lag_destroy_late")
+LAG_DESTROY_MODES = ("fail", "drop", "late")  # answer lost before vast.ai acts / after it acts / acts late
 
 
 # ------------------------------------------------------------------ config
@@ -126,8 +127,36 @@ class CountingSim(Simulator):
         super().__init__(*a, **kw)
         self.fault_counts: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
         self.late_in_flight = 0  # requests received whose late delivery (Reply.then) has not run yet
+        # The fault proxy's aim at the listing lag: a DELETE of an instance vast.ai does not list yet (it was
+        # rented less than listing_lag ago) loses its answer with this probability, before vast.ai acts
+        # ("fail"), after ("drop") or reaches it only late ("late").
+        self.lag_destroy_rate = 0.0
+        self.lag_destroy_modes: tuple[str, ...] = LAG_DESTROY_MODES
+        self.lag_deletes = 0  # DELETEs of an instance inside its listing lag, faulted or not
+        self._lag_rng = random.Random(kw.get("seed", 0) * 7919 + 1)
+
+    def _aim_at_lag(self, method: str, target: str) -> None:
+        """Plan a lost answer for a DELETE of an instance inside its listing lag (see ``lag_destroy_rate``)."""
+        if method != "DELETE" or not target.startswith("/api/v0/instances/"):
+            return
+        tail = target.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        if not tail.isdigit():
+            return
+        path = target.split("?", 1)[0]
+        with self._lock:
+            inst = self.instances.get(int(tail))
+            if inst is None or self._is_listed(inst, self.clock()):
+                return
+            self.lag_deletes += 1
+            if self._lag_rng.random() >= self.lag_destroy_rate:
+                return
+            mode = self._lag_rng.choice(self.lag_destroy_modes)
+            self.fault_counts[f"lag_destroy_{mode}"] += 1
+            # first in the plan: the scripted action of exactly this request
+            self.faults.script.insert(0, {"method": "DELETE", "path": path, "action": mode})
 
     def handle(self, method: str, target: str, headers: dict[str, str], body: bytes, base_url: str) -> Reply:
+        self._aim_at_lag(method, target)
         r = super().handle(method, target, headers, body, base_url)
         if r.then is not None:
             deliver = r.then
@@ -180,6 +209,7 @@ class CountingSim(Simulator):
     def quiet(self) -> None:
         """No more faults."""
         with self._lock:
+            self.lag_destroy_rate = 0.0
             self.faults.update({"rate_429_text": 0.0, "rate_429_quota": 0.0, "rate_500": 0.0, "rate_503": 0.0,
                                 "rate_slow": 0.0, "ambiguous_rent": 0.0, "rate_after_action": 0.0})
 
@@ -805,6 +835,125 @@ def install_reboots() -> None:
     rules._first_step = with_reboot  # type: ignore[assignment]
 
 
+def install_lag_destroys() -> None:
+    """``install_reboots``, plus a destroy, each tick, of the newest instance of ours vast.ai does not list
+    yet (rented within its listing lag): so the fault proxy's lost destroy answers land inside the lag.
+    A tick with none destroys its newest running instance instead, so the fleet keeps renting (churn)."""
+    from agent.model import rules
+
+    install_reboots()
+    first = rules._first_step
+
+    def with_lag_destroy(plan: Any) -> Any:
+        calls, text = first(plan)
+        unlisted = sorted(i["id"] for i in plan.live if i.get("status") == "unlisted")
+        doomed = {a.get("instance_id") for n, a in calls if n == "destroy_instance"}
+        running = sorted(i["id"] for i in plan.live if i.get("status") == "running")
+        if unlisted and unlisted[-1] not in doomed:
+            calls.insert(0, ("destroy_instance", {"instance_id": unlisted[-1], "reason": "reliability run: "
+                                                  "destroyed within its listing lag"}))
+        elif not unlisted and running and running[-1] not in doomed:
+            calls.insert(0, ("destroy_instance", {"instance_id": running[-1], "reason": "reliability run: churn"}))
+        return calls, text
+
+    rules._first_step = with_lag_destroy  # type: ignore[assignment]
+
+
+def destroyed_but_alive(sim: Simulator, path: Any) -> set[int]:
+    """Instances the log calls destroyed (a destroy's result, or instance.gone) that the simulator still
+    has (live, in any state): the log's story against vast.ai's own state."""
+    ended: set[int] = set()
+    with _open(path) as log:
+        for e in log.read(0, kinds=["tool.result", "instance.gone"]):
+            p = e.payload
+            if e.kind == "instance.gone":
+                ended.add(int(p["instance_id"]))
+            elif (p.get("effect") or {}).get("type") == "destroyed":
+                ended.add(int(p["effect"]["instance_id"]))
+    with sim._lock:
+        return ended & set(sim.instances)
+
+
+OPS_ALERTS = 1000  # alerts raised before a kill loop with operators: each run acks the next one
+
+
+def operator_main(argv: list[str]) -> int:  # pragma: no cover - runs in a forked child
+    """One operator turn beside a tick: a note and an ack through the CLI. argv: [config, results, text, alert]."""
+    import io
+
+    import agent.cli
+
+    cfg, results, text, alert = argv
+    with open(results, "a", encoding="utf-8") as out:
+        rc = _quiet(agent.cli.main, ["--config", cfg, "say", "--by", "ops", text], io)
+        out.write(json.dumps({"op": "note", "text": text, "rc": rc}) + "\n")
+        if int(alert) > 0:
+            rc = _quiet(agent.cli.main, ["--config", cfg, "alerts", "ack", alert, "--by", "ops",
+                                         "--note", f"ack {alert}"], io)
+            out.write(json.dumps({"op": "ack", "alert": int(alert), "rc": rc}) + "\n")
+    return 0
+
+
+def lost_operator_writes(path: Any, results: Path) -> dict[str, int]:
+    """Notes and acks whose command exited 0, against the log: how many are missing or there twice."""
+    recs = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    with _open(path) as log:
+        notes = [e.payload["text"] for e in log.read(0, kinds=["operator.note"])]
+        acks = [int(e.payload["alert_id"]) for e in log.read(0, kinds=["alert.acked"])]
+    wrote_n = [r["text"] for r in recs if r["op"] == "note" and r["rc"] == 0]
+    wrote_a = [r["alert"] for r in recs if r["op"] == "ack" and r["rc"] == 0]
+    return {"notes": len(wrote_n), "acks": len(wrote_a),
+            "failed_commands": sum(1 for r in recs if r["rc"] != 0),
+            "lost_notes": sum(1 for t in wrote_n if t not in notes),
+            "lost_acks": sum(1 for a in wrote_a if a not in acks),
+            "notes_twice": sum(1 for t in wrote_n if notes.count(t) > 1),
+            "acks_twice": sum(1 for a in wrote_a if acks.count(a) > 1)}
+
+
+def plant_absence_as_gone() -> None:
+    """A deliberately broken variant: an instance a listing lacks is taken as gone at once, even inside the
+    listing lag of its rent (the defect of issue 42), so ``destroyed_but_alive`` must find it."""
+    import agent.fleet.reconcile as reconcile_mod
+    import tools.fleet as fleet_tools
+
+    install_lag_destroys()
+
+    def gone(*_a: Any, **_k: Any) -> bool:
+        return True
+
+    reconcile_mod.absence_proves_gone = gone  # type: ignore[assignment]
+    fleet_tools.absence_proves_gone = gone  # type: ignore[assignment]
+
+
+def run_lag_destroys(root: Path, *, rounds: int, spawner: Any, install: str = "tests.reliability.harness:"
+                     "install_lag_destroys", seed: int = 4) -> dict[str, Any]:
+    """Ticks in pairs without kills or other faults: one well past the listing lag (the provider churns one
+    instance and rents its replacement), one a few simulated seconds later (the replacement is unlisted;
+    the provider destroys it and the fault proxy loses every such answer, before vast.ai acts). Returns the
+    figures: lag faults by kind, destroyed-but-alive ids, the monitor's over-cap polls, the audits."""
+    out: dict[str, Any] = {}
+    with running_sim(seed) as (sim, server):
+        cfg = write_config(root, server.url, policy={"max_instances": 2, "max_total_dph": 8.0},
+                           vast={"settle_after": 600.0})
+        sim.lag_destroy_rate, sim.lag_destroy_modes = 1.0, ("fail",)
+        sim.pending = 600.0
+        alive: set[int] = set()
+        codes: list[int] = []
+        with CapMonitor(sim, 2, 8.0, every=0.05) as monitor:
+            for n in range(2 * rounds):
+                sim.advance(2.0 if n % 2 else 300.0)
+                pid = spawner.spawn(["--config", str(cfg), "tick"], root / "out.txt", root / "err.txt",
+                                    install=install)
+                codes.append(spawner.wait(pid))
+                alive |= destroyed_but_alive(sim, db_path(root))
+                if codes[-1] not in (0, 1):
+                    out.setdefault("errors", []).append((root / "err.txt").read_text()[-400:])
+        out.update(exit_codes=codes, faults=dict(sim.fault_counts), lag_deletes=sim.lag_deletes,
+                   destroyed_but_alive=sorted(alive), monitor=monitor.figures(),
+                   audit=asdict(audit_rentals(sim, db_path(root))), problems=check_db(db_path(root)))
+    return out
+
+
 # ------------------------------------------------------------------ the kill -9 loop
 
 
@@ -826,6 +975,9 @@ class KillReport:
     kills_after_by_tool: dict[str, int] = field(default_factory=dict)
     monitor: dict[str, Any] = field(default_factory=dict)
     intents: dict[str, Any] = field(default_factory=dict)
+    destroyed_but_alive: list[int] = field(default_factory=list)  # ids, seen after any run or at the end
+    lag_destroys: int = 0  # DELETE requests that reached the simulator inside the instance's listing lag
+    operators: dict[str, int] = field(default_factory=dict)
 
 
 def _break_one(sim: Simulator, rng: random.Random) -> None:
@@ -845,9 +997,33 @@ def _new_mutation(sim: Simulator, start: int) -> str | None:
     return None
 
 
+def _strike(use: Any, pid: int, sim: Simulator, start: int, rng: random.Random, mode: float, t0: float,
+            typical: float) -> tuple[bool, str | None]:
+    """SIGKILL one run: (killed, the tool of the fleet-changing request it followed, if aimed at one).
+
+    Half the kills strike at a random moment; the other half within a few ms of a fleet-changing request
+    reaching the simulator (the window between an intent, the call and its result), or late in the tick
+    when none comes."""
+    targeted = mode < 0.45
+    deadline = t0 + (typical * 2.0 if targeted else rng.uniform(0.0, typical * 1.2))
+    after_mut = None
+    while time.monotonic() < deadline:
+        if targeted and (after_mut := _new_mutation(sim, start)):
+            time.sleep(rng.uniform(0.0, 0.01))
+            break
+        if use.poll(pid) is not None:
+            return False, None
+        time.sleep(0.002)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)  # the pid is ours until waited for
+        return True, after_mut
+    return False, after_mut
+
+
 def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, install: str | None = None,
               fault_rate: float = 0.2, ambiguous: float = 0.15, exec_every: int = 0,
-              max_runs: int | None = None, after_action: float = 0.0) -> KillReport:
+              max_runs: int | None = None, after_action: float = 0.0, lag_destroy: float = 0.0,
+              max_instances: int = 10, operators: bool = False) -> KillReport:
     """SIGKILL ``fleet-agent tick`` at random moments against a faulty simulator, ``kills`` times.
 
     After every run: no committed (seq, hash) changed or vanished, integrity_check ok, the
@@ -855,6 +1031,13 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
     simulator's instances are audited against the log. ``install`` plants code in each child
     (a deliberately broken variant); ``exec_every`` makes every n-th run the real console
     script rather than a forked child.
+
+    ``lag_destroy``: the share of destroys sent inside the listing lag whose answer the fault proxy
+    loses (``CountingSim.lag_destroy_rate``); with it half of the runs move the simulator's clock by
+    seconds only, so instances rented a run before are still unlisted. ``max_instances``: the policy cap
+    the monitor holds the simulator's state to. ``operators``: a note and an ack through the CLI
+    beside every tick; at the end each one that exited 0 must be in the log exactly once. After every run
+    the simulator is searched for instances the log calls destroyed (``destroyed_but_alive``).
     """
     rng = random.Random(seed)
     rep = KillReport()
@@ -864,50 +1047,50 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
     execer = ExecSpawner() if exec_every else None
     try:
         with running_sim(seed) as (sim, server):
-            cfg = write_config(root, server.url, policy={"max_instances": 10, "max_total_dph": 40.0},
+            cap_dph = 4.0 * max_instances
+            cfg = write_config(root, server.url, policy={"max_instances": max_instances, "max_total_dph": cap_dph},
                                vast={"settle_after": 120.0})
             sim.faults.update(chaos_faults(fault_rate, ambiguous=ambiguous, hang_seconds=0.8))
             sim.faults.update({"rate_after_action": after_action, "late_seconds": 0.8})
-            monitor = CapMonitor(sim, 10, 40.0).__enter__()
+            sim.lag_destroy_rate = lag_destroy
+            ops_file = root / "operators.jsonl"
+            if operators:
+                from agent import feedback
+
+                with _open(db_path(root)) as log:
+                    for a in range(OPS_ALERTS):
+                        feedback.raise_alert(log, key=f"ops:{a}", severity="info", title=f"operator alert {a}")
+            alive: set[int] = set()
+            monitor = CapMonitor(sim, max_instances, cap_dph).__enter__()
             durations: list[float] = []
             budget = max_runs or kills * 4
             while rep.kills < kills and rep.runs < budget:
                 n = rep.runs
                 sim.faults.update({"ambiguous_rent_mode": "hang" if n % 3 == 2 else "500"})
                 sim.pending = 0.0 if n % 4 == 3 else max(sim.pending, 600.0)
-                sim.advance(rng.choice([120.0, 300.0, 900.0]))
-                _break_one(sim, rng)
+                in_lag = lag_destroy > 0 and rng.random() < 0.5  # what a run before rented stays unlisted
+                sim.advance(rng.uniform(1.0, 8.0) if in_lag else rng.choice([120.0, 300.0, 900.0]))
+                if not in_lag:
+                    _break_one(sim, rng)
                 use = execer if execer and n % exec_every == exec_every - 1 else spawner
                 start = len(sim.requests)
                 t0 = time.monotonic()
                 pid = use.spawn(["--config", str(cfg), "tick"], root / "out.txt", root / "err.txt",
                                 install=install if use is spawner else None)
+                op = None
+                if operators:
+                    op = spawner.spawn([str(cfg), str(ops_file), f"ops note {n}", str(n + 1 if n < OPS_ALERTS else 0)],
+                                       root / "op.out", root / "op.err", call="tests.reliability.harness:operator_main")
                 mode = rng.random()
                 typical = sorted(durations)[len(durations) * 4 // 5] if durations else 1.0
                 if use is execer:
                     typical += 1.5
-                killed, after_mut = False, None
-                if mode < 0.85:
-                    # Half the kills strike at a random moment; the other half within a few ms of a
-                    # fleet-changing request reaching the simulator (the window between an intent,
-                    # the call and its result), or late in the tick when none comes.
-                    targeted = mode < 0.45
-                    deadline = t0 + (typical * 2.0 if targeted else rng.uniform(0.0, typical * 1.2))
-                    ended = False
-                    while time.monotonic() < deadline:
-                        if targeted and (after_mut := _new_mutation(sim, start)):
-                            time.sleep(rng.uniform(0.0, 0.01))
-                            break
-                        if use.poll(pid) is not None:
-                            ended = True
-                            break
-                        time.sleep(0.002)
-                    if not ended:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGKILL)  # the pid is ours until waited for
-                            killed = True
+                killed, after_mut = _strike(use, pid, sim, start, rng, mode, t0, typical) if mode < 0.85 \
+                    else (False, None)
                 rc = use.wait(pid)
                 elapsed = time.monotonic() - t0
+                if op is not None and spawner.wait(op) != 0:
+                    rep.problems.append(f"run {n}: operator exit: {(root / 'op.err').read_text()[-400:]}")
                 rep.runs += 1
                 if rc == -signal.SIGKILL and killed:
                     rep.kills += 1
@@ -925,6 +1108,7 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
                     found = watch.check(db_path(root)) + check_db(db_path(root), rebuild=n % 10 == 9)
                     rep.problems += [f"run {n}: {p}" for p in found]
                     rep.db_checks += 1
+                    alive |= destroyed_but_alive(sim, db_path(root))
             sim.quiet()
             # A request the last killed run sent "late" reaches the simulator late_seconds after it was sent,
             # whoever still waits: let it land before the clock moves past the listing lag, so the final
@@ -939,6 +1123,11 @@ def run_kill9(root: Path, *, kills: int, seed: int = 1, spawner: Any = None, ins
             monitor.__exit__()
             rep.monitor = monitor.figures()
             rep.intents = audit_intents(sim, db_path(root))
+            alive |= destroyed_but_alive(sim, db_path(root))
+            rep.destroyed_but_alive = sorted(alive)
+            rep.lag_destroys = sim.lag_deletes
+            if operators:
+                rep.operators = lost_operator_writes(db_path(root), ops_file)
             rep.problems += [f"final: {p}" for p in watch.check(db_path(root)) + check_db(db_path(root))]
             rep.events_checked = watch.checked
             rep.events = len(watch.pairs)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.reliability.harness import run_kill9
+from tests.reliability.harness import run_kill9, run_lag_destroys
 
 # Runs on SQLite and on PostgreSQL (the harness writes configs naming the test's database).
 pytestmark = pytest.mark.usefixtures("backend")
@@ -115,3 +115,51 @@ def test_harness_reports_untracked_instances_when_the_rent_precedes_its_intent(f
     assert rep.kills_after_mutation >= 1
     assert rep.audit["untraced"] >= 1  # an instance with our label that no tool.called key explains
     assert rep.audit["duplicates"] + rep.audit["untraced"] + rep.audit["untracked"] >= 1
+
+
+# ------------------------------------------------------------------ destroys inside the listing lag
+
+
+@pytest.mark.slow
+def test_a_destroy_whose_answer_is_lost_inside_the_listing_lag_is_not_recorded_done(fast_root, zygote):
+    """Tick pairs: the second comes seconds after the first rented, so the new instance is not listed yet;
+    the provider destroys it and every such DELETE loses its answer before vast.ai acts. The log never
+    calls an instance destroyed that the simulator still has, and the simulator's own state never holds
+    more instances than the cap."""
+    r = run_lag_destroys(fast_root, rounds=4, spawner=zygote)
+    assert r.get("errors") is None
+    assert r["faults"]["lag_destroy_fail"] >= 2
+    assert r["destroyed_but_alive"] == []
+    assert (r["monitor"]["over_max_instances"], r["monitor"]["over_max_total_dph"]) == (0, 0)
+    assert (r["audit"]["duplicates"], r["audit"]["untracked"], r["audit"]["dangling_intents"]) == (0, 0, 0)
+    assert r["problems"] == []
+
+
+@pytest.mark.slow
+def test_harness_finds_destroyed_but_alive_when_absence_inside_the_lag_counts_as_gone(fast_root, zygote):
+    """The same ticks against the planted variant that takes one listing without the instance as proof it
+    is gone (issue 42's defect): the harness finds instances the log calls gone or destroyed alive in the
+    simulator (reconcile records the unlisted replacement gone before the provider even sees it)."""
+    r = run_lag_destroys(fast_root, rounds=4, spawner=zygote,
+                         install="tests.reliability.harness:plant_absence_as_gone")
+    assert r["destroyed_but_alive"] != []
+
+
+@pytest.mark.slow
+def test_kill9_loop_with_lost_destroy_answers_inside_the_listing_lag(fast_root, zygote):
+    """The kill -9 loop with half the runs inside the listing lag of the previous run's rents, the provider
+    destroying unlisted instances, the fault proxy losing 60% of those answers (before, after, late), a cap
+    of 3 and an operator noting and acking beside every tick: nothing over the cap in the simulator, nothing
+    the log calls destroyed alive there, no duplicate or untracked instance, every note and ack kept once."""
+    rep = run_kill9(fast_root, kills=15, seed=7, spawner=zygote, after_action=0.15, lag_destroy=0.6,
+                    max_instances=3, operators=True, install="tests.reliability.harness:install_lag_destroys")
+    assert rep.problems == []
+    assert rep.final_tick_rc == 0
+    assert rep.destroyed_but_alive == []
+    assert (rep.monitor["over_max_instances"], rep.monitor["over_max_total_dph"]) == (0, 0)
+    assert (rep.audit["duplicates"], rep.audit["untracked"], rep.audit["dangling_intents"]) == (0, 0, 0)
+    assert rep.operators["notes"] == rep.runs
+    assert {k: rep.operators[k] for k in ("failed_commands", "lost_notes", "lost_acks", "notes_twice",
+                                          "acks_twice")} == dict.fromkeys(("failed_commands", "lost_notes",
+                                                                           "lost_acks", "notes_twice",
+                                                                           "acks_twice"), 0)
