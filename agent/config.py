@@ -423,6 +423,10 @@ class PolicySettings:
     # A host's price increase on a running instance is accepted up to this share (0.15 = +15 %); above it
     # it is rejected and the instance replaced.
     max_price_increase: StrictFloat = 0.15
+    # Offers whose contract would end within this many hours are not shown nor rented, and instances whose
+    # contract ends this soon no longer count as capacity, so they are replaced ahead of time
+    # (agent/fleet/contracts.py); vast.ai stops an instance for good at its end date. 0: off.
+    contract_min_hours: StrictFloat = 24.0
     # Jobs an hour one GPU delivers, assumed until the fleet's own instances have shown what a model
     # delivers (agent/fleet/throughput.py); per GPU model where known, else the one figure.
     jobs_per_hour: StrictFloat = 8.0
@@ -1050,6 +1054,7 @@ def _check_limits(s: Settings, loc: _Lines) -> None:
                    ("policy.max_dph_per_instance", s.policy.max_dph_per_instance),
                    ("alerts.low_balance", s.alerts.low_balance), ("fleet.disk_gb", s.fleet.disk_gb),
                    ("policy.credit_reserve", s.policy.credit_reserve),
+                   ("policy.contract_min_hours", s.policy.contract_min_hours),
                    ("model.temperature", s.model.temperature)):
         if x < 0:
             raise loc.error(key, f"must not be negative (got {x:g}); write 0 or more")

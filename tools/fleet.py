@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from agent.clients.vast import Instance, Offer, VastError, spendable
-from agent.fleet import steering, throughput
+from agent.fleet import contracts, steering, throughput
 from agent.fleet.block import Block, norm_gpu
 from agent.fleet.market import BID_MARGIN
 from agent.fleet.reconcile import absence_proves_gone
@@ -138,13 +138,18 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     left_out = [o for o in offers if o.host_id in excluded]
     offers = [o for o in offers if o.host_id not in excluded]
     note = f"\n({len(left_out)} offers on excluded hosts left out)" if left_out else ""
+    ending = [o for o in offers if contracts.too_short(contracts.offer_left(o), ctx.settings.policy)]
+    offers = [o for o in offers if o not in ending]
+    if ending:
+        note += (f"\n({len(ending)} offers whose contract ends within policy.contract_min_hours "
+                 f"{contracts.hours(ctx.settings.policy)} left out)")
     if not offers:
         return Outcome(True, "no offers match (filters: allowed GPUs, price and reliability caps from policy)" + note)
     tp = throughput.estimate(ctx.log, ctx.settings)
     if per_job:
         offers.sort(key=lambda o: (tp.usd_per_job(o.dph_total or 0.0, o.gpu_name or "?", o.num_gpus) or 0.0, o.id))
     rows = ["offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
-            + (" | min_bid | on-demand $/h | type" if bids else "")]
+            + (" | min_bid | on-demand $/h | type" if bids else "") + " | contract"]
     shown = offers[:limit]
     for o in shown:
         gpu = o.gpu_name or "?"
@@ -154,7 +159,8 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
         extra = f" | {o.min_bid or 0:.4f} | {on_demand[o.id].dph_total or 0:.3f} | {kind}" if bids else ""
         rows.append(f"{o.id} | {o.gpu_name} x{o.num_gpus or 1} | {o.dph_total or 0:.3f} | "
                     f"{o.reliability or 0:.3f} | {o.host_id} | {o.geolocation or '?'} | {jph:.1f} | "
-                    + (f"{per:.4f}" if per is not None else "?") + extra)
+                    + (f"{per:.4f}" if per is not None else "?") + extra
+                    + f" | {contracts.ends_in(contracts.offer_left(o))}")
     if bids:
         note += (f"\n(interruptible: $/h is the bid a rent places, min_bid +{BID_MARGIN:.0%} and at most "
                  f"policy.max_bid_share {ctx.settings.policy.max_bid_share:.2f} x on-demand; an instance outbid "
@@ -203,7 +209,7 @@ def _check_rent(ctx: ToolContext, args: Args) -> Offer | Block:
         if not isinstance(bid, Block):
             offer = as_bid(offer, bid)  # the caps, budgets and spend count the bid
     count, fleet_dph = fleet_load(ctx)
-    return (pol.check_rent(offer, count, fleet_dph, pol.rents_last_hour(ctx.log))
+    return (pol.check_rent(offer, count, fleet_dph, pol.rents_last_hour(ctx.log)) or pol.check_contract(offer)
             or pol.check_money_and_host(ctx.log, offer) or offer)
 
 
@@ -403,7 +409,8 @@ TOOLS: tuple[AnyTool, ...] = (
     Tool("search_offers", "Search the vast.ai market for offers within policy (allowed GPUs, price and "
          "reliability caps are applied automatically), cheapest $/h first, or cheapest per job with "
          "order=per_job. jobs/h is what one such instance delivers (measured by our own instances, else "
-         "assumed) and $/job its price per job.",
+         "assumed) and $/job its price per job; contract is when a rent of it would end (vast.ai then stops the "
+         "instance for good), and offers ending within policy.contract_min_hours are left out.",
          obj({"gpu_name": {"type": "string", "maxLength": 40},
               "order": {"type": "string", "enum": ["dph", "per_job"]},
               "num_gpus": {"type": "integer", "minimum": 1, "maximum": 8},

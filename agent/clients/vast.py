@@ -148,6 +148,7 @@ class Instance:
     inet_down_billed: float | None = None
     inet_up_cost: float | None = None
     inet_down_cost: float | None = None
+    end_date: float | None = None  # epoch seconds the contract ends: the instance then stops and cannot start
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def traffic_gb(self) -> tuple[float, float] | None:
@@ -174,7 +175,7 @@ class Instance:
             ssh_host=_str(d.get("ssh_host")), ssh_port=_int(d.get("ssh_port")), is_bid=_bool(d.get("is_bid")),
             min_bid=_float(d.get("min_bid")), inet_up_billed=_float(d.get("inet_up_billed")),
             inet_down_billed=_float(d.get("inet_down_billed")), inet_up_cost=_float(d.get("inet_up_cost")),
-            inet_down_cost=_float(d.get("inet_down_cost")), raw=dict(d),
+            inet_down_cost=_float(d.get("inet_down_cost")), end_date=_float(d.get("end_date")), raw=dict(d),
         )
 
 
@@ -197,6 +198,7 @@ class Offer:
     score: float | None = None
     dlperf: float | None = None
     cuda_max_good: float | None = None
+    duration: float | None = None  # seconds until the host's listing ends; a contract rented now ends then
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -216,7 +218,8 @@ class Offer:
             inet_down=_float(d.get("inet_down")), inet_up=_float(d.get("inet_up")),
             disk_space=_float(d.get("disk_space")), verified=_bool(verified),
             geolocation=_str(d.get("geolocation")), score=_float(d.get("score")),
-            dlperf=_float(d.get("dlperf")), cuda_max_good=_float(d.get("cuda_max_good")), raw=dict(d),
+            dlperf=_float(d.get("dlperf")), cuda_max_good=_float(d.get("cuda_max_good")),
+            duration=_float(d.get("duration")), raw=dict(d),
         )
 
 

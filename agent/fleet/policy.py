@@ -15,7 +15,7 @@ from typing import Any
 
 from agent.config import Settings
 from agent.feedback import credit
-from agent.fleet import constraints, spend, steering
+from agent.fleet import constraints, contracts, spend, steering
 from agent.fleet.block import Block, norm_gpu
 from agent.store.log import EventLog
 from agent.times import utc_ts
@@ -85,6 +85,16 @@ class Policy:
         if rents_last_hour + 1 > p.max_rents_per_hour:
             return Block("max_rents_per_hour", f"{rents_last_hour} rents in the last hour, limit {p.max_rents_per_hour}")
         return None
+
+    def check_contract(self, offer: Any) -> Block | None:
+        """No rent of an offer whose contract ends within ``policy.contract_min_hours``: vast.ai stops the instance
+        for good at that date, so it would need replacing almost at once."""
+        left = contracts.offer_left(offer)
+        if not contracts.too_short(left, self.p):
+            return None
+        return Block("contract_min_hours", f"offer {offer.id}'s contract {contracts.ends_in(left)}, within "
+                     f"policy.contract_min_hours {contracts.hours(self.p)} (vast.ai stops the instance for good at "
+                     "its end date); choose an offer that runs longer")
 
     def check_money_and_host(self, log: EventLog, offer: Any) -> Block | None:
         """Rents on an excluded host (config or log), and rents that would pass a spend budget."""

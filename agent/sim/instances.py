@@ -47,6 +47,7 @@ def new_instance(seed: int, iid: int, offer: dict[str, Any], body: dict[str, Any
         "dph_total": float(price) if price is not None else round(
             offer["dph_base"] + storage_price(disk, offer.get("storage_cost", STORAGE_PER_GB_MONTH)), 4),
         "is_bid": price is not None, "min_bid": offer["min_bid"],
+        "end_date": float(now) + float(offer.get("duration") or 0.0) if offer.get("duration") else None,
         "storage_cost": offer.get("storage_cost", STORAGE_PER_GB_MONTH), "start_date": float(now),
         "inet_up_cost": offer.get("inet_up_cost", 0.0), "inet_down_cost": offer.get("inet_down_cost", 0.0),
         "inet_up_billed": 0.0, "inet_down_billed": 0.0,
@@ -147,6 +148,17 @@ def stop(inst: Instance, msg: str, *, intended: bool = True) -> None:
 
 
 CREDIT_MSG = "stopped: insufficient credit; add credit and start the instance again"
+
+
+EXPIRED_MSG = "contract ended: the instance expired at its end date; it can no longer start"
+
+
+def expire(inst: Instance) -> None:
+    """What vast.ai does at a contract's end_date: the instance stops and can never start again; its disk stays
+    and its storage is still billed until it is destroyed ("expired instances still pay storage fees, but can
+    not start", vast.ai's host docs)."""
+    stop(inst, EXPIRED_MSG, intended=False)
+    inst["_expired"] = True
 
 
 def credit_stop(inst: Instance) -> None:
@@ -254,6 +266,9 @@ def modify(seed: int, inst: Instance, body: dict[str, Any], now: float) -> dict[
         stop(inst, "stopped by user")
         msgs.append("stopping")
     elif state == "running":
+        if inst.get("_expired"):
+            raise ApiError(400, "invalid_state", f"Instance {iid} has expired (its contract ended) and cannot be "
+                           "started; destroy it and rent another.")
         if inst["actual_status"] in ("exited", "offline"):
             raise ApiError(400, "invalid_state",
                            f"Instance {iid} is {inst['actual_status']} and cannot be started.")

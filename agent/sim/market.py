@@ -13,6 +13,10 @@ with `allocated_storage` only shows offers with at least that much disk. Each ho
 storage price and its own bandwidth prices (`inet_up_cost`/`inet_down_cost`, $/GB), as on vast.ai,
 where bandwidth is billed per GB on top of `dph_total`.
 
+Each offer carries `duration`, the seconds until its host's listing ends (7-90 days here; the simulated hosts
+keep extending their listings, so an offer's duration stays put), and `end_date` in searches; a contract rented
+from it ends then (see agent/sim/simulator.py).
+
 Interruptible (bid) prices move: each offer's `min_bid` follows the market (`bid_level`, a seeded
 walk per GPU model over simulated time, between 0.45 and 1.0 of the on-demand price); a running
 bid instance whose bid is below its offer's `min_bid` now is outbid: stopped, not destroyed.
@@ -278,6 +282,9 @@ class Market:
         for r in rows:
             r["min_bid"] = self.min_bid(r, now)
             r["dph_total"] = with_storage(r["dph_base"], storage, r["storage_cost"])
+            if now is not None and r.get("duration") is not None:
+                # The date the host's listing (and any contract rented from it) ends.
+                r["end_date"] = round(now + float(r["duration"]), 1)
         rows = [r for r in rows if matches(r, filters)]
         order = q.get("order") or [["score", "desc"]]
         if not isinstance(order, list):

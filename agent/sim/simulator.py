@@ -174,6 +174,11 @@ class Simulator:
                     and self._increase_rng.random() < rate * (end - t) / 86400.0):
                 self._ask_increase(inst, round(self._increase_rng.uniform(1.1, 1.6), 3),
                                    end + self._increase_rng.uniform(1.0, 7.0) * 86400.0, end)
+        for iid in sorted(self.instances):
+            inst = self.instances[iid]
+            ends = inst.get("end_date")
+            if ends is not None and float(ends) <= end and not inst.get("_expired"):
+                instances.expire(inst)
         for row in sorted(self.price_increases.values(), key=lambda r: r["pending_price_increase_id"]):
             if row["_applied"] or row["contract_end_date"] > end:
                 continue

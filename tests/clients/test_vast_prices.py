@@ -42,3 +42,13 @@ def test_change_bid_and_traffic(sim: Simulator, vast: VastClient) -> None:
     assert listed[iid].is_bid is True and listed[on_demand].is_bid is False
     up, down = listed[on_demand].traffic_gb()  # type: ignore[misc]
     assert up > 0 and down > 0 and listed[on_demand].inet_down_cost == sim.instances[on_demand]["inet_down_cost"]
+
+
+def test_offer_duration_and_instance_end_date_are_read(sim: Simulator, vast: VastClient) -> None:
+    offer = sim.find_offer("RTX 4090")
+    sim.offers[offer["id"]]["duration"] = 30 * 3600.0
+    [found] = [o for o in vast.search_offers({"gpu_name": {"eq": "RTX 4090"}}) if o.id == offer["id"]]
+    assert found.duration == 30 * 3600.0
+    iid = sim.create_instance(offer["id"])
+    inst = vast.get_instance(iid)
+    assert inst is not None and inst.end_date == pytest.approx(sim.instances[iid]["start_date"] + 30 * 3600.0)

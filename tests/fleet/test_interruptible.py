@@ -84,6 +84,6 @@ def test_a_bid_above_max_bid_share_is_refused_or_rented_on_demand(sim: Simulator
                        reply("done"))
     assert run_tick(app).ok
     table = tool_messages(fake_model.chat_requests[-2].json)[-1]["content"]
-    assert any(r[0] == str(offer["id"]) and r[-1] == "on-demand" for r in _rows(table))
+    assert any(r[0] == str(offer["id"]) and r[10] == "on-demand" for r in _rows(table))
     [put] = rent_puts(sim, offer["id"])
     assert put["body"]["price"] is None

@@ -169,7 +169,7 @@ def test_search_offers_shows_jobs_per_hour_and_dollars_per_job_after_its_columns
         outcome, _ = run_tool_call(tools, ctx, {"id": "c", "name": "search_offers",  # type: ignore[arg-type]
                                                 "arguments": json.dumps(args)}, dry_run=False)
         lines = outcome.output.splitlines()
-        assert lines[0] == "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job", lines[0]
+        assert lines[0] == "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job | contract", lines[0]
         assert "assumed (policy.jobs_per_hour)" in lines[-1], lines[-1]
         return [[p.strip() for p in x.split("|")] for x in lines[1:] if x[:1].isdigit()]
 

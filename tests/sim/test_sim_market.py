@@ -127,3 +127,33 @@ def test_instances_show_billed_traffic(sim: Simulator) -> None:
     shown = sim._public(sim.instances[iid])
     assert shown["inet_up_billed"] > 0 and shown["inet_down_billed"] > 0
     assert "inet_up_cost" in shown and "inet_down_cost" in shown and "_traffic_cost" not in shown
+
+
+def test_a_contract_ends_at_its_end_date_and_cannot_start_again(http: httpx.Client, sim_server: SimServer,
+                                                                  sim: Simulator) -> None:
+    """On by default: an instance's end_date is the rent time plus its offer's duration; at that date vast.ai
+    stops it ("expired"), its storage still billed, and it cannot be started again."""
+    offer = sim.find_offer("RTX 4090")
+    sim.offers[offer["id"]]["duration"] = 6 * 3600.0
+    t0 = sim.now()
+    iid = sim.create_instance(offer["id"])
+    shown = http.get(f"{sim_server.url}/api/v0/instances/{iid}/?owner=me", headers=_auth(sim)).json()["instances"]
+    assert shown["end_date"] == pytest.approx(t0 + 6 * 3600.0, abs=2)
+    sim.advance(5 * 3600)
+    assert sim.instances[iid]["actual_status"] == "running"
+    sim.advance(3600 + 60)
+    inst = sim.instances[iid]
+    assert inst["actual_status"] == "stopped" and "contract ended" in inst["status_msg"]
+    before = sim.balance
+    sim.advance(3600)
+    assert 0 < before - sim.balance < 0.01  # storage only
+    r = http.put(f"{sim_server.url}/api/v0/instances/{iid}/", headers=_auth(sim), json={"state": "running"})
+    assert r.status_code == 400 and "expired" in r.json()["msg"]
+
+
+def test_offers_carry_their_duration_and_end_date(http: httpx.Client, sim_server: SimServer,
+                                                  sim: Simulator) -> None:
+    offers = http.post(f"{sim_server.url}/api/v0/bundles/", headers=_auth(sim),
+                       json={"gpu_name": {"eq": "RTX 4090"}, "limit": 50}).json()["offers"]
+    assert offers and all(7 * 86400 <= o["duration"] <= 90 * 86400 for o in offers)
+    assert all(o["end_date"] == pytest.approx(sim.now() + o["duration"], abs=5) for o in offers)
