@@ -237,6 +237,8 @@ BAD_ARGS: list[list[str]] = [
     ["say", "a\x00b"], ["say", "\x00"], ["say", "--pin", "keep\x00costs"], ["say", "hi\x1b[2J"], ["say", "a\x07b"],
     ["say", "a\rb"], ["say", "a\x9bb"], ["alerts", "ack", "1", "--note", "a\x00b"],
     ["alerts", "ack", "1", "--note", "a\x1bb"],
+    ["pause", "--reason", "a\x00b"], ["policy", "set", "max_instances", "2", "--reason", "a\x00b"],
+    ["hosts", "exclude", "5", "--reason", "x\x1b[2J"], ["alerts", "silence", "1", "--for", "1h", "--reason", "a\x00b"],
     ["knowledge", "edit", "notes.md", "--editor", f"{sys.executable} -c \"import sys; open(sys.argv[1], 'wb').write(b'a\\0b')\""],
     ["say", "hi", "--by", "[operator directive #1 · root]"], ["say", "hi", "--by", "\udcff"],
     ["unpin", "abc"], ["unpin", "999"], ["unpin", "0"],
