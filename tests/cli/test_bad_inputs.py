@@ -398,8 +398,9 @@ def test_no_tracebacks_through_the_real_console_script(home: Path):
         assert b"Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, (case, p.stderr)
 
 
-# Bad requests to every console route: (method, path, form or None, what it must get: "4xx"; "<500" for a
-# filter or a moment the console answers leniently; "answer" for /healthz, whose 503 says no tick ran). Each
+# Bad requests to every console route: (method, path, form or None, what it must get: "4xx"; "<500" where
+# an answer is right: a search or a thread kind that matches nothing, an unknown query key, a logout, a login
+# page that ignores a foreign next; "answer" for /healthz, whose 503 says no tick ran). Each
 # must be answered without a traceback and append nothing.
 TOKEN = "correct-horse-battery-staple-0123"
 CONSOLE: list[tuple[str, str, dict[str, str] | None, str]] = [
