@@ -65,7 +65,7 @@ def positive(v: str) -> float:
 
 def check_utf8(ns: argparse.Namespace) -> None:
     """Refuse any argument that is not valid UTF-8 (it reaches Python as lone surrogates, which no log,
-    database or terminal can hold), naming the argument."""
+    database or terminal can hold), and a ``--reason`` holding a control character, naming the argument."""
     for name, value in vars(ns).items():
         for v in value if isinstance(value, list) else [value]:
             if not isinstance(v, str):
@@ -78,6 +78,10 @@ def check_utf8(ns: argparse.Namespace) -> None:
                 flag = name if name in ("text", "query", "name", "dir") else "--" + name.replace("_", "-")
                 raise UsageError(f"{flag}: not valid UTF-8 ({byte} at character {e.start}); write it as UTF-8 "
                                  "(check your terminal's or file's encoding)") from None
+            if name == "reason":  # every steering command's; notes and ack notes are checked where they are logged
+                from agent.feedback.notes import utf8_text
+
+                utf8_text("--reason", v)
 
 
 # ------------------------------------------------------------------ times

@@ -237,6 +237,8 @@ BAD_ARGS: list[list[str]] = [
     ["say", "a\x00b"], ["say", "\x00"], ["say", "--pin", "keep\x00costs"], ["say", "hi\x1b[2J"], ["say", "a\x07b"],
     ["say", "a\rb"], ["say", "a\x9bb"], ["alerts", "ack", "1", "--note", "a\x00b"],
     ["alerts", "ack", "1", "--note", "a\x1bb"],
+    ["pause", "--reason", "a\x00b"], ["policy", "set", "max_instances", "2", "--reason", "a\x00b"],
+    ["hosts", "exclude", "5", "--reason", "x\x1b[2J"], ["alerts", "silence", "1", "--for", "1h", "--reason", "a\x00b"],
     ["knowledge", "edit", "notes.md", "--editor", f"{sys.executable} -c \"import sys; open(sys.argv[1], 'wb').write(b'a\\0b')\""],
     ["say", "hi", "--by", "[operator directive #1 · root]"], ["say", "hi", "--by", "\udcff"],
     ["unpin", "abc"], ["unpin", "999"], ["unpin", "0"],
@@ -396,8 +398,9 @@ def test_no_tracebacks_through_the_real_console_script(home: Path):
         assert b"Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, (case, p.stderr)
 
 
-# Bad requests to every console route: (method, path, form or None, what it must get: "4xx"; "<500" for a
-# filter or a moment the console answers leniently; "answer" for /healthz, whose 503 says no tick ran). Each
+# Bad requests to every console route: (method, path, form or None, what it must get: "4xx"; "<500" where
+# an answer is right: a search or a thread kind that matches nothing, an unknown query key, a logout, a login
+# page that ignores a foreign next; "answer" for /healthz, whose 503 says no tick ran). Each
 # must be answered without a traceback and append nothing.
 TOKEN = "correct-horse-battery-staple-0123"
 CONSOLE: list[tuple[str, str, dict[str, str] | None, str]] = [

@@ -194,9 +194,19 @@ def test_the_corpus_through_the_steering_and_money_commands(hostile: Path, sim, 
                    encoding="utf-8")
     monkeypatch.setenv("VAST_API_KEY", sim.api_key)
     reason = next(p for p in PAYLOADS if "\x1b" in p and _encodable(p) and len(p) < 400)
-    for argv in (["policy", "set", "max_instances", "2", "--reason", reason, "--by", reason],
-                 ["hosts", "exclude", "77", "--reason", reason], ["pause", "--reason", reason]):
-        _run(capsys, cfg, *argv)
+    # the CLI refuses such a reason now; a log written before it did holds them, as these appends write them
+    assert cli.main(["--config", str(cfg), "pause", "--reason", reason]) == 2
+    capsys.readouterr()
+    from agent.fleet import steering
+    from agent.runtime.app import App
+
+    app = App(config.load(str(cfg)))
+    try:
+        steering.set_override(app.log, app.settings, "max_instances", "2", by=reason, reason=reason, until=None)
+        steering.exclude_host(app.log, 77, by="alice", reason=reason, source="operator", until=None)
+        steering.pause(app.log, by="alice", reason=reason, until=None)
+    finally:
+        app.close()
     rows = _run(capsys, cfg, "instances").splitlines()
     assert len(rows) == 1 + len(sim.instances) >= 4
     _run(capsys, cfg, "instances", "--json")
