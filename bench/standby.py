@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                     out["double_senders"] += int(got_requests > 0)
                     if standby.poll() is None:
                         standby.send_signal(signal.SIGCONT)
-                    took = wait_for(lambda m=mark: fleet.acquired_after(m) or standby.poll() is not None,
+                    took = wait_for(lambda m=mark, s=standby: fleet.acquired_after(m) or s.poll() is not None,
                                     "the new active to record its takeover")
                     if standby.poll() is not None:
                         out["standby_exits"] += 1
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                         acquired = wait_for(lambda m=mark: fleet.acquired_after(m), "a fresh daemon to take over")
                         continue
                     acquired, active = took, standby
-                    wait_for(lambda a=acquired: fleet.events(a.seq, ["tick.completed"]) or active.poll() is not None,
+                    wait_for(lambda a=acquired, p=active: fleet.events(a.seq, ["tick.completed"]) or p.poll() is not None,
                              "the new active to tick")
                     if active.poll() is not None:
                         out["standby_exits"] += 1
