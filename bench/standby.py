@@ -24,7 +24,6 @@ import json
 import random
 import shutil
 import signal
-import sqlite3
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent.store.db import sqlite3  # noqa: E402 - the daemons' SQLite build: probes must share its locking
 from tests.reliability.failover import Fleet, _config, suspended, wait_for  # noqa: E402
 from tests.reliability.harness import audit_intents, audit_rentals, check_db, running_sim  # noqa: E402
 
