@@ -65,11 +65,16 @@ def _env() -> dict[str, str]:
     return env
 
 
-def trial(cmd: list[str], cfg: Path, delay: float, err: Path) -> dict[str, Any]:
+def trial(cmd: list[str], cfg: Path, delay: float, err: Path, *, after_handler: bool = False) -> dict[str, Any]:
+    """One launch stopped ``delay`` seconds in (``after_handler``: counted from when the handler shows)."""
     with err.open("wb") as e:
         t0 = time.monotonic()
         p = subprocess.Popen([*cmd, "--config", str(cfg), "run"], stdout=subprocess.DEVNULL, stderr=e,
                              stdin=subprocess.DEVNULL, env=_env(), cwd=str(cfg.parent))
+    if after_handler:
+        while handler_installed(p.pid) is False and p.poll() is None:
+            time.sleep(0.001)
+        t0 = time.monotonic()
     time.sleep(max(0.0, delay - (time.monotonic() - t0)))
     caught = handler_installed(p.pid)
     sent = time.monotonic() - t0
