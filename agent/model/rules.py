@@ -9,7 +9,10 @@ starting; when short, rent the offers that cover the gap for the fewest $/h on
 hosts no knowledge file or directive blacklists; destroy an instance the rest
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
-offers cover that for under half its $/h. It answers through the same tool calls a model would, so every
+offers cover that for under half its $/h; an instance whose contract ends within
+``policy.contract_min_hours`` stops counting as capacity (so its replacement is rented) and is destroyed once
+the running rest cover the need; at the instance cap no replacement fits, so it runs to its end date and is
+replaced once vast.ai stops it. It answers through the same tool calls a model would, so every
 guardrail, event and replay path is exercised the same way. Used by the demo
 and selectable with ``model.provider: rules``.
 """
