@@ -99,12 +99,26 @@ Quote = Callable[[object], str]
 """How a renderer writes a value it did not author: ``str`` (version 1 renderings) or ``inline``."""
 
 
-def _instance_line(i: JsonObject, q: Quote = str, detail: bool = False) -> str:
+def _instance_line(i: JsonObject, q: Quote = str, detail: bool = False, ends: bool = False) -> str:
     flag = "" if i.get("ours", True) else " NOT-OURS"
     msg = f" — {q(i['status_msg'])}" if i.get("status_msg") else ""
+    end = _ends(i) if ends else None
     return (f"  #{q(i.get('id'))} {q(i.get('gpu_name'))} x{q(i.get('num_gpus', 1))} "
             f"{q(i.get('status') or 'provisioning')} {age(i.get('age_s'))} {money(i.get('dph'))}/h "
-            f"host {q(i.get('host_id'))}{flag}{_health(i, q) if detail else ''}{msg}")
+            f"host {q(i.get('host_id'))}{flag}{_health(i, q) if detail else ''}{f' · {end}' if end else ''}{msg}")
+
+
+def _ends(i: JsonObject) -> str | None:
+    """``contract ends in 5 h`` (v7): an instance whose contract ends soon (the observation sets ``ends_s`` only
+    for those, within policy.contract_min_hours); vast.ai stops it for good then."""
+    left = i.get("ends_s")
+    if not isinstance(left, int | float) or isinstance(left, bool):
+        return None
+    if left <= 0:
+        return "contract ended"
+    if left >= 3600:
+        return f"contract ends in {left / 3600:.0f} h"
+    return f"contract ends in {max(1, int(left // 60))} min"
 
 
 def _health(i: JsonObject, q: Quote) -> str:
@@ -178,13 +192,16 @@ def _group_health(members: list[JsonObject]) -> str:
     return "".join(f" · {p}" for p in parts)
 
 
-def _member(i: JsonObject, q: Quote, detail: bool) -> str:
-    """``#id``, and in v6 ``(N restarts)`` after one that restarted: the member that is failing stands out."""
+def _member(i: JsonObject, q: Quote, detail: bool, ends: bool = False) -> str:
+    """``#id``, and in v6 ``(N restarts)`` after one that restarted: the member that is failing stands out; in
+    v7 ``(contract ends in 5 h)`` after one whose contract ends soon."""
     n = i.get("restarts") if detail else None
-    return f"#{q(i.get('id'))}" + (f" ({n} restart{'s' if n != 1 else ''})" if isinstance(n, int) and n else "")
+    end = _ends(i) if ends else None
+    return (f"#{q(i.get('id'))}" + (f" ({n} restart{'s' if n != 1 else ''})" if isinstance(n, int) and n else "")
+            + (f" ({end})" if end else ""))
 
 
-def _grouped_lines(insts: list[JsonObject], q: Quote, detail: bool = False) -> list[str]:
+def _grouped_lines(insts: list[JsonObject], q: Quote, detail: bool = False, ends: bool = False) -> list[str]:
     """A large fleet's instance lines: the instances alike (GPU, count, status, price, status message) on one
     line, ``N × GPU xC status $/h — message:`` then their ids by host and age (``h16527 10m #a #b; h25295 2h00m
     #c``), in the order the first of each appears. One not ours keeps a line of its own, as does a group of
@@ -206,11 +223,11 @@ def _grouped_lines(insts: list[JsonObject], q: Quote, detail: bool = False) -> l
     for x in slots:
         members = [x] if isinstance(x, dict) else groups[x]
         if len(members) == 1:
-            lines.append(_instance_line(members[0], q, detail))
+            lines.append(_instance_line(members[0], q, detail, ends))
             continue
         where: dict[tuple[str, str], list[str]] = {}
         for i in members:
-            where.setdefault((q(i.get("host_id")), age(i.get("age_s"))), []).append(_member(i, q, detail))
+            where.setdefault((q(i.get("host_id")), age(i.get("age_s"))), []).append(_member(i, q, detail, ends))
         extra = _group_health(members) if detail else ""
         lines.append(f"  {len(members)} × {x}{extra}: "
                      + "; ".join(f"h{h} {a} " + " ".join(ids) for (h, a), ids in where.items()))
@@ -218,12 +235,13 @@ def _grouped_lines(insts: list[JsonObject], q: Quote, detail: bool = False) -> l
 
 
 def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = str, *,
-                       group_over: int | None = None, detail: bool = False) -> str:
+                       group_over: int | None = None, detail: bool = False, ends: bool = False) -> str:
     """The compact, deterministic text of one tick's observation. ``q`` writes every value that came from
     vast.ai, the demand source or the log (``str`` in version 1; ``inline`` from version 2 on). With
     ``group_over`` (version 5 on), a fleet of more instances than that lists alike ones on one line. With
     ``detail`` (version 6 on): each instance's utilisation, uptime, restarts and jobs done, each GPU model's
-    jobs/h and $/job, the credit runway and the queue's trend, from the fields the observation has."""
+    jobs/h and $/job, the credit runway and the queue's trend, from the fields the observation has. With
+    ``ends`` (version 7 on): ``contract ends in 5 h`` after an instance whose contract ends soon."""
     when = epoch_minute(obs["time"]) if isinstance(obs.get("time"), int | float) else ts_minute(ts)
     lines = [f"[tick {tick} · {when}] observation"]
     insts = obs.get("instances") or []
@@ -246,10 +264,10 @@ def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = st
     if insts and group_over is not None and len(insts) > group_over:
         lines.append("instances (alike ones on one line: how many × GPU, count, status, price and message, then "
                      "their ids by host and age):")
-        lines.extend(_grouped_lines(insts, q, detail))
+        lines.extend(_grouped_lines(insts, q, detail, ends))
     elif insts:
         lines.append("instances:")
-        lines.extend(_instance_line(i, q, detail) for i in insts)
+        lines.extend(_instance_line(i, q, detail, ends) for i in insts)
     for key, title in (("changes", "changes since last tick"), ("open_alerts", "open alerts"), ("errors", "errors")):
         items = obs.get(key) or []
         if items:

@@ -366,6 +366,9 @@ def _failure(i: dict[str, Any]) -> str | None:
     st = str(i.get("status") or "")
     if st == "stopped" and "outbid" in str(i.get("status_msg") or "").lower():
         return None  # a higher bid took the GPU: the market, not the host (agent/fleet/market.py)
+    ends = i.get("ends_s")
+    if st == "stopped" and isinstance(ends, int | float) and not isinstance(ends, bool) and ends <= 0:
+        return None  # its contract reached its end date (agent/fleet/contracts.py): not the host's failure
     if st in FAILED_STATUSES:
         return st
     if st == "created" and "error" in str(i.get("status_msg") or "").lower():

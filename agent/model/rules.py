@@ -9,7 +9,10 @@ starting; when short, rent the offers that cover the gap for the fewest $/h on
 hosts no knowledge file or directive blacklists; destroy an instance the rest
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
-offers cover that for under half its $/h. It answers through the same tool calls a model would, so every
+offers cover that for under half its $/h; an instance whose contract ends within
+``policy.contract_min_hours`` stops counting as capacity (so its replacement is rented) and is destroyed once
+the running rest cover the need; at the instance cap no replacement fits, so it runs to its end date and is
+replaced once vast.ai stops it. It answers through the same tool calls a model would, so every
 guardrail, event and replay path is exercised the same way. Used by the demo
 and selectable with ``model.provider: rules``.
 """
@@ -120,6 +123,8 @@ class RulesProvider:
         avoid = banned | self._failed_hosts(stuck_after) | {int(i["host_id"]) for i in ours
                                                             if i["id"] in flapping and i["host_id"] is not None}
         live = [i for i in ours if i not in dead]
+        ending = _ending(live)
+        live = [i for i in live if i not in ending]
         tp = _Rates.of(obs, s.policy.jobs_per_hour, s.policy.jobs_per_hour_by_gpu)
         d = obs.get("demand") or {}
         pending = d.get("pending") or 0
@@ -139,7 +144,7 @@ class RulesProvider:
         tick_h = float(s.schedule.interval) / 3600.0
         keep = max(need, rate + pending / tick_h) if d else capacity
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
-                     rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep)
+                     rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending)
 
 
 def _advice_text(advice: tuple[str, ...]) -> str:
@@ -198,6 +203,7 @@ class _Plan:
     advice: str = ""  # operator advice the rules cannot parse, for the decision text
     credit_held: bool = False  # credit at or below policy.credit_reserve: no rent until a top-up
     keep: float = 0.0  # jobs/h below which nothing is surplus: arrivals plus the backlog cleared by the next tick
+    ending: tuple[dict[str, Any], ...] = ()  # contracts ending within policy.contract_min_hours: not capacity
 
     def jph(self, i: dict[str, Any]) -> float:
         return self.tp.per_instance(str(i["gpu_name"]), i.get("num_gpus"))
@@ -224,6 +230,8 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
             f"it stopped running {i.get('restarts')} times since rent" if i["id"] in plan.flapping else \
             f"it is {i['status']} after {int(i['age_s']) // 60} min"
         calls.append(("destroy_instance", {"instance_id": i["id"], "reason": f"replace: {why}"}))
+    for i, why in _retire(plan):
+        calls.append(("destroy_instance", {"instance_id": i["id"], "reason": why}))
     surplus = _surplus(plan)
     for i in surplus:
         calls.append(("destroy_instance", {"instance_id": i["id"], "reason":
@@ -245,6 +253,23 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
             + (f"searching for {short:.1f} jobs/h more (up to {RENT_UP_TO:g}× need)" if short
                else _why_no_rent(plan)) + swap_text + plan.advice)
     return calls, text
+
+
+def _ending(live: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """Instances whose contract ends soon: the observation gives them ``ends_s`` only within
+    policy.contract_min_hours. vast.ai stops them for good at that date, so they stop counting as capacity (a
+    replacement is rented) and stay until ``_retire`` lets them go."""
+    return tuple(i for i in live if isinstance(i.get("ends_s"), int | float))
+
+
+def _retire(plan: _Plan) -> list[tuple[dict[str, Any], str]]:
+    """Instances ending soon, destroyed once the running rest of the fleet covers what it must deliver (their
+    replacements run); until then they keep working, and at their end date vast.ai stops them (then dead)."""
+    running = sum(plan.jph(i) for i in plan.live if i["status"] == "running")
+    if not plan.ending or running < plan.need:
+        return []
+    return [(i, f"retire: its contract ends in {float(i['ends_s']) / 3600:.1f} h (vast.ai then stops it for good); "
+                f"the running rest deliver {running:.1f} of the {plan.need:.1f} jobs/h needed") for i in plan.ending]
 
 
 def _swap(plan: _Plan) -> tuple[dict[str, Any], float] | None:

@@ -25,7 +25,7 @@ from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.feedback import credit
 from agent.feedback.knowledge import save_memo
-from agent.fleet import constraints, market, spend, steering, stopped, throughput
+from agent.fleet import constraints, contracts, market, spend, steering, stopped, throughput
 from agent.fleet.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.fleet.policy import Policy
 from agent.fleet.reconcile import UNLISTED, reconcile
@@ -92,6 +92,13 @@ def _uptime_s(i: Instance) -> float | None:
     """How long the instance has run since it last started, as vast.ai reports it (``uptime_mins``)."""
     up = i.raw.get("uptime_mins")
     return round(float(up) * 60.0, 0) if isinstance(up, int | float) and not isinstance(up, bool) and up >= 0 else None
+
+
+def _ends_s(app: App, i: Instance, now: float) -> float | None:
+    """Seconds until ``i``'s contract ends, only when that is within policy.contract_min_hours (else None):
+    vast.ai stops the instance for good then, so the model and the rules replace it ahead of time."""
+    left = contracts.instance_left(i, now)
+    return round(left, 0) if left is not None and contracts.too_short(left, app.settings.policy) else None
 
 
 def _restarts(prev: dict[str, Any] | None, rec: dict[str, Any], dt: float) -> int:
@@ -168,7 +175,7 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
                "dph": round(i.dph_total or 0.0, 4), "age_s": round(max(0.0, now - since), 0),
                "since": round(since, 3), "intended": i.intended_status, "host_id": i.host_id, "ours": ours,
                "gpu_util": i.gpu_util, "up_s": _uptime_s(i) if _status(i) == "running" else None,
-               "jobs": None}
+               "jobs": None, "ends_s": _ends_s(app, i, now)}
         rec["restarts"] = _restarts(prev_recs.get(i.id), rec, dt)
         insts.append(rec)
     insts.extend(_unlisted(app, ctx, states, now))

@@ -385,6 +385,19 @@ SAMPLES[("tick.started", 6)] = [*SAMPLES[("tick.started", 5)],
                                                                               "runway_h": 230.0}}),
                                 ("41 instances with health: grouped",
                                  {"observation": _with_health(_big_fleet(41))})]
+
+
+def _with_ends(obs: dict[str, Any]) -> dict[str, Any]:
+    """``obs`` with v7's ``ends_s``: one instance whose contract ends in 5 h, one in 40 min, one ended; the rest
+    null (not ending within policy.contract_min_hours)."""
+    ends = {0: 5 * 3600.0, 2: 2400.0, 3: 0.0}
+    return {**obs, "instances": [{**i, "ends_s": ends.get(k)} for k, i in enumerate(obs["instances"])]}
+
+
+SAMPLES[("tick.started", 7)] = [*SAMPLES[("tick.started", 6)],
+                                ("contract ends", {"observation": _with_ends(_with_health(_OBS))}),
+                                ("41 instances, some ending: grouped",
+                                 {"observation": _with_ends(_with_health(_big_fleet(41)))})]
 SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
     "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
                      "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,

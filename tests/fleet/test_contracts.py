@@ -66,3 +66,23 @@ def test_contract_min_hours_is_validated_with_its_line() -> None:
     with pytest.raises(ConfigError) as exc:
         config.parse("agent_id: f\npolicy:\n  contract_min_hours: -1.0\n", "/etc/fa/config.yaml")
     assert str(exc.value).startswith("/etc/fa/config.yaml:3: policy.contract_min_hours: must not be negative")
+
+
+def test_an_instance_whose_contract_ended_is_destroyed_without_blaming_its_host(sim: Simulator, make_app,
+                                                                              sim_clock) -> None:
+    from agent.runtime.tick import run_tick
+    from tests.conftest import events_of, plant_ours
+
+    sim.realism.update({"rate_interval": 0, "price_increases": 0})
+    sim.pending = 0.0
+    app = make_app(provider="rules", policy={"min_reliability": 0.9}, fleet={"disk_gb": 10.0})
+    iid = plant_ours(app, sim, sim.find_offer("RTX 4090")["id"])
+    sim.instances[iid]["end_date"] = sim.now() + 600.0
+    sim_clock.advance(900)
+    sim.tick()
+    assert sim.instances[iid]["actual_status"] == "stopped"
+    assert run_tick(app).ok
+    [rec] = [i for i in events_of(app, "tick.started")[-1].payload["observation"]["instances"] if i["id"] == iid]
+    assert rec["ends_s"] <= 0
+    assert iid not in sim.instances  # destroyed: an expired instance only bills storage
+    assert not events_of(app, "host.failed")

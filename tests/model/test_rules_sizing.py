@@ -238,3 +238,45 @@ def test_an_instance_mostly_idle_is_replaced_by_a_cheaper_cover_or_kept():
 
     calls, text = rules._rent_step(plan, [Dear()])
     assert calls == [] and "keeping it" in text, text
+
+
+def test_an_instance_whose_contract_ends_soon_is_replaced_ahead_of_time(make_app, sim, sim_clock):
+    """An instance of ours whose contract ends in 5 h (within policy.contract_min_hours, 24 h by default): the
+    observation says so, it stops counting as capacity, and it is destroyed ("retire") once the running rest
+    cover the need, before vast.ai would stop it for good."""
+    sim.pending = 300.0
+    app = make_app(provider="rules", policy=ROOMY, fleet=FLEET)
+    _ticks(app, sim, sim_clock, 4)
+    running = sorted(i["id"] for i in _ours(sim) if i["actual_status"] == "running")
+    assert running
+    old = running[0]
+    sim.instances[old]["end_date"] = sim.now() + 5 * 3600.0
+    _ticks(app, sim, sim_clock, 1)
+    first = next(e for e in events_of(app, "tick.started")[::-1]
+                 if any(i["id"] == old for i in e.payload["observation"]["instances"]))
+    rec = next(i for i in first.payload["observation"]["instances"] if i["id"] == old)
+    assert 4 * 3600 < rec["ends_s"] <= 5 * 3600
+    assert f"#{old} " in ev.render(first)["content"] and "contract ends in 5 h" in ev.render(first)["content"]
+    assert all(i["ends_s"] is None for i in first.payload["observation"]["instances"] if i["id"] != old)
+    _ticks(app, sim, sim_clock, 36)  # three hours: well before the end date
+    reasons = [json_args(c)["reason"] for e in events_of(app, "model.response") for c in e.payload["tool_calls"]
+               if c["name"] == "destroy_instance" and json_args(c)["instance_id"] == old]
+    assert len(reasons) == 1 and reasons[0].startswith("retire: its contract ends in"), reasons
+    assert old not in sim.instances
+    assert any(i["actual_status"] == "running" for i in _ours(sim))
+
+
+def test_retire_waits_for_the_running_rest_to_cover_the_need():
+    ending = {"id": 1, "gpu_name": "RTX 4090", "num_gpus": 1, "status": "running", "dph": 0.4, "ends_s": 7200.0}
+    other = {"id": 2, "gpu_name": "RTX 4090", "num_gpus": 1, "status": "loading", "dph": 0.4, "ends_s": None}
+    rates = rules._Rates(8.0, {}, frozenset())
+
+    def plan(status: str) -> rules._Plan:
+        live = [{**other, "status": status}]
+        return rules._Plan(banned=set(), avoid=set(), cap=8, dead=[], live=live, pending=0, rate=8.0, need=8.0,
+                           capacity=8.0, drain_h=1.0, tp=rates, flapping=set(), rents_left=6, max_dph=12.0,
+                           ending=rules._ending([ending, *live]))
+
+    assert rules._retire(plan("loading")) == []  # the replacement is not running yet: keep the old one
+    [(i, why)] = rules._retire(plan("running"))
+    assert i["id"] == 1 and why.startswith("retire: its contract ends in 2.0 h")

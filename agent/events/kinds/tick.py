@@ -48,6 +48,11 @@ and ``demand.trend_per_h`` (pending jobs' change an hour). v6 renders them: ``·
 · 41 jobs`` after an instance, a ``per GPU model:`` line, the runway after the balance and the trend after the
 demand; a grouped line gives its group's utilisation range and jobs and names a member that restarted. Stored
 as v4; rows written as v1-v5 keep their rendering.
+
+``tick.started`` v7: contract ends. vast.ai stops an instance for good at its contract's end date; each instance
+record adds ``ends_s``, the seconds until then, set only when that is within ``policy.contract_min_hours`` (null
+otherwise). v7 renders it as `` · contract ends in 5 h`` after the instance (``(contract ends in 5 h)`` after a
+member of a grouped line). Stored as v4; rows written as v1-v6 keep their rendering.
 """
 
 from __future__ import annotations
@@ -122,13 +127,20 @@ def _r_tick_started_v6(e: Event, p: TickStartedV1) -> Message:
     return user(render_observation(e.tick, e.ts, p.observation, inline, group_over=GROUP_OVER, detail=True))
 
 
+def _r_tick_started_v7(e: Event, p: TickStartedV1) -> Message:
+    """As v6, with ``contract ends in 5 h`` after an instance whose contract ends soon."""
+    return user(render_observation(e.tick, e.ts, p.observation, inline, group_over=GROUP_OVER, detail=True,
+                                   ends=True))
+
+
 _define("tick.started", "A tick began; its observation of fleet, balance and demand.",
         Version(1, TickStartedV1, _r_tick_started_v1),
         Version(2, TickStartedV1, _r_tick_started_v2, upcast=same_shape),
         Version(3, TickStartedV1, _r_tick_started_v2, upcast=same_shape, stored=INSTANCE_COLUMNS),
         Version(4, TickStartedV1, _r_tick_started_v2, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
         Version(5, TickStartedV1, _r_tick_started_v5, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
-        Version(6, TickStartedV1, _r_tick_started_v6, upcast=same_shape, stored=INSTANCE_DICTIONARIES))
+        Version(6, TickStartedV1, _r_tick_started_v6, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
+        Version(7, TickStartedV1, _r_tick_started_v7, upcast=same_shape, stored=INSTANCE_DICTIONARIES))
 _define("tick.completed", "A tick ended normally.", Version(1, TickCompletedV1))
 
 
