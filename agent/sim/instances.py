@@ -157,7 +157,8 @@ def expire(inst: Instance) -> None:
     """What vast.ai does at a contract's end_date: the instance stops and can never start again; its disk stays
     and its storage is still billed until it is destroyed ("expired instances still pay storage fees, but can
     not start", vast.ai's host docs)."""
-    stop(inst, EXPIRED_MSG, intended=False)
+    if inst["actual_status"] not in ("exited", "offline"):  # those never run again anyway
+        stop(inst, EXPIRED_MSG, intended=False)
     inst["_expired"] = True
 
 
