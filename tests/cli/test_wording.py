@@ -55,6 +55,25 @@ def test_an_oci_start_failure_is_titled_as_one(home: Path):
     assert titles["dead:8"][1] == "instance #8 is exited (its container died)"
 
 
+def test_an_instance_stopped_at_its_contracts_end_is_a_warning_not_an_unasked_stop(home: Path):
+    """vast.ai stops an instance whose host's contract ended (its observation says ends_s <= 0): the alert
+    says so as a warning, not as a critical 'stopped without our asking'; one stopped before its end still is."""
+    app = App(config.load(str(home / "config.yaml")))
+    try:
+        inst = {"id": 9, "label": "fa-x-9", "gpu_name": "RTX 4090", "num_gpus": 1, "status": "stopped",
+                "status_msg": "contract ended", "dph": 0.4, "age_s": 30, "host_id": 77, "ours": True, "ends_s": 0.0}
+        early = {**inst, "id": 10, "ends_s": 7200.0}
+        feedback.check_conditions(app.log, app.settings, {"time": 1_800_000_000.0, "balance": 100.0, "fleet_dph": 0.8,
+                                                          "instances": [inst, early], "demand": None, "changes": [],
+                                                          "open_alerts": [], "errors": []}, 1)
+        titles = {a.dedup_key: (a.severity, a.title) for a in app.log.store.open_alerts()}
+    finally:
+        app.close()
+    assert titles["dead:9"] == ("warning", "instance #9 is stopped at its contract's end (the host's offer ended); "
+                                           "it is replaced")
+    assert titles["dead:10"][0] == "critical" and "without our asking" in titles["dead:10"][1]
+
+
 def _exe(p: Path) -> Path:
     p.write_text(f"#!{sys.executable}\nfrom agent.cli import entry\nentry()\n", encoding="utf-8")
     p.chmod(0o755)
