@@ -34,22 +34,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.store.db import sqlite3  # noqa: E402 - the daemons' SQLite build: probes must share its locking
 from tests.reliability.failover import Fleet, _config, suspended, wait_for  # noqa: E402
 from tests.reliability.harness import audit_intents, audit_rentals, check_db, running_sim  # noqa: E402
+from tests.tamper import sqlite_write_lock_free  # noqa: E402 - the daemons' SQLite build, as probes must use
 
 
 def write_locked(db: Path) -> bool:
     """Whether another connection holds the SQLite write lock now."""
-    conn = sqlite3.connect(str(db), isolation_level=None, timeout=0)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ROLLBACK")
-        return False
-    except sqlite3.OperationalError:
-        return True
-    finally:
-        conn.close()
+    return not sqlite_write_lock_free(db)
 
 
 def catch_in_write(proc: Any, db: Path, rng: random.Random, tries: int = 3000) -> bool:

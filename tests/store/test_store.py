@@ -313,7 +313,8 @@ SCANNED = ("agent", "tools", "tests", "bench")
 # Tests that play an attacker (tamper, the cross-fleet role attack), set up throwaway PostgreSQL servers
 # and fleets, EXPLAIN what the store sends, or run the README's psql steps as the operator would.
 ALLOWED = {"agent/store", "tests/tamper.py", "tests/pgserver.py", "tests/store/test_pgserver.py", "tests/pgfleets.py",
-           "tests/store/test_pg_isolation.py", "tests/store/test_pg_query_plans.py", "tests/test_readme_postgres.py"}
+           "tests/store/test_pg_isolation.py", "tests/store/test_pg_query_plans.py", "tests/store/test_pg_revoke.py",
+           "tests/test_readme_postgres.py"}
 # bench/ files that time a raw SQLite baseline against the log may keep their SQL.
 BENCH_RAW_BASELINE: set[str] = {"bench/append.py"}
 
