@@ -7,8 +7,6 @@ nothing here calls vast.ai or the model. ``collect`` returns a JSON-able dict (t
 
 from __future__ import annotations
 
-import fcntl
-import os
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +33,13 @@ def daemon_state(data_path: Path) -> dict[str, Any]:
         return out
     if not holder:
         return out
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return out
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
+    from agent.runtime.leader import flocked_by_someone
+
+    held = flocked_by_someone(path)
+    if held:
         out.update(running=True, holder=holder)
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+    elif held is False:
         out["stale_holder"] = holder  # a process that died without releasing (the kernel dropped its lock)
-    finally:
-        os.close(fd)
     return out
 
 
