@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from importlib import resources
 from typing import Any
 
@@ -306,6 +306,24 @@ def grant_statements(role: str) -> list[str]:
     return out
 
 
+@contextlib.contextmanager
+def _all_or_nothing(raw: psycopg.Connection[Any], what: str, nothing: str) -> Iterator[None]:
+    """One transaction for the owner's ``what`` (init --grant / --revoke): committed when the block ends,
+    even by a return; rolled back on any error, a server error becoming one LogError that says ``nothing``
+    was done."""
+    raw.execute("BEGIN")
+    try:
+        yield
+        raw.execute("COMMIT")
+    except psycopg.Error as e:
+        raw.execute("ROLLBACK")
+        raise LogError(f"{what}: {scrub(str(e)).strip()}; {nothing}. Run it as the role that owns the tables "
+                       "(the one that ran init)") from None
+    except BaseException:
+        raw.execute("ROLLBACK")
+        raise
+
+
 def apply_grants(log: Any, role: str) -> list[str]:
     """Bind ``role`` to the log's fleet and GRANT it what a fleet needs (``grant_statements``), as the schema's
     owner, in one transaction; returns what was done. Raises LogError, having changed nothing, when the
@@ -319,8 +337,7 @@ def apply_grants(log: Any, role: str) -> list[str]:
                        "it can neither bind a fleet nor grant on its tables; nothing was granted. Run it with the "
                        "config of the role that owns the tables (the one that ran init)")
     stmts = grant_statements(role)
-    raw.execute("BEGIN")
-    try:
+    with _all_or_nothing(raw, f"init --grant {role}", "nothing was granted"):
         for s in stmts:
             raw.execute(s)
         bind(raw, agent_id, role)
@@ -328,14 +345,6 @@ def apply_grants(log: Any, role: str) -> list[str]:
         if missing:
             raise LogError(f"init --grant {role}: the server did not grant {', '.join(missing)}; nothing was "
                            "granted. Run it as the role that owns the tables (the one that ran init)")
-        raw.execute("COMMIT")
-    except psycopg.Error as e:
-        raw.execute("ROLLBACK")
-        raise LogError(f"init --grant {role}: {scrub(str(e)).strip()}; nothing was granted. Run it as the role "
-                       "that owns the tables (the one that ran init)") from None
-    except BaseException:
-        raw.execute("ROLLBACK")
-        raise
     return [*stmts, f"-- bound fleet {agent_id!r} to the role {role}"]
 
 
@@ -357,8 +366,7 @@ def apply_revoke(log: Any, role: str) -> list[str]:
         raise LogError(f"init --revoke {role}: the role {_current_role(raw)} does not own the fleet-agent schema, "
                        "so it can neither unbind a fleet nor revoke on its tables; nothing was revoked. Run it with "
                        "the config of the role that owns the tables (the one that ran init)")
-    raw.execute("BEGIN")
-    try:
+    with _all_or_nothing(raw, f"init --revoke {role}", "nothing was revoked"):
         bound = bindings(raw, role)
         if agent_id not in bound:
             where = f"it is bound to {', '.join(bound)}" if bound else "it is bound to no fleet"
@@ -370,7 +378,6 @@ def apply_revoke(log: Any, role: str) -> list[str]:
         if not raw.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
             # a role dropped since it was bound: its binding goes, it holds no privileges to revoke
             raw.execute("DELETE FROM fleet_roles WHERE agent_id = %s AND rolname = %s", [agent_id, role])
-            raw.execute("COMMIT")
             return [*done, f"-- the role {role} no longer exists in the server: nothing to revoke"]
         raw.execute("SELECT fleet_agent_unbind(%s, %s)", [agent_id, role])
         owner = raw.execute("SELECT pg_has_role(%s, c.relowner, 'USAGE') FROM pg_class c "
@@ -383,14 +390,6 @@ def apply_revoke(log: Any, role: str) -> list[str]:
             for s in revoke_statements(role):
                 raw.execute(s)
                 done.append(s)
-        raw.execute("COMMIT")
-    except psycopg.Error as e:
-        raw.execute("ROLLBACK")
-        raise LogError(f"init --revoke {role}: {scrub(str(e)).strip()}; nothing was revoked. Run it as the role "
-                       "that owns the tables (the one that ran init)") from None
-    except BaseException:
-        raw.execute("ROLLBACK")
-        raise
     return done
 
 
