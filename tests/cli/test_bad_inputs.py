@@ -69,19 +69,24 @@ FIX_WORDS = ("fix", "use ", "write", "remove", "quote", "set ", "did you mean", 
              "of 0 or more", "go together", "one of:", "choose", "add ", "drop ")
 
 
-@pytest.fixture
-def home(tmp_path: Path) -> Iterator[Path]:
-    """An initialised fleet directory with one alert, one note, one directive and one knowledge file."""
-    assert cli.main(["init", str(tmp_path)]) == 0
-    (tmp_path / "knowledge" / "notes.md").write_text("# notes\n", encoding="utf-8")
-    app = App(config.load(str(tmp_path / "config.yaml")))
+def fleet_home(root: Path) -> Path:
+    """``root`` made an initialised fleet directory with one alert, one note, one directive and one
+    knowledge file."""
+    assert cli.main(["init", str(root)]) == 0
+    (root / "knowledge" / "notes.md").write_text("# notes\n", encoding="utf-8")
+    app = App(config.load(str(root / "config.yaml")))
     try:
         feedback.scan_knowledge(app.log, app.settings, None)
         feedback.raise_alert(app.log, key="balance:low", severity="warning", title="balance low")
         feedback.say(app.log, "keep costs down", "alice", pin=True)
     finally:
         app.close()
-    yield tmp_path
+    return root
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    yield fleet_home(tmp_path)
 
 
 def snapshot(root: Path) -> dict[str, object]:

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent import cli, config, feedback
+from agent import cli, config
 from agent.cli.parser import COMMANDS, build_parser
 from agent.runtime.app import App
 from agent.service.daemon import effective
+from tests.cli.test_bad_inputs import fleet_home
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,17 +56,7 @@ INVOCATIONS: dict[str, list[str]] = {
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A fleet with a knowledge file, an alert, a note and a directive."""
-    root = tmp_path_factory.mktemp("fleet")
-    assert cli.main(["init", str(root)]) == 0
-    (root / "knowledge" / "notes.md").write_text("# notes\n", encoding="utf-8")
-    app = App(config.load(str(root / "config.yaml")))
-    try:
-        feedback.scan_knowledge(app.log, app.settings, None)
-        feedback.raise_alert(app.log, key="balance:low", severity="warning", title="balance low")
-        feedback.say(app.log, "keep costs down", "alice", pin=True)
-    finally:
-        app.close()
-    yield root
+    yield fleet_home(tmp_path_factory.mktemp("fleet"))
 
 
 def broken_config(home: Path, part: str, name: str) -> Path:
