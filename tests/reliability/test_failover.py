@@ -160,7 +160,9 @@ def test_partition_a_suspended_active_appends_nothing_and_sends_nothing_when_res
                                                                                       run: int):
     """SIGSTOP the active daemon mid-tick past storage.failover_seconds (3s): the standby takes over and
     ticks; with the new active suspended too, SIGCONT the old one: it exits 3 with a leader.lost log line,
-    having appended no event and sent no request to vast.ai or the demand source; the new active resumes
+    having appended no event and passed the fence for no request to vast.ai or the demand source (a request
+    that passed it just before the SIGSTOP leaves on resume: nothing short of a fencing token vast.ai checks
+    can stop that one; the audit below shows it did nothing twice); the new active resumes
     and ticks (or, when it stayed suspended past its own lease, exits 3 having appended nothing and a fresh
     daemon ticks); the chain verifies and no intent is left without a result."""
     rep = run_partition(fast_root, seed=2 + run, failover=3.0, storage_url=storage_url)
@@ -170,8 +172,8 @@ def test_partition_a_suspended_active_appends_nothing_and_sends_nothing_when_res
     assert rep.old_logged_lost
     if rep.mid_append:  # suspended holding SQLite's write lock: it finishes the one append it began as leader
         assert rep.old_appended <= 1 and rep.old_requests == 0
-    else:
-        assert (rep.old_appended, rep.old_requests) == (0, 0)
+    else:  # at most the one request already past the fence when SIGSTOP came, sent as the process resumes
+        assert rep.old_appended == 0 and rep.old_requests <= 1
     if rep.new_lost_while_suspended:
         assert (rep.new_exit, rep.new_appended_after_lost) == (3, 0)
     assert rep.new_ticked_after
