@@ -13,6 +13,7 @@ from agent.config import Settings
 from agent.context.prompts import Prompts
 from agent.errors import UsageError
 from agent.fork.point import ForkPoint, at_tick, at_time
+from agent.fork.replay import Replay
 from agent.fork.seed import Seeded, seeded_simulator
 from agent.fork.setup import SIM_KEY, Change, in_force_at, write_config
 from agent.runtime.app import App
@@ -44,6 +45,8 @@ class ForkResult:
     point: ForkPoint
     seeded: Seeded
     ticks: list[TickResult] = field(default_factory=list)
+    replayed: list[int] = field(default_factory=list)  # ticks that started as the origin's (replay.py)
+    live_why: str | None = None                          # why the fork went on with its own simulator
 
 
 def open_origin(settings: Settings) -> EventLog:
@@ -109,8 +112,10 @@ def make_fork(settings: Settings, where: Where, change: Change, *, ticks: int, o
         dest = _out_dir(out, settings.agent_id)
         server = SimServer(sim).start()
         try:
+            replay = Replay(origin, point.seq, server, clock, seed=seed, api_key=SIM_KEY,
+                            disk_gb=tmpl.get("disk_gb", settings.fleet.disk_gb))
             return _run(settings, origin, point, seeded, dest, server, clock,
-                        _Spec(change, ticks, prompts, policy, env, provider))
+                        _Spec(change, ticks, prompts, policy, env, provider, replay))
         except UsageError:
             _empty(dest)  # a change that does not hold leaves nothing behind
             if out is None:
@@ -130,6 +135,7 @@ class _Spec:
     policy: dict[str, Any] | None
     env: Mapping[str, str] | None
     provider: ChatProvider | None
+    replay: Replay
 
 
 def _run(settings: Settings, origin: EventLog, point: ForkPoint, seeded: Seeded, dest: Path, server: SimServer,
@@ -138,6 +144,7 @@ def _run(settings: Settings, origin: EventLog, point: ForkPoint, seeded: Seeded,
 
     fs = write_config(settings, dest, server.url, prompts=spec.prompts, policy=spec.policy, change=spec.change)
     app = App(fs, env=spec.env, clock=clock, provider=spec.provider)
+    app.replay = spec.replay  # type: ignore[attr-defined]  # read by the tick (agent/runtime/tick.py)
     try:
         app.init_database()
         app.log.adopt(origin.read(0, until_seq=point.seq))
@@ -154,6 +161,7 @@ def _run(settings: Settings, origin: EventLog, point: ForkPoint, seeded: Seeded,
                 clock.advance(t - clock())
             server.sim.tick()
             result.ticks.append(run_tick(app))
+        result.replayed, result.live_why = list(spec.replay.replayed), spec.replay.why
         return result
     finally:
         app.close()

@@ -146,11 +146,14 @@ def _place(sim: Simulator, obs_inst: dict[str, Any], now: float, offer_id: int, 
 
 
 def seeded_simulator(origin: EventLog, seq: int, observation: dict[str, Any], *, seed: int, time: float,
-                     api_key: str, disk_gb: float | None = None) -> tuple[Simulator, ManualClock, Seeded]:
+                     api_key: str, disk_gb: float | None = None, clock: ManualClock | None = None,
+                     effects: list[Event] | None = None) -> tuple[Simulator, ManualClock, Seeded]:
     """A simulator on a manual clock at ``time`` holding what the origin logged up to ``seq``; ``disk_gb``
-    is the fleet's disk the origin searched and rented with (by default, the one its policy recorded)."""
+    is the fleet's disk the origin searched and rented with (by default, the one its policy recorded).
+    ``clock``: the manual clock to run on (a fork switching simulators keeps its clock); ``effects``: the
+    ``tool.result`` events of rents and destroys done since ``observation`` (a tick's earlier steps)."""
     disk = logged_disk_gb(origin, seq) if disk_gb is None else float(disk_gb)
-    clock = ManualClock(time)
+    clock = clock if clock is not None else ManualClock(time)
     balance = observation.get("balance")
     sim = Simulator(seed=seed, clock=clock, api_key=api_key,
                     start_balance=float(balance) if isinstance(balance, int | float) else DEFAULT_BALANCE)
@@ -172,9 +175,31 @@ def seeded_simulator(origin: EventLog, seq: int, observation: dict[str, Any], *,
     for n, i in enumerate(insts):
         _place(sim, i, time, spare + n, disk)
     sim.reserve_ids(max([i["id"] for i in insts], default=0))
+    _apply(sim, effects or [], offers, time, disk)
     demand = observation.get("demand") or {}
     if isinstance(demand.get("pending"), int | float):
         sim.pending = float(demand["pending"])
     if isinstance(demand.get("completed"), int | float):
         sim.completed = float(demand["completed"])
     return sim, clock, Seeded(len(insts), len(offers), len(taken), sim.balance, time)
+
+
+def _apply(sim: Simulator, results: list[Event], offers: dict[int, dict[str, Any]], now: float, disk_gb: float) -> None:
+    """Rents and destroys logged after the observation, done to the seeded simulator: a rented instance on
+    the offer it took (created just now), a destroyed one gone."""
+    for e in results:
+        eff = e.payload.get("effect") or {}
+        iid = eff.get("instance_id")
+        if not e.payload.get("ok") or not isinstance(iid, int):
+            continue
+        if eff.get("type") == "destroyed":
+            gone = sim.instances.pop(iid, None)
+            if gone is not None:
+                sim.destroyed[iid] = gone
+        elif eff.get("type") == "rented" and iid not in sim.instances:
+            row = offers.get(int(eff.get("offer_id") or 0)) or {}
+            _place(sim, {"id": iid, "label": eff.get("label"), "gpu_name": eff.get("gpu_name") or row.get("gpu_name"),
+                         "num_gpus": row.get("num_gpus") or 1, "dph": eff.get("dph") or row.get("dph_total") or 0.0,
+                         "host_id": row.get("host_id") or 0, "status": "created"},
+                   now, max([*sim.offers, 0]) + 1, disk_gb)
+            sim.reserve_ids(iid)

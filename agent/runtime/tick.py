@@ -349,6 +349,9 @@ def _start(run: _Run) -> ToolContext | TickResult:
     policy = Policy(s)
     ctx = ToolContext(settings=s, log=log, vast=app.vast(), demand=app.demand(), policy=policy, tick=tick,
                       clock=app.clock)
+    replay = getattr(app, "replay", None)  # a fork replaying its origin's tick start (agent/fork/replay.py)
+    if replay is not None and replay.start(app, ctx):
+        return ctx
     steering.expire(log, s, tick)
     orphans = s.policy.destroy_orphans and steering.paused(log) is None  # a pause stops every side effect
     ctx.vast.deadline = run.t0 + s.schedule.tick_timeout  # no back-off or log poll waits past the tick's end
@@ -551,6 +554,12 @@ def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCa
     """Each call through the tool pipeline, in order; past the per-response limit, refused unrun.
     What the read-only and refused calls log commits with the next commit (an action's intent) or
     at the end, in one transaction (``EventLog.holding``)."""
+    replay = getattr(run.app, "replay", None)  # a fork: the origin's results for the origin's calls
+    replayed = replay.calls(ctx, calls, run.steps) if replay is not None else None
+    if replayed is not None:
+        run.actions += replayed[0]
+        run.blocks += replayed[1]
+        return
     ctx.wanted_offers = {o for o in (_rent_offer(c) for c in calls[:MAX_CALLS_PER_STEP]) if o is not None}
     with run.app.log.holding():
         for n, call in enumerate(calls):

@@ -82,6 +82,11 @@ class SimServer:
     def port(self) -> int:
         return int(self._server.server_address[1])
 
+    def serve(self, sim: Simulator) -> None:
+        """Serve ``sim`` from now on, on the same address (a fork switching from replay to its own simulator)."""
+        self.sim = sim
+        self._server.sim = sim
+
     def start(self) -> SimServer:
         if self._thread is None:
             self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
