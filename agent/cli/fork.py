@@ -38,6 +38,11 @@ def cmd_fork(args: argparse.Namespace, app: App) -> int:
         state = "completed" if t.ok else f"FAILED: {t.reason}"
         _out(f"  tick {t.tick} {state} ({t.steps} model steps" + (f"; {', '.join(t.actions)}" if t.actions else "")
              + ")")
+    if r.replayed:
+        _out(f"ticks {', '.join(map(str, r.replayed))} started as the origin's did (its observation, alerts and "
+             "operator inputs), with the origin's results for the same calls")
+    if r.live_why:
+        _out(f"then on the fork's own simulator, seeded from the origin's state: {r.live_why}")
     _out(f"fork in {r.out}")
     _out(f"  compare:  fleet-agent fork diff {r.out}")
     _out(f"  read it:  fleet-agent --config {r.config} thread show")

@@ -129,9 +129,10 @@ class Replay:
             return None
         assert resp is not None
         ids = {c["id"] for c in theirs}
-        span = list(self.origin.read(resp.seq, tick=tick))
-        last = max((n for n, e in enumerate(span) if e.payload.get("call_id") in ids), default=-1)
-        done = span[:last + 1]
+        last = max((e.seq for e in self.origin.read(resp.seq, tick=tick) if e.payload.get("call_id") in ids),
+                   default=resp.seq)
+        # The calls' events and what an operator logged meanwhile, as the origin logged them.
+        done = [e for e in self.origin.read(resp.seq, until_seq=last) if e.tick in (tick, None)]
         self._copy(ctx.log, done)
         self.pos = done[-1].seq if done else resp.seq
         actions = [f"{e.payload['effect']['type']} {e.payload['effect'].get('instance_id')}" for e in done
