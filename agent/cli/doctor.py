@@ -323,6 +323,7 @@ def _probe(s: Settings, provider: Any, window: tuple[int | None, str] | None) ->
     """The tool-call round trip and the window, after the model is known to be served."""
     import time
 
+    from agent.config import smallest_budget
     from agent.model.llm import LLMError, find_text_calls
     from agent.model.window import budget_for
 
@@ -340,6 +341,17 @@ def _probe(s: Settings, provider: Any, window: tuple[int | None, str] | None) ->
     if not reply.tool_calls:
         how = "wrote the call as text" if find_text_calls(reply.text) else "answered without a tool call"
         return Check("model", False, f"{head} but {how} (no tool_calls); {said}", TOOL_CALL_FIX)
+    if size and budget_for(size, c, m.max_output_tokens) < smallest_budget(c):
+        # Checked as `config check` checks the budget: below the smallest that works, a request is trimmed
+        # before compaction can make room; lowering the budget to the window would not do.
+        low, extra = smallest_budget(c), max(0, m.max_output_tokens - c.output_reserve)
+        return Check("model", False, f"{head} with tool_calls, but the server's {said} holds a budget of at most "
+                     f"{max(budget_for(size, c, m.max_output_tokens), 0):,} tokens with model.max_output_tokens "
+                     f"{m.max_output_tokens:,}, below the smallest budget that works with these context caps "
+                     f"({low:,}, as `config check` counts it)",
+                     f"start the server with a window of at least {low + extra:,} tokens (vLLM --max-model-len, "
+                     "llama.cpp -c, Ollama num_ctx), or lower context.pinned_max_tokens, summary_max_tokens and "
+                     "tool_output_max_tokens (`config check` names the smallest budget they leave)")
     if size and budget_for(size, c, m.max_output_tokens) < c.budget_tokens:
         fit = budget_for(size, c, m.max_output_tokens)
         return Check("model", False, f"{head} with tool_calls, but context.budget_tokens ({c.budget_tokens:,}) "

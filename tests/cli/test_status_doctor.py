@@ -326,18 +326,40 @@ def test_doctor_model_probe_needs_real_tool_calls(tmp_path, capsys, sim_server, 
 def test_doctor_reads_the_servers_window_and_fails_a_budget_it_cannot_hold(tmp_path, capsys, sim_server, fake_model,
                                                                          monkeypatch, style, where):
     """Each server's own report of its window is read (vLLM, llama.cpp, Ollama); a window smaller than
-    context.budget_tokens fails with the budget that would fit, a larger one passes and is shown."""
+    context.budget_tokens but no smaller than the smallest budget that works fails with the budget that would
+    fit, a larger one passes and is shown."""
     monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
     fake_model.window_style = style
-    fake_model.context_window = 8192
+    fake_model.context_window = 24576
     cfg = make_setup(tmp_path, sim_server.url, openai_block(fake_model.base_url))  # the default budget: 30,000
     fake_model.enqueue(reply(tool_calls=[("report_status", {"status": "ok"})]))
     code, line = _model_line(capsys, cfg)
     assert code == 1 and line.startswith("FAIL"), line
-    assert f"window 8,192 tokens ({where})" in line and "context.budget_tokens (30,000)" in line
-    assert "fix: set context.budget_tokens to at most 8,192" in line
+    assert f"window 24,576 tokens ({where})" in line and "context.budget_tokens (30,000)" in line
+    assert "fix: set context.budget_tokens to at most 24,576" in line
 
     fake_model.context_window = 65536
     fake_model.enqueue(reply(tool_calls=[("report_status", {"status": "ok"})]))
     code, line = _model_line(capsys, cfg)
     assert line.startswith("ok") and f"window 65,536 tokens ({where})" in line, line
+
+
+@pytest.mark.parametrize("window", [8192, 10240])
+def test_doctor_fails_a_window_below_the_smallest_budget_that_works(tmp_path, capsys, sim_server, fake_model,
+                                                                    monkeypatch, window):
+    """A server whose window (max_model_len in /v1/models, as vLLM reports it) is below the smallest budget
+    `config check` accepts with the context caps fails: lowering the budget to the window would leave requests
+    trimmed before compaction runs, so the fix is a larger window (or smaller caps), with the size needed."""
+    from agent.config import ContextSettings, smallest_budget
+
+    monkeypatch.setenv("TEST_VAST_KEY", SIM_KEY)
+    fake_model.context_window = window
+    cfg = make_setup(tmp_path, sim_server.url, openai_block(fake_model.base_url))
+    fake_model.enqueue(reply(tool_calls=[("report_status", {"status": "ok"})]))
+    code, line = _model_line(capsys, cfg)
+    low = smallest_budget(ContextSettings())
+    assert code == 1 and line.startswith("FAIL"), line
+    assert f"window {window:,} tokens (max_model_len in /v1/models)" in line
+    assert f"below the smallest budget that works with these context caps ({low:,}" in line
+    assert f"fix: start the server with a window of at least {low:,} tokens" in line
+    assert "set context.budget_tokens to at most" not in line
