@@ -13,7 +13,8 @@ tick's observation, the offers shown up to then, the rents and destroys of the t
 - at the first step whose calls differ from the origin's;
 - at the start of a tick when the previous tick's decisions (fork diff's comparison) differ, when the
   policy in force differs from the one the origin's tick was asked with (a ``--set`` change binds from
-  the fork's first tick), or when the origin's log has no such tick.
+  the fork's first tick), when the origin's tick ended before it asked the model, or when the origin's
+  log has no such tick.
 
 From then on nothing of the origin is replayed: operator inputs the origin logged after that moment are
 not in the fork (the origin's operators answered the origin's fleet, not the fork's).
@@ -88,7 +89,10 @@ class Replay:
                           observation=started)
             return False
         asking = next((e for e in events if _asking(e)), None)
-        until = asking.seq - 1 if asking is not None else events[-1].seq
+        if asking is None:  # it ended before asking the model (vast.ai unavailable): the fork's own start
+            self._go_live(f"the origin's tick {tick} ended before it asked the model", observation=started)
+            return False
+        until = asking.seq - 1
         # The origin's events between its ticks (those of earlier ticks the fork made itself), then this start.
         self._copy(app.log, [e for e in self.origin.read(self.pos, until_seq=until)
                              if e.tick is None or e.tick == tick])
