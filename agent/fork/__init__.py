@@ -3,6 +3,7 @@
     point.py   where a fork starts: a tick or a time, rounded back to a tick boundary
     seed.py    a simulator seeded from what the origin logged (instances, balance, demand, offers)
     setup.py   the fork's config: the origin's, with the policy and prompts in force then, plus the change
+    replay.py  the origin's tick starts and call results, replayed until the fork decides differently
     run.py     make_fork: copy the origin's prefix row for row, append fork.started, run K ticks
     diff.py    what the model decided in the origin and in the fork, step by step
 
