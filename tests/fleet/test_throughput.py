@@ -169,7 +169,8 @@ def test_search_offers_shows_jobs_per_hour_and_dollars_per_job_after_its_columns
         outcome, _ = run_tool_call(tools, ctx, {"id": "c", "name": "search_offers",  # type: ignore[arg-type]
                                                 "arguments": json.dumps(args)}, dry_run=False)
         lines = outcome.output.splitlines()
-        assert lines[0] == "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job | contract", lines[0]
+        assert lines[0] == ("offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job | dlperf | "
+                            "contract"), lines[0]
         assert "assumed (policy.jobs_per_hour)" in lines[-1], lines[-1]
         return [[p.strip() for p in x.split("|")] for x in lines[1:] if x[:1].isdigit()]
 
@@ -178,6 +179,7 @@ def test_search_offers_shows_jobs_per_hour_and_dollars_per_job_after_its_columns
     for r in by_dph:
         jph = {"RTX 4090": 8.0, "RTX 3090": 4.0}.get(r[1].rsplit(" x", 1)[0], 8.0)
         assert float(r[6]) == jph and float(r[7]) == pytest.approx(float(r[2]) / jph, abs=2e-4), r  # $/h is shown to 3 places
+        assert float(r[8]) == pytest.approx(sim.offers[int(r[0])]["dlperf"], abs=0.05), r  # vast.ai's score
     per_job = table({"limit": 25, "order": "per_job"})
     assert [float(r[7]) for r in per_job] == sorted(float(r[7]) for r in per_job)
     assert sorted(r[0] for r in per_job) == sorted(r[0] for r in by_dph)
