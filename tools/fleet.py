@@ -154,8 +154,8 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     tp = offer_throughput(ctx)
     if per_job:
         offers.sort(key=lambda o: (tp.usd_per_job(o.dph_total or 0.0, o.gpu_name or "?", o.num_gpus) or 0.0, o.id))
-    rows = ["offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job | dlperf"
-            + (" | min_bid | on-demand $/h | type" if bids else "") + " | contract"]
+    rows = ["offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
+            + (" | min_bid | on-demand $/h | type" if bids else "") + " | dlperf | contract"]
     shown = offers[:limit]
     for o in shown:
         gpu = o.gpu_name or "?"
@@ -165,8 +165,8 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
         extra = f" | {o.min_bid or 0:.4f} | {on_demand[o.id].dph_total or 0:.3f} | {kind}" if bids else ""
         rows.append(f"{o.id} | {o.gpu_name} x{o.num_gpus or 1} | {o.dph_total or 0:.3f} | "
                     f"{o.reliability or 0:.3f} | {o.host_id} | {o.geolocation or '?'} | {jph:.1f} | "
-                    + (f"{per:.4f}" if per is not None else "?")
-                    + (f" | {o.dlperf:.1f}" if o.dlperf is not None else " | ?") + extra
+                    + (f"{per:.4f}" if per is not None else "?") + extra
+                    + (f" | {o.dlperf:.1f}" if o.dlperf is not None else " | ?")
                     + f" | {contracts.ends_in(contracts.offer_left(o))}")
     if bids:
         note += (f"\n(interruptible: $/h is the bid a rent places, min_bid +{BID_MARGIN:.0%} and at most "
