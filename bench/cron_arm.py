@@ -3,8 +3,11 @@
 Every tick it reads the queue and the instance list over the vast.ai API, destroys its dead instances,
 rents the cheapest reliable offers while more jobs wait than it has instances (one job each,
 whatever the GPU), and destroys one idle instance a tick while fewer jobs wait than it has instances. It keeps the
-same caps as the agent's policy (instances, total $/h, rents an hour), reads no notes and raises no
-alerts. It talks plain HTTP (httpx) to the same endpoints the agent's client uses.
+same caps as the agent's policy (instances, total $/h, rents an hour) and raises no alerts. It reads no
+notes, but an operator told to stop using a host or to rent one GPU model only edits the script
+(``obey``): its searches then leave that host out and ask for that model, and it destroys its instances
+that break the order, as the agent is asked to. It talks plain HTTP (httpx) to the same endpoints the
+agent's client uses.
 """
 
 from __future__ import annotations
@@ -43,6 +46,19 @@ class CronArm:
     disk: float = 10.0
     rents: deque[float] = field(default_factory=deque)  # when each rent was sent (simulated time)
     log: list[str] = field(default_factory=list)
+    excluded_hosts: set[int] = field(default_factory=set)  # hosts the operator said to stop using
+    only_gpu: str | None = None  # the one GPU model the operator allows, once told
+
+    def obey(self, *, exclude_host: int | None = None, only_gpu: str | None = None) -> None:
+        """The operator's edit to the script after an order: a host left out, one GPU model only."""
+        if exclude_host is not None:
+            self.excluded_hosts.add(exclude_host)
+        if only_gpu is not None:
+            self.only_gpu = only_gpu
+
+    def _breaks_order(self, i: dict[str, Any]) -> bool:
+        return i.get("host_id") in self.excluded_hosts or (self.only_gpu is not None
+                                                           and i.get("gpu_name") != self.only_gpu)
 
     def _http(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30.0)
@@ -57,6 +73,11 @@ class CronArm:
             for i in dead:
                 self._destroy(http, i["id"])
                 did.append(f"destroy dead {i['id']} ({i.get('actual_status')})")
+            for i in [i for i in mine if i not in dead and self._breaks_order(i)]:
+                self._destroy(http, i["id"])
+                dead.append(i)
+                did.append(f"destroy {i['id']} against the operator's order ({i.get('gpu_name')}, host "
+                           f"{i.get('host_id')})")
             live = [i for i in mine if i not in dead]
             capacity = len(live) * JOBS_PER_INSTANCE
             if pending > capacity:
@@ -97,6 +118,10 @@ class CronArm:
         q = {"reliability2": {"gte": MIN_RELIABILITY}, "rentable": {"eq": True}, "rented": {"eq": False},
              "num_gpus": {"eq": 1}, "order": [["dph_total", "asc"]], "limit": 20, "type": "on-demand",
              "allocated_storage": self.disk}
+        if self.excluded_hosts:
+            q["host_id"] = {"notin": sorted(self.excluded_hosts)}
+        if self.only_gpu is not None:
+            q["gpu_name"] = {"eq": self.only_gpu}
         offers = http.post("/api/v0/bundles/", json=q).json().get("offers") or []
         did = []
         for o in offers:

@@ -19,11 +19,13 @@ Per scenario and arm:
     over     instance-ticks over need: per tick, live instances the fleet could lose (slowest first) and
              still do the arrivals plus the backlog within an hour
     rent     rents' $ per job-capacity ($/h over jobs/h) over the best on offer when they were made (among the
-             offers both arms may rent: one GPU, the reliability floor, their disk), averaged
+             offers the agent may rent: up to policy.max_dph_per_instance $2.50/h however many GPUs, the
+             reliability floor, the disk), averaged
              over the rents from the scenario's first event on (1.00 = always the best; '-': no rents)
     react    ticks from the scenario's event until the fleet answers it (1 = by the first tick after);
              '-' when it never does within the run
-    viol     directive violations: rents after the operator's note that break it (host or GPU model)
+    viol     directive violations: rents after the operator's note that break it (host or GPU model); the
+             cron arm's operator edits the script to obey the same order (bench/cron_arm.py, obey)
     alerts   expected alerts the agent raised within ALERT_WITHIN (1) tick of their cause, out of those expected
              (--json adds each one's lag in ticks; 0 = raised by the tick the cause came before). A scenario
              names the alerts its events cause; demand:unmet is expected in every scenario, once for each
@@ -41,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -323,7 +326,11 @@ class CronRef:
         self.failed = 0
 
     def say(self, text: str, pin: bool) -> None:
-        return  # a cron script reads no notes
+        """A cron script reads no notes: its operator edits it to obey the order the agent is given (the
+        scenario's NOTE), so both arms play the directive scenarios under the same order."""
+        host = re.search(r"Stop using host (\d+)", text)
+        gpu = re.search(r"Only (.+?) from now on", text)
+        self.arm.obey(exclude_host=int(host.group(1)) if host else None, only_gpu=gpu.group(1) if gpu else None)
 
     def tick(self, now: float) -> None:
         self.arm.tick(now)
@@ -389,10 +396,14 @@ def _per_job_capacity(dph: float, gpu: str, num_gpus: int) -> float:
     return dph / (MODEL_BY_NAME[gpu].jobs_per_h_per_gpu * num_gpus)
 
 
+MAX_DPH_PER_INSTANCE = 2.5  # the agent's policy.max_dph_per_instance (its default, which the config keeps)
+
+
 def _best_on_offer(sim: Sim) -> float | None:
-    """The lowest $ per job-capacity among the offers both arms may rent (one GPU, the reliability floor,
-    the disk they ask for)."""
-    q = {"limit": 1000, "order": [["id", "asc"]], "num_gpus": {"eq": 1},
+    """The lowest $ per job-capacity among the offers the agent may rent (any number of GPUs within the
+    $/h cap per instance, the reliability floor, the disk it asks for): a multi-GPU box cheaper per job than
+    any single GPU is the best on offer, whether or not an arm looks at it."""
+    q = {"limit": 1000, "order": [["id", "asc"]], "dph_total": {"lte": MAX_DPH_PER_INSTANCE},
          "reliability2": {"gte": MIN_RELIABILITY}, "allocated_storage": CRON_DISK_GB}
     offers = sim.http.post("/api/v0/bundles/", json=q, headers={"Authorization": f"Bearer {SIM_KEY}"}).json()["offers"]
     return min((_per_job_capacity(o["dph_total"], o["gpu_name"], o["num_gpus"]) for o in offers), default=None)

@@ -60,7 +60,10 @@ def _offer_query(ctx: ToolContext, args: Args) -> dict[str, Any]:
         want = norm_gpu(args["gpu_name"])
         gpus = [g for g in gpus if norm_gpu(g) == want] or [args["gpu_name"]]
     q["gpu_name"] = {"in": gpus}
-    q["num_gpus"] = {"eq": int(args.get("num_gpus", 1))}
+    if args.get("max_gpus") is not None:  # single and multi-GPU offers side by side, compared per job
+        q["num_gpus"] = {"gte": 1, "lte": int(args["max_gpus"])}
+    else:
+        q["num_gpus"] = {"eq": int(args.get("num_gpus", 1))}
     q["dph_total"] = {"lte": min(float(args.get("max_dph", p.max_dph_per_instance)), p.max_dph_per_instance)}
     q["reliability"] = {"gte": max(float(args.get("min_reliability", 0)), p.min_reliability)}
     return q
@@ -123,6 +126,9 @@ def _as_bid(ctx: ToolContext, offers: list[Offer], mode: str) -> list[Offer]:
 
 def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     limit = min(int(args.get("limit", ctx.settings.fleet.search_limit)), 25)
+    if args.get("max_gpus") is not None and args.get("num_gpus") is not None:
+        return Outcome(False, error="search_offers: pass num_gpus (exactly that many GPUs) or max_gpus (1 up to "
+                       "that many), not both")
     per_job = args.get("order") == "per_job"
     mode = bidding(ctx, args)
     bids = mode != "never"
@@ -145,11 +151,11 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
                  f"{contracts.hours(ctx.settings.policy)} left out)")
     if not offers:
         return Outcome(True, "no offers match (filters: allowed GPUs, price and reliability caps from policy)" + note)
-    tp = throughput.estimate(ctx.log, ctx.settings)
+    tp = offer_throughput(ctx)
     if per_job:
         offers.sort(key=lambda o: (tp.usd_per_job(o.dph_total or 0.0, o.gpu_name or "?", o.num_gpus) or 0.0, o.id))
     rows = ["offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
-            + (" | min_bid | on-demand $/h | type" if bids else "") + " | contract"]
+            + (" | min_bid | on-demand $/h | type" if bids else "") + " | dlperf | contract"]
     shown = offers[:limit]
     for o in shown:
         gpu = o.gpu_name or "?"
@@ -160,6 +166,7 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
         rows.append(f"{o.id} | {o.gpu_name} x{o.num_gpus or 1} | {o.dph_total or 0:.3f} | "
                     f"{o.reliability or 0:.3f} | {o.host_id} | {o.geolocation or '?'} | {jph:.1f} | "
                     + (f"{per:.4f}" if per is not None else "?") + extra
+                    + (f" | {o.dlperf:.1f}" if o.dlperf is not None else " | ?")
                     + f" | {contracts.ends_in(contracts.offer_left(o))}")
     if bids:
         note += (f"\n(interruptible: $/h is the bid a rent places, min_bid +{BID_MARGIN:.0%} and at most "
@@ -170,12 +177,25 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     return Outcome(True, "\n".join(rows) + _basis(tp, sorted({o.gpu_name or "?" for o in shown})) + note)
 
 
+def offer_throughput(ctx: ToolContext) -> throughput.Throughput:
+    """Each GPU model's jobs/h as the log measured it, with the dlperf per GPU of every offer seen this tick, so
+    a model not yet measured is priced from its dlperf rather than the flat prior."""
+    return throughput.estimate(ctx.log, ctx.settings).with_dlperf(
+        throughput.dlperf_of((o.gpu_name, o.num_gpus, o.dlperf) for o in ctx.offers.values()))
+
+
+BASIS = {"measured": "measured by our instances", "configured": "configured (policy.jobs_per_hour_by_gpu)",
+         "dlperf": "scaled by dlperf from the measured models", "assumed": "assumed (policy.jobs_per_hour)"}
+
+
 def _basis(tp: throughput.Throughput, gpus: list[str]) -> str:
-    """Which GPU models' jobs/h the fleet measured and which are the configured assumption."""
-    measured = [g for g in gpus if tp.rate(g).learned]
-    assumed = [g for g in gpus if g not in measured]
-    parts = ([f"measured by our instances for {', '.join(measured)}"] if measured else []) + \
-        ([f"assumed (policy.jobs_per_hour) for {', '.join(assumed)}"] if assumed else [])
+    """What each GPU model's jobs/h rests on: measured, configured, scaled by dlperf, or the flat assumption."""
+    by: dict[str, list[str]] = {}
+    for g in gpus:
+        by.setdefault(tp.basis(g), []).append(g)
+    k = tp.per_dlperf()
+    parts = [f"{BASIS[b]}{f' ({k:.3f} jobs/h per dlperf point)' if b == 'dlperf' and k else ''} for "
+             f"{', '.join(by[b])}" for b in BASIS if b in by]
     return "\n(jobs/h: " + "; ".join(parts) + ")"
 
 
@@ -409,11 +429,15 @@ TOOLS: tuple[AnyTool, ...] = (
     Tool("search_offers", "Search the vast.ai market for offers within policy (allowed GPUs, price and "
          "reliability caps are applied automatically), cheapest $/h first, or cheapest per job with "
          "order=per_job. jobs/h is what one such instance delivers (measured by our own instances, else "
-         "assumed) and $/job its price per job; contract is when a rent of it would end (vast.ai then stops the "
+         "scaled by vast.ai's dlperf score from the models measured, else assumed) and $/job its price per job "
+         "of capacity; dlperf is the offer's score; contract is when a rent of it would end (vast.ai then stops the "
          "instance for good), and offers ending within policy.contract_min_hours are left out.",
          obj({"gpu_name": {"type": "string", "maxLength": 40},
               "order": {"type": "string", "enum": ["dph", "per_job"]},
               "num_gpus": {"type": "integer", "minimum": 1, "maximum": 8},
+              "max_gpus": {"type": "integer", "minimum": 1, "maximum": 8,
+                           "description": "offers of 1 up to this many GPUs (instead of num_gpus), to compare "
+                                          "single and multi-GPU offers by $/job"},
               "max_dph": {"type": "number", "minimum": 0},
               "min_reliability": {"type": "number", "minimum": 0, "maximum": 1},
               "limit": {"type": "integer", "minimum": 1, "maximum": 25},

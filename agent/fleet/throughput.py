@@ -14,12 +14,19 @@ Until a model has been measured, the configured prior stands in (``policy.jobs_p
 ``policy.jobs_per_hour``); measurement and prior are blended as if the prior were ``PRIOR_GPU_HOURS`` of
 observation, so one short interval cannot swing the estimate. Everything is computed from the log's
 observations, so a replay sees the same figures.
+
+A GPU model not yet measured and with no configured prior of its own is not assumed to do the flat
+``policy.jobs_per_hour``: vast.ai rates every offer and instance with ``dlperf`` (its deep-learning
+performance score), and the jobs an hour per dlperf point the measured models delivered (each with at least
+``DLPERF_MIN_GPU_HOURS`` GPU-hours and ``DLPERF_MIN_JOBS`` jobs measured) times the model's dlperf per GPU is
+its prior. An H100 is then not counted as a quarter of what it does, nor an RTX 3090 as twice.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.config import Settings
@@ -34,6 +41,9 @@ LEARNED_GPU_HOURS = 1.0
 """GPU-hours measured before a model's figure counts as learned rather than assumed."""
 FLOOR_GPU_HOURS = 0.5
 """GPU-hours of intervals with the queue dry before what a model did in them is a floor under its estimate."""
+DLPERF_MIN_GPU_HOURS = 0.25
+DLPERF_MIN_JOBS = 6.0
+"""What a measured model needs (GPU-hours, jobs) before it calibrates the jobs an hour per dlperf point."""
 
 
 @dataclass(frozen=True)
@@ -58,9 +68,36 @@ class Throughput:
     by_gpu: Mapping[str, float] = field(default_factory=dict)  # configured priors
     measured: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # gpu -> (jobs, GPU-hours)
     floor: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # the same, with the queue dry
+    dlperf: Mapping[str, float] = field(default_factory=dict)  # gpu -> vast.ai's dlperf per GPU, where known
+
+    def per_dlperf(self) -> float | None:
+        """Jobs an hour per dlperf point, from the measured models whose dlperf is known; None without one."""
+        jobs = points = 0.0
+        for gpu, (j, h) in self.measured.items():
+            d = self.dlperf.get(gpu)
+            if d and d > 0 and h >= DLPERF_MIN_GPU_HOURS and j >= DLPERF_MIN_JOBS:
+                jobs += j
+                points += h * d
+        return jobs / points if points > 0 else None
+
+    def basis(self, gpu: str) -> str:
+        """What ``gpu``'s figure rests on: measured, configured (policy.jobs_per_hour_by_gpu), dlperf (scaled
+        from the measured models) or assumed (policy.jobs_per_hour)."""
+        if self.rate(gpu).learned:
+            return "measured"
+        if gpu in self.by_gpu:
+            return "configured"
+        return "dlperf" if self.per_dlperf() is not None and self.dlperf.get(gpu) else "assumed"
 
     def prior(self, gpu: str) -> float:
-        return float(self.by_gpu.get(gpu, self.default))
+        if gpu in self.by_gpu:
+            return float(self.by_gpu[gpu])
+        k, d = self.per_dlperf(), self.dlperf.get(gpu)
+        return k * d if k is not None and d else float(self.default)
+
+    def with_dlperf(self, more: Mapping[str, float]) -> Throughput:
+        """The same with dlperf per GPU for models it does not know yet (what an offer search shows)."""
+        return replace(self, dlperf={**more, **self.dlperf})
 
     def rate(self, gpu: str) -> Rate:
         jobs, hours = self.measured.get(gpu, (0.0, 0.0))
@@ -82,6 +119,16 @@ class Throughput:
         """Dollars per job at ``dph`` $/h; None when unknown (no price, or a model that delivers nothing)."""
         jph = self.per_instance(gpu, num_gpus)
         return None if dph is None or jph <= 0 else float(dph) / jph
+
+
+def dlperf_of(rows: Iterable[tuple[str | None, int | None, float | None]]) -> dict[str, float]:
+    """dlperf per GPU by GPU model from (gpu_name, num_gpus, dlperf) rows (offers or instances), the median
+    over each model's rows; rows without a positive dlperf are left out."""
+    seen: dict[str, list[float]] = {}
+    for gpu, n, d in rows:
+        if gpu and isinstance(d, int | float) and d > 0:
+            seen.setdefault(gpu, []).append(float(d) / max(1, int(n or 1)))
+    return {g: round(statistics.median(v), 2) for g, v in seen.items()}
 
 
 def prior_only(settings: Settings) -> Throughput:
@@ -139,7 +186,12 @@ def from_observations(settings: Settings, observations: Iterable[Mapping[str, An
     """Each GPU model's jobs/h from ``observations`` (oldest first), over the configured prior."""
     base = prior_only(settings)
     seen = list(observations)
-    return Throughput(base.default, base.by_gpu, measure(seen), measure(seen, busy=False))
+    dlperf: dict[str, float] = {}
+    for obs in seen:  # oldest first: the newest reading of a model's dlperf stands
+        for gpu, m in (obs.get("gpu_models") or {}).items():
+            if isinstance(m, dict) and isinstance(m.get("dlperf"), int | float) and m["dlperf"] > 0:
+                dlperf[str(gpu)] = float(m["dlperf"])
+    return Throughput(base.default, base.by_gpu, measure(seen), measure(seen, busy=False), dlperf)
 
 
 def estimate(log: Any, settings: Settings) -> Throughput:

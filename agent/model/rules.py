@@ -37,6 +37,7 @@ FLAP_RESTARTS = 3  # an instance that stopped running this often since rent is r
 DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance: stopped is a failure
 FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died
 MASS_EVENT_MIN = 3  # this many of ours dead in one observation, and half the fleet or more: not the hosts
+MAX_GPUS = 8  # the search compares offers of 1 up to this many GPUs per job (policy caps the $/h of each)
 ADVICE_SHOWN = 2  # advice the rules cannot parse, quoted in the decision text (the rest counted)
 
 
@@ -142,7 +143,7 @@ class RulesProvider:
         # While a backlog waits every running instance is busy, each job at its own $/job: one is surplus
         # only if the rest would also clear the backlog before the next tick, i.e. it would sit idle.
         tick_h = float(s.schedule.interval) / 3600.0
-        keep = max(need, rate + pending / tick_h) if d else capacity
+        keep = _keep(need, rate, pending, capacity, tick_h) if d else capacity
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
                      rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending)
 
@@ -240,7 +241,7 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
     short = _short(plan)
     swap = None if short or surplus or plan.dead else _swap(plan)
     if short or swap:
-        calls.append(("search_offers", {"limit": 25, "order": "per_job"}))
+        calls.append(("search_offers", _sizing_search()))
     swap_text = ""
     if swap:
         x, used = swap
@@ -253,6 +254,26 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
             + (f"searching for {short:.1f} jobs/h more (up to {RENT_UP_TO:g}× need)" if short
                else _why_no_rent(plan)) + swap_text + plan.advice)
     return calls, text
+
+
+# -------------------------------------------------------------- sizing: what to keep, what to search
+
+
+def _keep(need: float, rate: float, pending: int, capacity: float, tick_h: float) -> float:
+    """Jobs/h below which nothing is surplus. While a backlog keeps the fleet busy through the next tick, an
+    instance working it off is not surplus: the arrivals plus the backlog cleared by the next tick. A queue
+    that is dry relative to the fleet (what waits, the live fleet finishes within a tick: every job finds a
+    free GPU) keeps nothing busy, so the fleet is sized on ``need`` alone and the idle rest goes, however
+    many jobs (a handful) still wait."""
+    if pending <= capacity * tick_h:
+        return need
+    return max(need, rate + pending / tick_h)
+
+
+def _sizing_search() -> dict[str, Any]:
+    """The one search a short fleet makes: single and multi-GPU offers (up to ``MAX_GPUS``) side by side,
+    cheapest per job of capacity first, so an 8-GPU box cheaper per job than eight single GPUs is seen."""
+    return {"limit": 25, "order": "per_job", "max_gpus": MAX_GPUS}
 
 
 def _ending(live: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:

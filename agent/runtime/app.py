@@ -277,6 +277,14 @@ class App:
 
         return in_force(self.settings, self.log, texts)
 
+    def throughput(self, dlperf: Mapping[str, float] | None = None) -> Any:
+        """Each GPU model's jobs/h per GPU (``agent.fleet.throughput.Throughput``) from the log's recent
+        observations, a model not measured priced by its vast.ai dlperf per GPU (``dlperf`` adds models the
+        observations do not name), for planners below the fleet layer."""
+        from agent.fleet import throughput
+
+        return throughput.estimate(self.log, self.settings).with_dlperf(dlperf or {})
+
     def tool_specs(self) -> list[dict[str, Any]]:
         """The specs of the installed tools (found through their entry point), in name order."""
         from agent.fleet.toolkit import load_tools

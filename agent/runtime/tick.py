@@ -128,10 +128,12 @@ def _queue_trend(obs: dict[str, Any], history: list[dict[str, Any]], now: float)
     return None
 
 
-def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]]) -> None:
-    """Per GPU model of ours: jobs/h per GPU (learned, else the prior) and $/job at what we pay; the credit
+def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
+               dlperf: dict[str, float] | None = None) -> None:
+    """Per GPU model of ours: jobs/h per GPU (learned, else the prior: scaled by vast.ai's ``dlperf`` per GPU
+    from the measured models where that is known, recorded as ``dlperf``) and $/job at what we pay; the credit
     runway at the fleet's current burn; the queue's trend."""
-    tp = throughput.from_observations(app.settings, [*history, obs])
+    tp = throughput.from_observations(app.settings, [*history, obs]).with_dlperf(dlperf or {})
     models: dict[str, dict[str, Any]] = {}
     for x in obs["instances"]:
         if not x["ours"]:
@@ -148,6 +150,8 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]]) -> 
         out[gpu] = {"instances": m["instances"], "jobs_per_h": round(r.jobs_per_h, 2),
                     "measured_gpu_h": round(r.measured_gpu_h, 2),
                     "usd_per_job": None if per_job is None else round(per_job, 4)}
+        if dlperf and dlperf.get(gpu):
+            out[gpu]["dlperf"] = dlperf[gpu]
     obs["gpu_models"] = out
     bal, burn = obs.get("balance"), obs["fleet_dph"]
     obs["runway_h"] = round(bal / burn, 1) if isinstance(bal, int | float) and burn > 0 else None
@@ -203,7 +207,9 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
         obs["demand"] = None
         if demand_error is not None:
             obs["errors"].append(f"demand unavailable: {demand_error}")
-    _economics(app, obs, history)
+    _economics(app, obs, history, throughput.dlperf_of(
+        (i.gpu_name, i.num_gpus, i.raw.get("dlperf")) for i in ctx.instances
+        if i.id in owned or ctx.policy.is_our_label(i.label)))
     before = {x["id"]: x["status"] for x in prev_obs.get("instances", [])}
     changes = []
     for x in insts:

@@ -61,7 +61,7 @@ def new_instance(seed: int, iid: int, offer: dict[str, Any], body: dict[str, Any
         "public_ipaddr": f"203.0.113.{ssh_rng.randint(2, 250)}", "ports": {},
         "inet_up": offer["inet_up"], "inet_down": offer["inet_down"], "cpu_ram": offer["cpu_ram"],
         "cpu_cores_effective": offer["cpu_cores_effective"], "cuda_max_good": offer["cuda_max_good"],
-        "driver_version": offer["driver_version"], "uptime_mins": None, "template_id": None,
+        "driver_version": offer["driver_version"], "dlperf": offer.get("dlperf"), "uptime_mins": None, "template_id": None,
         "template_hash_id": None, "template_name": None, "client_run_time": 0.0,
         "_offer_id": offer["id"], "_behaviour": behaviour, "_next": None, "_running_since": None,
         "_cost": 0.0, "_jobs": 0.0, "_traffic_cost": 0.0,

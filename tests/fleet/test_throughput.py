@@ -169,7 +169,8 @@ def test_search_offers_shows_jobs_per_hour_and_dollars_per_job_after_its_columns
         outcome, _ = run_tool_call(tools, ctx, {"id": "c", "name": "search_offers",  # type: ignore[arg-type]
                                                 "arguments": json.dumps(args)}, dry_run=False)
         lines = outcome.output.splitlines()
-        assert lines[0] == "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job | contract", lines[0]
+        assert lines[0] == ("offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job | dlperf | "
+                            "contract"), lines[0]
         assert "assumed (policy.jobs_per_hour)" in lines[-1], lines[-1]
         return [[p.strip() for p in x.split("|")] for x in lines[1:] if x[:1].isdigit()]
 
@@ -178,7 +179,91 @@ def test_search_offers_shows_jobs_per_hour_and_dollars_per_job_after_its_columns
     for r in by_dph:
         jph = {"RTX 4090": 8.0, "RTX 3090": 4.0}.get(r[1].rsplit(" x", 1)[0], 8.0)
         assert float(r[6]) == jph and float(r[7]) == pytest.approx(float(r[2]) / jph, abs=2e-4), r  # $/h is shown to 3 places
+        assert float(r[8]) == pytest.approx(sim.offers[int(r[0])]["dlperf"], abs=0.05), r  # vast.ai's score
     per_job = table({"limit": 25, "order": "per_job"})
     assert [float(r[7]) for r in per_job] == sorted(float(r[7]) for r in per_job)
     assert sorted(r[0] for r in per_job) == sorted(r[0] for r in by_dph)
     assert [r[0] for r in per_job] != [r[0] for r in by_dph]
+
+
+def test_a_model_not_yet_measured_is_priced_by_its_dlperf_from_the_measured_ones():
+    """Jobs/h per dlperf point from the models measured enough (0.25 GPU-h and 6 jobs), times an unmeasured
+    model's dlperf per GPU; a configured prior still wins, a model with no dlperf keeps the flat one, and a
+    model measured too little calibrates nothing."""
+    dl = {"RTX 4090": 62.0, "RTX 3090": 31.0, "H100 SXM": 205.0}
+    tp = throughput.Throughput(8.0, {"L40S": 11.0}, {"RTX 4090": (16.0, 2.0), "RTX 3090": (8.0, 2.0)}, {}, dl)
+    assert tp.per_dlperf() == pytest.approx(24.0 / (2.0 * 62 + 2.0 * 31))
+    assert tp.per_gpu("H100 SXM") == pytest.approx(205 * 24.0 / 186.0)  # ~26.5, not 8
+    assert tp.basis("H100 SXM") == "dlperf" and tp.basis("RTX 4090") == "measured"
+    assert tp.per_gpu("L40S") == 11.0 and tp.basis("L40S") == "configured"
+    assert tp.per_gpu("A100 SXM4") == 8.0 and tp.basis("A100 SXM4") == "assumed"  # no dlperf known
+    assert tp.with_dlperf({"A100 SXM4": 108.0}).per_gpu("A100 SXM4") == pytest.approx(108 * 24.0 / 186.0)
+    thin = throughput.Throughput(8.0, {}, {"RTX 4090": (5.0, 1.0), "RTX 3090": (2.0, 0.2)}, {}, dl)
+    assert thin.per_dlperf() is None and thin.per_gpu("H100 SXM") == 8.0  # 5 jobs, then 0.2 GPU-h: too little
+    assert throughput.dlperf_of([("RTX 4090", 2, 124.0), ("RTX 4090", 1, 60.0), ("RTX 4090", 1, 70.0),
+                                 ("H100 SXM", 1, None), (None, 1, 10.0)]) == {"RTX 4090": 62.0}
+
+
+def test_search_offers_prices_an_unmeasured_model_by_dlperf_once_one_is_measured(make_app, sim, sim_clock):
+    """A busy RTX 4090 of ours for an hour: the observation records its dlperf, and search_offers then shows an
+    H100 (never rented) at its dlperf's worth of jobs/h, near what it really does, not the flat 8, and says so."""
+    import json
+
+    from agent.fleet.pipeline import run_tool_call
+    from agent.fleet.policy import Policy
+    from agent.fleet.toolkit import ToolContext, load_tools
+
+    sim.pending = 2000.0
+    app = make_app(provider="openai", schedule={"max_steps": 1}, fleet={"disk_gb": 10.0},
+                   policy={"min_reliability": 0.9})
+    plant_ours(app, sim, sim.find_offer("RTX 4090")["id"], key="aaaaaaaaaaa1")
+    for _ in range(12):
+        sim_clock.advance(300)
+        sim.tick()
+        run_tick(app)
+    models = events_of(app, "tick.started")[-1].payload["observation"]["gpu_models"]
+    assert models["RTX 4090"]["dlperf"] == pytest.approx(MODEL_BY_NAME["RTX 4090"].dlperf_per_gpu, rel=0.1), models
+    assert app.throughput().per_dlperf() is not None
+    ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None, policy=Policy(app.settings),
+                      tick=99)
+    ctx.refresh()
+    outcome, _ = run_tool_call(load_tools(), ctx, {"id": "c", "name": "search_offers",  # type: ignore[arg-type]
+                                                   "arguments": json.dumps({"gpu_name": "H100 SXM"})}, dry_run=False)
+    rows = [[p.strip() for p in x.split("|")] for x in outcome.output.splitlines()[1:] if x[:1].isdigit()]
+    assert rows, outcome.output
+    real = MODEL_BY_NAME["H100 SXM"].jobs_per_h_per_gpu
+    for r in rows:
+        assert float(r[6]) == pytest.approx(real, rel=0.25), r  # 30 jobs/h really; the flat prior said 8
+    assert "scaled by dlperf from the measured models" in outcome.output and "for H100 SXM" in outcome.output
+
+
+def test_search_offers_compares_single_and_multi_gpu_offers_with_max_gpus(make_app, sim):
+    """max_gpus lists offers of 1 up to that many GPUs, each with what the whole instance delivers; asking for
+    both num_gpus and max_gpus is one clear error."""
+    import json
+
+    from agent.fleet.pipeline import run_tool_call
+    from agent.fleet.policy import Policy
+    from agent.fleet.toolkit import ToolContext, load_tools
+
+    app = make_app(provider="rules", policy={"min_reliability": 0.9}, fleet={"disk_gb": 10.0})
+    ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None, policy=Policy(app.settings),
+                      tick=1)
+    ctx.refresh()
+
+    def call(args: dict[str, Any]) -> Any:
+        outcome, _ = run_tool_call(load_tools(), ctx, {"id": "c", "name": "search_offers",  # type: ignore[arg-type]
+                                                       "arguments": json.dumps(args)}, dry_run=False)
+        return outcome
+
+    out = call({"limit": 25, "max_gpus": 8, "order": "per_job"})
+    rows = [[p.strip() for p in x.split("|")] for x in out.output.splitlines()[1:] if x[:1].isdigit()]
+    counts = {int(r[1].rsplit(" x", 1)[1]) for r in rows}
+    assert 1 in counts and max(counts) > 1, rows
+    for r in rows:
+        n = int(r[1].rsplit(" x", 1)[1])
+        assert float(r[6]) == pytest.approx(8.0 * n) and n == sim.offers[int(r[0])]["num_gpus"], r
+    single = call({"limit": 25})
+    assert all(r.split("|")[1].strip().endswith(" x1") for r in single.output.splitlines()[1:] if r[:1].isdigit())
+    both = call({"num_gpus": 2, "max_gpus": 4})
+    assert not both.ok and "not both" in (both.error or ""), both

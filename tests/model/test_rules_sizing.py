@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from agent import events as ev
 from agent.model import rules
 from agent.runtime.tick import run_tick
@@ -280,3 +282,58 @@ def test_retire_waits_for_the_running_rest_to_cover_the_need():
     assert rules._retire(plan("loading")) == []  # the replacement is not running yet: keep the old one
     [(i, why)] = rules._retire(plan("running"))
     assert i["id"] == 1 and why.startswith("retire: its contract ends in 2.0 h")
+
+
+def test_a_queue_dry_relative_to_the_fleet_keeps_nothing_busy():
+    """A handful of jobs waiting that the live fleet finishes within a tick keeps no instance busy: what is kept
+    is the need alone (arrivals plus the backlog over the horizon). A backlog the fleet cannot finish by the
+    next tick keeps every instance working it off."""
+    tick_h = 300.0 / 3600.0
+    assert rules._keep(need=13.0, rate=10.0, pending=3, capacity=64.0, tick_h=tick_h) == 13.0
+    assert rules._keep(need=13.0, rate=10.0, pending=3, capacity=24.0, tick_h=tick_h) == pytest.approx(10.0 + 36.0)
+    assert rules._keep(need=10.0, rate=10.0, pending=0, capacity=0.0, tick_h=tick_h) == 10.0
+
+
+def test_a_fleet_left_idle_by_a_dry_queue_shrinks_though_jobs_still_wait(make_app, sim, sim_clock):
+    """A fleet rented for a backlog of 300; the backlog is gone but jobs still wait, fewer than the fleet
+    finishes in a tick (arrivals it picks up within minutes): the idle rest goes, as it would with none waiting,
+    rather than being kept as if those jobs had to be done by the next tick."""
+    sim.pending = 300.0
+    app = make_app(provider="rules", policy=ROOMY, fleet=FLEET)
+    _ticks(app, sim, sim_clock, 4)
+    before = _ours(sim)
+    assert len(before) >= 4
+    obs = events_of(app, "tick.started")[-1].payload["observation"]
+    jph = {g: m["jobs_per_h"] for g, m in obs["gpu_models"].items()}
+    capacity = sum(jph[i["gpu_name"]] * i["num_gpus"] for i in obs["instances"] if i["ours"])
+    sim.pending = float(int(0.95 * capacity * TICK / 3600.0))  # what the fleet finishes in 0.95 of a tick
+    assert sim.pending >= 3
+    assert run_tick(app).ok
+    after = _ours(sim)
+    assert len(after) < len(before), [e.payload["text"] for e in events_of(app, "model.response")[-2:]]
+    obs = events_of(app, "tick.started")[-1].payload["observation"]
+    assert obs["demand"]["pending"] >= 1  # jobs still waited when it scaled down
+    last = events_of(app, "tick.started")[-1].tick
+    reasons = [json_args(c)["reason"] for e in events_of(app, "model.response") if e.tick == last
+               for c in e.payload["tool_calls"] if c["name"] == "destroy_instance"]
+    assert reasons and all(r.startswith("scale down: need") for r in reasons), reasons
+
+
+def test_the_search_compares_multi_gpu_offers_and_rents_one_cheapest_per_job(make_app, sim, sim_clock):
+    """A 4-GPU RTX 4090 box priced well under four single 4090s: the rules provider's one search lists single
+    and multi-GPU offers side by side, per job of capacity, and rents the box for a backlog it covers."""
+    box = next(o for o in sorted(sim.offers.values(), key=lambda o: o["id"])
+               if o["num_gpus"] >= 2 and o["gpu_name"] in ROOMY["allowed_gpus"] and o["host_id"] not in sim.bad_hosts
+               and o["reliability"] >= 0.95 and o["disk_space"] >= FLEET["disk_gb"] and not o["rented"])
+    per_gpu = 0.15  # $/h a GPU: under any single-GPU offer's price per job
+    box["dph_base"] = round(per_gpu * box["num_gpus"], 4)
+    box["dph_total"] = round(box["dph_base"] + 0.01, 4)
+    sim.pending = 60.0
+    app = make_app(provider="rules", policy=ROOMY, fleet=FLEET)
+    _ticks(app, sim, sim_clock, 1)
+    searches = [json_args(c) for e in events_of(app, "model.response") for c in e.payload["tool_calls"]
+                if c["name"] == "search_offers"]
+    assert searches and searches[0]["max_gpus"] == rules.MAX_GPUS, searches
+    rented = {i["_offer_id"] for i in sim.instances.values()}
+    assert box["id"] in rented, ([(i["gpu_name"], i["num_gpus"], i["dph_total"]) for i in sim.instances.values()],
+                                 events_of(app, "model.response")[-1].payload["text"])

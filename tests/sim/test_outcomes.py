@@ -70,13 +70,21 @@ def test_unmet_demand_is_expected_where_the_simulator_shows_it_and_raised_within
     assert r.alerts_expected == [] and r.unmet_job_ticks == 0, r
 
 
-def test_a_directive_scenario_counts_the_cron_arms_violations() -> None:
+def test_the_cron_arms_operator_edits_it_to_obey_the_directive_scenarios_order() -> None:
+    """A cron script reads no notes; its operator edits it to leave the host out and rent RTX 4090s only, so
+    both arms play the directive scenarios under the same order: it rents after the note, none of those
+    rents breaks it, and its fleet complies (react)."""
     seen: dict[str, Any] = {}
-    r = outcomes.run_one(outcomes.SCENARIOS["note"], "cron", 20, 7, None, None,
-                         observe=lambda a, b: seen.update(last=b))
-    note_at = seen["last"]["now"] - (20 - outcomes.SCENARIOS["note"].event_tick) * outcomes.TICK_S
-    broke = [i for i in seen["last"]["instances"] if i["rented_at"] >= note_at and i["gpu_name"] != "RTX 4090"]
-    assert broke and r.violations == len(broke)  # a cron script reads no notes
+    sc = outcomes.SCENARIOS["note"]
+    r = outcomes.run_one(sc, "cron", 20, 7, None, None, observe=lambda a, b: seen.update(last=b))
+    note_at = seen["last"]["now"] - (20 - sc.event_tick) * outcomes.TICK_S
+    after = [i for i in seen["last"]["instances"] if i["rented_at"] >= note_at]
+    broke = [i for i in after if i["gpu_name"] != "RTX 4090"]
+    assert after and not broke and r.violations == 0, (after, r)
+    assert r.react_ticks is not None, r
+    # the note's host is where the scenario listed the cheap offers the cron arm rents first
+    host = min((i for i in seen["last"]["instances"] if i["rented_at"] < note_at), key=lambda i: i["dph_total"])["host_id"]
+    assert not any(i["host_id"] == host for i in after), host
 
 
 def _scripted_model(body: dict[str, Any]) -> Step:
