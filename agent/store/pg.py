@@ -266,8 +266,12 @@ def _current_role(raw: psycopg.Connection[Any]) -> str:
 
 def owns_schema(raw: psycopg.Connection[Any]) -> bool:
     """Whether the connected role owns the bindings (may bind a fleet to a role)."""
+    return _owns(raw, "fleet_roles")
+
+
+def _owns(raw: psycopg.Connection[Any], table: str) -> bool:
     row = raw.execute("SELECT pg_has_role(current_user, c.relowner, 'USAGE') FROM pg_class c "
-                      "WHERE c.oid = to_regclass('fleet_roles')").fetchone()
+                      "WHERE c.oid = to_regclass(%s)", [table]).fetchone()
     return bool(row and row[0])
 
 
@@ -319,6 +323,11 @@ def apply_migrations(raw: psycopg.Connection[Any], target: PgTarget) -> list[str
     known = [n for n, _ in migrations()]
     done = _applied(raw)
     applied: list[str] = []
+    pending = [n for n in known if n not in done]
+    if done and pending and not _owns(raw, "_migrations"):
+        raise LogError(f"{target.url}: the schema needs migration {', '.join(pending)}, which only the role that "
+                       f"owns its tables may apply, and {_current_role(raw)} does not; run any command once with "
+                       "the owner's config (fleet-agent --config OWNER_CONFIG log verify), then start this one again")
     for name, sql in migrations():
         if name in done:
             continue

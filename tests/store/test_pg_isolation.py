@@ -436,8 +436,9 @@ def test_an_existing_single_role_database_keeps_working_after_the_upgrade(pg_ser
 def test_upgrade_to_004_takes_the_locking_privileges_and_the_role_writes_through_the_procedures(
         pg_server, pg_url, tmp_path, monkeypatch):
     """A database at migration 003, fleet A run by a role granted as init --grant did then (UPDATE and DELETE
-    on the read models, so LOCK TABLE in every mode). While another session holds the migration key the
-    owner's open gives up, saying so, and changes nothing; then it applies 004: the role keeps SELECT and
+    on the read models, so LOCK TABLE in every mode). The role's own open is refused, naming the migration
+    only the owner may apply; while another session holds the migration key the owner's open gives up,
+    saying so, and changes nothing; then it applies 004: the role keeps SELECT and
     INSERT, may lock no shared table beyond ROW EXCLUSIVE, and its daemon's writes (a pin, its unpinning, a
     memory written twice and deleted) reach the read models through the procedures, which match a rebuild
     from the log; the chain verifies."""
@@ -459,6 +460,10 @@ def test_upgrade_to_004_takes_the_locking_privileges_and_the_role_writes_through
             c.execute("BEGIN")
             c.execute("LOCK TABLE alerts IN ACCESS EXCLUSIVE MODE NOWAIT")  # what 004 takes away
             c.execute("ROLLBACK")
+
+        with pytest.raises(LogError, match=f"needs migration 004_read_model_procedures, which only the role that "
+                                            f"owns its tables may apply, and {role} does not"):
+            EventLog(PgTarget(role_url, "fleet-a", state_dir=tmp_path), create=False)
 
         monkeypatch.setattr(pg, "MIGRATE_LOCK_TIMEOUT_S", 1)
         with psycopg.connect(pg_url, autocommit=True) as holder:
