@@ -440,8 +440,8 @@ def test_upgrade_to_004_takes_the_locking_privileges_and_the_role_writes_through
     only the owner may apply; while another session holds the migration key the owner's open gives up,
     saying so, and changes nothing; then it applies 004: the role keeps SELECT and
     INSERT, may lock no shared table beyond ROW EXCLUSIVE, and its daemon's writes (a pin, its unpinning, a
-    memory written twice and deleted) reach the read models through the procedures, which match a rebuild
-    from the log; the chain verifies."""
+    memory written twice and deleted, a rebuild of every read model) reach the read models through the
+    procedures, which match a rebuild from the log; the chain verifies."""
     _old_schema(pg_url, {"fleet-a": 4})
     with psycopg.connect(pg_url, autocommit=True) as c:  # a fleet-agent of migration 003 upgraded it
         name, text = pg.migrations()[2]
@@ -491,6 +491,9 @@ def test_upgrade_to_004_takes_the_locking_privileges_and_the_role_writes_through
             log.append("memory.deleted", {"key": "gone"}, "model")
             assert log.rebuild_check() == [] and log.verify().ok
             assert log.conn.run("SELECT active FROM directives WHERE id = %s", [pin.seq]).fetchall() == [(0,)]
+            assert log.conn.run("SELECT key, text FROM memory").fetchall() == [("plan", "second")]
+            log.rebuild()  # every read model emptied (fleet_agent_rm_cleared) and replayed, by the role
+            assert log.rebuild_check() == []
             assert log.conn.run("SELECT key, text FROM memory").fetchall() == [("plan", "second")]
     finally:
         with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as su:
