@@ -299,12 +299,22 @@ def test_a_role_bound_to_fleet_a_reads_and_writes_nothing_of_fleet_b(pg_server, 
             if t != "fleets":
                 atk.conn.execute(sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(sql.Identifier(t)))
         atk.conn.execute("INSERT INTO directives (id, text, by, ts) VALUES (99, 'held', 'mallory', 'now')")
+        # and an earlier daemon of fleet B itself, suspended inside an append: its head row locked
+        stale = psycopg.connect(b_url, autocommit=True, application_name="fleet-agent fleet-b old-host 2")
+        stale.execute("SELECT set_config('fleet_agent.agent_id', 'fleet-b', false)")
+        stale.execute("BEGIN")
+        stale.execute("SELECT 1 FROM fleets WHERE agent_id = 'fleet-b' FOR UPDATE")
+        assert not pg_append_lock_free(b_url, "fleet-b")
         lead = PgLeader(b_url, "fleet-b", failover_seconds=30)
         try:
             # taken, and its session still sound: a refused signal would have aborted its transaction
             ok = lead.try_acquire() and holds_lock(lead._conn, "fleet-b")
         finally:
             lead.release()
+        assert pg_append_lock_free(b_url, "fleet-b")  # the stale daemon's session was ended, not the attacker's
+        with pytest.raises(psycopg.OperationalError):
+            stale.execute("SELECT 1")
+        stale.close()
         # lock_timeout on fleet B's session: were it made to wait, the append fails rather than hangs
         waits = b_url + ("&" if "?" in b_url else "?") + "options=-c%20lock_timeout%3D10000"
         with EventLog(PgTarget(waits, "fleet-b", state_dir=tmp_path), create=False) as log:
@@ -316,7 +326,8 @@ def test_a_role_bound_to_fleet_a_reads_and_writes_nothing_of_fleet_b(pg_server, 
                         f"granted; fleet-b's daemon still took its leadership: {ok}, and appended"))
         granted.append(("hold ACCESS SHARE and ROW EXCLUSIVE on every shared table, in a write transaction "
                         "named 'fleet-agent fleet-b evil 1'", "granted; fleet-b's daemon took its leadership, "
-                        "left the session alone (not its role's), and appended and unpinned"))
+                        "ended fleet-b's own stale daemon session, left this one alone (not its role's), and "
+                        "appended and unpinned"))
         assert ok
         atk.conn.execute("ROLLBACK")
     finally:
