@@ -12,12 +12,18 @@ row-level security (FORCE) shows a session the rows of the fleet it names (``SET
 only when its own role is bound to that fleet, so a role that names another fleet sees and writes nothing
 of it. A connection whose role is not bound to its fleet is refused as it opens (the owner binds itself
 to a fleet it creates). A role that bypasses row-level security (a superuser, BYPASSRLS) would see every
-fleet's rows, so it is refused.
+fleet's rows, so it is refused. The role checked is the one the session logged in as (``session_user``).
+
+The tables are shared by every fleet, and PostgreSQL lets a role that may UPDATE or DELETE a table LOCK it
+in any mode, which would make every fleet's writes wait: a fleet's role holds SELECT and INSERT only, and
+the read models' other writes are sent as calls of procedures (``READ_MODEL_CALLS``) that run as the owner
+for the fleet the session names, once they have checked that its role is bound to it.
 
 An append transaction (``begin_append``) locks the fleet's row in ``fleets``, which holds the fleet's head
 (last seq and hash) and is updated in the same transaction: appends from several processes and hosts form
 one linear chain, and no role of another fleet can see the row, let alone lock it. ``MIGRATE_LOCK`` (an
-advisory key) is held while migrating; the daemon's leadership of a fleet is agent/store/pglock.py's
+advisory key) is held while migrating, waited for at most ``MIGRATE_LOCK_TIMEOUT_S`` like any lock a
+migration takes; the daemon's leadership of a fleet is agent/store/pglock.py's
 table lock.
 """
 
