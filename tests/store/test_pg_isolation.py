@@ -363,6 +363,32 @@ def test_init_grant_run_by_a_role_that_does_not_own_the_schema_fails_and_grants_
             su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(newcomer)))
 
 
+def test_init_grant_fails_and_grants_nothing_when_the_role_could_still_lock_a_shared_table(
+        pg_server, pg_url, sim_server, tmp_path, capsys):
+    """UPDATE on a read model granted to PUBLIC (by hand): the new role would hold it through PUBLIC, and so
+    could lock that table for every fleet; init --grant exits non-zero naming it, and binds and grants nothing."""
+    newcomer = f"newcomer_{uuid.uuid4().hex[:10]}"
+    dbname = urlsplit(pg_url).path.strip("/")
+    owner = write_config(tmp_path / "owner-c", pg_url, sim_server.url, agent_id="fleet-c")
+    (tmp_path / "owner-c" / "data").mkdir()
+    assert cli.main(["--config", str(owner), "init"]) == 0, capsys.readouterr().err
+    pg_server.psql(f'CREATE ROLE "{newcomer}" LOGIN')
+    pg_server.psql("GRANT UPDATE ON alerts TO PUBLIC", dbname)
+    try:
+        code = cli.main(["--config", str(owner), "init", "--grant", newcomer])
+        err = capsys.readouterr().err
+        assert code != 0
+        assert "still holds UPDATE on alerts (through PUBLIC" in err and "nothing was granted" in err, err
+        with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as su:
+            assert su.execute("SELECT count(*) FROM fleet_roles WHERE rolname = %s", [newcomer]).fetchone() == (0,)
+            assert su.execute("SELECT has_table_privilege(%s, 'events', 'INSERT')", [newcomer]).fetchone() == (False,)
+    finally:
+        pg_server.psql("REVOKE UPDATE ON alerts FROM PUBLIC", dbname)
+        with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as su:
+            su.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(newcomer)))
+            su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(newcomer)))
+
+
 def old_grants(role: str) -> list[str]:
     """The GRANTs ``init --grant`` made before migration 004: UPDATE and DELETE on the read models too."""
     ident = sql.Identifier(role).as_string(None)
