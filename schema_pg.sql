@@ -297,3 +297,98 @@ BEGIN
         WHERE fleets.agent_id = h.agent_id;
     ALTER TABLE events FORCE ROW LEVEL SECURITY;
 END $$;
+
+-- migration: 004_read_model_procedures
+-- A fleet's role may no longer UPDATE or DELETE the shared read-model tables: whoever may is also allowed
+-- LOCK TABLE in any mode, which would make every fleet's writes to that table wait. Its read-model writes
+-- other than a plain INSERT go through the procedures below (fleet_agent_rm_*), which run as the owner
+-- (SECURITY DEFINER) and refuse a session whose login role is not bound to the fleet it names
+-- (fleet_agent_caller). A bound role keeps SELECT and INSERT, which let it lock a table in ACCESS SHARE
+-- and ROW EXCLUSIVE modes only: those wait for no other fleet's reads and writes.
+--
+-- The policies now key on session_user, the role the session logged in as, which SET ROLE does not
+-- change and which stays the caller's inside a procedure: a procedure sees the caller's fleet only.
+CREATE FUNCTION fleet_agent_caller() RETURNS TEXT LANGUAGE plpgsql STABLE SET search_path = public, pg_temp AS $$
+DECLARE fleet TEXT := current_setting('fleet_agent.agent_id', true);
+BEGIN
+    IF fleet IS NULL OR NOT EXISTS (SELECT 1 FROM fleet_roles WHERE agent_id = fleet AND rolname = session_user) THEN
+        RAISE EXCEPTION 'the role % is not bound to fleet %', session_user, coalesce(quote_literal(fleet), '(none named)')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN fleet;
+END $$;
+REVOKE ALL ON FUNCTION fleet_agent_caller() FROM PUBLIC;
+
+DO $$
+DECLARE
+    head TEXT := 'LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $b$ '
+                 'DECLARE f TEXT := fleet_agent_caller(); BEGIN ';
+    procs TEXT[][] := ARRAY[
+        ['alert_repeated(n BIGINT, s BIGINT, t TEXT, a BIGINT)',
+         'UPDATE alerts SET count = n, last_seq = s, last_ts = t WHERE agent_id = f AND id = a'],
+        ['alert_acked(b TEXT, note TEXT, s BIGINT, a BIGINT)',
+         'UPDATE alerts SET status = ''acked'', acked_by = b, ack_note = note, closed_seq = s WHERE agent_id = f AND id = a'],
+        ['alert_resolved(s BIGINT, a BIGINT)',
+         'UPDATE alerts SET status = ''resolved'', closed_seq = s WHERE agent_id = f AND id = a AND status IN (''open'', ''acked'')'],
+        ['alert_retitled(t TEXT, a BIGINT)', 'UPDATE alerts SET title = t WHERE agent_id = f AND id = a'],
+        ['alert_severity(v TEXT, a BIGINT)', 'UPDATE alerts SET severity = v WHERE agent_id = f AND id = a'],
+        ['alert_notified(t TEXT, why TEXT, a BIGINT)',
+         'UPDATE alerts SET notified_ts = t, notified_reason = why WHERE agent_id = f AND id = a'],
+        ['silence_lifted(s BIGINT, i BIGINT)',
+         'UPDATE silences SET lifted_seq = s WHERE agent_id = f AND id = i AND lifted_seq IS NULL'],
+        ['memory_written(k TEXT, v TEXT, s BIGINT, t TEXT)',
+         'INSERT INTO memory (agent_id, key, text, seq, ts) VALUES (f, k, v, s, t) ON CONFLICT (agent_id, key) '
+         'DO UPDATE SET text = excluded.text, seq = excluded.seq, ts = excluded.ts'],
+        ['memory_deleted(k TEXT)', 'DELETE FROM memory WHERE agent_id = f AND key = k'],
+        ['directive_unpinned(s BIGINT, i BIGINT)',
+         'UPDATE directives SET active = 0, unpinned_seq = s WHERE agent_id = f AND id = i AND active = 1'],
+        ['intent_result(s BIGINT, okay INTEGER, c TEXT)',
+         'UPDATE intents SET result_seq = s, ok = okay WHERE agent_id = f AND call_id = c AND result_seq IS NULL'],
+        ['intent_adopted(k TEXT)',
+         'UPDATE intents SET ok = 1 WHERE agent_id = f AND tool = ''rent_instance'' AND idem_key = k '
+         'AND result_seq IS NOT NULL AND ok IS NULL'],
+        ['intent_settled(okay INTEGER, c TEXT)',
+         'UPDATE intents SET ok = okay WHERE agent_id = f AND call_id = c AND ok IS NULL'],
+        ['instance_destroyed(s BIGINT, i BIGINT)',
+         'UPDATE instances SET status = ''destroyed'', destroyed_seq = s WHERE agent_id = f AND instance_id = i '
+         'AND status = ''active'''],
+        ['state_seen(w TEXT, s BIGINT, i BIGINT)',
+         'UPDATE instance_states SET intended = w, seen_seq = s WHERE agent_id = f AND instance_id = i'],
+        ['state_changed(i BIGINT, st TEXT, w TEXT, since DOUBLE PRECISION, s BIGINT)',
+         'INSERT INTO instance_states (agent_id, instance_id, status, intended, since, seen_seq) '
+         'VALUES (f, i, st, w, since, s) ON CONFLICT (agent_id, instance_id) DO UPDATE SET status = excluded.status, '
+         'intended = excluded.intended, since = excluded.since, seen_seq = excluded.seen_seq'],
+        ['states_unseen(s BIGINT)', 'DELETE FROM instance_states WHERE agent_id = f AND seen_seq <> s'],
+        ['run_extended(s BIGINT, t TEXT, i BIGINT, first BIGINT)',
+         'UPDATE observed_runs SET last_seq = s, last_ts = t WHERE agent_id = f AND instance_id = i AND first_seq = first'],
+        ['cleared(t TEXT)',
+         'IF NOT t = ANY (ARRAY[''alerts'', ''memory'', ''directives'', ''instances'', ''intents'', ''knowledge'', '
+         '''silences'', ''instance_states'', ''observed_runs'']) THEN RAISE EXCEPTION ''% is not a read model'', t; '
+         'END IF; EXECUTE format(''DELETE FROM %I WHERE agent_id = $1'', t) USING f']
+    ];
+    p TEXT[];
+    t TEXT;
+    bound TEXT := '(SELECT r.agent_id FROM fleet_roles r WHERE r.agent_id = '
+                  'current_setting(''fleet_agent.agent_id'', true) AND r.rolname = session_user)';
+    g TEXT;
+BEGIN
+    FOREACH p SLICE 1 IN ARRAY procs LOOP
+        EXECUTE format('CREATE PROCEDURE fleet_agent_rm_%s %s%s; END $b$', p[1], head, p[2]);
+        EXECUTE format('REVOKE ALL ON PROCEDURE fleet_agent_rm_%s FROM PUBLIC', split_part(p[1], '(', 1));
+    END LOOP;
+    FOREACH t IN ARRAY ARRAY['events', 'events_fts', 'alerts', 'memory', 'directives', 'instances', 'intents',
+                             'knowledge', 'silences', 'instance_states', 'observed_runs', 'fleets'] LOOP
+        EXECUTE format('DROP POLICY fleet ON %I', t);
+        EXECUTE format('CREATE POLICY fleet ON %I USING (agent_id = %s) WITH CHECK (agent_id = %s)', t, bound, bound);
+    END LOOP;
+    -- The roles already bound: the procedures in place of UPDATE and DELETE on the read models.
+    FOR g IN SELECT DISTINCT r.rolname FROM fleet_roles r JOIN pg_roles o ON o.rolname = r.rolname
+             WHERE NOT pg_has_role(r.rolname, (SELECT relowner FROM pg_class WHERE oid = 'fleet_roles'::regclass), 'USAGE')
+    LOOP
+        FOREACH p SLICE 1 IN ARRAY procs LOOP
+            EXECUTE format('GRANT EXECUTE ON PROCEDURE fleet_agent_rm_%s TO %I', split_part(p[1], '(', 1), g);
+        END LOOP;
+        EXECUTE format('REVOKE UPDATE, DELETE, TRUNCATE ON alerts, memory, directives, instances, intents, knowledge, '
+                       'silences, instance_states, observed_runs FROM %I', g);
+    END LOOP;
+END $$;

@@ -218,7 +218,12 @@ def _pg_privileges(lg: Any) -> Check:
         return Check("privileges", True, f"the role may {', '.join(extra)} events (owner?); the triggers refuse "
                      "it, but a role that may only read and append cannot even try: run the fleet as a role "
                      "given 'init --grant ROLE'")
-    return Check("privileges", True, "read and append only on events; read models writable")
+    locking = sorted(t for t in pg.READ_MODEL_TABLES if privs[t] & set(pg.LOCKING))
+    if locking:
+        return Check("privileges", False, f"the role may UPDATE or DELETE {', '.join(locking[:3])}, shared by every "
+                     "fleet in the database, so it may also lock them and make every fleet's writes wait",
+                     "as the schema's owner: fleet-agent --config FILE init --grant ROLE (it takes them away)")
+    return Check("privileges", True, "read and append only on events; read models through their procedures")
 
 
 def _pg_chain(lg: Any) -> Check:

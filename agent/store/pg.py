@@ -12,12 +12,18 @@ row-level security (FORCE) shows a session the rows of the fleet it names (``SET
 only when its own role is bound to that fleet, so a role that names another fleet sees and writes nothing
 of it. A connection whose role is not bound to its fleet is refused as it opens (the owner binds itself
 to a fleet it creates). A role that bypasses row-level security (a superuser, BYPASSRLS) would see every
-fleet's rows, so it is refused.
+fleet's rows, so it is refused. The role checked is the one the session logged in as (``session_user``).
+
+The tables are shared by every fleet, and PostgreSQL lets a role that may UPDATE or DELETE a table LOCK it
+in any mode, which would make every fleet's writes wait: a fleet's role holds SELECT and INSERT only, and
+the read models' other writes are sent as calls of procedures (``READ_MODEL_CALLS``) that run as the owner
+for the fleet the session names, once they have checked that its role is bound to it.
 
 An append transaction (``begin_append``) locks the fleet's row in ``fleets``, which holds the fleet's head
 (last seq and hash) and is updated in the same transaction: appends from several processes and hosts form
 one linear chain, and no role of another fleet can see the row, let alone lock it. ``MIGRATE_LOCK`` (an
-advisory key) is held while migrating; the daemon's leadership of a fleet is agent/store/pglock.py's
+advisory key) is held while migrating, waited for at most ``MIGRATE_LOCK_TIMEOUT_S`` like any lock a
+migration takes; the daemon's leadership of a fleet is agent/store/pglock.py's
 table lock.
 """
 
@@ -37,6 +43,7 @@ from agent.errors import LogError
 from agent.secrets import scrub
 
 MIGRATE_LOCK = 0x66610000
+MIGRATE_LOCK_TIMEOUT_S = 5
 MIN_SERVER = 120000  # generated columns, FORCE row-level security, websearch text search
 CONNECT_TIMEOUT_S = 10
 SETTING = "fleet_agent.agent_id"
@@ -48,7 +55,68 @@ FLEET_TABLES = ("events", "events_fts", "alerts", "memory", "directives", "insta
 # row (``fleets``) and the leadership table are granted by the binding itself (fleet_agent_bind).
 GRANTS = {"events": "SELECT, INSERT", "events_fts": "SELECT, INSERT", "_migrations": "SELECT"}
 HEAD_FOR_APPEND = "SELECT head_seq, head_hash FROM fleets WHERE agent_id = %s FOR UPDATE"
-READ_MODEL_GRANT = "SELECT, INSERT, UPDATE, DELETE"
+# SELECT and INSERT only: a role that may UPDATE or DELETE a table may also LOCK it in any mode, and every
+# fleet's writes to that shared table would wait for it. The read models' other writes are procedures.
+READ_MODEL_GRANT = "SELECT, INSERT"
+READ_MODEL_TABLES = ("alerts", "memory", "directives", "instances", "intents", "knowledge", "silences",
+                     "instance_states", "observed_runs")
+
+# The read models' writes other than a plain INSERT (agent/store/readmodels.py, as written for PostgreSQL),
+# each sent as the call of the procedure that makes it (schema_pg.sql 004_read_model_procedures): the
+# procedure runs as the schema's owner for the fleet the session names, once it has checked that the
+# session's role is bound to that fleet. The parameters are the statement's, in its order.
+READ_MODEL_CALLS = {
+    "UPDATE alerts SET count = %s, last_seq = %s, last_ts = %s WHERE id = %s":
+        "CALL fleet_agent_rm_alert_repeated(%s, %s, %s, %s)",
+    "UPDATE alerts SET status = 'acked', acked_by = %s, ack_note = %s, closed_seq = %s WHERE id = %s":
+        "CALL fleet_agent_rm_alert_acked(%s, %s, %s, %s)",
+    "UPDATE alerts SET status = 'resolved', closed_seq = %s WHERE id = %s AND status IN ('open', 'acked')":
+        "CALL fleet_agent_rm_alert_resolved(%s, %s)",
+    "UPDATE alerts SET title = %s WHERE id = %s": "CALL fleet_agent_rm_alert_retitled(%s, %s)",
+    "UPDATE alerts SET severity = %s WHERE id = %s": "CALL fleet_agent_rm_alert_severity(%s, %s)",
+    "UPDATE alerts SET notified_ts = %s, notified_reason = %s WHERE id = %s":
+        "CALL fleet_agent_rm_alert_notified(%s, %s, %s)",
+    "UPDATE silences SET lifted_seq = %s WHERE id = %s AND lifted_seq IS NULL":
+        "CALL fleet_agent_rm_silence_lifted(%s, %s)",
+    "INSERT INTO memory (key, text, seq, ts) VALUES (%s,%s,%s,%s) ON CONFLICT(agent_id, key) DO UPDATE SET"
+    " text = excluded.text, seq = excluded.seq, ts = excluded.ts": "CALL fleet_agent_rm_memory_written(%s, %s, %s, %s)",
+    "DELETE FROM memory WHERE key = %s": "CALL fleet_agent_rm_memory_deleted(%s)",
+    "UPDATE directives SET active = 0, unpinned_seq = %s WHERE id = %s AND active = 1":
+        "CALL fleet_agent_rm_directive_unpinned(%s, %s)",
+    "UPDATE intents SET result_seq = %s, ok = %s WHERE call_id = %s AND result_seq IS NULL":
+        "CALL fleet_agent_rm_intent_result(%s, %s, %s)",
+    "UPDATE intents SET ok = 1 WHERE tool = 'rent_instance' AND idem_key = %s AND result_seq IS NOT NULL"
+    " AND ok IS NULL": "CALL fleet_agent_rm_intent_adopted(%s)",
+    "UPDATE intents SET ok = %s WHERE call_id = %s AND ok IS NULL": "CALL fleet_agent_rm_intent_settled(%s, %s)",
+    "UPDATE instances SET status = 'destroyed', destroyed_seq = %s WHERE instance_id = %s AND status = 'active'":
+        "CALL fleet_agent_rm_instance_destroyed(%s, %s)",
+    "UPDATE instance_states SET intended = %s, seen_seq = %s WHERE instance_id = %s":
+        "CALL fleet_agent_rm_state_seen(%s, %s, %s)",
+    "INSERT INTO instance_states (instance_id, status, intended, since, seen_seq) VALUES (%s,%s,%s,%s,%s)"
+    " ON CONFLICT(agent_id, instance_id) DO UPDATE SET status = excluded.status, intended = excluded.intended,"
+    " since = excluded.since, seen_seq = excluded.seen_seq": "CALL fleet_agent_rm_state_changed(%s, %s, %s, %s, %s)",
+    "DELETE FROM instance_states WHERE seen_seq <> %s": "CALL fleet_agent_rm_states_unseen(%s)",
+    "UPDATE observed_runs SET last_seq = %s, last_ts = %s WHERE instance_id = %s AND first_seq = %s":
+        "CALL fleet_agent_rm_run_extended(%s, %s, %s, %s)",
+    # readmodels.clear, before a rebuild
+    **{f"DELETE FROM {t}": f"CALL fleet_agent_rm_cleared('{t}')" for t in READ_MODEL_TABLES},
+}
+READ_MODEL_PROCEDURES = sorted({c.split("(", 1)[0].removeprefix("CALL ") for c in READ_MODEL_CALLS.values()})
+
+
+def _as_sent(sql: str) -> str:
+    """``sql`` as the server gets it: a read model's write other than an INSERT as its procedure's call. One
+    with no procedure is refused here, for every role: a bound role may not run it (nor should the owner)."""
+    call = READ_MODEL_CALLS.get(sql)
+    if call is not None:
+        return call
+    words = [*sql.split(None, 3), "", "", ""]
+    if ((words[0] == "UPDATE" and words[1] in READ_MODEL_TABLES)
+            or (words[0] == "DELETE" and words[2] in READ_MODEL_TABLES)
+            or (words[0] == "INSERT" and " DO UPDATE " in sql)):
+        raise LogError(f"no procedure writes this read-model statement on PostgreSQL: {sql[:200]}; add it to "
+                       "schema_pg.sql and to agent/store/pg.py READ_MODEL_CALLS")
+    return sql
 
 Error = psycopg.Error
 
@@ -81,7 +149,9 @@ class PgConnection:
         self.trace: list[tuple[str, list[Any]]] | None = None  # agent/store/plans.py records statements here
 
     def run(self, sql: str, params: Any = ()) -> psycopg.Cursor[Any]:
-        """SQL written for PostgreSQL (``%s`` placeholders), as it is."""
+        """SQL written for PostgreSQL (``%s`` placeholders), as it is (a read model's write other than an
+        INSERT as the call of its procedure, ``READ_MODEL_CALLS``)."""
+        sql = _as_sent(sql)
         if self.trace is not None:
             self.trace.append((sql, list(params)))
         return self.raw.execute(sql, list(params))
@@ -89,6 +159,7 @@ class PgConnection:
     def run_many(self, sql: str, rows: Iterable[Any]) -> psycopg.Cursor[Any]:
         """One statement for many rows (inside a transaction's pipeline, sent without a wait per row)."""
         rows = [list(r) for r in rows]
+        sql = _as_sent(sql)
         if self.trace is not None and rows:
             self.trace.append((sql, rows[0]))
         cur = self.raw.cursor()
@@ -201,8 +272,12 @@ def _current_role(raw: psycopg.Connection[Any]) -> str:
 
 def owns_schema(raw: psycopg.Connection[Any]) -> bool:
     """Whether the connected role owns the bindings (may bind a fleet to a role)."""
+    return _owns(raw, "fleet_roles")
+
+
+def _owns(raw: psycopg.Connection[Any], table: str) -> bool:
     row = raw.execute("SELECT pg_has_role(current_user, c.relowner, 'USAGE') FROM pg_class c "
-                      "WHERE c.oid = to_regclass('fleet_roles')").fetchone()
+                      "WHERE c.oid = to_regclass(%s)", [table]).fetchone()
     return bool(row and row[0])
 
 
@@ -254,11 +329,19 @@ def apply_migrations(raw: psycopg.Connection[Any], target: PgTarget) -> list[str
     known = [n for n, _ in migrations()]
     done = _applied(raw)
     applied: list[str] = []
+    pending = [n for n in known if n not in done]
+    if done and pending and not _owns(raw, "_migrations"):
+        raise LogError(f"{target.url}: the schema needs migration {', '.join(pending)}, which only the role that "
+                       f"owns its tables may apply, and {_current_role(raw)} does not; run any command once with "
+                       "the owner's config (fleet-agent --config OWNER_CONFIG log verify), then start this one again")
     for name, sql in migrations():
         if name in done:
             continue
         raw.execute("BEGIN")
         try:
+            # A migration waits at most this long for a lock (the migration key, a table another session
+            # reads): a session that holds one keeps the schema as it is, and this one says so.
+            raw.execute(f"SET LOCAL lock_timeout = '{MIGRATE_LOCK_TIMEOUT_S}s'")
             raw.execute("SELECT pg_advisory_xact_lock(%s, 0)", [MIGRATE_LOCK])
             if name not in _applied(raw):  # another process may have just applied it
                 raw.execute(sql)
@@ -267,6 +350,11 @@ def apply_migrations(raw: psycopg.Connection[Any], target: PgTarget) -> list[str
                             [name])
                 applied.append(name)
             raw.execute("COMMIT")
+        except psycopg.errors.LockNotAvailable:
+            raw.execute("ROLLBACK")
+            raise LogError(f"{target.url}: migration {name} waited {MIGRATE_LOCK_TIMEOUT_S} s for a lock another "
+                           "session holds (a table it reads, or the migration key); nothing was changed. Run it "
+                           "again, or find the session in pg_locks and pg_stat_activity") from None
         except BaseException:
             if raw.info.transaction_status != pq.TransactionStatus.IDLE:
                 raw.execute("ROLLBACK")
@@ -303,7 +391,27 @@ def grant_statements(role: str) -> list[str]:
     out = [f"GRANT USAGE ON SCHEMA public TO {ident};"]
     for t in ("_migrations", *FLEET_TABLES):
         out.append(f"GRANT {GRANTS.get(t, READ_MODEL_GRANT)} ON {t} TO {ident};")
+    out += [f"GRANT EXECUTE ON PROCEDURE {p} TO {ident};" for p in READ_MODEL_PROCEDURES]
     return out
+
+
+# What lets a role LOCK a table in a mode above ROW EXCLUSIVE (PostgreSQL's LOCK TABLE checks these): no
+# role running a fleet holds any of them on a table the fleets share.
+LOCKING = ("UPDATE", "DELETE", "TRUNCATE")
+
+
+def unlock_statements(role: str) -> list[str]:
+    """The REVOKEs that leave ``role`` no privilege to lock a shared table beyond ROW EXCLUSIVE (grants made
+    by an older init --grant, or by hand)."""
+    ident = '"' + role.replace('"', '""') + '"'
+    return [f"REVOKE {', '.join(LOCKING)} ON {', '.join(FLEET_TABLES)} FROM {ident};"]
+
+
+def locking_privileges(raw: psycopg.Connection[Any], role: str) -> list[str]:
+    """``table privilege`` for each privilege ``role`` holds, itself, through PUBLIC or a role it belongs
+    to, that would let it LOCK a shared table in a mode that makes other fleets' writes wait."""
+    return [f"{priv} on {t}" for t in ("_migrations", *FLEET_TABLES, "fleets") for priv in LOCKING
+            if raw.execute("SELECT has_table_privilege(%s, %s, %s)", [role, t, priv]).fetchone() == (True,)]
 
 
 @contextlib.contextmanager
@@ -336,7 +444,11 @@ def apply_grants(log: Any, role: str) -> list[str]:
         raise LogError(f"init --grant {role}: the role {_current_role(raw)} does not own the fleet-agent schema, so "
                        "it can neither bind a fleet nor grant on its tables; nothing was granted. Run it with the "
                        "config of the role that owns the tables (the one that ran init)")
-    stmts = grant_statements(role)
+    if _owner_role(raw, role):
+        raise LogError(f"init --grant {role}: the role {role} owns the fleet-agent schema, so it may lock every "
+                       "fleet's tables; nothing was granted. Create a role for this fleet (CREATE ROLE ... LOGIN) "
+                       "and grant that one")
+    stmts = [*grant_statements(role), *unlock_statements(role)]
     with _all_or_nothing(raw, f"init --grant {role}", "nothing was granted"):
         for s in stmts:
             raw.execute(s)
@@ -345,13 +457,26 @@ def apply_grants(log: Any, role: str) -> list[str]:
         if missing:
             raise LogError(f"init --grant {role}: the server did not grant {', '.join(missing)}; nothing was "
                            "granted. Run it as the role that owns the tables (the one that ran init)")
+        locking = locking_privileges(raw, role)
+        if locking:
+            raise LogError(f"init --grant {role}: the role still holds {', '.join(locking)} (through PUBLIC or a "
+                           "role it belongs to), which would let it lock that table for every fleet; nothing was "
+                           "granted. REVOKE those privileges from PUBLIC or the role it belongs to, then run it again")
     return [*stmts, f"-- bound fleet {agent_id!r} to the role {role}"]
+
+
+def _owner_role(raw: psycopg.Connection[Any], role: str) -> bool:
+    """Whether ``role`` owns the schema's tables (or belongs to the role that does)."""
+    row = raw.execute("SELECT pg_has_role(%s, c.relowner, 'USAGE') FROM pg_class c "
+                      "WHERE c.oid = to_regclass('fleet_roles')", [role]).fetchone()
+    return bool(row and row[0])
 
 
 def revoke_statements(role: str) -> list[str]:
     """The REVOKEs that undo ``grant_statements`` and what the bindings granted on the head rows."""
     ident = '"' + role.replace('"', '""') + '"'
     out = [f"REVOKE {GRANTS.get(t, READ_MODEL_GRANT)} ON {t} FROM {ident};" for t in ("_migrations", *FLEET_TABLES)]
+    out += [f"REVOKE EXECUTE ON PROCEDURE {p} FROM {ident};" for p in READ_MODEL_PROCEDURES]
     return [*out, f"REVOKE SELECT, UPDATE ON fleets FROM {ident};", f"REVOKE USAGE ON SCHEMA public FROM {ident};"]
 
 
@@ -428,6 +553,11 @@ def _missing_grants(raw: psycopg.Connection[Any], role: str) -> list[str]:
             row = raw.execute("SELECT has_table_privilege(%s, %s, %s)", [role, t, priv]).fetchone()
             if not (row and row[0]):
                 out.append(f"{priv} on {t}")
+    for name in READ_MODEL_PROCEDURES:
+        row = raw.execute("SELECT has_function_privilege(%s, p.oid, 'EXECUTE') FROM pg_proc p WHERE p.proname = %s",
+                          [role, name]).fetchone()
+        if not (row and row[0]):
+            out.append(f"EXECUTE on {name}")
     return out
 
 

@@ -170,12 +170,18 @@ def end_fenced_appends(conn: psycopg.Connection[Any], agent_id: str, own: str) -
     suspended there (SIGSTOP, a frozen VM) would keep the head row locked, and block its successor, for as
     long as it stays suspended. That daemon has lost the fleet (this one holds the leadership lock), so
     its open transaction can only end in a rollback: the server rolls it back now. Only daemon sessions
-    (named ``fleet-agent <agent_id> <host> <pid>``, not ``own``) are ended; an operator's command is not."""
+    (named ``fleet-agent <agent_id> <host> <pid>``, not ``own``) are ended; an operator's command is not.
+
+    A name is anyone's to take, so only sessions of a role bound to the fleet (only those may lock its head
+    row) that this session's role may signal are ended: a session of another fleet's role named like one of
+    this fleet's daemons is left alone, and cannot make the takeover fail on a signal it may not send."""
     rows = conn.execute(
         "SELECT a.pid, a.application_name, a.client_addr::text, a.backend_start::text, a.state_change::text "
         "FROM pg_stat_activity a WHERE a.datname = current_database() AND a.backend_xid IS NOT NULL "
-        "AND starts_with(a.application_name, %s) AND a.application_name <> %s AND a.pid <> pg_backend_pid()",
-        (f"fleet-agent {agent_id} ", own[:63])).fetchall()
+        "AND starts_with(a.application_name, %s) AND a.application_name <> %s AND a.pid <> pg_backend_pid() "
+        "AND pg_has_role(a.usesysid, 'MEMBER') "
+        "AND EXISTS (SELECT 1 FROM fleet_roles r WHERE r.agent_id = %s AND r.rolname = a.usename)",
+        (f"fleet-agent {agent_id} ", own[:63], agent_id)).fetchall()
     for r in rows:
         conn.execute("SELECT pg_terminate_backend(%s)", (int(r[0]),))
     return [LockHolder(int(r[0]), r[1] or "", r[2], r[3], r[4]) for r in rows]

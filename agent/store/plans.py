@@ -102,7 +102,7 @@ def problems(log: EventLog, statements: Iterable[str], max_vm_steps: int) -> lis
 # ------------------------------------------------------------------ PostgreSQL
 
 _PG_TABLES = ("events", "events_fts")
-_PG_SKIP = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "SET", "SHOW")
+_PG_SKIP = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "SET", "SHOW", "CALL")
 
 
 @contextmanager

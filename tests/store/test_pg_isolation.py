@@ -8,9 +8,11 @@ lock, call the schema's functions, write its own binding. Every attempt is recor
 (``-s`` prints the table); each must read 0 rows of B and change none, and fleet B's log must be exactly as it
 was, chain and read models.
 
-One thing the server still allows: a role that may DELETE from a shared read-model table (the projection
-deletes rows) may also ``LOCK TABLE`` it, which makes every fleet's writes to that table wait until it lets
-go. That is a denial of service, not a read or a write; it is recorded in the table as granted.
+A role that may UPDATE or DELETE a table may also ``LOCK TABLE`` it in any mode, which would make every
+fleet's writes to it wait: the roles hold SELECT and INSERT only (their read models' other writes are
+procedures, schema_pg.sql 004), so of the eight lock modes only ACCESS SHARE and ROW EXCLUSIVE are granted,
+and fleet B appends, read models and all, while fleet A's role holds both on every shared table. What the
+server grants is recorded in the table as granted, with what it left fleet B.
 
 The statements below are the attacker's: they are what the test is about, so they are written here.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -35,12 +38,14 @@ from agent.errors import LogError
 from agent.runtime.leader import PgLeader
 from agent.store import pg
 from agent.store.log import EventLog
-from agent.store.pglock import lead_table
+from agent.store.pglock import holds_lock, lead_table
 from tests.pgserver import PgServer
 from tests.store.test_pg_store import write_config
 from tests.tamper import pg_append_lock_free
 
 TABLES = (*pg.FLEET_TABLES, "fleets")
+LOCK_MODES = ("ACCESS SHARE", "ROW SHARE", "ROW EXCLUSIVE", "SHARE UPDATE EXCLUSIVE", "SHARE", "SHARE ROW EXCLUSIVE",
+              "EXCLUSIVE", "ACCESS EXCLUSIVE")
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -201,14 +206,22 @@ def test_a_role_bound_to_fleet_a_reads_and_writes_nothing_of_fleet_b(pg_server, 
                 atk.attempt(setting + f"DELETE {t} rows of fleet-b", sql.SQL(
                     "DELETE FROM {} WHERE agent_id = 'fleet-b'").format(ident))
                 atk.attempt(setting + f"TRUNCATE {t}", sql.SQL("TRUNCATE {}").format(ident))
-                answer = atk.attempt(setting + f"LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE",
-                                     sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE NOWAIT").format(ident))
-                if t not in ("events", "events_fts", "fleets"):
-                    # A read model's role may DELETE (the projection does), and PostgreSQL lets whoever may
-                    # DELETE lock the whole table: every fleet's writes to it would wait. No row is read or
-                    # changed; the shared tables make it possible (see the module's docstring).
-                    assert answer == "LOCK TABLE"
-                    granted.append(atk.table.pop())
+                for mode in LOCK_MODES:
+                    answer = atk.attempt(setting + f"LOCK TABLE {t} IN {mode} MODE",
+                                         sql.SQL("LOCK TABLE {} IN " + mode + " MODE NOWAIT").format(ident))
+                    if answer == "LOCK TABLE":  # SELECT and INSERT allow these two: tried below against B
+                        assert mode in ("ACCESS SHARE", "ROW EXCLUSIVE"), (t, mode)
+                        granted.append(atk.table.pop())
+            for proc, nargs in atk.conn.execute(
+                    "SELECT proname, pronargs FROM pg_proc WHERE proname LIKE 'fleet\\_agent\\_rm\\_%' "
+                    "ORDER BY proname").fetchall():
+                answer = atk.attempt(setting + f"CALL {proc} (a read model's write)",
+                                     f"CALL {proc}({', '.join(['NULL'] * int(nargs))})")
+                if names == "fleet-a" and not answer.startswith("ERROR: "):
+                    granted.append(atk.table.pop())  # its own fleet's rows: B's are compared below
+            atk.attempt(setting + "CALL fleet_agent_rm_cleared on the bindings",
+                        "CALL fleet_agent_rm_cleared('fleet_roles')")
+            atk.attempt(setting + "fleet_agent_caller() directly", "SELECT fleet_agent_caller()")
             atk.attempt(setting + "lock fleet-b's head row (its append lock), transaction kept open",
                         "SELECT * FROM fleets WHERE agent_id = 'fleet-b' FOR UPDATE", keep_open=True)
             assert pg_append_lock_free(b_url, "fleet-b")  # fleet B's appends do not wait for it
@@ -226,6 +239,8 @@ def test_a_role_bound_to_fleet_a_reads_and_writes_nothing_of_fleet_b(pg_server, 
             atk.attempt(setting + "SELECT fleet_roles of fleet-b", "SELECT * FROM fleet_roles WHERE agent_id = 'fleet-b'")
             atk.attempt(setting + "SET ROLE to fleet-b's role",
                         sql.SQL("SET ROLE {}").format(sql.Identifier(two_fleets["fleet-b"])))
+            atk.attempt(setting + "SET SESSION AUTHORIZATION to fleet-b's role",
+                        sql.SQL("SET SESSION AUTHORIZATION {}").format(sql.Identifier(two_fleets["fleet-b"])))
             atk.attempt(setting + "DROP POLICY fleet ON events", "DROP POLICY fleet ON events")
             atk.attempt(setting + "ALTER TABLE events DISABLE ROW LEVEL SECURITY",
                         "ALTER TABLE events DISABLE ROW LEVEL SECURITY")
@@ -271,19 +286,50 @@ def test_a_role_bound_to_fleet_a_reads_and_writes_nothing_of_fleet_b(pg_server, 
     atk = Attacker(a_url, "fleet-a")
     try:
         # The advisory keys that guarded leadership and appends before: anyone may take them, and they now
-        # guard nothing. Held by the attacker, fleet B still takes its leadership and appends.
+        # guard nothing; the migration key only makes a pending migration give up after 5 s, saying so.
+        # The locks SELECT and INSERT allow, held on every shared table; and a write transaction in a session
+        # named as one of fleet B's daemons, which B's daemon ends as it takes over only when its role may.
         atk.conn.execute("SELECT pg_advisory_lock(%s, hashtext('fleet-b'))", [0x46414C4B])
         atk.conn.execute("SELECT pg_advisory_lock(%s, hashtext('fleet-b'))", [0x66610001])
+        atk.conn.execute("SELECT pg_advisory_lock(%s, 0)", [pg.MIGRATE_LOCK])
+        atk.conn.execute("SET application_name = 'fleet-agent fleet-b evil 1'")
+        atk.conn.execute("BEGIN")
+        for t in TABLES:
+            atk.conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(sql.Identifier(t)))
+            if t != "fleets":
+                atk.conn.execute(sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(sql.Identifier(t)))
+        atk.conn.execute("INSERT INTO directives (id, text, by, ts) VALUES (99, 'held', 'mallory', 'now')")
+        # and an earlier daemon of fleet B itself, suspended inside an append: its head row locked
+        stale = psycopg.connect(b_url, autocommit=True, application_name="fleet-agent fleet-b old-host 2")
+        stale.execute("SELECT set_config('fleet_agent.agent_id', 'fleet-b', false)")
+        stale.execute("BEGIN")
+        stale.execute("SELECT 1 FROM fleets WHERE agent_id = 'fleet-b' FOR UPDATE")
+        assert not pg_append_lock_free(b_url, "fleet-b")
         lead = PgLeader(b_url, "fleet-b", failover_seconds=30)
         try:
-            ok = lead.try_acquire()
+            # taken, and its session still sound: a refused signal would have aborted its transaction
+            ok = lead.try_acquire() and holds_lock(lead._conn, "fleet-b")
         finally:
             lead.release()
-        with EventLog(PgTarget(b_url, "fleet-b", state_dir=tmp_path), create=False) as log:
-            log.append("operator.note", {"text": "still mine", "by": "bob"}, "operator")
-        granted.append(("hold the old advisory keys of fleet-b (leadership, appends)",
+        assert pg_append_lock_free(b_url, "fleet-b")  # the stale daemon's session was ended, not the attacker's
+        with pytest.raises(psycopg.OperationalError):
+            stale.execute("SELECT 1")
+        stale.close()
+        # lock_timeout on fleet B's session: were it made to wait, the append fails rather than hangs
+        waits = b_url + ("&" if "?" in b_url else "?") + "options=-c%20lock_timeout%3D10000"
+        with EventLog(PgTarget(waits, "fleet-b", state_dir=tmp_path), create=False) as log:
+            log.append("operator.note", {"text": "still mine", "by": "bob", "pin": True}, "operator")
+            log.append("directive.unpinned", {"directive_id": log.last_seq(), "by": "bob"}, "operator")
+            assert log.rebuild_check() == []
+        assert atk.conn.execute("SELECT count(*) FROM directives WHERE id = 99").fetchone() == (1,)
+        granted.append(("hold the old advisory keys of fleet-b (leadership, appends) and the migration key",
                         f"granted; fleet-b's daemon still took its leadership: {ok}, and appended"))
+        granted.append(("hold ACCESS SHARE and ROW EXCLUSIVE on every shared table, in a write transaction "
+                        "named 'fleet-agent fleet-b evil 1'", "granted; fleet-b's daemon took its leadership, "
+                        "ended fleet-b's own stale daemon session, left this one alone (not its role's), and "
+                        "appended and unpinned"))
         assert ok
+        atk.conn.execute("ROLLBACK")
     finally:
         atk.close()
     results += granted
@@ -315,6 +361,40 @@ def test_init_grant_run_by_a_role_that_does_not_own_the_schema_fails_and_grants_
         with psycopg.connect(pg_server.dsn(urlsplit(pg_url).path.strip("/")), autocommit=True) as su:
             su.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(newcomer)))
             su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(newcomer)))
+
+
+def test_init_grant_fails_and_grants_nothing_when_the_role_could_still_lock_a_shared_table(
+        pg_server, pg_url, sim_server, tmp_path, capsys):
+    """UPDATE on a read model granted to PUBLIC (by hand): the new role would hold it through PUBLIC, and so
+    could lock that table for every fleet; init --grant exits non-zero naming it, and binds and grants nothing."""
+    newcomer = f"newcomer_{uuid.uuid4().hex[:10]}"
+    dbname = urlsplit(pg_url).path.strip("/")
+    owner = write_config(tmp_path / "owner-c", pg_url, sim_server.url, agent_id="fleet-c")
+    (tmp_path / "owner-c" / "data").mkdir()
+    assert cli.main(["--config", str(owner), "init"]) == 0, capsys.readouterr().err
+    pg_server.psql(f'CREATE ROLE "{newcomer}" LOGIN')
+    pg_server.psql("GRANT UPDATE ON alerts TO PUBLIC", dbname)
+    try:
+        code = cli.main(["--config", str(owner), "init", "--grant", newcomer])
+        err = capsys.readouterr().err
+        assert code != 0
+        assert "still holds UPDATE on alerts (through PUBLIC" in err and "nothing was granted" in err, err
+        with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as su:
+            assert su.execute("SELECT count(*) FROM fleet_roles WHERE rolname = %s", [newcomer]).fetchone() == (0,)
+            assert su.execute("SELECT has_table_privilege(%s, 'events', 'INSERT')", [newcomer]).fetchone() == (False,)
+    finally:
+        pg_server.psql("REVOKE UPDATE ON alerts FROM PUBLIC", dbname)
+        with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as su:
+            su.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(newcomer)))
+            su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(newcomer)))
+
+
+def old_grants(role: str) -> list[str]:
+    """The GRANTs ``init --grant`` made before migration 004: UPDATE and DELETE on the read models too."""
+    ident = sql.Identifier(role).as_string(None)
+    return [f"GRANT USAGE ON SCHEMA public TO {ident}", f"GRANT SELECT ON _migrations TO {ident}",
+            f"GRANT SELECT, INSERT ON events, events_fts TO {ident}",
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON {', '.join(pg.READ_MODEL_TABLES)} TO {ident}"]
 
 
 def _old_schema(url: str, fleets: dict[str, int]) -> None:
@@ -353,7 +433,7 @@ def test_an_existing_single_role_database_keeps_working_after_the_upgrade(pg_ser
     dbname = urlsplit(pg_url).path.strip("/")
     try:
         with psycopg.connect(pg_url, autocommit=True) as c:  # the grants the old init --grant made
-            for stmt in pg.grant_statements(runner):
+            for stmt in old_grants(runner):
                 c.execute(stmt)
             c.execute(sql.SQL("GRANT SELECT ON events TO {}").format(sql.Identifier(bystander)))
         with EventLog(PgTarget(pg_url, "fleet-a", state_dir=tmp_path), create=False) as a:  # upgrades
@@ -388,3 +468,89 @@ def test_an_existing_single_role_database_keeps_working_after_the_upgrade(pg_ser
                 su.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role])
                 su.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
                 su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_upgrade_to_004_takes_the_locking_privileges_and_the_role_writes_through_the_procedures(
+        pg_server, pg_url, tmp_path, monkeypatch):
+    """A database at migration 003, fleet A run by a role granted as init --grant did then (UPDATE and DELETE
+    on the read models, so LOCK TABLE in every mode). The role's own open is refused, naming the migration
+    only the owner may apply; while another session holds the migration key the owner's open gives up,
+    saying so, and changes nothing; then it applies 004: the role keeps SELECT and
+    INSERT, may lock no shared table beyond ROW EXCLUSIVE, and its daemon's writes (a pin, its unpinning, a
+    memory written twice and deleted, a rebuild of every read model) reach the read models through the
+    procedures, which match a rebuild from the log; the chain verifies."""
+    _old_schema(pg_url, {"fleet-a": 4})
+    with psycopg.connect(pg_url, autocommit=True) as c:  # a fleet-agent of migration 003 upgraded it
+        name, text = pg.migrations()[2]
+        c.execute(text)
+        c.execute("INSERT INTO _migrations VALUES (%s, 'before')", [name])
+    role = f"runner_{uuid.uuid4().hex[:10]}"
+    pg_server.psql(f'CREATE ROLE "{role}" LOGIN')
+    dbname = urlsplit(pg_url).path.strip("/")
+    role_url = _url_as(pg_url, role)
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as c:  # the grants and binding init --grant made then
+            for stmt in old_grants(role):
+                c.execute(stmt)
+            c.execute("SELECT fleet_agent_bind('fleet-a', %s)", [role])
+        with psycopg.connect(role_url, autocommit=True) as c:
+            c.execute("BEGIN")
+            c.execute("LOCK TABLE alerts IN ACCESS EXCLUSIVE MODE NOWAIT")  # what 004 takes away
+            c.execute("ROLLBACK")
+
+        with pytest.raises(LogError, match=f"needs migration 004_read_model_procedures, which only the role that "
+                                            f"owns its tables may apply, and {role} does not"):
+            EventLog(PgTarget(role_url, "fleet-a", state_dir=tmp_path), create=False)
+
+        monkeypatch.setattr(pg, "MIGRATE_LOCK_TIMEOUT_S", 1)
+        with psycopg.connect(pg_url, autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s, 0)", [pg.MIGRATE_LOCK])
+            with pytest.raises(LogError, match="migration 004_read_model_procedures waited 1 s for a lock"):
+                EventLog(PgTarget(pg_url, "fleet-a", state_dir=tmp_path), create=False)
+        with psycopg.connect(pg_url, autocommit=True) as c:
+            assert c.execute("SELECT count(*) FROM _migrations WHERE name LIKE '004%'").fetchone() == (0,)
+
+        with EventLog(PgTarget(pg_url, "fleet-a", state_dir=tmp_path), create=False) as owner:  # upgrades
+            assert "004_read_model_procedures" in pg.applied_migrations(owner)
+            assert pg.locking_privileges(pg._raw(owner), role) == []
+            assert pg._missing_grants(pg._raw(owner), role) == []
+        with psycopg.connect(role_url, autocommit=True) as c:
+            c.execute("BEGIN")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                c.execute("LOCK TABLE alerts IN SHARE MODE NOWAIT")
+            c.execute("ROLLBACK")
+        with EventLog(PgTarget(role_url, "fleet-a", state_dir=tmp_path), create=False) as log:
+            pin = log.append("operator.note", {"text": "keep one H100", "by": "bob", "pin": True}, "operator")
+            log.append("directive.unpinned", {"directive_id": pin.seq, "by": "bob"}, "operator")
+            for text in ("first", "second"):
+                log.append("memory.written", {"key": "plan", "text": text}, "model")
+            log.append("memory.written", {"key": "gone", "text": "soon"}, "model")
+            log.append("memory.deleted", {"key": "gone"}, "model")
+            assert log.rebuild_check() == [] and log.verify().ok
+            assert log.conn.run("SELECT active FROM directives WHERE id = %s", [pin.seq]).fetchall() == [(0,)]
+            assert log.conn.run("SELECT key, text FROM memory").fetchall() == [("plan", "second")]
+            log.rebuild()  # every read model emptied (fleet_agent_rm_cleared) and replayed, by the role
+            assert log.rebuild_check() == []
+            assert log.conn.run("SELECT key, text FROM memory").fetchall() == [("plan", "second")]
+    finally:
+        with psycopg.connect(pg_server.dsn(dbname), autocommit=True) as su:
+            su.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", [role])
+            su.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            su.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_each_read_model_write_is_a_call_of_a_procedure_the_schema_makes_with_its_parameters():
+    """Every write a fleet's role may no longer make itself (UPDATE, DELETE, an upsert) is sent as the call of a
+    procedure migration 004 creates, taking the statement's parameters in number; one with no procedure is
+    refused before it reaches the server."""
+    text = dict(pg.migrations())["004_read_model_procedures"]
+    for statement, call in pg.READ_MODEL_CALLS.items():
+        name = call.removeprefix("CALL fleet_agent_rm_").split("(", 1)[0]
+        assert re.search(rf"\['{name}\(", text), call
+        assert statement.count("%s") == call.count("%s"), (statement, call)
+        assert pg._as_sent(statement) == call
+    assert pg._as_sent("UPDATE fleets SET head_seq = %s, head_hash = %s WHERE agent_id = %s").startswith("UPDATE")
+    for unmapped in ("UPDATE alerts SET title = %s", "DELETE FROM memory WHERE seq = %s",
+                     "INSERT INTO memory (key) VALUES (%s) ON CONFLICT(agent_id, key) DO UPDATE SET key = 'x'"):
+        with pytest.raises(LogError, match="no procedure writes this read-model statement"):
+            pg._as_sent(unmapped)

@@ -21,7 +21,6 @@ from psycopg import sql
 
 from agent import cli, config
 from agent.cli import doctor
-from agent.store import pg
 from agent.store.pglock import lead_table
 from tests.pgserver import PgServer
 from tests.store.test_pg_store import write_config
@@ -71,8 +70,14 @@ class Setup:
             def has(table: str, priv: str) -> bool:
                 return bool(c.execute("SELECT has_table_privilege(%s, %s, %s)", [role, table, priv]).fetchone()[0])
 
+            def runs(proc: str) -> bool:
+                return bool(c.execute("SELECT has_function_privilege(%s, p.oid, 'EXECUTE') FROM pg_proc p "
+                                      "WHERE p.proname = %s", [role, proc]).fetchone()[0])
+
             return {"events SELECT": has("events", "SELECT"), "events INSERT": has("events", "INSERT"),
-                    "intents UPDATE": has("intents", "UPDATE"), "fleets SELECT": has("fleets", "SELECT"),
+                    "intents INSERT": has("intents", "INSERT"),
+                    "EXECUTE fleet_agent_rm_intent_result": runs("fleet_agent_rm_intent_result"),
+                    "fleets SELECT": has("fleets", "SELECT"),
                     "fleet-a lead UPDATE": has(lead_table("fleet-a"), "UPDATE")}
 
 
@@ -276,7 +281,7 @@ def test_after_an_upgrade_doctor_fails_the_shared_role_and_its_fix_gives_fleet_a
     that role to both, and doctor fails it, pointing at the upgrade. The operator follows the fix for fleet A
     with the CLI (--grant a role of its own, --revoke the shared one): A's new role reads A's whole chain
     and appends to it, the shared role runs B alone, and doctor passes both."""
-    from tests.store.test_pg_isolation import _old_schema
+    from tests.store.test_pg_isolation import _old_schema, old_grants
 
     monkeypatch.setenv("VAST_API_KEY", sim.api_key)
     _old_schema(pg_url, {"fleet-a": 7, "fleet-b": 3})
@@ -284,7 +289,7 @@ def test_after_an_upgrade_doctor_fails_the_shared_role_and_its_fix_gives_fleet_a
     shared = s.role("old_shared")
     try:
         with psycopg.connect(pg_url, autocommit=True) as c:  # the grants the old init --grant made
-            for stmt in pg.grant_statements(shared):
+            for stmt in old_grants(shared):
                 c.execute(stmt)
         assert _main(capsys, s.owner["fleet-a"], "log", "verify")[0] == 0  # the owner's first open upgrades
         assert s.bound(shared) == ["fleet-a", "fleet-b"]
