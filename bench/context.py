@@ -436,6 +436,7 @@ class BenchSummariser:
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+        self.replies: list[str] = []
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
         import re
@@ -456,6 +457,7 @@ class BenchSummariser:
                 "## Operator directives\n- " + (", ".join(f"#{d}" for d in nums("Pinned")
                                                           + nums("Operator inputs")) or "none") + "\n"
                 "## Completed actions\n- searched offers and read logs each tick")
+        self.replies.append(text)
         return ModelReply(text=text)
 
 
@@ -630,7 +632,9 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: Context
     owned = fleet_owned(size)
     prev: tuple[list[dict[str, Any]], bool] | None = None
     reused = total = fresh = 0   # fresh: tokens of the tick's own new messages, which no cache can hold
+    completion = 0               # the agent's one-token answers and the summaries written
     after: list[float] = []
+    heads: list[float] = []   # share of the first call after a compaction that is its stable head
 
     def score(msgs: list[dict[str, Any]], with_tools: bool) -> float:
         nonlocal prev, reused, total
@@ -654,10 +658,17 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: Context
             p = project(log, prompts, settings, policy=POLICY, tools=tools, model="bench", cache=cache)
             req = log.append("model.request", request_payload(p), "system", n)
             log.append("model.response", {"text": "ok", "tool_calls": [], "request_seq": req.seq}, "model", n)
+            completion += 1
             share = score(p.messages, True)
             if comp is not None:
                 after.append(share)
+                # the most any prefix cache could serve of this call: tools, system prompt and pinned block come
+                # through a compaction unchanged; the summary after them is new, so nothing past it matches
+                head = 2 if p.sections.get("pinned") else 1
+                heads.append((count.request(p.messages[:head]) + tools_tokens) / (count.request(p.messages)
+                                                                                  + tools_tokens))
     comps = [e.payload for e in log.read(0, kinds=["context.compacted"])]
+    completion += sum(count.tok.count(t) for t in summariser.replies)
     log.close()
     summarised = [c for c in comps if c.get("summarised", True)]
     return {
@@ -670,13 +681,27 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: Context
         "prefix_reuse_by_tokens": round(reused / total, 4),
         "reuse_after_compaction": round(statistics.mean(after), 4) if after else None,
         "reuse_after_compaction_min": round(min(after), 4) if after else None,
+        "stable_head_after_compaction": round(statistics.mean(heads), 4) if heads else None,
         "compactions": len(comps),
         "masking_only": sum(1 for c in comps if not c.get("summarised", True)),
         "summaries": len(summarised),
         "summaries_accepted": sum(1 for c in summarised if c["method"] == "llm"),
         "summariser_calls": len(summariser.calls),
+        "usd": fleet_usd(total, reused, completion, ticks),
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def fleet_usd(prompt: int, cached: int, completion: int, ticks: int, preset: str = "gpt-4.1",
+              tick_seconds: float = 300) -> dict[str, Any]:
+    """A fleet run's bill at a hosted model's sheet (agent.price), the reused prefix priced as cached: per tick
+    and per day at one tick every ``tick_seconds``."""
+    from agent.price import PRESETS, Price, daily_cost
+
+    i, c, o, sheet = PRESETS[preset]
+    d = daily_cost(Price(i, c, o, sheet), {"prompt_tokens": prompt, "cached_tokens": cached,
+                                           "completion_tokens": completion}, ticks, tick_seconds)
+    return {"preset": preset, "usd_per_tick": round(d["per_tick"], 5), "usd_per_day": round(d["per_day"], 2)}
 
 
 def fleet_scenario(sizes: list[int], ticks: int, prompts: Any, settings: ContextSettings = SETTINGS
@@ -710,9 +735,11 @@ def print_fleet(r: dict[str, Any]) -> None:
         print(f"instances {f['instances']:>4}  prompt/tick {f['prompt_tokens_per_tick']:>7,}  cached "
               f"{f['cached_tokens_per_tick']:>7,}  uncached {f['uncached_tokens_per_tick']:>6,}  reuse "
               f"{f['prefix_reuse_by_tokens']:.4f} (ceiling {f['reuse_ceiling']:.4f}, new input "
-              f"{f['new_input_tokens_per_tick']:,}/tick)  after compaction {f['reuse_after_compaction']}  compactions "
+              f"{f['new_input_tokens_per_tick']:,}/tick)  after compaction {f['reuse_after_compaction']} (stable head "
+              f"{f['stable_head_after_compaction']})  compactions "
               f"{f['compactions']} (masking only {f['masking_only']})  summaries accepted "
-              f"{f['summaries_accepted']}/{f['summaries']}", file=sys.stderr)
+              f"{f['summaries_accepted']}/{f['summaries']}  ${f['usd']['usd_per_day']:,.2f}/day at "
+              f"{f['usd']['preset']} (a tick every 5 min)", file=sys.stderr)
 
 
 def aims(r: dict[str, Any]) -> dict[str, Any]:

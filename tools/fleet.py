@@ -43,12 +43,29 @@ def fleet_table(instances: list[Instance], ours: set[int], now: float, since: di
 
 
 def _list_fleet(ctx: ToolContext, args: Args) -> Outcome:
+    """The fleet's table, or only the instances of one GPU model (``gpu_name``, spelled as vast.ai or the
+    observation spells it: case, ``_`` and spaces aside) and/or in one status (``status``, as the observation
+    writes it: ``running``, ``loading``, ``provisioning`` for none yet...): a large fleet's observation counts
+    its healthy instances, and this gives their ids."""
     ctx.refresh()
     owned = {i.id for i in ctx.ours()}
     states = ctx.log.store.instance_states()
     since = {i.id: states[i.id].since for i in ctx.instances
              if i.id in states and states[i.id].status == _status(i)}
-    return Outcome(True, fleet_table(ctx.instances, owned, ctx.clock(), since))
+    shown = ctx.instances
+    gpu, status = args.get("gpu_name"), args.get("status")
+    if gpu:
+        shown = [i for i in shown if norm_gpu(i.gpu_name) == norm_gpu(gpu)]
+    if status:
+        shown = [i for i in shown if _status(i) == status.strip().lower()]
+    if not shown and (gpu or status):
+        asked = " and ".join(x for x in (f"gpu_name {gpu!r}" if gpu else "", f"status {status!r}" if status else "")
+                             if x)
+        models = sorted({i.gpu_name or "?" for i in ctx.instances})
+        states_seen = sorted({_status(i) for i in ctx.instances})
+        return Outcome(True, f"no instances with {asked} (of {len(ctx.instances)}: GPU models "
+                       f"{', '.join(models) or 'none'}; statuses {', '.join(states_seen) or 'none'})")
+    return Outcome(True, fleet_table(shown, owned, ctx.clock(), since))
 
 
 def _offer_query(ctx: ToolContext, args: Args) -> dict[str, Any]:
@@ -424,8 +441,13 @@ INTERRUPTIBLE = {"type": "boolean", "description": "interruptible (bid) offers, 
                  "(their work lost); only with policy.interruptible, which makes them the default"}
 
 TOOLS: tuple[AnyTool, ...] = (
-    Tool("list_fleet", "List every instance on the account: id, GPU, status, time in it, $/h, host, whether "
-         "it is ours, label.", obj({}), _list_fleet),
+    Tool("list_fleet", "List the instances on the account: id, GPU, status, time in it, $/h, host, whether "
+         "it is ours, label. gpu_name and status narrow it to one GPU model and/or one status (a large fleet's "
+         "observation counts its healthy instances; this gives their ids).",
+         obj({"gpu_name": {"type": "string", "maxLength": 40},
+              "status": {"type": "string", "maxLength": 40,
+                         "description": "as the observation writes it: running, loading, exited, provisioning..."}}),
+         _list_fleet),
     Tool("search_offers", "Search the vast.ai market for offers within policy (allowed GPUs, price and "
          "reliability caps are applied automatically), cheapest $/h first, or cheapest per job with "
          "order=per_job. jobs/h is what one such instance delivers (measured by our own instances, else "

@@ -234,14 +234,129 @@ def _grouped_lines(insts: list[JsonObject], q: Quote, detail: bool = False, ends
     return lines
 
 
+PROBLEMS_SHOWN = 40
+"""v8: at most this many instances needing attention are listed by id; the rest are counted alike."""
+CHANGES_SHOWN = 40
+"""v8: at most this many changes since the last tick are listed by id; the rest are counted alike."""
+
+
+def needs_attention(i: JsonObject) -> bool:
+    """An instance the v8 observation names by id: not ours, not running, with a message from vast.ai, restarted
+    since rent, or with a contract that ends soon. The others are healthy and counted in their group."""
+    return (not i.get("ours", True) or (i.get("status") or "provisioning") != "running" or bool(i.get("status_msg"))
+            or bool(i.get("restarts")) or _ends(i) is not None)
+
+
+def _rank(i: JsonObject) -> int:
+    """Which instances needing attention are listed first: not running or with a message, then restarted, then
+    ending, then not ours."""
+    if (i.get("status") or "provisioning") != "running" or i.get("status_msg"):
+        return 0
+    if i.get("restarts"):
+        return 1
+    return 2 if _ends(i) is not None else 3
+
+
+def _span(lo: float, hi: float, fmt: Callable[[float], str], sep: str = "-") -> str:
+    a, b = fmt(lo), fmt(hi)
+    return a if a == b else f"{a}{sep}{b}"
+
+
+def _healthy_lines(insts: list[JsonObject], q: Quote, detail: bool) -> list[str]:
+    """v8: the healthy instances, one line per GPU model, count and status: how many, their price range and $/h
+    together, how many hosts, the range of time in that status, utilisation and jobs, in the order the first of
+    each appears; no ids (``list_fleet`` with ``gpu_name`` and ``status`` gives them)."""
+    groups: dict[tuple[str, str, str], list[JsonObject]] = {}
+    for i in insts:
+        key = (q(i.get("gpu_name")), q(i.get("num_gpus", 1)), q(i.get("status") or "provisioning"))
+        groups.setdefault(key, []).append(i)
+    lines = []
+    for (gpu, count, status), members in groups.items():
+        prices = [float(p) for i in members if isinstance(p := i.get("dph"), int | float)]
+        ages = [float(a) for i in members if isinstance(a := i.get("age_s"), int | float)]
+        hosts = {q(i.get("host_id")) for i in members}
+        parts = [f"{len(members)} × {gpu} x{count} {status}"]
+        if prices:
+            parts.append(_span(min(prices), max(prices), lambda x: f"${x:,.2f}") + f"/h each, {money(sum(prices))}/h")
+        parts.append(f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}")
+        if ages:
+            parts.append(f"for {_span(min(ages), max(ages), age)}")
+        lines.append("  " + " · ".join(parts) + (_group_health(members) if detail else ""))
+    return lines
+
+
+def _attention_lines(insts: list[JsonObject], q: Quote, detail: bool, ends: bool) -> list[str]:
+    """v8: the instances needing attention, one line each by id (the most pressing first, at most
+    ``PROBLEMS_SHOWN``), then the rest of them counted alike (GPU, count, status and message)."""
+    ranked = sorted(insts, key=_rank)
+    lines = [_instance_line(i, q, detail, ends) for i in ranked[:PROBLEMS_SHOWN]]
+    rest = ranked[PROBLEMS_SHOWN:]
+    if rest:
+        alike: dict[str, int] = {}
+        for i in rest:
+            msg = f" — {q(i['status_msg'])}" if i.get("status_msg") else ""
+            flag = "" if i.get("ours", True) else " NOT-OURS"
+            head = (f"{q(i.get('gpu_name'))} x{q(i.get('num_gpus', 1))} {q(i.get('status') or 'provisioning')}"
+                    f"{flag}{msg}")
+            alike[head] = alike.get(head, 0) + 1
+        lines.append(f"  and {len(rest)} more, not listed by id (list_fleet shows them):")
+        lines.extend(f"    {n} × {head}" for head, n in alike.items())
+    return lines
+
+
+_CHANGE = re.compile(r"#(\S+) (.*)")
+
+
+def _change_lines(items: list[object], urgent: set[str], q: Quote) -> list[str]:
+    """v8: the changes since the last tick, at most ``CHANGES_SHOWN`` by id: those of an instance needing
+    attention (``urgent``: their ids) or gone first, then the others in order; the rest counted alike (``412 ×
+    new (running)``)."""
+    def first(x: object) -> bool:
+        m = _CHANGE.fullmatch(str(x))
+        return m is not None and (m.group(1) in urgent or m.group(2) == "gone")
+
+    ordered = [x for x in items if first(x)] + [x for x in items if not first(x)]
+    lines = [f"  {q(x)}" for x in ordered[:CHANGES_SHOWN]]
+    rest = ordered[CHANGES_SHOWN:]
+    if rest:
+        alike: dict[str, int] = {}
+        for x in rest:
+            m = _CHANGE.fullmatch(str(x))
+            what = m.group(2) if m else str(x)
+            alike[what] = alike.get(what, 0) + 1
+        lines.append(f"  and {len(rest)} more: " + ", ".join(f"{n} × {q(w)}" for w, n in alike.items()))
+    return lines
+
+
+def _compact_lines(insts: list[JsonObject], q: Quote, detail: bool, ends: bool) -> list[str]:
+    """v8: a large fleet's instances: the healthy ones counted by GPU model and status, the ones needing
+    attention by id."""
+    healthy = [i for i in insts if not needs_attention(i)]
+    attention = [i for i in insts if needs_attention(i)]
+    lines = []
+    if healthy:
+        lines.append(f"healthy instances of ours ({len(healthy)}; by GPU model, count and status; their ids: "
+                     "list_fleet with gpu_name and status):")
+        lines.extend(_healthy_lines(healthy, q, detail))
+    if attention:
+        lines.append(f"instances needing attention ({len(attention)}: not running, a message, restarted, contract "
+                     "ending, or not ours):")
+        lines.extend(_attention_lines(attention, q, detail, ends))
+    return lines
+
+
 def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = str, *,
-                       group_over: int | None = None, detail: bool = False, ends: bool = False) -> str:
+                       group_over: int | None = None, detail: bool = False, ends: bool = False,
+                       compact: bool = False) -> str:
     """The compact, deterministic text of one tick's observation. ``q`` writes every value that came from
     vast.ai, the demand source or the log (``str`` in version 1; ``inline`` from version 2 on). With
     ``group_over`` (version 5 on), a fleet of more instances than that lists alike ones on one line. With
     ``detail`` (version 6 on): each instance's utilisation, uptime, restarts and jobs done, each GPU model's
     jobs/h and $/job, the credit runway and the queue's trend, from the fields the observation has. With
-    ``ends`` (version 7 on): ``contract ends in 5 h`` after an instance whose contract ends soon."""
+    ``ends`` (version 7 on): ``contract ends in 5 h`` after an instance whose contract ends soon. With ``compact``
+    (version 8 on), a fleet of more than ``group_over`` instances gives its healthy instances as counts and ranges
+    by GPU model and status and names only those needing attention, and a long list of changes is cut to
+    ``CHANGES_SHOWN`` with the rest counted."""
     when = epoch_minute(obs["time"]) if isinstance(obs.get("time"), int | float) else ts_minute(ts)
     lines = [f"[tick {tick} · {when}] observation"]
     insts = obs.get("instances") or []
@@ -261,7 +376,10 @@ def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = st
     models = _models_line(obs, q) if detail else None
     if models is not None:
         lines.append(models)
-    if insts and group_over is not None and len(insts) > group_over:
+    large = insts and group_over is not None and len(insts) > group_over
+    if large and compact:
+        lines.extend(_compact_lines(insts, q, detail, ends))
+    elif large:
         lines.append("instances (alike ones on one line: how many × GPU, count, status, price and message, then "
                      "their ids by host and age):")
         lines.extend(_grouped_lines(insts, q, detail, ends))
@@ -272,7 +390,10 @@ def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = st
         items = obs.get(key) or []
         if items:
             lines.append(f"{title}:")
-            lines.extend(f"  {q(x)}" for x in items)
+            if compact and key == "changes":
+                lines.extend(_change_lines(items, {str(i.get("id")) for i in insts if needs_attention(i)}, q))
+            else:
+                lines.extend(f"  {q(x)}" for x in items)
     return "\n".join(lines)
 
 

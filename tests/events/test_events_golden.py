@@ -398,6 +398,18 @@ SAMPLES[("tick.started", 7)] = [*SAMPLES[("tick.started", 6)],
                                 ("contract ends", {"observation": _with_ends(_with_health(_OBS))}),
                                 ("41 instances, some ending: grouped",
                                  {"observation": _with_ends(_with_health(_big_fleet(41)))})]
+
+
+def _with_changes(obs: dict[str, Any], n: int) -> dict[str, Any]:
+    """``obs`` with ``n`` changes since the last tick (a fleet's first observation: every instance new)."""
+    return {**obs, "changes": [f"#{9000 + k} new (running)" for k in range(n - 1)] + ["#6002 running -> stopped"]}
+
+
+# v8 renders a fleet of more than 40 instances as its healthy ones counted by GPU model and status and the ones
+# needing attention by id; past 40 changes, the rest are counted.
+SAMPLES[("tick.started", 8)] = [*SAMPLES[("tick.started", 7)],
+                                ("41 instances, 45 changes: healthy counted, problems by id, changes cut",
+                                 {"observation": _with_changes(_with_ends(_with_health(_big_fleet(41))), 45)})]
 SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
     "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
                      "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,

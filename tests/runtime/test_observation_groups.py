@@ -1,6 +1,7 @@
 """tick.started v5 (agent.events.kinds.tick): a fleet of more than GROUP_OVER instances lists alike ones on
 one line, so a large fleet's observation fits the budget without being cut; a smaller fleet, and every row
-written as an earlier version, render as before."""
+written as an earlier version, render as before. Rows written as v5 and v6 keep these renderings (v8, which
+names only the instances needing attention, is tests/fleet/test_observation_compact.py)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def test_a_large_fleet_is_listed_alike_on_one_line_and_every_instance_stays_name
     with EventLog(tmp_path / "events.db") as log:
         e = log.append("tick.started", {"observation": obs}, "scheduler", 1)
         assert e.version == ev.KINDS["tick.started"].version >= 5
+        e = dataclasses.replace(e, version=5)   # a row written as v5
         text = ev.render(e)["content"]   # type: ignore[index]
         as_v4 = ev.render(dataclasses.replace(e, version=4))
         # every instance is named, by id, exactly once
@@ -74,6 +76,7 @@ def test_a_large_fleets_health_and_economics_keep_the_grouping_within_budget(tmp
     with EventLog(tmp_path / "events.db") as log:
         e = log.append("tick.started", {"observation": obs}, "scheduler", 1)
         assert e.version >= 6
+        e = dataclasses.replace(e, version=6)   # a row written as v6
         text = ev.render(e)["content"]   # type: ignore[index]
         named = re.findall(r"#(\d{8})\b", text)
         assert sorted(int(x) for x in named) == sorted(i["id"] for i in insts)

@@ -53,6 +53,18 @@ as v4; rows written as v1-v5 keep their rendering.
 record adds ``ends_s``, the seconds until then, set only when that is within ``policy.contract_min_hours`` (null
 otherwise). v7 renders it as `` · contract ends in 5 h`` after the instance (``(contract ends in 5 h)`` after a
 member of a grouped line). Stored as v4; rows written as v1-v6 keep their rendering.
+
+``tick.started`` v8: a large fleet's observation is as long as its problems, not its size. v5-v7 still name every
+instance by id: 500 instances took about 5,700 tokens a tick, none of them cacheable (the observation is the
+newest message). v8 renders a fleet of more than ``GROUP_OVER`` instances as its healthy instances of ours (running,
+no message, no restart, no contract ending) counted by GPU model, count and status, with their price range and
+$/h together, hosts, time in that status, utilisation range and jobs
+(``167 × RTX_4090 x1 running · $0.38/h each, $63.46/h · 42 hosts · for 1h05m-5h05m · util 85-99% · 4,321 jobs``),
+then the instances needing attention one line each by id, as v7 writes them (at most ``PROBLEMS_SHOWN``, the most
+pressing first: not running or with a message, restarted, ending, not ours; the rest counted alike), and at
+most ``CHANGES_SHOWN`` changes since the last tick by id (the rest counted alike). The ids of healthy instances
+are one ``list_fleet`` call away (``gpu_name``, ``status``). A fleet of ``GROUP_OVER`` or fewer renders as v7
+(a long list of changes aside). Stored as v4; rows written as v1-v7 keep their rendering.
 """
 
 from __future__ import annotations
@@ -133,6 +145,13 @@ def _r_tick_started_v7(e: Event, p: TickStartedV1) -> Message:
                                    ends=True))
 
 
+def _r_tick_started_v8(e: Event, p: TickStartedV1) -> Message:
+    """As v7, but a fleet of more than ``GROUP_OVER`` instances counts its healthy ones by GPU model and status and
+    names only those needing attention; changes past ``CHANGES_SHOWN`` are counted."""
+    return user(render_observation(e.tick, e.ts, p.observation, inline, group_over=GROUP_OVER, detail=True,
+                                   ends=True, compact=True))
+
+
 _define("tick.started", "A tick began; its observation of fleet, balance and demand.",
         Version(1, TickStartedV1, _r_tick_started_v1),
         Version(2, TickStartedV1, _r_tick_started_v2, upcast=same_shape),
@@ -140,7 +159,8 @@ _define("tick.started", "A tick began; its observation of fleet, balance and dem
         Version(4, TickStartedV1, _r_tick_started_v2, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
         Version(5, TickStartedV1, _r_tick_started_v5, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
         Version(6, TickStartedV1, _r_tick_started_v6, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
-        Version(7, TickStartedV1, _r_tick_started_v7, upcast=same_shape, stored=INSTANCE_DICTIONARIES))
+        Version(7, TickStartedV1, _r_tick_started_v7, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
+        Version(8, TickStartedV1, _r_tick_started_v8, upcast=same_shape, stored=INSTANCE_DICTIONARIES))
 _define("tick.completed", "A tick ended normally.", Version(1, TickCompletedV1))
 
 
