@@ -28,6 +28,15 @@ from agent.secrets import REDACTED, scrub
 _pending: dict[str, Any] | None = None
 
 
+# The numbers of the standard logging levels, by structlog's method names.
+_LEVELS = {"debug": 10, "info": 20, "msg": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40,
+           "critical": 50, "fatal": 50}
+
+
+def _dropped(*_args: Any, **_kw: Any) -> None:
+    """A line below the configured level, while structlog is not loaded."""
+
+
 class _Logger:
     """The logger of one module: structlog's, fetched (structlog loaded, a pending configuration applied) when
     it is first called."""
@@ -40,6 +49,9 @@ class _Logger:
 
     def __getattr__(self, attr: str) -> Any:
         if self._logger is None:
+            pending = _pending
+            if pending is not None and _LEVELS.get(attr, 100) < _LEVELS.get(pending["level"].lower(), 20):
+                return _dropped  # below the level configured: structlog would drop it, so it stays unloaded
             self._logger = _structlog().get_logger(self._name)
         return getattr(self._logger, attr)
 

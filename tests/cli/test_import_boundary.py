@@ -59,4 +59,4 @@ def test_context_counts_once_and_a_second_process_reads_the_counts_kept(fleet: P
     second = _run(fleet, "context", "--json")
     assert json.loads(second["out"]) == json.loads(first["out"])
     assert json.loads(second["out"])["manifest"]
-    assert _loaded(second["modules"], ("tiktoken", "tiktoken_ext", "openai", "httpx")) == []
+    assert _loaded(second["modules"], ("tiktoken", "tiktoken_ext", "openai", "httpx", "structlog", "rich")) == []
