@@ -9,7 +9,8 @@ help (the parent's list), its description (its own ``--help``) and its arguments
 A group (``alerts``, ``log``) is an entry whose handler is None; its subcommands follow it. A command
 with a handler may have subcommands too (``fork``, ``fork diff``): they are then optional. The handler,
 ``handler(args, app) -> int``, is imported only when its command runs, so building the parser (every
-``--help``, every command) imports no command module and nothing they import. ``no_config=True``: the
+``--help``, every command) imports no command module and nothing they import; and a run builds only the
+parsers of the command it names (``parse_args``). ``no_config=True``: the
 command runs without a config (its handler gets no App). ``reads=``: the parts of the config the command
 reads besides where the log is (``agent.config.CORE_PARTS``), by top-level key; it still runs when another
 part of the file is broken (a one-line warning names it). Without ``reads`` a command needs the whole file
