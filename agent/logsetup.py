@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +27,7 @@ from agent.secrets import REDACTED, scrub
 
 # configure()'s arguments, while structlog is not loaded yet: applied when the first line is logged.
 _pending: dict[str, Any] | None = None
+_applying = threading.Lock()
 
 
 # The numbers of the standard logging levels, by structlog's method names.
@@ -60,13 +62,14 @@ class _Logger:
 
 
 def _structlog() -> Any:
-    """structlog, configured as ``configure`` last asked."""
+    """structlog, configured as ``configure`` last asked (by one thread; any other waits for it)."""
     global _pending
     import structlog
 
-    if _pending is not None:
-        pending, _pending = _pending, None
-        _configure(**pending)
+    with _applying:
+        if _pending is not None:
+            _configure(**_pending)
+            _pending = None
     return structlog
 
 
@@ -144,11 +147,12 @@ def configure(level: str = "info", fmt: str = "auto", stream: Any = None,
     loaded, else when the first line is logged (the stream and the environment as they are now)."""
     global _pending
     env = dict(os.environ if env is None else env)
-    if "structlog" in sys.modules:
-        _pending = None
-        _configure(level, fmt, stream, env)
-    else:
-        _pending = {"level": level, "fmt": fmt, "stream": stream, "env": env}
+    with _applying:
+        if "structlog" in sys.modules:
+            _pending = None
+            _configure(level, fmt, stream, env)
+        else:
+            _pending = {"level": level, "fmt": fmt, "stream": stream, "env": env}
 
 
 def _configure(level: str, fmt: str, stream: Any, env: Mapping[str, str]) -> None:
