@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import ipaddress
 import json
@@ -840,7 +841,13 @@ def _read(text: str, where: _Lines) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ validation
 
-_SETTINGS = TypeAdapter(Settings)
+@functools.cache
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    """pydantic's validator of section ``cls`` (or of the whole ``Settings``), built when a config is first
+    validated: importing this module (the store does, for its paths) builds none."""
+    return TypeAdapter(cls)
+
+
 _SECRET_KEYS = {"api_key", "key", "token", "password", "secret"}
 _EXPECTED: dict[object, str] = {
     bool: "true or false", int: "an integer", float: "a number", str: "a string",
@@ -938,7 +945,7 @@ def _validated(data: dict[str, Any], where: _Lines) -> Settings:
     if "source_path" in data:  # (a field, but not a setting)
         raise _unknown_key("source_path", (), _keys(Settings), where)
     try:
-        return _SETTINGS.validate_python(_fill_sections(Settings, data))
+        return typing.cast(Settings, _adapter(Settings).validate_python(_fill_sections(Settings, data)))
     except ValidationError as e:
         problems = [_problem(err, data, where) for err in e.errors()]
         raise min(problems, key=lambda p: p[0])[1] from None
@@ -1237,7 +1244,7 @@ def parse_partial(text: str, file: str = "<config>") -> tuple[Settings, dict[str
         for _line, part, _e in found:
             data.pop(part, None)
         try:
-            s = _SETTINGS.validate_python(_fill_sections(Settings, data))
+            s = _adapter(Settings).validate_python(_fill_sections(Settings, data))
         except ValidationError as e:
             problems = [_problem_at(err, data, where) for err in e.errors()]
             if not any(part in data for _line, part, _e in problems):
@@ -1276,7 +1283,7 @@ def section_from(flat: Mapping[str, Any], name: str) -> Any:
         elif dotted in flat:
             d[key] = flat[dotted]
     try:
-        return TypeAdapter(cls).validate_python(d)
+        return _adapter(cls).validate_python(d)
     except ValidationError:
         return None
 

@@ -9,27 +9,73 @@ the warnings and worse.
 A redaction processor scrubs every known secret and any value under a key that
 names a credential, wherever it appears. Tracebacks never carry local variables.
 
-Modules take their logger from ``get_logger`` at import; structlog's loggers are
-proxies that read the configuration at their first call, so ``configure`` may come later.
+Modules take their logger from ``get_logger`` at import. structlog (and rich, which it loads) is imported
+only when a line is first logged: a command that logs nothing (most reads) never pays for it. ``configure``
+applies at once when structlog is already loaded, else at that first line.
 """
 
 from __future__ import annotations
 
 import io
-import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
-
 from agent.secrets import REDACTED, scrub
+
+# configure()'s arguments, while structlog is not loaded yet: applied when the first line is logged.
+_pending: dict[str, Any] | None = None
+_applying = threading.Lock()
+
+
+# The numbers of the standard logging levels, by structlog's method names.
+_LEVELS = {"debug": 10, "info": 20, "msg": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40,
+           "critical": 50, "fatal": 50}
+
+
+def _dropped(*_args: Any, **_kw: Any) -> None:
+    """A line below the configured level, while structlog is not loaded."""
+
+
+class _Logger:
+    """The logger of one module: structlog's, fetched (structlog loaded, a pending configuration applied) when
+    it is first called."""
+
+    __slots__ = ("_logger", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._logger is None:
+            pending = _pending
+            if pending is not None and _LEVELS.get(attr, 100) < _LEVELS.get(pending["level"].lower(), 20):
+                return _dropped  # below the level configured: structlog would drop it, so it stays unloaded
+            self._logger = _structlog().get_logger(self._name)
+        return getattr(self._logger, attr)
+
+    def __repr__(self) -> str:
+        return f"<logger {self._name}>"
+
+
+def _structlog() -> Any:
+    """structlog, configured as ``configure`` last asked (by one thread; any other waits for it)."""
+    global _pending
+    import structlog
+
+    with _applying:
+        if _pending is not None:
+            _configure(**_pending)
+            _pending = None
+    return structlog
 
 
 def get_logger(name: str) -> Any:
     """The logger for module ``name``."""
-    return structlog.get_logger(name)
+    return _Logger(name)
 
 
 _SECRET_KEY_PARTS = ("api_key", "apikey", "authorization", "password", "secret", "token_value", "bearer")
@@ -97,7 +143,23 @@ def syslog_prefix(_logger: Any, method_name: str, rendered: str) -> str:
 def configure(level: str = "info", fmt: str = "auto", stream: Any = None,
               env: Mapping[str, str] | None = None) -> None:
     """Log to ``stream`` (stderr): ``json``, ``console`` or ``auto`` (console on a TTY).
-    On the journal stream each line carries its syslog priority prefix."""
+    On the journal stream each line carries its syslog priority prefix. Applied at once when structlog is
+    loaded, else when the first line is logged (the stream and the environment as they are now)."""
+    global _pending
+    env = dict(os.environ if env is None else env)
+    with _applying:
+        if "structlog" in sys.modules:
+            _pending = None
+            _configure(level, fmt, stream, env)
+        else:
+            _pending = {"level": level, "fmt": fmt, "stream": stream, "env": env}
+
+
+def _configure(level: str, fmt: str, stream: Any, env: Mapping[str, str]) -> None:
+    import logging
+
+    import structlog
+
     stream = stream or _Stderr()
     if fmt == "auto":
         fmt = "console" if getattr(stream, "isatty", lambda: False)() else "json"

@@ -45,8 +45,13 @@ def record_template(app: Any, advance: Callable[[float], None], ticks: int = 4) 
     for _ in range(ticks):
         run_tick(app)
         advance(300)
+    return ticks_of(app.log)
+
+
+def ticks_of(log: EventLog) -> list[list[Item]]:
+    """The events of the ticks ``log`` holds, tick by tick, as (kind, payload, source, tick): a template."""
     by_tick: dict[int, list[Item]] = {}
-    for e in app.log.read(0):
+    for e in log.read(0):
         if e.tick is not None and e.kind not in SKIP:
             by_tick.setdefault(e.tick, []).append((e.kind, e.payload, e.source, e.tick))
     return [by_tick[t] for t in sorted(by_tick)]

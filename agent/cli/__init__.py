@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from agent.cli.parser import build_parser
+from agent.cli.parser import build_parser, parse_args
 
 if TYPE_CHECKING:
     from agent.runtime.app import App
@@ -22,7 +22,7 @@ __all__ = ["build_parser", "entry", "main"]
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     return _run(args)
 
 

@@ -91,10 +91,14 @@ def man_page(parser: argparse.ArgumentParser, now: datetime | None = None) -> st
 
 
 def cmd_completion(args: argparse.Namespace, _app: Any) -> int:
-    sys.stdout.write(completion_script(args.root_parser, args.shell))
+    from agent.cli.parser import build_parser
+
+    sys.stdout.write(completion_script(build_parser(), args.shell))
     return 0
 
 
-def cmd_man(args: argparse.Namespace, _app: Any) -> int:
-    sys.stdout.write(man_page(args.root_parser))
+def cmd_man(_args: argparse.Namespace, _app: Any) -> int:
+    from agent.cli.parser import build_parser
+
+    sys.stdout.write(man_page(build_parser()))
     return 0

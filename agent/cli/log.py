@@ -9,19 +9,18 @@ import sys
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent.cli import args as args_
 from agent.cli import output
 from agent.cli.parser import PAGE_SIZES
 from agent.config import LogLocation, PgTarget, find_secret, is_pg_url
 from agent.errors import ConfigError, FleetAgentError, LockError, LogError, UsageError
-from agent.runtime.app import App
-from agent.runtime.export import Inputs, Selection, export_events, export_training, metadata_path
-from agent.runtime.lock import FleetLock
-from agent.store import archive
 from agent.store.db import PAGE_SIZE, sqlite3
-from agent.store.migrate import migrate
-from agent.store.segments import Remote
+
+if TYPE_CHECKING:  # what export, archive, migrate and compact use is imported when they run: search reads only
+    from agent.runtime.app import App
+    from agent.store.segments import Remote
 
 # ------------------------------------------------------------------ verify, search, rebuild
 
@@ -93,6 +92,8 @@ def cmd_log_rebuild(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_log_export(args: argparse.Namespace, app: App) -> int:
+    from agent.runtime.export import Inputs, Selection, export_events, export_training, metadata_path
+
     since, since_ts = args_.seq_or_when(args.since, "--since") if args.since is not None else (0, None)
     sel = Selection(tuple(args.kind or ()), since, since_ts)
     dest = Path(args.output) if args.output else None
@@ -143,6 +144,8 @@ def _remote(app: App) -> Remote | None:
 
 
 def cmd_log_archive(args: argparse.Namespace, app: App) -> int:
+    from agent.store import archive
+
     older = args.older_than if args.older_than is not None else app.settings.storage.archive_after
     if older is None:
         raise UsageError("storage.archive_after is not set; set it in the config (e.g. 90d) or pass "
@@ -191,6 +194,8 @@ def cmd_log_segments(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_log_prune(args: argparse.Namespace, app: App) -> int:
+    from agent.store import archive
+
     before = args_.parse_when(args.before, _now(app))
     backup = Path(args.backup) if args.backup else None
     if backup is not None and not backup.is_file():
@@ -240,6 +245,8 @@ def _location(app: App, value: str | None, flag: str) -> LogLocation:
 
 
 def cmd_log_migrate(args: argparse.Namespace, app: App) -> int:
+    from agent.store.migrate import migrate
+
     source = _location(app, args.source, "--from")
     target = _location(app, args.to, "--to")
     if isinstance(source, Path) and isinstance(target, Path) and source == target.resolve():
@@ -259,6 +266,8 @@ def cmd_log_migrate(args: argparse.Namespace, app: App) -> int:
 
 
 def cmd_log_compact(args: argparse.Namespace, app: App) -> int:
+    from agent.runtime.lock import FleetLock
+
     """Rewrite the SQLite database file with the page size a new database gets (daemon stopped). A database
     keeps the page size it was created with; VACUUM rewrites every row as it is, so the events, their hashes
     and the head file stay valid."""

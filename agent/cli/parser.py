@@ -9,7 +9,8 @@ help (the parent's list), its description (its own ``--help``) and its arguments
 A group (``alerts``, ``log``) is an entry whose handler is None; its subcommands follow it. A command
 with a handler may have subcommands too (``fork``, ``fork diff``): they are then optional. The handler,
 ``handler(args, app) -> int``, is imported only when its command runs, so building the parser (every
-``--help``, every command) imports no command module and nothing they import. ``no_config=True``: the
+``--help``, every command) imports no command module and nothing they import; and a run builds only the
+parsers of the command it names (``parse_args``). ``no_config=True``: the
 command runs without a config (its handler gets no App). ``reads=``: the parts of the config the command
 reads besides where the log is (``agent.config.CORE_PARTS``), by top-level key; it still runs when another
 part of the file is broken (a one-line warning names it). Without ``reads`` a command needs the whole file
@@ -645,20 +646,33 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"fleet-agent: error: {message} (see '{self.prog} --help')\n")
 
 
+class _Retry(Exception):
+    """A parser built for one command met something it cannot judge alone: parse again with every command."""
+
+
+class _OneCommandParser(_Parser):
+    def error(self, message: str) -> NoReturn:
+        raise _Retry(message)
+
+
 def _add(p: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, a: Arg) -> None:
     p.add_argument(*a.names, **a.options)
 
 
-def build_parser(commands: tuple[Command, ...] = COMMANDS) -> argparse.ArgumentParser:
-    """The command-line parser: every command of ``commands``."""
-    p = _Parser(prog="fleet-agent", description="Run a vast.ai GPU fleet with an LLM in the loop, on an "
-                "append-only, replayable event log.")
+def build_parser(commands: tuple[Command, ...] = COMMANDS, *, only: str | None = None,
+                 parser_class: type[_Parser] = _Parser) -> argparse.ArgumentParser:
+    """The command-line parser: every command of ``commands``, or with ``only`` (a top-level name) that command
+    and its subcommands alone, which is all one run of it needs."""
+    p = parser_class(prog="fleet-agent", description="Run a vast.ai GPU fleet with an LLM in the loop, on an "
+                     "append-only, replayable event log.")
     p.add_argument("--config", help="config file (default: $FLEET_AGENT_CONFIG, ./config.yaml, "
                    "/etc/fleet-agent/config.yaml)")
     p.add_argument("--version", action="version", version=f"fleet-agent {__version__}")
     parsers: dict[str, argparse.ArgumentParser] = {"": p}
     subs: dict[str, Any] = {"": p.add_subparsers(dest="command", metavar="COMMAND", required=True)}
     for c in commands:
+        if only is not None and c.path.partition(" ")[0] != only:
+            continue
         parent, _, name = c.path.rpartition(" ")
         if parent not in parsers:
             raise ValueError(f"command {c.path!r}: declare {parent!r} before it")
@@ -677,5 +691,32 @@ def build_parser(commands: tuple[Command, ...] = COMMANDS) -> argparse.ArgumentP
         if c.handler is not None:
             s.set_defaults(func=Handler(c.handler), reads=c.reads, in_force=c.in_force, **({"no_config": True} if c.no_config else {}))
         parsers[c.path] = s
-    p.set_defaults(root_parser=p)  # completion and man read every command from it
     return p
+
+
+def _command_name(argv: list[str]) -> str | None:
+    """The top-level command ``argv`` names, when only ``--config FILE`` (or ``--config=FILE``) comes before it;
+    None otherwise (no command, another option first: the whole parser decides)."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--config":
+            i += 2
+        elif a.startswith("--config="):
+            i += 1
+        else:
+            return None if a.startswith("-") else a
+    return None
+
+
+def parse_args(argv: list[str], commands: tuple[Command, ...] = COMMANDS) -> argparse.Namespace:
+    """``argv`` as ``build_parser(commands).parse_args`` reads it, with the parsers of the one command it names
+    built alone (every command's parser costs time a command's run does not need). Anything that parser cannot
+    judge alone, every error among them, is parsed again by the whole parser, so what it prints is the same."""
+    name = _command_name(argv)
+    if name is not None and any(c.path.partition(" ")[0] == name for c in commands):
+        try:
+            return build_parser(commands, only=name, parser_class=_OneCommandParser).parse_args(argv)
+        except _Retry:
+            pass
+    return build_parser(commands).parse_args(argv)

@@ -27,13 +27,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote_plus
-
-import httpx
 
 from agent import logsetup
 from agent.errors import FleetAgentError
+
+if TYPE_CHECKING:  # httpx loads with the client: the records below (Instance, Offer) are read without it
+    import httpx
 
 log = logsetup.get_logger(__name__)
 
@@ -333,6 +334,8 @@ class VastClient:
         # Called before every request is sent; raising sends nothing. The daemon sets it to its leadership
         # check (agent.runtime.leader), so a daemon that lost the fleet's lock makes no call.
         self.fence: Callable[[], None] | None = None
+        import httpx
+
         self._http = httpx.Client(timeout=timeout, transport=transport,
                                   headers={"User-Agent": "fleet-agent/0.1"}, follow_redirects=False,
                                   event_hooks={"request": [self._fenced]})
@@ -409,6 +412,8 @@ class VastClient:
         ``retry=False`` (a call that changes the fleet): sent once; sent again only when the
         connection was refused or never established, so nothing reached vast.ai. Any other
         failure raises a VastError marked ``uncertain``."""
+        import httpx
+
         url = self._url(path, params)
         api_path = url[len(self.base_url):].split("?", 1)[0]
         headers = self._get_headers
@@ -652,6 +657,8 @@ class VastClient:
         """The instance's last `tail` log lines: request them, then poll result_url (no auth) as the
         official client does, up to ``max_polls`` times ``poll_interval`` apart, never past ``deadline``."""
         what = f"logs of instance {instance_id}"
+        import httpx
+
         data = self._call("PUT", f"/instances/request_logs/{int(instance_id)}/", what, body={"tail": str(tail)})
         url = data.get("result_url")
         if not url:

@@ -4,7 +4,9 @@ Every connection fleet-agent opens comes from here, through ``pysqlite3``: its
 wheel bundles a SQLite newer than 3.51.3, free of the WAL-reset bug that can
 corrupt a database written by two processes (the daemon and the operator CLI).
 sqlite-utils prefers the same module when it is installed; ``database(conn)`` puts it
-over one of these connections (the queries in agent/store/queries.py read through it).
+over one of these connections where its table helpers earn their keep (rebuilding and comparing the read
+models); it is imported there, so the read path, plain queries on the connection, never loads it (nor
+click and dateutil under it).
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import os
 import re
 import stat
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import pysqlite3.dbapi2 as sqlite3
-import sqlite_utils
 
 from agent.config import path_text
 from agent.errors import LogError
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 MIN_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_MS = 30_000
@@ -207,6 +212,8 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False, create: boo
 
 def database(conn: sqlite3.Connection) -> sqlite_utils.Database:
     """sqlite-utils over an open connection, changing nothing on it (no pragma, no plugin hooks)."""
+    import sqlite_utils
+
     return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
 
 

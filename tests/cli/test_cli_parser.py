@@ -145,3 +145,36 @@ def _subcommands(p: argparse.ArgumentParser, name: str) -> list[str]:
                 if isinstance(sub_action, argparse._SubParsersAction):
                     return list(sub_action.choices)
     return []
+
+
+def _outcome(parse: Any, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[Any, ...]:
+    """What parsing ``argv`` gives: the namespace (its handler by target) or the exit code, and the output."""
+    try:
+        ns = vars(parse(argv))
+        code = None
+    except SystemExit as e:
+        ns, code = {}, e.code
+    ns = {k: (v.target if isinstance(v, Handler) else v) for k, v in ns.items()}
+    out = capsys.readouterr()
+    return ns, code, out.out, out.err
+
+
+ONE_COMMAND_CASES = [
+    [], ["--help"], ["-h", "status"], ["--version"], ["nosuch"], ["--config", "f"], ["--config=f", "status"],
+    ["--conf", "f", "status"], ["status", "--bogus"], ["status", "--config", "f"], ["alerts"], ["alerts", "nope"],
+    ["thread", "show", "--tail", "5", "--limit", "3"], ["thread", "show", "--tail", "x"], ["fork"], ["fork", "diff"],
+    *([*c.path.split(), *extra] for c in COMMANDS for extra in (["--help"], ["--json"], [])),
+    *(["--config", "f", *c.path.split()] for c in COMMANDS),
+]
+
+
+def test_parsing_builds_the_named_command_alone_and_reads_argv_as_the_whole_parser_does(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`parse_args` builds only the parsers of the command it runs; every argv reads as with every command
+    built: the same namespace, or the same help, version or error output and exit code."""
+    from agent.cli.parser import parse_args
+
+    assert [a for a in build_parser(only="status")._actions if isinstance(a, argparse._SubParsersAction)][0] \
+        .choices.keys() == {"status"}
+    for argv in ONE_COMMAND_CASES:
+        assert _outcome(parse_args, argv, capsys) == _outcome(build_parser().parse_args, argv, capsys), argv

@@ -75,3 +75,19 @@ def test_migration_007_fills_the_runs_from_a_log_written_before_it(tmp_path: Pat
     with EventLog(path) as log:
         assert log.store.observed_runs("") == _expected(ts)
         assert log.rebuild_check() == []
+
+
+def test_a_periods_read_goes_through_the_last_ts_index_not_every_run_ever(tmp_path: Path) -> None:
+    """`status` and `spend` read this month's runs: SQLite finds them through the index on last_ts, instead of
+    walking every run the table has kept since the first tick (it did, to give them in key order)."""
+    from agent.store import plans
+
+    log, ts = _log(tmp_path / "a.db")
+    with log:
+        with plans.record(log) as statements:
+            log.store.observed_runs(ts[3])
+        read = [s for s in statements if "observed_runs" in s]
+        assert len(read) == 1
+        steps = plans.plan(log, read[0])
+        assert any("USING INDEX observed_runs_last" in s for s in steps), steps
+        assert not any(s.startswith("SCAN") for s in steps), steps

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -69,3 +70,19 @@ def test_a_process_under_systemd_prefixes_its_stderr(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-c", code], stderr=stream, env=env, check=True, timeout=60)
     text = err.read_text(encoding="utf-8")
     assert text.startswith("<4>{") and "probe.warning" in text
+
+
+def test_structlog_loads_at_the_first_line_kept_and_the_configuration_applies_then() -> None:
+    """A process that configures logging before structlog is loaded (every command) loads it only for a line
+    at or above the level, and that line is rendered as configured, secrets redacted."""
+    code = ("import sys; from agent import logsetup; log = logsetup.get_logger('x'); "
+            "logsetup.configure('warning', 'json'); log.info('probe.info'); log.debug('probe.debug'); "
+            "print('structlog' in sys.modules); log.warning('probe.warning', api_key='k-123'); "
+            "print('structlog' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, "PYTHONPATH": str(ROOT)},
+                       check=True, timeout=60)
+    assert r.stdout.split() == ["False", "True"]
+    assert "probe.info" not in r.stderr and "probe.debug" not in r.stderr
+    line = json.loads(r.stderr.strip())
+    assert line["event"] == "probe.warning" and line["level"] == "warning" and line["api_key"] != "k-123"

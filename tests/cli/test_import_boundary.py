@@ -1,0 +1,62 @@
+"""What a read command loads: an operator's `status`, `alerts list`, `thread show`, `directives`, `spend` and
+the like read the log and print; they load neither the tokenizer, nor the model SDK, nor an HTTP client, nor
+the logging stack (nothing is logged), nor sqlite-utils (plain queries on the connection). `context` renders
+a request and may count its tokens, but counts kept in the data directory spare a second run the tokenizer.
+Each command runs in a fresh process, as an operator runs it, on a fleet after a real tick."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.cli.test_json_reads import fleet  # noqa: F401
+from tests.cli.test_status_doctor import _restore_structlog, sim_server  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[2]
+
+RUN = """
+import contextlib, io, json, sys
+from agent.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = main(sys.argv[1:])
+print(json.dumps({"code": code, "out": out.getvalue(), "modules": sorted(sys.modules)}))
+"""
+
+# Never loaded by a command that only reads the log and prints.
+HEAVY = ("tiktoken", "tiktoken_ext", "openai", "httpx", "httpcore", "structlog", "rich", "sqlite_utils", "click",
+         "apscheduler", "agent.runtime.tick", "agent.model.llm", "agent.clients", "agent.service")
+READS = (("status",), ("status", "--json"), ("alerts", "list"), ("alerts", "show", "1"), ("thread", "show", "--tail", "20"),
+         ("directives",), ("spend",), ("spend", "--json"), ("policy", "show"), ("hosts", "list"), ("log", "search", "rent"))
+
+
+def _run(cfg: Path, *argv: str) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, "-c", RUN, "--config", str(cfg), *argv], capture_output=True, text=True,
+                       cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out: dict[str, Any] = json.loads(r.stdout.splitlines()[-1])
+    assert out["code"] == 0, (argv, out["out"], r.stderr)
+    return out
+
+
+def _loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+def test_read_commands_load_no_tokenizer_model_sdk_http_client_or_logging(fleet: Path) -> None:  # noqa: F811
+    for argv in READS:
+        r = _run(fleet, *argv)
+        assert r["out"], argv  # it read the log and printed
+        assert _loaded(r["modules"], HEAVY) == [], argv
+
+
+def test_context_counts_once_and_a_second_process_reads_the_counts_kept(fleet: Path) -> None:  # noqa: F811
+    """The first `context` counts what the tick's counts file lacks; the next one finds every count kept and
+    never loads the tokenizer, and prints the same request with the same counts."""
+    first = _run(fleet, "context", "--json")
+    second = _run(fleet, "context", "--json")
+    assert json.loads(second["out"]) == json.loads(first["out"])
+    assert json.loads(second["out"])["manifest"]
+    assert _loaded(second["modules"], ("tiktoken", "tiktoken_ext", "openai", "httpx", "structlog", "rich")) == []
