@@ -72,9 +72,10 @@ def test_unmet_demand_is_expected_where_the_simulator_shows_it_and_raised_within
 
 def test_a_directive_scenario_counts_the_cron_arms_violations() -> None:
     seen: dict[str, Any] = {}
-    r = outcomes.run_one(outcomes.SCENARIOS["note"], "cron", 20, 7, None, None,
+    ticks = 30  # the cron arm rents again once its first rents have started (minutes in scheduling and loading)
+    r = outcomes.run_one(outcomes.SCENARIOS["note"], "cron", ticks, 7, None, None,
                          observe=lambda a, b: seen.update(last=b))
-    note_at = seen["last"]["now"] - (20 - outcomes.SCENARIOS["note"].event_tick) * outcomes.TICK_S
+    note_at = seen["last"]["now"] - (ticks - outcomes.SCENARIOS["note"].event_tick) * outcomes.TICK_S
     broke = [i for i in seen["last"]["instances"] if i["rented_at"] >= note_at and i["gpu_name"] != "RTX 4090"]
     assert broke and r.violations == len(broke)  # a cron script reads no notes
 
