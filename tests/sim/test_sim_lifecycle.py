@@ -186,3 +186,15 @@ def test_a_draining_instance_finishes_its_job_and_takes_no_new_one(sim: Simulato
     shown = sim._public(sim.instances[a])
     assert shown["gpu_util"] is not None and shown["gpu_util"] < 5  # idle
     assert sim._public(sim.instances[b])["gpu_util"] > 80
+
+
+def test_the_client_reads_maintenance_windows_as_the_official_cli_asks(vast, sim: Simulator) -> None:
+    sim.realism.update({"quick": 1})
+    iid = sim.create_instance(sim.find_offer("RTX 4090")["id"])
+    machine = sim.instances[iid]["machine_id"]
+    assert vast.maintenances([machine]) == []
+    row = sim.schedule_maintenance(machine, sim.now() + 3600, 2.5, "disk")
+    [w] = vast.maintenances([machine, machine + 1])
+    assert (w.machine_id, w.start, w.end, w.category) == (machine, row["start_time"], row["end_time"], "disk")
+    req = [r for r in sim.requests if r["path"] == "/api/v0/machines/maintenances"][-1]
+    assert req["method"] == "GET" and req["query"] == {"owner": "me", "machine_ids": sorted([machine, machine + 1])}
