@@ -237,6 +237,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 )}
 
 
+from bench import outcomes_market  # noqa: E402  (the market's scenarios, kept in their own file)
+
+SCENARIOS.update(outcomes_market.scenarios(Scenario, constant))
+
+
 # ------------------------------------------------------------------ arms
 
 

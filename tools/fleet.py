@@ -90,6 +90,8 @@ def search(ctx: ToolContext, query: dict[str, Any], **kw: Any) -> list[Offer]:
     """Search with the fleet's disk as ``allocated_storage`` (vast.ai prices dph_total with it and shows
     only offers with that much disk); every offer found is kept for this tick's rents."""
     offers = ctx.vast.search_offers(query, allocated_storage=ctx.settings.fleet.disk_gb, **kw)
+    if contracts.horizon_s(ctx.settings.policy) > 0:  # a machine going down for maintenance ends the contract early
+        offers = contracts.offers_with_maintenance(ctx.vast, offers, ctx.clock())
     ctx.offers.update((o.id, o) for o in offers)
     return offers
 

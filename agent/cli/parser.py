@@ -278,8 +278,11 @@ COMMANDS: tuple[Command, ...] = (
                 help="simulated seconds before a new instance is listed (default 30)"),
             arg("--logs-delay", type=non_negative, default=2.5,
                 help="seconds before requested logs are ready (default 2.5)"),
-            arg("--unschedulable", type=fraction, default=0.0,
-                help="probability a rent's machine cannot be scheduled (default 0)"),
+            arg("--unschedulable", type=fraction, default=0.03,
+                help="probability a rent's machine cannot be scheduled, as on vast.ai (default 0.03)"),
+            arg("--quick", action="store_true",
+                help="the instant market: rents start in seconds, stops at once, no unschedulable or stuck "
+                     "rents, no maintenance (default: vast.ai's scheduling and loading waits)"),
             arg("--manual-clock", action="store_true",
                 help="simulated time moves only when told to, by POST /_sim/advance {\"seconds\": s}"),
             arg("--start", type=positive, default=None,

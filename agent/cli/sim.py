@@ -15,7 +15,7 @@ def cmd_sim(args: argparse.Namespace, _app: object) -> int:
                          "or drop --start")
 
     realism = Realism(rate_interval=args.rate_interval, listing_lag=args.listing_lag, logs_delay=args.logs_delay,
-                      unschedulable=args.unschedulable)
+                      unschedulable=args.unschedulable, quick=1.0 if args.quick else 0.0)
     serve_forever(port=args.port, seed=args.seed, speed=args.speed, state_file=args.state, api_key=args.api_key,
                   realism=realism, clock=ManualClock(args.start or DEFAULT_START) if args.manual_clock else None)
     return 0

@@ -150,6 +150,9 @@ class Instance:
     inet_up_cost: float | None = None
     inet_down_cost: float | None = None
     end_date: float | None = None  # epoch seconds the contract ends: the instance then stops and cannot start
+    # The start of its machine's next maintenance window (epoch seconds), from GET /machines/maintenances: not
+    # in the instance row; the tick sets it (agent/fleet/drain.py).
+    maint_start: float | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def traffic_gb(self) -> tuple[float, float] | None:
@@ -200,6 +203,7 @@ class Offer:
     dlperf: float | None = None
     cuda_max_good: float | None = None
     duration: float | None = None  # seconds until the host's listing ends; a contract rented now ends then
+    maint_in: float | None = None  # seconds until its machine's next maintenance window (set by the fleet's search)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -222,6 +226,27 @@ class Offer:
             dlperf=_float(d.get("dlperf")), cuda_max_good=_float(d.get("cuda_max_good")),
             duration=_float(d.get("duration")), raw=dict(d),
         )
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """A host's maintenance window on one machine: from ``start`` to ``end`` (epoch seconds) the machine is down
+    and every instance on it with it."""
+    machine_id: int
+    start: float
+    end: float
+    category: str | None = None
+
+    @classmethod
+    def from_api(cls, d: Mapping[str, Any]) -> Maintenance | None:
+        mid, start = _int(d.get("machine_id")), _float(d.get("start_time"))
+        if mid is None or start is None:
+            return None
+        end = _float(d.get("end_time"))
+        hours = _float(d.get("duration_hours"))
+        if end is None:
+            end = start + (hours or 0.0) * 3600.0
+        return cls(machine_id=mid, start=start, end=end, category=_str(d.get("maintenance_category")))
 
 
 @dataclass(frozen=True)
@@ -637,6 +662,27 @@ class VastClient:
         data = self._call("GET", "/instances/pending-price-increases/", "show pending price increases")
         return [PriceIncrease.from_api(r) for r in data.get("pending_price_increases") or []
                 if isinstance(r, dict) and _int(r.get("pending_price_increase_id")) is not None]
+
+    def maintenances(self, machine_ids: list[int]) -> list[Maintenance]:
+        """The machines' maintenance windows not over yet (GET /machines/maintenances, as the official CLI's
+        ``show maints`` asks: ``owner=me`` and the ids as a JSON list); vast.ai answers a JSON list."""
+        if not machine_ids:
+            return []
+        what = "show maintenances"
+        resp = self._send("GET", "/machines/maintenances",
+                          params={"owner": "me", "machine_ids": sorted({int(m) for m in machine_ids})})
+        if resp.status_code >= 400:
+            raise self._error(resp, what)
+        try:
+            data = resp.json()
+        except ValueError:
+            raise VastError(message=f"{what}: HTTP {resp.status_code} but the body is not JSON", code="bad_response",
+                            status=resp.status_code) from None
+        rows = data if isinstance(data, list) else (data.get("maintenances") if isinstance(data, dict) else None)
+        if not isinstance(rows, list):
+            raise VastError(message=f"{what}: expected a JSON list, got {type(data).__name__}", code="bad_response",
+                            status=resp.status_code)
+        return [m for r in rows if isinstance(r, dict) and (m := Maintenance.from_api(r)) is not None]
 
     def answer_price_increase(self, pending_id: int, *, accept: bool) -> bool:
         """Accept or reject one pending row (the body is exactly its id). False when it is no longer pending

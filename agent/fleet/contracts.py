@@ -1,14 +1,20 @@
 """Contract end dates: every vast.ai offer runs until its host's listing ends (``duration``, seconds from now)
 and a contract rented from it ends then (the instance's ``end_date``). At that date vast.ai stops the instance
 for good: it can never start again, and its disk bills storage until destroyed. The fleet neither rents an
-offer that ends within ``policy.contract_min_hours`` nor counts an instance ending that soon as capacity.
+offer that ends within ``policy.contract_min_hours`` nor counts an instance ending that soon as capacity. A host's
+maintenance window takes the machine down for hours: an instance whose window starts within the horizon is
+treated as ending then.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from agent.clients.vast import Instance, Offer
+from agent import logsetup
+from agent.clients.vast import Instance, Offer, VastClient, VastError
+
+log_ = logsetup.get_logger(__name__)
 
 
 def horizon_s(policy: Any) -> float:
@@ -17,13 +23,18 @@ def horizon_s(policy: Any) -> float:
 
 
 def offer_left(offer: Offer) -> float | None:
-    """Seconds until ``offer``'s contract would end, or None when vast.ai sends no duration."""
-    return offer.duration
+    """Seconds until a contract rented from ``offer`` would stop working: the earlier of its end (the offer's
+    ``duration``) and its machine's next maintenance window (``maint_in``); None when it has neither."""
+    left = [t for t in (offer.duration, offer.maint_in) if t is not None]
+    return min(left) if left else None
 
 
 def instance_left(inst: Instance, now: float) -> float | None:
-    """Seconds until ``inst``'s contract ends (negative once it has), or None when it has no end date."""
-    return None if inst.end_date is None else inst.end_date - now
+    """Seconds until ``inst`` stops working for good or for hours (negative once it has): the earlier of its
+    contract's end and its machine's next maintenance window (``maint_start``, agent/fleet/drain.py); None when
+    it has neither."""
+    ends = [t for t in (inst.end_date, inst.maint_start) if t is not None]
+    return min(ends) - now if ends else None
 
 
 def too_short(left: float | None, policy: Any) -> bool:
@@ -45,8 +56,32 @@ def ends_in(left: float | None) -> str:
     return f"ends in {max(1, int(left // 60))} min"
 
 
+def maintenance_starts(vast: VastClient, machine_ids: list[int]) -> dict[int, float]:
+    """machine id -> the start of its next maintenance window not over yet, for those of ``machine_ids`` that have
+    one (one call: GET /machines/maintenances). On failure none, logged as a warning: the tick goes on."""
+    if not machine_ids:
+        return {}
+    try:
+        windows = vast.maintenances(sorted(set(machine_ids)))
+    except VastError as e:
+        log_.warning("contracts.maintenances_unavailable", error=str(e))
+        return {}
+    first: dict[int, float] = {}
+    for w in windows:
+        first[w.machine_id] = min(first.get(w.machine_id, w.start), w.start)
+    return first
+
+
+def offers_with_maintenance(vast: VastClient, offers: list[Offer], now: float) -> list[Offer]:
+    """``offers`` with ``maint_in`` set where their machine has a maintenance window ahead: a contract rented
+    there stops working when it starts."""
+    first = maintenance_starts(vast, [o.machine_id for o in offers if o.machine_id is not None])
+    return [replace(o, maint_in=first[o.machine_id] - now) if o.machine_id in first else o for o in offers]
+
+
 def hours(policy: Any) -> str:
     return f"{float(policy.contract_min_hours):g} h"
 
 
-__all__ = ["ends_in", "horizon_s", "hours", "instance_left", "offer_left", "too_short"]
+__all__ = ["ends_in", "horizon_s", "hours", "instance_left", "maintenance_starts", "offer_left",
+           "offers_with_maintenance", "too_short"]

@@ -38,6 +38,9 @@ DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance:
 FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died
 MASS_EVENT_MIN = 3  # this many of ours dead in one observation, and half the fleet or more: not the hosts
 MAX_GPUS = 8  # the search compares offers of 1 up to this many GPUs per job (policy caps the $/h of each)
+SCHEDULING_LIMIT = 600.0  # s: a rent still waiting in scheduling after this is replaced (vast.ai: 0.5-4 min)
+SCHEDULING_HOST_FAILURES = 2  # a host whose machine failed to schedule this many of our rents is avoided
+DRAINING = "-draining"  # agent/fleet/drain.py's label: the tick retires that instance once its job is done
 ADVICE_SHOWN = 2  # advice the rules cannot parse, quoted in the decision text (the rest counted)
 
 
@@ -78,11 +81,20 @@ class RulesProvider:
             kept = set(e.payload["observation"].get("credit_stopped") or [])
             ours = [i for i in e.payload["observation"].get("instances") or [] if i.get("ours")]
             dead = [i for i in ours if i.get("host_id") is not None and i["id"] not in kept and _is_dead(i, stuck_after)
-                    and "outbid" not in (i.get("status_msg") or "")]  # a higher bid took it: not the host's fault
+                    and "outbid" not in (i.get("status_msg") or "")  # a higher bid took it: not the host's fault
+                    and not _scheduling_failure(i)]  # counted apart: _scheduling_failed_hosts
             if len(dead) >= MASS_EVENT_MIN and 2 * len(dead) >= len(ours):
                 continue  # most of the fleet at once (outbid, maintenance, the account): no host's fault
             out.update(int(i["host_id"]) for i in dead)
         return out
+
+    def _scheduling_failed_hosts(self) -> set[int]:
+        """Hosts whose machine failed to schedule ``SCHEDULING_HOST_FAILURES`` or more of our rents (stuck in
+        scheduling past ``SCHEDULING_LIMIT``, or created stopped as unschedulable) in recent observations. One
+        such failure is the market's luck (vast.ai fails a few rents anywhere); a second on the same host is
+        the host."""
+        return _scheduling_failed(e.payload["observation"] for e in self.app.log.read(
+            0, kinds=["tick.started"], newest_first=True, limit=FAILED_HOST_TICKS))
 
     # -------------------------------------------------------------- the policy
 
@@ -121,7 +133,7 @@ class RulesProvider:
         flapping = {i["id"] for i in ours if i["id"] not in kept and int(i.get("restarts") or 0) >= FLAP_RESTARTS}
         dead = [i for i in ours if i["id"] not in kept
                 and (_is_dead(i, stuck_after) or i["host_id"] in banned or i["id"] in flapping)]
-        avoid = banned | self._failed_hosts(stuck_after) | {int(i["host_id"]) for i in ours
+        avoid = banned | self._failed_hosts(stuck_after) | self._scheduling_failed_hosts() | {int(i["host_id"]) for i in ours
                                                             if i["id"] in flapping and i["host_id"] is not None}
         live = [i for i in ours if i not in dead]
         ending = _ending(live)
@@ -229,7 +241,7 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
     for i in plan.dead:
         why = "its host is blacklisted by the operators" if i["host_id"] in plan.banned else \
             f"it stopped running {i.get('restarts')} times since rent" if i["id"] in plan.flapping else \
-            f"it is {i['status']} after {int(i['age_s']) // 60} min"
+            _scheduling_why(i) or f"it is {i['status']} after {int(i['age_s']) // 60} min"
         calls.append(("destroy_instance", {"instance_id": i["id"], "reason": f"replace: {why}"}))
     for i, why in _retire(plan):
         calls.append(("destroy_instance", {"instance_id": i["id"], "reason": why}))
@@ -290,7 +302,8 @@ def _retire(plan: _Plan) -> list[tuple[dict[str, Any], str]]:
     if not plan.ending or running < plan.need:
         return []
     return [(i, f"retire: its contract ends in {float(i['ends_s']) / 3600:.1f} h (vast.ai then stops it for good); "
-                f"the running rest deliver {running:.1f} of the {plan.need:.1f} jobs/h needed") for i in plan.ending]
+                f"the running rest deliver {running:.1f} of the {plan.need:.1f} jobs/h needed") for i in plan.ending
+            if not str(i.get("label") or "").endswith(DRAINING)]  # being drained: the tick destroys it once idle
 
 
 def _swap(plan: _Plan) -> tuple[dict[str, Any], float] | None:
@@ -437,10 +450,52 @@ def _cheapest_cover(offers: list[dict[str, Any]], short: float, room: int,
 
 def _is_dead(i: dict[str, Any], stuck_after: float) -> bool:
     """An observed instance that will not work: exited/offline/unknown, stopped without our asking, a
-    container that cannot start, or in a status other than running for longer than ``stuck_after``
-    since that status was first observed."""
+    container that cannot start, waiting in scheduling longer than ``SCHEDULING_LIMIT``, or in a status other
+    than running for longer than ``stuck_after`` since that status was first observed."""
     return (i["status"] in DEAD or "OCI runtime" in (i.get("status_msg") or "")
-            or (i["status"] != "running" and i["age_s"] > stuck_after))
+            or _stuck_scheduling(i) or (i["status"] != "running" and i["age_s"] > stuck_after))
+
+
+# -------------------------------------------------------------- scheduling failures
+
+
+def _in_scheduling(i: dict[str, Any]) -> bool:
+    """vast.ai has not placed the rent on its machine yet: no status, a ``scheduling`` message."""
+    return i["status"] == "provisioning" and "scheduling" in str(i.get("status_msg") or "").lower()
+
+
+def _stuck_scheduling(i: dict[str, Any]) -> bool:
+    """Waiting in scheduling for longer than ``SCHEDULING_LIMIT`` (vast.ai schedules in 0.5-4 min): the
+    machine will not take it; it is replaced."""
+    return _in_scheduling(i) and float(i.get("age_s") or 0.0) > SCHEDULING_LIMIT
+
+
+def _unschedulable(i: dict[str, Any]) -> bool:
+    """Created stopped because the machine could not schedule it (vast.ai's answer without cancel_unavail)."""
+    return i["status"] == "stopped" and "unable to schedule" in str(i.get("status_msg") or "").lower()
+
+
+def _scheduling_failure(i: dict[str, Any]) -> bool:
+    return _stuck_scheduling(i) or _unschedulable(i)
+
+
+def _scheduling_why(i: dict[str, Any]) -> str:
+    if _stuck_scheduling(i):
+        return (f"it waited in scheduling {int(i['age_s']) // 60} min (over {SCHEDULING_LIMIT / 60:g}); its "
+                "machine is not taking it")
+    if _unschedulable(i):
+        return "its machine could not schedule it (created stopped)"
+    return ""
+
+
+def _scheduling_failed(observations: Any) -> set[int]:
+    """Hosts with ``SCHEDULING_HOST_FAILURES`` or more distinct instances of ours that failed to schedule."""
+    failed: dict[int, set[int]] = {}
+    for obs in observations:
+        for i in obs.get("instances") or []:
+            if i.get("ours") and i.get("host_id") is not None and _scheduling_failure(i):
+                failed.setdefault(int(i["host_id"]), set()).add(int(i["id"]))
+    return {h for h, ids in failed.items() if len(ids) >= SCHEDULING_HOST_FAILURES}
 
 
 def _parse_offers(table: str) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.feedback import credit
 from agent.feedback.knowledge import save_memo
-from agent.fleet import constraints, contracts, market, spend, steering, stopped, throughput
+from agent.fleet import constraints, contracts, drain, market, spend, steering, stopped, throughput
 from agent.fleet.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.fleet.policy import Policy
 from agent.fleet.reconcile import UNLISTED, reconcile
@@ -367,6 +367,7 @@ def _start(run: _Run) -> ToolContext | TickResult:
         ctx.vast.deadline = None
         return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
     rebids = market.rebid_outbid(ctx, dry_run=s.policy.dry_run)  # before the observation: it shows them starting
+    drain.with_maintenance(ctx)  # a machine's maintenance ends its instances' work as a contract's end does
     obs = observe(app, ctx, tick)
     known = credit.kept_ids(log)
     kept = credit.stopped_for_credit(obs, known)
@@ -386,7 +387,8 @@ def _start(run: _Run) -> ToolContext | TickResult:
     # never stops an instance, so one of ours that shows stopped is destroyed here, whatever the model
     market.handle_price_increases(ctx, dry_run=s.policy.dry_run)
     for outcome in [*market.handle_outbid(ctx, dry_run=s.policy.dry_run, rebids=rebids),
-                    *stopped.destroy_stopped(ctx, dry_run=s.policy.dry_run)]:
+                    *stopped.destroy_stopped(ctx, dry_run=s.policy.dry_run),
+                    *drain.drain(ctx, app.clock(), dry_run=s.policy.dry_run)]:
         if outcome.effect:
             run.actions.append(f"{outcome.effect['type']} {outcome.effect.get('instance_id')}")
     for iid in stopped.start_kept(ctx, obs.get("balance"), dry_run=s.policy.dry_run):

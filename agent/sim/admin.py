@@ -8,6 +8,9 @@
     POST /_sim/outbid       {"instance_id"}: a bid instance loses its GPU
     POST /_sim/price_increase {"instance_id", "multiplier", "in_s"?}: its host asks multiplier x the GPU price
                             from in_s seconds on (default 3600): a pending price increase
+    POST /_sim/maintenance  {"machine_id" or "instance_id", "in_s"?, "duration_hours"?, "category"?}: the
+                            machine's host announces a maintenance window from in_s seconds on (default 6 h),
+                            duration_hours long (default 2); listed by GET /api/v0/machines/maintenances
     POST /_sim/bid_market   {"moving": false}: every offer's min_bid stays at its quiet level (true: it follows
                             the seeded bid market, the default)
     GET/POST /_sim/faults   read or set the fault knobs (agent/sim/faults.py)
@@ -115,6 +118,30 @@ def _admin_price_increase(sim: Simulator, query: dict[str, Any], body: dict[str,
     except ValueError as e:
         raise ApiError(400, "invalid_args", str(e)) from e
     return json_reply(200, {"success": True, "pending_price_increase": row})
+
+
+def _admin_maintenance(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
+    try:
+        in_s, hours = float(body.get("in_s", 6 * 3600.0)), float(body.get("duration_hours", 2.0))
+    except (TypeError, ValueError) as e:
+        raise ApiError(400, "invalid_args", "in_s and duration_hours must be numbers") from e
+    category = str(body.get("category") or "other")
+    with sim._lock:
+        now = sim.tick()
+        if body.get("instance_id") is not None:
+            inst = sim.instances.get(as_id(body.get("instance_id")))
+            if inst is None:
+                raise ApiError(404, "no_such_instance", f"no instance {body.get('instance_id')}")
+            machine = int(inst["machine_id"])
+        elif body.get("machine_id") is not None:
+            machine = as_id(body.get("machine_id"))
+        else:
+            raise ApiError(400, "invalid_args", "give machine_id or instance_id")
+        try:
+            row = sim.schedule_maintenance(machine, now + in_s, hours, category)
+        except ValueError as e:
+            raise ApiError(400, "invalid_args", str(e)) from e
+    return json_reply(200, {"success": True, "maintenance": row})
 
 
 def _admin_bid_market(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
@@ -343,6 +370,7 @@ ADMIN: dict[tuple[str, str], AdminHandler] = {
     ("POST", "/_sim/outbid"): _admin_outbid,
     ("POST", "/_sim/price_increase"): _admin_price_increase,
     ("POST", "/_sim/bid_market"): _admin_bid_market,
+    ("POST", "/_sim/maintenance"): _admin_maintenance,
     ("POST", "/_sim/faults"): _admin_set_faults,
     ("GET", "/_sim/faults"): _admin_faults,
     ("POST", "/_sim/realism"): _admin_set_realism,

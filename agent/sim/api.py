@@ -215,6 +215,17 @@ def _machines(sim: Simulator, c: Call) -> Reply:
     return json_reply(200, {"machines": []})
 
 
+def _maintenances(sim: Simulator, c: Call) -> Reply:
+    """GET /machines/maintenances?machine_ids=[...]: the machines' maintenance windows not over yet, a JSON list
+    of {machine_id, start_time, end_time, duration_hours, maintenance_category} (the shape the official CLI's
+    `show maints` reads)."""
+    ids = c.query.get("machine_ids")
+    if ids is not None and not (isinstance(ids, list) and all(isinstance(m, int) and not isinstance(m, bool)
+                                                              for m in ids)):
+        raise ApiError(400, "invalid_args", "machine_ids must be a JSON list of machine ids, e.g. [1234, 5678]")
+    return json_reply(200, sim.maintenances_for(ids, c.now))
+
+
 def _bundles(sim: Simulator, c: Call) -> Reply:
     return json_reply(200, {"offers": sim.market.search(c.body, c.now)})
 
@@ -293,6 +304,7 @@ ROUTES: list[tuple[str, tuple[str, ...], Handler]] = [
     ("GET", ("v0", "instances", "filters"), _filters),
     ("GET", ("v0", "users", "current"), _user),
     ("GET", ("v0", "machines"), _machines),
+    ("GET", ("v0", "machines", "maintenances"), _maintenances),
     ("POST", ("v0", "bundles"), _bundles),
     ("PUT", ("v0", "search", "asks"), _search_asks),
     ("PUT", ("v0", "asks", "*"), _rent),

@@ -30,9 +30,18 @@ def irng(seed: int, iid: int, what: str) -> random.Random:
     return random.Random(f"{seed}:{iid}:{what}")
 
 
+SCHEDULING_MSG = "scheduling: waiting for the machine to take the instance"
+SCHEDULING_S = (30.0, 240.0)  # vast.ai: a new rent waits 0.5-4 min for its machine...
+LOADING_S = (150.0, 420.0)  # ...then pulls its image and starts for 2.5-7 min
+STOPPING_S = (10.0, 40.0)  # a stop asked takes effect 10-40 s later
+QUICK_BOOT_S, QUICK_LOADING_S = (3.0, 12.0), (30.0, 120.0)  # realism.quick: the instant market
+DRAINING = "-draining"  # a label ending so: the workers finish the job in hand and take no new one
+
+
 def new_instance(seed: int, iid: int, offer: dict[str, Any], body: dict[str, Any], now: float,
-                 behaviour: str) -> Instance:
-    """The record of instance `iid` renting `offer` with a rent `body`, booting from `now`."""
+                 behaviour: str, *, quick: bool = True, stuck: bool = False) -> Instance:
+    """The record of instance `iid` renting `offer` with a rent `body`, booting from `now`. Unless `quick`, it
+    waits in scheduling (actual_status null) first, for good when `stuck`, and loads for minutes."""
     env = body.get("env") or {}
     price = body.get("price")
     disk = float(body.get("disk") or 10.0)
@@ -68,7 +77,13 @@ def new_instance(seed: int, iid: int, offer: dict[str, Any], body: dict[str, Any
         "_up_gbph": round(irng(seed, iid, "traffic").uniform(0.2, 3.0), 3),
         "_down_gbph": round(irng(seed, iid, "traffic-down").uniform(0.5, 6.0), 3),
     }
-    schedule(inst, now + irng(seed, iid, "boot").uniform(3.0, 12.0), "created")
+    inst["_quick"] = quick
+    if quick:
+        schedule(inst, now + irng(seed, iid, "boot").uniform(*QUICK_BOOT_S), "created")
+        return inst
+    inst["status_msg"] = SCHEDULING_MSG
+    if not stuck:
+        schedule(inst, now + irng(seed, iid, "boot").uniform(*SCHEDULING_S), "created")
     return inst
 
 
@@ -96,7 +111,7 @@ def transition(seed: int, inst: Instance, status: str, t: float) -> None:
         if beh == "oci_fail":
             inst["actual_status"], inst["status_msg"] = "created", OCI_MSG
         elif beh != "stuck_loading":
-            schedule(inst, t + r.uniform(30.0, 120.0), "running")
+            schedule(inst, t + r.uniform(*(QUICK_LOADING_S if inst.get("_quick", True) else LOADING_S)), "running")
     elif status == "running":
         inst["status_msg"] = f"success, running {inst['image_uuid']}"
         inst["_running_since"] = t
@@ -114,6 +129,8 @@ def transition(seed: int, inst: Instance, status: str, t: float) -> None:
     elif status == "offline":
         inst["status_msg"] = "host machine is offline: no heartbeat"
         inst["_running_since"] = None
+    elif status == "stopped":  # a stop asked earlier takes effect
+        stop(inst, "stopped by user")
     elif status == "rebooting":
         inst["status_msg"] = "rebooting"
         inst["_running_since"] = None
@@ -229,10 +246,35 @@ def advance(seed: int, inst: Instance, t0: float, t1: float) -> tuple[float, lis
 # --- what the API shows and changes ----------------------------------------------------------
 
 
+def draining(inst: Instance) -> bool:
+    return str(inst.get("label") or "").endswith(DRAINING)
+
+
+def work_seconds(seed: int, inst: Instance, secs: float) -> float:
+    """Of ``secs`` running seconds, those spent on jobs: all of them, unless the instance is draining (labelled
+    ``<label>-draining``): then only what is left of the job it held when the label was set, after which it
+    is idle."""
+    if not draining(inst):
+        inst.pop("_drain_left", None)
+        return secs
+    if "_drain_left" not in inst:  # the job in hand: somewhere in its run, drawn once
+        job_s = 3600.0 / max(jobs_per_h(inst) / max(int(inst["num_gpus"] or 1), 1), 1e-9)
+        inst["_drain_left"] = irng(seed, inst["id"], "drain").uniform(0.0, job_s)
+    used = min(secs, float(inst["_drain_left"]))
+    inst["_drain_left"] = float(inst["_drain_left"]) - used
+    return used
+
+
+def idle(inst: Instance) -> bool:
+    """A draining instance whose last job is done."""
+    return draining(inst) and float(inst.get("_drain_left", 1.0)) <= 0.0
+
+
 def public(seed: int, inst: Instance, now: float, busy: bool) -> dict[str, Any]:
     """The instance as the API shows it: no private keys; uptime and GPU readings as of now."""
     out = {k: v for k, v in inst.items() if not k.startswith("_")}
     since = inst["_running_since"]
+    busy = busy and not idle(inst)
     if since is not None:
         out["uptime_mins"] = round((now - since) / 60.0, 2)
         r = irng(seed, inst["id"], f"util:{int(now // 60)}")
@@ -264,7 +306,12 @@ def modify(seed: int, inst: Instance, body: dict[str, Any], now: float) -> dict[
         if inst["actual_status"] in ("offline",):
             raise ApiError(400, "invalid_state", f"Instance {iid} is offline and cannot be stopped.")
         inst["next_state"] = "stopped"
-        stop(inst, "stopped by user")
+        if inst.get("_quick", True) or inst["actual_status"] != "running":
+            stop(inst, "stopped by user")
+        else:  # vast.ai stops a running container 10-40 s later; it bills as running until then
+            inst["intended_status"] = "stopped"
+            inst["status_msg"] = "stopping"
+            schedule(inst, now + irng(seed, iid, f"stop:{now:.3f}").uniform(*STOPPING_S), "stopped")
         msgs.append("stopping")
     elif state == "running":
         if inst.get("_expired"):

@@ -15,6 +15,14 @@
                     instance per simulated day): a pending row (GET /instances/pending-price-increases/)
                     the renter accepts or rejects; unaccepted, the contract ends (the instance stops)
                     at its end date, 1-7 days later
+    stuck_scheduling probability that a rent waits in scheduling for good (the host never takes it)
+    maintenance     host maintenance windows per machine per simulated day, on machines running one of
+                    our instances: announced 6-72 h ahead (GET /machines/maintenances), 1-8 h long; at
+                    its start the machine goes down and its instances go offline
+    quick           1 = the instant market older tests were written for: a rent boots in seconds (no
+                    scheduling wait, no long image pull), a stop takes effect at once, and no rent is
+                    unschedulable or stuck and no maintenance is announced. 0 (the default) = as vast.ai:
+                    a rent waits in scheduling 0.5-4 min, then loads 2.5-7 min; a stop takes 10-40 s
 
 Read and set through GET/POST /_sim/realism, or `fleet-agent sim --rate-interval ...`.
 """
@@ -31,6 +39,9 @@ DEFAULT_RATE_INTERVAL = 0.5   # "endpoint threshold=2.0 (requests/s)", as vast.a
 DEFAULT_LISTING_LAG = 30.0
 DEFAULT_LOGS_DELAY = 2.5
 DEFAULT_PRICE_INCREASES = 0.1
+DEFAULT_UNSCHEDULABLE = 0.03  # rents whose machine cannot take the instance (vast.ai's cancel_unavail case)
+DEFAULT_STUCK_SCHEDULING = 0.02
+DEFAULT_MAINTENANCE = 0.02  # windows per machine per day
 _ID = re.compile(r"/\d+(?=/|$)")
 
 
@@ -39,8 +50,11 @@ class Realism:
     rate_interval: float = DEFAULT_RATE_INTERVAL
     listing_lag: float = DEFAULT_LISTING_LAG
     logs_delay: float = DEFAULT_LOGS_DELAY
-    unschedulable: float = 0.0
+    unschedulable: float = DEFAULT_UNSCHEDULABLE
     price_increases: float = DEFAULT_PRICE_INCREASES
+    stuck_scheduling: float = DEFAULT_STUCK_SCHEDULING
+    maintenance: float = DEFAULT_MAINTENANCE
+    quick: float = 0.0
 
     def update(self, values: dict[str, Any]) -> None:
         names = {f.name for f in fields(self)}

@@ -30,6 +30,7 @@ ID_EPOCH = 1_796_000_000.0
 ID_BASE = 21_000_000
 ID_PER_S = 20
 MAX_ID_STEP = 4
+MAINT_CATEGORIES = ("power", "internet", "disk", "gpu", "software", "other")  # the official CLI's list
 STATUSES = (None, "created", "loading", "running", "stopped", "frozen", "exited", "rebooting", "unknown",
             "offline")
 
@@ -74,6 +75,8 @@ class Simulator:
         self._planted: dict[int, str] = {}
         self.price_increases: dict[int, dict[str, Any]] = {}  # pending_price_increase_id -> row (any status)
         self._increase_rng = random.Random(f"{seed}:price-increases")
+        self.maintenances: list[dict[str, Any]] = []  # host maintenance windows, announced and past
+        self._maint_rng = random.Random(f"{seed}:maintenance")
         self._results = LogResults(seed)
         saved = state.read(state_file, seed) if state_file else None
         start = float(saved["now"]) if saved else time.time()
@@ -140,6 +143,7 @@ class Simulator:
                 flap = self.flaps.get(iid)
                 if flap is not None and flap.down((t + end) / 2):
                     secs = 0.0
+                secs = instances.work_seconds(self.seed, inst, secs) if secs > 0 else secs
                 if secs > 0:
                     shares.append((inst, secs * instances.jobs_per_h(inst) / 3600.0))
             capacity = sum(c for _, c in shares)
@@ -152,6 +156,7 @@ class Simulator:
                     if inst["actual_status"] in ("running", "loading", "created", "rebooting", None):
                         instances.credit_stop(inst)
             self._market_step(t, end)
+            self._maintenance_step(t, end)
             t = end
         self._last_t = max(self._last_t, now)
 
@@ -193,6 +198,66 @@ class Simulator:
             elif inst["actual_status"] not in ("exited", "offline"):
                 # Rejected or never answered: the contract is not extended at the old price.
                 instances.stop(inst, "contract ended: the host's price increase was not accepted", intended=False)
+
+    @property
+    def quick(self) -> bool:
+        """realism.quick: the instant market (no scheduling wait, no stuck or unschedulable rents, no
+        maintenance, stops at once)."""
+        return self.realism.quick > 0
+
+    def _maintenance_step(self, t: float, end: float) -> None:
+        """Hosts announce maintenance windows on machines running our instances (``realism.maintenance`` per
+        machine per day, 6-72 h ahead, 1-8 h long); at a window's start the machine goes down: its instances
+        go offline."""
+        rate = 0.0 if self.quick else self.realism.maintenance
+        machines = sorted({int(i["machine_id"]) for i in self.instances.values()
+                           if i["actual_status"] not in ("exited", "offline")})
+        for mid in machines:
+            if rate > 0 and not self.next_maintenance(mid, end) \
+                    and self._maint_rng.random() < rate * (end - t) / 86400.0:
+                r = self._maint_rng
+                self.schedule_maintenance(mid, end + r.uniform(6.0, 72.0) * 3600.0, r.uniform(1.0, 8.0),
+                                          r.choice(MAINT_CATEGORIES), now=end)
+        for w in self.maintenances:
+            if w["_applied"] or w["start_time"] > end:
+                continue
+            w["_applied"] = True
+            for inst in self.instances.values():
+                if int(inst["machine_id"]) == w["machine_id"] and inst["actual_status"] not in ("exited", "offline"):
+                    instances.force_status(inst, "offline", "host machine is down for scheduled maintenance "
+                                           f"({w['maintenance_category']}, {w['duration_hours']:.1f} h)",
+                                           w["start_time"])
+
+    def next_maintenance(self, machine_id: int, now: float) -> dict[str, Any] | None:
+        """The machine's next maintenance window not over at ``now`` (the earliest), or None."""
+        rows = [w for w in self.maintenances if w["machine_id"] == machine_id and w["end_time"] > now]
+        return min(rows, key=lambda w: w["start_time"]) if rows else None
+
+    def schedule_maintenance(self, machine_id: int, start: float, hours: float, category: str = "other",
+                             *, now: float | None = None) -> dict[str, Any]:
+        """A maintenance window on ``machine_id`` from ``start`` (Unix time) for ``hours``; returns its row."""
+        with self._lock:
+            if hours <= 0:
+                raise ValueError(f"duration_hours must be > 0, got {hours}")
+            at = self.tick() if now is None else now
+            if start < at:
+                raise ValueError(f"start_time {start} is in the past (now {at:.0f})")
+            row = {"machine_id": int(machine_id), "start_time": float(start),
+                   "end_time": float(start) + float(hours) * 3600.0, "duration_hours": round(float(hours), 2),
+                   "maintenance_category": str(category), "_announced": float(at), "_applied": False}
+            self.maintenances.append(row)
+            return self.public_maintenance(row)
+
+    @staticmethod
+    def public_maintenance(row: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in row.items() if not k.startswith("_")}
+
+    def maintenances_for(self, machine_ids: list[int] | None, now: float) -> list[dict[str, Any]]:
+        """GET /machines/maintenances: the windows not over yet, of ``machine_ids`` (all when None)."""
+        wanted = None if machine_ids is None else {int(m) for m in machine_ids}
+        return [self.public_maintenance(w) for w in sorted(self.maintenances, key=lambda w: (w["start_time"],
+                                                                                            w["machine_id"]))
+                if w["end_time"] > now and (wanted is None or w["machine_id"] in wanted)]
 
     def _open_increase(self, iid: int) -> dict[str, Any] | None:
         return next((r for r in self.price_increases.values()
@@ -337,7 +402,9 @@ class Simulator:
     def _create_instance(self, offer: dict[str, Any], body: dict[str, Any], now: float) -> Instance:
         iid = self._new_id(now)
         behaviour = self.bad_hosts.get(offer["host_id"], "good")
-        inst = instances.new_instance(self.seed, iid, offer, body, now, behaviour)
+        quick = self.quick
+        stuck = not quick and self._sched_rng.random() < self.realism.stuck_scheduling
+        inst = instances.new_instance(self.seed, iid, offer, body, now, behaviour, quick=quick, stuck=stuck)
         self.instances[iid] = inst
         offer["rented"] = True
         return inst
@@ -353,7 +420,8 @@ class Simulator:
             raise ApiError(402, "insufficient_credit", "Your account balance is too low to rent.")
         if not isinstance(body.get("env") or {}, dict):
             raise ApiError(400, "invalid_args", "env must be an object")
-        unavailable = bool(self.realism.unschedulable) and self._sched_rng.random() < self.realism.unschedulable
+        unavailable = (not self.quick and bool(self.realism.unschedulable)
+                       and self._sched_rng.random() < self.realism.unschedulable)
         if unavailable and body.get("cancel_unavail"):
             raise ApiError(400, "unavailable", f"Offer {offer_id}: the machine cannot schedule the instance "
                            "right now; cancelled (cancel_unavail)")

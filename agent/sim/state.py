@@ -47,6 +47,7 @@ def to_saved(sim: Simulator, now: float) -> dict[str, Any]:
         "rented_offers": sorted(o["id"] for o in sim.offers.values() if o["rented"]),
         "planted": {str(k): v for k, v in sim._planted.items()},
         "price_increases": list(sim.price_increases.values()),
+        "maintenances": list(sim.maintenances),
     }
 
 
@@ -93,4 +94,5 @@ def restore(sim: Simulator, data: dict[str, Any]) -> None:
             sim.offers[oid]["rented"] = True
     sim._planted = {int(k): v for k, v in data.get("planted", {}).items()}
     sim.price_increases = {int(r["pending_price_increase_id"]): r for r in data.get("price_increases", [])}
+    sim.maintenances = list(data.get("maintenances", []))
     sim._last_t = float(data["now"])

@@ -222,6 +222,7 @@ def test_destroy_is_idempotent(vast: VastClient, sim: Simulator) -> None:
 
 def test_start_stop_label_reboot(vast: VastClient, sim: Simulator, sim_clock: ManualClock) -> None:
     """stop, start, set_label and reboot change the instance as vast would."""
+    sim.realism.update({"quick": 1})  # a stop takes effect at once: the test reads the instance right after
     iid = sim.create_instance(sim.find_offer()["id"])
     sim.advance(400)
     assert vast.get_instance(iid).actual_status == "running"

@@ -299,6 +299,12 @@ SAMPLES.update({
                                        "error": "start instance 21000124: HTTP 402 insufficient_credit"}),
                           ("dry run", {"instance_id": 21000125, "reason": "stopped for credit", "ok": False,
                                        "dry_run": True})],
+    ("system.drain", 1): [("labelled", {"instance_id": 21000123, "label": "fleet-1-a1b2c3d4e5f6-draining",
+                                        "reason": "its machine's maintenance starts in 5 h", "ok": True}),
+                          ("refused", {"instance_id": 21000124, "label": "fleet-1-x-draining", "reason": "its contract "
+                                       "ends in 20 h", "ok": False, "error": "label instance 21000124: HTTP 404"}),
+                          ("dry run", {"instance_id": 21000125, "label": "fleet-1-y-draining", "reason": "ends",
+                                       "ok": False, "dry_run": True})],
     ("instance.traffic", 1): [("billed", {"instance_id": 21000123, "up_gb": 1.25, "down_gb": 3.5, "up_cost": 0.002,
                                           "down_cost": 0.01})],
     ("instance.outbid", 1): [("destroyed", {"instance_id": 21000123, "bid": 0.21, "min_bid": 0.2625,

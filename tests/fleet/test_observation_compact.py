@@ -63,7 +63,8 @@ def _list(app: Any, args: dict[str, Any]) -> str:
 @pytest.mark.parametrize("size", [500, pytest.param(2000, marks=pytest.mark.slow)])  # 2,000: ~4x the seconds
 def test_a_large_fleets_observation_names_only_its_problems_and_stays_small(
         size: int, sim: Simulator, sim_clock: Any, make_app: Any, fake_model: FakeOpenAI) -> None:
-    sim.realism.update({"rate_interval": 0, "price_increases": 0})
+    sim.realism.update({"rate_interval": 0, "price_increases": 0,   # planted healthy: none stuck or retiring
+                        "stuck_scheduling": 0, "unschedulable": 0, "maintenance": 0})
     sim.set_credit(1_000_000.0)   # an hour of 2,000 instances
     app = make_app(policy={"max_instances": 3000, "max_total_dph": 100_000.0})
     ids = _plant(app, sim, size)

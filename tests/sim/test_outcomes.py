@@ -75,9 +75,10 @@ def test_the_cron_arms_operator_edits_it_to_obey_the_directive_scenarios_order()
     both arms play the directive scenarios under the same order: it rents after the note, none of those
     rents breaks it, and its fleet complies (react)."""
     seen: dict[str, Any] = {}
+    ticks = 30  # the cron arm rents again once its first rents have started (minutes in scheduling and loading)
     sc = outcomes.SCENARIOS["note"]
-    r = outcomes.run_one(sc, "cron", 20, 7, None, None, observe=lambda a, b: seen.update(last=b))
-    note_at = seen["last"]["now"] - (20 - sc.event_tick) * outcomes.TICK_S
+    r = outcomes.run_one(sc, "cron", ticks, 7, None, None, observe=lambda a, b: seen.update(last=b))
+    note_at = seen["last"]["now"] - (ticks - sc.event_tick) * outcomes.TICK_S
     after = [i for i in seen["last"]["instances"] if i["rented_at"] >= note_at]
     broke = [i for i in after if i["gpu_name"] != "RTX 4090"]
     assert after and not broke and r.violations == 0, (after, r)

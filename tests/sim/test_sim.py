@@ -263,11 +263,14 @@ def test_bad_hosts_misbehave(sim: Simulator, behaviour: str, final: str, msg: st
 
 
 def test_stop_start_reboot_and_label(http: httpx.Client, sim_server: SimServer, sim: Simulator) -> None:
-    """stop -> stopped; start -> loading -> running; reboot -> loading; label sets; offline cannot start."""
+    """stop -> stopped (10-40 s later); start -> loading -> running; reboot -> loading; label sets; offline
+    cannot start."""
     iid = sim.create_instance(sim.find_offer()["id"])
-    sim.advance(400)
+    sim.advance(900)  # scheduling (up to 4 min), then loading (up to 7)
     url = f"{sim_server.url}/api/v0/instances/{iid}/"
     assert http.put(url, headers=_auth(sim), json={"state": "stopped"}).json()["success"]
+    assert sim.instances[iid]["actual_status"] == "running"  # stopping
+    sim.advance(45)
     assert sim.instances[iid]["actual_status"] == "stopped"
     http.put(url, headers=_auth(sim), json={"state": "running"})
     assert sim.instances[iid]["actual_status"] == "loading"

@@ -101,6 +101,7 @@ def test_arrivals_refuses_a_bad_shape_and_keeps_the_old(http: httpx.Client, body
 
 
 def test_jobs_done_at_each_gpu_rate_per_instance_and_in_demand_workers(http: httpx.Client, sim: Simulator) -> None:
+    sim.realism.update({"quick": 1})  # both start within the same minutes, so their jobs compare by rate
     post(http, "/_sim/demand", {"pending": 500})
     post(http, "/_sim/arrivals", {"shape": "constant", "rate": 0})
     slow, fast = good_single(sim, "RTX 3090"), good_single(sim, "H100 SXM")
@@ -214,6 +215,7 @@ def test_offers_withdraw_keep_restore_add(http: httpx.Client) -> None:
 
 
 def test_flap_does_no_jobs_while_down_and_shows_between_looks(http: httpx.Client, sim: Simulator) -> None:
+    sim.realism.update({"quick": 1})  # both running from the same minute: the flap is the only difference
     post(http, "/_sim/demand", {"pending": 1000})
     post(http, "/_sim/arrivals", {"shape": "constant", "rate": 0})
     a, b = rent(http, good_single(sim, "RTX 4090")["id"]), rent(http, sim.find_offer("RTX 4090", good=True)["id"])

@@ -38,6 +38,7 @@ def _hour_with_level(sim: Simulator, gpu: str, above: bool) -> float:
 
 def test_a_bid_below_the_market_min_bid_is_outbid_by_default(sim: Simulator) -> None:
     """min_bid follows the bid market; a running bid under it is stopped (not destroyed), storage still billed."""
+    sim.realism.update({"quick": 1})  # running within the quiet hour the test picked
     offer = sim.find_offer("RTX 4090")
     quiet = _hour_with_level(sim, "RTX 4090", above=False)
     sim.advance(quiet - sim.now() + 1)

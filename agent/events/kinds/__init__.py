@@ -12,7 +12,8 @@ changed). Then add a sample for the new version to tests/events/test_events_gold
     context     memory.*, context.compacted/calibrated/pressure, input.recorded, summary.*
     feedback    operator.note, directive.unpinned, knowledge.changed
     fork        fork.started, answers overridden
-    instances   instance.adopted/gone, rent.settled, system.destroy, credit.stopped, system.start
+    instances   instance.adopted/gone, rent.settled, system.destroy, credit.stopped, system.start,
+                system.drain
     leadership  leader.acquired/lost
     model       model.request/response/failed/retry/window/text_tool_calls, context.step_refused
     steering    policy overrides, pause, hosts, operator destroys and drains, steering.in_force

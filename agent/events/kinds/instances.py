@@ -86,6 +86,38 @@ VOCABULARY.define("system.destroy", "The tick destroyed an instance of ours that
                   "call and result follow).", Version(1, SystemDestroyV1, _r_system_destroy_v1))
 
 
+# ---------------------------------------------------------------- drain (agent/fleet/drain.py)
+#
+# An instance being retired (its contract ends, or its machine's maintenance window starts, within
+# policy.contract_min_hours) is drained first: labelled ``<label>-draining``, so the workers finish the job in hand
+# and take no new one, then destroyed once idle or 30 min before it would stop (``system.destroy``, status
+# ``draining``). Labelling is idempotent: ``system.drain`` is logged after the call, with its outcome.
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemDrainV1(Payload):
+    instance_id: int
+    label: str
+    reason: str
+    ok: bool
+    error: str | None = None
+    dry_run: bool | None = None
+
+
+def _r_system_drain_v1(e: Event, p: SystemDrainV1) -> Message:
+    """``[system drain] instance N labelled L — reason`` and the outcome."""
+    if p.dry_run:
+        outcome = "dry run: not sent"
+    else:
+        outcome = "no new work goes to it" if p.ok else f"not labelled: {inline(p.error or 'failed')}"
+    return user(f"[system drain] instance {p.instance_id} labelled {inline(p.label)} — {inline(p.reason)}: {outcome}")
+
+
+VOCABULARY.define("system.drain", "The tick labelled an instance of ours being retired ``<label>-draining``: it "
+                  "finishes its job and takes no new one (the label call is idempotent: logged after, with its "
+                  "outcome).", Version(1, SystemDrainV1, _r_system_drain_v1))
+
+
 # ---------------------------------------------------------------- credit (agent/feedback/credit.py)
 #
 # At $0 vast.ai stops every instance, keeping the disks (storage still bills), refuses rents and starts
