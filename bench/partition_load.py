@@ -37,7 +37,7 @@ from tests.reliability.failover import run_partition  # noqa: E402
 def _runs(backend: str, base: Path, args: argparse.Namespace, url: Any) -> dict[str, Any]:
     clean = acted = failed = retries = 0
     why_failed: dict[str, int] = {}
-    events = requests = 0
+    events = requests = mid_append = 0
     takeover: list[float] = []
     for n in range(args.runs):
         root = base / f"{backend}-{n}"
@@ -61,15 +61,16 @@ def _runs(backend: str, base: Path, args: argparse.Namespace, url: Any) -> dict[
         requests += rep.old_requests
         takeover.append(rep.takeover_s)
         retries += rep.setup_retries
+        mid_append += rep.mid_append
         print(f"{backend} run {n + 1}/{args.runs}: resumed daemon exit {rep.old_exit}, appended "
               f"{rep.old_appended}, sent {rep.old_requests}, takeover {rep.takeover_s:.2f}s, "
-              f"{time.monotonic() - t0:.0f}s"
+              f"{time.monotonic() - t0:.0f}s" + (", suspended mid-append" if rep.mid_append else "")
               + (f", pair restarted {rep.setup_retries}x (lease lost before the partition)" if rep.setup_retries else "")
               + ("" if ok else "  <-- ACTED")
               + (f" problems: {rep.problems}" if rep.problems else ""), file=sys.stderr, flush=True)
     t = sorted(takeover)
     return {"runs": args.runs, "clean_runs": clean, "runs_that_acted": acted, "failed_runs": failed,
-            "events_appended_by_resumed": events, "requests_sent_by_resumed": requests,
+            "suspended_mid_append": mid_append, "events_appended_by_resumed": events, "requests_sent_by_resumed": requests,
             "failed_because": why_failed, "pairs_restarted_before_the_partition": retries, "takeover_p50_s": round(t[len(t) // 2], 3) if t else None,
             "takeover_max_s": round(t[-1], 3) if t else None}
 

@@ -328,13 +328,19 @@ def run_partition(root: Path, *, seed: int = 2, failover: float = 3.0,
             took = wait_for(lambda: fleet.acquired_after(first.seq) or (
                 storage_url is None and "daemon.waiting_for_writer" in fleet.stderr(new.pid)),
                 "the standby to take over")
-            if took is True:  # the old active holds the write lock: let it finish that append, then count
+            if took is True:  # the old active holds the write lock and the new one waits for it
                 rep.mid_append = True
+                # The new active is suspended too while the old one resumes, so whatever is appended or sent
+                # meanwhile is the old one's (left running, its own start-up appends and requests, made the
+                # moment the lock comes free, would be counted as the old daemon's).
+                new.send_signal(signal.SIGSTOP)
+                wait_for(lambda: suspended(new.pid), "the new active daemon to stop")
                 head, requests = len(fleet.events()), len(sim.requests)
                 old.send_signal(signal.SIGCONT)
                 rep.old_exit = old.wait(WAIT_S)
                 rep.old_appended = len(fleet.events()) - head
                 rep.old_requests = len(sim.requests) - requests
+                new.send_signal(signal.SIGCONT)
                 rep.old_logged_lost = '"leader.lost"' in fleet.stderr(old.pid)
                 took = wait_for(lambda: fleet.acquired_after(first.seq), "the standby to take over")
                 rep.takeover_s = ts_seconds(took.ts) - t_stop
