@@ -266,6 +266,7 @@ class FileLeader(_Heartbeat):
         self.clock = clock
         self._fd: int | None = None
         self._standby_fd: int | None = None
+        self._told_busy = False  # leader.lease_busy logged for the present wait
 
     # -- the lease file
 
@@ -378,7 +379,13 @@ class FileLeader(_Heartbeat):
                 else:
                     lease = self._read(fd)
                     if self._mine(lease):
-                        return action()
+                        assert lease is not None
+                        done = action()
+                        # A holder that just acted under the lock is alive: resumed from a suspension inside
+                        # this block (no standby could take over meanwhile), it keeps the fleet.
+                        lease["beat"] = self.clock()
+                        self._write(fd, lease)
+                        return done
                     holder = f"pid {lease.get('pid')} on {lease.get('host')}" if lease else "nobody"
                     why = f"the lease in {self.path} is now held by {holder}"
             self._mark_lost(why)
@@ -397,8 +404,14 @@ class FileLeader(_Heartbeat):
             try:
                 fd = stack.enter_context(self._lease())
             except LockError:  # the active holds it (inside ``hold``, or suspended there): not takeable now
+                if not self._told_busy:
+                    self._told_busy = True
+                    log.warning("leader.lease_busy", lease=str(self.path),
+                                why="another process holds the lease file's lock (the active daemon inside a "
+                                "commit or a request's write, or suspended there); waiting for it to let go")
                 self._wait_as_standby()
                 return False
+            self._told_busy = False
             lease = self._read(fd)
             why = self._takeable(lease)
             if why is None:
