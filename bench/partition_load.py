@@ -13,6 +13,7 @@ with why): on a host loaded past what ``--failover`` allows, the first daemon's 
 before the SIGSTOP (its heartbeat starved for failover/2), and then there is no partition to measure.
 
     PYTHONPATH=. .venv/bin/python bench/partition_load.py [--runs 25] [--burners 2] [--only sqlite|postgresql]
+                                                          [--keep-failed]
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from tests.reliability.failover import run_partition  # noqa: E402
 def _runs(backend: str, base: Path, args: argparse.Namespace, url: Any) -> dict[str, Any]:
     clean = acted = failed = retries = 0
     why_failed: dict[str, int] = {}
-    events = requests = 0
+    events = requests = mid_append = held = 0
     takeover: list[float] = []
     for n in range(args.runs):
         root = base / f"{backend}-{n}"
@@ -47,6 +48,10 @@ def _runs(backend: str, base: Path, args: argparse.Namespace, url: Any) -> dict[
             rep = run_partition(root, seed=args.seed + n, failover=args.failover,
                                 storage_url=url() if url else None)
         except Exception as e:  # noqa: BLE001 - a run that could not finish is counted, not fatal
+            if args.keep_failed:  # the daemons' logs, for a look at why
+                kept = Path(tempfile.mkdtemp(prefix=f"fa-partition-failed-{backend}-{n}-"))
+                shutil.copytree(root, kept, dirs_exist_ok=True)
+                print(f"{backend} run {n + 1}: its files are kept in {kept}", file=sys.stderr)
             failed += 1
             why_failed[str(e)[:120]] = why_failed.get(str(e)[:120], 0) + 1
             print(f"{backend} run {n + 1}: FAILED {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
@@ -61,15 +66,19 @@ def _runs(backend: str, base: Path, args: argparse.Namespace, url: Any) -> dict[
         requests += rep.old_requests
         takeover.append(rep.takeover_s)
         retries += rep.setup_retries
+        mid_append += rep.mid_append
+        held += rep.stopped_holding_lease
         print(f"{backend} run {n + 1}/{args.runs}: resumed daemon exit {rep.old_exit}, appended "
               f"{rep.old_appended}, sent {rep.old_requests}, takeover {rep.takeover_s:.2f}s, "
-              f"{time.monotonic() - t0:.0f}s"
+              f"{time.monotonic() - t0:.0f}s" + (", suspended mid-append" if rep.mid_append else "")
+              + (f", stopped holding the lease {rep.stopped_holding_lease}x (resumed, stopped again)"
+                 if rep.stopped_holding_lease else "")
               + (f", pair restarted {rep.setup_retries}x (lease lost before the partition)" if rep.setup_retries else "")
               + ("" if ok else "  <-- ACTED")
               + (f" problems: {rep.problems}" if rep.problems else ""), file=sys.stderr, flush=True)
     t = sorted(takeover)
     return {"runs": args.runs, "clean_runs": clean, "runs_that_acted": acted, "failed_runs": failed,
-            "events_appended_by_resumed": events, "requests_sent_by_resumed": requests,
+            "suspended_mid_append": mid_append, "stopped_holding_lease": held, "events_appended_by_resumed": events, "requests_sent_by_resumed": requests,
             "failed_because": why_failed, "pairs_restarted_before_the_partition": retries, "takeover_p50_s": round(t[len(t) // 2], 3) if t else None,
             "takeover_max_s": round(t[-1], 3) if t else None}
 
@@ -81,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--failover", type=float, default=3.0, help="storage.failover_seconds (the test's 3s)")
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--only", choices=("sqlite", "postgresql"))
+    ap.add_argument("--keep-failed", action="store_true", help="keep a copy of a failed run's files (its logs)")
     args = ap.parse_args(argv)
     from agent import logsetup
 

@@ -302,3 +302,15 @@ class PgTamper:
 
     def delete(self, seq: int) -> None:
         self.conn.execute("DELETE FROM events WHERE agent_id = %s AND seq = %s", [self.agent_id, seq])
+
+
+def roll_back_whole_transaction_on(path: str | os.PathLike[str], marker: str) -> None:
+    """A trigger in the SQLite log that makes the database itself roll back the whole open transaction
+    (``RAISE(ROLLBACK)``) when an event whose payload holds ``marker`` is inserted, as some I/O and disk-full
+    errors do: the savepoint of a joined transaction is gone with it."""
+    conn = _plain(path)
+    try:
+        conn.execute(f"CREATE TRIGGER roll_back_on_marker BEFORE INSERT ON events WHEN instr(NEW.payload, "
+                     f"'{marker}') > 0 BEGIN SELECT RAISE(ROLLBACK, 'the whole transaction is rolled back'); END")
+    finally:
+        conn.close()

@@ -75,7 +75,8 @@ def _workers(data: Any) -> dict[int, int]:
 class DemandClient:
     """Reads the job queue's status with one GET per call."""
 
-    def __init__(self, url: str, *, timeout: float = 10, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, url: str, *, timeout: float = 10, transport: httpx.BaseTransport | None = None,
+                 hold: Callable[[Callable[[], Any]], Any] | None = None) -> None:
         self.url = url
         self._shown = url.split("?", 1)[0]  # never show a query string: it may hold a token
         # Called before every request is sent, as late as httpx allows; raising sends nothing. The daemon's
@@ -83,6 +84,10 @@ class DemandClient:
         self.fence: Callable[[], None] | None = None
         self._http = httpx.Client(timeout=timeout, transport=transport, headers={"Accept": "application/json"},
                                   event_hooks={"request": [self._fenced]})
+        if hold is not None:  # and each write of a request to the socket (agent.httpfence)
+            from agent.httpfence import fence_client
+
+            fence_client(self._http, hold)
 
     def __repr__(self) -> str:
         return f"DemandClient(url={self._shown!r})"

@@ -341,6 +341,7 @@ class VastClient:
         transport: httpx.BaseTransport | None = None,
         min_interval: float = DEFAULT_MIN_INTERVAL_S,
         monotonic: Callable[[], float] = time.monotonic,
+        hold: Callable[[Callable[[], Any]], Any] | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -364,6 +365,10 @@ class VastClient:
         self._http = httpx.Client(timeout=timeout, transport=transport,
                                   headers={"User-Agent": "fleet-agent/0.1"}, follow_redirects=False,
                                   event_hooks={"request": [self._fenced]})
+        if hold is not None:  # and each write of a request to the socket (agent.httpfence)
+            from agent.httpfence import fence_client
+
+            fence_client(self._http, hold)
         self._get_headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
         self._body_headers = {**self._get_headers, "Content-Type": "application/json"}
 

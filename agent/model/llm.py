@@ -28,6 +28,8 @@ from agent import logsetup
 from agent.errors import FleetAgentError
 
 if TYPE_CHECKING:  # the SDK (tens of MB) loads when an OpenAIChat is made, not with this module
+    from collections.abc import Callable
+
     import openai
 
 log = logsetup.get_logger(__name__)
@@ -152,6 +154,13 @@ class ChatProvider(Protocol):
     def list_models(self) -> list[str]: ...
 
 
+def _raise_refused(e: BaseException) -> None:
+    """The SDK wraps whatever its transport raised as a connection error: a write the daemon's fence refused
+    (``LeaseBusy``) goes on as itself, so the daemon stops as one that lost the fleet, not as a model failure."""
+    if isinstance(e.__cause__, FleetAgentError):
+        raise e.__cause__
+
+
 class OpenAIChat(ChatProvider):
     """A `ChatProvider` over the `openai` SDK, pointed at any OpenAI-compatible `base_url`."""
 
@@ -167,6 +176,7 @@ class OpenAIChat(ChatProvider):
         max_retries: int = 1,
         retry_timeouts: bool = False,
         typed_lists: bool = False,
+        hold: Callable[[Callable[[], Any]], Any] | None = None,
     ) -> None:
         self.base_url = base_url
         self.model = model
@@ -183,11 +193,17 @@ class OpenAIChat(ChatProvider):
         self._secret = api_key or ""
         import openai
 
+        http: dict[str, Any] = {}
+        if hold is not None:  # the daemon's: each write of a request to the socket is fenced (agent.httpfence)
+            from agent.httpfence import fence_client
+
+            http["http_client"] = fence_client(openai.DefaultHttpxClient(), hold)
         self._client = openai.OpenAI(
             base_url=base_url,
             api_key=api_key or "not-needed",
             timeout=timeout,
             max_retries=0,
+            **http,
         )
 
     def __repr__(self) -> str:
@@ -226,6 +242,7 @@ class OpenAIChat(ChatProvider):
             try:
                 response = self._client.chat.completions.create(**self.create_kwargs(messages, tools))
             except openai.OpenAIError as e:
+                _raise_refused(e)
                 raise self._map_error(e) from e
             latency_ms = round((time.monotonic() - started) * 1000, 1)
             reply = self._to_reply(response, latency_ms)
@@ -255,6 +272,7 @@ class OpenAIChat(ChatProvider):
         try:
             return [m.id for m in self._client.models.list()]
         except openai.OpenAIError as e:
+            _raise_refused(e)
             raise self._map_error(e) from e
 
     # internals -----------------------------------------------------------------

@@ -39,6 +39,8 @@ class App:
     ``lock_held`` says the caller (the daemon) holds the single-writer lock, so a
     tick must not take it again; ``fence`` is the daemon's leadership check, which
     the log runs before every append commits and the vast.ai client before every request.
+    ``hold`` (the daemon's ``Leader.hold``) runs every COMMIT of the log and every write of a request to
+    vast.ai, the demand source and the model onto its socket: each only while the fleet's lock is ours.
     ``verify_writes`` (an operator's command, the console): before its first append commits, the log is
     verified as the daemon verifies it at start (since the checkpoint), so nothing is added to a log the
     daemon would refuse as tampered.
@@ -48,11 +50,13 @@ class App:
                  clock: Callable[[], float] | None = None, provider: ChatProvider | None = None,
                  prompts: Prompts | None = None, lock_held: bool = False,
                  fence: Callable[[], None] | None = None, verify_writes: bool = False,
-                 broken: Mapping[str, ConfigError] | None = None) -> None:
+                 broken: Mapping[str, ConfigError] | None = None,
+                 hold: Callable[[Callable[[], Any]], Any] | None = None) -> None:
         self.settings = settings
         # Parts of the config file set aside as broken (``agent.config.load_partial``): ``require`` refuses them.
         self.broken = dict(broken or {})
         self.fence = fence  # the daemon's leadership check: the log calls it before each append commits
+        self.hold = hold  # the daemon's Leader.hold: each commit and each request's write runs inside it
         self.verify_writes = verify_writes
         self.env = env
         self.clock = clock or time.time  # the fleet's clock (the simulator's, in demos and tests)
@@ -101,7 +105,7 @@ class App:
 
             v = self.settings.vast
             self._vast = VastClient(v.url, self.settings.vast_api_key(self.env).reveal(), timeout=v.timeout,
-                                    max_attempts=v.max_attempts, min_interval=v.min_interval)
+                                    max_attempts=v.max_attempts, min_interval=v.min_interval, hold=self.hold)
             self._vast.fence = self._before_send
         return self._vast
 
@@ -117,7 +121,7 @@ class App:
         if self._demand is None:
             from agent.clients.demand import DemandClient
 
-            self._demand = DemandClient(self.settings.demand.url)
+            self._demand = DemandClient(self.settings.demand.url, hold=self.hold)
             self._demand.fence = self._before_send
         return self._demand
 
@@ -138,7 +142,7 @@ class App:
 
         return OpenAIChat(base_url=m.base_url, model=m.name, api_key=key.reveal() if key else None,
                           timeout=m.timeout, temperature=m.temperature, max_tokens=m.max_output_tokens,
-                          max_retries=m.max_retries, retry_timeouts=m.retry_timeouts)
+                          max_retries=m.max_retries, retry_timeouts=m.retry_timeouts, hold=self.hold)
 
     def now(self) -> datetime:
         """The fleet's clock as a UTC time: what the log stamps its events with."""
@@ -180,6 +184,7 @@ class App:
             if self.settings.storage.archive_url:
                 self._log.segment_files.open_remote = self.archive_remote
             self._log.fence = self.fence
+            self._log.commit_guard = self.hold
             if self.fence is None and self.verify_writes:
                 self._log.fence = _verified_once(self._log)
             if self.fence is not None:  # the daemon's log: a suspended holder must not block its successor

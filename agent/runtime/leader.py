@@ -3,6 +3,8 @@
     leader_for(settings, ...) -> Leader     FileLeader (SQLite, one host) or PgLeader (PostgreSQL)
     Leader.try_acquire() -> bool            take the fleet's lock if it is free (or its holder is gone)
     Leader.check()                          the fence: raises LeadershipLost once the lock is not ours
+    Leader.hold(action)                     run ``action`` (a COMMIT, a write to a socket) only while the lock
+                                            is ours, with no takeover possible meanwhile where the lock allows
     Leader.release()                        give it up (a clean stop)
     Leader.holder() -> str                  who holds it, for errors, ``doctor`` and the log
 
@@ -41,7 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from agent import logsetup
 from agent.errors import FleetAgentError, LockError
@@ -66,6 +68,8 @@ LEASE_NAME = "fleet-agent.runtime.leader"
 STANDBY_PREFIX = "fleet-agent.runtime.standby."  # + pid: a waiting standby's file, flocked while it lives
 _LEASE_SIZE = 1024
 
+T = TypeVar("T")
+
 
 # While a standby cannot reach the server it says so once, then at most this often, then once when it can.
 OUTAGE_WARN_EVERY_S = 60.0
@@ -77,6 +81,10 @@ class LeadershipLost(FleetAgentError):
     exit_code = 3
 
 
+class LeaseBusy(LeadershipLost):
+    """``hold`` found the fleet's lock not ours (or could not make sure it was): the action did not run."""
+
+
 class Leader(Protocol):
     """What the daemon needs from a leadership lock."""
 
@@ -86,6 +94,7 @@ class Leader(Protocol):
 
     def try_acquire(self) -> bool: ...
     def check(self) -> None: ...
+    def hold(self, action: Callable[[], T]) -> T: ...
     def release(self) -> None: ...
     def holder(self) -> str: ...
     def start_heartbeat(self, on_lost: Callable[[str], None]) -> None: ...
@@ -203,6 +212,19 @@ class _Heartbeat:
         raise LeadershipLost(f"this daemon lost the fleet's {self.kind} lock ({self._lost or 'not held'}); "
                              "another daemon is active: nothing more is appended or sent from here")
 
+    def hold(self, action: Callable[[], T]) -> T:
+        """``action()`` once the fence passes (``LeaseBusy`` and nothing run when it does not). Here the check
+        and the action are two steps: a process suspended between them runs the action on resume. The file
+        lock closes that gap (``FileLeader.hold``); on PostgreSQL the server fences the commits itself
+        (``end_fenced_appends``), so only a request written just as the process stopped can leave."""
+        try:
+            self.check()
+        except LeaseBusy:
+            raise
+        except LeadershipLost as e:
+            raise LeaseBusy(str(e)) from None
+        return action()
+
     def start_heartbeat(self, on_lost: Callable[[str], None]) -> None:
         self._on_lost = on_lost
         self._thread = threading.Thread(target=self._beat_loop, name="leader-heartbeat", daemon=True)
@@ -244,6 +266,7 @@ class FileLeader(_Heartbeat):
         self.clock = clock
         self._fd: int | None = None
         self._standby_fd: int | None = None
+        self._told_busy = False  # leader.lease_busy logged for the present wait
 
     # -- the lease file
 
@@ -338,6 +361,37 @@ class FileLeader(_Heartbeat):
 
     # -- the Leader interface
 
+    def hold(self, action: Callable[[], T]) -> T:
+        """``action()`` with the lease file's flock held and the lease found ours under it: a standby writes
+        its token only under that flock, so no takeover can happen between the check and the action, and a
+        holder suspended before it comes back to find the lease gone (``LeaseBusy``, the action not run).
+        A holder suspended *inside* it keeps the fleet until resumed; the action is one COMMIT or one write
+        to a socket's buffer, so that window is short."""
+        with self._io:
+            if self._lost is not None or self._held_at is None:
+                raise LeaseBusy(f"this daemon lost the fleet's file lock ({self._lost or 'not held'}); "
+                                "another daemon is active: nothing more is appended or sent from here")
+            with contextlib.ExitStack() as stack:
+                try:
+                    fd = stack.enter_context(self._lease())
+                except LockError as e:  # held by another process for long: that one may be taking over
+                    why = str(e)
+                else:
+                    lease = self._read(fd)
+                    if self._mine(lease):
+                        assert lease is not None
+                        done = action()
+                        # A holder that just acted under the lock is alive: resumed from a suspension inside
+                        # this block (no standby could take over meanwhile), it keeps the fleet.
+                        lease["beat"] = self.clock()
+                        self._write(fd, lease)
+                        return done
+                    holder = f"pid {lease.get('pid')} on {lease.get('host')}" if lease else "nobody"
+                    why = f"the lease in {self.path} is now held by {holder}"
+            self._mark_lost(why)
+        raise LeaseBusy(f"this daemon lost the fleet's file lock ({why}); another daemon is active: nothing "
+                        "more is appended or sent from here")
+
     def try_acquire(self) -> bool:
         if self.held:
             return True
@@ -346,7 +400,18 @@ class FileLeader(_Heartbeat):
         if not self.flock.held:
             with contextlib.suppress(LockError):
                 self.flock.acquire()
-        with self._lease() as fd:
+        with contextlib.ExitStack() as stack:
+            try:
+                fd = stack.enter_context(self._lease())
+            except LockError:  # the active holds it (inside ``hold``, or suspended there): not takeable now
+                if not self._told_busy:
+                    self._told_busy = True
+                    log.warning("leader.lease_busy", lease=str(self.path),
+                                why="another process holds the lease file's lock (the active daemon inside a "
+                                "commit or a request's write, or suspended there); waiting for it to let go")
+                self._wait_as_standby()
+                return False
+            self._told_busy = False
             lease = self._read(fd)
             why = self._takeable(lease)
             if why is None:

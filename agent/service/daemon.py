@@ -274,6 +274,7 @@ class Daemon:
             self.events = EventLog(s.log_target(self.env), encoding=s.context.encoding, encoding_file=s.context.encoding_file,
                                    encoding_sha256=s.context.encoding_sha256, create=False)
             self.events.fence = self.leader.check
+            self.events.commit_guard = self.leader.hold
             bound_idle_transactions(self.events, float(s.storage.failover_seconds) / 2)
             verified = self.events.check_before_append()  # ChainBroken (exit 1) before the first append
             log.info("log.verified", since_seq=verified.since, checked=verified.checked,
@@ -413,7 +414,8 @@ class Daemon:
     def _make_app(self, settings: Settings, prompts: Prompts) -> App:
         # The prompts read at start or reload, not re-read mid-run; the daemon holds the
         # single-writer lock, so the tick must not take it.
-        return App(settings, env=self.env, prompts=prompts, lock_held=True, fence=self.leader.check)
+        return App(settings, env=self.env, prompts=prompts, lock_held=True, fence=self.leader.check,
+                   hold=self.leader.hold)
 
     def _reconcile(self, app: App) -> None:
         """The start-up reconcile (worker thread, ahead of the first tick)."""

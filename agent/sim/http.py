@@ -29,6 +29,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if len(body) < length:  # the connection closed mid-body: no HTTP server hands that to its API
+            self.close_connection = True
+            return
         srv: _Server = self.server  # type: ignore[assignment]
         headers = {k.lower(): v for k, v in self.headers.items()}
         reply = srv.sim.handle(self.command, self.path, headers, body, srv.base_url)

@@ -98,6 +98,10 @@ class EventLog:
         # The daemon sets it to its leadership check (agent.runtime.leader), so a daemon that lost the lock
         # appends nothing.
         self.fence: Callable[[], None] | None = None
+        # Runs every COMMIT of this log's transactions: ``commit_guard(commit)`` commits only while the
+        # daemon's lock is ours (``Leader.hold``: on SQLite, with no takeover possible until it returns);
+        # raising rolls the transaction back.
+        self.commit_guard: Callable[[Callable[[], None]], None] | None = None
 
     @property
     def is_pg(self) -> bool:

@@ -70,6 +70,7 @@ class Transaction:
         self._seq, self._hash = head
         self.appended: list[Event] = []
         self.after: list[Callable[[], object]] = []  # to run once this commits (``EventLog.after_commit``)
+        self.gone: str | None = None  # why the database no longer has this transaction open (rolled back)
 
     @cached_property
     def store(self) -> Store:
@@ -88,6 +89,8 @@ class Transaction:
 
     def extend(self, items: Iterable[Item]) -> list[Event]:
         """``append`` each item; nothing is inserted unless every item is valid."""
+        if self.gone is not None:
+            raise LogError(f"the event log at {self.log.path} could not be written: {self.gone}")
         rows: list[tuple[Any, ...]] = []
         events: list[Event] = []
         seq, prev = self._seq, self._hash
@@ -158,8 +161,9 @@ class Writer:
                     tx.extend(held)
                 yield tx
                 self._commit(tx)
-            except BaseException:
+            except BaseException as e:
                 self.open = None
+                tx.gone = tx.gone or f"rolled back ({type(e).__name__})"
                 self.log.recorder.rollback()
                 raise
         except BaseException as e:
@@ -176,13 +180,19 @@ class Writer:
         return tx
 
     def _commit(self, tx: Transaction) -> None:
-        """The fence (when ``tx`` appended), then COMMIT."""
+        """The fence (when ``tx`` appended), then COMMIT (through the log's ``commit_guard`` when it has one)."""
         try:
+            if tx.gone is not None:
+                raise LogError(f"the event log at {self.log.path} could not be written: {tx.gone}")
             if tx.appended and self.log.fence is not None:
                 self.log.fence()
         finally:
             self.open = None
-        self.log.recorder.commit()
+        guard = self.log.commit_guard
+        if guard is None:
+            self.log.recorder.commit()
+        else:
+            guard(self.log.recorder.commit)
 
     def _raise_written(self, e: BaseException) -> None:
         """LogError (the driver's message, secrets scrubbed) for a database error ``e``; nothing for others."""
@@ -202,6 +212,8 @@ class Writer:
     def _joined(self, tx: Transaction) -> Iterator[Transaction]:
         """A transaction inside ``tx``: a savepoint; on an exception the block's appends (and the
         held events it took) are undone and ``tx`` goes on as it was."""
+        if tx.gone is not None:
+            raise LogError(f"the event log at {self.log.path} could not be written: {tx.gone}")
         seq, h, n, m = tx._seq, tx._hash, len(tx.appended), len(tx.after)
         held, self.held = self.held or [], ([] if self.held is not None else None)
         rec = self.log.recorder
@@ -217,6 +229,12 @@ class Writer:
             del tx.appended[n:], tx.after[m:]
             if held and self.held is not None:
                 self.held[:0] = held
+            if not rec.in_transaction:
+                # The database rolled back the enclosing transaction too: it is gone, and whoever goes on
+                # with it (having caught this) must not append outside any transaction, where each row would
+                # commit alone, unfenced, onto a head that no longer exists: its appends, joins and commit
+                # raise from now on.
+                tx.gone = f"its transaction was rolled back ({type(e).__name__}: {e})"[:300]
             if isinstance(e, sqlite3.Error):
                 raise LogError(f"the event log at {self.log.path} could not be written: {e}") from e
             raise

@@ -208,6 +208,29 @@ def test_rent_over_http(http: httpx.Client, sim_server: SimServer, sim: Simulato
     assert missing.status_code == 404 and missing.headers["content-type"] == "application/json"
 
 
+def test_a_request_cut_short_before_its_body_ends_is_not_acted_on(sim_server: SimServer, sim: Simulator) -> None:
+    """A rent whose connection closes before the Content-Length bytes of its body arrived (its sender died
+    or was refused mid-request) is not a request: as behind any HTTP server, the API never sees it, nothing
+    is rented and nothing is logged; the same request sent whole is."""
+    import socket
+
+    offer = sim.find_offer("H100 SXM")
+    body = json.dumps({"client_id": "me", "image": "img", "price": None, "disk": 20.0, "label": "fa-cut",
+                       "runtype": "ssh"}).encode()
+    head = (f"PUT /api/v0/asks/{offer['id']}/ HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {sim.api_key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    before = (len(sim.requests), len(sim.instances))
+    with socket.create_connection(("127.0.0.1", sim_server.port), timeout=10) as sock:
+        sock.sendall(head + body[:10])
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(4096) == b""  # closed with no answer
+    assert (len(sim.requests), len(sim.instances)) == before
+    with socket.create_connection(("127.0.0.1", sim_server.port), timeout=10) as sock:
+        sock.sendall(head + body)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    assert (len(sim.requests), len(sim.instances)) == (before[0] + 1, before[1] + 1)
+
+
 def test_destroy_missing_instance_is_404_json(http: httpx.Client, sim_server: SimServer, sim: Simulator) -> None:
     """Destroying an instance that does not exist is a 404 JSON error."""
     resp = http.request("DELETE", f"{sim_server.url}/api/v0/instances/5/", headers=_auth(sim), json={})
