@@ -12,6 +12,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TypeGuard
 
 from agent.events.event import JsonObject, Message
 
@@ -108,12 +109,25 @@ def _instance_line(i: JsonObject, q: Quote = str, detail: bool = False, ends: bo
             f"host {q(i.get('host_id'))}{flag}{_health(i, q) if detail else ''}{f' · {end}' if end else ''}{msg}")
 
 
+def _number(x: object) -> TypeGuard[int | float]:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
 def _ends(i: JsonObject) -> str | None:
     """``contract ends in 5 h`` (v7): an instance whose contract ends soon (the observation sets ``ends_s`` only
-    for those, within policy.contract_min_hours); vast.ai stops it for good then."""
-    left = i.get("ends_s")
-    if not isinstance(left, int | float) or isinstance(left, bool):
+    for those, within policy.contract_min_hours); vast.ai stops it for good then. ``ends_s`` is the earlier of the
+    contract's end and its machine's next maintenance window; a record that also carries ``maint_s`` (the
+    window's start, set within the same horizon) says which: ``maintenance in 5 h`` when the window comes first.
+    A record without ``maint_s`` (written before it existed) renders as it always did."""
+    left, maint = i.get("ends_s"), i.get("maint_s")
+    if not _number(left):
         return None
+    if _number(maint) and maint <= left:
+        if left <= 0:
+            return "in maintenance"
+        if left >= 3600:
+            return f"maintenance in {left / 3600:.0f} h"
+        return f"maintenance in {max(1, int(left // 60))} min"
     if left <= 0:
         return "contract ended"
     if left >= 3600:
@@ -146,6 +160,26 @@ def _per_job(x: object) -> str:
     return f"${x:.3f}/job" if isinstance(x, int | float) and not isinstance(x, bool) else "$?/job"
 
 
+def _basis(m: JsonObject, hours: object) -> str:
+    """What a GPU model's jobs/h rests on. A record with ``basis`` (the observation's, from agent/fleet/throughput.py)
+    says it: ``measured 3.2 GPU-h``, ``configured, not yet measured`` (policy.jobs_per_hour_by_gpu), ``scaled from
+    dlperf 35.1, not yet measured`` (from the measured models' jobs/h per dlperf point) or ``assumed, not yet
+    measured`` (policy.jobs_per_hour). A record without it (written before it existed) renders as it always did:
+    measured from 1 GPU-h, else assumed."""
+    basis = m.get("basis")
+    if basis == "configured":
+        return "configured, not yet measured"
+    if basis == "dlperf":
+        d = m.get("dlperf")
+        return f"scaled from dlperf {d:.1f}, not yet measured" if _number(d) else "scaled from dlperf, not yet measured"
+    if basis == "assumed":
+        return "assumed, not yet measured"
+    if basis == "measured" and _number(hours):
+        return f"measured {hours:.1f} GPU-h"
+    return (f"measured {hours:.1f} GPU-h" if isinstance(hours, int | float) and hours >= 1
+            else "assumed, not yet measured")
+
+
 def _models_line(obs: JsonObject, q: Quote) -> str | None:
     """``per GPU model: RTX 4090 ×3 7.9 jobs/h/GPU (measured 3.2 GPU-h) $0.048/job; ...`` (v6)."""
     models = obs.get("gpu_models")
@@ -157,8 +191,7 @@ def _models_line(obs: JsonObject, q: Quote) -> str | None:
             continue
         jph, hours = m.get("jobs_per_h"), m.get("measured_gpu_h")
         rate = f"{jph:.1f} jobs/h/GPU" if isinstance(jph, int | float) else "? jobs/h/GPU"
-        basis = (f"measured {hours:.1f} GPU-h" if isinstance(hours, int | float) and hours >= 1
-                 else "assumed, not yet measured")
+        basis = _basis(m, hours)
         parts.append(f"{q(gpu)} ×{q(m.get('instances', '?'))} {rate} ({basis}) {_per_job(m.get('usd_per_job'))}")
     return "per GPU model: " + "; ".join(parts) if parts else None
 
@@ -339,8 +372,9 @@ def _compact_lines(insts: list[JsonObject], q: Quote, detail: bool, ends: bool) 
                      "list_fleet with gpu_name and status):")
         lines.extend(_healthy_lines(healthy, q, detail))
     if attention:
-        lines.append(f"instances needing attention ({len(attention)}: not running, a message, restarted, contract "
-                     "ending, or not ours):")
+        ending = "contract or maintenance ending" if any("maint_s" in i for i in insts) else "contract ending"
+        lines.append(f"instances needing attention ({len(attention)}: not running, a message, restarted, {ending}, "
+                     "or not ours):")
         lines.extend(_attention_lines(attention, q, detail, ends))
     return lines
 

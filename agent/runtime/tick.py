@@ -101,6 +101,14 @@ def _ends_s(app: App, i: Instance, now: float) -> float | None:
     return round(left, 0) if left is not None and contracts.too_short(left, app.settings.policy) else None
 
 
+def _maint_s(app: App, i: Instance, now: float) -> float | None:
+    """Seconds until the next maintenance window of ``i``'s machine starts (negative once it has), only when that
+    is within policy.contract_min_hours (else None). ``ends_s`` is the earlier of this and the contract's end: the
+    observation says which stop it is."""
+    left = None if i.maint_start is None else i.maint_start - now
+    return round(left, 0) if left is not None and contracts.too_short(left, app.settings.policy) else None
+
+
 def _restarts(prev: dict[str, Any] | None, rec: dict[str, Any], dt: float) -> int:
     """Times the instance stopped running since it was rented, carried from the previous observation: it left
     ``running``, or it runs at both observations but its uptime restarted in between (down between ticks)."""
@@ -131,7 +139,8 @@ def _queue_trend(obs: dict[str, Any], history: list[dict[str, Any]], now: float)
 def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
                dlperf: dict[str, float] | None = None) -> None:
     """Per GPU model of ours: jobs/h per GPU (learned, else the prior: scaled by vast.ai's ``dlperf`` per GPU
-    from the measured models where that is known, recorded as ``dlperf``) and $/job at what we pay; the credit
+    from the measured models where that is known, recorded as ``dlperf``), what that figure rests on (``basis``:
+    measured, configured, dlperf or assumed) and $/job at what we pay; the credit
     runway at the fleet's current burn; the queue's trend."""
     tp = throughput.from_observations(app.settings, [*history, obs]).with_dlperf(dlperf or {})
     models: dict[str, dict[str, Any]] = {}
@@ -149,7 +158,7 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
         per_job = m["dph"] / (r.jobs_per_h * m["gpus"]) if r.jobs_per_h > 0 and m["gpus"] else None
         out[gpu] = {"instances": m["instances"], "jobs_per_h": round(r.jobs_per_h, 2),
                     "measured_gpu_h": round(r.measured_gpu_h, 2),
-                    "usd_per_job": None if per_job is None else round(per_job, 4)}
+                    "usd_per_job": None if per_job is None else round(per_job, 4), "basis": tp.basis(gpu)}
         if dlperf and dlperf.get(gpu):
             out[gpu]["dlperf"] = dlperf[gpu]
     obs["gpu_models"] = out
@@ -179,7 +188,7 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
                "dph": round(i.dph_total or 0.0, 4), "age_s": round(max(0.0, now - since), 0),
                "since": round(since, 3), "intended": i.intended_status, "host_id": i.host_id, "ours": ours,
                "gpu_util": i.gpu_util, "up_s": _uptime_s(i) if _status(i) == "running" else None,
-               "jobs": None, "ends_s": _ends_s(app, i, now)}
+               "jobs": None, "ends_s": _ends_s(app, i, now), "maint_s": _maint_s(app, i, now)}
         rec["restarts"] = _restarts(prev_recs.get(i.id), rec, dt)
         insts.append(rec)
     insts.extend(_unlisted(app, ctx, states, now))

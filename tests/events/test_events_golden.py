@@ -413,9 +413,29 @@ def _with_changes(obs: dict[str, Any], n: int) -> dict[str, Any]:
 
 # v8 renders a fleet of more than 40 instances as its healthy ones counted by GPU model and status and the ones
 # needing attention by id; past 40 changes, the rest are counted.
+
+
+def _with_basis_and_maintenance(obs: dict[str, Any]) -> dict[str, Any]:
+    """``obs`` with the fields v8 rows carry from the start: each GPU model's ``basis`` (one measured, one scaled
+    from its dlperf, and a third configured) and each instance's ``maint_s``: the one ending in 5 h stops for its
+    machine's maintenance, the one ending in 40 min for its contract; the one ended is in maintenance."""
+    maint = {0: 5 * 3600.0, 3: 0.0}
+    models = obs["gpu_models"]
+    return {**obs, "instances": [{**i, "maint_s": maint.get(k)} for k, i in enumerate(obs["instances"])],
+            "gpu_models": {"A100 SXM4": {**models["A100 SXM4"], "basis": "measured"},
+                           "H100 SXM": {"instances": 1, "jobs_per_h": 31.3, "measured_gpu_h": 0.1, "usd_per_job": 0.07,
+                                        "dlperf": 194.69, "basis": "dlperf"},
+                           "RTX 4090": {**models["RTX 4090"], "basis": "configured"}}}
+
+
 SAMPLES[("tick.started", 8)] = [*SAMPLES[("tick.started", 7)],
                                 ("41 instances, 45 changes: healthy counted, problems by id, changes cut",
-                                 {"observation": _with_changes(_with_ends(_with_health(_big_fleet(41))), 45)})]
+                                 {"observation": _with_changes(_with_ends(_with_health(_big_fleet(41))), 45)}),
+                                ("what each jobs/h rests on; maintenance apart from contract ends",
+                                 {"observation": _with_basis_and_maintenance(_with_ends(_with_health(_OBS)))}),
+                                ("41 instances, one facing maintenance: named as needing attention",
+                                 {"observation": _with_basis_and_maintenance(
+                                     _with_ends(_with_health(_big_fleet(41))))})]
 SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
     "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
                      "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,

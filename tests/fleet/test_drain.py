@@ -81,3 +81,58 @@ def test_a_dry_run_labels_nothing_and_logs_it_once(make_app, sim, sim_clock):
     assert e.payload["dry_run"] and not e.payload["ok"]
     assert not sim.instances[a]["label"].endswith(drain.DRAINING)
     assert len(mutating_requests(sim)) == before
+
+
+def test_the_observation_says_maintenance_for_a_maintenance_and_contract_end_for_a_contract(make_app, sim, sim_clock):
+    """One instance's machine announces a maintenance window in 5 h, the other's contract ends in 6 h: the
+    observation keeps ``ends_s`` (when each stops working, what the rules read) and adds ``maint_s`` for the
+    window, and the model reads ``maintenance in 5 h`` for the first and ``contract ends in 6 h`` for the
+    second. The same records without ``maint_s`` (a row written before it) read as they always did."""
+    import dataclasses
+
+    from agent import events as ev
+
+    app = make_app()
+    a, b = _two(app, sim)
+    sim.schedule_maintenance(sim.instances[a]["machine_id"], sim.now() + 5 * 3600.0 + 60, 4, "power")
+    sim.instances[b]["end_date"] = sim.now() + 6 * 3600.0 + 60
+    _tick(app, sim, sim_clock, 1.0)
+    e = events_of(app, "tick.started")[-1]
+    recs = {i["id"]: i for i in e.payload["observation"]["instances"]}
+    assert 5 * 3600 <= recs[a]["maint_s"] == recs[a]["ends_s"] <= 5 * 3600 + 60
+    assert recs[b]["maint_s"] is None and 6 * 3600 <= recs[b]["ends_s"] <= 6 * 3600 + 60
+    text = ev.render(e)["content"]  # type: ignore[index]
+    line_a = next(x for x in text.splitlines() if x.startswith(f"  #{a} "))
+    line_b = next(x for x in text.splitlines() if x.startswith(f"  #{b} "))
+    assert " · maintenance in 5 h" in line_a and "contract" not in line_a, line_a
+    assert " · contract ends in 6 h" in line_b and "maintenance" not in line_b, line_b
+    # a row written before maint_s existed: the window read as the contract's end, as v7 wrote it
+    old = {**e.payload["observation"], "instances": [{k: v for k, v in i.items() if k != "maint_s"}
+                                                     for i in e.payload["observation"]["instances"]]}
+    before = ev.render(dataclasses.replace(e, payload={"observation": old}, version=7))["content"]  # type: ignore[index]
+    assert " · contract ends in 5 h" in next(x for x in before.splitlines() if x.startswith(f"  #{a} "))
+
+
+def test_a_large_fleet_names_an_instance_facing_maintenance_as_needing_attention(make_app, sim, sim_clock):
+    """v8's compact observation of a fleet past GROUP_OVER: the one instance whose machine goes into maintenance
+    is listed by id among those needing attention, as ``maintenance in 5 h``; the healthy rest are counted."""
+    from agent import events as ev
+    from agent.events.kinds.tick import GROUP_OVER
+    from tests.fleet.test_observation_compact import _plant
+
+    sim.realism.update({"rate_interval": 0, "price_increases": 0, "stuck_scheduling": 0, "unschedulable": 0,
+                        "maintenance": 0})
+    app = make_app()
+    ids = _plant(app, sim, GROUP_OVER + 5)
+    sim_clock.advance(3600)  # listed and loaded: running
+    target = ids[7]
+    sim.schedule_maintenance(sim.instances[target]["machine_id"], sim.now() + 5 * 3600.0 + 60, 4, "power")
+    _tick(app, sim, sim_clock, 1.0)
+    e = events_of(app, "tick.started")[-1]
+    assert e.version >= 8
+    text = ev.render(e)["content"]  # type: ignore[index]
+    head, _, attention = text.partition("instances needing attention")
+    assert "contract or maintenance ending" in attention.splitlines()[0], text
+    [line] = [x for x in attention.split("changes since last tick")[0].splitlines() if x.startswith(f"  #{target} ")]
+    assert " · maintenance in 5 h" in line and "contract" not in line, line
+    assert f"#{target}" not in head and "healthy instances of ours" in head

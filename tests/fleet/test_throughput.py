@@ -267,3 +267,36 @@ def test_search_offers_compares_single_and_multi_gpu_offers_with_max_gpus(make_a
     assert all(r.split("|")[1].strip().endswith(" x1") for r in single.output.splitlines()[1:] if r[:1].isdigit())
     both = call({"num_gpus": 2, "max_gpus": 4})
     assert not both.ok and "not both" in (both.error or ""), both
+
+
+def test_the_observation_says_an_unmeasured_model_is_priced_by_its_dlperf(make_app, sim, sim_clock):
+    """A busy RTX 4090 of ours for an hour calibrates jobs/h per dlperf point; an H100 then rented (never measured)
+    gets its dlperf's worth of jobs/h in the observation, which records ``basis`` per GPU model and reads
+    ``scaled from dlperf``, not ``assumed``. A row written before ``basis`` existed reads as it always did."""
+    from agent import events as ev
+
+    sim.pending = 2000.0
+    app = make_app(provider="openai", schedule={"max_steps": 1}, fleet={"disk_gb": 10.0})
+    plant_ours(app, sim, sim.find_offer("RTX 4090")["id"], key="aaaaaaaaaaa1")
+    for _ in range(15):  # over an hour measured
+        sim_clock.advance(300)
+        sim.tick()
+        run_tick(app)
+    plant_ours(app, sim, sim.find_offer("H100 SXM")["id"], key="aaaaaaaaaaa2")
+    sim_clock.advance(300)
+    sim.tick()
+    run_tick(app)
+    e = events_of(app, "tick.started")[-1]
+    models = e.payload["observation"]["gpu_models"]
+    assert models["RTX 4090"]["basis"] == "measured" and models["H100 SXM"]["basis"] == "dlperf", models
+    real = MODEL_BY_NAME["H100 SXM"].jobs_per_h_per_gpu
+    assert models["H100 SXM"]["jobs_per_h"] == pytest.approx(real, rel=0.25), models  # the flat prior says 8
+    text = ev.render(e)["content"]  # type: ignore[index]
+    line = next(x for x in text.splitlines() if x.startswith("per GPU model: "))
+    h100 = next(p for p in line.split("; ") if "H100 SXM" in p)
+    assert f"(scaled from dlperf {models['H100 SXM']['dlperf']:.1f}, not yet measured)" in h100, line
+    assert "assumed" not in line and "RTX 4090 ×1" in line and "(measured " in line, line
+    old = {**e.payload["observation"], "gpu_models": {g: {k: v for k, v in m.items() if k != "basis"}
+                                                      for g, m in models.items()}}
+    before = ev.render(dataclasses.replace(e, payload={"observation": old}, version=7))["content"]  # type: ignore[index]
+    assert "(assumed, not yet measured)" in next(p for p in before.split("; ") if "H100 SXM" in p)

@@ -65,6 +65,16 @@ pressing first: not running or with a message, restarted, ending, not ours; the 
 most ``CHANGES_SHOWN`` changes since the last tick by id (the rest counted alike). The ids of healthy instances
 are one ``list_fleet`` call away (``gpu_name``, ``status``). A fleet of ``GROUP_OVER`` or fewer renders as v7
 (a long list of changes aside). Stored as v4; rows written as v1-v7 keep their rendering.
+
+v8 observations also say what a figure rests on. Each ``gpu_models`` entry adds ``basis``: ``measured``,
+``configured`` (policy.jobs_per_hour_by_gpu), ``dlperf`` (scaled by the model's dlperf from the measured models,
+agent/fleet/throughput.py) or ``assumed`` (policy.jobs_per_hour), rendered ``(scaled from dlperf 194.7, not yet
+measured)`` where v6-v7 said ``(assumed, not yet measured)`` of every model under 1 GPU-h. Each instance record adds
+``maint_s``, the seconds until its machine's next maintenance window starts (within ``policy.contract_min_hours``,
+null otherwise); ``ends_s`` stays the earlier of that and the contract's end (what the rules read), and an instance
+whose stop is the maintenance renders `` · maintenance in 5 h`` (`` · in maintenance`` once it has started) rather
+than ``contract ends``. A record without these fields renders as before, so rows written before them keep their
+rendering whatever their version.
 """
 
 from __future__ import annotations
