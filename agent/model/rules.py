@@ -301,9 +301,18 @@ def _retire(plan: _Plan) -> list[tuple[dict[str, Any], str]]:
     running = sum(plan.jph(i) for i in plan.live if i["status"] == "running")
     if not plan.ending or running < plan.need:
         return []
-    return [(i, f"retire: its contract ends in {float(i['ends_s']) / 3600:.1f} h (vast.ai then stops it for good); "
-                f"the running rest deliver {running:.1f} of the {plan.need:.1f} jobs/h needed") for i in plan.ending
+    return [(i, f"retire: {_stop(i)}; the running rest deliver {running:.1f} of the {plan.need:.1f} jobs/h needed")
+            for i in plan.ending
             if not str(i.get("label") or "").endswith(DRAINING)]  # being drained: the tick destroys it once idle
+
+
+def _stop(i: dict[str, Any]) -> str:
+    """Why an ending instance stops: its machine's maintenance when the observation's ``maint_s`` says that comes
+    first, else its contract's end."""
+    left, maint = float(i["ends_s"]), i.get("maint_s")
+    if isinstance(maint, int | float) and not isinstance(maint, bool) and maint <= left:
+        return f"its machine's maintenance starts in {left / 3600:.1f} h (the host takes it down for hours)"
+    return f"its contract ends in {left / 3600:.1f} h (vast.ai then stops it for good)"
 
 
 def _swap(plan: _Plan) -> tuple[dict[str, Any], float] | None:

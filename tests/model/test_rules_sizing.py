@@ -282,6 +282,9 @@ def test_retire_waits_for_the_running_rest_to_cover_the_need():
     assert rules._retire(plan("loading")) == []  # the replacement is not running yet: keep the old one
     [(i, why)] = rules._retire(plan("running"))
     assert i["id"] == 1 and why.startswith("retire: its contract ends in 2.0 h")
+    ending["maint_s"] = 7200.0  # the observation says the stop is its machine's maintenance window
+    [(i, why)] = rules._retire(plan("running"))
+    assert why.startswith("retire: its machine's maintenance starts in 2.0 h"), why
 
 
 def test_a_queue_dry_relative_to_the_fleet_keeps_nothing_busy():
