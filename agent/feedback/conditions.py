@@ -85,7 +85,10 @@ def check_conditions(log: EventLog, settings: Any, observation: dict[str, Any], 
                 if i.get("status") not in DEAD_STATUSES:  # alive by its status ("created", "loading"): the OCI message
                     why = f"failing to start its container ({OCI_FAILURE}, status {i.get('status') or '?'})"
                 elif i.get("ends_s") is not None and float(i["ends_s"]) <= 0:  # vast.ai stops it: expected, not a fault
-                    why, severity = "stopped at its contract's end (the host's offer ended); it is replaced", "warning"
+                    maint, severity = i.get("maint_s"), "warning"
+                    why = ("stopped for its machine's maintenance window; it is replaced"
+                           if isinstance(maint, int | float) and maint <= float(i["ends_s"])
+                           else "stopped at its contract's end (the host's offer ended); it is replaced")
                 up(tx, key, severity, f"instance #{iid} is {why}",
                    f"{where}, costing ${i.get('dph', 0):.2f}/h{msg}")
             elif i.get("status") != "running" and float(i.get("age_s") or 0) > float(a.stuck_after):

@@ -63,8 +63,9 @@ def test_an_instance_stopped_at_its_contracts_end_is_a_warning_not_an_unasked_st
         inst = {"id": 9, "label": "fa-x-9", "gpu_name": "RTX 4090", "num_gpus": 1, "status": "stopped",
                 "status_msg": "contract ended", "dph": 0.4, "age_s": 30, "host_id": 77, "ours": True, "ends_s": 0.0}
         early = {**inst, "id": 10, "ends_s": 7200.0}
+        maint = {**inst, "id": 11, "status_msg": None, "ends_s": -60.0, "maint_s": -60.0}  # its machine went down
         feedback.check_conditions(app.log, app.settings, {"time": 1_800_000_000.0, "balance": 100.0, "fleet_dph": 0.8,
-                                                          "instances": [inst, early], "demand": None, "changes": [],
+                                                          "instances": [inst, early, maint], "demand": None, "changes": [],
                                                           "open_alerts": [], "errors": []}, 1)
         titles = {a.dedup_key: (a.severity, a.title) for a in app.log.store.open_alerts()}
     finally:
@@ -72,6 +73,8 @@ def test_an_instance_stopped_at_its_contracts_end_is_a_warning_not_an_unasked_st
     assert titles["dead:9"] == ("warning", "instance #9 is stopped at its contract's end (the host's offer ended); "
                                            "it is replaced")
     assert titles["dead:10"][0] == "critical" and "without our asking" in titles["dead:10"][1]
+    assert titles["dead:11"] == ("warning", "instance #11 is stopped for its machine's maintenance window; it is "
+                                            "replaced")
 
 
 def _exe(p: Path) -> Path:
