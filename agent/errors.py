@@ -8,7 +8,9 @@
     │   └── ChainBroken        the log fails verification; nothing may be appended to it
     ├── LockError              another process holds the single-writer lock (exit 1)
     ├── LeadershipLost         this daemon lost the fleet's leadership lock to another one; it
-    │                          appends and sends nothing more (exit 3) (agent/runtime/leader.py)
+    │   │                      appends and sends nothing more (exit 3) (agent/runtime/leader.py)
+    │   └── LeaseBusy          a commit or request was refused: the lock was not this daemon's
+    │                          when it was about to act, so the action did not run
     ├── LLMError               a model call failed; ``kind`` and ``retryable`` say how (agent/model/llm.py)
     ├── VastError              a vast.ai call failed: HTTP status, vast's code and message
     │                          (agent/clients/vast.py)
