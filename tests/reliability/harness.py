@@ -359,7 +359,8 @@ def run_ambiguous(root: Path, ticks: int, seed: int = 11) -> dict[str, Any]:
         try:
             # Listed at once, so each ambiguous rent is resolved by its label within its tick; with vast.ai's
             # listing lag it stays pending and is adopted a tick later (tests/fleet/test_uncertain.py).
-            sim.realism.update({"listing_lag": 0})
+            # Instant starts too: demand swings every tick, and each swing up rents while the last ones are gone.
+            sim.realism.update({"listing_lag": 0, "quick": 1})
             sim.faults.update({"ambiguous_rent": 0.5, "hang_seconds": 4.0})
             for n in range(ticks):
                 sim.faults.update({"ambiguous_rent_mode": "hang" if (n // 2) % 2 else "500"})
