@@ -73,7 +73,8 @@ def test_official_cli_round_trip(tmp_path: Path) -> None:
     # itself: its 429 retries wait 0.15 s and 0.225 s, inside vast.ai's interval. This test pins the
     # request shapes, so the per-endpoint limit is off here, and the listing lag too (it reads back what it
     # created at once); the sequential test below runs the CLI against the defaults.
-    sim.realism.update({"rate_interval": 0, "listing_lag": 0})
+    # Its rents must be running when it reads them back: none stuck or refused in scheduling.
+    sim.realism.update({"rate_interval": 0, "listing_lag": 0, "stuck_scheduling": 0, "unschedulable": 0})
     with SimServer(sim) as server:
         cli = Cli(server.url, sim.api_key, tmp_path)
 
@@ -96,7 +97,7 @@ def test_official_cli_round_trip(tmp_path: Path) -> None:
         a, b = sorted(ids, key=lambda i: sim.instances[i]["label"])
         assert sim.instances[a]["_offer_id"] == good[0]["id"] and sim.instances[a]["onstart"] == "echo hi"
         sim.plant_logs(a, "proof 1 ok\nproof 2 ok\nproof 3 ok\n")
-        sim.advance(400)
+        sim.advance(900)  # past vast.ai's scheduling (up to 4 min) and loading (up to 7 min)
 
         show, logs, label, reboot, table = cli.many(
             ("show", "instance", str(a), "--raw"),

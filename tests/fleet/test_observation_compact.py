@@ -60,7 +60,7 @@ def _list(app: Any, args: dict[str, Any]) -> str:
     return str(outcome.output)
 
 
-@pytest.mark.parametrize("size", [500, pytest.param(2000, marks=pytest.mark.slow)])  # 2,000: ~4x the seconds
+@pytest.mark.parametrize("size", [500])  # 2,000 failing instances: the rendering test below
 def test_a_large_fleets_observation_names_only_its_problems_and_stays_small(
         size: int, sim: Simulator, sim_clock: Any, make_app: Any, fake_model: FakeOpenAI) -> None:
     sim.realism.update({"rate_interval": 0, "price_increases": 0,   # planted healthy: none stuck or retiring
