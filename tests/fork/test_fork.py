@@ -36,9 +36,10 @@ def _tick3(offers: list[dict[str, Any]]) -> list[Any]:
 
 
 @pytest.fixture
-def origin(sim_clock, make_app, fake_model) -> tuple[App, list[dict[str, Any]]]:
+def origin(sim, sim_clock, make_app, fake_model) -> tuple[App, list[dict[str, Any]]]:
     """Three ticks: tick 1 searches offers, tick 2 rents the cheapest, tick 3 rents the next two
     (max_instances 8 allows it)."""
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})  # every rent it scripts is taken
     app = make_app(policy={"max_instances": 8, "max_rents_per_hour": 100})
     fake_model.enqueue(reply("look", tool_calls=[("search_offers", {})]), reply("done"))
     assert run_tick(app).ok
