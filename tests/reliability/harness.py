@@ -39,6 +39,7 @@ import yaml
 
 from agent.fleet.drain import DRAINING
 from agent.sim import ManualClock, Reply, SimServer, Simulator
+from agent.sim.clock import DEFAULT_START
 from tests.conftest import init_database
 from tests.fakes.wall import fast_waits
 
@@ -216,9 +217,11 @@ class CountingSim(Simulator):
 
 
 @contextlib.contextmanager
-def running_sim(seed: int = 3, *, api_key: str = SIM_KEY) -> Iterator[tuple[CountingSim, SimServer]]:
-    # at the wall clock's time: the daemons under test read theirs, and vast.ai's end dates are absolute
-    clock = ManualClock(start=time.time())
+def running_sim(seed: int = 3, *, api_key: str = SIM_KEY,
+                start: float | None = None) -> Iterator[tuple[CountingSim, SimServer]]:
+    # at the wall clock's time by default: daemons under test read theirs, and vast.ai's end dates are absolute;
+    # an in-process run on the simulator's own clock may pin ``start`` so its market is the same every day
+    clock = ManualClock(start=time.time() if start is None else start)
     sim = CountingSim(seed=seed, clock=clock, api_key=api_key)
     server = SimServer(sim).start()
     try:
@@ -352,7 +355,7 @@ def run_ambiguous(root: Path, ticks: int, seed: int = 11) -> dict[str, Any]:
     from agent.runtime.tick import run_tick
 
     out: dict[str, Any] = {"ticks": ticks, "failed_ticks": [], "unresolved": []}
-    with running_sim(seed=seed) as (sim, server):
+    with running_sim(seed=seed, start=DEFAULT_START) as (sim, server):
         # Only a hang may time out: an ordinary answer slower than the client's timeout on a loaded machine
         # would be settled by its label too, and counted as ambiguous when the simulator made it none.
         app = make_app(root, sim, server, vast={"timeout": 1.5})
