@@ -4,29 +4,13 @@ drained (no new work) and destroyed before the machine goes down. Against the re
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 
 from agent.clients.vast import Instance
 from agent.fleet import contracts
-from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, SimServer, Simulator
 from tests.conftest import events_of
-from tests.model.test_rules_sizing import FLEET, ROOMY
-
-TICK = 300.0
-
-
-def _ticks(app: Any, sim: Simulator, clock: ManualClock, n: int) -> None:
-    for _ in range(n):
-        assert run_tick(app).ok
-        clock.advance(TICK)
-        sim.tick()
-
-
-def _ours(sim: Simulator) -> list[dict[str, Any]]:
-    return [i for i in sim.instances.values() if i["actual_status"] not in ("exited", "offline")]
+from tests.model.test_rules_sizing import FLEET, ROOMY, _ours, _ticks
 
 
 def test_instance_left_is_the_earlier_of_contract_end_and_maintenance() -> None:

@@ -8,20 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from agent.model import rules
-from agent.runtime.tick import run_tick
-from agent.sim import ManualClock, Simulator
+from agent.sim import Simulator
 from agent.sim.instances import SCHEDULING_MSG
 from tests.conftest import events_of
-from tests.model.test_rules_sizing import FLEET, ROOMY, json_args
-
-TICK = 300.0
-
-
-def _ticks(app: Any, sim: Simulator, clock: ManualClock, n: int) -> None:
-    for _ in range(n):
-        assert run_tick(app).ok
-        clock.advance(TICK)
-        sim.tick()
+from tests.model.test_rules_sizing import FLEET, ROOMY, _ticks, json_args
 
 
 def _destroys(app: Any) -> list[dict[str, Any]]:
