@@ -150,7 +150,7 @@ def test_failover_kill9_twenty_times(fast_root: Path, storage_url: str | None):
 
 # The partition is a race against the suspension's moment (mid-request, mid-append, mid-heartbeat): it runs
 # this many times per backend, each SIGSTOP at another point (bench/partition_load.py runs it under load).
-PARTITION_RUNS = 5
+PARTITION_RUNS = 3
 
 
 @pytest.mark.slow

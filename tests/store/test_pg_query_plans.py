@@ -29,9 +29,9 @@ from tests.pgfleets import analyzed, copy_fleet
 from tests.pgserver import PgServer, fleet_database
 from tests.store.test_query_plans import _project, _run_commands
 
-EVENTS = 20_000
+EVENTS = 10_000
 FLEETS = 10
-MAX_ROWS = 2_000  # the flat statements read a few hundred rows at most; sorting a fleet reads all 20,000
+MAX_ROWS = 2_000  # the flat statements read a few hundred rows at most; sorting a fleet reads all 10,000
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def newest(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Ite
 @pytest.mark.slow
 def test_the_newest_of_ten_fleets_never_analyzed_reads_no_more_than_it_needs(
         newest: tuple[App, Simulator, str], pg_server: PgServer, capsys: pytest.CaptureFixture[str]) -> None:
-    """On the newest of ten fleets of 20,000 events in one database, its rows never analyzed: no statement of
+    """On the newest of ten fleets of 10,000 events in one database, its rows never analyzed: no statement of
     a real tick, of the operator commands or of the projection scans the events table whole or reads more
     than MAX_ROWS of its rows (EXPLAIN ANALYZE's own counts)."""
     app, sim, url = newest
