@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from agent.errors import UsageError
 from agent.fleet import steering
 from agent.fleet.block import norm_gpu
-from agent.times import parse_duration, parse_operator_time, utc_ts
+from agent.times import parse_duration, parse_operator_time, parse_ts, utc_ts
 
 if TYPE_CHECKING:
     from agent.config import PolicySettings, Settings
@@ -779,8 +779,56 @@ class InForce:
                                                    if c.kind == "max_instances"])
 
 
-def in_force(settings: Settings, log: EventLog, texts: list[str]) -> InForce:
-    words = extract("\n".join(texts), log.clock())
+NOTE_BINDS_HOURS = 24.0  # an unpinned note binds the rules provider this long after it was said (at most)
+
+
+def _lifted(text: str, now: datetime) -> set[tuple[str, Any]]:
+    """The restrictions a permission in ``text`` takes back ("host 5 is fine again", "3090s are ok now"):
+    (kind, host, machine or GPU model) of each clause that permits and gives no constraint itself."""
+    out: set[tuple[str, Any]] = set()
+    for clause in _clauses(text):
+        if not _PERMIT.search(clause) or _clause_constraints(clause, now)[0]:
+            continue
+        hosts, machines = _hosts_in(clause)
+        out |= {("exclude_host", h) for h in hosts} | {("exclude_machine", m) for m in machines}
+        gpus = _gpus_in(_strip_numbers(clause))
+        out |= {("ban_gpus", g) for g in gpus} | ({("allow_gpus", None)} if gpus else set())
+    return out
+
+
+def note_words(notes: Iterable[tuple[str, str]], now: datetime) -> Extraction:
+    """What unpinned operator notes, ``(ts, text)`` oldest first, still say: each note read by the same grammar
+    as directives (``extract``, its time limits counted from when it was said), binding until its own limit or
+    ``NOTE_BINDS_HOURS`` after it was said, whichever comes first. A later note overrides an earlier one: its
+    rule of the same kind (host, machine, banned model, cap, allowed models) replaces the earlier rule, and a
+    permission it gives ("host 5 is fine again") ends the earlier restriction."""
+    rules: dict[tuple[str, Any], Constraint] = {}
+    advice: list[str] = []
+    problems: list[str] = []
+    for ts, text in notes:
+        said = parse_ts(ts)
+        ex = extract(text, said)
+        end = utc_ts(said + timedelta(hours=NOTE_BINDS_HOURS))
+        for key in _lifted(text, said):
+            rules.pop(key, None)
+        for c in ex.constraints:
+            ident = c.value if c.kind in ("exclude_host", "exclude_machine", "ban_gpus") else None
+            rules[(c.kind, ident)] = Constraint(c.kind, c.value, min(c.until or end, end))
+        advice += ex.advice
+        problems += ex.problems
+    live = utc_ts(now)
+    return Extraction(tuple(c for c in rules.values() if c.until is None or c.until > live), tuple(advice),
+                      tuple(problems))
+
+
+def in_force(settings: Settings, log: EventLog, texts: list[str],
+             notes: Iterable[tuple[str, str]] = ()) -> InForce:
+    """What binds now, and what the operators' words say: ``texts`` (directives, knowledge) read as of now,
+    ``notes`` (unpinned, ``(ts, text)``) each as of when it was said (``note_words``)."""
+    standing = extract("\n".join(texts), log.clock())
+    said = note_words(notes, log.clock())
+    words = Extraction(tuple(_merge([*standing.constraints, *said.constraints])), standing.advice + said.advice,
+                       standing.problems + said.problems)
     advice = tuple(a for a in words.advice if len(a) > 3 and not a.startswith("#"))
     return InForce(steering.effective_policy(settings, log), frozenset(steering.excluded_hosts(settings, log)),
                    frozenset(excluded_machines(log)), steering.paused(log) is not None, words, advice)
