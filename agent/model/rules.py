@@ -5,8 +5,10 @@ results from the log, and scales the fleet to demand within policy: destroy
 our dead, stuck or flapping instances; size the fleet on throughput (the jobs/h
 each GPU model delivers, agent/fleet/throughput.py) to serve the arrivals plus
 the backlog cleared within ``policy.drain_within``, counting instances still
-starting; when short, rent the offers that cover the gap for the fewest $/h on
-hosts no knowledge file or directive blacklists; destroy an instance the rest
+starting; when under 0.95× that (or short at all while a backlog keeps every instance
+busy), rent the offers that cover the gap for the fewest $
+per job (capacity beyond the gap counted at half its worth, spending at most twice the cheapest cover an
+hour) on hosts no knowledge file, directive or recent operator note blacklists; destroy an instance the rest
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
 offers cover that for under half its $/h; an instance whose contract ends within
@@ -30,6 +32,7 @@ from agent.model.llm import ModelReply, ToolCall, Usage
 from agent.times import utc_ts
 
 RENT_UP_TO = 1.0  # rent until the fleet delivers what it needs (the last rent overshoots by up to one instance)
+RENT_BELOW = 0.95  # ...but only once it delivers less than this share of the need: no rent for a sliver of a gap
 SURPLUS_OVER = 1.0  # an instance the rest of the fleet can do without is surplus: vast.ai bills it by the second
 SWAP_USED = 0.5  # an instance the fleet needs for less than this share of what it delivers may be replaced...
 SWAP_SAVING = 0.5  # ...by offers covering that share for less than this share of its $/h (a clear saving)
@@ -373,6 +376,9 @@ def _surplus(plan: _Plan) -> list[dict[str, Any]]:
 def _why_no_rent(plan: _Plan) -> str:
     if plan.capacity >= plan.need:
         return "no rentals needed"
+    if plan.capacity >= _rent_below(plan) * plan.need:
+        return (f"no rentals needed: short {plan.need - plan.capacity:.1f} jobs/h, within {1 - RENT_BELOW:.0%} "
+                "of need")
     if plan.credit_held:
         return (f"short {plan.need - plan.capacity:.1f} jobs/h but credit is at or below policy.credit_reserve; "
                 "holding rents until a top-up")
@@ -381,9 +387,18 @@ def _why_no_rent(plan: _Plan) -> str:
     return f"short {plan.need - plan.capacity:.1f} jobs/h but no rents left this hour (policy.max_rents_per_hour)"
 
 
+def _rent_below(plan: _Plan) -> float:
+    """The share of need under which the fleet rents: ``RENT_BELOW`` while the queue is dry relative to the fleet
+    (``keep`` is the need alone), 1.0 while a backlog keeps every instance busy past the next tick (the gap
+    is then jobs waiting, not rounding)."""
+    return RENT_BELOW if plan.keep <= plan.need else 1.0
+
+
 def _short(plan: _Plan) -> float:
-    """Jobs/h to rent: none while capacity covers need, else up to ``RENT_UP_TO``× need; nothing at the cap."""
-    if plan.capacity >= plan.need or len(plan.live) >= plan.cap or plan.rents_left <= 0 or plan.credit_held:
+    """Jobs/h to rent: none while capacity covers ``RENT_BELOW``× need (no rent for a rounding-sized gap),
+    else up to ``RENT_UP_TO``× need; nothing at the cap."""
+    if plan.capacity >= _rent_below(plan) * plan.need or len(plan.live) >= plan.cap or plan.rents_left <= 0 \
+            or plan.credit_held:
         return 0.0
     return RENT_UP_TO * plan.need - plan.capacity
 
@@ -409,7 +424,7 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
                 key=lambda o: (o["per_job"], o["dph"], o["id"]))
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
-    picks = _cheapest_cover(ok, short, room, plan.max_dph - fleet_dph)
+    picks = (_cheapest_cover if swap else _best_cover)(ok, short, room, plan.max_dph - fleet_dph)
     if swap:
         x = swap[0]
         limit = SWAP_SAVING * float(x["dph"] or 0.0)
@@ -442,36 +457,69 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     return calls, text
 
 
-COVER_STEP = 0.1  # jobs/h: the grain _cheapest_cover sums capacity in
+COVER_STEP = 0.1  # jobs/h: the grain the covers sum capacity in
+EXTRA_WORTH = 0.5  # a job/h bought beyond the gap counts for this much of one in the gap (spare, not needed)
+BARGAIN_SPEND = 2.0  # a cover chosen per job costs at most this many times the cheapest cover an hour
+
+
+def _sets(offers: list[dict[str, Any]], room: int, limit: float,
+          target: int | None) -> dict[tuple[int, int], tuple[float, tuple[int, ...]]]:
+    """For each (offers taken, capacity reached in ``COVER_STEP`` units, capped at ``target`` when given), the
+    fewest $/h reaching it and the offers' indexes: at most ``room`` offers and ``limit`` $/h in all."""
+    best: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {(0, 0): (0.0, ())}
+    for n, o in enumerate(offers):
+        units = int(o["jph"] / COVER_STEP + 1e-9)
+        if units <= 0 or o["dph"] > limit + 1e-9:
+            continue
+        for (k, c), (cost, idx) in list(best.items()):
+            if k >= room or (target is not None and c >= target) or cost + o["dph"] > limit + 1e-9:
+                continue
+            key = (k + 1, c + units if target is None else min(target, c + units))
+            new = (cost + o["dph"], idx + (n,))
+            if key not in best or new[0] < best[key][0] - 1e-12:
+                best[key] = new
+    return best
+
+
+def _in_order(offers: list[dict[str, Any]], idx: tuple[int, ...]) -> list[dict[str, Any]]:
+    return sorted((offers[i] for i in idx), key=lambda o: (o["per_job"], o["dph"], o["id"]))
 
 
 def _cheapest_cover(offers: list[dict[str, Any]], short: float, room: int,
                     budget: float) -> list[dict[str, Any]] | None:
     """The offers that together deliver at least ``short`` jobs/h for the fewest $/h, at most ``room`` of
-    them and ``budget`` $/h in all; None when no such set exists. The jobs are the same whoever does them,
-    so the rent that costs least an hour for the capacity missing is the cheapest per job the fleet will
-    do: per job while the gap is wide, and no big GPU rented for a sliver of it."""
+    them and ``budget`` $/h in all; None when no such set exists."""
     if short <= 0 or room <= 0:
         return [] if short <= 0 else None
     target = math.ceil(short / COVER_STEP - 1e-9)
-    # best[(count, capacity reached, capped at target)] = ($/h, the offers' indexes)
-    best: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {(0, 0): (0.0, ())}
-    for n, o in enumerate(offers):
-        units = int(o["jph"] / COVER_STEP + 1e-9)
-        if units <= 0 or o["dph"] > budget:
-            continue
-        for (k, c), (cost, idx) in list(best.items()):
-            if k >= room or c >= target or cost + o["dph"] > budget + 1e-9:
-                continue
-            key = (k + 1, min(target, c + units))
-            new = (cost + o["dph"], idx + (n,))
-            if key not in best or new[0] < best[key][0] - 1e-12:
-                best[key] = new
-    done = [v for (k, c), v in best.items() if c >= target]
+    done = [v for (k, c), v in _sets(offers, room, budget, target).items() if c >= target]
     if not done:
         return None
     cost, idx = min(done, key=lambda v: (v[0], -sum(offers[i]["jph"] for i in v[1]), v[1]))
-    return sorted((offers[i] for i in idx), key=lambda o: (o["per_job"], o["dph"], o["id"]))
+    return _in_order(offers, idx)
+
+
+def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
+                budget: float) -> list[dict[str, Any]] | None:
+    """The offers that together deliver at least ``short`` jobs/h for the fewest $ per job: $/h over the jobs/h
+    in the gap plus ``EXTRA_WORTH`` of each job/h beyond it (capacity bought at a bargain is worth having, if
+    not as much as what is needed), never costing more than ``BARGAIN_SPEND``× the cheapest cover an hour;
+    at most ``room`` offers and ``budget`` $/h in all. None when nothing covers the gap. The jobs are the same
+    whoever does them: a small gap is not covered by the fewest $/h when a little more buys a GPU that does
+    each job for less."""
+    cheapest = _cheapest_cover(offers, short, room, budget)
+    if not cheapest:
+        return cheapest
+    limit = min(budget, BARGAIN_SPEND * sum(o["dph"] for o in cheapest))
+    target = math.ceil(short / COVER_STEP - 1e-9)
+
+    def per_job(v: tuple[float, tuple[int, ...]], c: int) -> float:
+        return v[0] / (min(c, target) + EXTRA_WORTH * max(0, c - target))
+
+    done = [(per_job(v, c), v[0], v[1]) for (k, c), v in _sets(offers, room, limit, None).items() if c >= target]
+    if not done:
+        return cheapest
+    return _in_order(offers, min(done)[2])
 
 
 def _is_dead(i: dict[str, Any], stuck_after: float) -> bool:

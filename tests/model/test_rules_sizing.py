@@ -111,9 +111,10 @@ def json_args(call: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(call["arguments"]))
 
 
-def test_the_rent_step_picks_the_cheapest_per_job_up_to_the_need():
-    """The search table's jobs/h and $/job columns decide: the offers that cover the need for the fewest $/h,
-    none on an avoided host; a gap one small GPU closes gets that GPU, not the cheapest per job."""
+def test_the_rent_step_picks_the_cheapest_per_job_cover_over_the_cheapest_per_hour():
+    """The search table's jobs/h and $/job columns decide: of the offers covering the gap, none on an avoided
+    host, the set that does each job for least (capacity beyond the gap worth half), not the one costing
+    fewest $/h; a gap a $0.26/h 3090 closes gets the $0.33/h 4090 that does each job for two thirds of it."""
     table = "\n".join([
         "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job",
         "11 | RTX 3090 x1 | 0.260 | 0.990 | 1 | Texas, US | 4.0 | 0.0650",
@@ -129,12 +130,40 @@ def test_the_rent_step_picks_the_cheapest_per_job_up_to_the_need():
         payload = {"name": "search_offers", "ok": True, "output": table}
 
     calls, text = rules._rent_step(plan, [R()])
-    # 4 + 16 = 20 jobs/h for $1.28/h; 8 + 16 costs $1.35/h, 8 + 4 falls short; 14 is avoided
-    assert [c[1]["offer_id"] for c in calls] == [13, 11], (calls, text)
-    assert "$0.0638/job" in calls[0][1]["reason"] and "best on offer $0.0413/job" in text
+    # 4 + 16 = 20 jobs/h costs the fewest $/h ($1.28, $0.064/job); 8 + 16 = 24 for $1.35 is $0.0614 a job
+    # (the 4 spare counted as 2); 14 is avoided
+    assert [c[1]["offer_id"] for c in calls] == [12, 13], (calls, text)
+    assert "$0.0413/job" in calls[0][1]["reason"] and "best on offer $0.0413/job" in text
     small = rules._Plan(**{**plan.__dict__, "need": 3.0, "pending": 3})
     calls, text = rules._rent_step(small, [R()])
-    assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)  # 3 jobs/h short: the $0.26/h GPU
+    # 3 jobs/h short: the 3090 is $0.26/h for 3 (+1 spare: $0.074/job), the 4090 $0.33/h for 3 (+5: $0.060)
+    assert [c[1]["offer_id"] for c in calls] == [12], (calls, text)
+    # a bargain never costs more than twice the cheapest cover an hour: with only the A100 beside the 3090,
+    # its 16 jobs/h ($1.02/h, $0.0638/job) is not bought for a 3 jobs/h gap the $0.26/h 3090 covers
+    dear = "\n".join(table.splitlines()[:2] + table.splitlines()[3:4])
+
+    class D:
+        payload = {"name": "search_offers", "ok": True, "output": dear}
+
+    calls, text = rules._rent_step(small, [D()])
+    assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)
+
+
+def test_no_rent_while_the_fleet_delivers_95_percent_of_the_need():
+    """A gap of a rounding's size (the fleet at 0.95x need or more) rents nothing while the queue is dry; a
+    wider one searches, and so does any gap while a backlog keeps every instance busy (jobs wait in it)."""
+    live = [_inst(n, "RTX 4090", 0.4) for n in range(1, 4)]  # 24 jobs/h
+    for need in (24.0, 25.0, 24.0 / 0.95):
+        plan = _plan(live, need)
+        assert rules._short(plan) == 0, need
+        calls, text = rules._first_step(plan)
+        assert "search_offers" not in [c[0] for c in calls], (need, calls, text)
+    assert "within 5% of need" in rules._first_step(_plan(live, 25.0))[1]
+    plan = _plan(live, 24.0 / 0.94)
+    assert rules._short(plan) == pytest.approx(24.0 / 0.94 - 24.0)
+    assert [c[0] for c in rules._first_step(plan)[0]] == ["search_offers"]
+    busy = _plan(live, 25.0, pending=40, keep=25.0 + 40 * 12)
+    assert rules._short(busy) == pytest.approx(1.0)
 
 
 def test_an_instance_down_between_ticks_is_seen_and_replaced(make_app, sim, sim_clock):
