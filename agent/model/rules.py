@@ -8,7 +8,7 @@ the backlog cleared within ``policy.drain_within``, counting instances still
 starting; when under 0.95× that (or short at all while a backlog keeps every instance
 busy), rent the offers that cover the gap for the fewest $
 per job (capacity beyond the gap counted at half its worth, spending at most twice the cheapest cover an
-hour) on hosts no knowledge file, directive or recent operator note blacklists; destroy an instance the rest
+hour, no multi-GPU box bigger than the gap unless the cheapest cover needs it) on hosts no knowledge file, directive or recent operator note blacklists; destroy an instance the rest
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
 offers cover that for under half its $/h; an instance whose contract ends within
@@ -481,6 +481,12 @@ def _sets(offers: list[dict[str, Any]], room: int, limit: float,
     return best
 
 
+def _gpus(o: dict[str, Any]) -> int:
+    """The GPUs of a search_offers row ("RTX 4090 x4": 4)."""
+    n = o["gpu"].rsplit(" x", 1)
+    return int(n[1]) if len(n) == 2 and n[1].isdigit() else 1
+
+
 def _in_order(offers: list[dict[str, Any]], idx: tuple[int, ...]) -> list[dict[str, Any]]:
     return sorted((offers[i] for i in idx), key=lambda o: (o["per_job"], o["dph"], o["id"]))
 
@@ -504,7 +510,8 @@ def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
     """The offers that together deliver at least ``short`` jobs/h for the fewest $ per job: $/h over the jobs/h
     in the gap plus ``EXTRA_WORTH`` of each job/h beyond it (capacity bought at a bargain is worth having, if
     not as much as what is needed), never costing more than ``BARGAIN_SPEND``× the cheapest cover an hour;
-    at most ``room`` offers and ``budget`` $/h in all. None when nothing covers the gap. The jobs are the same
+    at most ``room`` offers and ``budget`` $/h in all, and no multi-GPU box delivering more than the whole gap
+    unless the cheapest cover has it. None when nothing covers the gap. The jobs are the same
     whoever does them: a small gap is not covered by the fewest $/h when a little more buys a GPU that does
     each job for less."""
     cheapest = _cheapest_cover(offers, short, room, budget)
@@ -512,6 +519,9 @@ def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
         return cheapest
     limit = min(budget, BARGAIN_SPEND * sum(o["dph"] for o in cheapest))
     target = math.ceil(short / COVER_STEP - 1e-9)
+    # a multi-GPU box delivering more than the whole gap is a bet of that much capacity on one host: taken when
+    # the cheapest cover needs it, never as a bargain
+    offers = [o for o in offers if o in cheapest or _gpus(o) == 1 or o["jph"] <= short]
 
     def per_job(v: tuple[float, tuple[int, ...]], c: int) -> float:
         return v[0] / (min(c, target) + EXTRA_WORTH * max(0, c - target))

@@ -147,6 +147,18 @@ def test_the_rent_step_picks_the_cheapest_per_job_cover_over_the_cheapest_per_ho
 
     calls, text = rules._rent_step(small, [D()])
     assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)
+    # nor is a multi-GPU box delivering more than the whole gap, however cheap per job: that much capacity on
+    # one host is a bet, not a bargain (unless nothing cheaper covers the gap)
+    box = "\n".join([*dear.splitlines(), "15 | RTX 4090 x4 | 0.500 | 0.990 | 4 | Texas, US | 32.0 | 0.0156"])
+
+    class B:
+        payload = {"name": "search_offers", "ok": True, "output": box}
+
+    calls, text = rules._rent_step(small, [B()])
+    assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)
+    wide = rules._Plan(**{**plan.__dict__, "need": 30.0, "pending": 30})
+    calls, text = rules._rent_step(wide, [B()])
+    assert [c[1]["offer_id"] for c in calls] == [15], (calls, text)  # the cheapest cover of 30 jobs/h
 
 
 def test_no_rent_while_the_fleet_delivers_95_percent_of_the_need():
