@@ -120,13 +120,31 @@ def note_traffic(log: EventLog, listing: list[Instance], owned: set[int], tick: 
 Rebids = dict[int, tuple[float | None, float | None, float]]  # id -> (old bid, market min_bid, new bid)
 
 
+def _outbid_events(ctx: ToolContext, outbid: list[Instance]) -> dict[int, list[tuple[float, str]]]:
+    """For each outbid instance of ours, the ``instance.outbid`` events (epoch, action) of its current outbid: logged
+    since the observations first saw it stopped (none when they have not yet: a new outbid). An instance outbid
+    again later, even at the same bid, is a new outbid."""
+    states = ctx.log.instance_states()
+    since = {}
+    for i in outbid:
+        st = states.get(i.id)
+        since[i.id] = st.since - 1.0 if st is not None and st.status == "stopped" else float("inf")
+    rows = [r for r in (ctx.log.store.instance(i.id) for i in outbid) if r is not None]
+    out: dict[int, list[tuple[float, str]]] = {i.id: [] for i in outbid}
+    for e in ctx.log.read(min((r.rented_seq for r in rows), default=0), kinds=["instance.outbid"]):
+        iid, at = int(e.payload["instance_id"]), parse_ts(e.ts).timestamp()
+        if iid in out and at >= since[iid]:
+            out[iid].append((at, str(e.payload.get("action"))))
+    return out
+
+
 def _outbid_now(ctx: ToolContext) -> list[Instance]:
-    """Outbid instances of ours not handled yet at their current bid; none while the fleet is paused."""
+    """Outbid instances of ours whose current outbid is not handled yet; none while the fleet is paused."""
     outbid = sorted((i for i in ctx.ours() if is_outbid(i)), key=lambda i: i.id)
     if not outbid or steering.paused(ctx.log) is not None:
         return []
-    done = {(int(e.payload["instance_id"]), e.payload.get("bid")) for e in ctx.log.read(0, kinds=["instance.outbid"])}
-    return [i for i in outbid if (i.id, i.dph_total) not in done]
+    seen = _outbid_events(ctx, outbid)
+    return [i for i in outbid if not seen[i.id]]
 
 
 def rebid_outbid(ctx: ToolContext, *, dry_run: bool) -> Rebids:
@@ -183,16 +201,13 @@ def handle_outbid(ctx: ToolContext, *, dry_run: bool, rebids: Rebids | None = No
 def _kept_too_long(ctx: ToolContext) -> list[Instance]:
     """Outbid instances kept stopped (``instance.outbid`` kept) for ``OUTBID_KEEP_S`` or more: the market has not
     fallen back under their bid; they are destroyed (the fleet has covered the gap meanwhile)."""
-    stopped = {i.id: i for i in ctx.ours() if is_outbid(i)}
+    stopped = sorted((i for i in ctx.ours() if is_outbid(i)), key=lambda i: i.id)
     if not stopped or steering.paused(ctx.log) is not None:
         return []
-    now = ctx.log.clock()
-    since: dict[int, float] = {}
-    for e in ctx.log.read(0, kinds=["instance.outbid"]):
-        iid = int(e.payload["instance_id"])
-        if iid in stopped and e.payload.get("action") == "kept" and iid not in since:
-            since[iid] = (now - parse_ts(e.ts)).total_seconds()
-    return [stopped[iid] for iid, s in sorted(since.items()) if s >= OUTBID_KEEP_S]
+    now = ctx.log.clock().timestamp()
+    seen = _outbid_events(ctx, stopped)
+    return [i for i in stopped
+            if any(action == "kept" and now - at >= OUTBID_KEEP_S for at, action in seen[i.id])]
 
 
 def _destroy_outbid(ctx: ToolContext, inst: Instance, dry_run: bool) -> Outcome:

@@ -169,6 +169,10 @@ def test_an_outbid_instance_the_rule_cannot_rebid_is_kept_and_runs_again_when_th
     assert sim.instances[iid]["actual_status"] == "running"
     assert not _open(app, "outbid:")
     assert iid not in {e.payload["instance_id"] for e in events_of(app, "host.failed")}  # the market, not the host
+    sim.outbid(iid)  # outbid again at the same bid: a new outbid, handled again
+    assert run_tick(app).ok
+    assert [e.payload["action"] for e in events_of(app, "instance.outbid")] == ["kept", "kept"]
+    assert _open(app, "outbid:")
 
 
 def test_bids_are_lowered_to_the_rule_when_the_market_falls_but_not_within_an_hour_of_an_outbid(
