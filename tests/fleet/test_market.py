@@ -199,3 +199,28 @@ def test_bids_are_lowered_to_the_rule_when_the_market_falls_but_not_within_an_ho
     assert ev.payload["why"] == "market_fell" and ev.payload["old_bid"] == high and ev.payload["bid"] == rule
     assert sim.instances[iid]["dph_total"] == rule
     assert _running_after(app, sim, iid, 24) < 0.01  # spend counts the lowered bid
+
+
+def test_an_outbid_instance_the_market_never_lets_back_is_destroyed_after_two_hours(sim: Simulator, make_app):
+    app = make_app(provider="rules", policy={"max_instances": 2, "interruptible": True, "max_bid_share": 0.7})
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.market.bid_market = False
+    offer = good_offer(sim, app.settings)
+    iid = _bid_instance(sim, app, "feedc0ffee08", bid_rule(offer["min_bid"], offer["dph_total"], 0.7) or 0, offer)
+    sim.advance(300)
+    assert run_tick(app).ok
+    sim.market.set_price(multiplier=3.0, offer_id=offer["id"])  # its min_bid now far above any bid the policy allows
+    for _ in range(3):
+        sim.advance(300)
+        assert run_tick(app).ok
+    [ev] = events_of(app, "instance.outbid")
+    assert ev.payload["action"] == "kept" and iid in sim.instances
+    while len(events_of(app, "tick.started")) < ev.tick + 22:  # 22 ticks of 5 min after the outbid
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert iid in sim.instances  # within the two hours: kept
+    for _ in range(4):
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert iid in sim.destroyed
+    assert [e.payload["reason"] for e in events_of(app, "system.destroy") if e.payload["instance_id"] == iid]
