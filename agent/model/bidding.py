@@ -8,9 +8,10 @@ min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around
   leaves the fleet short.
 - **Swap on-demand for bids.** An on-demand instance running for over ``SWAP_AGE_S`` is replaced by bid
   instances covering what it delivers for under ``SWAP_SHARE`` of its $/h; once they count, it is surplus.
-- **Headroom for outbids.** An outbid instance is out of work until its bid holds again, so the fleet keeps
-  extra capacity in proportion to the share of its bid capacity the recent observations saw outbid, at most
-  ``MAX_HEADROOM`` of what it must deliver: outbids then do not leave jobs waiting.
+- **Headroom for outbids.** An outbid instance is out of work from the moment vast.ai stops it until a re-bid
+  or a replacement delivers, so the fleet keeps extra capacity for the outbid rate the recent observations
+  show (outbids per bid instance and tick, times the ticks that recovery takes), at most ``MAX_HEADROOM`` of
+  what it must deliver: outbids then do not leave jobs waiting.
 
 An outbid instance the tick keeps (stopped, its disk kept, vast.ai starts it again when the market falls back)
 is neither dead nor capacity here (``is_outbid``): the gap is covered meanwhile, and once it runs again the
@@ -25,7 +26,8 @@ from typing import Any
 MAX_HEADROOM = 0.2  # at most this share of need added for outbids
 SWAP_AGE_S = 3600.0  # an on-demand instance running this long may be swapped for bids...
 SWAP_SHARE = 0.85  # ...covering what it delivers for under this share of its $/h
-HEADROOM_TICKS = 72  # observations the outbid share is measured over (6 h at 5 min a tick)
+HEADROOM_TICKS = 72  # observations the outbid rate is measured over (6 h at 5 min a tick)
+RECOVERY_TICKS = 3  # ticks an outbid leaves its capacity missing: seen, then a replacement rented and started
 
 
 def is_bid(i: dict[str, Any]) -> bool:
@@ -39,14 +41,22 @@ def is_outbid(i: dict[str, Any]) -> bool:
 
 
 def outbid_share(observations: Iterable[dict[str, Any]]) -> float:
-    """Of our bid instances seen in ``observations``, the share seen outbid: the capacity bids lose to outbids."""
-    seen = down = 0
+    """The share of bid capacity an outbid takes before the fleet has made up for it: outbids per sighting of our
+    bid instances in ``observations`` (oldest first; an outbid counted when an instance is first seen outbid), times
+    the ``RECOVERY_TICKS`` a replacement or a re-bid takes to deliver. Outbid instances kept stopped are not counted
+    on: the fleet does not count them as capacity, so it covers them."""
+    seen = new = 0
+    before: set[int] = set()
     for obs in observations:
+        now = set()
         for i in obs.get("instances") or []:
             if i.get("ours") and (is_bid(i) or is_outbid(i)):
                 seen += 1
-                down += is_outbid(i)
-    return down / seen if seen else 0.0
+                if is_outbid(i):
+                    now.add(i["id"])
+        new += len(now - before)
+        before = now
+    return RECOVERY_TICKS * new / seen if seen else 0.0
 
 
 def headroom(need: float, bid_capacity: float, share: float) -> float:

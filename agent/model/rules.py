@@ -154,7 +154,7 @@ class RulesProvider:
         extra = 0.0
         if d and s.policy.interruptible:  # headroom for the capacity outbids take (agent/model/bidding.py)
             recent = [e.payload["observation"] for e in self.app.log.read(
-                0, kinds=["tick.started"], newest_first=True, limit=bidding.HEADROOM_TICKS)]
+                0, kinds=["tick.started"], newest_first=True, limit=bidding.HEADROOM_TICKS)][::-1]
             bids = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in [*live, *outbid]
                        if bidding.is_bid(i) or bidding.is_outbid(i))
             extra = bidding.headroom(need, bids, bidding.outbid_share(recent))

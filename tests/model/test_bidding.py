@@ -18,10 +18,13 @@ def _rec(iid: int, status: str = "running", bid: float | None = 0.3, **kw: Any) 
     return rec
 
 
-def test_the_outbid_share_counts_our_bid_instances_seen_outbid():
+def test_the_outbid_share_is_the_outbid_rate_times_the_ticks_recovery_takes():
     obs = [{"instances": [_rec(1), _rec(2), _rec(3, bid=None)]},
-           {"instances": [_rec(1, "stopped"), _rec(2), {**_rec(4), "ours": False}]}]
-    assert bidding.outbid_share(obs) == 0.25  # 1 of 4 sightings of our bid instances; on-demand and others not
+           {"instances": [_rec(1, "stopped"), _rec(2), {**_rec(4), "ours": False}]},
+           {"instances": [_rec(1, "stopped"), _rec(2)]},  # still outbid (kept): not a new outbid
+           {"instances": [_rec(1), _rec(2)]}]
+    # 1 outbid in 8 sightings of our bid instances (on-demand and others' not counted), out for RECOVERY_TICKS
+    assert bidding.outbid_share(obs) == bidding.RECOVERY_TICKS * 1 / 8
     assert bidding.outbid_share([]) == 0.0
 
 
@@ -38,13 +41,14 @@ def _obs(instances: list[dict[str, Any]], rate: float = 48.0) -> dict[str, Any]:
 
 def test_the_plan_keeps_outbid_instances_out_of_dead_and_capacity_and_adds_headroom(make_app):
     app = make_app(provider="rules", policy={"interruptible": True, "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
-    for _ in range(3):  # a bid fleet of four, one of them outbid in each of three observations
-        app.log.append("tick.started", {"observation": _obs([_rec(1), _rec(2), _rec(3), _rec(4, "stopped")])},
-                       "scheduler")
+    for n in range(4):  # a bid fleet of four, #4 outbid in the last of four observations
+        four = _rec(4, "stopped" if n == 3 else "running")
+        app.log.append("tick.started", {"observation": _obs([_rec(1), _rec(2), _rec(3), four])}, "scheduler")
     plan = RulesProvider(app)._plan(_obs([_rec(1), _rec(2), _rec(3), _rec(4, "stopped")]))
     assert [i["id"] for i in plan.outbid] == [4] and plan.dead == [] and len(plan.live) == 3
     assert plan.capacity == 24.0  # the outbid one does not count
-    assert plan.headroom == 0.25 * 32.0 and plan.need == 48.0 + 8.0  # a quarter of the bid capacity seen outbid
+    share = bidding.RECOVERY_TICKS * 1 / 16  # 1 outbid in 16 sightings
+    assert plan.headroom == share * 32.0 and plan.need == 48.0 + share * 32.0
     assert rules._short(plan) > 0 and "headroom for outbids" in plan.why()
     small = RulesProvider(app)._plan(_obs([_rec(1), _rec(2), _rec(3), _rec(4, "stopped")], rate=20.0))
     assert small.headroom == 0.2 * 20.0  # at most +20 % of need
