@@ -189,8 +189,8 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
                "since": round(since, 3), "intended": i.intended_status, "host_id": i.host_id, "ours": ours,
                "gpu_util": i.gpu_util, "up_s": _uptime_s(i) if _status(i) == "running" else None,
                "jobs": None, "ends_s": _ends_s(app, i, now), "maint_s": _maint_s(app, i, now)}
-        if i.is_bid:  # interruptible: its bid is its $/h; outbid (stopped) when the market's min_bid passes it
-            rec["bid"] = round(i.dph_total or 0.0, 4)
+        # interruptible: its bid is its $/h (outbid, stopped, when the market's min_bid passes it); null on-demand
+        rec["bid"] = round(i.dph_total or 0.0, 4) if i.is_bid else None
         rec["restarts"] = _restarts(prev_recs.get(i.id), rec, dt)
         insts.append(rec)
     insts.extend(_unlisted(app, ctx, states, now))
