@@ -27,7 +27,7 @@ MAX_HEADROOM = 0.2  # at most this share of need added for outbids
 SWAP_AGE_S = 3600.0  # an on-demand instance running this long may be swapped for bids...
 SWAP_SHARE = 0.85  # ...covering what it delivers for under this share of its $/h
 HEADROOM_TICKS = 72  # observations the outbid rate is measured over (6 h at 5 min a tick)
-RECOVERY_TICKS = 3  # ticks an outbid leaves its capacity missing: seen, then a replacement rented and started
+RECOVERY_TICKS = 6  # ticks an outbid leaves capacity missing: seen, a replacement rented and started, the backlog drained
 
 
 def is_bid(i: dict[str, Any]) -> bool:
