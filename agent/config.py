@@ -416,9 +416,10 @@ class PolicySettings:
     # No rent at or below this credit (dollars): vast.ai refuses rents with HTTP 402 and stops every
     # instance at $0 (agent/feedback/credit.py).
     credit_reserve: StrictFloat = 2.0
-    # Interruptible (bid) instances (tools/fleet.py, agent/fleet/market.py): on, rents bid where min_bid + 20 %
-    # fits max_bid_share x the offer's on-demand dph_total, on-demand otherwise; an outbid instance (its work
-    # lost) is rebid within that share, else destroyed and replaced.
+    # Interruptible (bid) instances (tools/fleet.py, agent/fleet/market.py, agent/model/bidding.py): on, rents and
+    # re-bids follow one rule, min_bid + 5 % capped at max_bid_share x the on-demand price (on-demand where the
+    # min_bid is above the cap); an outbid instance (its work lost) is rebid by the rule, else kept until the
+    # market falls back; bids are lowered when the market falls.
     interruptible: StrictBool = False
     max_bid_share: StrictFloat = 0.7
     # A host's price increase on a running instance is accepted up to this share (0.15 = +15 %); above it

@@ -1,11 +1,13 @@
 """Spend from the log against the simulator's own billing, over a run of the demo's fleet.
 
-    python bench/spend_vs_billing.py [--ticks 144] [--seed 0]
+    python bench/spend_vs_billing.py [--ticks 144] [--seed 0] [--interruptible]
 
 Runs the demo's configuration (the built-in rules provider renting and destroying against the
 simulator, 5 simulated minutes per tick), then prints what `fleet-agent spend` computes from the log
 and what the simulator billed for the same instances: in total, per instance, and the % difference,
 with the bandwidth part (vast.ai bills traffic per GB at each host's prices) on its own line.
+With --interruptible the fleet bids (``policy.interruptible: true``): outbids, re-bids and lowered bids
+(``instance.bid``) are in the figures.
 Figures only; nothing here asserts.
 """
 
@@ -28,6 +30,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ticks", type=int, default=144)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--interruptible", action="store_true", help="the fleet bids (policy.interruptible: true)")
     args = ap.parse_args()
     clock = ManualClock()
     sim = Simulator(seed=args.seed, clock=clock, api_key=SIM_KEY)
@@ -37,7 +40,10 @@ def main() -> None:
         os.chmod(root / "vast_api_key", 0o600)
         (root / "knowledge").mkdir()
         cfg = root / "config.yaml"
-        cfg.write_text(demo_config(root, server.url, model_url=None, model=None, budget=30000), encoding="utf-8")
+        text = demo_config(root, server.url, model_url=None, model=None, budget=30000)
+        if args.interruptible:
+            text = text.replace("\npolicy:\n", "\npolicy:\n  interruptible: true\n", 1)
+        cfg.write_text(text, encoding="utf-8")
         app = App(config.load(str(cfg)), clock=clock)
         app.init_database()
         try:
@@ -56,7 +62,8 @@ def main() -> None:
     ours = [i for i in rep["instances"]]
     sim_total = sum(billed.get(i["instance_id"], 0.0) for i in ours)
     hours = args.ticks * TICK_SECONDS / 3600
-    print(f"{args.ticks} ticks ({hours:.1f} simulated hours), {len(ours)} instances of ours")
+    print(f"{args.ticks} ticks ({hours:.1f} simulated hours), {len(ours)} instances of ours"
+          + (", interruptible" if args.interruptible else ""))
     for i in ours:
         b = billed.get(i["instance_id"], 0.0)
         diff = (i["spent"] - b) / b * 100 if b else float("nan")

@@ -16,7 +16,7 @@ from typing import Any
 from agent.clients.vast import Instance, Offer, VastError, spendable
 from agent.fleet import contracts, steering, throughput
 from agent.fleet.block import Block, norm_gpu
-from agent.fleet.market import BID_MARGIN
+from agent.fleet.market import BID_MARGIN, bid_rule
 from agent.fleet.reconcile import absence_proves_gone
 from agent.fleet.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
 
@@ -111,15 +111,17 @@ def bidding(ctx: ToolContext, args: Args) -> str:
 
 
 def bid_for(ctx: ToolContext, offer: Offer) -> float | Block:
-    """The bid for ``offer``: its min_bid +``BID_MARGIN``, at most ``policy.max_bid_share`` x its on-demand price."""
+    """The bid for ``offer`` by the one bid rule (``bid_rule``, also re-bidding's): its min_bid +``BID_MARGIN``,
+    at most ``policy.max_bid_share`` x its on-demand price."""
     share = float(ctx.settings.policy.max_bid_share)
     if offer.min_bid is None or offer.dph_total is None:
         return Block("interruptible", f"offer {offer.id} shows no min_bid; rent it on-demand (interruptible=false)")
-    cap = round(share * offer.dph_total, 4)
-    if offer.min_bid > cap:
+    bid = bid_rule(offer.min_bid, offer.dph_total, share)
+    if bid is None:
+        cap = round(share * offer.dph_total, 4)
         return Block("max_bid_share", f"offer {offer.id}'s min_bid ${offer.min_bid:.4f}/h is above "
                      f"policy.max_bid_share {share:.2f} x its on-demand ${offer.dph_total:.4f}/h = ${cap:.4f}/h")
-    return round(min(cap, offer.min_bid * (1 + BID_MARGIN)), 4)
+    return bid
 
 
 def as_bid(offer: Offer, bid: float) -> Offer:
@@ -190,7 +192,7 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     if bids:
         note += (f"\n(interruptible: $/h is the bid a rent places, min_bid +{BID_MARGIN:.0%} and at most "
                  f"policy.max_bid_share {ctx.settings.policy.max_bid_share:.2f} x on-demand; an instance outbid "
-                 "later stops and its work is lost"
+                 "later stops, its work lost, and starts again when the market falls back under its bid"
                  + ("; offers whose min_bid is above that are rented on-demand (type)" if mode == "prefer" else "")
                  + ")")
     return Outcome(True, "\n".join(rows) + _basis(tp, sorted({o.gpu_name or "?" for o in shown})) + note)

@@ -101,12 +101,14 @@ Quote = Callable[[object], str]
 
 
 def _instance_line(i: JsonObject, q: Quote = str, detail: bool = False, ends: bool = False) -> str:
+    """One instance. A record whose ``bid`` is set (an interruptible instance: its $/h is its bid) says ``bid``
+    after its $/h; records without it (on-demand, or written before it existed) render as they always did."""
     flag = "" if i.get("ours", True) else " NOT-OURS"
     msg = f" — {q(i['status_msg'])}" if i.get("status_msg") else ""
     end = _ends(i) if ends else None
     return (f"  #{q(i.get('id'))} {q(i.get('gpu_name'))} x{q(i.get('num_gpus', 1))} "
             f"{q(i.get('status') or 'provisioning')} {age(i.get('age_s'))} {money(i.get('dph'))}/h "
-            f"host {q(i.get('host_id'))}{flag}{_health(i, q) if detail else ''}{f' · {end}' if end else ''}{msg}")
+            f"{'bid ' if i.get('bid') is not None else ''}host {q(i.get('host_id'))}{flag}{_health(i, q) if detail else ''}{f' · {end}' if end else ''}{msg}")
 
 
 def _number(x: object) -> TypeGuard[int | float]:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from agent import logsetup
 from agent.clients.vast import Instance, VastError
 from agent.fleet import contracts, steering
-from agent.fleet.pipeline import run_destroy
+from agent.fleet.pipeline import system_destroy
 from agent.fleet.toolkit import Outcome, ToolContext
 
 log_ = logsetup.get_logger(__name__)
@@ -91,12 +91,8 @@ def drain(ctx: ToolContext, now: float, *, dry_run: bool) -> list[Outcome]:
             continue
         text = (f"drained: {reason}; " + ("its last job is done" if _idle(inst) else
                                             f"{int(FINAL_S // 60)} min or less left, busy or not"))
-        why_e = ctx.log.append("system.destroy", {"instance_id": inst.id, "status": "draining", "reason": text},
-                           "system", ctx.tick)
-        outcome = run_destroy(ctx, inst.id, call_id=f"sys_{why_e.seq}", reason=text, dry_run=dry_run)
+        outcome = system_destroy(ctx, inst.id, status="draining", reason=text, dry_run=dry_run)
         log_.info("drain.destroyed", instance_id=inst.id, ok=outcome.ok, dry_run=dry_run)
-        if outcome.ok and not dry_run:
-            ctx.instances = [i for i in ctx.instances if i.id != inst.id]
         outcomes.append(outcome)
     return outcomes
 

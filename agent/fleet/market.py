@@ -4,11 +4,18 @@
   ``dph_total``. Each instance's billed counters are noted (``instance.traffic``, cumulative) when its traffic
   cost grew by ``TRAFFIC_STEP`` dollars or more since the last note, so spend, budgets and caps count it
   (agent/fleet/spend.py).
+- Bids: one rule (``bid_rule``) prices every bid, on renting (tools/fleet.py) and on re-bidding here: the
+  market's ``min_bid`` +``BID_MARGIN``, capped at ``policy.max_bid_share`` of the on-demand price; none when
+  the min_bid is above that cap. Each bid change is logged as ``instance.bid``, which spend counts.
 - Outbids: an interruptible instance whose bid is below the market's ``min_bid`` is stopped by vast.ai. Its
-  work is lost. When the market's min_bid plus the bid margin still fits ``policy.max_bid_share`` of its
-  on-demand GPU price, the bid is raised (``PUT /instances/bid_price/{id}/``) and the instance starts again
-  with its disk; otherwise it is destroyed and the fleet sized again, which replaces it. ``instance.outbid``
-  says which, a warning alert tells the operator. No ``host.failed``: the host did nothing wrong.
+  work is lost. When the rule's bid fits the cap, the bid is raised (``PUT /instances/bid_price/{id}/``) and the
+  instance starts again with its disk. Otherwise it is kept, stopped (only its storage bills): vast.ai starts
+  it again by itself once the market falls back under its bid, while the fleet covers the gap (the rules
+  provider does not count it as capacity); still stopped after ``OUTBID_KEEP_S`` it is destroyed.
+  ``instance.outbid`` says which, a warning alert tells the operator. No ``host.failed``: the host did
+  nothing wrong.
+- When the market falls, a bid well above the rule's is lowered to it (``lower_bids``), but not within
+  ``REBID_QUIET_S`` of an outbid of that instance: the market that just outbid it may rise again.
 - Price increases: a host may ask more for a running contract (``GET /instances/pending-price-increases/``).
   Within ``policy.max_price_increase`` it is accepted; above it, rejected, the operator told (a warning alert),
   and the instance destroyed so the fleet is sized again without it (a rejected contract ends anyway at its end
@@ -20,15 +27,46 @@ from __future__ import annotations
 from agent import logsetup
 from agent.clients.vast import Instance, PriceIncrease, VastError
 from agent.fleet import steering
-from agent.fleet.pipeline import run_destroy
+from agent.fleet.pipeline import system_destroy
 from agent.fleet.toolkit import Outcome, ToolContext
 from agent.store.log import EventLog
-from agent.times import utc_ts
+from agent.times import parse_ts, utc_ts
 
 log_ = logsetup.get_logger(__name__)
 
-BID_MARGIN = 0.2
+BID_MARGIN = 0.05
 """A bid goes this far above the offer's min_bid now (the market moves; a bid at min_bid is outbid at once)."""
+LOWER_OVER = 0.02  # a running bid this share above the rule's is lowered to it
+REBID_QUIET_S = 3600.0  # no lowering of an instance's bid within this long after it was outbid
+OUTBID_KEEP_S = 2 * 3600.0  # an outbid instance kept stopped this long without starting again is destroyed
+
+
+def bid_rule(min_bid: float | None, on_demand: float | None, max_bid_share: float) -> float | None:
+    """The bid fleet-agent places, renting or re-bidding: ``min_bid`` x (1 + ``BID_MARGIN``), at most
+    ``max_bid_share`` x the on-demand $/h; None when the min_bid itself is above that cap (or either is unknown)."""
+    if min_bid is None or on_demand is None or on_demand <= 0 or min_bid <= 0:
+        return None
+    cap = round(max_bid_share * on_demand, 4)
+    if min_bid > cap + 1e-9:
+        return None
+    return round(min(cap, min_bid * (1 + BID_MARGIN)), 4)
+
+
+def on_demand_dph(inst: Instance) -> float | None:
+    """An instance's on-demand $/h: its GPU price (vast.ai's ``dph_base``) plus the storage it rented."""
+    base = inst.raw.get("dph_base")
+    if not isinstance(base, int | float) or isinstance(base, bool) or base <= 0:
+        return None
+    disk, cost = inst.raw.get("disk_space"), inst.raw.get("storage_cost")
+    storage = float(disk) * float(cost) / 730.0 if isinstance(disk, int | float) and isinstance(cost, int | float) \
+        else 0.0
+    return float(base) + storage
+
+
+def note_bid(ctx: ToolContext, inst: Instance, new_bid: float, why: str) -> None:
+    """``instance.bid``: the instance's bid (its $/h) from now on; spend counts it (agent/fleet/spend.py)."""
+    ctx.log.append("instance.bid", {"instance_id": inst.id, "old_bid": _r(inst.dph_total), "bid": new_bid,
+                                    "min_bid": _r(inst.min_bid), "why": why}, "system", ctx.tick)
 TRAFFIC_STEP = 0.01  # dollars of traffic between two notes of one instance
 OUTBID_REASON = "outbid: vast.ai stopped this interruptible instance for a higher bid; its work is lost"
 PRICE_REASON = "rejected a price increase above policy.max_price_increase; replaced rather than kept at the new price"
@@ -82,13 +120,31 @@ def note_traffic(log: EventLog, listing: list[Instance], owned: set[int], tick: 
 Rebids = dict[int, tuple[float | None, float | None, float]]  # id -> (old bid, market min_bid, new bid)
 
 
+def _outbid_events(ctx: ToolContext, outbid: list[Instance]) -> dict[int, list[tuple[float, str]]]:
+    """For each outbid instance of ours, the ``instance.outbid`` events (epoch, action) of its current outbid: logged
+    since the observations first saw it stopped (none when they have not yet: a new outbid). An instance outbid
+    again later, even at the same bid, is a new outbid."""
+    states = ctx.log.instance_states()
+    since = {}
+    for i in outbid:
+        st = states.get(i.id)
+        since[i.id] = st.since - 1.0 if st is not None and st.status == "stopped" else float("inf")
+    rows = [r for r in (ctx.log.store.instance(i.id) for i in outbid) if r is not None]
+    out: dict[int, list[tuple[float, str]]] = {i.id: [] for i in outbid}
+    for e in ctx.log.read(min((r.rented_seq for r in rows), default=0), kinds=["instance.outbid"]):
+        iid, at = int(e.payload["instance_id"]), parse_ts(e.ts).timestamp()
+        if iid in out and at >= since[iid]:
+            out[iid].append((at, str(e.payload.get("action"))))
+    return out
+
+
 def _outbid_now(ctx: ToolContext) -> list[Instance]:
-    """Outbid instances of ours not handled yet at their current bid; none while the fleet is paused."""
+    """Outbid instances of ours whose current outbid is not handled yet; none while the fleet is paused."""
     outbid = sorted((i for i in ctx.ours() if is_outbid(i)), key=lambda i: i.id)
     if not outbid or steering.paused(ctx.log) is not None:
         return []
-    done = {(int(e.payload["instance_id"]), e.payload.get("bid")) for e in ctx.log.read(0, kinds=["instance.outbid"])}
-    return [i for i in outbid if (i.id, i.dph_total) not in done]
+    seen = _outbid_events(ctx, outbid)
+    return [i for i in outbid if not seen[i.id]]
 
 
 def rebid_outbid(ctx: ToolContext, *, dry_run: bool) -> Rebids:
@@ -101,6 +157,7 @@ def rebid_outbid(ctx: ToolContext, *, dry_run: bool) -> Rebids:
         new_bid = _rebid(ctx, inst)
         if new_bid is not None:
             out[inst.id] = (inst.dph_total, inst.min_bid, new_bid)
+            note_bid(ctx, inst, new_bid, "outbid")
             log_.warning("market.rebid", instance_id=inst.id, bid=new_bid)
     if out:
         try:
@@ -120,42 +177,96 @@ def handle_outbid(ctx: ToolContext, *, dry_run: bool, rebids: Rebids | None = No
         ctx.log.append("instance.outbid", {"instance_id": iid, "bid": bid, "min_bid": min_bid, "action": "rebid",
                                            "new_bid": new_bid}, "system", ctx.tick)
     outcomes = []
+    kept = ctx.settings.policy.interruptible and not dry_run
     for inst in _outbid_now(ctx):
+        action = "dry_run" if dry_run else "kept" if kept else "destroyed"
         ctx.log.append("instance.outbid", {"instance_id": inst.id, "bid": inst.dph_total, "min_bid": inst.min_bid,
-                                           "action": "dry_run" if dry_run else "destroyed"}, "system", ctx.tick)
+                                           "action": action}, "system", ctx.tick)
+        then = ("kept stopped until the market falls back under its bid (vast.ai then starts it again); the fleet "
+                "covers the gap meanwhile" if action == "kept" else "destroyed and replaced")
         feedback.raise_alert(ctx.log, key=f"outbid:{inst.id}", severity="warning",
                              title=f"interruptible instance {inst.id} was outbid; its work is lost",
                              detail=f"bid ${inst.dph_total or 0:.4f}/h < market min_bid ${inst.min_bid or 0:.4f}/h on "
-                             f"{inst.gpu_name}; destroyed and replaced (policy.max_bid_share bounds the bids)",
+                             f"{inst.gpu_name}; {then} (policy.max_bid_share bounds the bids)",
                              tick=ctx.tick, settings=ctx.settings)
-        e = ctx.log.append("system.destroy", {"instance_id": inst.id, "status": "stopped", "reason": OUTBID_REASON},
-                           "system", ctx.tick)
-        outcome = run_destroy(ctx, inst.id, call_id=f"sys_{e.seq}", reason=OUTBID_REASON, dry_run=dry_run)
-        log_.warning("market.outbid", instance_id=inst.id, ok=outcome.ok, dry_run=dry_run)
-        if outcome.ok and not dry_run:
-            ctx.instances = [i for i in ctx.instances if i.id != inst.id]
-            feedback.resolve_alert(ctx.log, f"outbid:{inst.id}", "the outbid instance is destroyed", ctx.tick)
-        outcomes.append(outcome)
+        if action != "kept":
+            outcomes.append(_destroy_outbid(ctx, inst, dry_run))
+    for inst in _kept_too_long(ctx):
+        outcomes.append(_destroy_outbid(ctx, inst, dry_run))
+    feedback.resolve_absent(ctx.log, "outbid:", {f"outbid:{i.id}" for i in ctx.ours() if is_outbid(i)}, ctx.tick,
+                            reason="the outbid instance runs again or is gone")
     return outcomes
 
 
+def _kept_too_long(ctx: ToolContext) -> list[Instance]:
+    """Outbid instances kept stopped (``instance.outbid`` kept) for ``OUTBID_KEEP_S`` or more: the market has not
+    fallen back under their bid; they are destroyed (the fleet has covered the gap meanwhile)."""
+    stopped = sorted((i for i in ctx.ours() if is_outbid(i)), key=lambda i: i.id)
+    if not stopped or steering.paused(ctx.log) is not None:
+        return []
+    now = ctx.log.clock().timestamp()
+    seen = _outbid_events(ctx, stopped)
+    return [i for i in stopped
+            if any(action == "kept" and now - at >= OUTBID_KEEP_S for at, action in seen[i.id])]
+
+
+def _destroy_outbid(ctx: ToolContext, inst: Instance, dry_run: bool) -> Outcome:
+    from agent import feedback
+
+    outcome = system_destroy(ctx, inst.id, status="stopped", reason=OUTBID_REASON, dry_run=dry_run)
+    log_.warning("market.outbid", instance_id=inst.id, ok=outcome.ok, dry_run=dry_run)
+    if outcome.ok and not dry_run:
+        feedback.resolve_alert(ctx.log, f"outbid:{inst.id}", "the outbid instance is destroyed", ctx.tick)
+    return outcome
+
+
 def _rebid(ctx: ToolContext, inst: Instance) -> float | None:
-    """Raise an outbid instance's bid to the market's min_bid plus the margin when that fits
-    ``policy.max_bid_share`` of its on-demand GPU price (vast.ai's ``dph_base``); the new bid, or None when it
-    does not fit, is not allowed, or vast.ai refused it."""
+    """Raise an outbid instance's bid to the rule's (``bid_rule``) when the market's min_bid fits
+    ``policy.max_bid_share`` of its on-demand price; the new bid, or None when it does not fit, is not allowed,
+    or vast.ai refused it."""
     p = ctx.settings.policy
-    on_demand = inst.raw.get("dph_base")
-    if not p.interruptible or inst.min_bid is None or not isinstance(on_demand, int | float) or on_demand <= 0:
-        return None
-    bid = round(inst.min_bid * (1 + BID_MARGIN), 4)
-    if bid > p.max_bid_share * float(on_demand):
-        return None
+    bid = bid_rule(inst.min_bid, on_demand_dph(inst), p.max_bid_share) if p.interruptible else None
+    if bid is None or bid <= (inst.dph_total or 0.0) + 1e-9:
+        return None  # no bid fits, or the rule's is no higher: it starts again by itself when the market falls
     try:
         ctx.vast.change_bid(inst.id, bid)
     except VastError as e:
         log_.warning("market.rebid_refused", instance_id=inst.id, error=str(e))
         return None
     return bid
+
+
+def lower_bids(ctx: ToolContext, *, dry_run: bool) -> list[tuple[int, float, float]]:
+    """The market fell: each running interruptible instance of ours whose bid is over ``LOWER_OVER`` above the
+    rule's for the market's min_bid now gets the rule's bid, unless it was outbid within ``REBID_QUIET_S``.
+    Logged as ``instance.bid``; returns (id, old bid, new bid) for each lowered. Nothing in a dry run or while
+    the fleet is paused."""
+    p = ctx.settings.policy
+    if dry_run or not p.interruptible or steering.paused(ctx.log) is not None:
+        return []
+    live = [i for i in ctx.ours() if i.is_bid and i.actual_status in ("running", "loading")]
+    if not live:
+        return []
+    rows = [ctx.log.store.instance(i.id) for i in live]
+    since = min((r.rented_seq for r in rows if r is not None), default=0)
+    now = ctx.log.clock()
+    recent = {int(e.payload["instance_id"]) for e in ctx.log.read(since, kinds=["instance.outbid"])
+              if (now - parse_ts(e.ts)).total_seconds() < REBID_QUIET_S}
+    out = []
+    for inst in sorted(live, key=lambda i: i.id):
+        bid = bid_rule(inst.min_bid, on_demand_dph(inst), p.max_bid_share)
+        old = inst.dph_total or 0.0
+        if bid is None or inst.id in recent or old <= bid * (1 + LOWER_OVER):
+            continue
+        try:
+            ctx.vast.change_bid(inst.id, bid)
+        except VastError as e:
+            log_.warning("market.lower_bid_refused", instance_id=inst.id, error=str(e))
+            continue
+        note_bid(ctx, inst, bid, "market_fell")
+        log_.info("market.bid_lowered", instance_id=inst.id, old=old, bid=bid)
+        out.append((inst.id, old, bid))
+    return out
 
 
 def handle_price_increases(ctx: ToolContext, *, dry_run: bool) -> list[tuple[PriceIncrease, str]]:
@@ -209,12 +320,7 @@ def handle_price_increases(ctx: ToolContext, *, dry_run: bool) -> list[tuple[Pri
                              detail=f"above policy.max_price_increase +{cap:.0%}; the instance is destroyed and "
                              "the fleet sized again without it", tick=ctx.tick, settings=ctx.settings)
         if payload["ok"]:
-            why = ctx.log.append("system.destroy", {"instance_id": row.instance_id, "status": "price_increase",
-                                                    "reason": PRICE_REASON}, "system", ctx.tick)
-            outcome = run_destroy(ctx, row.instance_id, call_id=f"sys_{why.seq}", reason=PRICE_REASON,
-                                  dry_run=False)
-            if outcome.ok:
-                ctx.instances = [i for i in ctx.instances if i.id != row.instance_id]
+            system_destroy(ctx, row.instance_id, status="price_increase", reason=PRICE_REASON, dry_run=False)
     return out
 
 

@@ -197,3 +197,14 @@ def run_destroy(ctx: ToolContext, iid: int, *, call_id: str, reason: str, dry_ru
     outcome, _ = run_tool_call(Toolbox.of([dataclasses.replace(tool, check=lambda ctx, args: iid)]), ctx, call,
                                dry_run=dry_run)
     return outcome
+
+
+def system_destroy(ctx: ToolContext, iid: int, *, status: str, reason: str, dry_run: bool) -> Outcome:
+    """The system's own destroy of ``iid``: ``system.destroy`` (why) first, then ``run_destroy``; on success (not
+    a dry run) it leaves ``ctx.instances``."""
+    e = ctx.log.append("system.destroy", {"instance_id": iid, "status": status, "reason": reason}, "system",
+                       ctx.tick)
+    outcome = run_destroy(ctx, iid, call_id=f"sys_{e.seq}", reason=reason, dry_run=dry_run)
+    if outcome.ok and not dry_run:
+        ctx.instances = [i for i in ctx.instances if i.id != iid]
+    return outcome

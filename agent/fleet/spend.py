@@ -179,13 +179,16 @@ PriceChange = tuple[datetime, str, float]
 
 
 def _prices(log: EventLog) -> dict[int, list[PriceChange]]:
-    """Each instance's $/h changes after its rent: a raised bid (``instance.outbid`` rebid) from then on, an
-    accepted price increase (``price.increase``) from its contract's end date."""
+    """Each instance's $/h changes after its rent: a new bid (``instance.bid``, raised after an outbid or lowered
+    when the market fell; older logs: ``instance.outbid`` rebid) from then on, an accepted price increase
+    (``price.increase``) from its contract's end date."""
     out: dict[int, list[PriceChange]] = {}
-    for e in log.read(0, kinds=["instance.outbid", "price.increase"]):
+    for e in log.read(0, kinds=["instance.bid", "instance.outbid", "price.increase"]):
         p = e.payload
         iid = int(p["instance_id"])
-        if e.kind == "instance.outbid" and p.get("action") == "rebid" and p.get("new_bid") is not None:
+        if e.kind == "instance.bid":
+            out.setdefault(iid, []).append((parse_ts(e.ts), "set", float(p["bid"])))
+        elif e.kind == "instance.outbid" and p.get("action") == "rebid" and p.get("new_bid") is not None:
             out.setdefault(iid, []).append((parse_ts(e.ts), "set", float(p["new_bid"])))
         elif (e.kind == "price.increase" and p.get("decision") == "accepted" and p.get("ok")
               and p.get("new_dph") is not None and p.get("old_dph") is not None):

@@ -18,7 +18,7 @@ from agent import logsetup
 from agent.clients.vast import VastError
 from agent.feedback import credit
 from agent.fleet import market, steering
-from agent.fleet.pipeline import run_destroy
+from agent.fleet.pipeline import system_destroy
 from agent.fleet.toolkit import Outcome, ToolContext
 
 log_ = logsetup.get_logger(__name__)
@@ -43,12 +43,8 @@ def destroy_stopped(ctx: ToolContext, *, dry_run: bool) -> list[Outcome]:
     done = _already(ctx)
     outcomes = []
     for iid in (i for i in stopped if i not in done):
-        e = ctx.log.append("system.destroy", {"instance_id": iid, "status": STOPPED, "reason": REASON}, "system",
-                           ctx.tick)
-        outcome = run_destroy(ctx, iid, call_id=f"sys_{e.seq}", reason=REASON, dry_run=dry_run)
+        outcome = system_destroy(ctx, iid, status=STOPPED, reason=REASON, dry_run=dry_run)
         log_.warning("stopped.destroyed", instance_id=iid, ok=outcome.ok, dry_run=dry_run)
-        if outcome.ok and not dry_run:
-            ctx.instances = [i for i in ctx.instances if i.id != iid]
         outcomes.append(outcome)
     return outcomes
 

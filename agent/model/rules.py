@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from agent.model import bidding
 from agent.model.llm import ModelReply, ToolCall, Usage
 from agent.times import utc_ts
 
@@ -150,12 +151,16 @@ class RulesProvider:
         ours = [i for i in obs["instances"] if i["ours"]]
         stuck_after = s.alerts.stuck_after
         kept = set(obs.get("credit_stopped") or [])  # stopped for lack of credit: kept for the top-up, not dead
+        # Outbid (interruptible, stopped by vast.ai for a higher bid): kept until the market falls back under its
+        # bid (agent/fleet/market.py); neither dead nor capacity meanwhile.
+        outbid = tuple(i for i in ours if i["id"] not in kept and bidding.is_outbid(i))
+        kept |= {i["id"] for i in outbid}
         flapping = {i["id"] for i in ours if i["id"] not in kept and int(i.get("restarts") or 0) >= FLAP_RESTARTS}
         dead = [i for i in ours if i["id"] not in kept
                 and (_is_dead(i, stuck_after) or i["host_id"] in banned or i["id"] in flapping)]
         avoid = banned | self._failed_hosts(stuck_after) | self._scheduling_failed_hosts() | {int(i["host_id"]) for i in ours
                                                             if i["id"] in flapping and i["host_id"] is not None}
-        live = [i for i in ours if i not in dead]
+        live = [i for i in ours if i not in dead and i not in outbid]
         ending = _ending(live)
         live = [i for i in live if i not in ending]
         tp = _Rates.of(obs, s.policy.jobs_per_hour, s.policy.jobs_per_hour_by_gpu)
@@ -166,6 +171,14 @@ class RulesProvider:
         capacity = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in live)
         # Without a demand reading the fleet stays as it is: what it delivers now is what it must.
         need = rate + pending / drain_h if d else capacity
+        extra = 0.0
+        if d and s.policy.interruptible:  # headroom for the capacity outbids take (agent/model/bidding.py)
+            recent = [e.payload["observation"] for e in self.app.log.read(
+                0, kinds=["tick.started"], newest_first=True, limit=bidding.HEADROOM_TICKS)][::-1]
+            bids = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in [*live, *outbid]
+                       if bidding.is_bid(i) or bidding.is_outbid(i))
+            extra = bidding.headroom(need, bids, bidding.outbid_share(recent))
+            need += extra
         log = self.app.log
         rents_left = max(0, s.policy.max_rents_per_hour
                          - log.store.rents_since(utc_ts(log.clock() - timedelta(hours=1))))
@@ -177,7 +190,8 @@ class RulesProvider:
         tick_h = float(s.schedule.interval) / 3600.0
         keep = _keep(need, rate, pending, capacity, tick_h) if d else capacity
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
-                     rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending)
+                     rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending,
+                     outbid, s.policy.interruptible, extra)
 
 
 def _advice_text(advice: tuple[str, ...]) -> str:
@@ -237,6 +251,9 @@ class _Plan:
     credit_held: bool = False  # credit at or below policy.credit_reserve: no rent until a top-up
     keep: float = 0.0  # jobs/h below which nothing is surplus: arrivals plus the backlog cleared by the next tick
     ending: tuple[dict[str, Any], ...] = ()  # contracts ending within policy.contract_min_hours: not capacity
+    outbid: tuple[dict[str, Any], ...] = ()  # outbid, kept until the market falls back: not capacity, not dead
+    interruptible: bool = False  # policy.interruptible: bids cover gaps and replace old on-demand instances
+    headroom: float = 0.0  # jobs/h of need kept for outbids (agent/model/bidding.py)
 
     def jph(self, i: dict[str, Any]) -> float:
         return self.tp.per_instance(str(i["gpu_name"]), i.get("num_gpus"))
@@ -247,8 +264,10 @@ class _Plan:
         rates = ", ".join(f"{g} {self.tp.per_gpu(g):.1f}/h/GPU {'measured' if g in self.tp.learned else 'assumed'}"
                           for g in models)
         return (f"need {self.need:.1f} jobs/h (arriving ~{self.rate:.0f}/h + {self.pending} pending over "
-                f"{self.drain_h:g}h); {len(self.live)} live deliver {self.capacity:.1f} jobs/h"
-                + (f" ({rates})" if rates else ""))
+                f"{self.drain_h:g}h" + (f", +{self.headroom:.1f} headroom for outbids" if self.headroom else "")
+                + f"); {len(self.live)} live deliver {self.capacity:.1f} jobs/h"
+                + (f" ({rates})" if rates else "")
+                + (f"; {len(self.outbid)} outbid, waiting for the market to fall back" if self.outbid else ""))
 
 
 Calls = list[tuple[str, dict[str, Any]]]
@@ -273,13 +292,13 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
     short = _short(plan)
     swap = None if short or surplus or plan.dead else _swap(plan)
     if short or swap:
-        calls.append(("search_offers", _sizing_search()))
+        calls.append(("search_offers", swap.search if swap else _sizing_search()))
     swap_text = ""
     if swap:
-        x, used = swap
+        x, used = swap.x, swap.used
         swap_text = (f"; #{x['id']} costs ${float(x['dph'] or 0):.3f}/h for the {used:.1f} of its "
                      f"{plan.jph(x):.1f} jobs/h the fleet needs: searching for that for under "
-                     f"{SWAP_SAVING:g}× its $/h, to replace it")
+                     f"${swap.limit:.3f}/h ({swap.why}), to replace it")
     text = (f"rules provider: {plan.why()}; cap {cap}; "
             + (f"{len(plan.dead)} to replace; " if plan.dead else "")
             + (f"{len(surplus)} surplus to destroy (over {SURPLUS_OVER:g}× need); " if surplus else "")
@@ -335,10 +354,24 @@ def _stop(i: dict[str, Any]) -> str:
     return f"its contract ends in {left / 3600:.1f} h (vast.ai then stops it for good)"
 
 
-def _swap(plan: _Plan) -> tuple[dict[str, Any], float] | None:
+@dataclass(frozen=True)
+class _Swap:
+    """An instance to replace: the jobs/h it is needed for, the $/h the offers replacing it must stay under,
+    the search that finds them, and why."""
+
+    x: dict[str, Any]
+    used: float
+    limit: float
+    search: dict[str, Any]
+    why: str
+
+
+def _swap(plan: _Plan) -> _Swap | None:
     """The running instance costing the most an hour, when the fleet needs less than ``SWAP_USED`` of what
     it delivers (the rest cover the others), with the jobs/h it is needed for: a smaller offer covering
-    those for under ``SWAP_SAVING``× its $/h replaces it (rented now, it becomes surplus once it counts)."""
+    those for under ``SWAP_SAVING``× its $/h replaces it (rented now, it becomes surplus once it counts).
+    Else, with ``policy.interruptible``, an on-demand instance running for over an hour, replaced by bids
+    covering what it delivers for under ``bidding.SWAP_SHARE`` of its $/h."""
     if _short(plan) or plan.rents_left <= 0 or len(plan.live) >= plan.cap or plan.credit_held:
         return None
     running = [i for i in plan.live if i["status"] == "running"]
@@ -346,7 +379,14 @@ def _swap(plan: _Plan) -> tuple[dict[str, Any], float] | None:
         return None
     x = max(running, key=lambda i: (float(i["dph"] or 0.0), i["id"]))
     used = max(plan.need, plan.keep) - (plan.capacity - plan.jph(x))
-    return (x, used) if 0 < used <= SWAP_USED * plan.jph(x) else None
+    if 0 < used <= SWAP_USED * plan.jph(x):
+        return _Swap(x, used, SWAP_SAVING * float(x["dph"] or 0.0), _sizing_search(),
+                     f"{SWAP_SAVING:g}× its $/h for the share the fleet uses")
+    od = bidding.swap_candidate(plan.live) if plan.interruptible else None
+    if od is None:
+        return None
+    return _Swap(od, plan.jph(od), bidding.SWAP_SHARE * float(od["dph"] or 0.0), bidding.swap_search(MAX_GPUS),
+                 f"on-demand for over {bidding.SWAP_AGE_S / 3600:g} h: bids under {bidding.SWAP_SHARE:g}× its $/h")
 
 
 def _surplus(plan: _Plan) -> list[dict[str, Any]]:
@@ -412,7 +452,7 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     short = _short(plan)
     swap = None if short else _swap(plan)
     if swap:
-        short = swap[1]
+        short = swap.used
     if not (searched and not rented_already and short > 0):
         return [], "rules provider: done for this tick"
     offers = _parse_offers(searched[-1].payload.get("output", ""))
@@ -426,8 +466,7 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
     picks = (_cheapest_cover if swap else _best_cover)(ok, short, room, plan.max_dph - fleet_dph)
     if swap:
-        x = swap[0]
-        limit = SWAP_SAVING * float(x["dph"] or 0.0)
+        x, limit = swap.x, swap.limit
         if picks is None or sum(o["dph"] for o in picks) >= limit:
             return [], (f"rules provider: no offer covers the {short:.1f} jobs/h #{x['id']} is needed for under "
                         f"${limit:.3f}/h; keeping it")

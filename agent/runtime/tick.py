@@ -189,6 +189,8 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
                "since": round(since, 3), "intended": i.intended_status, "host_id": i.host_id, "ours": ours,
                "gpu_util": i.gpu_util, "up_s": _uptime_s(i) if _status(i) == "running" else None,
                "jobs": None, "ends_s": _ends_s(app, i, now), "maint_s": _maint_s(app, i, now)}
+        # interruptible: its bid is its $/h (outbid, stopped, when the market's min_bid passes it); null on-demand
+        rec["bid"] = round(i.dph_total or 0.0, 4) if i.is_bid else None
         rec["restarts"] = _restarts(prev_recs.get(i.id), rec, dt)
         insts.append(rec)
     insts.extend(_unlisted(app, ctx, states, now))
@@ -376,6 +378,11 @@ def _start(run: _Run) -> ToolContext | TickResult:
         ctx.vast.deadline = None
         return run.fail(f"vast.ai unavailable, nothing done: {e}", "vast")
     rebids = market.rebid_outbid(ctx, dry_run=s.policy.dry_run)  # before the observation: it shows them starting
+    if market.lower_bids(ctx, dry_run=s.policy.dry_run):  # the market fell: bids down to the rule's
+        try:
+            ctx.refresh()
+        except VastError as e:
+            log_.warning("market.lower_bids_listing_failed", error=str(e))
     drain.with_maintenance(ctx)  # a machine's maintenance ends its instances' work as a contract's end does
     obs = observe(app, ctx, tick)
     known = credit.kept_ids(log)

@@ -5,7 +5,8 @@
     POST /_sim/advance      {"seconds": s}: move a ManualClock and the simulation (409 otherwise); each
                             call counts as one tick in the accounting's unmet_job_ticks
     POST /_sim/plant_logs   {"instance_id", "text"}: what the instance's logs will say
-    POST /_sim/outbid       {"instance_id"}: a bid instance loses its GPU
+    POST /_sim/outbid       {"instance_id"}: a bid instance loses its GPU to a rival bid held until the
+                            market hour ends (then it starts again by itself), or until a higher bid
     POST /_sim/price_increase {"instance_id", "multiplier", "in_s"?}: its host asks multiplier x the GPU price
                             from in_s seconds on (default 3600): a pending price increase
     POST /_sim/maintenance  {"machine_id" or "instance_id", "in_s"?, "duration_hours"?, "category"?}: the

@@ -19,7 +19,8 @@ from it ends then (see agent/sim/simulator.py).
 
 Interruptible (bid) prices move: each offer's `min_bid` follows the market (`bid_level`, a seeded
 walk per GPU model over simulated time, between 0.45 and 1.0 of the on-demand price); a running
-bid instance whose bid is below its offer's `min_bid` now is outbid: stopped, not destroyed.
+bid instance whose bid is below its offer's `min_bid` now is outbid: stopped, not destroyed, and it starts
+again by itself once its bid holds the GPU again (the market falls back, or its owner raises the bid).
 
 The market can be changed from outside (agent/sim/admin.py): an offer's or a GPU model's price set
 or multiplied (`set_price`; instances already rented keep the price they were rented at, as on

@@ -173,6 +173,9 @@ class Simulator:
                     instances.stop(inst, f"outbid: the market's min_bid is ${inst['min_bid']:.4f}/h, above this "
                                    f"instance's bid ${inst['dph_total']:.4f}/h", intended=False)
                     inst["_outbid_at"] = end
+                elif self._resumes(inst, end):
+                    # vast.ai: an outbid instance starts again by itself once its bid holds the GPU again.
+                    self._resume(inst, end, "starting container: the bid holds the GPU again")
             rate = self.realism.price_increases
             if (rate > 0 and not inst.get("is_bid") and inst["actual_status"] == "running"
                     and not self._open_increase(iid)
@@ -315,6 +318,21 @@ class Simulator:
         row["_status"] = "accepted" if accept else "rejected"
         return {"success": True, "pending_price_increase_id": pid, "contract_id": row["contract_id"]}
 
+    def _resumes(self, inst: Instance, t: float) -> bool:
+        """An outbid instance whose bid holds its GPU again at ``t``: at or above the market's min_bid, past any
+        outbid held until the end of its market hour (``outbid``), still meant to run, and credit left."""
+        return (inst["actual_status"] == "stopped" and inst.get("_outbid_at") is not None
+                and inst.get("intended_status") == "running" and not inst.get("_expired")
+                and not inst.get("_credit_stop") and self.balance > 0
+                and t >= float(inst.get("_outbid_hold") or 0.0)
+                and inst["dph_total"] >= float(inst["min_bid"]) - 1e-9)
+
+    def _resume(self, inst: Instance, t: float, msg: str) -> None:
+        inst.pop("_outbid_at", None)
+        inst.pop("_outbid_hold", None)
+        inst.pop("_outbid_bid", None)
+        instances.restart(self.seed, inst, t, msg)
+
     def change_bid(self, iid: int, body: dict[str, Any], now: float) -> dict[str, Any]:
         """PUT /instances/bid_price/{id}/ {"client_id": "me", "price": $}: an interruptible instance's new bid;
         one stopped by an outbid starts again when the new bid holds the GPU."""
@@ -330,9 +348,11 @@ class Simulator:
         if price < floor:
             raise ApiError(400, "invalid_args", f"bid price {price} is below the min_bid {floor}")
         inst["dph_total"] = round(price, 4)
-        if inst["actual_status"] == "stopped" and inst.get("_outbid_at") is not None:
-            inst.pop("_outbid_at", None)
-            instances.restart(self.seed, inst, now, "starting container: the new bid holds the GPU")
+        rival = inst.get("_outbid_bid")  # an outbid held (admin): the bid that took the GPU until the hour ends
+        if rival is not None and price > float(rival) + 1e-9:
+            inst["_outbid_hold"] = now
+        if self._resumes(inst, now):
+            self._resume(inst, now, "starting container: the new bid holds the GPU")
         return {"success": True, "msg": f"bid of instance {iid} set to ${price:.4f}/h"}
 
     def set_credit(self, amount: float) -> None:
@@ -479,7 +499,9 @@ class Simulator:
         self._planted.pop(iid, None)
 
     def outbid(self, instance_id: int) -> None:
-        """An interruptible (bid) instance loses its GPU: stopped, not destroyed; storage still bills."""
+        """An interruptible (bid) instance loses its GPU to a higher bid: stopped, not destroyed; storage still
+        bills. The rival holds the GPU until the market hour ends (then the instance starts again by itself if
+        its bid holds), unless the owner outbids it first (a higher bid through the change-bid endpoint)."""
         with self._lock:
             now = self.tick()
             inst = self.instances.get(int(instance_id))
@@ -487,6 +509,8 @@ class Simulator:
                 raise LookupError(f"no instance {instance_id}")
             instances.stop(inst, "outbid: stopped by a higher bid", intended=False)
             inst["_outbid_at"] = now
+            inst["_outbid_hold"] = (int(now // 3600) + 1) * 3600.0
+            inst["_outbid_bid"] = inst["dph_total"]
 
     def _public(self, inst: Instance) -> dict[str, Any]:
         now = self._clock()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.events import render
 from agent.fleet import spend
 from agent.runtime.tick import run_tick
 from agent.sim import Simulator
@@ -63,6 +64,11 @@ def test_bids_under_policy_and_spend_counts_the_bid(sim: Simulator, make_app, fa
         fake_model.enqueue(reply("nothing"))
         assert run_tick(app).ok
     assert sim.instances[iid]["actual_status"] == "running", sim.instances[iid]["status_msg"]
+    obs = events_of(app, "tick.started")[-1].payload["observation"]
+    [rec] = [i for i in obs["instances"] if i["id"] == iid]
+    assert rec["bid"] == bid  # what the model sees: the instance's bid, rendered after its $/h
+    shown = render(events_of(app, "tick.started")[-1])
+    assert shown is not None and f"/h bid host {rec['host_id']}" in str(shown["content"])
     rep = {i["instance_id"]: i for i in spend.report(app.log)["instances"]}
     billed = sim.billing()[iid]
     assert abs(rep[iid]["spent"] - billed) / billed < 0.05  # at the bid, not the on-demand price

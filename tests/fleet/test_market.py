@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.fleet import spend
+from agent.fleet.market import bid_rule
 from agent.runtime.tick import run_tick
 from agent.sim import Simulator
 from tests.conftest import events_of, good_offer, plant_ours
@@ -106,15 +107,120 @@ def test_an_outbid_instance_is_rebid_when_the_market_fits_the_policy_and_spend_f
     sim.outbid(iid)
     assert run_tick(app).ok
     [ev] = events_of(app, "instance.outbid")
-    assert ev.payload["action"] == "rebid" and ev.payload["new_bid"] == round(offer["min_bid"] * 1.2, 4)
+    assert ev.payload["action"] == "rebid" and ev.payload["new_bid"] == round(offer["min_bid"] * 1.05, 4)
+    [bid] = events_of(app, "instance.bid")
+    assert bid.payload["bid"] == ev.payload["new_bid"] and bid.payload["why"] == "outbid"
     assert iid in sim.instances and iid not in sim.destroyed  # kept, with its disk
     [req] = [r for r in sim.requests if r["path"] == f"/api/v0/instances/bid_price/{iid}/"]
     assert req["body"]["price"] == ev.payload["new_bid"]
-    for _ in range(12):
+    assert _running_after(app, sim, iid, 12) < 0.05  # spend vs billing; the rest: observation gaps
+    led = spend.Ledger.of(app.log)
+    [rental] = [r for r in led.rentals if r.instance_id == iid]
+    assert led.dph_at(rental, led.now) == ev.payload["new_bid"]  # spend follows the new bid (instance.bid)
+
+
+def _running_after(app: Any, sim: Simulator, iid: int, ticks: int) -> float:
+    """Run ``ticks`` ticks; ``iid`` is running then; spend's figure for it off the simulator's billing, relative."""
+    for _ in range(ticks):
         sim.advance(300)
         assert run_tick(app).ok
     assert sim.instances[iid]["actual_status"] == "running"
     rep = {i["instance_id"]: i for i in spend.report(app.log)["instances"]}
     billed = sim.billing()[iid]
-    # at the old bid it would be 1/1.2 of this: the spend follows the new bid (the rest: observation gaps)
-    assert abs(rep[iid]["spent"] - billed) / billed < 0.05, (rep[iid]["spent"], billed)
+    return abs(rep[iid]["spent"] - billed) / billed
+
+
+def _bid_instance(sim: Simulator, app: Any, key: str, price: float, offer: dict[str, Any]) -> int:
+    label = app.settings.fleet.label_prefix + app.settings.agent_id + "-" + key
+    iid = sim.create_instance(offer["id"], label=label, price=price, disk=app.settings.fleet.disk_gb)
+    app.log.append("instance.adopted", {"instance_id": iid, "label": label, "idem_key": key, "dph": price}, "system")
+    return iid
+
+
+def test_the_bid_rule_is_min_bid_plus_five_percent_capped_at_the_policy_share():
+    assert bid_rule(0.40, 1.00, 0.7) == 0.42
+    assert bid_rule(0.68, 1.00, 0.7) == 0.70  # capped: min_bid + 5 % would pass 0.7 x on-demand
+    assert bid_rule(0.71, 1.00, 0.7) is None  # the min_bid itself is above the cap: no bid
+    assert bid_rule(None, 1.00, 0.7) is None and bid_rule(0.4, None, 0.7) is None
+
+
+def test_an_outbid_instance_the_rule_cannot_rebid_is_kept_and_runs_again_when_the_market_falls_back(
+        sim: Simulator, make_app):
+    """Its bid already at the rule's, an outbid instance is kept stopped (storage only), not destroyed and not
+    blamed on its host; vast.ai starts it again once the rival bid's hour ends; the alert then resolves."""
+    app = make_app(provider="rules", policy={"max_instances": 2, "interruptible": True, "max_bid_share": 0.95})
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.market.bid_market = False
+    offer = good_offer(sim, app.settings)
+    iid = _bid_instance(sim, app, "feedc0ffee06", bid_rule(offer["min_bid"], offer["dph_total"], 0.95) or 0, offer)
+    for _ in range(3):
+        sim.advance(300)
+        assert run_tick(app).ok
+    sim.outbid(iid)
+    hour_ends = (int(sim.now() // 3600) + 1) * 3600.0
+    assert run_tick(app).ok
+    [ev] = events_of(app, "instance.outbid")
+    assert ev.payload["action"] == "kept" and not events_of(app, "instance.bid")
+    assert _open(app, "outbid:")
+    while sim.now() < hour_ends + 600:
+        sim.advance(300)
+        assert run_tick(app).ok
+        assert iid in sim.instances  # kept: neither the tick nor the rules provider destroys it
+    assert sim.instances[iid]["actual_status"] == "running"
+    assert not _open(app, "outbid:")
+    assert iid not in {e.payload["instance_id"] for e in events_of(app, "host.failed")}  # the market, not the host
+    sim.outbid(iid)  # outbid again at the same bid: a new outbid, handled again
+    assert run_tick(app).ok
+    assert [e.payload["action"] for e in events_of(app, "instance.outbid")] == ["kept", "kept"]
+    assert _open(app, "outbid:")
+
+
+def test_bids_are_lowered_to_the_rule_when_the_market_falls_but_not_within_an_hour_of_an_outbid(
+        sim: Simulator, make_app):
+    app = make_app(provider="rules", policy={"max_instances": 2, "interruptible": True, "max_bid_share": 0.95})
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.market.bid_market = False
+    offer = good_offer(sim, app.settings)
+    rule = bid_rule(offer["min_bid"], offer["dph_total"], 0.95)
+    assert rule is not None
+    high = round(min(0.95 * offer["dph_total"], offer["min_bid"] * 1.5), 4)
+    iid = _bid_instance(sim, app, "feedc0ffee07", high, offer)
+    sim.advance(300)
+    sim.outbid(iid)  # outbid at once: the rule's bid is lower than its own, so it waits for the hour's end
+    outbid_at = sim.now()
+    while sim.now() < outbid_at + 3600 - 300:
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert not events_of(app, "instance.bid")  # within the hour after the outbid: its bid stays
+    for _ in range(4):
+        sim.advance(300)
+        assert run_tick(app).ok
+    [ev] = events_of(app, "instance.bid")
+    assert ev.payload["why"] == "market_fell" and ev.payload["old_bid"] == high and ev.payload["bid"] == rule
+    assert sim.instances[iid]["dph_total"] == rule
+    assert _running_after(app, sim, iid, 24) < 0.01  # spend counts the lowered bid
+
+
+def test_an_outbid_instance_the_market_never_lets_back_is_destroyed_after_two_hours(sim: Simulator, make_app):
+    app = make_app(provider="rules", policy={"max_instances": 2, "interruptible": True, "max_bid_share": 0.7})
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.market.bid_market = False
+    offer = good_offer(sim, app.settings)
+    iid = _bid_instance(sim, app, "feedc0ffee08", bid_rule(offer["min_bid"], offer["dph_total"], 0.7) or 0, offer)
+    sim.advance(300)
+    assert run_tick(app).ok
+    sim.market.set_price(multiplier=3.0, offer_id=offer["id"])  # its min_bid now far above any bid the policy allows
+    for _ in range(3):
+        sim.advance(300)
+        assert run_tick(app).ok
+    [ev] = events_of(app, "instance.outbid")
+    assert ev.payload["action"] == "kept" and iid in sim.instances
+    while len(events_of(app, "tick.started")) < ev.tick + 22:  # 22 ticks of 5 min after the outbid
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert iid in sim.instances  # within the two hours: kept
+    for _ in range(4):
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert iid in sim.destroyed
+    assert [e.payload["reason"] for e in events_of(app, "system.destroy") if e.payload["instance_id"] == iid]

@@ -551,6 +551,8 @@ def test_outbid_instance_is_stopped_not_destroyed(http: httpx.Client, sim_server
     inst = sim.instances[iid]
     assert inst["actual_status"] == "stopped" and "outbid" in inst["status_msg"]
     before = sim.balance
-    sim.advance(3600)
-    assert 0 < before - sim.balance < offer["min_bid"] / 10
+    held = (int(sim.now() // 3600) + 1) * 3600.0 - sim.now() - 1  # the rival bid holds it until the hour ends
+    sim.advance(held)
+    assert sim.instances[iid]["actual_status"] == "stopped"
+    assert 0 < before - sim.balance < offer["min_bid"] * held / 3600 / 10
     assert http.post(sim_server.url + "/_sim/outbid", json={"instance_id": 1}).status_code == 404

@@ -69,6 +69,70 @@ def test_change_bid_restarts_an_outbid_instance(http: httpx.Client, sim_server: 
     assert sim.instances[iid]["actual_status"] == "loading"
 
 
+def _status(http: httpx.Client, sim_server: SimServer, sim: Simulator, iid: int) -> str | None:
+    """What GET /instances/ shows for ``iid`` (actual_status)."""
+    rows = http.get(f"{sim_server.url}/api/v0/instances/", headers=_auth(sim)).json()["instances"]
+    return next(r["actual_status"] for r in rows if r["id"] == iid)
+
+
+def test_an_outbid_instance_starts_again_by_itself_when_the_market_falls_back(
+        http: httpx.Client, sim_server: SimServer, sim: Simulator) -> None:
+    """vast.ai stops an outbid interruptible instance and starts it again, with its disk, once its bid holds the
+    GPU again: here the bid market falls back at the end of a bid-up hour."""
+    sim.realism.update({"quick": 1})
+    offer = sim.find_offer("RTX 4090")
+    sim.advance(_hour_with_level(sim, "RTX 4090", above=False) - sim.now() + 1)
+    iid = sim.create_instance(offer["id"], price=offer["min_bid"])
+    busy = _hour_with_level(sim, "RTX 4090", above=True)
+    sim.advance(busy - sim.now() + 60)
+    assert _status(http, sim_server, sim, iid) == "stopped"
+    t = busy + 3600.0
+    while sim.market.bid_level("RTX 4090", t) > 1.0:  # the first quiet hour after it
+        t += 3600.0
+    sim.advance(t - 120 - sim.now())
+    assert _status(http, sim_server, sim, iid) == "stopped"  # not while the market stays above the bid
+    sim.advance(600)
+    assert _status(http, sim_server, sim, iid) in ("loading", "running")
+    sim.advance(600)
+    assert _status(http, sim_server, sim, iid) == "running"
+    assert "outbid" not in sim.instances[iid]["status_msg"]
+
+
+def test_an_admin_outbid_holds_until_the_market_hour_ends(http: httpx.Client, sim_server: SimServer,
+                                                          sim: Simulator) -> None:
+    """POST /_sim/outbid: a rival bid holds the GPU until the market hour ends, then the instance starts again by
+    itself (its bid still holds at the market's min_bid); not at once."""
+    sim.realism.update({"quick": 1})
+    sim.market.bid_market = False
+    offer = sim.find_offer("RTX 3090")
+    iid = sim.create_instance(offer["id"], price=offer["min_bid"])
+    sim.advance(300)
+    if 3600 - sim.now() % 3600 < 900:  # room in this hour to look twice
+        sim.advance(3600 - sim.now() % 3600 + 60)
+    assert http.post(f"{sim_server.url}/_sim/outbid", json={"instance_id": iid}).status_code == 200
+    hour_ends = (int(sim.now() // 3600) + 1) * 3600.0
+    sim.advance(300)
+    assert _status(http, sim_server, sim, iid) == "stopped"
+    sim.advance(hour_ends - sim.now() - 30)
+    assert _status(http, sim_server, sim, iid) == "stopped"
+    sim.advance(300)
+    assert _status(http, sim_server, sim, iid) in ("loading", "running")
+
+
+def test_a_higher_bid_ends_an_admin_outbid_at_once(http: httpx.Client, sim_server: SimServer,
+                                                   sim: Simulator) -> None:
+    sim.market.bid_market = False
+    offer = sim.find_offer("RTX 3090")
+    iid = sim.create_instance(offer["id"], price=offer["min_bid"])
+    sim.advance(300)
+    assert http.post(f"{sim_server.url}/_sim/outbid", json={"instance_id": iid}).status_code == 200
+    url = f"{sim_server.url}/api/v0/instances/bid_price/{iid}/"
+    same = http.put(url, headers=_auth(sim), json={"client_id": "me", "price": offer["min_bid"]})
+    assert same.status_code == 200 and _status(http, sim_server, sim, iid) == "stopped"  # the rival still holds it
+    up = http.put(url, headers=_auth(sim), json={"client_id": "me", "price": round(offer["min_bid"] * 1.1, 4)})
+    assert up.status_code == 200 and _status(http, sim_server, sim, iid) == "loading"
+
+
 def test_bid_searches_show_the_min_bid_now(http: httpx.Client, sim_server: SimServer, sim: Simulator) -> None:
     busy = _hour_with_level(sim, "A100 SXM4", above=True)
     sim.advance(busy - sim.now() + 1)

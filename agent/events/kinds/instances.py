@@ -170,8 +170,10 @@ _define("system.start", "The tick started an instance of ours that vast.ai had s
 #
 # vast.ai bills bandwidth per GB on top of dph_total; the tick notes each instance's billed traffic (cumulative
 # GB and its $/GB prices) so spend counts it (agent/fleet/market.py). An interruptible instance whose bid falls
-# below the market's min_bid is stopped by vast.ai (outbid): its work is lost and it is replaced. A host may ask a
-# price increase on a running contract: accepted within ``policy.max_price_increase``, else rejected and replaced.
+# below the market's min_bid is stopped by vast.ai (outbid): its work is lost; it is rebid, kept until the market
+# falls back, or replaced. Each change of a bid (raised after an outbid, lowered when the market fell) is an
+# ``instance.bid``, which spend counts. A host may ask a price increase on a running contract: accepted within
+# ``policy.max_price_increase``, else rejected and replaced.
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,7 +190,7 @@ class InstanceOutbidV1(Payload):
     instance_id: int
     bid: float | None = None
     min_bid: float | None = None
-    action: str  # destroyed | rebid | dry_run
+    action: str  # destroyed | rebid | kept | dry_run
     new_bid: float | None = None  # rebid: the bid placed to keep the instance (its $/h from then on)
 
 
@@ -198,9 +200,29 @@ def _r_instance_outbid_v1(e: Event, p: InstanceOutbidV1) -> Message:
     floor = f"${p.min_bid:.4f}/h" if p.min_bid is not None else "?"
     raised = f"bid raised to ${p.new_bid:.4f}/h to keep it (its disk kept; it starts again)" if p.new_bid else ""
     then = {"destroyed": "destroyed, to be replaced", "rebid": raised or "bid raised to keep it",
+            "kept": "kept stopped with its disk: vast.ai starts it again when the market falls back under its bid; "
+                    "not capacity until then",
             "dry_run": "dry run: nothing sent"}.get(p.action, inline(p.action))
     return user(f"[system outbid] interruptible instance {p.instance_id} lost its GPU (bid {bid} < market min_bid "
                 f"{floor}); the work in flight on it is lost; {then}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceBidV1(Payload):
+    instance_id: int
+    bid: float  # the instance's bid, its $/h, from this event on
+    old_bid: float | None = None
+    min_bid: float | None = None  # the market's min_bid when it was placed
+    why: str  # outbid (raised to keep it) | market_fell (lowered to the bid rule's)
+
+
+def _r_instance_bid_v1(e: Event, p: InstanceBidV1) -> Message:
+    """``[system bid] instance N: bid $x/h -> $y/h (market min_bid $z/h); <why>``."""
+    old = f"${p.old_bid:.4f}/h" if p.old_bid is not None else "?"
+    floor = f" (market min_bid ${p.min_bid:.4f}/h)" if p.min_bid is not None else ""
+    why = {"outbid": "raised to hold the GPU after an outbid",
+           "market_fell": "lowered to the bid rule's: the market fell"}.get(p.why, inline(p.why))
+    return user(f"[system bid] interruptible instance {p.instance_id}: bid {old} -> ${p.bid:.4f}/h{floor}; {why}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,6 +257,8 @@ _define("instance.traffic", "Traffic vast.ai billed an instance of ours so far (
         "counts it. Not rendered.", Version(1, InstanceTrafficV1))
 _define("instance.outbid", "An interruptible instance of ours lost its GPU to a higher bid; its work is lost.",
         Version(1, InstanceOutbidV1, _r_instance_outbid_v1))
+_define("instance.bid", "An interruptible instance of ours got a new bid (its $/h from then on): raised after an "
+        "outbid, or lowered when the market fell; spend counts it.", Version(1, InstanceBidV1, _r_instance_bid_v1))
 _define("price.increase", "A host's pending price increase on an instance of ours, accepted within "
         "policy.max_price_increase or rejected (the instance is then replaced).",
         Version(1, PriceIncreaseV1, _r_price_increase_v1))

@@ -74,7 +74,8 @@ measured)`` where v6-v7 said ``(assumed, not yet measured)`` of every model unde
 null otherwise); ``ends_s`` stays the earlier of that and the contract's end (what the rules read), and an instance
 whose stop is the maintenance renders `` · maintenance in 5 h`` (`` · in maintenance`` once it has started) rather
 than ``contract ends``. A record without these fields renders as before, so rows written before them keep their
-rendering whatever their version.
+rendering whatever their version. Each instance record also carries ``bid``: an interruptible instance's bid (its
+$/h), null for on-demand; a set ``bid`` renders `` bid`` after the $/h.
 """
 
 from __future__ import annotations

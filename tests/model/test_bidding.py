@@ -1,0 +1,98 @@
+"""The rules provider's bidding policy (agent/model/bidding.py): headroom for the outbids it has seen (at most
++20 %), outbid instances neither dead nor capacity, and old on-demand instances swapped for cheaper bids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.model import bidding, rules
+from agent.model.rules import RulesProvider
+
+
+def _rec(iid: int, status: str = "running", bid: float | None = 0.3, **kw: Any) -> dict[str, Any]:
+    rec = {"id": iid, "ours": True, "gpu_name": "RTX 4090", "num_gpus": 1, "dph": bid or 1.0, "status": status,
+           "status_msg": "outbid: the market's min_bid is above this instance's bid" if status == "stopped" else None,
+           "host_id": 100 + iid, "age_s": 600.0, "label": f"fa-x-{iid}", "restarts": 0, **kw}
+    if bid is not None:
+        rec["bid"] = bid
+    return rec
+
+
+def test_the_outbid_share_is_the_outbid_rate_times_the_ticks_recovery_takes():
+    obs = [{"instances": [_rec(1), _rec(2), _rec(3, bid=None)]},
+           {"instances": [_rec(1, "stopped"), _rec(2), {**_rec(4), "ours": False}]},
+           {"instances": [_rec(1, "stopped"), _rec(2)]},  # still outbid (kept): not a new outbid
+           {"instances": [_rec(1), _rec(2)]}]
+    # 1 outbid in 8 sightings of our bid instances (on-demand and others' not counted), out for RECOVERY_TICKS
+    assert bidding.outbid_share(obs) == bidding.RECOVERY_TICKS * 1 / 8
+    assert bidding.outbid_share([]) == 0.0
+
+
+def test_headroom_follows_the_outbid_share_of_bid_capacity_capped_at_a_fifth_of_need():
+    assert bidding.headroom(40.0, 32.0, 0.1) == 3.2
+    assert bidding.headroom(40.0, 32.0, 0.5) == 8.0  # capped: +20 % of need
+    assert bidding.headroom(40.0, 0.0, 0.5) == 0.0  # no bids, no headroom
+
+
+def _obs(instances: list[dict[str, Any]], rate: float = 48.0) -> dict[str, Any]:
+    return {"time": 0, "instances": instances, "demand": {"pending": 0, "arrival_rate_per_h": rate},
+            "gpu_models": {}}
+
+
+def test_the_plan_keeps_outbid_instances_out_of_dead_and_capacity_and_adds_headroom(make_app):
+    app = make_app(provider="rules", policy={"interruptible": True, "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
+    for n in range(4):  # a bid fleet of four, #4 outbid in the last of four observations
+        four = _rec(4, "stopped" if n == 3 else "running")
+        app.log.append("tick.started", {"observation": _obs([_rec(1), _rec(2), _rec(3), four])}, "scheduler")
+    plan = RulesProvider(app)._plan(_obs([_rec(1), _rec(2), _rec(3), _rec(4, "stopped")], rate=100.0))
+    assert [i["id"] for i in plan.outbid] == [4] and plan.dead == [] and len(plan.live) == 3
+    assert plan.capacity == 24.0  # the outbid one does not count
+    share = bidding.RECOVERY_TICKS * 1 / 16  # 1 outbid in 16 sightings
+    assert share * 32.0 < 0.2 * 100.0 and plan.headroom == share * 32.0 and plan.need == 100.0 + share * 32.0
+    assert rules._short(plan) > 0 and "headroom for outbids" in plan.why()
+    small = RulesProvider(app)._plan(_obs([_rec(1), _rec(2), _rec(3), _rec(4, "stopped")], rate=20.0))
+    assert small.headroom == 0.2 * 20.0  # at most +20 % of need
+
+    off = make_app(provider="rules")  # policy.interruptible off: no headroom
+    assert RulesProvider(off)._plan(_obs([_rec(1), _rec(4, "stopped")])).headroom == 0.0
+
+
+def _inst(iid: int, gpu: str, dph: float, age_s: float, bid: float | None = None) -> dict[str, Any]:
+    i = {"id": iid, "gpu_name": gpu, "num_gpus": 1, "dph": dph, "status": "running", "host_id": iid, "age_s": age_s}
+    if bid is not None:
+        i["bid"] = bid
+    return i
+
+
+def _plan(live: list[dict[str, Any]], need: float) -> rules._Plan:
+    rates = rules._Rates(8.0, {"RTX 4090": 8.0, "RTX 3090": 4.0}, frozenset())
+    capacity = sum(rates.per_instance(i["gpu_name"], 1) for i in live)
+    return rules._Plan(banned=set(), avoid=set(), cap=8, dead=[], live=live, pending=0, rate=need, need=need,
+                       capacity=capacity, drain_h=1.0, tp=rates, flapping=set(), rents_left=6, max_dph=12.0,
+                       keep=need, interruptible=True)
+
+
+class _Search:
+    def __init__(self, rows: list[str]) -> None:
+        head = "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
+        self.payload = {"name": "search_offers", "ok": True, "output": "\n".join([head, *rows])}
+
+
+def test_an_on_demand_instance_older_than_an_hour_is_swapped_for_bids_under_85_percent_of_it():
+    od = _inst(1, "RTX 4090", 0.50, age_s=4000)
+    plan = _plan([od, _inst(2, "RTX 4090", 0.30, 4000, bid=0.30)], 16.0)
+    calls, text = rules._first_step(plan)
+    assert calls == [("search_offers", bidding.swap_search(rules.MAX_GPUS))] and "to replace it" in text, text
+    assert calls[0][1]["interruptible"] is True
+    calls, text = rules._rent_step(plan, [_Search(["11 | RTX 4090 x1 | 0.410 | 0.990 | 5 | Texas, US | 8.0 | 0.0513",
+                                                   "12 | RTX 4090 x1 | 0.440 | 0.990 | 6 | Texas, US | 8.0 | 0.0550"])])
+    assert [c[1]["offer_id"] for c in calls] == [11] and "replace #1" in calls[0][1]["reason"], (calls, text)
+    calls, text = rules._rent_step(plan, [_Search(["12 | RTX 4090 x1 | 0.440 | 0.990 | 6 | Texas, US | 8.0 | 0.0550"])])
+    assert calls == [] and "keeping it" in text, text  # 0.44 is not under 85 % of 0.50
+
+
+def test_no_swap_for_a_young_on_demand_instance_or_with_bids_off():
+    young = _plan([_inst(1, "RTX 4090", 0.50, age_s=1800)], 8.0)
+    assert rules._first_step(young)[0] == []
+    off = rules._Plan(**{**young.__dict__, "live": [_inst(1, "RTX 4090", 0.50, 4000)], "interruptible": False})
+    assert rules._first_step(off)[0] == []
