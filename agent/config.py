@@ -30,27 +30,26 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeAlias
 
-import yaml
-from pydantic import (
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    GetCoreSchemaHandler,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
-    TypeAdapter,
-    ValidationError,
-)
-from pydantic_core import core_schema
-
 from agent.errors import ConfigError, UsageError
 from agent.secrets import Secret
 from agent.times import parse_duration
 
 if TYPE_CHECKING:
+    import yaml
     from apscheduler.triggers.cron import CronTrigger
+    from pydantic import (
+        BeforeValidator,
+        ConfigDict,
+        Field,
+        GetCoreSchemaHandler,
+        StrictBool,
+        StrictFloat,
+        StrictInt,
+        StrictStr,
+        TypeAdapter,
+        ValidationError,
+    )
+    from pydantic_core import core_schema
 
 SEARCH_PATHS = ("./config.yaml", "/etc/fleet-agent/config.yaml")
 
@@ -73,7 +72,7 @@ ProviderName = Literal["openai", "rules"]
 
 # Every section refuses keys it does not know (the YAML is validated against it once, at load; code that
 # builds or replaces settings itself is not re-validated).
-_SECTION = ConfigDict(extra="forbid", allow_inf_nan=False)
+_SECTION: ConfigDict = {"extra": "forbid", "allow_inf_nan": False}
 
 
 # ------------------------------------------------------------------ where the log lives
@@ -170,6 +169,8 @@ class Duration(float):
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        from pydantic_core import core_schema
+
         return core_schema.no_info_plain_validator_function(_to_duration)
 
 
@@ -181,9 +182,39 @@ def _env_text(v: object) -> object:
     return v
 
 
-# vast.ai host ids
-HostId = Annotated[StrictInt, Field(gt=0)]
-EnvVars = Annotated[dict[StrictStr, StrictStr], BeforeValidator(_env_text)]
+if TYPE_CHECKING:
+    # vast.ai host ids
+    HostId = Annotated[StrictInt, Field(gt=0)]
+    EnvVars = Annotated[dict[StrictStr, StrictStr], BeforeValidator(_env_text)]
+
+
+@functools.cache
+def _libs() -> None:
+    """Import PyYAML and pydantic into this module's namespace, where the settings' annotations (strings, read
+    by pydantic when it builds a validator) and the reader find them: the first config parsed does, so importing
+    this module (every command does) loads neither, and a command served a cached config never does."""
+    import yaml
+    from pydantic import (
+        BeforeValidator,
+        ConfigDict,
+        Field,
+        GetCoreSchemaHandler,
+        StrictBool,
+        StrictFloat,
+        StrictInt,
+        StrictStr,
+        TypeAdapter,
+        ValidationError,
+    )
+    from pydantic_core import core_schema
+
+    globals().update(
+        yaml=yaml, BeforeValidator=BeforeValidator, ConfigDict=ConfigDict, Field=Field,
+        GetCoreSchemaHandler=GetCoreSchemaHandler, StrictBool=StrictBool, StrictFloat=StrictFloat,
+        StrictInt=StrictInt, StrictStr=StrictStr, TypeAdapter=TypeAdapter, ValidationError=ValidationError,
+        core_schema=core_schema,
+        HostId=Annotated[StrictInt, Field(gt=0)],  # vast.ai host ids
+        EnvVars=Annotated[dict[StrictStr, StrictStr], BeforeValidator(_env_text)])
 
 
 @dataclass(frozen=True)
@@ -753,14 +784,13 @@ class _Lines:
         return ConfigError(f"{self.at(tuple(dotted.split('.')))}: {dotted}: {msg}")
 
 
-# libyaml's loader when PyYAML was built with it, else PyYAML's own.
-_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def _compose(text: str, file: str) -> yaml.Node | None:
     """``text``'s node tree (aliases not expanded); a ConfigError at the line of any syntax error."""
+    _libs()
+    # libyaml's loader when PyYAML was built with it, else PyYAML's own.
+    loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.compose(text, Loader=_LOADER)
+        return yaml.compose(text, Loader=loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = f":{mark.line + 1}" if mark else ""
@@ -845,6 +875,7 @@ def _read(text: str, where: _Lines) -> dict[str, Any]:
 def _adapter(cls: type) -> TypeAdapter[Any]:
     """pydantic's validator of section ``cls`` (or of the whole ``Settings``), built when a config is first
     validated: importing this module (the store does, for its paths) builds none."""
+    _libs()
     return TypeAdapter(cls)
 
 
@@ -862,6 +893,7 @@ def _keys(cls: type) -> list[str]:
 
 def _sections(cls: type) -> dict[str, type]:
     """The fields of ``cls`` that are sections themselves, and their classes."""
+    _libs()  # (the annotations name pydantic's types)
     return {k: t for k, t in typing.get_type_hints(cls).items() if isinstance(t, type) and dataclasses.is_dataclass(t)}
 
 
@@ -917,6 +949,7 @@ def _problem(err: Any, data: dict[str, Any], where: _Lines) -> tuple[int, Config
 
 def _problem_at(err: Any, data: dict[str, Any], where: _Lines) -> tuple[int, str, ConfigError]:
     """``_problem`` with the part of the file it is in (the top-level key: a section, or a key of its own)."""
+    _libs()
     path: tuple[str, ...] = ()
     cls: type = Settings
     tp: Any = Settings
