@@ -188,33 +188,25 @@ if TYPE_CHECKING:
     EnvVars = Annotated[dict[StrictStr, StrictStr], BeforeValidator(_env_text)]
 
 
+# What the settings' annotations and the validation below take from pydantic (imported as one by ``_libs``).
+_PYDANTIC_NAMES = ("BeforeValidator", "ConfigDict", "Field", "GetCoreSchemaHandler", "StrictBool", "StrictFloat",
+                   "StrictInt", "StrictStr", "TypeAdapter", "ValidationError")
+
+
 @functools.cache
 def _libs() -> None:
     """Import PyYAML and pydantic into this module's namespace, where the settings' annotations (strings, read
     by pydantic when it builds a validator) and the reader find them: the first config parsed does, so importing
     this module (every command does) loads neither, and a command served a cached config never does."""
+    import pydantic
+    import pydantic_core
     import yaml
-    from pydantic import (
-        BeforeValidator,
-        ConfigDict,
-        Field,
-        GetCoreSchemaHandler,
-        StrictBool,
-        StrictFloat,
-        StrictInt,
-        StrictStr,
-        TypeAdapter,
-        ValidationError,
-    )
-    from pydantic_core import core_schema
 
-    globals().update(
-        yaml=yaml, BeforeValidator=BeforeValidator, ConfigDict=ConfigDict, Field=Field,
-        GetCoreSchemaHandler=GetCoreSchemaHandler, StrictBool=StrictBool, StrictFloat=StrictFloat,
-        StrictInt=StrictInt, StrictStr=StrictStr, TypeAdapter=TypeAdapter, ValidationError=ValidationError,
-        core_schema=core_schema,
-        HostId=Annotated[StrictInt, Field(gt=0)],  # vast.ai host ids
-        EnvVars=Annotated[dict[StrictStr, StrictStr], BeforeValidator(_env_text)])
+    g = globals()
+    g.update({name: getattr(pydantic, name) for name in _PYDANTIC_NAMES},
+             yaml=yaml, core_schema=pydantic_core.core_schema)
+    g["HostId"] = Annotated[pydantic.StrictInt, pydantic.Field(gt=0)]  # vast.ai host ids
+    g["EnvVars"] = Annotated[dict[pydantic.StrictStr, pydantic.StrictStr], pydantic.BeforeValidator(_env_text)]
 
 
 @dataclass(frozen=True)
