@@ -5,17 +5,12 @@ imports that kind's module alone."""
 from __future__ import annotations
 
 import importlib
-import json
 import pkgutil
-import subprocess
-import sys
-from pathlib import Path
 
 import agent.events.kinds as kinds_package
 from agent.events import KINDS
 from agent.events.kinds.base import INDEX, MODULES, VOCABULARY
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.test_lazy import fresh
 
 
 def test_every_indexed_kind_resolves_to_its_module() -> None:
@@ -50,8 +45,6 @@ def test_reading_one_kind_imports_its_module_alone() -> None:
             "ev.decode('alert.raised', v, {})\n"
             "after = sorted(m for m in sys.modules if m.startswith('agent.events.kinds.'))\n"
             "print(json.dumps([before, after]))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
-                         env={"PYTHONPATH": str(ROOT), "PATH": ""}).stdout
-    before, after = json.loads(out)
+    before, after = fresh(code)  # type: ignore[misc]
     assert before == ["agent.events.kinds.base"]
     assert after == ["agent.events.kinds.alerts", "agent.events.kinds.base"]
