@@ -30,27 +30,26 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeAlias
 
-import yaml
-from pydantic import (
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    GetCoreSchemaHandler,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
-    TypeAdapter,
-    ValidationError,
-)
-from pydantic_core import core_schema
-
 from agent.errors import ConfigError, UsageError
 from agent.secrets import Secret
 from agent.times import parse_duration
 
 if TYPE_CHECKING:
+    import yaml
     from apscheduler.triggers.cron import CronTrigger
+    from pydantic import (
+        BeforeValidator,
+        ConfigDict,
+        Field,
+        GetCoreSchemaHandler,
+        StrictBool,
+        StrictFloat,
+        StrictInt,
+        StrictStr,
+        TypeAdapter,
+        ValidationError,
+    )
+    from pydantic_core import core_schema
 
 SEARCH_PATHS = ("./config.yaml", "/etc/fleet-agent/config.yaml")
 
@@ -73,7 +72,7 @@ ProviderName = Literal["openai", "rules"]
 
 # Every section refuses keys it does not know (the YAML is validated against it once, at load; code that
 # builds or replaces settings itself is not re-validated).
-_SECTION = ConfigDict(extra="forbid", allow_inf_nan=False)
+_SECTION: ConfigDict = {"extra": "forbid", "allow_inf_nan": False}
 
 
 # ------------------------------------------------------------------ where the log lives
@@ -170,6 +169,8 @@ class Duration(float):
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        from pydantic_core import core_schema
+
         return core_schema.no_info_plain_validator_function(_to_duration)
 
 
@@ -181,9 +182,31 @@ def _env_text(v: object) -> object:
     return v
 
 
-# vast.ai host ids
-HostId = Annotated[StrictInt, Field(gt=0)]
-EnvVars = Annotated[dict[StrictStr, StrictStr], BeforeValidator(_env_text)]
+if TYPE_CHECKING:
+    # vast.ai host ids
+    HostId = Annotated[StrictInt, Field(gt=0)]
+    EnvVars = Annotated[dict[StrictStr, StrictStr], BeforeValidator(_env_text)]
+
+
+# What the settings' annotations and the validation below take from pydantic (imported as one by ``_libs``).
+_PYDANTIC_NAMES = ("BeforeValidator", "ConfigDict", "Field", "GetCoreSchemaHandler", "StrictBool", "StrictFloat",
+                   "StrictInt", "StrictStr", "TypeAdapter", "ValidationError")
+
+
+@functools.cache
+def _libs() -> None:
+    """Import PyYAML and pydantic into this module's namespace, where the settings' annotations (strings, read
+    by pydantic when it builds a validator) and the reader find them: the first config parsed does, so importing
+    this module (every command does) loads neither, and a command served a cached config never does."""
+    import pydantic
+    import pydantic_core
+    import yaml
+
+    g = globals()
+    g.update({name: getattr(pydantic, name) for name in _PYDANTIC_NAMES},
+             yaml=yaml, core_schema=pydantic_core.core_schema)
+    g["HostId"] = Annotated[pydantic.StrictInt, pydantic.Field(gt=0)]  # vast.ai host ids
+    g["EnvVars"] = Annotated[dict[pydantic.StrictStr, pydantic.StrictStr], pydantic.BeforeValidator(_env_text)]
 
 
 @dataclass(frozen=True)
@@ -754,14 +777,13 @@ class _Lines:
         return ConfigError(f"{self.at(tuple(dotted.split('.')))}: {dotted}: {msg}")
 
 
-# libyaml's loader when PyYAML was built with it, else PyYAML's own.
-_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def _compose(text: str, file: str) -> yaml.Node | None:
     """``text``'s node tree (aliases not expanded); a ConfigError at the line of any syntax error."""
+    _libs()
+    # libyaml's loader when PyYAML was built with it, else PyYAML's own.
+    loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.compose(text, Loader=_LOADER)
+        return yaml.compose(text, Loader=loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = f":{mark.line + 1}" if mark else ""
@@ -846,6 +868,7 @@ def _read(text: str, where: _Lines) -> dict[str, Any]:
 def _adapter(cls: type) -> TypeAdapter[Any]:
     """pydantic's validator of section ``cls`` (or of the whole ``Settings``), built when a config is first
     validated: importing this module (the store does, for its paths) builds none."""
+    _libs()
     return TypeAdapter(cls)
 
 
@@ -863,6 +886,7 @@ def _keys(cls: type) -> list[str]:
 
 def _sections(cls: type) -> dict[str, type]:
     """The fields of ``cls`` that are sections themselves, and their classes."""
+    _libs()  # (the annotations name pydantic's types)
     return {k: t for k, t in typing.get_type_hints(cls).items() if isinstance(t, type) and dataclasses.is_dataclass(t)}
 
 
@@ -918,6 +942,7 @@ def _problem(err: Any, data: dict[str, Any], where: _Lines) -> tuple[int, Config
 
 def _problem_at(err: Any, data: dict[str, Any], where: _Lines) -> tuple[int, str, ConfigError]:
     """``_problem`` with the part of the file it is in (the top-level key: a section, or a key of its own)."""
+    _libs()
     path: tuple[str, ...] = ()
     cls: type = Settings
     tp: Any = Settings
@@ -1329,23 +1354,160 @@ def load(explicit: str | None = None, env: Mapping[str, str] | None = None) -> S
 
 def load_partial(explicit: str | None = None,
                  env: Mapping[str, str] | None = None) -> tuple[Settings, dict[str, ConfigError]]:
-    """``load``, with each broken part set aside (``parse_partial``)."""
+    """``load``, with each broken part set aside (``parse_partial``). A file that validated before, unchanged,
+    under the same code, comes from the validated-config cache (``ConfigCache``) without being parsed again."""
     p = find_config(explicit, env)
-    return parse_partial(_file_text(p), str(p))
+    raw, st = _file_bytes(p)
+    cache = ConfigCache.of(p, raw, st, os.environ if env is None else env)
+    cached = cache.get() if cache is not None else None
+    if cached is not None:
+        return dataclasses.replace(cached, source_path=str(p)), {}
+    s, broken = parse_partial(_decode(raw, p), str(p))
+    if cache is not None and not broken:
+        cache.put(s)
+    return s, broken
+
+
+def _file_bytes(p: Path) -> tuple[bytes, os.stat_result]:
+    try:
+        st = p.stat()
+        if st.st_size > MAX_BYTES:
+            raise ConfigError(f"{p}: {st.st_size} bytes is too large for a config file (at most {MAX_BYTES}); "
+                              "check that it is the config, see config.example.yaml")
+        return p.read_bytes(), st
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+
+
+def _decode(raw: bytes, p: Path) -> str:
+    """``raw`` as text, lines ending in ``\\n`` (as a file opened as text reads them)."""
+    try:
+        return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text; save the config as UTF-8") from None
 
 
 def _file_text(p: Path) -> str:
-    try:
-        size = p.stat().st_size
-        if size > MAX_BYTES:
-            raise ConfigError(f"{p}: {size} bytes is too large for a config file (at most {MAX_BYTES}); "
-                              "check that it is the config, see config.example.yaml")
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{p}: not UTF-8 text; save the config as UTF-8") from None
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
-    return text
+    return _decode(_file_bytes(p)[0], p)
+
+
+# ------------------------------------------------------------------ the validated-config cache
+# A read command should not pay for PyYAML, pydantic and validation to read a config that has not changed. The
+# cache keeps, per config file, the settings it validated to, keyed by the file's path, mtime, size and the
+# sha256 of its bytes, and by a hash of the code that validates (this module and what it reads, the libraries'
+# files, the Python version): any difference, a damaged entry, or one whose settings do not match its own
+# checksum is a miss and the file is parsed. Only a file that validated whole is kept (a broken part is always
+# reported from the file). The settings hold where secrets come from, never a secret (``SecretRef``).
+
+CACHE_FORMAT = 1
+# This package's modules whose code decides what a config file validates to.
+_CODE_FILES = ("config.py", "price.py", "times.py", "secrets.py", "errors.py")
+_CODE_LIBS = ("pydantic", "pydantic_core", "yaml", "apscheduler")
+
+
+def code_hash(root: Path | None = None) -> str:
+    """A hash of the code that turns a config file into settings: this package's modules that do (in ``root``,
+    default this package), the files of the libraries they use (path, mtime, size), and the Python version."""
+    import importlib.util
+    import sys
+
+    h = hashlib.sha256(f"format {CACHE_FORMAT}; python {sys.version}".encode())
+    here = root or Path(__file__).resolve().parent
+    for name in _CODE_FILES:
+        h.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
+    for lib in _CODE_LIBS:
+        spec = importlib.util.find_spec(lib)
+        origin = spec.origin if spec is not None else None
+        if origin and os.path.exists(origin):
+            st = os.stat(origin)
+            h.update(f"{lib} {origin} {st.st_mtime_ns} {st.st_size}\0".encode())
+        else:
+            h.update(f"{lib} absent\0".encode())
+    return h.hexdigest()
+
+
+def cache_dir(env: Mapping[str, str]) -> Path | None:
+    """Where validated configs are kept: ``$FLEET_AGENT_CONFIG_CACHE`` (``off``: nowhere), else
+    ``$XDG_CACHE_HOME/fleet-agent``, else ``~/.cache/fleet-agent`` (the data directory cannot hold it: the
+    config names it)."""
+    chosen = env.get("FLEET_AGENT_CONFIG_CACHE")
+    if chosen == "off":
+        return None
+    if chosen:
+        return Path(chosen)
+    base = env.get("XDG_CACHE_HOME") or (os.path.join(env["HOME"], ".cache") if env.get("HOME") else None)
+    return Path(base) / "fleet-agent" if base else None
+
+
+def _checksum(settings: object) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def _rebuilt(cls: type, d: object) -> Any:
+    """Section ``cls`` (or ``Settings``) from what ``_plain`` wrote; ValueError, KeyError or TypeError when
+    ``d`` is not its exact shape."""
+    if not isinstance(d, dict):
+        raise ValueError("not a mapping")
+    fields = [f for f in dataclasses.fields(cls) if not f.metadata.get("internal")]
+    if set(d) != {f.name for f in fields}:
+        raise ValueError("keys differ")
+    kw: dict[str, Any] = {}
+    for f in fields:
+        v = d[f.name]
+        section: Any = f.default_factory
+        if isinstance(section, type) and dataclasses.is_dataclass(section):
+            v = _rebuilt(section, v)
+        elif str(f.type).startswith("Duration") and v is not None:
+            v = Duration(v)
+        kw[f.name] = v
+    return cls(**kw)
+
+
+@dataclass(frozen=True)
+class ConfigCache:
+    """The cache entry of one config file as read now: ``get`` the settings it validated to, ``put`` them."""
+
+    file: Path
+    key: dict[str, Any]
+
+    @classmethod
+    def of(cls, p: Path, raw: bytes, st: os.stat_result, env: Mapping[str, str]) -> ConfigCache | None:
+        where = cache_dir(env)
+        if where is None:
+            return None
+        path = str(p.resolve())
+        try:
+            code = code_hash()
+        except OSError:
+            return None
+        key = {"path": path, "mtime_ns": st.st_mtime_ns, "size": st.st_size,
+               "sha256": hashlib.sha256(raw).hexdigest(), "code": code}
+        return cls(where / f"config-{hashlib.sha256(path.encode()).hexdigest()[:32]}.json", key)
+
+    def get(self) -> Settings | None:
+        """The cached settings when the entry is this file's, under this code, and sound; else None."""
+        try:
+            entry = json.loads(self.file.read_text(encoding="utf-8"))
+            if entry.get("key") != self.key or entry.get("checksum") != _checksum(entry["settings"]):
+                return None
+            return typing.cast(Settings, _rebuilt(Settings, entry["settings"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def put(self, s: Settings) -> None:
+        """Keep ``s`` (validated from this file) for the next read; a cache that cannot be written is skipped."""
+        plain = s.to_dict()
+        body = json.dumps({"key": self.key, "checksum": _checksum(plain), "settings": plain}, sort_keys=True,
+                          allow_nan=False)
+        tmp = self.file.with_name(f".{self.file.name}.{os.getpid()}.tmp")
+        try:
+            self.file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(body)
+            os.replace(tmp, self.file)
+        except OSError:
+            tmp.unlink(missing_ok=True)
 
 
 def example_text() -> str:

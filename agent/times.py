@@ -26,6 +26,8 @@ def parse_ts(text: str) -> datetime:
     """A log timestamp ('2026-11-29T10:05:12.123456Z'; any ISO 8601 time, naive meaning UTC) -> an aware
     UTC datetime."""
     dt = datetime.fromisoformat(text)
+    if dt.tzinfo is UTC:  # the log's own form ('...Z'): already what is asked for
+        return dt
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 

@@ -1,6 +1,7 @@
 """Wall time of operator commands, each a new process as an operator runs it: the median of ``--runs``.
 
-Times ``alerts list``, ``status``, ``--help`` and ``context`` as ``python -m agent.cli --config CFG ...``
+Times ``--help``, the read commands (``status``, ``alerts list``, ``directives``, ``spend``, ``log search``,
+``thread show --tail 20``, each with and without ``--json``) and ``context`` as ``python -m agent.cli --config CFG ...``
 with this checkout first on ``PYTHONPATH`` (one untimed run each first, which also writes the bytecode).
 CFG is a demo data directory made with ``fleet-agent demo --keep`` unless ``--config`` names one. With
 ``--events N`` its log is replaced by one of N events grown from copies of the demo's ticks (bench/biglog.py),
@@ -32,7 +33,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-COMMANDS = (("alerts", "list"), ("status",), ("--help",), ("context",))
+# The operator's read commands (issue 41: each within 150 ms at 10^6 events), with and without --json.
+READS = (("status",), ("alerts", "list"), ("directives",), ("spend",), ("log", "search", "rent"),
+         ("thread", "show", "--tail", "20"))
+COMMANDS = (("--help",), *(c for r in READS for c in (r, (*r, "--json"))), ("context",), ("context", "--json"))
 
 
 def run(tree: Path, cfg: Path, argv: tuple[str, ...]) -> tuple[float, float]:
@@ -180,14 +184,14 @@ def main() -> int:
     print(f"median of {a.runs} runs of python -m agent.cli --config CFG COMMAND ({sys.executable}), wall "
           f"seconds (CPU seconds, user + system: what a busy machine changes least); load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'command':<20}" + "".join(f"{label:>22}" for label in trees))
+    print(f"{'command':<32}" + "".join(f"{label:>22}" for label in trees))
     for argv in commands:
         cmd = " ".join(argv)
         cells = []
         for label in trees:
             wall, cpu = (statistics.median(x) for x in zip(*times[(label, cmd)], strict=True))
             cells.append(f"{wall:.3f}s ({cpu:.3f}s)")
-        print(f"{cmd:<20}" + "".join(f"{c:>22}" for c in cells))
+        print(f"{cmd:<32}" + "".join(f"{c:>22}" for c in cells))
     print("\n".join(layer_lines))
     return 0
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,10 @@ hypothesis_settings.register_profile("fleet-agent", deadline=None, suppress_heal
 hypothesis_settings.register_profile("fleet-agent-ci", hypothesis_settings.get_profile("fleet-agent"),
                                      derandomize=True, database=None)
 hypothesis_settings.load_profile("fleet-agent-ci" if os.environ.get("CI") else "fleet-agent")
+
+# Validated configs (agent.config.ConfigCache) are kept in this session's own directory, not the user's cache,
+# by the commands tests run in-process and in subprocesses alike.
+os.environ.setdefault("FLEET_AGENT_CONFIG_CACHE", tempfile.mkdtemp(prefix="fleet-agent-config-cache-"))
 
 
 @pytest.fixture(autouse=True)

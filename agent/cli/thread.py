@@ -21,6 +21,8 @@ def first_event_ts(app: App) -> str | None:
 
 def not_before_first(app: App, ts: str | None, flag: str) -> None:
     """Refuse a time before the log's first event: it would show an empty history, not an answer."""
+    if ts is None:  # nothing to check (and the projection's module not to load)
+        return
     from agent.context.load import not_before_first as check  # shared with the console's time travel
 
     check(app.log, ts, flag)

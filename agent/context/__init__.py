@@ -30,49 +30,71 @@ is a ``ProjectionCache`` of token counts the caller owns and passes in.
     replay.py       re-deriving recorded requests and explaining a mismatch
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from agent.config import ContextSettings
-from agent.context.build import (
-    BUDGET_FIELDS,
-    Inputs,
-    Projection,
-    View,
-    assemble,
-    budget_fields,
-    build,
-    fits,
-    limit_tokens,
-    make_view,
-    model_params,
-    needs_compaction,
-    params_hash,
-    request_hash,
-    request_payload,
-    select,
-    settings_from_manifest,
-    sha256_text,
-    tools_hash,
-)
-from agent.context.cache import Meter, ProjectionCache
-from agent.context.calibration import Calibration
-from agent.context.load import (
-    load,
-    meter_for,
-    project,
-    project_at,
-    request_of_tick,
-    seq_at,
-    tokenizer_for,
-    update_calibration,
-)
-from agent.context.pinned import (
-    MARKER_COST,
-    PINNED_KINDS,
-    empty_pinned,
-    fold_pinned,
-    render_pinned,
-    render_summary,
-)
-from agent.context.thread import PLACEHOLDER, Entry, build_thread
+from agent.lazy import lazy_package
+
+if TYPE_CHECKING:
+    from agent.context.build import (
+        BUDGET_FIELDS,
+        Inputs,
+        Projection,
+        View,
+        assemble,
+        budget_fields,
+        build,
+        fits,
+        limit_tokens,
+        make_view,
+        model_params,
+        needs_compaction,
+        params_hash,
+        request_hash,
+        request_payload,
+        select,
+        settings_from_manifest,
+        sha256_text,
+        tools_hash,
+    )
+    from agent.context.cache import Meter, ProjectionCache
+    from agent.context.calibration import Calibration
+    from agent.context.load import (
+        load,
+        meter_for,
+        project,
+        project_at,
+        request_of_tick,
+        seq_at,
+        tokenizer_for,
+        update_calibration,
+    )
+    from agent.context.pinned import (
+        MARKER_COST,
+        PINNED_KINDS,
+        empty_pinned,
+        fold_pinned,
+        render_pinned,
+        render_summary,
+    )
+    from agent.context.thread import PLACEHOLDER, Entry, build_thread
+
+# Each name is imported from its module when first used (agent/lazy.py): importing one module of the package, or
+# the package for one name, does not import the others.
+EXPORTS = {
+    "build": ("BUDGET_FIELDS", "Inputs", "Projection", "View", "assemble", "budget_fields", "build", "fits",
+              "limit_tokens", "make_view", "model_params", "needs_compaction", "params_hash", "request_hash",
+              "request_payload", "select", "settings_from_manifest", "sha256_text", "tools_hash"),
+    "cache": ("Meter", "ProjectionCache"),
+    "calibration": ("Calibration",),
+    "load": ("load", "meter_for", "project", "project_at", "request_of_tick", "seq_at", "tokenizer_for",
+             "update_calibration"),
+    "pinned": ("MARKER_COST", "PINNED_KINDS", "empty_pinned", "fold_pinned", "render_pinned", "render_summary"),
+    "thread": ("PLACEHOLDER", "Entry", "build_thread"),
+}
+lazy_package(__name__, EXPORTS)
 
 __all__ = [
     "BUDGET_FIELDS", "MARKER_COST", "PINNED_KINDS", "PLACEHOLDER", "Calibration", "ContextSettings", "Entry", "Inputs",

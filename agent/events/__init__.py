@@ -32,17 +32,17 @@ from agent.events.rendering import (
     render_tool_content,
     ts_minute,
 )
-from agent.events.vocabulary import AS_NEXT, Kind, Renderer, Upcaster, Version, Vocabulary
+from agent.events.vocabulary import AS_NEXT, Kind, Kinds, Renderer, Upcaster, Version, Vocabulary
 
 __all__ = [
     "AS_NEXT", "KINDS", "KNOWLEDGE_DIFF_CHARS", "SOURCES", "VOCABULARY", "Event", "FieldSpec", "JsonArray",
-    "JsonObject", "Kind", "Message", "Payload", "Renderer", "Upcaster", "Version", "Vocabulary", "data",
+    "JsonObject", "Kind", "Kinds", "Message", "Payload", "Renderer", "Upcaster", "Version", "Vocabulary", "data",
     "decode", "describe", "epoch_minute", "fence", "inline", "kind", "payload_of", "render", "render_observation", "render_tool_content",
     "search_text", "stored_payload", "ts_minute", "upcast",
 ]
 
-KINDS: dict[str, Kind] = VOCABULARY.kinds
-"""Every kind by name."""
+KINDS: Kinds = VOCABULARY.kinds
+"""Every kind by name (a kind's module is imported when it is first asked for)."""
 
 
 def kind(name: str) -> Kind:

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Callable, Iterable
+import importlib
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Generic, TypeVar
 
@@ -119,18 +121,60 @@ class Kind:
         self.payload.check(self.name, payload)
 
 
-class Vocabulary:
-    """The registry of kinds and their upcasters."""
+class Kinds(Mapping[str, Kind]):
+    """Every kind by name, each defined when first asked for: ``index`` names the module that defines a kind
+    (``agent.events.kinds.base.INDEX``), imported on the first use of one of its kinds, so a command that
+    reads a few kinds does not load them all. Iterating (or ``len``) loads every module of the index; names
+    come in sorted order."""
 
-    def __init__(self) -> None:
-        self.kinds: dict[str, Kind] = {}
+    def __init__(self, index: Mapping[str, str] | None = None) -> None:
+        self.index: Mapping[str, str] = index or {}
+        self.loaded: dict[str, Kind] = {}
+        self.defined_in: dict[str, str] = {}  # kind -> the module whose import defined it
+
+    def load(self, name: str) -> Kind | None:
+        """The kind called ``name``, its module imported first if it is not yet; None when there is none."""
+        k = self.loaded.get(name)
+        if k is None and name in self.index:
+            importlib.import_module(self.index[name])
+            k = self.loaded.get(name)
+        return k
+
+    def load_all(self) -> None:
+        for module in sorted(set(self.index.values())):
+            importlib.import_module(module)
+
+    def __getitem__(self, name: str) -> Kind:
+        k = self.load(name)
+        if k is None:
+            raise KeyError(name)
+        return k
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.load(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        self.load_all()
+        return iter(sorted(self.loaded))
+
+    def __len__(self) -> int:
+        self.load_all()
+        return len(self.loaded)
+
+
+class Vocabulary:
+    """The registry of kinds and their upcasters. ``index``: kind name -> the module that defines it, for
+    kinds defined on first use (``Kinds``)."""
+
+    def __init__(self, index: Mapping[str, str] | None = None) -> None:
+        self.kinds = Kinds(index)
         self.upcasters: dict[tuple[str, int], Upcaster] = {}  # (kind, from version) -> upgrade to +1
         self.stored: dict[tuple[str, int], Stored] = {}  # (kind, version) -> its stored form, where it has one
 
     def define(self, name: str, doc: str, *versions: Version[Any]) -> Kind:
         """Add a kind. Versions are numbered 1..N in order; every version after 1 has an upcaster; the
         current one renders by itself (it has no next)."""
-        if name in self.kinds:
+        if name in self.kinds.loaded:
             raise ValueError(f"event kind {name!r} is defined twice")
         if [v.number for v in versions] != list(range(1, len(versions) + 1)):
             raise ValueError(f"{name}: versions must be numbered 1..N in order")
@@ -145,17 +189,22 @@ class Vocabulary:
         if versions[-1].render is AS_NEXT:
             raise ValueError(f"{name} v{versions[-1].number}: the current version has no next to render as")
         k = Kind(name, doc, tuple(versions), self)
-        self.kinds[name] = k
+        self.kinds.loaded[name] = k
+        self.kinds.defined_in[name] = sys._getframe(1).f_globals.get("__name__", "?")
         return k
 
     def decode(self, kind: str, version: int, stored: JsonObject) -> JsonObject:
         """The payload readers see for a row of ``kind`` and ``version`` holding ``stored`` (itself, unless
         the version stores a smaller form)."""
+        if kind not in self.kinds.loaded:
+            self.kinds.load(kind)  # its stored forms are defined with it
         form = self.stored.get((kind, version))
         return stored if form is None else form.decode(stored)
 
     def encode(self, kind: str, version: int, payload: JsonObject) -> JsonObject:
         """What a row of ``kind`` and ``version`` holds for ``payload`` (``decode`` reversed)."""
+        if kind not in self.kinds.loaded:
+            self.kinds.load(kind)
         form = self.stored.get((kind, version))
         return payload if form is None else form.encode(payload)
 

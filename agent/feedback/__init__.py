@@ -19,31 +19,50 @@ surface callers use (``from agent import feedback``; ``feedback.ack(...)``).
 
 from __future__ import annotations
 
-from agent.feedback.alert_hook import drain_alert_hooks, notify_alert, run_alert_hook
-from agent.feedback.alerts import (
-    SEVERITIES,
-    ack,
-    alert_lines,
-    dispatch_notifications,
-    raise_alert,
-    resolve_absent,
-    resolve_alert,
-    silence,
-    unsilence,
-)
-from agent.feedback.conditions import check_conditions, note_policy_blocks
-from agent.feedback.knowledge import (
-    MAX_KNOWLEDGE_BYTES,
-    KnowledgeEntry,
-    knowledge_history,
-    knowledge_problems,
-    knowledge_status,
-    read_knowledge,
-    scan_knowledge,
-    valid_knowledge_name,
-)
-from agent.feedback.knowledge_editor import EditResult, knowledge_edit
-from agent.feedback.notes import MAX_NOTE_CHARS, decode_note, directives, say, unpin, utf8_text
+from typing import TYPE_CHECKING
+
+from agent.lazy import lazy_package
+
+if TYPE_CHECKING:
+    from agent.feedback.alert_hook import drain_alert_hooks, notify_alert, run_alert_hook
+    from agent.feedback.alerts import (
+        SEVERITIES,
+        ack,
+        alert_lines,
+        dispatch_notifications,
+        raise_alert,
+        resolve_absent,
+        resolve_alert,
+        silence,
+        unsilence,
+    )
+    from agent.feedback.conditions import check_conditions, note_policy_blocks
+    from agent.feedback.knowledge import (
+        MAX_KNOWLEDGE_BYTES,
+        KnowledgeEntry,
+        knowledge_history,
+        knowledge_problems,
+        knowledge_status,
+        read_knowledge,
+        scan_knowledge,
+        valid_knowledge_name,
+    )
+    from agent.feedback.knowledge_editor import EditResult, knowledge_edit
+    from agent.feedback.notes import MAX_NOTE_CHARS, decode_note, directives, say, unpin, utf8_text
+
+# Each name is imported from its module when first used (agent/lazy.py): importing one module of the package, or
+# the package for one name, does not import the others.
+EXPORTS = {
+    "alert_hook": ("drain_alert_hooks", "notify_alert", "run_alert_hook"),
+    "alerts": ("SEVERITIES", "ack", "alert_lines", "dispatch_notifications", "raise_alert", "resolve_absent",
+               "resolve_alert", "silence", "unsilence"),
+    "conditions": ("check_conditions", "note_policy_blocks"),
+    "knowledge": ("MAX_KNOWLEDGE_BYTES", "KnowledgeEntry", "knowledge_history", "knowledge_problems",
+                  "knowledge_status", "read_knowledge", "scan_knowledge", "valid_knowledge_name"),
+    "knowledge_editor": ("EditResult", "knowledge_edit"),
+    "notes": ("MAX_NOTE_CHARS", "decode_note", "directives", "say", "unpin", "utf8_text"),
+}
+lazy_package(__name__, EXPORTS)
 
 __all__ = [
     "MAX_KNOWLEDGE_BYTES", "MAX_NOTE_CHARS", "SEVERITIES", "EditResult", "KnowledgeEntry", "ack", "check_conditions",

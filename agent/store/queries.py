@@ -583,12 +583,11 @@ class Store:
         ours (consecutive observations in one state) that lasted until ``since_ts`` or later, in log order.
         Reads the spend read model: the runs of a period, not its observations, through the index on last_ts
         (sorted here: an ORDER BY on the key would make SQLite walk the table's every run, since the first)."""
-        rows = self._query(f"SELECT instance_id, first_seq, first_ts, last_ts, running FROM observed_runs"
-                           f" WHERE last_ts >= {self._p}", [since_ts])
+        rows = dialect.run(self._conn, f"SELECT instance_id, first_seq, first_ts, last_ts, running FROM observed_runs"
+                                       f" WHERE last_ts >= {self._p}", [since_ts]).fetchall()  # (a month's: tuples)
         out: dict[int, list[tuple[str, str, bool]]] = {}
-        for r in sorted(rows, key=lambda r: (int(r["instance_id"]), int(r["first_seq"]))):
-            out.setdefault(int(r["instance_id"]), []).append((str(r["first_ts"]), str(r["last_ts"]),
-                                                               bool(r["running"])))
+        for iid, _seq, first, last, running in sorted((int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows):
+            out.setdefault(iid, []).append((str(first), str(last), bool(running)))
         return out
 
     def host_failures_since(self, host_id: int, ts: str) -> int:

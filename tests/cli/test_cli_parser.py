@@ -178,3 +178,20 @@ def test_parsing_builds_the_named_command_alone_and_reads_argv_as_the_whole_pars
         .choices.keys() == {"status"}
     for argv in ONE_COMMAND_CASES:
         assert _outcome(parse_args, argv, capsys) == _outcome(build_parser().parse_args, argv, capsys), argv
+
+
+# Never needed by a read command once its config was validated (and kept: agent.config.ConfigCache): the tokenizer,
+# the config's parser and validator, the projection, the knowledge editor.
+NEVER_FOR_CACHED_READS = (*NEVER_FOR_READS, "tiktoken", "pydantic", "yaml", "agent.context.build",
+                          "agent.context.load", "agent.feedback.knowledge_editor")
+READS = (["status"], ["alerts", "list"], ["directives"], ["spend"], ["log", "search", "rent"],
+         ["thread", "show", "--tail", "20"])
+
+
+@pytest.mark.parametrize("argv", [*READS, *([*r, "--json"] for r in READS)], ids=" ".join)
+def test_a_read_command_with_a_validated_config_loads_no_tokenizer_validator_or_projection(
+        data_dir: Path, argv: list[str]) -> None:
+    _python(RUN, "--config", str(data_dir), *argv)  # validates the config and keeps it
+    r = _python(RUN, "--config", str(data_dir), *argv)
+    assert r["code"] == 0
+    assert _loaded(r["modules"], NEVER_FOR_CACHED_READS) == []

@@ -19,23 +19,10 @@ changed). Then add a sample for the new version to tests/events/test_events_gold
     steering    policy overrides, pause, hosts, operator destroys and drains, steering.in_force
     tick        tick.started/completed/failed
     tools       tool.called/result, policy.blocked
+
+Each module is imported when one of its kinds is first used (``base.INDEX``), not with this package.
 """
 
-from agent.events.kinds import (
-    alerts,
-    config,
-    constraints,
-    context,
-    feedback,
-    fork,
-    instances,
-    leadership,
-    model,
-    steering,
-    tick,
-    tools,
-)
-from agent.events.kinds.base import VOCABULARY
+from agent.events.kinds.base import INDEX, VOCABULARY
 
-__all__ = ["VOCABULARY", "alerts", "config", "constraints", "context", "feedback", "fork", "instances", "leadership", "model",
-           "steering", "tick", "tools"]
+__all__ = ["INDEX", "VOCABULARY"]
