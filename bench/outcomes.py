@@ -36,12 +36,19 @@ A ratio is the agent's figure over the cron arm's in the same run.
 
     python bench/outcomes.py [--decider rules | --model-url URL --model NAME] [--scenarios a,b]
                              [--ticks N] [--seed S] [--json] [--list]
+                             [--model-timeout S] [--text-tool-calls accept|reject] [--progress] [--keep DIR]
+
+A real model on a CPU is slow: --model-timeout gives each request its time (the first one of a fleet can take
+minutes), --progress prints a line per tick with its wall time to stderr, and --keep DIR keeps each arm's
+directory (the agent's config, data dir and log; the simulator's final accounting and the arm's result) as
+DIR/<scenario>-<arm>/. The summary gives every arm's wall time per decision (mean/max).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import socket
@@ -246,9 +253,23 @@ SCENARIOS.update(outcomes_market.scenarios(Scenario, constant))
 
 
 CRON_DISK_GB = CronArm.disk
+MAX_STEPS = 8  # the agent's schedule.max_steps (its default, which the config keeps)
 
 
-def agent_config(root: Path, sim_url: str, model_url: str | None, model: str | None) -> Path:
+@dataclass(frozen=True)
+class Options:
+    """How a run is made and watched, beyond the scenario and the decider."""
+
+    model_timeout: float = 600.0  # seconds per model request (model.timeout)
+    text_tool_calls: str = "reject"  # the model arm's model.text_tool_calls
+    progress: bool = False  # a line per tick, with its wall time, to stderr
+    keep: Path | None = None  # keep each arm's directory as keep/<scenario>-<arm>/
+
+
+def agent_config(root: Path, sim_url: str, model_url: str | None, model: str | None, *,
+                 model_timeout: float = 600.0, text_tool_calls: str = "reject") -> Path:
+    """The agent's config for a run on the simulator; a model's requests get ``model_timeout`` seconds each and
+    the tick room for every step of them (a CPU model's first request of a fleet takes minutes)."""
     (root / "vast_api_key").write_text(SIM_KEY + "\n", encoding="utf-8")
     os.chmod(root / "vast_api_key", 0o600)
     (root / "knowledge").mkdir(exist_ok=True)
@@ -272,10 +293,11 @@ model:
   provider: {"openai" if model_url else "rules"}
   base_url: {model_url or "http://127.0.0.1:8000/v1"}
   name: {model or "rules-provider"}
-  timeout: {600 if model_url else 60}s
+  timeout: {math.ceil(model_timeout) if model_url else 60}s
   max_retries: 0
+  text_tool_calls: {text_tool_calls}
 schedule:
-  tick_timeout: 3600s
+  tick_timeout: {max(3600, math.ceil(model_timeout) * (MAX_STEPS + 2)) if model_url else 3600}s
 policy:
   max_instances: {CAPS.max_instances}
   max_total_dph: {CAPS.max_total_dph}
@@ -292,12 +314,14 @@ class AgentArm:
 
     name = "agent"
 
-    def __init__(self, sim: Sim, root: Path, model_url: str | None, model: str | None) -> None:
+    def __init__(self, sim: Sim, root: Path, model_url: str | None, model: str | None, opts: Options) -> None:
         from agent import config
         from agent.runtime.app import App
 
         self.t = sim.now()
-        self.app = App(config.load(str(agent_config(root, sim.url, model_url, model))), clock=lambda: self.t)
+        cfg = agent_config(root, sim.url, model_url, model, model_timeout=opts.model_timeout,
+                           text_tool_calls=opts.text_tool_calls)
+        self.app = App(config.load(str(cfg)), clock=lambda: self.t)
         self.app.init_database()
         self.failed = 0
 
@@ -373,6 +397,8 @@ class Result:
     jobs_served: float
     failed_ticks: int
     wall_s: float
+    tick_s_mean: float  # wall time of the arm's decision per tick (the agent's tick, the cron arm's run)
+    tick_s_max: float
 
 
 def _need(acc: dict[str, Any]) -> float:
@@ -425,16 +451,46 @@ def _reacted(sc: Scenario, run: Run, acc: dict[str, Any], live: list[dict[str, A
     return bool(sum(i["jobs_per_h"] for i in healthy) >= _need(acc))
 
 
+def _arm_dir(opts: Options, sc: Scenario, arm_name: str) -> tuple[Path, tempfile.TemporaryDirectory[str] | None]:
+    """Where the arm's files go: a temporary directory, or keep/<scenario>-<arm>/ (new or empty) to keep."""
+    if opts.keep is None:
+        tmp = tempfile.TemporaryDirectory(prefix="outcomes-")
+        return Path(tmp.name), tmp
+    root = opts.keep / f"{sc.name}-{arm_name}"
+    if root.exists() and any(root.iterdir()):
+        raise FileExistsError(f"{root} is not empty: --keep needs a new or empty directory per scenario and arm")
+    root.mkdir(parents=True, exist_ok=True)
+    return root, None
+
+
+def _progress(opts: Options, what: str, seconds: float, failed: bool, live: list[dict[str, Any]],
+              acc: dict[str, Any]) -> None:
+    """With --progress, a line for the tick just run: its wall time, whether it failed, the fleet and queue after."""
+    if opts.progress:
+        print(f"{what}: {seconds:.1f} s{' (failed)' if failed else ''}; {len(live)} live, "
+              f"{float(acc['pending']):.0f} jobs pending", file=sys.stderr, flush=True)
+
+
+def _keep(opts: Options, root: Path, acc: dict[str, Any], result: Result) -> None:
+    """With --keep, the simulator's final accounting and the result beside the arm's config and data."""
+    if opts.keep is not None:
+        (root / "accounting.json").write_text(json.dumps(acc, indent=1) + "\n", encoding="utf-8")
+        (root / "result.json").write_text(json.dumps(asdict(result), indent=1) + "\n", encoding="utf-8")
+
+
 def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str | None,
-            model: str | None, observe: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> Result:
+            model: str | None, observe: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+            opts: Options | None = None) -> Result:
     """One scenario with one arm on a fresh simulator; `observe(first, last)` gets the simulator's
     accounting before the first tick and after the last."""
+    opts = opts or Options()
     t0 = time.monotonic()
-    sim = Sim(seed)
-    tmp = tempfile.TemporaryDirectory(prefix="outcomes-")
+    root, tmp = _arm_dir(opts, sc, arm_name)
+    sim: Sim | None = None
     arm: AgentArm | CronRef | None = None
     try:
-        arm = AgentArm(sim, Path(tmp.name), model_url, model) if arm_name == "agent" else CronRef(sim)
+        sim = Sim(seed)
+        arm = AgentArm(sim, root, model_url, model, opts) if arm_name == "agent" else CronRef(sim)
         run = Run(sim, arm.say)
         sim.post("/_sim/demand", {"pending": 0})
         sc.setup(run)
@@ -449,13 +505,16 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
         streak, prev = 0, base
         first_event = min(sc.events) if sc.events else 0
         rent_ratios: list[float] = []
+        tick_s: list[float] = []
         for n in range(ticks):
             if sc.directive and n == sc.event_tick:
                 note_at = now  # the note goes in at the event tick: rents from then on must obey it
             if n in sc.events:
                 sc.events[n](run)
             best = _best_on_offer(sim) if n >= first_event else None
+            failed, started = arm.failed, time.monotonic()
             arm.tick(now)
+            tick_s.append(time.monotonic() - started)
             for k in arm.alert_keys():
                 first_alert.setdefault(k, n)
             open_at.append(arm.open_alert_keys())
@@ -472,6 +531,7 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             over += _over(live, _need(acc))
             if react is None and n >= sc.event_tick and _reacted(sc, run, acc, live):
                 react = n - sc.event_tick + 1
+            _progress(opts, f"{sc.name} {arm_name} tick {n + 1}/{ticks}", tick_s[-1], arm.failed > failed, live, acc)
         acc = sim.get("/_sim/accounting")
         if observe is not None:
             observe(base, acc)
@@ -496,16 +556,21 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             if seen:
                 lag[key] = seen[0] - cause
         raised = sorted(k for k, t in lag.items() if t <= ALERT_WITHIN)
-        return Result(sc.name, arm_name, ticks, round(60.0 * waited / arrived, 2) if arrived else 0.0,
-                      round(unmet, 1), round(spend, 4), round(spend / served, 4) if served else None, over,
-                      round(sum(rent_ratios) / len(rent_ratios), 2) if rent_ratios else None, react,
-                      violations, raised, expected, lag, round(arrived, 1), round(served, 1), arm.failed,
-                      round(time.monotonic() - t0, 2))
+        result = Result(sc.name, arm_name, ticks, round(60.0 * waited / arrived, 2) if arrived else 0.0,
+                        round(unmet, 1), round(spend, 4), round(spend / served, 4) if served else None, over,
+                        round(sum(rent_ratios) / len(rent_ratios), 2) if rent_ratios else None, react,
+                        violations, raised, expected, lag, round(arrived, 1), round(served, 1), arm.failed,
+                        round(time.monotonic() - t0, 2), round(sum(tick_s) / len(tick_s), 2),
+                        round(max(tick_s), 2))
+        _keep(opts, root, acc, result)
+        return result
     finally:
         if arm is not None:
             arm.close()
-        sim.close()
-        tmp.cleanup()
+        if sim is not None:
+            sim.close()
+        if tmp is not None:
+            tmp.cleanup()
 
 
 # ------------------------------------------------------------------ report
@@ -524,7 +589,8 @@ def ratio(a: float | int | None, b: float | int | None) -> str:
 
 
 def table(results: list[Result], decider: str) -> str:
-    head = f"{'scenario':<10} {'arm':<6}" + "".join(f" {c:>14}" for c, _, _ in COLS) + f" {'viol':>5} {'alerts':>8}"
+    head = (f"{'scenario':<10} {'arm':<6}" + "".join(f" {c:>14}" for c, _, _ in COLS)
+            + f" {'viol':>5} {'alerts':>8} {'tick s':>11}")
     lines = [head, "-" * len(head)]
     by = {(r.scenario, r.arm): r for r in results}
     for name in dict.fromkeys(r.scenario for r in results):
@@ -542,8 +608,9 @@ def table(results: list[Result], decider: str) -> str:
             viol = "-" if r.violations is None else str(r.violations)
             alerts = f"{len(r.alerts_raised)}/{len(r.alerts_expected)}" if r.arm == "agent" and r.alerts_expected \
                 else "-"
+            wall = f"{r.tick_s_mean:.2f}/{r.tick_s_max:.2f}"
             lines.append(f"{name:<10} {decider if r.arm == 'agent' else 'cron':<6}" + "".join(cells)
-                         + f" {viol:>5} {alerts:>8}")
+                         + f" {viol:>5} {alerts:>8} {wall:>11}")
     return "\n".join(lines)
 
 
@@ -552,6 +619,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decider", choices=("rules",), default="rules", help="the built-in rules provider (default)")
     p.add_argument("--model-url", help="an OpenAI-compatible server's base URL: decide with this model instead")
     p.add_argument("--model", help="the model's name on that server")
+    p.add_argument("--model-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="seconds each model request may take (default 600: a CPU model's first takes minutes)")
+    p.add_argument("--text-tool-calls", choices=("reject", "accept"), default="reject",
+                   help="the model arm's model.text_tool_calls: accept also runs calls written as text")
+    p.add_argument("--progress", action="store_true", help="a line per tick, with its wall time, to stderr")
+    p.add_argument("--keep", type=Path, metavar="DIR",
+                   help="keep each arm's directory (config, data dir and log, the simulator's accounting) as "
+                        "DIR/<scenario>-<arm>/")
     p.add_argument("--scenarios", help="comma-separated names (default: all; --list shows them)")
     p.add_argument("--ticks", type=int, default=36, help="5-minute ticks per scenario (default 36: 3 h)")
     p.add_argument("--seed", type=int, default=7, help="the simulator's seed (default 7)")
@@ -571,14 +646,22 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown scenario(s) {', '.join(unknown)}; one of {', '.join(SCENARIOS)}")
     if a.ticks < 1:
         p.error("--ticks must be at least 1")
+    if a.model_timeout <= 0:
+        p.error("--model-timeout must be positive")
+    arms = ("agent",) if a.no_cron else ("agent", "cron")
+    if a.keep is not None:
+        used = [str(d) for d in (a.keep / f"{n}-{arm}" for n in names for arm in arms) if d.exists() and any(d.iterdir())]
+        if used:
+            p.error(f"--keep needs new or empty directories; not empty: {', '.join(used)}")
+    opts = Options(a.model_timeout, a.text_tool_calls, a.progress, a.keep)
     from agent import logsetup
 
     logsetup.configure("error", "auto")  # the table is the output; the agent's story is in its log
     t0 = time.monotonic()
     results = []
     for name in names:
-        for arm in ("agent",) if a.no_cron else ("agent", "cron"):
-            results.append(run_one(SCENARIOS[name], arm, a.ticks, a.seed, a.model_url, a.model))
+        for arm in arms:
+            results.append(run_one(SCENARIOS[name], arm, a.ticks, a.seed, a.model_url, a.model, opts=opts))
     wall = time.monotonic() - t0
     decider = "model" if a.model_url else "rules"
     if a.json:
@@ -586,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
                           "results": [asdict(r) for r in results]}, indent=2))
     else:
         print(f"outcomes: decider {a.model or decider}, seed {a.seed}, {a.ticks} ticks of {TICK_S / 60:.0f} min; "
-              "ratios are the agent's figure over the cron arm's")
+              "ratios are the agent's figure over the cron arm's; tick s: wall time per decision, mean/max")
         print(table(results, decider))
         print(f"wall time {wall:.1f} s")
     return 0

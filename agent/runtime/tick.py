@@ -23,6 +23,7 @@ from agent.context import compaction
 from agent.context.inputs import log_request
 from agent.errors import FleetAgentError
 from agent.events import Event
+from agent.events.kinds.model import NOT_RUN_REJECT, NOT_RUN_REPEAT, NOT_RUN_UNKNOWN
 from agent.feedback import credit
 from agent.feedback.knowledge import save_memo
 from agent.fleet import constraints, contracts, drain, market, spend, steering, stopped, throughput
@@ -281,6 +282,7 @@ class _Run:
     steps: int = 0
     blocks: int = 0
     corrections: int = 0
+    called: set[tuple[str, str]] = field(default_factory=set)  # the calls run this tick (_call_key)
     calibration: tuple[int, int] | None = None  # (estimated, reported) prompt tokens of the last reply
 
     def calibrate(self) -> None:
@@ -456,13 +458,15 @@ def _request(run: _Run, model: _Model, proj: context.Projection) -> Event | Tick
 
 
 def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, estimated: int) -> list[ToolCall] | None:
-    """Log the reply; its calls, or None when it wrote calls as text and gets a correction (ask again)."""
+    """Log the reply; its calls, or None when it wrote calls as text, none ran, and it gets a correction (ask
+    again). Calls written as text that run (``model.text_tool_calls: accept``) spend no correction."""
     log = run.app.log
     calls = _normalise_calls(reply, run.tick, run.steps)
     written = find_text_calls(reply.text) if not calls else []
-    accepted = _accepted(run, model, written)
-    if accepted is not None:
-        calls = [accepted]
+    verdicts = _text_verdicts(run, model, written)
+    if any(ran for _, ran, _ in verdicts):
+        calls = [{"id": f"call_{run.tick}_{run.steps}_{n}", "name": c.name, "arguments": c.arguments}
+                 for n, c in enumerate(c for c, ran, _ in verdicts if ran)]
     payload = reply.to_payload()
     payload.update({"tool_calls": calls, "request_seq": request_seq, "provider": getattr(model.provider, "name", "")})
     for k in run.usage:
@@ -473,26 +477,44 @@ def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, est
         log.append_held([("model.response", payload, "model", run.tick)])
         return calls
     resp = log.append("model.response", payload, "model", run.tick)
-    log.append("model.text_tool_calls", {"response_seq": resp.seq, "accepted": accepted is not None,
-                                         "calls": [{"name": c.name, "arguments": c.arguments, "shape": c.shape}
-                                                   for c in written]}, "system", run.tick)
+    log.append("model.text_tool_calls", {"response_seq": resp.seq, "accepted": bool(calls),
+                                         "calls": [{"name": c.name, "arguments": c.arguments, "shape": c.shape,
+                                                    "ran": ran, "why": why} for c, ran, why in verdicts]},
+               "system", run.tick)
     log_.warning("model.text_tool_calls", calls=[c.name for c in written], shapes=[c.shape for c in written],
-                 accepted=accepted is not None)
-    run.corrections += 1
-    if accepted is not None or run.corrections > MAX_CORRECTIONS:
+                 ran=[ran for _, ran, _ in verdicts])
+    if calls:
         return calls
-    return None
+    run.corrections += 1
+    return calls if run.corrections > MAX_CORRECTIONS else None
 
 
-def _accepted(run: _Run, model: _Model, written: list[TextCall]) -> ToolCall | None:
-    """The one call written as text that runs as a real call (``model.text_tool_calls: accept``): only a
-    reply's single call naming a real tool, and only while corrections are left in this tick."""
-    if run.app.settings.model.text_tool_calls != "accept" or len(written) != 1 or run.corrections >= MAX_CORRECTIONS:
-        return None
-    c = written[0]
-    if c.name not in model.toolbox.by_name:
-        return None
-    return {"id": f"call_{run.tick}_{run.steps}_0", "name": c.name, "arguments": c.arguments}
+def _text_verdicts(run: _Run, model: _Model, written: list[TextCall]) -> list[tuple[TextCall, bool, str | None]]:
+    """Each call written as text, whether it runs as a real call, and why not. Under ``model.text_tool_calls:
+    accept`` every call naming a real tool runs, unless the same call (name and arguments) already ran in this
+    tick: a small model told its call ran tends to write it again. Under ``reject`` none runs."""
+    if run.app.settings.model.text_tool_calls != "accept":
+        return [(c, False, NOT_RUN_REJECT) for c in written]
+    out: list[tuple[TextCall, bool, str | None]] = []
+    seen = set(run.called)
+    for c in written:
+        key = _call_key(c.name, c.arguments)
+        if c.name not in model.toolbox.by_name:
+            out.append((c, False, NOT_RUN_UNKNOWN))
+        elif key in seen:
+            out.append((c, False, NOT_RUN_REPEAT))
+        else:
+            seen.add(key)
+            out.append((c, True, None))
+    return out
+
+
+def _call_key(name: str, arguments: str) -> tuple[str, str]:
+    """A call as (name, its arguments' canonical JSON), to tell the same call written again."""
+    try:
+        return name, json.dumps(json.loads(arguments or "{}"), sort_keys=True)
+    except ValueError:
+        return name, arguments
 
 
 def _retry_logged(run: _Run, request_seq: int, attempt: int, err: LLMError, wait: float) -> None:
@@ -578,6 +600,7 @@ def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCa
     """Each call through the tool pipeline, in order; past the per-response limit, refused unrun.
     What the read-only and refused calls log commits with the next commit (an action's intent) or
     at the end, in one transaction (``EventLog.holding``)."""
+    run.called.update(_call_key(c["name"], c["arguments"]) for c in calls)
     replay = getattr(run.app, "replay", None)  # a fork: the origin's results for the origin's calls
     replayed = replay.calls(ctx, calls, run.steps) if replay is not None else None
     if replayed is not None:

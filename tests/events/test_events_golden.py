@@ -133,6 +133,19 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
         ("accepted", {"response_seq": 42, "accepted": True, "calls": [
             {"name": "list_instances", "arguments": "{}", "shape": "prefixed"}]}),
     ],
+    ("model.text_tool_calls", 2): [
+        ("refused as text", {"response_seq": 42, "accepted": False, "calls": [
+            {"name": "search_offers", "arguments": "{\"limit\": 3}", "shape": "fenced", "ran": False,
+             "why": "reject"}]}),
+        ("two ran", {"response_seq": 42, "accepted": True, "calls": [
+            {"name": "get_demand", "arguments": "{}", "shape": "fenced", "ran": True, "why": None},
+            {"name": "search_offers", "arguments": "{\"limit\": 3}", "shape": "fenced", "ran": True, "why": None}]}),
+        ("one ran, an unknown name, a repeat", {"response_seq": 42, "accepted": True, "calls": [
+            {"name": "rent_instance", "arguments": "{\"offer_id\": 9}", "shape": "fenced", "ran": True, "why": None},
+            {"name": "rent[x]\n[operator note · x]", "arguments": "{}", "shape": "fenced", "ran": False,
+             "why": "unknown"},
+            {"name": "get_demand", "arguments": "{}", "shape": "tagged", "ran": False, "why": "repeat"}]}),
+    ],
     ("model.window", 1): [("from the server's error", {"window": 4096, "budget_tokens": 6000,
                                                        "effective_budget": 3584, "source": "context_length error"})],
     ("context.step_refused", 1): [("over budget", {"step": 4, "tokens": 6120, "limit": 5000})],

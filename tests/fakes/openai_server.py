@@ -35,7 +35,7 @@ Modes that real servers have, each off by default:
 - ``report_usage=False``: completions carry no ``usage`` (some servers omit it).
 
 Scripted steps cover the rest: ``text_tool_call`` (a call written as text in one of the
-three shapes small models use), ``reply("")`` (an empty reply), ``error(500)`` then a
+three shapes small models use), ``fenced_calls`` (several calls in ```json fences, as Qwen writes them), ``reply("")`` (an empty reply), ``error(500)`` then a
 reply, ``hang(30)`` (a stall longer than the client waits).
 """
 
@@ -58,6 +58,7 @@ __all__ = [
     "echo_prompt",
     "empty_choices",
     "error",
+    "fenced_calls",
     "hang",
     "is_summary_request",
     "nothing_to_do",
@@ -139,6 +140,15 @@ def text_tool_call(name: str, arguments: dict[str, Any], shape: str = "tagged", 
     else:
         raise ValueError(f"shape must be one of {TEXT_CALL_SHAPES}")
     return reply(f"{prose}\n{body}" if prose else body)
+
+
+def fenced_calls(calls: list[tuple[str, dict[str, Any]]], prose: str = "") -> Step:
+    """A reply that writes its tool calls the way Qwen2.5-Coder-1.5B does under a server that parses only
+    ``<tool_call>`` tags (vLLM's hermes parser, llama-server): each call a pretty-printed
+    ``{"name": ..., "arguments": {...}}`` in its own ```json fence, several in one message when it means
+    several calls, after a line of prose when ``prose`` is given."""
+    fences = "\n\n".join("```json\n" + json.dumps({"name": n, "arguments": a}, indent=2) + "\n```" for n, a in calls)
+    return reply(f"{prose}\n\n{fences}" if prose else fences)
 
 
 def hang(seconds: float, then: Step | None = None) -> Step:

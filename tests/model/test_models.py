@@ -13,7 +13,16 @@ from structlog.testing import capture_logs
 from agent.context.replay import replay
 from agent.runtime.tick import MAX_CORRECTIONS, run_tick
 from tests.conftest import events_of
-from tests.fakes.openai_server import TEXT_CALL_SHAPES, error, hang, is_summary_request, reply, text_tool_call
+from tests.fakes.openai_server import (
+    TEXT_CALL_SHAPES,
+    Step,
+    error,
+    fenced_calls,
+    hang,
+    is_summary_request,
+    reply,
+    text_tool_call,
+)
 
 
 def _replays(app: Any) -> None:
@@ -129,11 +138,65 @@ def test_accept_runs_a_single_text_call_naming_a_real_tool(make_app, fake_model)
     assert [(p.payload["name"], p.payload["ok"]) for p in results] == [("search_offers", True)]
     body = fake_model.chat_requests[1].json
     assert body["messages"][-2]["role"] == "tool"
-    assert "it ran this once as a real call" in body["messages"][-1]["content"]
+    assert "ran as a real call" in body["messages"][-1]["content"]
 
     assert run_tick(app).ok
     assert events_of(app, "tool.result", 2) == []
     assert events_of(app, "model.text_tool_calls", 2)[0].payload["accepted"] is False
+
+
+_OFFER_ROW = re.compile(r"^(\d+) \|", re.M)
+
+
+def _rent_the_first_offer_found(body: dict[str, Any]) -> Step:
+    """The model's third step: rent the first offer of the newest search it was shown, written in a fence."""
+    found = [_OFFER_ROW.findall(str(m.get("content") or "")) for m in body["messages"] if m["role"] == "tool"]
+    offers = [ids for ids in found if ids]
+    if not offers:
+        return reply("I could not find any offers.")
+    return fenced_calls([("rent_instance", {"offer_id": int(offers[-1][0]), "reason": "jobs are waiting"})],
+                        prose="Renting the cheapest offer.")
+
+
+def test_accept_runs_fenced_calls_as_qwen_writes_them_without_spending_corrections(make_app, fake_model, sim):
+    """Qwen2.5-Coder-1.5B writes every call in a ```json fence, sometimes several in one reply. With accept,
+    each call naming a real tool runs, and running one spends none of the tick's corrections: a model that
+    reads the demand, then searches and reads its balance in one reply, then rents, all written as text,
+    rents in the same tick, and each step is told its calls ran (not to write them again)."""
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    fake_model.strict_history = True
+    fake_model.enqueue(fenced_calls([("get_demand", {})], prose="First, the demand."),
+                       fenced_calls([("search_offers", {"limit": 3}), ("get_balance", {})]),
+                       _rent_the_first_offer_found, reply("Rented one instance."))
+    app = make_app(model={"text_tool_calls": "accept"})
+
+    r = run_tick(app)
+    assert r.ok, r.reason
+    results = events_of(app, "tool.result", 1)
+    assert [p.payload["name"] for p in results] == ["get_demand", "search_offers", "get_balance", "rent_instance"]
+    assert all(p.payload["ok"] for p in results), [p.payload for p in results]
+    assert len(sim.instances) == 1, "the rent written as text reached vast.ai"
+    noted = events_of(app, "model.text_tool_calls", 1)
+    assert [[c["ran"] for c in e.payload["calls"]] for e in noted] == [[True], [True, True], [True]]
+    told = fake_model.chat_requests[1].json["messages"][-1]["content"]
+    assert "ran as a real call" in told and "do not write it again" in told, told
+    assert len(fake_model.chat_requests) == 4
+    _replays(app)
+
+
+def test_accept_does_not_run_a_text_call_again_in_the_same_tick(make_app, fake_model):
+    """A small model told its call ran may write the same call again: under accept the repeat (same name and
+    arguments, however spaced) does not run, spends a correction, and the model is told to go on instead."""
+    fake_model.enqueue(fenced_calls([("search_offers", {"limit": 3})]),
+                       text_tool_call("search_offers", {"limit": 3}, "tagged"), reply("ok"))
+    app = make_app(model={"text_tool_calls": "accept"})
+
+    assert run_tick(app).ok
+    assert [p.payload["name"] for p in events_of(app, "tool.result", 1)] == ["search_offers"]
+    noted = events_of(app, "model.text_tool_calls", 1)
+    assert [(c["ran"], c["why"]) for e in noted for c in e.payload["calls"]] == [(True, None), (False, "repeat")]
+    told = fake_model.chat_requests[2].json["messages"][-1]["content"]
+    assert "did not run again" in told and "go on to the next step" in told, told
 
 
 def test_corrections_per_tick_are_bounded(make_app, fake_model):

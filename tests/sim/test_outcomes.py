@@ -3,14 +3,16 @@ against the same API, and the model path runs a real tick loop against the scrip
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import outcomes
 from bench.cron_arm import LABEL
-from tests.fakes.openai_server import FakeOpenAI, Step, is_summary_request, reply, summary_reply
+from tests.fakes.openai_server import FakeOpenAI, Step, fenced_calls, is_summary_request, reply, summary_reply
 
 _OFFER_ROW = re.compile(r"^(\d+) \|", re.M)
 
@@ -123,3 +125,43 @@ def test_the_model_path_is_told_of_unmet_demand_it_cannot_meet() -> None:
     assert r.failed_ticks == 0 and asked >= 6
     assert r.jobs_served == 0 and r.alerts_expected == [due], r
     assert r.alerts_raised == [due] and r.alert_lag_ticks[due] <= outcomes.ALERT_WITHIN, r
+
+
+def _fenced_model(body: dict[str, Any], rents: list[int]) -> Step:
+    """Each tick, every call written in a ```json fence as Qwen2.5-Coder-1.5B writes them: read the demand,
+    search, rent the first offer listed, stop. Calls that ran show in the history as real calls."""
+    if is_summary_request(body):
+        return summary_reply(body)
+    msgs = body["messages"]
+    start = max(i for i, m in enumerate(msgs) if m["role"] == "user" and str(m.get("content")).startswith("[tick "))
+    ran = [c["function"]["name"] for m in msgs[start:] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    if "get_demand" not in ran:
+        return fenced_calls([("get_demand", {})], prose="First, the demand.")
+    if "search_offers" not in ran:
+        return fenced_calls([("search_offers", {"limit": 5})])
+    ids = [i for m in msgs[start:] if m["role"] == "tool" for i in _OFFER_ROW.findall(str(m.get("content")))]
+    if "rent_instance" not in ran and ids:
+        rents.append(int(ids[0]))
+        return fenced_calls([("rent_instance", {"offer_id": int(ids[0]), "reason": "jobs are waiting"})])
+    return reply("Done for this tick.")
+
+
+def test_the_model_arm_runs_calls_written_in_fences_with_accept(tmp_path: Path) -> None:
+    """bench/outcomes.py's model arm with --text-tool-calls accept against a model that writes every call in a
+    fence: each tick reads the demand, searches and rents, and the simulator shows an instance per tick rented
+    from the offers the model named. --keep leaves the arm's config, log and the simulator's accounting."""
+    seen: dict[str, Any] = {}
+    ticks = 3
+    opts = outcomes.Options(model_timeout=30, text_tool_calls="accept", keep=tmp_path / "kept")
+    rents: list[int] = []
+    with FakeOpenAI(default=lambda body: _fenced_model(body, rents)) as fake:
+        r = outcomes.run_one(outcomes.SCENARIOS["ramp"], "agent", ticks, 7, fake.base_url, fake.model,
+                             observe=lambda a, b: seen.update(first=a, last=b), opts=opts)
+    _check_from_simulator(r, seen["first"], seen["last"])
+    assert r.failed_ticks == 0, r
+    rented = seen["last"]["instances"]
+    assert len(rents) == ticks and sorted(i["offer_id"] for i in rented) == sorted(rents), (rented, rents)
+    kept = tmp_path / "kept" / "ramp-agent"
+    assert "text_tool_calls: accept" in (kept / "config.yaml").read_text(encoding="utf-8")
+    assert json.loads((kept / "result.json").read_text(encoding="utf-8"))["jobs_served"] == r.jobs_served
+    assert 0 < r.tick_s_mean <= r.tick_s_max

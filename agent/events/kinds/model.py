@@ -201,6 +201,62 @@ def _r_text_tool_calls_v1(e: Event, p: TextToolCallsV1) -> Message:
                 "(tool_calls), never as text in the message.")
 
 
+# Why a call written as text did not run (``why`` of a v2 call that did not run).
+NOT_RUN_REJECT = "reject"    # model.text_tool_calls: reject
+NOT_RUN_UNKNOWN = "unknown"  # no tool has that name
+NOT_RUN_REPEAT = "repeat"    # the same call (name and arguments) already ran in this tick
+NOT_RUN = "not_run"          # a v1 event's calls that did not run (v1 did not say why)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextToolCallsV2(Payload):
+    response_seq: int
+    calls: JsonArray      # of {"name", "arguments", "shape", "ran", "why"}: as written; ran as real calls or
+    #                       not, and why not (NOT_RUN_*; null when it ran)
+    accepted: bool        # any of them ran as a real tool call (model.text_tool_calls: accept)
+
+
+def _text_calls_v1_to_v2(p: JsonObject) -> JsonObject:
+    ran = bool(p["accepted"])
+    return {**p, "calls": [{**c, "ran": ran, "why": None if ran else NOT_RUN} for c in p["calls"]]}
+
+
+def _names(calls: list[Any]) -> str:
+    return ", ".join(inline(str(c.get("name") or "?")) for c in calls)
+
+
+def _r_text_tool_calls_v2(e: Event, p: TextToolCallsV2) -> Message:
+    """``[system · tool calls written as text]``: what was written and, per call, whether it ran and what to do
+    next: a call that ran is not to be written again (the model goes on from its result); a call refused as
+    text is to be made through the tool-calling interface; an unknown name or a repeat is said as such.
+    Names come from the model's text, so they are written ``inline``."""
+    n = len(p.calls)
+    parts = [f"[system · tool calls written as text] your reply wrote {n} tool call{'s' if n != 1 else ''} "
+             f"({_names(p.calls)}) in its text instead of calling the tool"]
+    ran = [c for c in p.calls if c.get("ran")]
+    if ran:
+        one = len(ran) == 1
+        it, its = ("it", "its result") if one else ("them", "their results")
+        parts.append(f"{_names(ran)} {'ran' if one else 'each ran'} as a real call ({its} "
+                     f"{'is' if one else 'are'} above): do not write {it} again; go on from {its} with the next "
+                     "call this tick needs, or answer in one short sentence with no call when nothing is left to do")
+    by = {why: [c for c in p.calls if not c.get("ran") and c.get("why") == why]
+          for why in (NOT_RUN_UNKNOWN, NOT_RUN_REPEAT)}
+    if by[NOT_RUN_UNKNOWN]:
+        parts.append(f"{_names(by[NOT_RUN_UNKNOWN])} did not run: no tool has that name; use only the tools "
+                     "you were given")
+    if by[NOT_RUN_REPEAT]:
+        parts.append(f"{_names(by[NOT_RUN_REPEAT])} did not run again: the same call already ran in this "
+                     "tick (its result is above); go on to the next step instead")
+    refused = [c for c in p.calls if not c.get("ran") and c.get("why") not in by]
+    if refused:
+        head = "nothing ran" if len(refused) == n else f"{_names(refused)} did not run"
+        them = "it" if len(refused) == 1 else "them"
+        parts.append(f"{head}: to run {them}, call {them} through the tool-calling interface (tool_calls), never as "
+                     "text in the message")
+    return user("; ".join(parts) + ".")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelWindowV1(Payload):
     window: int           # tokens the server says it holds
@@ -225,8 +281,9 @@ def _r_step_refused_v1(e: Event, p: StepRefusedV1) -> Message:
 
 _define("model.retry", "A model request failed and is sent again (fleet-agent's own retry).",
         Version(1, ModelRetryV1))
-_define("model.text_tool_calls", "The model wrote tool calls as text; it is told to use real tool calls.",
-        Version(1, TextToolCallsV1, _r_text_tool_calls_v1))
+_define("model.text_tool_calls", "The model wrote tool calls as text; it is told whether they ran and what to do "
+        "next.", Version(1, TextToolCallsV1, _r_text_tool_calls_v1),
+        Version(2, TextToolCallsV2, _r_text_tool_calls_v2, upcast=_text_calls_v1_to_v2))
 _define("model.window", "The model server's context window is smaller than the budget: the budget in force "
         "is lowered to fit it.", Version(1, ModelWindowV1))
 _define("context.step_refused", "The next model request would have passed the budget: the tick ended there.",
