@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from agent.store.log import EventLog
 
 MAX_NOTE_CHARS = 4000
+# An unpinned note binds the rules provider this long after it was said, at most (a shorter limit of its own
+# wins; agent/fleet/constraints.py's note_words reads it).
+NOTE_BINDS_HOURS = 24.0
 MAX_NAME_CHARS = 64
 
 # C0 and C1 controls and DEL, but tab, newline and a carriage return before a newline.

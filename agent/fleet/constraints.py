@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from agent.errors import UsageError
+from agent.feedback.notes import NOTE_BINDS_HOURS
 from agent.fleet import steering
 from agent.fleet.block import norm_gpu
 from agent.times import parse_duration, parse_operator_time, parse_ts, utc_ts
@@ -779,7 +780,6 @@ class InForce:
                                                    if c.kind == "max_instances"])
 
 
-NOTE_BINDS_HOURS = 24.0  # an unpinned note binds the rules provider this long after it was said (at most)
 
 
 def _lifted(text: str, now: datetime) -> set[tuple[str, Any]]:

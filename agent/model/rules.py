@@ -81,7 +81,7 @@ class RulesProvider:
         """``(ts, text)`` of the unpinned operator notes in the context a model would be sent, oldest first: those
         in the thread (since the last compaction) and those the last compaction kept in its pinned block, said
         within ``NOTE_BINDS_HOURS`` (what each still binds is ``agent.fleet.constraints.note_words``'s to say)."""
-        from agent.fleet.constraints import NOTE_BINDS_HOURS
+        from agent.feedback.notes import NOTE_BINDS_HOURS
 
         log = self.app.log
         since = utc_ts(log.clock() - timedelta(hours=NOTE_BINDS_HOURS))

@@ -10,7 +10,8 @@ from datetime import timedelta
 
 from agent import feedback
 from agent.context import compaction
-from agent.fleet.constraints import NOTE_BINDS_HOURS, note_words
+from agent.feedback.notes import NOTE_BINDS_HOURS
+from agent.fleet.constraints import note_words
 from agent.fleet.toolkit import load_tools
 from agent.sim import ManualClock, Simulator
 from agent.times import parse_ts, utc_ts
