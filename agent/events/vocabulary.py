@@ -25,7 +25,7 @@ import copy
 import difflib
 import importlib
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Generic, TypeVar
 
@@ -121,7 +121,7 @@ class Kind:
         self.payload.check(self.name, payload)
 
 
-class Kinds(Mapping[str, Kind]):
+class Kinds(MutableMapping[str, Kind]):
     """Every kind by name, each defined when first asked for: ``index`` names the module that defines a kind
     (``agent.events.kinds.base.INDEX``), imported on the first use of one of its kinds, so a command that
     reads a few kinds does not load them all. Iterating (or ``len``) loads every module of the index; names
@@ -149,6 +149,15 @@ class Kinds(Mapping[str, Kind]):
         if k is None:
             raise KeyError(name)
         return k
+
+    def __setitem__(self, name: str, kind: Kind) -> None:
+        """Put ``kind`` in ``name``'s place (a test's edited rendering), its module loaded first so that a later
+        first use does not define it over ``kind``."""
+        self.load(name)
+        self.loaded[name] = kind
+
+    def __delitem__(self, name: str) -> None:
+        del self.loaded[name]
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.load(name) is not None
