@@ -44,6 +44,9 @@ class Cli:
             "VAST_URL": url, "VAST_API_KEY": key, "VASTAI_NO_UPDATE_CHECK": "1", "COLUMNS": "250",
             "NO_COLOR": "1",
         }
+        # The CLI creates its config directory without exist_ok on first use, so two first runs at once race
+        # (FileExistsError); a machine where it ran before has the directory.
+        (home / ".config" / "vastai").mkdir(parents=True, exist_ok=True)
 
     def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([VASTAI, *argv], env=self.env, capture_output=True, text=True, timeout=120,
