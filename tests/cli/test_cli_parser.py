@@ -176,8 +176,9 @@ def test_parsing_builds_the_named_command_alone_and_reads_argv_as_the_whole_pars
 
     assert [a for a in build_parser(only="status")._actions if isinstance(a, argparse._SubParsersAction)][0] \
         .choices.keys() == {"status"}
+    whole = build_parser()
     for argv in ONE_COMMAND_CASES:
-        assert _outcome(parse_args, argv, capsys) == _outcome(build_parser().parse_args, argv, capsys), argv
+        assert _outcome(parse_args, argv, capsys) == _outcome(whole.parse_args, argv, capsys), argv
 
 
 # Never needed by a read command once its config was validated (and kept: agent.config.ConfigCache): the tokenizer,

@@ -14,6 +14,7 @@ from tests.reliability.harness import run_ambiguous
 pytestmark = pytest.mark.usefixtures("backend")
 
 
+@pytest.mark.slow
 def test_every_ambiguous_rent_is_resolved_within_its_tick_and_never_duplicated(fast_root):
     """Half of all rents create the instance and then fail (500, or a hang past the client
     timeout), switching every two ticks while demand swings: every tool.called has its

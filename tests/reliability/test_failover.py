@@ -98,6 +98,7 @@ def test_standby_takes_over_after_kill9_and_settles_the_intent_before_its_first_
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_second_plain_daemon_is_refused_while_a_standby_may_stop_while_waiting(fast_root: Path,
                                                                                  storage_url: str | None):
     """Without --standby a second daemon is refused (exit 1, naming the holder's pid and the lock file);
