@@ -1352,13 +1352,15 @@ def load(explicit: str | None = None, env: Mapping[str, str] | None = None) -> S
     return parse(_file_text(p), str(p))
 
 
-def load_partial(explicit: str | None = None,
-                 env: Mapping[str, str] | None = None) -> tuple[Settings, dict[str, ConfigError]]:
-    """``load``, with each broken part set aside (``parse_partial``). A file that validated before, unchanged,
-    under the same code, comes from the validated-config cache (``ConfigCache``) without being parsed again."""
+def load_partial(explicit: str | None = None, env: Mapping[str, str] | None = None,
+                 from_cache: bool = False) -> tuple[Settings, dict[str, ConfigError]]:
+    """``load``, with each broken part set aside (``parse_partial``). With ``from_cache`` (read commands only), a file
+    that validated before, unchanged, under the same code, comes from the validated-config cache
+    (``ConfigCache``) without being parsed again. What acts on the fleet parses the file itself: the cache
+    lives in a directory the config file's owner may not control, so policy is never taken from it."""
     p = find_config(explicit, env)
     raw, st = _file_bytes(p)
-    cache = ConfigCache.of(p, raw, st, os.environ if env is None else env)
+    cache = ConfigCache.of(p, raw, st, os.environ if env is None else env) if from_cache else None
     cached = cache.get() if cache is not None else None
     if cached is not None:
         return dataclasses.replace(cached, source_path=str(p)), {}

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "entry", "main"]
 
 
+# Commands that act on the fleet (or check the config for the daemon): they parse the config file themselves
+# rather than read the validated-config cache (agent.config.load_partial).
+ACTING = frozenset({"run", "tick", "destroy", "drain", "doctor"})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -41,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
         if getattr(args, "no_config", False):
             logsetup.configure("warning", "auto")
             return int(args.func(args, None))
-        settings, broken = config.load_partial(args.config)
+        settings, broken = config.load_partial(args.config, from_cache=args.command not in ACTING)
         from agent.runtime.app import App
 
         app = App(settings, verify_writes=True, broken=broken)
