@@ -5,10 +5,12 @@ results from the log, and scales the fleet to demand within policy: destroy
 our dead, stuck or flapping instances; size the fleet on throughput (the jobs/h
 each GPU model delivers, agent/fleet/throughput.py) to serve the arrivals plus
 the backlog cleared within ``policy.drain_within``, counting instances still
-starting; when under 0.95× that (or short at all while a backlog keeps every instance
-busy), rent the offers that cover the gap for the fewest $
-per job (capacity beyond the gap counted at half its worth, spending at most twice the cheapest cover an
-hour, no multi-GPU box bigger than the gap unless the cheapest cover needs it) on hosts no knowledge file, directive or recent operator note blacklists; destroy an instance the rest
+starting; when under 0.95× that (or short at all while a backlog keeps every
+instance busy), rent the offers that cover the gap for the fewest $ per job
+(capacity beyond the gap counted at half its worth, at most twice the $/h of
+the cheapest cover, no multi-GPU box bigger than the gap unless the cheapest
+cover needs it) on hosts no knowledge file, directive or recent operator note
+blacklists; destroy an instance the rest
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
 offers cover that for under half its $/h; an instance whose contract ends within
