@@ -18,6 +18,7 @@ from agent.fleet import contracts, steering, throughput
 from agent.fleet.block import Block, norm_gpu
 from agent.fleet.market import BID_MARGIN, bid_rule
 from agent.fleet.reconcile import absence_proves_gone
+from agent.fleet.spend import storage_dph
 from agent.fleet.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
 
 LOG_TAIL_MAX = 200
@@ -307,7 +308,8 @@ def _rent(ctx: ToolContext, args: Args, offer: Offer, key: str) -> Outcome:
     if out.status != "rejected":
         ctx.offers.pop(offer.id, None)  # rented, or perhaps: either way not on the market for this tick
     effect_base = {"type": "rented", "label": label, "idem_key": key, "offer_id": int(args["offer_id"]),
-                   "gpu_name": offer.gpu_name, "dph": offer.dph_total}
+                   "gpu_name": offer.gpu_name, "dph": offer.dph_total,
+                   "storage_dph": storage_dph(f.disk_gb, offer.raw.get("storage_cost"))}
     if out.status == "created" and out.instance_id is not None:
         ctx.rented[label] = (out.instance_id, offer.dph_total or 0.0)
         return Outcome(True, f"rented offer {args['offer_id']} as instance {out.instance_id} (label {label}); "

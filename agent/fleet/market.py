@@ -28,6 +28,7 @@ from agent import logsetup
 from agent.clients.vast import Instance, PriceIncrease, VastError
 from agent.fleet import steering
 from agent.fleet.pipeline import system_destroy
+from agent.fleet.spend import storage_dph
 from agent.fleet.toolkit import Outcome, ToolContext
 from agent.store.log import EventLog
 from agent.times import parse_ts, utc_ts
@@ -57,10 +58,7 @@ def on_demand_dph(inst: Instance) -> float | None:
     base = inst.raw.get("dph_base")
     if not isinstance(base, int | float) or isinstance(base, bool) or base <= 0:
         return None
-    disk, cost = inst.raw.get("disk_space"), inst.raw.get("storage_cost")
-    storage = float(disk) * float(cost) / 730.0 if isinstance(disk, int | float) and isinstance(cost, int | float) \
-        else 0.0
-    return float(base) + storage
+    return float(base) + (storage_dph(inst.raw.get("disk_space"), inst.raw.get("storage_cost")) or 0.0)
 
 
 def note_bid(ctx: ToolContext, inst: Instance, new_bid: float, why: str) -> None:

@@ -38,6 +38,7 @@ from agent.config import Settings, VastSettings
 from agent.fleet.market import note_traffic
 from agent.fleet.pipeline import result_payload
 from agent.fleet.policy import Policy
+from agent.fleet.spend import storage_dph
 from agent.fleet.toolkit import Outcome
 from agent.store.log import EventLog
 from agent.store.queries import InstanceState
@@ -180,7 +181,9 @@ def _settle_ownership(log: EventLog, vast: VastClient, policy: Policy, listing: 
         key = policy.key_of(inst.label)
         if key is not None and log.store.has_rent_key(key):
             log.append("instance.adopted", {"instance_id": inst.id, "label": inst.label, "idem_key": key,
-                                            "gpu_name": inst.gpu_name, "dph": inst.dph_total}, "system")
+                                            "gpu_name": inst.gpu_name, "dph": inst.dph_total,
+                                            "storage_dph": storage_dph(inst.raw.get("disk_space"),
+                                                                       inst.raw.get("storage_cost"))}, "system")
             rep.adopted.append(inst.id)
             continue
         rep.orphans.append(inst.id)

@@ -3,9 +3,9 @@
 Spend is computed from the log's own rental history: each instance of ours costs its $/h (the
 offer's ``dph_total``, which vast.ai prices with the storage rented) between its rent (or
 adoption) and its destroy result or ``instance.gone`` (or now, while it lives), for the time the
-ticks' observations saw it running: vast.ai bills the $/h only while an instance runs (storage
-otherwise), so an instance stuck loading or whose container never started costs next to
-nothing. ``segments`` says how the time between two observations is counted. Traffic is billed per GB on
+ticks' observations saw it running, and the storage of its disk (``storage_dph``, noted at the rent)
+the rest of that time: vast.ai bills the $/h only while an instance runs and its storage otherwise, so an
+instance stuck loading, whose container never started, or outbid and kept stopped costs its storage. ``segments`` says how the time between two observations is counted. Traffic is billed per GB on
 top of that: each instance's cumulative billed traffic, as the ticks note it (``instance.traffic``), counts in
 the spend, and its measured $/h in the live fleet's run rate that budgets project.
 
@@ -113,13 +113,16 @@ class Ledger:
                    _traffic(log), _prices(log))
 
     def cost(self, r: Rental, t0: datetime, t1: datetime) -> float:
-        """What rental ``r`` cost between ``t0`` and ``t1`` (nothing after now): its $/h while it ran, plus the
-        traffic billed in between."""
-        total = 0.0
+        """What rental ``r`` cost between ``t0`` and ``t1`` (nothing after now): its $/h while it ran, its storage
+        the rest of the time, plus the traffic billed in between."""
+        total, storage = 0.0, float(r.storage_dph or 0.0)
         for a, b, share in self.billed[r.instance_id]:
             lo, hi = max(a, t0), min(b, t1, self.now)
-            if hi > lo and share:
-                total += self._dph_seconds(r, lo, hi) * share
+            if hi > lo:
+                if share:
+                    total += self._dph_seconds(r, lo, hi) * share
+                if share < 1.0:
+                    total += storage * (hi - lo).total_seconds() * (1.0 - share)
         return total / 3600.0 + self.traffic_cost(r, t0, t1)
 
     def dph_at(self, r: Rental, t: datetime) -> float:
@@ -176,6 +179,13 @@ class Ledger:
 
 
 PriceChange = tuple[datetime, str, float]
+
+
+def storage_dph(disk_gb: Any, storage_cost: Any) -> float | None:
+    """The $/h vast.ai bills for ``disk_gb`` GB at ``storage_cost`` $/GB/month (730 h), while the instance runs
+    (within its ``dph_total``) or not; None when either is unknown."""
+    ok = all(isinstance(x, int | float) and not isinstance(x, bool) and x >= 0 for x in (disk_gb, storage_cost))
+    return round(float(disk_gb) * float(storage_cost) / 730.0, 6) if ok else None
 
 
 def _prices(log: EventLog) -> dict[int, list[PriceChange]]:

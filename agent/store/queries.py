@@ -147,9 +147,10 @@ _INTENTS_SINCE_PG = ("SELECT COUNT(*) FROM events e JOIN intents i ON i.called_s
                      "WHERE i.tool = %s AND e.ts >= %s AND e.kind = 'tool.called'")
 
 
-def _pg_num(path: str, cast: str = "double precision") -> str:
-    """The JSON number at ``path`` of the payload (NULL when it is anything else), as ``cast``."""
-    return f"(CASE WHEN jsonb_typeof(body #> '{path}') = 'number' THEN (body #>> '{path}')::numeric::{cast} END)"
+def _pg_num(path: str, cast: str = "double precision", body: str = "body") -> str:
+    """The JSON number at ``path`` of the payload (NULL when it is anything else), as ``cast``; ``body``: the
+    column (qualified in a join)."""
+    return f"(CASE WHEN jsonb_typeof({body} #> '{path}') = 'number' THEN ({body} #>> '{path}')::numeric::{cast} END)"
 
 
 _METRIC_TOTALS_PG = f"""
@@ -193,6 +194,12 @@ _PG: dict[str, str] = {
     "credit_refused_since": ("SELECT COUNT(*) FROM events e JOIN intents i ON i.called_seq = e.seq"
                              " JOIN events r ON r.seq = i.result_seq WHERE i.tool = 'rent_instance' AND e.ts >= %s"
                              " AND e.kind = 'tool.called' AND i.ok = 0 AND r.body->>'error' LIKE '%%HTTP 402%%'"),
+    # The storage $/h a rent noted (tool.result's effect) or an adoption (instance.adopted) with it.
+    "rentals": ("SELECT i.instance_id, i.gpu_name, i.dph, i.label, s.ts AS start_ts, d.ts AS end_ts,"
+                f" COALESCE({_pg_num('{effect,storage_dph}', body='s.body')}, {_pg_num('{storage_dph}', body='s.body')})"
+                " AS storage_dph"
+                " FROM instances i JOIN events s ON s.seq = i.rented_seq"
+                " LEFT JOIN events d ON d.seq = i.destroyed_seq ORDER BY i.instance_id"),
     "host_failures": ("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= %s"
                       " AND body->>'host_id' = CAST(%s AS text)"),
     "host_failure_logged": ("SELECT 1 FROM events WHERE kind = 'host.failed' AND body->>'instance_id' = CAST(%s AS text)"
@@ -572,10 +579,11 @@ class Store:
         (destroy result or ``instance.gone``) were logged; by id."""
         from agent.store.rows import Rental
 
-        rows = self._query(
-            "SELECT i.instance_id, i.gpu_name, i.dph, i.label, s.ts AS start_ts, d.ts AS end_ts"
-            " FROM instances i JOIN events s ON s.seq = i.rented_seq"
-            " LEFT JOIN events d ON d.seq = i.destroyed_seq ORDER BY i.instance_id")
+        rows = self._query(self._sql(
+            "SELECT i.instance_id, i.gpu_name, i.dph, i.label, s.ts AS start_ts, d.ts AS end_ts,"
+            " COALESCE(json_extract(s.payload, '$.effect.storage_dph'), json_extract(s.payload, '$.storage_dph'))"
+            " AS storage_dph FROM instances i JOIN events s ON s.seq = i.rented_seq"
+            " LEFT JOIN events d ON d.seq = i.destroyed_seq ORDER BY i.instance_id", "rentals"))
         return [Rental(**r) for r in rows]
 
     def observed_runs(self, since_ts: str) -> dict[int, list[tuple[str, str, bool]]]:

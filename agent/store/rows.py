@@ -95,6 +95,7 @@ class Rental:
     label: str
     start_ts: str
     end_ts: str | None = None
+    storage_dph: float | None = None  # what its disk bills an hour while it does not run (from its rent's event)
 
 
 @dataclass(frozen=True)

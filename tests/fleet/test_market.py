@@ -4,6 +4,7 @@ blamed), and bandwidth billed per GB counted in spend."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from agent.fleet import spend
@@ -224,3 +225,45 @@ def test_an_outbid_instance_the_market_never_lets_back_is_destroyed_after_two_ho
         assert run_tick(app).ok
     assert iid in sim.destroyed
     assert [e.payload["reason"] for e in events_of(app, "system.destroy") if e.payload["instance_id"] == iid]
+
+
+def test_spend_counts_the_storage_an_outbid_instance_bills_while_kept_stopped(sim: Simulator, make_app, fake_model):
+    """vast.ai bills an instance's storage while it is stopped: a bid instance rented through the tools, outbid and
+    kept stopped for over an hour, costs in spend what the simulator billed for it while stopped (its disk's
+    storage), within 1 %; `spend` reports it so."""
+    from tests.fakes.openai_server import reply
+
+    app = make_app(policy={"interruptible": True, "max_bid_share": 0.7})
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.market.bid_market = False
+    offer = good_offer(sim, app.settings)
+    fake_model.enqueue(reply("rent", tool_calls=[("rent_instance", {"offer_id": offer["id"], "reason": "scripted"})]),
+                       reply("done"))
+    assert run_tick(app).ok
+    [iid] = sim.instances
+    assert sim.instances[iid]["is_bid"] is True
+    for _ in range(3):
+        sim.advance(300)
+        fake_model.enqueue(reply("ok"))
+        assert run_tick(app).ok
+    sim.advance(150)  # between two observations, as spend counts a change
+    sim.market.set_price(multiplier=3.0, offer_id=offer["id"])  # outbid, and no bid the policy allows wins it back
+    sim.advance(150)
+    fake_model.enqueue(reply("ok"))
+    assert run_tick(app).ok
+    assert [e.payload["action"] for e in events_of(app, "instance.outbid")] == ["kept"]
+    stopped_at, billed_then = app.log.clock(), sim.billing()[iid]
+    for _ in range(18):
+        sim.advance(300)
+        fake_model.enqueue(reply("ok"))
+        assert run_tick(app).ok
+    inst = sim.instances[iid]
+    assert inst["actual_status"] == "stopped" and inst["storage_cost"] > 0
+    billed = sim.billing()[iid]
+    led = spend.Ledger.of(app.log)
+    [rental] = [r for r in led.rentals if r.instance_id == iid]
+    while_stopped = led.cost(rental, stopped_at, led.now)
+    assert abs(while_stopped - (billed - billed_then)) / (billed - billed_then) < 0.01, (while_stopped, billed)
+    assert (billed - billed_then) > 0.05 * billed  # the storage of its stopped hours is a share that matters
+    rep = {i["instance_id"]: i for i in spend.report(app.log)["instances"]}
+    assert rep[iid]["spent"] == round(led.cost(rental, stopped_at - timedelta(days=1), led.now), 4)

@@ -137,6 +137,24 @@ def test_ownership_follows_rents_adoptions_and_destroys(log: EventLog):
     assert st.instance(99) is None
 
 
+def test_rentals_carry_the_storage_rate_their_rent_or_adoption_noted(log: EventLog):
+    """rentals() gives each rental the storage $/h its rent's effect or its adoption noted (spend bills it while
+    the instance does not run), None where none was noted (an older log), and its end once destroyed."""
+    log.append("tool.called", called("c1", "rent_instance", "k1"), "model")
+    log.append("tool.result", result("c1", "rent_instance", effect={**rented(11, "k1", 0.4), "storage_dph": 0.0082}),
+               "tool")
+    log.append("instance.adopted", {"instance_id": 12, "label": "fa-x-k2", "idem_key": "k2", "dph": 0.3,
+                                    "storage_dph": 0.0041}, "system")
+    log.append("tool.called", called("c3", "rent_instance", "k3"), "model")
+    log.append("tool.result", result("c3", "rent_instance", effect=rented(13, "k3", 0.5)), "tool")
+    log.append("tool.called", called("c4", "destroy_instance", None, '{"instance_id": 11}'), "model")
+    log.append("tool.result", result("c4", "destroy_instance", effect={"type": "destroyed", "instance_id": 11}),
+               "tool")
+    got = {r.instance_id: r for r in log.store.rentals()}
+    assert {i: r.storage_dph for i, r in got.items()} == {11: 0.0082, 12: 0.0041, 13: None}
+    assert got[11].dph == 0.4 and got[11].end_ts is not None and got[12].end_ts is None
+
+
 def test_dangling_intents_and_rent_keys(log: EventLog):
     """dangling_intents lists side-effecting calls without a result, oldest first; rent_keys every rent key."""
     st = log.store

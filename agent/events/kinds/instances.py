@@ -26,6 +26,7 @@ class InstanceAdoptedV1(Payload):
     idem_key: str | None = None
     gpu_name: str | None = None
     dph: float | None = None
+    storage_dph: float | None = None  # its disk's $/h, billed while it does not run (spend counts it)
 
 
 @dataclass(frozen=True, kw_only=True)
