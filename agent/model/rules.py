@@ -182,8 +182,9 @@ class RulesProvider:
             extra = bidding.headroom(need, bids, bidding.outbid_share(recent))
             need += extra
         log = self.app.log
-        rents_left = max(0, s.policy.max_rents_per_hour
-                         - log.store.rents_since(utc_ts(log.clock() - timedelta(hours=1))))
+        hour_ago = utc_ts(log.clock() - timedelta(hours=1))  # replacements of outbid instances do not count
+        counted = log.store.rents_since(hour_ago) - min(log.store.outbids_since(hour_ago), s.policy.max_rents_per_hour)
+        rents_left = max(0, s.policy.max_rents_per_hour - max(0, counted))
         credit = obs.get("balance")
         # no rent at or below the credit reserve: hold until a top-up (vast.ai would refuse it with a 402)
         held = isinstance(credit, int | float) and credit <= s.policy.credit_reserve

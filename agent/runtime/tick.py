@@ -112,11 +112,15 @@ def _maint_s(app: App, i: Instance, now: float) -> float | None:
 
 def _restarts(prev: dict[str, Any] | None, rec: dict[str, Any], dt: float) -> int:
     """Times the instance stopped running since it was rented, carried from the previous observation: it left
-    ``running``, or it runs at both observations but its uptime restarted in between (down between ticks)."""
+    ``running``, or it runs at both observations but its uptime restarted in between (down between ticks). An
+    outbid is the market's doing, not a restart: stopped as outbid, or running again at a raised bid (rebid)."""
     if prev is None:
         return 0
     n = int(prev.get("restarts") or 0)
-    if prev.get("status") == "running":
+    outbid = rec["status"] == "stopped" and "outbid" in str(rec.get("status_msg") or "").lower()
+    rebid = isinstance(prev.get("bid"), int | float) and isinstance(rec.get("bid"), int | float) \
+        and rec["bid"] > prev["bid"]
+    if prev.get("status") == "running" and not outbid and not rebid:
         if rec["status"] != "running":
             return n + 1
         up0, up1 = prev.get("up_s"), rec.get("up_s")

@@ -200,6 +200,8 @@ _PG: dict[str, str] = {
                 " AS storage_dph"
                 " FROM instances i JOIN events s ON s.seq = i.rented_seq"
                 " LEFT JOIN events d ON d.seq = i.destroyed_seq ORDER BY i.instance_id"),
+    "outbids_since": ("SELECT COUNT(*) FROM events WHERE kind = 'instance.outbid' AND ts >= %s"
+                      " AND body->>'action' IN ('kept', 'destroyed')"),
     "host_failures": ("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= %s"
                       " AND body->>'host_id' = CAST(%s AS text)"),
     "host_failure_logged": ("SELECT 1 FROM events WHERE kind = 'host.failed' AND body->>'instance_id' = CAST(%s AS text)"
@@ -349,6 +351,13 @@ class Store:
     def credit_refused_rents_since(self, ts: str) -> int:
         """Rent intents logged at or after ``ts`` that vast.ai refused for lack of credit (HTTP 402)."""
         return int(self._value(self._sql(_CREDIT_REFUSED_SINCE, "credit_refused_since"), [ts]))
+
+    def outbids_since(self, ts: str) -> int:
+        """Outbids logged at or after ``ts`` that took an instance of ours out of work (``instance.outbid`` kept or
+        destroyed; a rebid one runs on): each may take a rent to replace."""
+        return int(self._value(self._sql("SELECT COUNT(*) FROM events WHERE kind = 'instance.outbid' AND ts >= ?"
+                                         " AND json_extract(payload, '$.action') IN ('kept', 'destroyed')",
+                                         "outbids_since"), [ts]))
 
     def destroys_since(self, ts: str) -> int:
         return int(self._value(_INTENTS_SINCE_PG if self._pg else _INTENTS_SINCE, ["destroy_instance", ts]))

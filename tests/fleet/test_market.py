@@ -145,18 +145,25 @@ def test_the_bid_rule_is_min_bid_plus_five_percent_capped_at_the_policy_share():
     assert bid_rule(None, 1.00, 0.7) is None and bid_rule(0.4, None, 0.7) is None
 
 
-def test_an_outbid_instance_the_rule_cannot_rebid_is_kept_and_runs_again_when_the_market_falls_back(
-        sim: Simulator, make_app):
-    """Its bid already at the rule's, an outbid instance is kept stopped (storage only), not destroyed and not
-    blamed on its host; vast.ai starts it again once the rival bid's hour ends; the alert then resolves."""
+def _running_bid_at_the_rule(sim: Simulator, make_app: Any, key: str) -> tuple[Any, int]:
+    """The rules provider's app (2 instances at most, bids up to 0.95 of on-demand) and a bid instance of ours at the
+    rule's bid, running after three ticks; no scheduling failures, a still bid market."""
     app = make_app(provider="rules", policy={"max_instances": 2, "interruptible": True, "max_bid_share": 0.95})
     sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
     sim.market.bid_market = False
     offer = good_offer(sim, app.settings)
-    iid = _bid_instance(sim, app, "feedc0ffee06", bid_rule(offer["min_bid"], offer["dph_total"], 0.95) or 0, offer)
+    iid = _bid_instance(sim, app, key, bid_rule(offer["min_bid"], offer["dph_total"], 0.95) or 0, offer)
     for _ in range(3):
         sim.advance(300)
         assert run_tick(app).ok
+    return app, iid
+
+
+def test_an_outbid_instance_the_rule_cannot_rebid_is_kept_and_runs_again_when_the_market_falls_back(
+        sim: Simulator, make_app):
+    """Its bid already at the rule's, an outbid instance is kept stopped (storage only), not destroyed and not
+    blamed on its host; vast.ai starts it again once the rival bid's hour ends; the alert then resolves."""
+    app, iid = _running_bid_at_the_rule(sim, make_app, "feedc0ffee06")
     sim.outbid(iid)
     hour_ends = (int(sim.now() // 3600) + 1) * 3600.0
     assert run_tick(app).ok
@@ -267,3 +274,56 @@ def test_spend_counts_the_storage_an_outbid_instance_bills_while_kept_stopped(si
     assert (billed - billed_then) > 0.05 * billed  # the storage of its stopped hours is a share that matters
     rep = {i["instance_id"]: i for i in spend.report(app.log)["instances"]}
     assert rep[iid]["spent"] == round(led.cost(rental, stopped_at - timedelta(days=1), led.now), 4)
+
+
+def test_outbids_are_not_restarts_an_outbid_instance_is_not_replaced_as_flapping(sim: Simulator, make_app):
+    """An interruptible instance outbid three times (kept, started again by vast.ai each time the rival's hour
+    ends) stopped because of the market, not its host: no restart is counted, it is not replaced as flapping and
+    its host is not avoided."""
+    app, iid = _running_bid_at_the_rule(sim, make_app, "feedc0ffee09")
+    for _ in range(3):
+        assert sim.instances[iid]["actual_status"] == "running"
+        sim.outbid(iid)
+        hour_ends = (int(sim.now() // 3600) + 1) * 3600.0
+        while sim.now() < hour_ends + 600:
+            sim.advance(300)
+            assert run_tick(app).ok
+    assert [e.payload["action"] for e in events_of(app, "instance.outbid")] == ["kept"] * 3
+    assert iid in sim.instances and sim.instances[iid]["actual_status"] == "running"
+    [rec] = [i for i in events_of(app, "tick.started")[-1].payload["observation"]["instances"] if i["id"] == iid]
+    assert rec["restarts"] == 0
+    assert not [e for e in events_of(app, "tool.called") if e.payload["name"] == "destroy_instance"
+                and f'"instance_id": {iid}' in e.payload["arguments"]]
+
+
+def test_replacing_an_outbid_instance_does_not_count_against_max_rents_per_hour(sim: Simulator, make_app, fake_model):
+    """policy.max_rents_per_hour bounds runaway rents, not the replacement of what the market took: after an outbid
+    (kept stopped) one more rent is allowed within the hour; without one the cap refuses it."""
+    from tests.fakes.openai_server import reply
+    from tests.fleet.test_steering import _good_offers, renter
+
+    app = make_app(policy={"interruptible": True, "max_bid_share": 0.95, "max_rents_per_hour": 1})
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.market.bid_market = False
+    first, second, third = _good_offers(sim, app.settings, 3)
+    _ctx, rent = renter(app)
+    out, blocked = rent(1, first)
+    assert out.ok and not blocked
+    iid = out.effect["instance_id"]
+    out, blocked = rent(2, second)
+    assert blocked and "max_rents_per_hour" in str(out.error)
+    for _ in range(3):
+        sim.advance(300)
+        fake_model.enqueue(reply("ok"))
+        assert run_tick(app).ok
+    sim.market.set_price(multiplier=3.0, offer_id=first["id"])  # outbid; no bid the policy allows wins it back
+    sim.advance(300)
+    fake_model.enqueue(reply("ok"))
+    assert run_tick(app).ok
+    assert [e.payload["action"] for e in events_of(app, "instance.outbid")] == ["kept"]
+    _ctx, rent = renter(app)
+    out, blocked = rent(3, second)
+    assert out.ok and not blocked, out.error  # the replacement
+    out, blocked = rent(4, third)
+    assert blocked and "max_rents_per_hour" in str(out.error)  # and no more
+    assert iid in sim.instances
