@@ -28,7 +28,8 @@ Per scenario and arm:
              cron arm's operator edits the script to obey the same order (bench/cron_arm.py, obey)
     alerts   expected alerts the agent raised within ALERT_WITHIN (1) tick of their cause, out of those expected
              (--json adds each one's lag in ticks; 0 = raised by the tick the cause came before). A scenario
-             names the alerts its events cause; demand:unmet is expected in every scenario, once for each
+             names the alerts its events cause (a key, or key!severity for the severity it must reach, such as
+             balance:low!critical when the credit hits $0); demand:unmet is expected in every scenario, once for each
              spell the simulator shows demand unmet (a job or more waiting beyond what the fleet finishes in
              a tick, the backlog not shrinking) for UNMET_AFTER (3, the agent's alerts.unmet_after) ticks
              running, caused at the tick after the third
@@ -71,6 +72,7 @@ TICK_S = 300.0
 UNMET_KEY = "demand:unmet"
 UNMET_AFTER = 3  # the agent's alerts.unmet_after (its default, which the benchmark's config keeps)
 ALERT_WITHIN = 1  # ticks after its cause an expected alert counts as raised in time
+SEVERITY_SEP = "!"  # an expected key "balance:low!critical": that alert at that severity
 SIM_KEY = "outcomes-sim-key"
 CAPS = Caps(max_instances=12, max_total_dph=8.0, max_rents_per_hour=8)
 LIVE = ("running", "loading", "created", None)
@@ -175,8 +177,12 @@ def surge(r: Run) -> None:
 
 
 def mass_stop(r: Run) -> None:
-    for i in r.live():
-        r.sim.post("/_sim/outbid", {"instance_id": i["id"]})
+    """Every live instance stops at once without its owner asking (POST /_sim/stop): the fleet's instances are
+    on-demand, which vast.ai never outbids, so a mass stop short of a credit run-out is the hosts' side."""
+    ids = [i["id"] for i in r.live()]
+    r.notes["victims"] = ids
+    if ids:
+        r.sim.post("/_sim/stop", {"instance_ids": ids})
 
 
 def note(pin: bool) -> Callable[[Run], None]:
@@ -198,7 +204,8 @@ class Scenario:
     events: dict[int, Callable[[Run], None]]
     event_tick: int  # where "ticks to react" counts from
     react: str  # capacity | destroyed | comply
-    alerts: dict[str, int] = field(default_factory=dict)  # expected alert key (prefix) -> the tick of its cause
+    alerts: dict[str, int] = field(default_factory=dict)  # expected alert key (prefix) -> the tick of its cause;
+    # "key!severity": the alert at that severity (one that changes in place, like balance:low at $0)
     # demand:unmet is expected in every scenario, wherever the simulator shows demand unmet (UNMET_AFTER)
     directive: bool = False
 
@@ -234,7 +241,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              {6: lambda r: r.sim.post("/_sim/credit", {"balance": 20}),
               12: lambda r: r.sim.post("/_sim/credit", {"balance": 0}),
               18: lambda r: r.sim.post("/_sim/credit", {"top_up": 300})}, 18, "capacity",
-             {"balance:low": 6, "dead:": 12}),
+             {"balance:low": 6, "balance:low!critical": 12, "credit:stopped": 12}),
     Scenario("massstop", "every instance of the fleet is stopped at once", constant(30), {12: mass_stop}, 12,
              "capacity", {"dead:": 12}),
     Scenario("note", f"operator note mid-run: '{NOTE}'", _both(constant(30), plenty_4090), {10: note(False)}, 10,
@@ -338,7 +345,10 @@ class AgentArm:
             self.failed += 1
 
     def alert_keys(self) -> set[str]:
-        return {a.dedup_key for a in self.app.log.store.alerts(all_=True)}
+        """Every alert's key, and its key with its severity now (``balance:low!critical``): an expectation may
+        name the severity an alert must reach, which changes in place."""
+        alerts = self.app.log.store.alerts(all_=True)
+        return {a.dedup_key for a in alerts} | {f"{a.dedup_key}{SEVERITY_SEP}{a.severity}" for a in alerts}
 
     def open_alert_keys(self) -> set[str]:
         return {a.dedup_key for a in self.app.log.store.alerts() if a.status != "resolved"}
