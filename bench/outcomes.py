@@ -26,10 +26,12 @@ Per scenario and arm:
              '-' when it never does within the run
     viol     directive violations: rents after the operator's note that break it (host or GPU model); the
              cron arm's operator edits the script to obey the same order (bench/cron_arm.py, obey)
-    alerts   expected alerts the agent raised within ALERT_WITHIN (1) tick of their cause, out of those expected
+    alerts   expected alerts the agent raised within ALERT_WITHIN (1) tick of their cause (a failure between
+             ticks, instance:underperforming:, within 3: it shows only over several ticks), out of those expected
              (--json adds each one's lag in ticks; 0 = raised by the tick the cause came before). A scenario
              names the alerts its events cause (a key, or key!severity for the severity it must reach, such as
-             balance:low!critical when the credit hits $0); demand:unmet is expected in every scenario, once for each
+             balance:low!critical when the credit hits $0; a per-instance key such as dead: counts once raised
+             for every instance the event hit); demand:unmet is expected in every scenario, once for each
              spell the simulator shows demand unmet (a job or more waiting beyond what the fleet finishes in
              a tick, the backlog not shrinking) for UNMET_AFTER (3, the agent's alerts.unmet_after) ticks
              running, caused at the tick after the third
@@ -72,6 +74,9 @@ TICK_S = 300.0
 UNMET_KEY = "demand:unmet"
 UNMET_AFTER = 3  # the agent's alerts.unmet_after (its default, which the benchmark's config keeps)
 ALERT_WITHIN = 1  # ticks after its cause an expected alert counts as raised in time
+# ...but a failure between ticks: no single tick sees it, the agent reads it from 3 observations (its window), and
+# the aim for it is "a flap between ticks caught within 3 ticks"
+ALERT_WITHIN_BY_KEY = {"instance:underperforming:": 3}
 SEVERITY_SEP = "!"  # an expected key "balance:low!critical": that alert at that severity
 SIM_KEY = "outcomes-sim-key"
 CAPS = Caps(max_instances=12, max_total_dph=8.0, max_rents_per_hour=8)
@@ -433,6 +438,23 @@ def _unmet(before: dict[str, Any], after: dict[str, Any]) -> bool:
     return bool(after["unmet_job_ticks"] - before["unmet_job_ticks"] >= 1.0 and after["pending"] >= before["pending"])
 
 
+def within(expected: str) -> int:
+    """Ticks after its cause the expected alert counts as raised in time."""
+    return next((n for key, n in ALERT_WITHIN_BY_KEY.items() if expected.startswith(key)), ALERT_WITHIN)
+
+
+def _alert_lag(expected: str, cause: int, first_alert: dict[str, int], victims: list[int]) -> int | None:
+    """Ticks from ``cause`` until the expected alert was raised, None if it never was. A per-instance key
+    (``dead:``, ``instance:underperforming:``) in a scenario that names its victims counts once raised for each
+    of them (the slowest sets the lag): an alert about some other instance does not stand for theirs."""
+    def hit(k: str, key: str) -> bool:
+        return k == key or k.startswith(key + SEVERITY_SEP) if key != expected else k.startswith(key)
+
+    keys = [f"{expected}{v}" for v in victims] if expected.endswith(":") and victims else [expected]
+    lags = [min((t for k, t in first_alert.items() if hit(k, key) and t >= cause), default=None) for key in keys]
+    return None if any(t is None for t in lags) else max(t for t in lags if t is not None) - cause
+
+
 def _per_job_capacity(dph: float, gpu: str, num_gpus: int) -> float:
     return dph / (MODEL_BY_NAME[gpu].jobs_per_h_per_gpu * num_gpus)
 
@@ -555,9 +577,8 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             host = run.notes.get("host")
             violations = sum(1 for i in acc["instances"] if note_at is not None and i["rented_at"] >= note_at
                              and (i["host_id"] == host or i["gpu_name"] != "RTX 4090"))
-        lag = {e: min(t for k, t in first_alert.items() if k.startswith(e) and t >= cause) - cause
-               for e, cause in sc.alerts.items()
-               if any(k.startswith(e) and t >= cause for k, t in first_alert.items())}
+        lag = {e: t for e, cause in sc.alerts.items()
+               if (t := _alert_lag(e, cause, first_alert, run.notes.get("victims") or [])) is not None}
         expected = list(sc.alerts)
         for cause in (c for c in unmet_causes if c < ticks):
             key = f"{UNMET_KEY}@{cause}"
@@ -565,7 +586,7 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             seen = [t for t in range(cause, ticks) if any(k.startswith(UNMET_KEY) for k in open_at[t])]
             if seen:
                 lag[key] = seen[0] - cause
-        raised = sorted(k for k, t in lag.items() if t <= ALERT_WITHIN)
+        raised = sorted(k for k, t in lag.items() if t <= within(k))
         result = Result(sc.name, arm_name, ticks, round(60.0 * waited / arrived, 2) if arrived else 0.0,
                         round(unmet, 1), round(spend, 4), round(spend / served, 4) if served else None, over,
                         round(sum(rent_ratios) / len(rent_ratios), 2) if rent_ratios else None, react,
