@@ -448,7 +448,9 @@ def _alert_lag(expected: str, cause: int, first_alert: dict[str, int], victims: 
     (``dead:``, ``instance:underperforming:``) in a scenario that names its victims counts once raised for each
     of them (the slowest sets the lag): an alert about some other instance does not stand for theirs."""
     def hit(k: str, key: str) -> bool:
-        return k == key or k.startswith(key + SEVERITY_SEP) if key != expected else k.startswith(key)
+        if key == expected:  # a prefix: any alert whose key starts with it
+            return k.startswith(key)
+        return k == key or k.startswith(key + SEVERITY_SEP)  # one instance's key, exactly
 
     keys = [f"{expected}{v}" for v in victims] if expected.endswith(":") and victims else [expected]
     lags = [min((t for k, t in first_alert.items() if hit(k, key) and t >= cause), default=None) for key in keys]
