@@ -42,10 +42,11 @@ UNASKED = {"stopped": "stopped without our asking (fleet-agent never stops an in
 OCI_FAILURE = "OCI runtime create failed"
 
 def is_outbid(i: dict[str, Any]) -> bool:
-    """An interruptible instance of an observation (it carries its ``bid``) stopped for a higher bid. vast.ai
-    never outbids an on-demand one: stopped, whatever its message says, it stopped without our asking."""
+    """An interruptible instance of an observation (it carries its ``bid``) stopped for a higher bid: its message
+    says so, or it is stopped while meant to run (as agent/fleet/market.py reads it, which raises its alert).
+    vast.ai never outbids an on-demand one: stopped, whatever its message says, it stopped without our asking."""
     return (i.get("bid") is not None and i.get("status") == "stopped"
-            and "outbid" in str(i.get("status_msg") or "").lower())
+            and ("outbid" in str(i.get("status_msg") or "").lower() or i.get("intended") == "running"))
 
 
 def _is_dead(i: dict[str, Any]) -> bool:
