@@ -13,7 +13,9 @@ What the last ``WINDOW`` observations say about each instance of ours still list
                  least MIN_EXPECTED jobs of it (one job more or less of a slow instance is chance, not failure)
 
 A field an observation lacks is skipped, never guessed. The alert resolves when no sign holds or the
-instance is gone. ``dead:`` and ``stuck:`` (agent.feedback.conditions) cover an instance that stays down.
+instance is gone. ``dead:`` and ``stuck:`` (agent.feedback.conditions) cover an instance that stays down, so
+one the newest observation shows down (stopped, exited, offline, unknown) is left to them (or to ``outbid:``,
+``credit:stopped``): started and then stopped is not flapping, and one event opens one alert.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import statistics
 from typing import Any
 
 from agent.feedback.alerts import raise_alert, resolve_absent
+from agent.feedback.conditions import DEAD_STATUSES
 from agent.store.log import EventLog
 
 KEY_UNDER = "instance:underperforming:"
@@ -139,7 +142,7 @@ def check_underperforming(log: EventLog, settings: Any, tick: int | None) -> dic
     if not observations:
         return {}
     newest = observations[-1]
-    ours = [i for i in newest.get("instances") or [] if i.get("ours")]
+    ours = [i for i in newest.get("instances") or [] if i.get("ours") and i.get("status") not in DEAD_STATUSES]
     found: dict[Any, list[str]] = {}
     jobs = _jobs_signs(observations, [i.get("id") for i in ours])
     for i in ours:

@@ -93,3 +93,24 @@ def test_an_outbid_message_on_an_on_demand_instance_does_not_hide_it(sim, sim_cl
     assert f"outbid:{bid}" in alerts and f"dead:{bid}" not in alerts and f"outbid:{on_demand}" not in alerts
     failed = [e.payload["instance_id"] for e in events_of(app, "host.failed")]
     assert on_demand in failed and bid not in failed
+
+
+def test_a_bid_instance_stopped_while_meant_to_run_is_one_outbid_not_also_dead(sim, sim_clock, make_app, fake_model,
+                                                                               admin):
+    """An interruptible instance vast.ai shows stopped while it is meant to run, with no outbid message, is read
+    as an outbid where the market's handling reads it so (``outbid:<id>``): not also ``dead:``, and no failure
+    against its host. Two alerts for one event would page the operator twice."""
+    app = make_app(alerts={"unmet_after": 0}, policy={"max_instances": 5})
+    offer = sim.find_offer("RTX 3090")
+    label = app.settings.fleet.label_prefix + app.settings.agent_id + "-feedc0ffee03"
+    bid = sim.create_instance(offer["id"], label=label, price=round(offer["min_bid"] * 1.5, 4))
+    app.log.append("instance.adopted", {"instance_id": bid, "label": label, "idem_key": "feedc0ffee03"}, "system")
+    _post(admin, "/_sim/bid_market", {"moving": False})
+    _until_running(app, sim, sim_clock, [bid])
+    _post(admin, "/_sim/stop", {"instance_id": bid})
+    sim_clock.advance(60)
+    r = run_tick(app)
+    assert r.ok, r.reason
+    alerts = _alerts(app)
+    assert _raised(app, r.tick) == {f"outbid:{bid}"} and f"dead:{bid}" not in alerts, sorted(alerts)
+    assert bid not in [e.payload["instance_id"] for e in events_of(app, "host.failed")]
