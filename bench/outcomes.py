@@ -26,9 +26,12 @@ Per scenario and arm:
              '-' when it never does within the run
     viol     directive violations: rents after the operator's note that break it (host or GPU model); the
              cron arm's operator edits the script to obey the same order (bench/cron_arm.py, obey)
-    alerts   expected alerts the agent raised within ALERT_WITHIN (1) tick of their cause, out of those expected
+    alerts   expected alerts the agent raised within ALERT_WITHIN (1) tick of their cause (a failure between
+             ticks, instance:underperforming:, within 3: it shows only over several ticks), out of those expected
              (--json adds each one's lag in ticks; 0 = raised by the tick the cause came before). A scenario
-             names the alerts its events cause; demand:unmet is expected in every scenario, once for each
+             names the alerts its events cause (a key, or key!severity for the severity it must reach, such as
+             balance:low!critical when the credit hits $0; a per-instance key such as dead: counts once raised
+             for every instance the event hit); demand:unmet is expected in every scenario, once for each
              spell the simulator shows demand unmet (a job or more waiting beyond what the fleet finishes in
              a tick, the backlog not shrinking) for UNMET_AFTER (3, the agent's alerts.unmet_after) ticks
              running, caused at the tick after the third
@@ -71,6 +74,10 @@ TICK_S = 300.0
 UNMET_KEY = "demand:unmet"
 UNMET_AFTER = 3  # the agent's alerts.unmet_after (its default, which the benchmark's config keeps)
 ALERT_WITHIN = 1  # ticks after its cause an expected alert counts as raised in time
+# ...but a failure between ticks: no single tick sees it, the agent reads it from 3 observations (its window), and
+# the aim for it is "a flap between ticks caught within 3 ticks"
+ALERT_WITHIN_BY_KEY = {"instance:underperforming:": 3}
+SEVERITY_SEP = "!"  # an expected key "balance:low!critical": that alert at that severity
 SIM_KEY = "outcomes-sim-key"
 CAPS = Caps(max_instances=12, max_total_dph=8.0, max_rents_per_hour=8)
 LIVE = ("running", "loading", "created", None)
@@ -175,8 +182,12 @@ def surge(r: Run) -> None:
 
 
 def mass_stop(r: Run) -> None:
-    for i in r.live():
-        r.sim.post("/_sim/outbid", {"instance_id": i["id"]})
+    """Every live instance stops at once without its owner asking (POST /_sim/stop): the fleet's instances are
+    on-demand, which vast.ai never outbids, so a mass stop short of a credit run-out is the hosts' side."""
+    ids = [i["id"] for i in r.live()]
+    r.notes["victims"] = ids
+    if ids:
+        r.sim.post("/_sim/stop", {"instance_ids": ids})
 
 
 def note(pin: bool) -> Callable[[Run], None]:
@@ -198,7 +209,8 @@ class Scenario:
     events: dict[int, Callable[[Run], None]]
     event_tick: int  # where "ticks to react" counts from
     react: str  # capacity | destroyed | comply
-    alerts: dict[str, int] = field(default_factory=dict)  # expected alert key (prefix) -> the tick of its cause
+    alerts: dict[str, int] = field(default_factory=dict)  # expected alert key (prefix) -> the tick of its cause;
+    # "key!severity": the alert at that severity (one that changes in place, like balance:low at $0)
     # demand:unmet is expected in every scenario, wherever the simulator shows demand unmet (UNMET_AFTER)
     directive: bool = False
 
@@ -234,9 +246,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              {6: lambda r: r.sim.post("/_sim/credit", {"balance": 20}),
               12: lambda r: r.sim.post("/_sim/credit", {"balance": 0}),
               18: lambda r: r.sim.post("/_sim/credit", {"top_up": 300})}, 18, "capacity",
-             {"balance:low": 6, "dead:": 12}),
-    Scenario("massstop", "every instance of the fleet is stopped at once", constant(30), {12: mass_stop}, 12,
-             "capacity", {"dead:": 12}),
+             {"balance:low": 6, "balance:low!critical": 12, "credit:stopped": 12}),
+    Scenario("massstop", "every instance of the fleet stops at once on its hosts' side", constant(30),
+             {12: mass_stop}, 12, "capacity", {"dead:": 12}),
     Scenario("note", f"operator note mid-run: '{NOTE}'", _both(constant(30), plenty_4090), {10: note(False)}, 10,
              "comply", directive=True),
     Scenario("directive", "the same, as a pinned directive", _both(constant(30), plenty_4090), {10: note(True)}, 10,
@@ -338,7 +350,10 @@ class AgentArm:
             self.failed += 1
 
     def alert_keys(self) -> set[str]:
-        return {a.dedup_key for a in self.app.log.store.alerts(all_=True)}
+        """Every alert's key, and its key with its severity now (``balance:low!critical``): an expectation may
+        name the severity an alert must reach, which changes in place."""
+        alerts = self.app.log.store.alerts(all_=True)
+        return {a.dedup_key for a in alerts} | {f"{a.dedup_key}{SEVERITY_SEP}{a.severity}" for a in alerts}
 
     def open_alert_keys(self) -> set[str]:
         return {a.dedup_key for a in self.app.log.store.alerts() if a.status != "resolved"}
@@ -421,6 +436,25 @@ def _unmet(before: dict[str, Any], after: dict[str, Any]) -> bool:
     """Demand unmet over one tick, by the simulator: a job or more waiting beyond what the running fleet
     finishes in a tick, and the backlog not shrinking."""
     return bool(after["unmet_job_ticks"] - before["unmet_job_ticks"] >= 1.0 and after["pending"] >= before["pending"])
+
+
+def within(expected: str) -> int:
+    """Ticks after its cause the expected alert counts as raised in time."""
+    return next((n for key, n in ALERT_WITHIN_BY_KEY.items() if expected.startswith(key)), ALERT_WITHIN)
+
+
+def _alert_lag(expected: str, cause: int, first_alert: dict[str, int], victims: list[int]) -> int | None:
+    """Ticks from ``cause`` until the expected alert was raised, None if it never was. A per-instance key
+    (``dead:``, ``instance:underperforming:``) in a scenario that names its victims counts once raised for each
+    of them (the slowest sets the lag): an alert about some other instance does not stand for theirs."""
+    def hit(k: str, key: str) -> bool:
+        if key == expected:  # a prefix: any alert whose key starts with it
+            return k.startswith(key)
+        return k == key or k.startswith(key + SEVERITY_SEP)  # one instance's key, exactly
+
+    keys = [f"{expected}{v}" for v in victims] if expected.endswith(":") and victims else [expected]
+    lags = [min((t for k, t in first_alert.items() if hit(k, key) and t >= cause), default=None) for key in keys]
+    return None if any(t is None for t in lags) else max(t for t in lags if t is not None) - cause
 
 
 def _per_job_capacity(dph: float, gpu: str, num_gpus: int) -> float:
@@ -545,9 +579,8 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             host = run.notes.get("host")
             violations = sum(1 for i in acc["instances"] if note_at is not None and i["rented_at"] >= note_at
                              and (i["host_id"] == host or i["gpu_name"] != "RTX 4090"))
-        lag = {e: min(t for k, t in first_alert.items() if k.startswith(e) and t >= cause) - cause
-               for e, cause in sc.alerts.items()
-               if any(k.startswith(e) and t >= cause for k, t in first_alert.items())}
+        lag = {e: t for e, cause in sc.alerts.items()
+               if (t := _alert_lag(e, cause, first_alert, run.notes.get("victims") or [])) is not None}
         expected = list(sc.alerts)
         for cause in (c for c in unmet_causes if c < ticks):
             key = f"{UNMET_KEY}@{cause}"
@@ -555,7 +588,7 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             seen = [t for t in range(cause, ticks) if any(k.startswith(UNMET_KEY) for k in open_at[t])]
             if seen:
                 lag[key] = seen[0] - cause
-        raised = sorted(k for k, t in lag.items() if t <= ALERT_WITHIN)
+        raised = sorted(k for k, t in lag.items() if t <= within(k))
         result = Result(sc.name, arm_name, ticks, round(60.0 * waited / arrived, 2) if arrived else 0.0,
                         round(unmet, 1), round(spend, 4), round(spend / served, 4) if served else None, over,
                         round(sum(rent_ratios) / len(rent_ratios), 2) if rent_ratios else None, react,

@@ -41,8 +41,16 @@ UNASKED = {"stopped": "stopped without our asking (fleet-agent never stops an in
                       "bills storage", "exited": "exited (its container died)"}
 OCI_FAILURE = "OCI runtime create failed"
 
+def is_outbid(i: dict[str, Any]) -> bool:
+    """An interruptible instance of an observation (it carries its ``bid``) stopped for a higher bid: its message
+    says so, or it is stopped while meant to run (as agent/fleet/market.py reads it, which raises its alert).
+    vast.ai never outbids an on-demand one: stopped, whatever its message says, it stopped without our asking."""
+    return (i.get("bid") is not None and i.get("status") == "stopped"
+            and ("outbid" in str(i.get("status_msg") or "").lower() or i.get("intended") == "running"))
+
+
 def _is_dead(i: dict[str, Any]) -> bool:
-    if i.get("status") == "stopped" and "outbid" in (i.get("status_msg") or "").lower():
+    if is_outbid(i):
         return False  # a higher bid took the GPU: its own alert (agent/fleet/market.py)
     return (i.get("status") in DEAD_STATUSES) or OCI_FAILURE in (i.get("status_msg") or "")
 

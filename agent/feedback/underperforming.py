@@ -7,10 +7,15 @@ What the last ``WINDOW`` observations say about each instance of ours still list
     restarts     its uptime (``uptime_s`` / ``uptime_mins``, when the observation has it) went back while it
                  showed running: restarted between ticks, twice or more; or its ``restarts`` count rose by 2+
     idle GPU     ``gpu_util`` (when present) under IDLE_UTIL % at every tick while jobs were waiting
-    few jobs     ``jobs_done`` (when present) rose by under PEER_SHARE of its peers' median, peers busy
+    few jobs     ``jobs_done`` (when present) rose by under PEER_SHARE of what its peers' median pace says its
+                 GPUs do (pace: jobs per job-capacity, the observation's ``gpu_models`` jobs/h per GPU times the
+                 GPUs; a 1-GPU RTX 3090 is not measured against a 4-GPU box or an H100), that pace expecting at
+                 least MIN_EXPECTED jobs of it (one job more or less of a slow instance is chance, not failure)
 
 A field an observation lacks is skipped, never guessed. The alert resolves when no sign holds or the
-instance is gone. ``dead:`` and ``stuck:`` (agent.feedback.conditions) cover an instance that stays down.
+instance is gone. ``dead:`` and ``stuck:`` (agent.feedback.conditions) cover an instance that stays down, so
+one the newest observation shows down (stopped, exited, offline, unknown) is left to them (or to ``outbid:``,
+``credit:stopped``): started and then stopped is not flapping, and one event opens one alert.
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ import statistics
 from typing import Any
 
 from agent.feedback.alerts import raise_alert, resolve_absent
+from agent.feedback.conditions import DEAD_STATUSES
 from agent.store.log import EventLog
 
 KEY_UNDER = "instance:underperforming:"
 WINDOW = 3           # observations read, the newest included
 IDLE_UTIL = 10.0     # % GPU utilisation under which a running instance does no work
-PEER_SHARE = 0.25    # jobs done under this share of the peers' median is failing
+PEER_SHARE = 0.25    # jobs done under this share of what the peers' median pace expects of it is failing
 MIN_PEERS = 2
+MIN_EXPECTED = 2.0   # jobs the peers' pace must expect of it in the window before few jobs is a sign
 
 
 def _uptime_s(i: dict[str, Any]) -> float | None:
@@ -89,24 +96,41 @@ def signs(observations: list[dict[str, Any]], iid: Any) -> list[str]:
     return out
 
 
+def _capacities(observation: dict[str, Any], insts: dict[Any, dict[str, Any]]) -> dict[Any, float]:
+    """Each instance's job-capacity: its GPUs times its model's jobs/h per GPU in the observation's ``gpu_models``;
+    its GPUs alone when a model has no figure there (then for every instance, so all are measured alike)."""
+    models = observation.get("gpu_models") or {}
+    rates = {iid: _num(models.get(str(i.get("gpu_name"))) or {}, "jobs_per_h") for iid, i in insts.items()}
+    known = all(r is not None and r > 0 for r in rates.values())
+    out = {}
+    for iid, i in insts.items():
+        gpus = _num(i, "num_gpus") or 1.0
+        out[iid] = gpus * ((rates[iid] or 1.0) if known else 1.0)
+    return out
+
+
 def _jobs_signs(observations: list[dict[str, Any]], ids: list[Any]) -> dict[Any, str]:
-    """Instances whose ``jobs_done`` rose by far less than their peers' over the window."""
+    """Instances whose ``jobs_done`` rose by far less over the window than their peers' pace expects of them."""
     done: dict[Any, float] = {}
+    newest: dict[Any, dict[str, Any]] = {}
     for iid in ids:
         h = _history(observations, iid)
         if len(h) < WINDOW or any(i.get("status") != "running" for _, i in h[1:]):
             continue
         j0, j1 = _jobs(h[0][1]), _jobs(h[-1][1])
         if j0 is not None and j1 is not None:
-            done[iid] = j1 - j0
+            done[iid], newest[iid] = j1 - j0, h[-1][1]
+    cap = _capacities(observations[-1], newest)
+    pace = {iid: n / cap[iid] for iid, n in done.items()}
     out = {}
     for iid, n in done.items():
-        peers = [v for k, v in done.items() if k != iid]
+        peers = [v for k, v in pace.items() if k != iid]
         if len(peers) < MIN_PEERS:
             continue
-        median = statistics.median(peers)
-        if median > 0 and n < PEER_SHARE * median:
-            out[iid] = f"few jobs: did {n:.0f} jobs in the last {WINDOW} ticks; its peers' median {median:.0f}"
+        expected = statistics.median(peers) * cap[iid]
+        if expected >= MIN_EXPECTED and n < PEER_SHARE * expected:
+            out[iid] = (f"few jobs: did {n:.0f} jobs in the last {WINDOW} ticks; at its peers' pace its GPUs "
+                        f"would have done {expected:.0f}")
     return out
 
 
@@ -118,7 +142,7 @@ def check_underperforming(log: EventLog, settings: Any, tick: int | None) -> dic
     if not observations:
         return {}
     newest = observations[-1]
-    ours = [i for i in newest.get("instances") or [] if i.get("ours")]
+    ours = [i for i in newest.get("instances") or [] if i.get("ours") and i.get("status") not in DEAD_STATUSES]
     found: dict[Any, list[str]] = {}
     jobs = _jobs_signs(observations, [i.get("id") for i in ours])
     for i in ours:

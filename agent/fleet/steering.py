@@ -20,6 +20,7 @@ from typing import Any
 from agent.config import PolicySettings, Settings
 from agent.errors import UsageError
 from agent.events import Event
+from agent.feedback.conditions import is_outbid
 from agent.fleet.block import norm_gpu
 from agent.store.log import EventLog
 from agent.times import parse_duration, parse_operator_time, utc_ts
@@ -364,8 +365,8 @@ FAILED_STATUSES = ("stopped", "exited", "offline", "frozen")
 def _failure(i: dict[str, Any]) -> str | None:
     """The failure an observed instance of ours shows, or None."""
     st = str(i.get("status") or "")
-    if st == "stopped" and "outbid" in str(i.get("status_msg") or "").lower():
-        return None  # a higher bid took the GPU: the market, not the host (agent/fleet/market.py)
+    if is_outbid(i):
+        return None  # a higher bid took the GPU: the market, not the host (agent/fleet/market.py); never on-demand
     ends = i.get("ends_s")
     if st == "stopped" and isinstance(ends, int | float) and not isinstance(ends, bool) and ends <= 0:
         return None  # its contract reached its end date (agent/fleet/contracts.py): not the host's failure

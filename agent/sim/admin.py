@@ -6,7 +6,11 @@
                             call counts as one tick in the accounting's unmet_job_ticks
     POST /_sim/plant_logs   {"instance_id", "text"}: what the instance's logs will say
     POST /_sim/outbid       {"instance_id"}: a bid instance loses its GPU to a rival bid held until the
-                            market hour ends (then it starts again by itself), or until a higher bid
+                            market hour ends (then it starts again by itself), or until a higher bid;
+                            an on-demand instance is never outbid (400)
+    POST /_sim/stop         {"instance_id"} or {"instance_ids": [...]}, "status_msg"?: each stops without
+                            its owner asking, as when its host's side stops the container (stopped, intended
+                            status still running, storage billed, no outbid message); it stays stopped
     POST /_sim/price_increase {"instance_id", "multiplier", "in_s"?}: its host asks multiplier x the GPU price
                             from in_s seconds on (default 3600): a pending price increase
     POST /_sim/maintenance  {"machine_id" or "instance_id", "in_s"?, "duration_hours"?, "category"?}: the
@@ -104,7 +108,29 @@ def _admin_outbid(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -
         sim.outbid(as_id(body.get("instance_id")))
     except LookupError as e:
         raise ApiError(404, "no_such_instance", str(e)) from e
+    except ValueError as e:
+        raise ApiError(400, "invalid_args", str(e)) from e
     return json_reply(200, {"success": True})
+
+
+def _admin_stop(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
+    ids = body.get("instance_ids", [body.get("instance_id")] if "instance_id" in body else None)
+    if not isinstance(ids, list) or not ids:
+        raise ApiError(400, "invalid_args", "stop: give instance_id or instance_ids (a non-empty list)")
+    msg = body.get("status_msg")
+    if msg is not None and not isinstance(msg, str):
+        raise ApiError(400, "invalid_args", "stop: status_msg must be a string")
+    wanted = [as_id(i) for i in ids]
+    with sim._lock:  # every one checked before any stops: a bad body changes nothing
+        for iid in wanted:
+            inst = sim.instances.get(iid)
+            if inst is None:
+                raise ApiError(404, "no_such_instance", f"no instance {iid}")
+            if inst["actual_status"] in ("exited", "offline"):
+                raise ApiError(400, "invalid_args", f"instance {iid} is {inst['actual_status']}: not running to stop")
+        for iid in wanted:
+            sim.host_stop(iid, msg)
+    return json_reply(200, {"success": True, "stopped": wanted})
 
 
 def _admin_price_increase(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
@@ -369,6 +395,7 @@ ADMIN: dict[tuple[str, str], AdminHandler] = {
     ("POST", "/_sim/advance"): _admin_advance,
     ("POST", "/_sim/plant_logs"): _admin_plant_logs,
     ("POST", "/_sim/outbid"): _admin_outbid,
+    ("POST", "/_sim/stop"): _admin_stop,
     ("POST", "/_sim/price_increase"): _admin_price_increase,
     ("POST", "/_sim/bid_market"): _admin_bid_market,
     ("POST", "/_sim/maintenance"): _admin_maintenance,

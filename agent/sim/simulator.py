@@ -507,10 +507,29 @@ class Simulator:
             inst = self.instances.get(int(instance_id))
             if inst is None:
                 raise LookupError(f"no instance {instance_id}")
+            if not inst.get("is_bid"):
+                raise ValueError(f"instance {instance_id} is on-demand: vast.ai never outbids one (only an "
+                                 "interruptible instance, rented with a bid, loses its GPU to a higher bid); "
+                                 "POST /_sim/stop stops an instance without its owner asking")
             instances.stop(inst, "outbid: stopped by a higher bid", intended=False)
             inst["_outbid_at"] = now
             inst["_outbid_hold"] = (int(now // 3600) + 1) * 3600.0
             inst["_outbid_bid"] = inst["dph_total"]
+
+    def host_stop(self, instance_id: int, msg: str | None = None) -> None:
+        """The instance stops without its owner asking, as vast.ai shows it when the host's side stops the
+        container (the machine restarted, its daemon stopped it): ``stopped``, ``intended_status`` still
+        ``running``, the disk kept and its storage billed, the GPU no longer billed, no outbid message. It does
+        not start again by itself; its owner may start it (PUT state running) or destroy it."""
+        with self._lock:
+            self.tick()
+            inst = self.instances.get(int(instance_id))
+            if inst is None:
+                raise LookupError(f"no instance {instance_id}")
+            if inst["actual_status"] in ("exited", "offline"):
+                raise ValueError(f"instance {instance_id} is {inst['actual_status']}: it is not running to stop")
+            instances.stop(inst, msg or "", intended=False)
+            inst["status_msg"] = msg or None
 
     def _public(self, inst: Instance) -> dict[str, Any]:
         now = self._clock()

@@ -211,7 +211,7 @@ def test_an_instance_down_between_ticks_is_seen_and_replaced(make_app, sim, sim_
 
 def test_after_most_of_the_fleet_stops_at_once_its_hosts_are_not_blamed_and_it_is_rebuilt(make_app, sim,
                                                                                           sim_clock):
-    """Every instance of ours loses its GPU in the same moment (outbid: stopped): that is a fleet-wide event,
+    """Every instance of ours stops in the same moment (its host's side stops it): that is a fleet-wide event,
     not a host's fault. The stopped ones are replaced and the fleet is rebuilt within two ticks, on those
     same hosts if they are where the offers are."""
     sim.pending = 300.0
@@ -220,7 +220,7 @@ def test_after_most_of_the_fleet_stops_at_once_its_hosts_are_not_blamed_and_it_i
     before = {i["id"] for i in _ours(sim)}
     assert len(before) >= 3
     for iid in before:
-        sim.outbid(iid)
+        sim.host_stop(iid)
     _ticks(app, sim, sim_clock, 2)
     running = [i for i in _ours(sim) if i["id"] not in before]
     assert len(running) >= len(before) // 2, [i["id"] for i in _ours(sim)]

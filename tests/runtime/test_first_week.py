@@ -72,17 +72,17 @@ def test_a_first_week(tmp_path, sim_server, monkeypatch, capsys):  # noqa: F811
     assert code == 0 and out.startswith("silence #")
     assert _cli(capsys, cfg, "say", "maintenance on the hosts until 22:00", "--by", "alice")[0] == 0
 
-    # Two instances lose their GPUs (outbid) while the daemon runs; the operator takes a backup meanwhile.
+    # Two instances hang restarting on their hosts while the daemon runs; the operator takes a backup meanwhile.
     owned = sorted(i["id"] for i in fleet["instances"])
     for iid in owned[:2]:
-        sim_server.sim.outbid(iid)
+        sim_server.sim.set_status(iid, "loading", "host maintenance: restarting the container")
     daemon = FleetLock(settings.data_path).acquire()
     code, out, err = _cli(capsys, cfg, "backup", str(tmp_path / "monday.db"), "--json")
     assert code == 0, err
     backup = json.loads(out)
     daemon.release()
 
-    # The next ticks: the stopped instances (and any still loading) raise 'stuck' alerts, silenced: nobody
+    # The next ticks: the hanging instances (and any still loading) raise 'stuck' alerts, silenced: nobody
     # is notified, and the next observation marks them silenced. (An alert raised by one tick's conditions
     # is in the next tick's observation; ages follow the simulator's wall clock, so tick until any
     # observation has listed some, at most eight times.)

@@ -51,6 +51,50 @@ def test_rules_and_cron_arms_report_the_simulators_figures() -> None:
     assert "outage" in text and "x)" in text
 
 
+def _kept_run(keep: Path, scenario: str) -> tuple[set[str], set[int]]:
+    """From an agent run kept by --keep: every alert key, and the instances it logged stopped for credit."""
+    from agent.store.log import EventLog
+
+    with EventLog(keep / f"{scenario}-agent" / "data" / "fleet-agent.db", create=False, readonly=True) as log:
+        keys = {a.dedup_key for a in log.store.alerts(all_=True)}
+        kept = {int(i) for e in log.read(0, kinds=["credit.stopped"]) for i in e.payload["instance_ids"]}
+    return keys, kept
+
+
+def test_a_mass_stop_and_a_credit_stop_each_raise_the_alert_naming_their_cause_within_a_tick(tmp_path: Path) -> None:
+    """massstop: the fleet's on-demand instances stop at once on their hosts' side (vast.ai never outbids an
+    on-demand instance): a dead: alert within a tick. credit: a run-out is a money event (the instances are
+    kept): credit:stopped and balance:low turned critical within a tick of the credit reaching $0, and no
+    dead: alert for the instances it stopped."""
+    results = {}
+    for name in ("massstop", "credit"):
+        results[name] = r = outcomes.run_one(outcomes.SCENARIOS[name], "agent", 15, 7, None, None,
+                                             opts=outcomes.Options(keep=tmp_path))
+        named = [k for k in r.alerts_expected if not k.startswith(outcomes.UNMET_KEY)]
+        assert named and set(named) <= set(r.alerts_raised), r
+        assert all(r.alert_lag_ticks[k] <= outcomes.within(k) == outcomes.ALERT_WITHIN for k in named), r
+    assert {"dead:"} <= set(results["massstop"].alerts_expected)
+    assert {"credit:stopped", "balance:low!critical"} <= set(results["credit"].alerts_expected)
+    stopped = next(t for t, e in outcomes.SCENARIOS["credit"].events.items() if t > 6)  # the $0 event's tick
+    assert outcomes.SCENARIOS["credit"].alerts["credit:stopped"] == stopped
+    keys, kept = _kept_run(tmp_path, "credit")
+    assert kept and "credit:stopped" in keys and not {f"dead:{i}" for i in kept} & keys, (kept, keys)
+
+
+def test_a_flap_is_caught_within_three_ticks_and_no_instance_working_at_its_pace_is_called_failing(
+        tmp_path: Path) -> None:
+    """The fleet's fastest instance goes down 3 of every 5 minutes, up whenever a tick looks: the agent names it
+    within 3 ticks (the aim for a failure between ticks), and no other instance: a slow GPU beside faster ones
+    is not failing for doing fewer jobs."""
+    key = "instance:underperforming:"
+    r = outcomes.run_one(outcomes.SCENARIOS["flap"], "agent", 13, 11, None, None, opts=outcomes.Options(keep=tmp_path))
+    assert key in r.alerts_raised and r.alert_lag_ticks[key] <= outcomes.within(key) == 3, r
+    acc = json.loads((tmp_path / "flap-agent" / "accounting.json").read_text(encoding="utf-8"))
+    flapping = {i["id"] for i in acc["instances"] if i["flapping"]}
+    keys, _ = _kept_run(tmp_path, "flap")
+    assert flapping and {int(k.removeprefix(key)) for k in keys if k.startswith(key)} == flapping, (flapping, keys)
+
+
 def _empty_market(r: outcomes.Run) -> None:
     r.sim.post("/_sim/arrivals", {"shape": "constant", "rate": 30})
     r.sim.post("/_sim/offers", {"withdraw": "all"})

@@ -283,3 +283,40 @@ def test_unmet_job_ticks_count_what_the_running_fleet_leaves_per_advance(http: h
     after = accounting(http)
     assert after["pending"] == pytest.approx(pending - 2.5, abs=0.01)
     assert after["unmet_job_ticks"] - before == pytest.approx(max(0.0, after["pending"] - 2.5), abs=0.01)
+
+
+def _listed(http: httpx.Client, iid: int) -> dict[str, Any]:
+    return dict(next(i for i in http.get("/api/v0/instances/").json()["instances"] if i["id"] == iid))
+
+
+def test_an_on_demand_instance_is_never_outbid_and_a_host_side_stop_keeps_it_stopped(http: httpx.Client,
+                                                                                    sim: Simulator) -> None:
+    """vast.ai never outbids an on-demand instance: /_sim/outbid refuses one (400) and nothing changes.
+    /_sim/stop stops it as its host's side would: stopped, no outbid message, its owner's intent still
+    running, storage billed and the GPU not, no jobs done; it starts again only when its owner starts it."""
+    offer = good_single(sim)
+    iid = rent(http, offer["id"])
+    advance(http, 600)
+    assert _listed(http, iid)["actual_status"] == "running"
+    refused = post(http, "/_sim/outbid", {"instance_id": iid}, status=400)
+    assert "on-demand" in refused["msg"] and "/_sim/stop" in refused["msg"]
+    assert _listed(http, iid)["actual_status"] == "running"
+
+    assert post(http, "/_sim/stop", {"instance_ids": [iid]}) == {"success": True, "stopped": [iid]}
+    row = _listed(http, iid)
+    assert (row["actual_status"], row["intended_status"], row["status_msg"]) == ("stopped", "running", None)
+    before = next(i for i in accounting(http)["instances"] if i["id"] == iid)
+    advance(http, 7200)  # two hours: it does not start by itself
+    after = next(i for i in accounting(http)["instances"] if i["id"] == iid)
+    assert _listed(http, iid)["actual_status"] == "stopped"
+    assert after["jobs_done"] == before["jobs_done"]
+    assert 0 < after["cost"] - before["cost"] < offer["dph_base"] * 2 / 10  # storage only
+    assert http.put(f"/api/v0/instances/{iid}/", json={"state": "running"}).status_code == 200
+    advance(http, 600)
+    assert _listed(http, iid)["actual_status"] == "running"
+
+    post(http, "/_sim/stop", {"instance_id": iid, "status_msg": "machine restarted"})
+    assert _listed(http, iid)["status_msg"] == "machine restarted"
+    post(http, "/_sim/stop", {}, status=400)
+    post(http, "/_sim/stop", {"instance_ids": [iid], "status_msg": 3}, status=400)
+    post(http, "/_sim/stop", {"instance_ids": [iid, 1]}, status=404)
