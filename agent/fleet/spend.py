@@ -75,11 +75,11 @@ def segments(r: Rental, runs: list[Run], now: datetime) -> list[Segment]:
 
 
 def _observations(log: EventLog, since_ts: str) -> dict[int, list[Run]]:
-    """The runs of the ticks' observations of our instances that lasted until ``since_ts`` or later, from
-    the spend read model (``observed_runs``: consecutive observations in one state, kept as each tick
-    starts)."""
+    """The runs of the ticks' observations of our rentals that lasted until ``since_ts`` or later, and the run
+    before them, from the spend read model (``observed_runs``: consecutive observations in one state, kept as
+    each tick starts): ``segments`` of them bill every moment from ``since_ts`` on as all the runs would."""
     return {iid: [(parse_ts(a), parse_ts(b), run) for a, b, run in runs]
-            for iid, runs in log.store.observed_runs(since_ts).items()}
+            for iid, runs in log.store.rental_runs(since_ts).items()}
 
 
 def month_to_date(log: EventLog) -> dict[str, float]:
@@ -105,7 +105,8 @@ class Ledger:
 
     @classmethod
     def of(cls, log: EventLog, since: datetime | None = None) -> Ledger:
-        """From the log; observations from ``since`` on (None: all), enough for periods after it."""
+        """From the log; observations from ``since`` on (None: all) and the run before: what costs from
+        ``since`` on are exactly as from every observation."""
         now = log.clock()
         rentals = log.store.rentals()
         seen = _observations(log, utc_ts(since) if since else "")
@@ -210,19 +211,24 @@ def _traffic(log: EventLog) -> dict[int, list[tuple[datetime, float]]]:
 
 
 def report(log: EventLog) -> dict[str, Any]:
-    """Spend today, this week, this month, per instance and per GPU model, and the live run rate."""
-    led = Ledger.of(log)
+    """Spend today, this week, this month, per instance and per GPU model, and the live run rate.
+
+    The periods read the observations from the earliest period's start on (``Ledger.of(since=...)``: exact from
+    there); each instance's all-time figure adds what it cost before then (``_before``)."""
+    ps = periods(log.clock())
+    since = min(p.start for p in ps.values())
+    led = Ledger.of(log, since=since)
     now = led.now
     ps = periods(now)
+    before = _before(log, led, since)
     per: dict[str, Any] = {name: {"start": utc_ts(p.start), "end": utc_ts(p.end),
                                   "spent": round(led.spent(p), 4)} for name, p in ps.items()}
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
     month = ps["month"]
     instances = []
     by_gpu: dict[str, dict[str, Any]] = {}
     grand = 0.0
     for r in led.rentals:
-        total = led.cost(r, epoch, now)
+        total = before.get(r.instance_id, 0.0) + led.cost(r, since, now)
         in_month = led.cost(r, month.start, month.end)
         grand += total
         end = parse_ts(r.end_ts) if r.end_ts else now
@@ -236,6 +242,16 @@ def report(log: EventLog) -> dict[str, Any]:
         g["month"] = round(g["month"] + in_month, 4)
     return {"as_of": utc_ts(now), "periods": per, "total": round(grand, 4),
             "run_rate_dph": round(led.live_dph(), 4), "instances": instances, "by_gpu": dict(sorted(by_gpu.items()))}
+
+
+def _before(log: EventLog, led: Ledger, since: datetime) -> dict[int, float]:
+    """What each rental that started before ``since`` cost until then, from all its observations."""
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    old = [r for r in led.rentals if parse_ts(r.start_ts) < since]
+    if not old:
+        return {}
+    full = Ledger.of(log)
+    return {r.instance_id: full.cost(r, epoch, since) for r in old}
 
 
 def _window(ps: dict[str, Period]) -> datetime:
