@@ -590,12 +590,13 @@ class Store:
             out.setdefault(iid, []).append((str(first), str(last), bool(running)))
         return out
 
-    def rental_runs(self, since_ts: str) -> dict[int, list[tuple[str, str, bool]]]:
+    def rental_runs(self, since_ts: str) -> dict[int, list[tuple[int, str, str, bool]]]:
         """``observed_runs`` of the instances this agent rented or adopted only, for a period from ``since_ts``:
         each one's runs from the run before its first that lasted until ``since_ts`` on (its last run when none
         did), in log order. The run before is what makes a period's spend exact: the time between it and the
-        next run is billed by both their states, and the time after an instance's last run by that run's.
-        Reads each instance's runs of the period and one before, by key, not the runs of every instance."""
+        next run is billed by both their states, and the time after an instance's last run by that run's. Each
+        run as (first seq, first ts, last ts, running). Reads each instance's runs of the period and one before,
+        by key, not the runs of every instance."""
         p = self._p
         rows = dialect.run(self._conn, (
             "WITH cut AS MATERIALIZED (SELECT i.instance_id AS iid, COALESCE("
@@ -607,9 +608,9 @@ class Store:
             " SELECT o.instance_id, o.first_seq, o.first_ts, o.last_ts, o.running FROM cut"
             " JOIN observed_runs o ON o.instance_id = cut.iid AND o.first_seq >= cut.from_seq"),
             [since_ts, since_ts]).fetchall()
-        out: dict[int, list[tuple[str, str, bool]]] = {}
-        for iid, _seq, first, last, running in sorted((int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows):
-            out.setdefault(iid, []).append((str(first), str(last), bool(running)))
+        out: dict[int, list[tuple[int, str, str, bool]]] = {}
+        for iid, seq, first, last, running in sorted((int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows):
+            out.setdefault(iid, []).append((seq, str(first), str(last), bool(running)))
         return out
 
     def host_failures_since(self, host_id: int, ts: str) -> int:

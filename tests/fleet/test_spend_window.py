@@ -112,7 +112,7 @@ def test_a_periods_read_skips_the_runs_before_it_and_those_of_instances_not_ours
     _tricky(log)
     since = spend.periods(NOW)["week"].start.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     every = log.store.observed_runs("")
-    read = log.store.rental_runs(since)
+    read = {iid: [run[1:] for run in runs] for iid, runs in log.store.rental_runs(since).items()}
     assert set(read) == {1, 2, 3, 4, 5}
     for iid, runs in read.items():
         assert runs == every[iid][len(every[iid]) - len(runs):], iid  # the newest runs, in order
@@ -136,3 +136,54 @@ def test_a_periods_read_walks_no_table_of_runs_on_sqlite(tmp_path: Any) -> None:
         steps = plans.plan(log, read[0])
         assert not any(s.startswith("SCAN") and s not in ("SCAN i", "SCAN cut") for s in steps), steps
         assert any(s.startswith("SEARCH o USING") and "(instance_id=? AND first_seq>?)" in s for s in steps), steps
+
+
+def _agrees(log: EventLog, rep: dict[str, Any]) -> None:
+    full = spend.Ledger.of(log)
+    ps = spend.periods(full.now)
+    assert {k: v["spent"] for k, v in rep["periods"].items()} == {k: round(full.spent(p), 4) for k, p in ps.items()}
+    assert {i["instance_id"]: i["spent"] for i in rep["instances"]} == {
+        r.instance_id: round(full.cost(r, EPOCH, full.now), 4) for r in full.rentals}
+    assert rep["total"] == round(sum(full.cost(r, EPOCH, full.now) for r in full.rentals), 4)
+
+
+def test_the_kept_cost_before_the_period_is_used_until_what_it_depends_on_changes(
+        new_log: Callable[..., EventLog], tmp_path: Any) -> None:
+    """``spend`` keeps each rental's cost before the reported weeks in the data directory; the next run uses it
+    (a figure written there shows), and after what changes a past figure — a price increase effective from a
+    past date, an instance seen again after days (which settles how the days between are billed), a traffic
+    note — the report is again the full computation's."""
+    import json
+
+    log = new_log()
+    _tricky(log)
+    cache = tmp_path / spend.BEFORE_FILE
+    first = spend.report(log, cache=cache)
+    _agrees(log, first)
+    kept = json.loads(cache.read_text(encoding="utf-8"))
+    assert set(kept) == {"1", "2", "3", "4", "5"}
+    real = kept["3"][1]
+    kept["3"][1] = real + 1000.0
+    cache.write_text(json.dumps(kept), encoding="utf-8")
+    assert {i["instance_id"]: i["spent"] for i in spend.report(log, cache=cache)["instances"]}[3] == round(
+        first["instances"][2]["spent"] + 1000.0, 4)
+    kept["3"][1] = real
+    cache.write_text(json.dumps(kept), encoding="utf-8")
+    assert spend.report(log, cache=cache) == first
+
+    t = NOW + timedelta(minutes=3)
+    log.clock = lambda: t
+    log.append("price.increase", {"instance_id": 2, "decision": "accepted", "ok": True, "old_dph": 0.25,
+                                  "new_dph": 0.30, "cap": 0.15, "share": 0.2, "pending_id": 2,
+                                  "effective": "2026-11-21T00:00:00.000000Z"}, "system", None)
+    log.append("tick.started", {"observation": {"instances": [{"id": 1, "ours": 1, "status": "running"},
+                                                              {"id": 4, "ours": 1, "status": "running"}],
+                                                "balance": 90.0}}, "scheduler", 10_000)
+    log.append("instance.traffic", {"instance_id": 1, "up_gb": 50.0, "up_cost": 1.0, "down_gb": 1.0,
+                                    "down_cost": 0.5}, "system", 10_000)
+    again = spend.report(log, cache=cache)
+    _agrees(log, again)
+    moved = {i["instance_id"]: i["spent"] for i in again["instances"]}
+    before = {i["instance_id"]: i["spent"] for i in first["instances"]}
+    assert moved[2] > before[2] and moved[4] > before[4]  # the changes reached the figures before the week
+    assert spend.report(log, cache=cache) == again
