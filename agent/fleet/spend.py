@@ -262,7 +262,11 @@ def _before(log: EventLog, led: Ledger, since: datetime, runs: StoredRuns, cache
     old = [r for r in led.rentals if parse_ts(r.start_ts) < since]
     if not old:
         return {}
-    keys = {r.instance_id: _inputs(log, led, r, since, runs.get(r.instance_id, [])) for r in old}
+    firsts = [runs[r.instance_id][0][0] for r in old if runs.get(r.instance_id)]
+    hashes = log.store.hashes_of(firsts)
+    for seq in set(firsts) - set(hashes):  # archived: read from its segment
+        hashes.update((e.seq, e.hash) for e in log.read(seq - 1, limit=1))
+    keys = {r.instance_id: _inputs(hashes, led, r, since, runs.get(r.instance_id, [])) for r in old}
     kept = _read_cache(cache)
     out = {iid: float(kept[str(iid)][1]) for iid, k in keys.items() if kept.get(str(iid), [None])[0] == k}
     missing = [r for r in old if r.instance_id not in out]
@@ -274,7 +278,8 @@ def _before(log: EventLog, led: Ledger, since: datetime, runs: StoredRuns, cache
     return out
 
 
-def _inputs(log: EventLog, led: Ledger, r: Rental, since: datetime, runs: list[tuple[int, str, str, bool]]) -> str:
+def _inputs(hashes: dict[int, str], led: Ledger, r: Rental, since: datetime,
+            runs: list[tuple[int, str, str, bool]]) -> str:
     """A digest of everything ``Ledger.cost(r, epoch, since)`` depends on, as far as ``led`` (read from
     ``since`` on) and the log can tell without reading all of ``r``'s runs: this module's code and the rental's
     row; the runs before the first read (fixed once a later run started: the hash of the event that began it
@@ -286,11 +291,10 @@ def _inputs(log: EventLog, led: Ledger, r: Rental, since: datetime, runs: list[t
     import json
 
     iso = utc_ts(since)
-    anchor = next(iter(log.read(runs[0][0] - 1, limit=1)), None) if runs else None
     before = [(a, min(b, iso), run) for _, a, b, run in runs if a < iso]
     notes = led.traffic.get(r.instance_id, [])
     basis = {"code": _code_digest(), "since": iso, "rental": [str(v) for v in dataclasses.astuple(r)],
-             "anchor": [anchor.seq, anchor.hash] if anchor else None, "runs": before,
+             "anchor": [runs[0][0], hashes.get(runs[0][0])] if runs else None, "runs": before,
              "runs_after": len(runs) > len(before),
              "prices": [(utc_ts(at), how, v) for at, how, v in led.prices.get(r.instance_id, [])],
              "traffic": [(utc_ts(at), c) for at, c in notes if at <= since],

@@ -613,6 +613,17 @@ class Store:
             out.setdefault(iid, []).append((seq, str(first), str(last), bool(running)))
         return out
 
+    def hashes_of(self, seqs: Sequence[int]) -> dict[int, str]:
+        """seq -> chain hash of those of ``seqs`` the events table holds (an archived event is in its segment)."""
+        out: dict[int, str] = {}
+        wanted = sorted(set(seqs))
+        for n in range(0, len(wanted), 500):
+            chunk = wanted[n:n + 500]
+            rows = dialect.run(self._conn, f"SELECT seq, hash FROM events WHERE seq IN ({', '.join([self._p] * len(chunk))})",
+                               chunk).fetchall()
+            out.update((int(r[0]), str(r[1])) for r in rows)
+        return out
+
     def host_failures_since(self, host_id: int, ts: str) -> int:
         """``host.failed`` events for ``host_id`` logged at or after ``ts``."""
         return int(self._value(self._sql("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= ?"
