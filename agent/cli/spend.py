@@ -17,7 +17,7 @@ def _m(x: Any) -> str:
 
 
 def cmd_spend(args: argparse.Namespace, app: App) -> int:
-    rep = spend.report(app.log)
+    rep = spend.report(app.log, cache=app.settings.data_path / spend.BEFORE_FILE)
     p = app.settings.policy
     rep["budgets"] = {"max_daily_spend": p.max_daily_spend, "max_monthly_spend": p.max_monthly_spend}
     rep["model"] = spend.model_cost(app.log, app.settings)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from agent.config import PolicySettings, Settings
@@ -74,12 +75,15 @@ def segments(r: Rental, runs: list[Run], now: datetime) -> list[Segment]:
     return out
 
 
-def _observations(log: EventLog, since_ts: str) -> dict[int, list[Run]]:
-    """The runs of the ticks' observations of our instances that lasted until ``since_ts`` or later, from
-    the spend read model (``observed_runs``: consecutive observations in one state, kept as each tick
-    starts)."""
-    return {iid: [(parse_ts(a), parse_ts(b), run) for a, b, run in runs]
-            for iid, runs in log.store.observed_runs(since_ts).items()}
+StoredRuns = dict[int, list[tuple[int, str, str, bool]]]  # instance id -> (first seq, first ts, last ts, running)
+
+
+def _observations(runs: StoredRuns) -> dict[int, list[Run]]:
+    """The runs of the ticks' observations of our rentals (``observed_runs``: consecutive observations in one
+    state, kept as each tick starts), read by ``rental_runs``: those that lasted until a period's start or
+    later, and the run before them, so that ``segments`` of them bill every moment from then on as all the
+    runs would."""
+    return {iid: [(parse_ts(a), parse_ts(b), run) for _, a, b, run in rs] for iid, rs in runs.items()}
 
 
 def month_to_date(log: EventLog) -> dict[str, float]:
@@ -104,11 +108,12 @@ class Ledger:
     prices: dict[int, list[PriceChange]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, log: EventLog, since: datetime | None = None) -> Ledger:
-        """From the log; observations from ``since`` on (None: all), enough for periods after it."""
+    def of(cls, log: EventLog, since: datetime | None = None, runs: StoredRuns | None = None) -> Ledger:
+        """From the log; observations from ``since`` on (None: all) and the run before: what costs from
+        ``since`` on are exactly as from every observation. ``runs``: those, when already read."""
         now = log.clock()
         rentals = log.store.rentals()
-        seen = _observations(log, utc_ts(since) if since else "")
+        seen = _observations(runs if runs is not None else log.store.rental_runs(utc_ts(since) if since else ""))
         return cls(now, rentals, {r.instance_id: segments(r, seen.get(r.instance_id, []), now) for r in rentals},
                    _traffic(log), _prices(log))
 
@@ -219,20 +224,27 @@ def _traffic(log: EventLog) -> dict[int, list[tuple[datetime, float]]]:
     return out
 
 
-def report(log: EventLog) -> dict[str, Any]:
-    """Spend today, this week, this month, per instance and per GPU model, and the live run rate."""
-    led = Ledger.of(log)
+def report(log: EventLog, cache: Path | None = None) -> dict[str, Any]:
+    """Spend today, this week, this month, per instance and per GPU model, and the live run rate.
+
+    The periods read the observations from the earliest period's start on (``Ledger.of(since=...)``: exact from
+    there); each instance's all-time figure adds what it cost before then (``_before``, kept in the file
+    ``cache`` when given)."""
+    ps = periods(log.clock())
+    since = min(p.start for p in ps.values())
+    runs = log.store.rental_runs(utc_ts(since))
+    led = Ledger.of(log, since=since, runs=runs)
     now = led.now
     ps = periods(now)
+    before = _before(log, led, since, runs, cache)
     per: dict[str, Any] = {name: {"start": utc_ts(p.start), "end": utc_ts(p.end),
                                   "spent": round(led.spent(p), 4)} for name, p in ps.items()}
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
     month = ps["month"]
     instances = []
     by_gpu: dict[str, dict[str, Any]] = {}
     grand = 0.0
     for r in led.rentals:
-        total = led.cost(r, epoch, now)
+        total = before.get(r.instance_id, 0.0) + led.cost(r, since, now)
         in_month = led.cost(r, month.start, month.end)
         grand += total
         end = parse_ts(r.end_ts) if r.end_ts else now
@@ -246,6 +258,90 @@ def report(log: EventLog) -> dict[str, Any]:
         g["month"] = round(g["month"] + in_month, 4)
     return {"as_of": utc_ts(now), "periods": per, "total": round(grand, 4),
             "run_rate_dph": round(led.live_dph(), 4), "instances": instances, "by_gpu": dict(sorted(by_gpu.items()))}
+
+
+BEFORE_FILE = "spend-before.json"
+"""Where ``spend`` keeps each rental's cost before the week or month it reports (in the data directory)."""
+
+
+def _before(log: EventLog, led: Ledger, since: datetime, runs: StoredRuns, cache: Path | None) -> dict[int, float]:
+    """What each rental that started before ``since`` cost until then: ``Ledger.cost`` over every observation
+    (``Ledger.of(log)``), or that figure as ``cache`` kept it while nothing it depends on changed (``_inputs``).
+    """
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    old = [r for r in led.rentals if parse_ts(r.start_ts) < since]
+    if not old:
+        return {}
+    firsts = [runs[r.instance_id][0][0] for r in old if runs.get(r.instance_id)]
+    hashes = log.store.hashes_of(firsts)
+    for seq in set(firsts) - set(hashes):  # archived: read from its segment
+        hashes.update((e.seq, e.hash) for e in log.read(seq - 1, limit=1))
+    keys = {r.instance_id: _inputs(hashes, led, r, since, runs.get(r.instance_id, [])) for r in old}
+    kept = _read_cache(cache)
+    out = {iid: float(kept[str(iid)][1]) for iid, k in keys.items() if kept.get(str(iid), [None])[0] == k}
+    missing = [r for r in old if r.instance_id not in out]
+    if missing:
+        full = Ledger.of(log)
+        out.update((r.instance_id, full.cost(r, epoch, since)) for r in missing)
+        if cache is not None:
+            _write_cache(cache, {str(iid): [keys[iid], out[iid]] for iid in keys})
+    return out
+
+
+def _inputs(hashes: dict[int, str], led: Ledger, r: Rental, since: datetime,
+            runs: list[tuple[int, str, str, bool]]) -> str:
+    """A digest of everything ``Ledger.cost(r, epoch, since)`` depends on, as far as ``led`` (read from
+    ``since`` on) and the log can tell without reading all of ``r``'s runs: this module's code and the rental's
+    row; the runs before the first read (fixed once a later run started: the hash of the event that began it
+    covers the whole log up to it); of those read, how the ones begun before ``since`` went until then and
+    whether another began after them (it settles the time between); the price changes; the traffic notes until
+    ``since`` and whether one came after (until one does, the rate of the last two is extrapolated)."""
+    import dataclasses
+    import hashlib
+    import json
+
+    iso = utc_ts(since)
+    before = [(a, min(b, iso), run) for _, a, b, run in runs if a < iso]
+    notes = led.traffic.get(r.instance_id, [])
+    basis = {"code": _code_digest(), "since": iso, "rental": [str(v) for v in dataclasses.astuple(r)],
+             "anchor": [runs[0][0], hashes.get(runs[0][0])] if runs else None, "runs": before,
+             "runs_after": len(runs) > len(before),
+             "prices": [(utc_ts(at), how, v) for at, how, v in led.prices.get(r.instance_id, [])],
+             "traffic": [(utc_ts(at), c) for at, c in notes if at <= since],
+             "traffic_after": any(at > since for at, _ in notes)}
+    return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()
+
+
+def _code_digest() -> str:
+    """This module's source: an accounting change makes every kept figure stale."""
+    import hashlib
+
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def _read_cache(cache: Path | None) -> dict[str, Any]:
+    import json
+
+    if cache is None:
+        return {}
+    try:
+        kept = json.loads(cache.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return kept if isinstance(kept, dict) else {}
+
+
+def _write_cache(cache: Path, kept: dict[str, Any]) -> None:
+    """Best effort, whole or not at all: a read-only data directory only costs the next run the full read."""
+    import json
+    import os
+
+    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(kept, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def _window(ps: dict[str, Period]) -> datetime:

@@ -607,6 +607,40 @@ class Store:
             out.setdefault(iid, []).append((str(first), str(last), bool(running)))
         return out
 
+    def rental_runs(self, since_ts: str) -> dict[int, list[tuple[int, str, str, bool]]]:
+        """``observed_runs`` of the instances this agent rented or adopted only, for a period from ``since_ts``:
+        each one's runs from the run before its first that lasted until ``since_ts`` on (its last run when none
+        did), in log order. The run before is what makes a period's spend exact: the time between it and the
+        next run is billed by both their states, and the time after an instance's last run by that run's. Each
+        run as (first seq, first ts, last ts, running). Reads each instance's runs of the period and one before,
+        by key, not the runs of every instance."""
+        p = self._p
+        rows = dialect.run(self._conn, (
+            "WITH cut AS MATERIALIZED (SELECT i.instance_id AS iid, COALESCE("
+            " (SELECT MAX(b.first_seq) FROM observed_runs b WHERE b.instance_id = i.instance_id AND b.first_seq <"
+            f"   (SELECT MIN(k.first_seq) FROM observed_runs k WHERE k.instance_id = i.instance_id AND k.last_ts >= {p})),"
+            f" (SELECT MIN(k.first_seq) FROM observed_runs k WHERE k.instance_id = i.instance_id AND k.last_ts >= {p}),"
+            " (SELECT MAX(k.first_seq) FROM observed_runs k WHERE k.instance_id = i.instance_id)) AS from_seq"
+            " FROM instances i)"
+            " SELECT o.instance_id, o.first_seq, o.first_ts, o.last_ts, o.running FROM cut"
+            " JOIN observed_runs o ON o.instance_id = cut.iid AND o.first_seq >= cut.from_seq"),
+            [since_ts, since_ts]).fetchall()
+        out: dict[int, list[tuple[int, str, str, bool]]] = {}
+        for iid, seq, first, last, running in sorted((int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows):
+            out.setdefault(iid, []).append((seq, str(first), str(last), bool(running)))
+        return out
+
+    def hashes_of(self, seqs: Sequence[int]) -> dict[int, str]:
+        """seq -> chain hash of those of ``seqs`` the events table holds (an archived event is in its segment)."""
+        out: dict[int, str] = {}
+        wanted = sorted(set(seqs))
+        for n in range(0, len(wanted), 500):
+            chunk = wanted[n:n + 500]
+            rows = dialect.run(self._conn, f"SELECT seq, hash FROM events WHERE seq IN ({', '.join([self._p] * len(chunk))})",
+                               chunk).fetchall()
+            out.update((int(r[0]), str(r[1])) for r in rows)
+        return out
+
     def host_failures_since(self, host_id: int, ts: str) -> int:
         """``host.failed`` events for ``host_id`` logged at or after ``ts``."""
         return int(self._value(self._sql("SELECT COUNT(*) FROM events WHERE kind = 'host.failed' AND ts >= ?"
