@@ -5,7 +5,9 @@ observation records them per instance (``jobs``). Between two observations in wh
 running GPU of ours busy (jobs pending at both), an instance that was running at the first did
 ``jobs_b - jobs_a`` jobs in ``num_gpus × (t_b - t_a)`` GPU-hours. Summed per GPU model over the recent
 observations, that is what the model delivers: downtime between ticks, slow starts and restarts included,
-which is what sizing needs. Intervals where the queue ran dry cannot say how much more a GPU could have done,
+which is what sizing needs. An instance is counted from its first completed job on: until then the job in
+hand is work done that no completion shows yet (a fresh 4-jobs/h GPU shows none in its first five minutes,
+which would say it does nothing). Intervals where the queue ran dry cannot say how much more a GPU could have done,
 but they do say it did at least what it did: summed per model they are a floor under the estimate, so a
 prior that undersells a GPU is corrected even by a fleet that never falls behind (and would otherwise be
 kept too large for ever, its surplus never seen).
@@ -17,9 +19,11 @@ observations, so a replay sees the same figures.
 
 A GPU model not yet measured and with no configured prior of its own is not assumed to do the flat
 ``policy.jobs_per_hour``: vast.ai rates every offer and instance with ``dlperf`` (its deep-learning
-performance score), and the jobs an hour per dlperf point the measured models delivered (each with at least
-``DLPERF_MIN_GPU_HOURS`` GPU-hours and ``DLPERF_MIN_JOBS`` jobs measured) times the model's dlperf per GPU is
-its prior. An H100 is then not counted as a quarter of what it does, nor an RTX 3090 as twice.
+performance score), and the jobs an hour per dlperf point the measured models deliver (each with at least
+``DLPERF_MIN_GPU_HOURS`` GPU-hours measured, its estimate blended with the flat prior as above, weighed by its
+GPU-hours) times the model's dlperf per GPU is its prior. An H100 is then not counted as a quarter of what it
+does, nor an RTX A6000 as an RTX 4090, as soon as one model has run busy for a quarter of a GPU-hour: the offers
+are ranked per job by what they do from then on, not by a flat guess.
 """
 
 from __future__ import annotations
@@ -42,8 +46,7 @@ LEARNED_GPU_HOURS = 1.0
 FLOOR_GPU_HOURS = 0.5
 """GPU-hours of intervals with the queue dry before what a model did in them is a floor under its estimate."""
 DLPERF_MIN_GPU_HOURS = 0.25
-DLPERF_MIN_JOBS = 6.0
-"""What a measured model needs (GPU-hours, jobs) before it calibrates the jobs an hour per dlperf point."""
+"""GPU-hours a measured model needs before its estimate calibrates the jobs an hour per dlperf point."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,9 @@ class Throughput:
         jobs = points = 0.0
         for gpu, (j, h) in self.measured.items():
             d = self.dlperf.get(gpu)
-            if d and d > 0 and h >= DLPERF_MIN_GPU_HOURS and j >= DLPERF_MIN_JOBS:
-                jobs += j
+            if d and d > 0 and h >= DLPERF_MIN_GPU_HOURS:
+                flat = float(self.by_gpu.get(gpu, self.default))  # its estimate, over the flat prior not this one
+                jobs += (flat * PRIOR_GPU_HOURS + j) / (PRIOR_GPU_HOURS + h) * h
                 points += h * d
         return jobs / points if points > 0 else None
 
@@ -163,8 +167,8 @@ def _interval(a: Mapping[str, Any], b: Mapping[str, Any], busy: bool = True) -> 
     for i in b.get("instances") or []:
         x = before.get(i.get("id"))
         ja, jb = (x or {}).get("jobs"), i.get("jobs")
-        if x is None or not isinstance(ja, int) or not isinstance(jb, int) or jb < ja:
-            continue
+        if x is None or not isinstance(ja, int) or not isinstance(jb, int) or jb < ja or ja < 1:
+            continue  # ja < 1: its first job still in hand, which the count of completions leaves out
         gpus = int(x.get("num_gpus") or 1)
         out.append((str(x.get("gpu_name") or "?"), float(jb - ja), gpus * (tb - ta) / 3600.0))
     return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -163,7 +163,10 @@ class RulesProvider:
         avoid = banned | self._failed_hosts(stuck_after) | self._scheduling_failed_hosts() | {int(i["host_id"]) for i in ours
                                                             if i["id"] in flapping and i["host_id"] is not None}
         live = [i for i in ours if i not in dead and i not in outbid]
-        ending = _ending(live)
+        # a GPU model the operators no longer allow: replaced like an instance whose contract ends, not dropped
+        # before its replacement runs (that would only make the jobs wait)
+        barred = {i["id"]: why for i in live if (why := view.offer_refusal(str(i["gpu_name"]), 0.0, None))}
+        ending = tuple(i for i in live if i["id"] in barred or i in _ending(live))
         live = [i for i in live if i not in ending]
         tp = _Rates.of(obs, s.policy.jobs_per_hour, s.policy.jobs_per_hour_by_gpu)
         d = obs.get("demand") or {}
@@ -193,7 +196,7 @@ class RulesProvider:
         keep = _keep(need, rate, pending, capacity, tick_h) if d else capacity
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
                      rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending,
-                     outbid, s.policy.interruptible, extra)
+                     outbid, s.policy.interruptible, extra, barred)
 
 
 def _advice_text(advice: tuple[str, ...]) -> str:
@@ -256,6 +259,7 @@ class _Plan:
     outbid: tuple[dict[str, Any], ...] = ()  # outbid, kept until the market falls back: not capacity, not dead
     interruptible: bool = False  # policy.interruptible: bids cover gaps and replace old on-demand instances
     headroom: float = 0.0  # jobs/h of need kept for outbids (agent/model/bidding.py)
+    barred: dict[int, str] = field(default_factory=dict)  # ending: id -> why its GPU model is no longer allowed
 
     def jph(self, i: dict[str, Any]) -> float:
         return self.tp.per_instance(str(i["gpu_name"]), i.get("num_gpus"))
@@ -342,7 +346,8 @@ def _retire(plan: _Plan) -> list[tuple[dict[str, Any], str]]:
     running = sum(plan.jph(i) for i in plan.live if i["status"] == "running")
     if not plan.ending or running < plan.need:
         return []
-    return [(i, f"retire: {_stop(i)}; the running rest deliver {running:.1f} of the {plan.need:.1f} jobs/h needed")
+    return [(i, f"retire: {_stop(i) if i['id'] not in plan.barred else plan.barred[i['id']]}; the running rest "
+             f"deliver {running:.1f} of the {plan.need:.1f} jobs/h needed")
             for i in plan.ending
             if not str(i.get("label") or "").endswith(DRAINING)]  # being drained: the tick destroys it once idle
 
@@ -501,6 +506,8 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
 COVER_STEP = 0.1  # jobs/h: the grain the covers sum capacity in
 EXTRA_WORTH = 0.5  # a job/h bought beyond the gap counts for this much of one in the gap (spare, not needed)
 BARGAIN_SPEND = 2.0  # a cover chosen per job costs at most this many times the cheapest cover an hour
+NEAR_BEST = 0.10  # an offer within this share of the best $ per job on offer is as good as the best
+NEAR_PART = 0.5  # ...and rented for this share of the gap or more when too few of them cover all of it
 
 
 def _sets(offers: list[dict[str, Any]], room: int, limit: float,
@@ -560,17 +567,33 @@ def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
         return cheapest
     limit = min(budget, BARGAIN_SPEND * sum(o["dph"] for o in cheapest))
     target = math.ceil(short / COVER_STEP - 1e-9)
-    # a multi-GPU box delivering more than the whole gap is a bet of that much capacity on one host: taken when
-    # the cheapest cover needs it, never as a bargain
-    offers = [o for o in offers if o in cheapest or _gpus(o) == 1 or o["jph"] <= short]
 
     def per_job(v: tuple[float, tuple[int, ...]], c: int) -> float:
         return v[0] / (min(c, target) + EXTRA_WORTH * max(0, c - target))
 
-    done = [(per_job(v, c), v[0], v[1]) for (k, c), v in _sets(offers, room, limit, None).items() if c >= target]
-    if not done:
-        return cheapest
-    return _in_order(offers, min(done)[2])
+    def pick(among: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        done = [(per_job(v, c), v[0], v[1]) for (k, c), v in _sets(among, room, limit, None).items() if c >= target]
+        return _in_order(among, min(done)[2]) if done else None
+
+    # The gap covered by offers as good per job as the best on offer, when that costs at most BARGAIN_SPEND x
+    # the cheapest cover an hour: a multi-GPU box among them too, however far it overshoots the gap (what it
+    # brings beyond lets the fleet's dearer instances go: agent/model/rules.py _surplus). Offers a fifth
+    # dearer per job would do each of those jobs for a fifth more for as long as they run.
+    best = min((o["per_job"] for o in offers if o["dph"] <= limit + 1e-9), default=None)
+    if best is not None:
+        good = [o for o in offers if o["per_job"] <= (1 + NEAR_BEST) * best + 1e-12]
+        near = pick(good)
+        if near:
+            return near
+        # Too few of them for the whole gap within the rents and $/h left: as much of it as they cover, when that
+        # is NEAR_PART of it or more (the rest once rents free up), rather than the whole of it dearer per job for
+        # as long as that runs.
+        part = max(((c, -v[0], v[1]) for (k, c), v in _sets(good, room, limit, None).items() if c > 0), default=None)
+        if part is not None and part[0] >= NEAR_PART * target:
+            return _in_order(good, part[2])
+    # else: a multi-GPU box delivering more than the whole gap is a bet of that much capacity on one host, taken
+    # when the cheapest cover needs it, never as a bargain dearer per job than the best
+    return pick([o for o in offers if o in cheapest or _gpus(o) == 1 or o["jph"] <= short]) or cheapest
 
 
 def _is_dead(i: dict[str, Any], stuck_after: float) -> bool:

@@ -147,17 +147,25 @@ def test_the_rent_step_picks_the_cheapest_per_job_cover_over_the_cheapest_per_ho
 
     calls, text = rules._rent_step(small, [D()])
     assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)
-    # nor is a multi-GPU box delivering more than the whole gap, however cheap per job: that much capacity on
-    # one host is a bet, not a bargain (unless nothing cheaper covers the gap)
+    # a multi-GPU box delivering far more than the gap, the best per job on offer and within twice the cheapest
+    # cover an hour, is rented (what it brings beyond the gap lets dearer instances go); dearer than that, it is
+    # a bet of capacity on one host, taken only when the cheapest cover needs it
     box = "\n".join([*dear.splitlines(), "15 | RTX 4090 x4 | 0.500 | 0.990 | 4 | Texas, US | 32.0 | 0.0156"])
 
     class B:
         payload = {"name": "search_offers", "ok": True, "output": box}
 
     calls, text = rules._rent_step(small, [B()])
-    assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)
+    assert [c[1]["offer_id"] for c in calls] == [15], (calls, text)
+    big = box.replace("| 0.500 |", "| 0.600 |").replace("0.0156", "0.0188")
+
+    class G:
+        payload = {"name": "search_offers", "ok": True, "output": big}
+
+    calls, text = rules._rent_step(small, [G()])
+    assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)  # $0.60/h: over twice the 3090's $0.26
     wide = rules._Plan(**{**plan.__dict__, "need": 30.0, "pending": 30})
-    calls, text = rules._rent_step(wide, [B()])
+    calls, text = rules._rent_step(wide, [G()])
     assert [c[1]["offer_id"] for c in calls] == [15], (calls, text)  # the cheapest cover of 30 jobs/h
 
 
