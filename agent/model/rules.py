@@ -6,11 +6,13 @@ our dead, stuck or flapping instances; size the fleet on throughput (the jobs/h
 each GPU model delivers, agent/fleet/throughput.py) to serve the arrivals plus
 the backlog cleared within ``policy.drain_within``, counting instances still
 starting; when under 0.95× that (or short at all while a backlog keeps every
-instance busy), rent the offers that cover the gap for the fewest $ per job
-(capacity beyond the gap counted at half its worth, at most twice the $/h of
-the cheapest cover, no multi-GPU box bigger than the gap unless the cheapest
-cover needs it) on hosts no knowledge file, directive or recent operator note
-blacklists; destroy an instance the rest
+instance busy), rent offers within ``NEAR_BEST`` of the best $ per job on offer
+that cover the gap (a multi-GPU box among them), at most twice the $/h of the
+cheapest cover (failing that, the offers that cover it for the fewest $ per job,
+capacity beyond the gap counted at half its worth, no multi-GPU box bigger than
+the gap unless the cheapest cover needs it) on hosts no knowledge file, directive
+or recent operator note blacklists; replace an instance of a GPU model they no
+longer allow as one whose contract ends (below); destroy an instance the rest
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
 offers cover that for under half its $/h; an instance whose contract ends within
@@ -555,13 +557,15 @@ def _cheapest_cover(offers: list[dict[str, Any]], short: float, room: int,
 
 def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
                 budget: float) -> list[dict[str, Any]] | None:
-    """The offers that together deliver at least ``short`` jobs/h for the fewest $ per job: $/h over the jobs/h
-    in the gap plus ``EXTRA_WORTH`` of each job/h beyond it (capacity bought at a bargain is worth having, if
-    not as much as what is needed), never costing more than ``BARGAIN_SPEND``× the cheapest cover an hour;
-    at most ``room`` offers and ``budget`` $/h in all, and no multi-GPU box delivering more than the whole gap
-    unless the cheapest cover has it. None when nothing covers the gap. The jobs are the same
-    whoever does them: a small gap is not covered by the fewest $/h when a little more buys a GPU that does
-    each job for less."""
+    """The offers to rent for a gap of ``short`` jobs/h, at most ``room`` of them and ``budget`` $/h in all, never
+    costing more than ``BARGAIN_SPEND``× the cheapest cover an hour. Offers within ``NEAR_BEST`` of the best $
+    per job on offer cover it when they can (a multi-GPU box among them however far it overshoots), or
+    ``NEAR_PART`` of it or more when too few of them are left for all of it. Failing that, the set that covers
+    it for the fewest $ per job: $/h over the jobs/h in the gap plus ``EXTRA_WORTH`` of each job/h beyond it
+    (capacity bought at a bargain is worth having, if not as much as what is needed), no multi-GPU box
+    delivering more than the whole gap unless the cheapest cover has it. None when nothing covers the gap. The
+    jobs are the same whoever does them: a small gap is not covered by the fewest $/h when a little more buys a
+    GPU that does each job for less."""
     cheapest = _cheapest_cover(offers, short, room, budget)
     if not cheapest:
         return cheapest
@@ -577,7 +581,7 @@ def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
 
     # The gap covered by offers as good per job as the best on offer, when that costs at most BARGAIN_SPEND x
     # the cheapest cover an hour: a multi-GPU box among them too, however far it overshoots the gap (what it
-    # brings beyond lets the fleet's dearer instances go: agent/model/rules.py _surplus). Offers a fifth
+    # brings beyond lets the fleet's dearer instances go: _surplus). Offers a fifth
     # dearer per job would do each of those jobs for a fifth more for as long as they run.
     best = min((o["per_job"] for o in offers if o["dph"] <= limit + 1e-9), default=None)
     if best is not None:

@@ -390,3 +390,31 @@ def test_the_search_compares_multi_gpu_offers_and_rents_one_cheapest_per_job(mak
     rented = {i["_offer_id"] for i in sim.instances.values()}
     assert box["id"] in rented, ([(i["gpu_name"], i["num_gpus"], i["dph_total"]) for i in sim.instances.values()],
                                  events_of(app, "model.response")[-1].payload["text"])
+
+
+def test_a_box_cheapest_per_job_is_rented_for_a_gap_smaller_than_it(make_app, sim, sim_clock):
+    """A gap one GPU covers, and a 4-GPU RTX 4090 box at 1.8x the $/h of the cheapest single GPU offer (under
+    half its $ per job): the box is rented (what it brings beyond the gap lets dearer instances go), not the
+    single GPU at twice the $ per job."""
+    from agent.sim.demand import parse_shape
+    from tests.conftest import plant_ours, priced, within_policy
+
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.shape = parse_shape({"shape": "constant", "rate": 16}, sim_clock())
+    sim.pending = 0.0
+    app = make_app(provider="rules", policy=ROOMY, fleet=FLEET)
+    plant_ours(app, sim, sim.find_offer("RTX 4090")["id"])
+    single = min(priced(app.settings, o) for o in sim.offers.values() if o["num_gpus"] == 1 and not o["rented"]
+                 and within_policy(app.settings, o))
+    box = next(o for o in sorted(sim.offers.values(), key=lambda o: o["id"])
+               if o["num_gpus"] == 4 and o["gpu_name"] == "RTX 4090" and o["host_id"] not in sim.bad_hosts
+               and o["reliability"] >= ROOMY["min_reliability"] and o["disk_space"] >= FLEET["disk_gb"]
+               and not o["rented"])
+    box["dph_base"] = round(1.8 * single - (priced(app.settings, box) - box["dph_base"]), 4)
+    box["dph_total"] = round(box["dph_base"] + 0.01, 4)
+    before = set(sim.instances)
+    _ticks(app, sim, sim_clock, 1)
+    new = [sim.instances[i] for i in sorted(set(sim.instances) - before)]
+    assert [i["_offer_id"] for i in new] == [box["id"]], ([(i["gpu_name"], i["num_gpus"], i["dph_total"])
+                                                           for i in new],
+                                                          events_of(app, "model.response")[-1].payload["text"])
