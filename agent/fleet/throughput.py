@@ -73,12 +73,14 @@ class Throughput:
     floor: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # the same, with the queue dry
     dlperf: Mapping[str, float] = field(default_factory=dict)  # gpu -> vast.ai's dlperf per GPU, where known
 
-    def per_dlperf(self) -> float | None:
-        """Jobs an hour per dlperf point, from the measured models whose dlperf is known; None without one."""
+    def per_dlperf(self, without: str | None = None) -> float | None:
+        """Jobs an hour per dlperf point, from the measured models whose dlperf is known (but ``without``: a
+        model's own prior is not drawn from its own measurement, which its estimate blends in already); None
+        without one."""
         jobs = points = 0.0
         for gpu, (j, h) in self.measured.items():
             d = self.dlperf.get(gpu)
-            if d and d > 0 and h >= DLPERF_MIN_GPU_HOURS:
+            if d and d > 0 and h >= DLPERF_MIN_GPU_HOURS and gpu != without:
                 flat = float(self.by_gpu.get(gpu, self.default))  # its estimate, over the flat prior not this one
                 jobs += (flat * PRIOR_GPU_HOURS + j) / (PRIOR_GPU_HOURS + h) * h
                 points += h * d
@@ -91,12 +93,12 @@ class Throughput:
             return "measured"
         if gpu in self.by_gpu:
             return "configured"
-        return "dlperf" if self.per_dlperf() is not None and self.dlperf.get(gpu) else "assumed"
+        return "dlperf" if self.per_dlperf(gpu) is not None and self.dlperf.get(gpu) else "assumed"
 
     def prior(self, gpu: str) -> float:
         if gpu in self.by_gpu:
             return float(self.by_gpu[gpu])
-        k, d = self.per_dlperf(), self.dlperf.get(gpu)
+        k, d = self.per_dlperf(gpu), self.dlperf.get(gpu)
         return k * d if k is not None and d else float(self.default)
 
     def with_dlperf(self, more: Mapping[str, float]) -> Throughput:

@@ -218,17 +218,20 @@ class _Rates:
     default: float
     by_gpu: dict[str, float]
     learned: frozenset[str]
+    informed: bool = False  # a model's figure rests on more than the flat policy.jobs_per_hour: offers compare
 
     @classmethod
     def of(cls, obs: dict[str, Any], default: float, priors: dict[str, float]) -> _Rates:
         rates = dict(priors)
         learned = set()
+        informed = bool(priors)
         for gpu, m in (obs.get("gpu_models") or {}).items():
             if isinstance(m, dict) and isinstance(m.get("jobs_per_h"), int | float) and m["jobs_per_h"] > 0:
                 rates[gpu] = float(m["jobs_per_h"])
                 if (m.get("measured_gpu_h") or 0) >= 1:
                     learned.add(gpu)
-        return cls(default, rates, frozenset(learned))
+                informed = informed or m.get("basis") in ("measured", "dlperf", "configured")
+        return cls(default, rates, frozenset(learned), informed)
 
     def per_gpu(self, gpu: str) -> float:
         return self.by_gpu.get(gpu, self.default)
@@ -344,9 +347,11 @@ def _ending(live: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
 
 def _retire(plan: _Plan) -> list[tuple[dict[str, Any], str]]:
     """Instances ending soon, destroyed once the running rest of the fleet covers what it must deliver (their
-    replacements run); until then they keep working, and at their end date vast.ai stops them (then dead)."""
+    replacements run) to within ``RENT_BELOW`` of it (a market that has nothing left to close the last sliver
+    would otherwise keep them for good, while a backlog of a few jobs lasts); until then they keep working, and
+    at their end date vast.ai stops them (then dead)."""
     running = sum(plan.jph(i) for i in plan.live if i["status"] == "running")
-    if not plan.ending or running < plan.need:
+    if not plan.ending or running < RENT_BELOW * plan.need:  # as near need as a dry queue rents to
         return []
     return [(i, f"retire: {_stop(i) if i['id'] not in plan.barred else plan.barred[i['id']]}; the running rest "
              f"deliver {running:.1f} of the {plan.need:.1f} jobs/h needed")
@@ -473,7 +478,8 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
                 key=lambda o: (o["per_job"], o["dph"], o["id"]))
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
-    picks = (_cheapest_cover if swap else _best_cover)(ok, short, room, plan.max_dph - fleet_dph)
+    picks = _cheapest_cover(ok, short, room, plan.max_dph - fleet_dph) if swap else \
+        _best_cover(ok, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
     if swap:
         x, limit = swap.x, swap.limit
         if picks is None or sum(o["dph"] for o in picks) >= limit:
@@ -556,11 +562,13 @@ def _cheapest_cover(offers: list[dict[str, Any]], short: float, room: int,
 
 
 def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
-                budget: float) -> list[dict[str, Any]] | None:
+                budget: float, informed: bool = True) -> list[dict[str, Any]] | None:
     """The offers to rent for a gap of ``short`` jobs/h, at most ``room`` of them and ``budget`` $/h in all, never
     costing more than ``BARGAIN_SPEND``× the cheapest cover an hour. Offers within ``NEAR_BEST`` of the best $
     per job on offer cover it when they can (a multi-GPU box among them however far it overshoots), or
-    ``NEAR_PART`` of it or more when too few of them are left for all of it. Failing that, the set that covers
+    ``NEAR_PART`` of it or more when too few of them are left for all of it; not while every model's jobs/h is
+    the flat ``policy.jobs_per_hour`` (not ``informed``: the $ per job of one offer against another is then a
+    guess, an RTX 3090 box as good as an RTX 4090 one). Failing that, the set that covers
     it for the fewest $ per job: $/h over the jobs/h in the gap plus ``EXTRA_WORTH`` of each job/h beyond it
     (capacity bought at a bargain is worth having, if not as much as what is needed), no multi-GPU box
     delivering more than the whole gap unless the cheapest cover has it. None when nothing covers the gap. The
@@ -584,7 +592,7 @@ def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
     # brings beyond lets the fleet's dearer instances go: _surplus). Offers a fifth
     # dearer per job would do each of those jobs for a fifth more for as long as they run.
     best = min((o["per_job"] for o in offers if o["dph"] <= limit + 1e-9), default=None)
-    if best is not None:
+    if best is not None and informed:
         good = [o for o in offers if o["per_job"] <= (1 + NEAR_BEST) * best + 1e-12]
         near = pick(good)
         if near:
