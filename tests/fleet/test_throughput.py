@@ -214,6 +214,11 @@ def test_a_model_not_yet_measured_is_priced_by_its_dlperf_from_the_measured_ones
     early = throughput.Throughput(8.0, {}, {"RTX 3090": (2.0, 0.5)}, {}, {**dl, "RTX A6000": 44.0})
     assert early.per_gpu("RTX A6000") == pytest.approx(44.0 * (8.0 * w + 2.0) / (w + 0.5) / 31.0)
     assert early.per_gpu("RTX A6000") < early.per_gpu("RTX 4090") < 8.0 * 1.5
+    # a model's own prior is not drawn from its own measurement: a quarter GPU-hour with no job done blends with
+    # the flat 8 once (4 jobs/h), not with a dlperf prior that already says 4 (2 jobs/h)
+    alone = throughput.Throughput(8.0, {}, {"RTX 3090": (0.0, 0.25)}, {}, dl)
+    assert alone.per_gpu("RTX 3090") == pytest.approx(4.0) and alone.basis("RTX 3090") == "assumed"
+    assert alone.per_gpu("RTX 4090") == pytest.approx(8.0)  # 62 points at 4/31 a point
     assert throughput.dlperf_of([("RTX 4090", 2, 124.0), ("RTX 4090", 1, 60.0), ("RTX 4090", 1, 70.0),
                                  ("H100 SXM", 1, None), (None, 1, 10.0)]) == {"RTX 4090": 62.0}
 
