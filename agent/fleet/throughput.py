@@ -5,9 +5,7 @@ observation records them per instance (``jobs``). Between two observations in wh
 running GPU of ours busy (jobs pending at both), an instance that was running at the first did
 ``jobs_b - jobs_a`` jobs in ``num_gpus × (t_b - t_a)`` GPU-hours. Summed per GPU model over the recent
 observations, that is what the model delivers: downtime between ticks, slow starts and restarts included,
-which is what sizing needs. An instance is counted from its first completed job on: until then the job in
-hand is work done that no completion shows yet (a fresh 4-jobs/h GPU shows none in its first five minutes,
-which would say it does nothing). Intervals where the queue ran dry cannot say how much more a GPU could have done,
+which is what sizing needs. Intervals where the queue ran dry cannot say how much more a GPU could have done,
 but they do say it did at least what it did: summed per model they are a floor under the estimate, so a
 prior that undersells a GPU is corrected even by a fleet that never falls behind (and would otherwise be
 kept too large for ever, its surplus never seen).
@@ -169,8 +167,8 @@ def _interval(a: Mapping[str, Any], b: Mapping[str, Any], busy: bool = True) -> 
     for i in b.get("instances") or []:
         x = before.get(i.get("id"))
         ja, jb = (x or {}).get("jobs"), i.get("jobs")
-        if x is None or not isinstance(ja, int) or not isinstance(jb, int) or jb < ja or ja < 1:
-            continue  # ja < 1: its first job still in hand, which the count of completions leaves out
+        if x is None or not isinstance(ja, int) or not isinstance(jb, int) or jb < ja:
+            continue
         gpus = int(x.get("num_gpus") or 1)
         out.append((str(x.get("gpu_name") or "?"), float(jb - ja), gpus * (tb - ta) / 3600.0))
     return out

@@ -598,11 +598,15 @@ def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
         if near:
             return near
         # Too few of them for the whole gap within the rents and $/h left: as much of it as they cover, when that
-        # is NEAR_PART of it or more (the rest once rents free up), rather than the whole of it dearer per job for
-        # as long as that runs.
+        # is NEAR_PART of it or more, and the rest from the other offers as far as the rents left allow (else once
+        # rents free up), rather than the whole of it dearer per job for as long as that runs.
         part = max(((c, -v[0], v[1]) for (k, c), v in _sets(good, room, limit, None).items() if c > 0), default=None)
         if part is not None and part[0] >= NEAR_PART * target:
-            return _in_order(good, part[2])
+            took = _in_order(good, part[2])
+            rest = short - sum(o["jph"] for o in took)
+            more = _best_cover([o for o in offers if o not in took], rest, room - len(took),
+                               budget - sum(o["dph"] for o in took), informed) if rest > 0 else []
+            return took + (more or [])
     # else: a multi-GPU box delivering more than the whole gap is a bet of that much capacity on one host, taken
     # when the cheapest cover needs it, never as a bargain dearer per job than the best
     return pick([o for o in offers if o in cheapest or _gpus(o) == 1 or o["jph"] <= short]) or cheapest
