@@ -17,9 +17,11 @@ observations, so a replay sees the same figures.
 
 A GPU model not yet measured and with no configured prior of its own is not assumed to do the flat
 ``policy.jobs_per_hour``: vast.ai rates every offer and instance with ``dlperf`` (its deep-learning
-performance score), and the jobs an hour per dlperf point the measured models delivered (each with at least
-``DLPERF_MIN_GPU_HOURS`` GPU-hours and ``DLPERF_MIN_JOBS`` jobs measured) times the model's dlperf per GPU is
-its prior. An H100 is then not counted as a quarter of what it does, nor an RTX 3090 as twice.
+performance score), and the jobs an hour per dlperf point the measured models deliver (each with at least
+``DLPERF_MIN_GPU_HOURS`` GPU-hours measured, its estimate blended with the flat prior as above, weighed by its
+GPU-hours) times the model's dlperf per GPU is its prior. An H100 is then not counted as a quarter of what it
+does, nor an RTX A6000 as an RTX 4090, as soon as one model has run busy for a quarter of a GPU-hour: the offers
+are ranked per job by what they do from then on, not by a flat guess.
 """
 
 from __future__ import annotations
@@ -42,8 +44,7 @@ LEARNED_GPU_HOURS = 1.0
 FLOOR_GPU_HOURS = 0.5
 """GPU-hours of intervals with the queue dry before what a model did in them is a floor under its estimate."""
 DLPERF_MIN_GPU_HOURS = 0.25
-DLPERF_MIN_JOBS = 6.0
-"""What a measured model needs (GPU-hours, jobs) before it calibrates the jobs an hour per dlperf point."""
+"""GPU-hours a measured model needs before its estimate calibrates the jobs an hour per dlperf point."""
 
 
 @dataclass(frozen=True)
@@ -70,13 +71,16 @@ class Throughput:
     floor: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # the same, with the queue dry
     dlperf: Mapping[str, float] = field(default_factory=dict)  # gpu -> vast.ai's dlperf per GPU, where known
 
-    def per_dlperf(self) -> float | None:
-        """Jobs an hour per dlperf point, from the measured models whose dlperf is known; None without one."""
+    def per_dlperf(self, without: str | None = None) -> float | None:
+        """Jobs an hour per dlperf point, from the measured models whose dlperf is known (but ``without``: a
+        model's own prior is not drawn from its own measurement, which its estimate blends in already); None
+        without one."""
         jobs = points = 0.0
         for gpu, (j, h) in self.measured.items():
             d = self.dlperf.get(gpu)
-            if d and d > 0 and h >= DLPERF_MIN_GPU_HOURS and j >= DLPERF_MIN_JOBS:
-                jobs += j
+            if d and d > 0 and h >= DLPERF_MIN_GPU_HOURS and gpu != without:
+                flat = float(self.by_gpu.get(gpu, self.default))  # its estimate, over the flat prior not this one
+                jobs += (flat * PRIOR_GPU_HOURS + j) / (PRIOR_GPU_HOURS + h) * h
                 points += h * d
         return jobs / points if points > 0 else None
 
@@ -87,12 +91,12 @@ class Throughput:
             return "measured"
         if gpu in self.by_gpu:
             return "configured"
-        return "dlperf" if self.per_dlperf() is not None and self.dlperf.get(gpu) else "assumed"
+        return "dlperf" if self.per_dlperf(gpu) is not None and self.dlperf.get(gpu) else "assumed"
 
     def prior(self, gpu: str) -> float:
         if gpu in self.by_gpu:
             return float(self.by_gpu[gpu])
-        k, d = self.per_dlperf(), self.dlperf.get(gpu)
+        k, d = self.per_dlperf(gpu), self.dlperf.get(gpu)
         return k * d if k is not None and d else float(self.default)
 
     def with_dlperf(self, more: Mapping[str, float]) -> Throughput:

@@ -6,11 +6,13 @@ our dead, stuck or flapping instances; size the fleet on throughput (the jobs/h
 each GPU model delivers, agent/fleet/throughput.py) to serve the arrivals plus
 the backlog cleared within ``policy.drain_within``, counting instances still
 starting; when under 0.95× that (or short at all while a backlog keeps every
-instance busy), rent the offers that cover the gap for the fewest $ per job
-(capacity beyond the gap counted at half its worth, at most twice the $/h of
-the cheapest cover, no multi-GPU box bigger than the gap unless the cheapest
-cover needs it) on hosts no knowledge file, directive or recent operator note
-blacklists; destroy an instance the rest
+instance busy), rent offers within ``NEAR_BEST`` of the best $ per job on offer
+that cover the gap (a multi-GPU box among them), at most twice the $/h of the
+cheapest cover (failing that, the offers that cover it for the fewest $ per job,
+capacity beyond the gap counted at half its worth, no multi-GPU box bigger than
+the gap unless the cheapest cover needs it) on hosts no knowledge file, directive
+or recent operator note blacklists; replace an instance of a GPU model they no
+longer allow as one whose contract ends (below); destroy an instance the rest
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
 offers cover that for under half its $/h; an instance whose contract ends within
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -163,7 +165,10 @@ class RulesProvider:
         avoid = banned | self._failed_hosts(stuck_after) | self._scheduling_failed_hosts() | {int(i["host_id"]) for i in ours
                                                             if i["id"] in flapping and i["host_id"] is not None}
         live = [i for i in ours if i not in dead and i not in outbid]
-        ending = _ending(live)
+        # a GPU model the operators no longer allow: replaced like an instance whose contract ends, not dropped
+        # before its replacement runs (that would only make the jobs wait)
+        barred = {i["id"]: why for i in live if (why := view.offer_refusal(str(i["gpu_name"]), 0.0, None))}
+        ending = tuple(i for i in live if i["id"] in barred or i in _ending(live))
         live = [i for i in live if i not in ending]
         tp = _Rates.of(obs, s.policy.jobs_per_hour, s.policy.jobs_per_hour_by_gpu)
         d = obs.get("demand") or {}
@@ -194,7 +199,7 @@ class RulesProvider:
         keep = _keep(need, rate, pending, capacity, tick_h) if d else capacity
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
                      rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending,
-                     outbid, s.policy.interruptible, extra)
+                     outbid, s.policy.interruptible, extra, barred)
 
 
 def _advice_text(advice: tuple[str, ...]) -> str:
@@ -214,17 +219,20 @@ class _Rates:
     default: float
     by_gpu: dict[str, float]
     learned: frozenset[str]
+    informed: bool = False  # a model's figure rests on more than the flat policy.jobs_per_hour: offers compare
 
     @classmethod
     def of(cls, obs: dict[str, Any], default: float, priors: dict[str, float]) -> _Rates:
         rates = dict(priors)
         learned = set()
+        informed = bool(priors)
         for gpu, m in (obs.get("gpu_models") or {}).items():
             if isinstance(m, dict) and isinstance(m.get("jobs_per_h"), int | float) and m["jobs_per_h"] > 0:
                 rates[gpu] = float(m["jobs_per_h"])
                 if (m.get("measured_gpu_h") or 0) >= 1:
                     learned.add(gpu)
-        return cls(default, rates, frozenset(learned))
+                informed = informed or m.get("basis") in ("measured", "dlperf", "configured")
+        return cls(default, rates, frozenset(learned), informed)
 
     def per_gpu(self, gpu: str) -> float:
         return self.by_gpu.get(gpu, self.default)
@@ -257,6 +265,7 @@ class _Plan:
     outbid: tuple[dict[str, Any], ...] = ()  # outbid, kept until the market falls back: not capacity, not dead
     interruptible: bool = False  # policy.interruptible: bids cover gaps and replace old on-demand instances
     headroom: float = 0.0  # jobs/h of need kept for outbids (agent/model/bidding.py)
+    barred: dict[int, str] = field(default_factory=dict)  # ending: id -> why its GPU model is no longer allowed
 
     def jph(self, i: dict[str, Any]) -> float:
         return self.tp.per_instance(str(i["gpu_name"]), i.get("num_gpus"))
@@ -339,11 +348,14 @@ def _ending(live: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
 
 def _retire(plan: _Plan) -> list[tuple[dict[str, Any], str]]:
     """Instances ending soon, destroyed once the running rest of the fleet covers what it must deliver (their
-    replacements run); until then they keep working, and at their end date vast.ai stops them (then dead)."""
+    replacements run) to within ``RENT_BELOW`` of it (a market that has nothing left to close the last sliver
+    would otherwise keep them for good, while a backlog of a few jobs lasts); until then they keep working, and
+    at their end date vast.ai stops them (then dead)."""
     running = sum(plan.jph(i) for i in plan.live if i["status"] == "running")
-    if not plan.ending or running < plan.need:
+    if not plan.ending or running < RENT_BELOW * plan.need:  # as near need as a dry queue rents to
         return []
-    return [(i, f"retire: {_stop(i)}; the running rest deliver {running:.1f} of the {plan.need:.1f} jobs/h needed")
+    return [(i, f"retire: {_stop(i) if i['id'] not in plan.barred else plan.barred[i['id']]}; the running rest "
+             f"deliver {running:.1f} of the {plan.need:.1f} jobs/h needed")
             for i in plan.ending
             if not str(i.get("label") or "").endswith(DRAINING)]  # being drained: the tick destroys it once idle
 
@@ -467,7 +479,8 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
                 key=lambda o: (o["per_job"], o["dph"], o["id"]))
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
-    picks = (_cheapest_cover if swap else _best_cover)(ok, short, room, plan.max_dph - fleet_dph)
+    picks = _cheapest_cover(ok, short, room, plan.max_dph - fleet_dph) if swap else \
+        _best_cover(ok, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
     if swap:
         x, limit = swap.x, swap.limit
         if picks is None or sum(o["dph"] for o in picks) >= limit:
@@ -502,6 +515,8 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
 COVER_STEP = 0.1  # jobs/h: the grain the covers sum capacity in
 EXTRA_WORTH = 0.5  # a job/h bought beyond the gap counts for this much of one in the gap (spare, not needed)
 BARGAIN_SPEND = 2.0  # a cover chosen per job costs at most this many times the cheapest cover an hour
+NEAR_BEST = 0.10  # an offer within this share of the best $ per job on offer is as good as the best
+NEAR_PART = 0.5  # ...and rented for this share of the gap or more when too few of them cover all of it
 
 
 def _sets(offers: list[dict[str, Any]], room: int, limit: float,
@@ -548,30 +563,54 @@ def _cheapest_cover(offers: list[dict[str, Any]], short: float, room: int,
 
 
 def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
-                budget: float) -> list[dict[str, Any]] | None:
-    """The offers that together deliver at least ``short`` jobs/h for the fewest $ per job: $/h over the jobs/h
-    in the gap plus ``EXTRA_WORTH`` of each job/h beyond it (capacity bought at a bargain is worth having, if
-    not as much as what is needed), never costing more than ``BARGAIN_SPEND``× the cheapest cover an hour;
-    at most ``room`` offers and ``budget`` $/h in all, and no multi-GPU box delivering more than the whole gap
-    unless the cheapest cover has it. None when nothing covers the gap. The jobs are the same
-    whoever does them: a small gap is not covered by the fewest $/h when a little more buys a GPU that does
-    each job for less."""
+                budget: float, informed: bool = True) -> list[dict[str, Any]] | None:
+    """The offers to rent for a gap of ``short`` jobs/h, at most ``room`` of them and ``budget`` $/h in all, never
+    costing more than ``BARGAIN_SPEND``× the cheapest cover an hour. Offers within ``NEAR_BEST`` of the best $
+    per job on offer cover it when they can (a multi-GPU box among them however far it overshoots), or
+    ``NEAR_PART`` of it or more when too few of them are left for all of it; not while every model's jobs/h is
+    the flat ``policy.jobs_per_hour`` (not ``informed``: the $ per job of one offer against another is then a
+    guess, an RTX 3090 box as good as an RTX 4090 one). Failing that, the set that covers
+    it for the fewest $ per job: $/h over the jobs/h in the gap plus ``EXTRA_WORTH`` of each job/h beyond it
+    (capacity bought at a bargain is worth having, if not as much as what is needed), no multi-GPU box
+    delivering more than the whole gap unless the cheapest cover has it. None when nothing covers the gap. The
+    jobs are the same whoever does them: a small gap is not covered by the fewest $/h when a little more buys a
+    GPU that does each job for less."""
     cheapest = _cheapest_cover(offers, short, room, budget)
     if not cheapest:
         return cheapest
     limit = min(budget, BARGAIN_SPEND * sum(o["dph"] for o in cheapest))
     target = math.ceil(short / COVER_STEP - 1e-9)
-    # a multi-GPU box delivering more than the whole gap is a bet of that much capacity on one host: taken when
-    # the cheapest cover needs it, never as a bargain
-    offers = [o for o in offers if o in cheapest or _gpus(o) == 1 or o["jph"] <= short]
 
     def per_job(v: tuple[float, tuple[int, ...]], c: int) -> float:
         return v[0] / (min(c, target) + EXTRA_WORTH * max(0, c - target))
 
-    done = [(per_job(v, c), v[0], v[1]) for (k, c), v in _sets(offers, room, limit, None).items() if c >= target]
-    if not done:
-        return cheapest
-    return _in_order(offers, min(done)[2])
+    def pick(among: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        done = [(per_job(v, c), v[0], v[1]) for (k, c), v in _sets(among, room, limit, None).items() if c >= target]
+        return _in_order(among, min(done)[2]) if done else None
+
+    # The gap covered by offers as good per job as the best on offer, when that costs at most BARGAIN_SPEND x
+    # the cheapest cover an hour: a multi-GPU box among them too, however far it overshoots the gap (what it
+    # brings beyond lets the fleet's dearer instances go: _surplus). Offers a fifth
+    # dearer per job would do each of those jobs for a fifth more for as long as they run.
+    best = min((o["per_job"] for o in offers if o["dph"] <= limit + 1e-9), default=None)
+    if best is not None and informed:
+        good = [o for o in offers if o["per_job"] <= (1 + NEAR_BEST) * best + 1e-12]
+        near = pick(good)
+        if near:
+            return near
+        # Too few of them for the whole gap within the rents and $/h left: as much of it as they cover, when that
+        # is NEAR_PART of it or more, and the rest from the other offers as far as the rents left allow (else once
+        # rents free up), rather than the whole of it dearer per job for as long as that runs.
+        part = max(((c, -v[0], v[1]) for (k, c), v in _sets(good, room, limit, None).items() if c > 0), default=None)
+        if part is not None and part[0] >= NEAR_PART * target:
+            took = _in_order(good, part[2])
+            rest = short - sum(o["jph"] for o in took)
+            more = _best_cover([o for o in offers if o not in took], rest, room - len(took),
+                               budget - sum(o["dph"] for o in took), informed) if rest > 0 else []
+            return took + (more or [])
+    # else: a multi-GPU box delivering more than the whole gap is a bet of that much capacity on one host, taken
+    # when the cheapest cover needs it, never as a bargain dearer per job than the best
+    return pick([o for o in offers if o in cheapest or _gpus(o) == 1 or o["jph"] <= short]) or cheapest
 
 
 def _is_dead(i: dict[str, Any], stuck_after: float) -> bool:

@@ -25,9 +25,10 @@ def _obs(t: float, pending: int, insts: list[tuple[int, str, int, str, int | Non
 
 
 def test_jobs_per_hour_are_learned_per_gpu_model_from_completions():
-    """Two 4090s doing 8 jobs/h, a 2-GPU 3090 doing 8 jobs/h (4 per GPU), over three busy hours."""
-    obs = [_obs(3600.0 * h, 500, [(1, "RTX 4090", 1, "running", 8 * h), (2, "RTX 4090", 1, "running", 8 * h),
-                                   (3, "RTX 3090", 2, "running", 8 * h)]) for h in range(4)]
+    """Two 4090s doing 8 jobs/h, a 2-GPU 3090 doing 8 jobs/h (4 per GPU), over three busy hours (each with a
+    job done already at the first look)."""
+    obs = [_obs(3600.0 * h, 500, [(1, "RTX 4090", 1, "running", 8 * h + 1), (2, "RTX 4090", 1, "running", 8 * h + 1),
+                                   (3, "RTX 3090", 2, "running", 8 * h + 1)]) for h in range(4)]
     measured = throughput.measure(obs)
     assert measured == {"RTX 4090": (48.0, 6.0), "RTX 3090": (24.0, 6.0)}
     tp = throughput.Throughput(8.0, {}, measured)
@@ -66,8 +67,8 @@ def test_intervals_that_say_nothing_about_throughput_are_left_out():
 def test_a_dry_queue_is_a_floor_under_a_model_the_prior_undersells():
     """An H100 doing 20 jobs/h for an hour with the queue dry at every look: that says it can do at least 20
     (the prior's 8 is wrong), never how much more; a 4090 doing 3 with the prior at 8 keeps the prior."""
-    obs = [_obs(600.0 * k, 0, [(1, "H100 SXM", 1, "running", round(20 * k / 6)),
-                               (2, "RTX 4090", 1, "running", round(3 * k / 6))]) for k in range(7)]
+    obs = [_obs(600.0 * k, 0, [(1, "H100 SXM", 1, "running", 1 + round(20 * k / 6)),
+                               (2, "RTX 4090", 1, "running", 1 + round(3 * k / 6))]) for k in range(7)]
     assert throughput.measure(obs) == {}
     floor = throughput.measure(obs, busy=False)
     assert floor == {"H100 SXM": (20.0, pytest.approx(1.0)), "RTX 4090": (3.0, pytest.approx(1.0))}
@@ -187,19 +188,32 @@ def test_search_offers_shows_jobs_per_hour_and_dollars_per_job_after_its_columns
 
 
 def test_a_model_not_yet_measured_is_priced_by_its_dlperf_from_the_measured_ones():
-    """Jobs/h per dlperf point from the models measured enough (0.25 GPU-h and 6 jobs), times an unmeasured
-    model's dlperf per GPU; a configured prior still wins, a model with no dlperf keeps the flat one, and a
-    model measured too little calibrates nothing."""
+    """Jobs/h per dlperf point from the models measured a quarter of a GPU-hour or more (each one's estimate,
+    blended with the flat prior, weighed by its GPU-hours), times an unmeasured model's dlperf per GPU; a
+    configured prior still wins, a model with no dlperf keeps the flat one, and models measured too little
+    calibrate nothing."""
     dl = {"RTX 4090": 62.0, "RTX 3090": 31.0, "H100 SXM": 205.0}
     tp = throughput.Throughput(8.0, {"L40S": 11.0}, {"RTX 4090": (16.0, 2.0), "RTX 3090": (8.0, 2.0)}, {}, dl)
-    assert tp.per_dlperf() == pytest.approx(24.0 / (2.0 * 62 + 2.0 * 31))
-    assert tp.per_gpu("H100 SXM") == pytest.approx(205 * 24.0 / 186.0)  # ~26.5, not 8
+    w = throughput.PRIOR_GPU_HOURS
+    jobs = 2.0 * (8.0 * w + 16.0) / (w + 2.0) + 2.0 * (8.0 * w + 8.0) / (w + 2.0)  # 16 and ~8.9
+    assert tp.per_dlperf() == pytest.approx(jobs / (2.0 * 62 + 2.0 * 31))
+    assert tp.per_gpu("H100 SXM") == pytest.approx(205 * jobs / 186.0)  # ~27, not 8
     assert tp.basis("H100 SXM") == "dlperf" and tp.basis("RTX 4090") == "measured"
     assert tp.per_gpu("L40S") == 11.0 and tp.basis("L40S") == "configured"
     assert tp.per_gpu("A100 SXM4") == 8.0 and tp.basis("A100 SXM4") == "assumed"  # no dlperf known
-    assert tp.with_dlperf({"A100 SXM4": 108.0}).per_gpu("A100 SXM4") == pytest.approx(108 * 24.0 / 186.0)
-    thin = throughput.Throughput(8.0, {}, {"RTX 4090": (5.0, 1.0), "RTX 3090": (2.0, 0.2)}, {}, dl)
-    assert thin.per_dlperf() is None and thin.per_gpu("H100 SXM") == 8.0  # 5 jobs, then 0.2 GPU-h: too little
+    assert tp.with_dlperf({"A100 SXM4": 108.0}).per_gpu("A100 SXM4") == pytest.approx(108 * jobs / 186.0)
+    thin = throughput.Throughput(8.0, {}, {"RTX 4090": (2.0, 0.2), "RTX 3090": (1.0, 0.2)}, {}, dl)
+    assert thin.per_dlperf() is None and thin.per_gpu("H100 SXM") == 8.0  # 0.2 GPU-h each: too little
+    # one model measured for half a GPU-hour already ranks the rest: an RTX 3090 seen doing 4 jobs/h (blended
+    # with the prior: ~5.3) prices an RTX A6000 (dlperf 44) under an RTX 4090 (62), not both at the flat 8
+    early = throughput.Throughput(8.0, {}, {"RTX 3090": (2.0, 0.5)}, {}, {**dl, "RTX A6000": 44.0})
+    assert early.per_gpu("RTX A6000") == pytest.approx(44.0 * (8.0 * w + 2.0) / (w + 0.5) / 31.0)
+    assert early.per_gpu("RTX A6000") < early.per_gpu("RTX 4090") < 8.0 * 1.5
+    # a model's own prior is not drawn from its own measurement: a quarter GPU-hour with no job done blends with
+    # the flat 8 once (4 jobs/h), not with a dlperf prior that already says 4 (2 jobs/h)
+    alone = throughput.Throughput(8.0, {}, {"RTX 3090": (0.0, 0.25)}, {}, dl)
+    assert alone.per_gpu("RTX 3090") == pytest.approx(4.0) and alone.basis("RTX 3090") == "assumed"
+    assert alone.per_gpu("RTX 4090") == pytest.approx(8.0)  # 62 points at 4/31 a point
     assert throughput.dlperf_of([("RTX 4090", 2, 124.0), ("RTX 4090", 1, 60.0), ("RTX 4090", 1, 70.0),
                                  ("H100 SXM", 1, None), (None, 1, 10.0)]) == {"RTX 4090": 62.0}
 

@@ -90,3 +90,34 @@ def test_a_note_binds_for_a_day_and_a_later_permission_ends_it():
     later = utc_ts(said + timedelta(hours=2))
     lifted = note_words([(at, "avoid host 5; no 3090s"), (later, "host 5 is fine again")], said + timedelta(hours=3))
     assert {(c.kind, c.value) for c in lifted.constraints} == {("ban_gpus", "RTX 3090")}
+
+
+def test_an_order_for_one_gpu_model_replaces_the_others_before_they_go(make_app, sim: Simulator,
+                                                                      sim_clock: ManualClock):
+    """"Only RTX 4090 from now on", with RTX 3090s the fleet needs running: each is replaced by RTX 4090s and
+    destroyed once they run (not kept as capacity for good, nor dropped before the jobs have somewhere to go)."""
+    from tests.conftest import events_of, plant_ours
+    from tests.model.test_rules_sizing import json_args
+
+    _quiet(sim)
+    app = make_app(provider="rules", policy=ROOMY, fleet=FLEET)
+    offers = sorted((o for o in sim.offers.values() if o["gpu_name"] == "RTX 3090" and o["num_gpus"] == 1
+                     and not o["rented"] and o["host_id"] not in sim.bad_hosts), key=lambda o: o["id"])[:3]
+    olds = [plant_ours(app, sim, o["id"], key=f"aaaaaaaa000{n}") for n, o in enumerate(offers)]
+    sim.pending = 40.0
+    _ticks(app, sim, sim_clock, 4)
+    assert all(sim.instances[i]["actual_status"] == "running" for i in olds), [sim.instances[i] for i in olds]
+    feedback.say(app.log, "Only RTX 4090 from now on.", "alice")
+    said = events_of(app, "operator.note")[-1].seq
+    _ticks(app, sim, sim_clock, 8)
+    live = [i for i in sim.instances.values() if i["actual_status"] not in ("exited", "offline")]
+    assert not [i for i in live if i["id"] in olds], [(i["id"], i["gpu_name"]) for i in live]
+    rents = [e.seq for e in events_of(app, "tool.result") if e.seq > said and e.payload["name"] == "rent_instance"
+             and e.payload["ok"]]
+    gone = [e for e in events_of(app, "model.response") if e.seq > said for c in e.payload["tool_calls"]
+            if c["name"] == "destroy_instance" and json_args(c)["instance_id"] in olds]
+    assert rents and gone and min(rents) < min(e.seq for e in gone), (rents, [e.seq for e in gone])
+    reasons = [json_args(c)["reason"] for e in gone for c in e.payload["tool_calls"]
+               if c["name"] == "destroy_instance" and json_args(c)["instance_id"] in olds]
+    assert all(r.startswith("retire: RTX 3090 is not among RTX 4090") for r in reasons), reasons
+    assert all(i["gpu_name"] == "RTX 4090" for i in live), [(i["id"], i["gpu_name"]) for i in live]

@@ -122,7 +122,7 @@ def test_the_rent_step_picks_the_cheapest_per_job_cover_over_the_cheapest_per_ho
         "13 | A100 SXM4 x1 | 1.020 | 0.990 | 3 | Texas, US | 16.0 | 0.0638",
         "14 | RTX 4090 x1 | 0.300 | 0.990 | 9 | Texas, US | 8.0 | 0.0375",
     ])
-    rates = rules._Rates(8.0, {}, frozenset())
+    rates = rules._Rates(8.0, {}, frozenset(), informed=True)
     plan = rules._Plan(banned=set(), avoid={9}, cap=8, dead=[], live=[], pending=20, rate=0.0, need=20.0,
                        capacity=0.0, drain_h=1.0, tp=rates, flapping=set(), rents_left=6, max_dph=12.0)
 
@@ -147,17 +147,29 @@ def test_the_rent_step_picks_the_cheapest_per_job_cover_over_the_cheapest_per_ho
 
     calls, text = rules._rent_step(small, [D()])
     assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)
-    # nor is a multi-GPU box delivering more than the whole gap, however cheap per job: that much capacity on
-    # one host is a bet, not a bargain (unless nothing cheaper covers the gap)
+    # a multi-GPU box delivering far more than the gap, the best per job on offer and within twice the cheapest
+    # cover an hour, is rented (what it brings beyond the gap lets dearer instances go); dearer than that, it is
+    # a bet of capacity on one host, taken only when the cheapest cover needs it
     box = "\n".join([*dear.splitlines(), "15 | RTX 4090 x4 | 0.500 | 0.990 | 4 | Texas, US | 32.0 | 0.0156"])
 
     class B:
         payload = {"name": "search_offers", "ok": True, "output": box}
 
     calls, text = rules._rent_step(small, [B()])
+    assert [c[1]["offer_id"] for c in calls] == [15], (calls, text)
+    # ...but not while every model's jobs/h is the flat guess: per job, a box is then as good as any other
+    guess = rules._Plan(**{**small.__dict__, "tp": rules._Rates(8.0, {}, frozenset())})
+    calls, text = rules._rent_step(guess, [B()])
     assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)
+    big = box.replace("| 0.500 |", "| 0.600 |").replace("0.0156", "0.0188")
+
+    class G:
+        payload = {"name": "search_offers", "ok": True, "output": big}
+
+    calls, text = rules._rent_step(small, [G()])
+    assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)  # $0.60/h: over twice the 3090's $0.26
     wide = rules._Plan(**{**plan.__dict__, "need": 30.0, "pending": 30})
-    calls, text = rules._rent_step(wide, [B()])
+    calls, text = rules._rent_step(wide, [G()])
     assert [c[1]["offer_id"] for c in calls] == [15], (calls, text)  # the cheapest cover of 30 jobs/h
 
 
@@ -382,3 +394,33 @@ def test_the_search_compares_multi_gpu_offers_and_rents_one_cheapest_per_job(mak
     rented = {i["_offer_id"] for i in sim.instances.values()}
     assert box["id"] in rented, ([(i["gpu_name"], i["num_gpus"], i["dph_total"]) for i in sim.instances.values()],
                                  events_of(app, "model.response")[-1].payload["text"])
+
+
+def test_a_box_cheapest_per_job_is_rented_for_a_gap_smaller_than_it(make_app, sim, sim_clock):
+    """A gap of 8 jobs/h, and a 4-GPU RTX 4090 box at 1.5x the $/h of the cheapest cover of it (32 jobs/h: well
+    under half its $ per job): the box is rented (what it brings beyond the gap lets dearer instances go), not
+    the cheapest cover at over twice the $ per job."""
+    from agent.sim.demand import parse_shape
+    from tests.conftest import plant_ours, priced, within_policy
+
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.shape = parse_shape({"shape": "constant", "rate": 16}, sim_clock())
+    sim.pending = 0.0
+    priors = {g: MODEL_BY_NAME[g].jobs_per_h_per_gpu for g in ROOMY["allowed_gpus"]}  # what an operator knows
+    app = make_app(provider="rules", policy={**ROOMY, "jobs_per_hour_by_gpu": priors}, fleet=FLEET)
+    plant_ours(app, sim, sim.find_offer("RTX 4090")["id"])
+    # the fewest $/h covering the 8 jobs/h gap: one RTX 4090, or two RTX 3090s, ...
+    cover = min(priced(app.settings, o) * -(-8.0 // priors[o["gpu_name"]]) for o in sim.offers.values()
+                if o["num_gpus"] == 1 and not o["rented"] and within_policy(app.settings, o))
+    box = next(o for o in sorted(sim.offers.values(), key=lambda o: o["id"])
+               if o["num_gpus"] == 4 and o["gpu_name"] == "RTX 4090" and o["host_id"] not in sim.bad_hosts
+               and o["reliability"] >= ROOMY["min_reliability"] and o["disk_space"] >= FLEET["disk_gb"]
+               and not o["rented"])
+    box["dph_base"] = round(1.5 * cover - (priced(app.settings, box) - box["dph_base"]), 4)
+    box["dph_total"] = round(box["dph_base"] + 0.01, 4)
+    before = set(sim.instances)
+    _ticks(app, sim, sim_clock, 1)
+    new = [sim.instances[i] for i in sorted(set(sim.instances) - before)]
+    assert [i["_offer_id"] for i in new] == [box["id"]], ([(i["gpu_name"], i["num_gpus"], i["dph_total"])
+                                                           for i in new],
+                                                          events_of(app, "model.response")[-1].payload["text"])
