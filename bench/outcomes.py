@@ -20,8 +20,9 @@ Per scenario and arm:
              still do the arrivals plus the backlog within an hour
     rent     rents' $ per job-capacity ($/h over jobs/h) over the best on offer when they were made (among the
              offers the agent may rent: up to policy.max_dph_per_instance $2.50/h however many GPUs, the
-             reliability floor, the disk), averaged
-             over the rents from the scenario's first event on (1.00 = always the best; '-': no rents)
+             reliability floor, the disk; not on the simulator's failing hosts, whose offers deliver no
+             jobs), averaged over the rents from the scenario's first event on (1.00 = always the best; '-': no
+             rents)
     react    ticks from the scenario's event until the fleet answers it (1 = by the first tick after);
              '-' when it never does within the run
     viol     directive violations: rents after the operator's note that break it (host or GPU model); the
@@ -467,11 +468,15 @@ MAX_DPH_PER_INSTANCE = 2.5  # the agent's policy.max_dph_per_instance (its defau
 def _best_on_offer(sim: Sim) -> float | None:
     """The lowest $ per job-capacity among the offers the agent may rent (any number of GPUs within the
     $/h cap per instance, the reliability floor, the disk it asks for): a multi-GPU box cheaper per job than
-    any single GPU is the best on offer, whether or not an arm looks at it."""
+    any single GPU is the best on offer, whether or not an arm looks at it. Offers on the simulator's failing
+    hosts (its ``bad_hosts``: stuck loading, failing containers, exits, offline) are not: they deliver no jobs,
+    so no decider that learns from a failed rent should be held to them."""
+    bad = {int(h) for h in sim.get("/_sim/state")["bad_hosts"]}
     q = {"limit": 1000, "order": [["id", "asc"]], "dph_total": {"lte": MAX_DPH_PER_INSTANCE},
          "reliability2": {"gte": MIN_RELIABILITY}, "allocated_storage": CRON_DISK_GB}
     offers = sim.http.post("/api/v0/bundles/", json=q, headers={"Authorization": f"Bearer {SIM_KEY}"}).json()["offers"]
-    return min((_per_job_capacity(o["dph_total"], o["gpu_name"], o["num_gpus"]) for o in offers), default=None)
+    return min((_per_job_capacity(o["dph_total"], o["gpu_name"], o["num_gpus"]) for o in offers
+                if o["host_id"] not in bad), default=None)
 
 
 def _reacted(sc: Scenario, run: Run, acc: dict[str, Any], live: list[dict[str, Any]]) -> bool:
