@@ -195,7 +195,54 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
                  "later stops, its work lost, and starts again when the market falls back under its bid"
                  + ("; offers whose min_bid is above that are rented on-demand (type)" if mode == "prefer" else "")
                  + ")")
-    return Outcome(True, "\n".join(rows) + _basis(tp, sorted({o.gpu_name or "?" for o in shown})) + note)
+    return Outcome(True, "\n".join(rows) + _basis(tp, sorted({o.gpu_name or "?" for o in shown})) + note
+                   + _cover_hint(ctx, offers, tp))
+
+
+def gap_left(ctx: ToolContext) -> float | None:
+    """Jobs/h the fleet is still short this tick: the gap the tick's observation states (``need``, agent/fleet/
+    throughput.py) less what this tick's rents add; None without one (no demand reading, or outside a tick)."""
+    if ctx.tick is None:
+        return None
+    obs = next(iter(throughput.recent_observations(ctx.log, 1)), None)
+    need = (obs or {}).get("need")
+    gap = need.get("gap") if isinstance(need, dict) else None
+    return None if not isinstance(gap, int | float) else max(0.0, float(gap) - ctx.covered)
+
+
+def _room(ctx: ToolContext) -> int:
+    """Instances policy.max_instances still has room for: ours listed, and this tick's rents not listed yet."""
+    listed = {i.id for i in ctx.instances}
+    unlisted = sum(1 for iid, _ in ctx.rented.values() if iid not in listed)
+    return max(0, int(ctx.settings.policy.max_instances) - len(ctx.ours()) - unlisted)
+
+
+def _cover_hint(ctx: ToolContext, offers: list[Offer], tp: throughput.Throughput) -> str:
+    """The offers that cover the gap left this tick, cheapest per job first, within the instance cap: the calls
+    to make, so that a model need not size the rent itself (the last line of a search's answer)."""
+    gap = gap_left(ctx)
+    if gap is None:
+        return ""
+    if gap <= 0:
+        return "\n(the fleet's need is covered: nothing to rent this tick)"
+    room = _room(ctx)
+    if room <= 0:
+        return f"\n(the fleet is {gap:.1f} jobs/h short, but at policy.max_instances: nothing can be rented)"
+    picks: list[tuple[Offer, float]] = []
+    got = 0.0
+    for o in sorted(offers, key=lambda o: (tp.usd_per_job(o.dph_total or 0.0, o.gpu_name or "?", o.num_gpus)
+                                           or float("inf"), o.id)):
+        if got >= gap or len(picks) >= room:
+            break
+        jph = tp.per_instance(o.gpu_name or "?", o.num_gpus)
+        if jph > 0:
+            picks.append((o, jph))
+            got += jph
+    if not picks:
+        return ""
+    calls = ", ".join(f"rent_instance offer_id={o.id} ({jph:.1f} jobs/h)" for o, jph in picks)
+    capped = f" (policy.max_instances leaves room for {room} only)" if got < gap and len(picks) >= room else ""
+    return f"\nto cover the {gap:.1f} jobs/h the fleet is short: {calls}{capped}"
 
 
 def offer_throughput(ctx: ToolContext) -> throughput.Throughput:
@@ -311,7 +358,7 @@ def _rent(ctx: ToolContext, args: Args, offer: Offer, key: str) -> Outcome:
     if out.status == "created" and out.instance_id is not None:
         ctx.rented[label] = (out.instance_id, offer.dph_total or 0.0)
         return Outcome(True, f"rented offer {args['offer_id']} as instance {out.instance_id} (label {label}); "
-                       "it starts as created, then loading, then running",
+                       "it starts as created, then loading, then running" + _covered(ctx, offer),
                        effect={**effect_base, "instance_id": out.instance_id})
     if out.status == "rejected":
         return Outcome(False, error=f"not rented: {out.error}")
@@ -328,6 +375,17 @@ def _rent(ctx: ToolContext, args: Args, offer: Offer, key: str) -> Outcome:
                        f"our label {label}: rented", effect={**effect_base, "instance_id": found.id})
     return pending_outcome(label, effect_base, f"{out.error}; the listing does not show label {label} yet, "
                            "and vast.ai lists new instances late", ctx.settings.vast.settle_after)
+
+
+def _covered(ctx: ToolContext, offer: Offer) -> str:
+    """What a rent takes off the gap the tick's observation states, and what is left (for the rent's answer)."""
+    before = gap_left(ctx)
+    ctx.covered += offer_throughput(ctx).per_instance(offer.gpu_name or "?", offer.num_gpus)
+    left = gap_left(ctx)
+    if before is None or left is None:
+        return ""
+    return (f"; the fleet is still {left:.1f} jobs/h short" if left > 0
+            else "; the fleet's need is covered: nothing more to rent this tick")
 
 
 def _lookup(ctx: ToolContext, iid: int) -> Instance | None:

@@ -85,6 +85,8 @@ class ToolContext:
     offers: dict[int, Offer] = field(default_factory=dict)
     # Offer ids the current model step asks to rent: one search re-checks every one not seen yet.
     wanted_offers: set[int] = field(default_factory=set)
+    # Jobs/h this tick's rents add: what they take off the gap the tick's observation states (``need``).
+    covered: float = 0.0
 
     def owned_ids(self) -> set[int]:
         return set(self.log.owned_instance_ids())

@@ -30,7 +30,7 @@ from agent.fleet import constraints, contracts, drain, market, spend, steering, 
 from agent.fleet.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.fleet.policy import Policy
 from agent.fleet.reconcile import UNLISTED, reconcile
-from agent.fleet.toolkit import Toolbox, ToolContext, load_tools
+from agent.fleet.toolkit import Tool, Toolbox, ToolContext, load_tools
 from agent.model import window
 from agent.model.llm import LLMError, ModelReply, TextCall, call_with_retries, find_text_calls
 from agent.runtime import watch
@@ -43,6 +43,9 @@ log_ = logsetup.get_logger(__name__)
 
 MAX_CALLS_PER_STEP = 16
 MAX_CORRECTIONS = 2  # replies with tool calls written as text answered with a correction, per tick
+ASKED_ALREADY = ("the same call with the same arguments already ran this tick; its answer is above and has not "
+                 "changed. Act on it: the observation's `to do:` line says what is left, and when nothing is, reply "
+                 "in one sentence and call no tool")
 UNREACHABLE = ("timeout", "connection", "server", "rate_limit", "auth")
 
 
@@ -142,7 +145,8 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
     """Per GPU model of ours: jobs/h per GPU (learned, else the prior: scaled by vast.ai's ``dlperf`` per GPU
     from the measured models where that is known, recorded as ``dlperf``), what that figure rests on (``basis``:
     measured, configured, dlperf or assumed) and $/job at what we pay; the credit
-    runway at the fleet's current burn; the queue's trend."""
+    runway at the fleet's current burn; the queue's trend; what the fleet needs now (``need``: jobs/h against what
+    ours deliver, the gap to rent, the surplus and the dead to destroy; agent/fleet/throughput.py)."""
     tp = throughput.from_observations(app.settings, [*history, obs]).with_dlperf(dlperf or {})
     models: dict[str, dict[str, Any]] = {}
     for x in obs["instances"]:
@@ -167,6 +171,10 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
     obs["runway_h"] = round(bal / burn, 1) if isinstance(bal, int | float) and burn > 0 else None
     if isinstance(obs.get("demand"), dict):
         obs["demand"]["trend_per_h"] = _queue_trend(obs, history, obs["time"])
+    s = app.settings
+    obs["need"] = throughput.fleet_need(obs, tp, drain_h=float(s.policy.drain_within) / 3600.0,
+                                        tick_h=float(s.schedule.interval) / 3600.0,
+                                        stuck_after=float(s.alerts.stuck_after))
 
 
 def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
@@ -597,9 +605,11 @@ def _model_failed(run: _Run, model: _Model, e: LLMError, request_seq: int, token
 
 
 def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCall]) -> None:
-    """Each call through the tool pipeline, in order; past the per-response limit, refused unrun.
+    """Each call through the tool pipeline, in order; past the per-response limit, refused unrun, as is a
+    read-only call already run this tick with the same arguments (its answer is in the context already).
     What the read-only and refused calls log commits with the next commit (an action's intent) or
     at the end, in one transaction (``EventLog.holding``)."""
+    before = set(run.called)
     run.called.update(_call_key(c["name"], c["arguments"]) for c in calls)
     replay = getattr(run.app, "replay", None)  # a fork: the origin's results for the origin's calls
     replayed = replay.calls(ctx, calls, run.steps) if replay is not None else None
@@ -613,6 +623,11 @@ def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCa
             if n >= MAX_CALLS_PER_STEP:
                 refuse_call(run.app.log, call, f"at most {MAX_CALLS_PER_STEP} tool calls run per response", run.tick)
                 continue
+            key = _call_key(call["name"], call["arguments"])
+            if isinstance(toolbox.by_name.get(call["name"]), Tool) and key in before:
+                refuse_call(run.app.log, call, ASKED_ALREADY, run.tick)
+                continue
+            before.add(key)
             outcome, blocked = run_tool_call(toolbox, ctx, call, dry_run=run.app.settings.policy.dry_run)
             run.blocks += int(blocked)
             if outcome.effect:
