@@ -145,11 +145,24 @@ def _as_bid(ctx: ToolContext, offers: list[Offer], mode: str) -> list[Offer]:
     return out
 
 
+def _lenient(args: Args) -> Args:
+    """A search's arguments with the fillers small models write for every optional parameter taken as absent:
+    ``max_dph`` of 0 or less (no offer costs nothing: the policy's cap), and ``max_gpus`` equal to ``num_gpus``
+    (the same search)."""
+    out = dict(args)
+    if isinstance(out.get("max_dph"), int | float) and out["max_dph"] <= 0:
+        out.pop("max_dph")
+    if out.get("max_gpus") is not None and out.get("max_gpus") == out.get("num_gpus"):
+        out.pop("max_gpus")
+    return out
+
+
 def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     limit = min(int(args.get("limit", ctx.settings.fleet.search_limit)), 25)
+    args = _lenient(args)
     if args.get("max_gpus") is not None and args.get("num_gpus") is not None:
         return Outcome(False, error="search_offers: pass num_gpus (exactly that many GPUs) or max_gpus (1 up to "
-                       "that many), not both")
+                       'that many), not both; to cover the fleet\'s gap, search with {"order": "per_job"} alone')
     per_job = args.get("order") == "per_job"
     mode = bidding(ctx, args)
     bids = mode != "never"

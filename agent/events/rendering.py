@@ -232,8 +232,8 @@ def _need_lines(obs: JsonObject) -> list[str]:
         todo.append("destroy_instance " + _ids(dead) + " (delivering nothing)")
     gap = n.get("gap")
     if _number(gap) and gap > 0:
-        todo.append(f"rent {gap:.1f} jobs/h more: search_offers with order per_job, then rent_instance the offers "
-                    "its last line names")
+        todo.append(f'rent {gap:.1f} jobs/h more: search_offers with {{"order": "per_job"}} and no other argument, '
+                    "then rent_instance the offers its last line names")
     if surplus:
         todo.append("destroy_instance " + _ids(surplus) + " (surplus: the rest cover the need)")
     lines.append("to do: " + ("; ".join(todo) if todo else

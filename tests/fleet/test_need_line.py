@@ -39,7 +39,9 @@ def test_a_short_fleet_is_told_the_gap_and_the_offers_that_cover_it(
         sim: Simulator, sim_clock: Any, make_app: Any, fake_model: FakeOpenAI) -> None:
     sim.shape = Shape("constant", since=sim_clock(), rate=30.0)
     app = make_app(policy={"max_instances": 6, "drain_within": 3600})
-    fake_model.enqueue(reply(tool_calls=[("search_offers", {"order": "per_job"})]),
+    # the fillers a small model writes for every optional argument are taken as absent
+    fake_model.enqueue(reply(tool_calls=[("search_offers", {"order": "per_job", "num_gpus": 1, "max_gpus": 1,
+                                                            "max_dph": 0, "min_reliability": 0})]),
                        _rent_named,
                        reply(tool_calls=[("get_demand", {})]),
                        reply(tool_calls=[("get_demand", {})]),
@@ -57,7 +59,7 @@ def test_a_short_fleet_is_told_the_gap_and_the_offers_that_cover_it(
     # the simulator's queue as the observation read it; 30/h arriving; nothing of ours yet
     assert (arriving, pending, drain, capacity) == (30.0, float(demand["pending"]), 1.0, 0.0)
     assert need == round(30.0 + demand["pending"] / 1.0, 1)
-    assert f"to do: rent {need:.1f} jobs/h more: search_offers with order per_job" in text
+    assert f'to do: rent {need:.1f} jobs/h more: search_offers with {{"order": "per_job"}} and no other' in text
 
     # the search's last line: offers covering the gap, cheapest per job first, within the cap
     search = str(tool_messages(fake_model.requests[1].json)[-1]["content"])

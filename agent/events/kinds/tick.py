@@ -82,8 +82,8 @@ $/h), null for on-demand; a set ``bid`` renders `` bid`` after the $/h.
 backlog cleared within ``policy.drain_within`` against the jobs/h of ours that run or start; the ``gap`` to rent, the
 ``surplus`` and ``dead`` instances to destroy), and v9 renders it after the per GPU model line as
 ``need now: 40.1 jobs/h (arriving 31/h + 61 pending cleared within 1h) · ours deliver 27.8 jobs/h`` and a ``to do:``
-line naming the calls (``rent 12.3 jobs/h more: search_offers with order per_job, then rent_instance the offers its
-last line names``, ``destroy_instance #7 (surplus: ...)``, or nothing to do). A small model reads what to do rather
+line naming the calls (``rent 12.3 jobs/h more: search_offers with {"order": "per_job"} and no other argument,
+then rent_instance the offers its last line names``, ``destroy_instance #7 (surplus: ...)``, or nothing to do). A small model reads what to do rather
 than working it out from the table. Stored as v4; rows without ``need`` render as v8.
 """
 
