@@ -253,6 +253,7 @@ def _cover_hint(ctx: ToolContext, offers: list[Offer], tp: throughput.Throughput
             got += jph
     if not picks:
         return ""
+    ctx.cover = [o.id for o, _ in picks]
     calls = ", ".join(f"rent_instance offer_id={o.id} ({jph:.1f} jobs/h)" for o, jph in picks)
     capped = f" (policy.max_instances leaves room for {room} only)" if got < gap and len(picks) >= room else ""
     return f"\nto cover the {gap:.1f} jobs/h the fleet is short: {calls}{capped}"
@@ -397,8 +398,26 @@ def _covered(ctx: ToolContext, offer: Offer) -> str:
     left = gap_left(ctx)
     if before is None or left is None:
         return ""
-    return (f"; the fleet is still {left:.1f} jobs/h short" if left > 0
-            else "; the fleet's need is covered: nothing more to rent this tick")
+    if left <= 0:
+        return "; the fleet's need is covered: nothing more to rent this tick"
+    tp = offer_throughput(ctx)
+    nxt: list[int] = []
+    got = 0.0
+    coming = False  # an offer the search named, asked for in this same reply: its own rent follows
+    for oid in ctx.cover:
+        o = ctx.offers.get(oid)
+        if o is None or oid == offer.id:
+            continue  # rented already
+        if oid in ctx.wanted_offers:
+            coming = True
+        elif got < left:
+            nxt.append(oid)
+            got += tp.per_instance(o.gpu_name or "?", o.num_gpus)
+    if nxt:
+        then = ": rent_instance " + ", ".join(f"offer_id={i}" for i in nxt) + " next"
+    else:
+        then = "" if coming else ': search_offers with {"order": "per_job"} for more'
+    return f"; the fleet is still {left:.1f} jobs/h short{then}"
 
 
 def _lookup(ctx: ToolContext, iid: int) -> Instance | None:

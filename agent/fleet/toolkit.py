@@ -87,6 +87,8 @@ class ToolContext:
     wanted_offers: set[int] = field(default_factory=set)
     # Jobs/h this tick's rents add: what they take off the gap the tick's observation states (``need``).
     covered: float = 0.0
+    # The offers the last search named to cover that gap (ids, cheapest per job first): a rent names the next.
+    cover: list[int] = field(default_factory=list)
 
     def owned_ids(self) -> set[int]:
         return set(self.log.owned_instance_ids())
