@@ -541,7 +541,7 @@ TOOLS: tuple[AnyTool, ...] = (
          obj({"gpu_name": {"type": "string", "maxLength": 40},
               "status": {"type": "string", "maxLength": 40,
                          "description": "as the observation writes it: running, loading, exited, provisioning..."}}),
-         _list_fleet),
+         _list_fleet, read=True),
     Tool("search_offers", "Search the vast.ai market for offers within policy (allowed GPUs, price and "
          "reliability caps are applied automatically), cheapest $/h first, or cheapest per job with "
          "order=per_job. jobs/h is what one such instance delivers (measured by our own instances, else "
@@ -557,7 +557,7 @@ TOOLS: tuple[AnyTool, ...] = (
               "max_dph": {"type": "number", "minimum": 0},
               "min_reliability": {"type": "number", "minimum": 0, "maximum": 1},
               "limit": {"type": "integer", "minimum": 1, "maximum": 25},
-              "interruptible": INTERRUPTIBLE}), _search_offers),
+              "interruptible": INTERRUPTIBLE}), _search_offers, read=True),
     Action("rent_instance", "Rent an offer (by offer_id from search_offers). The image, start command, env "
            "and disk come from the fleet template in config; passing others is refused by policy.",
            obj({"offer_id": IID, "reason": REASON, "interruptible": INTERRUPTIBLE,
@@ -577,6 +577,7 @@ TOOLS: tuple[AnyTool, ...] = (
          "Rents on it are then refused and search_offers leaves it out. Only an operator can include it again.",
          obj({"host_id": IID, "reason": REASON, "hours": {"type": "number", "minimum": 1, "maximum": 720}},
              ["host_id", "reason"]), _exclude_host),
-    Tool("get_balance", "The account's spendable credit and invoice balance in dollars.", obj({}), _balance),
-    Tool("get_demand", "The proof-job queue: pending, running, completed, arrival rate.", obj({}), _demand),
+    Tool("get_balance", "The account's spendable credit and invoice balance in dollars.", obj({}), _balance, read=True),
+    Tool("get_demand", "The proof-job queue: pending, running, completed, arrival rate.", obj({}), _demand,
+         read=True),
 )

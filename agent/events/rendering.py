@@ -209,7 +209,7 @@ def _ids(ids: list[int]) -> str:
     return shown + (f" and {rest} more (named next tick)" if rest > 0 else "")
 
 
-def _need_lines(obs: JsonObject) -> list[str]:
+def need_lines(obs: JsonObject) -> list[str]:
     """v9: what the fleet needs now and what that asks of this tick, in the terms of the tools (``need``, sized
     by agent/fleet/throughput.py as the rules provider sizes the fleet)::
 
@@ -457,7 +457,7 @@ def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = st
     if models is not None:
         lines.append(models)
     if need:
-        lines.extend(_need_lines(obs))
+        lines.extend(need_lines(obs))
     large = insts and group_over is not None and len(insts) > group_over
     if large and compact:
         lines.extend(_compact_lines(insts, q, detail, ends))

@@ -119,6 +119,9 @@ class Tool:
     parameters: dict[str, Any]
     handler: Callable[[ToolContext, Args], Outcome]
     check: Callable[[ToolContext, Args], Block | None] | None = None
+    # A pure read (the queue, the balance, the listing, the market): the same call again within a tick is not
+    # run, its answer being in the context already (agent/runtime/tick.py).
+    read: bool = False
 
     def spec(self) -> dict[str, Any]:
         return _spec(self.name, self.description, self.parameters)

@@ -24,6 +24,7 @@ from agent.context.inputs import log_request
 from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.events.kinds.model import NOT_RUN_REJECT, NOT_RUN_REPEAT, NOT_RUN_UNKNOWN
+from agent.events.rendering import need_lines
 from agent.feedback import credit
 from agent.feedback.knowledge import save_memo
 from agent.fleet import constraints, contracts, drain, market, spend, steering, stopped, throughput
@@ -481,6 +482,14 @@ def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, est
         run.usage[k] += int(payload["usage"].get(k, 0) or 0)
     if reply.usage.prompt_tokens:  # folded in with the next commit, before the next projection reads it
         run.calibration = (estimated, reply.usage.prompt_tokens)
+    todo = _todo_asked(run) if not calls and not written and not (reply.text or "").strip() else None
+    if todo is not None and run.corrections < MAX_CORRECTIONS:
+        # Nothing at all, while the observation asks for calls: a small model copies an earlier tick's empty
+        # ending. It is told what the observation asks and asked again (a correction, as for calls in text).
+        resp = log.append("model.response", payload, "model", run.tick)
+        log.append("model.empty_reply", {"response_seq": resp.seq, "todo": todo}, "system", run.tick)
+        run.corrections += 1
+        return None
     if not written:  # held: it commits with the next commit of the tick (see _steps)
         log.append_held([("model.response", payload, "model", run.tick)])
         return calls
@@ -495,6 +504,16 @@ def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, est
         return calls
     run.corrections += 1
     return calls if run.corrections > MAX_CORRECTIONS else None
+
+
+def _todo_asked(run: _Run) -> str | None:
+    """The ``to do:`` line of this tick's observation when it asks for calls (a gap to rent, instances to destroy);
+    None when it asks for nothing or the observation has no ``need``."""
+    obs = next(iter(throughput.recent_observations(run.app.log, 1)), None)
+    need = (obs or {}).get("need")
+    if not isinstance(need, dict) or not (need.get("gap") or need.get("dead") or need.get("surplus")):
+        return None
+    return next((x for x in need_lines(obs or {}) if x.startswith("to do: ")), None)
 
 
 def _text_verdicts(run: _Run, model: _Model, written: list[TextCall]) -> list[tuple[TextCall, bool, str | None]]:
@@ -624,7 +643,8 @@ def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCa
                 refuse_call(run.app.log, call, f"at most {MAX_CALLS_PER_STEP} tool calls run per response", run.tick)
                 continue
             key = _call_key(call["name"], call["arguments"])
-            if isinstance(toolbox.by_name.get(call["name"]), Tool) and key in before:
+            tool = toolbox.by_name.get(call["name"])
+            if isinstance(tool, Tool) and tool.read and key in before:
                 refuse_call(run.app.log, call, ASKED_ALREADY, run.tick)
                 continue
             before.add(key)

@@ -133,6 +133,12 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
         ("accepted", {"response_seq": 42, "accepted": True, "calls": [
             {"name": "list_instances", "arguments": "{}", "shape": "prefixed"}]}),
     ],
+    ("model.empty_reply", 1): [
+        ("a gap to rent", {"response_seq": 42, "todo": "to do: rent 24.0 jobs/h more: search_offers with "
+                                                       "{\"order\": \"per_job\"} and no other argument, then "
+                                                       "rent_instance the offers its last line names"}),
+        ("hostile text quoted on one line", {"response_seq": 42, "todo": _FORGED_M}),
+    ],
     ("model.text_tool_calls", 2): [
         ("refused as text", {"response_seq": 42, "accepted": False, "calls": [
             {"name": "search_offers", "arguments": "{\"limit\": 3}", "shape": "fenced", "ran": False,

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from agent.fleet.throughput import RENT_BELOW
-from agent.runtime.tick import run_tick
+from agent.runtime.tick import MAX_CORRECTIONS, run_tick
 from agent.sim import Simulator
 from agent.sim.demand import Shape
 from tests.conftest import events_of, good_offer, plant_ours, tool_messages
@@ -127,3 +127,23 @@ def test_an_oversized_fleet_is_told_which_instances_to_destroy(
     assert all(kept - jph[i] < need for i in jph if i not in surplus)
     assert "(surplus: the rest cover the need)" in line
     assert capacity >= RENT_BELOW * need
+
+
+def test_an_empty_reply_while_the_observation_asks_for_calls_is_told_what_it_asks(
+        sim: Simulator, sim_clock: Any, make_app: Any, fake_model: FakeOpenAI) -> None:
+    """A small model copies an earlier tick's empty ending: told the ``to do:`` line, it acts; at most
+    ``MAX_CORRECTIONS`` times a tick. An empty reply when there is nothing to do ends the tick as before."""
+    sim.shape = Shape("constant", since=sim_clock(), rate=30.0)
+    app = make_app(policy={"max_instances": 6, "drain_within": 3600})
+    fake_model.enqueue(reply(""), reply(tool_calls=[("search_offers", {"order": "per_job"})]),
+                       reply(""), reply(""), reply(""))
+    result = run_tick(app)
+    assert result.ok, result
+    told = events_of(app, "model.empty_reply", tick=result.tick)
+    assert len(told) == MAX_CORRECTIONS
+    assert told[0].payload["todo"].startswith("to do: rent ")
+    second = fake_model.requests[1].json["messages"][-1]
+    assert second["role"] == "user" and second["content"].startswith("[system · empty reply] ")
+    assert told[0].payload["todo"] in second["content"]
+    assert [e.payload["name"] for e in events_of(app, "tool.result", tick=result.tick)] == ["search_offers"]
+    assert len(fake_model.requests) == 4 + MAX_CORRECTIONS - 2  # asked again twice, then the empty reply ends it
