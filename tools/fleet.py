@@ -146,11 +146,24 @@ def _as_bid(ctx: ToolContext, offers: list[Offer], mode: str) -> list[Offer]:
     return out
 
 
+def _lenient(args: Args) -> Args:
+    """A search's arguments with the fillers small models write for every optional parameter taken as absent:
+    ``max_dph`` of 0 or less (no offer costs nothing: the policy's cap), and ``max_gpus`` equal to ``num_gpus``
+    (the same search)."""
+    out = dict(args)
+    if isinstance(out.get("max_dph"), int | float) and out["max_dph"] <= 0:
+        out.pop("max_dph")
+    if out.get("max_gpus") is not None and out.get("max_gpus") == out.get("num_gpus"):
+        out.pop("max_gpus")
+    return out
+
+
 def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     limit = min(int(args.get("limit", ctx.settings.fleet.search_limit)), 25)
+    args = _lenient(args)
     if args.get("max_gpus") is not None and args.get("num_gpus") is not None:
         return Outcome(False, error="search_offers: pass num_gpus (exactly that many GPUs) or max_gpus (1 up to "
-                       "that many), not both")
+                       'that many), not both; to cover the fleet\'s gap, search with {"order": "per_job"} alone')
     per_job = args.get("order") == "per_job"
     mode = bidding(ctx, args)
     bids = mode != "never"
@@ -196,7 +209,55 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
                  "later stops, its work lost, and starts again when the market falls back under its bid"
                  + ("; offers whose min_bid is above that are rented on-demand (type)" if mode == "prefer" else "")
                  + ")")
-    return Outcome(True, "\n".join(rows) + _basis(tp, sorted({o.gpu_name or "?" for o in shown})) + note)
+    return Outcome(True, "\n".join(rows) + _basis(tp, sorted({o.gpu_name or "?" for o in shown})) + note
+                   + _cover_hint(ctx, offers, tp))
+
+
+def gap_left(ctx: ToolContext) -> float | None:
+    """Jobs/h the fleet is still short this tick: the gap the tick's observation states (``need``, agent/fleet/
+    throughput.py) less what this tick's rents add; None without one (no demand reading, or outside a tick)."""
+    if ctx.tick is None:
+        return None
+    obs = next(iter(throughput.recent_observations(ctx.log, 1)), None)
+    need = (obs or {}).get("need")
+    gap = need.get("gap") if isinstance(need, dict) else None
+    return None if not isinstance(gap, int | float) else max(0.0, float(gap) - ctx.covered)
+
+
+def _room(ctx: ToolContext) -> int:
+    """Instances policy.max_instances still has room for: ours listed, and this tick's rents not listed yet."""
+    listed = {i.id for i in ctx.instances}
+    unlisted = sum(1 for iid, _ in ctx.rented.values() if iid not in listed)
+    return max(0, int(ctx.settings.policy.max_instances) - len(ctx.ours()) - unlisted)
+
+
+def _cover_hint(ctx: ToolContext, offers: list[Offer], tp: throughput.Throughput) -> str:
+    """The offers that cover the gap left this tick, cheapest per job first, within the instance cap: the calls
+    to make, so that a model need not size the rent itself (the last line of a search's answer)."""
+    gap = gap_left(ctx)
+    if gap is None:
+        return ""
+    if gap <= 0:
+        return "\n(the fleet's need is covered: nothing to rent this tick)"
+    room = _room(ctx)
+    if room <= 0:
+        return f"\n(the fleet is {gap:.1f} jobs/h short, but at policy.max_instances: nothing can be rented)"
+    picks: list[tuple[Offer, float]] = []
+    got = 0.0
+    for o in sorted(offers, key=lambda o: (tp.usd_per_job(o.dph_total or 0.0, o.gpu_name or "?", o.num_gpus)
+                                           or float("inf"), o.id)):
+        if got >= gap or len(picks) >= room:
+            break
+        jph = tp.per_instance(o.gpu_name or "?", o.num_gpus)
+        if jph > 0:
+            picks.append((o, jph))
+            got += jph
+    if not picks:
+        return ""
+    ctx.cover = [o.id for o, _ in picks]
+    calls = ", ".join(f"rent_instance offer_id={o.id} ({jph:.1f} jobs/h)" for o, jph in picks)
+    capped = f" (policy.max_instances leaves room for {room} only)" if got < gap and len(picks) >= room else ""
+    return f"\nto cover the {gap:.1f} jobs/h the fleet is short: {calls}{capped}"
 
 
 def offer_throughput(ctx: ToolContext) -> throughput.Throughput:
@@ -313,7 +374,7 @@ def _rent(ctx: ToolContext, args: Args, offer: Offer, key: str) -> Outcome:
     if out.status == "created" and out.instance_id is not None:
         ctx.rented[label] = (out.instance_id, offer.dph_total or 0.0)
         return Outcome(True, f"rented offer {args['offer_id']} as instance {out.instance_id} (label {label}); "
-                       "it starts as created, then loading, then running",
+                       "it starts as created, then loading, then running" + _covered(ctx, offer),
                        effect={**effect_base, "instance_id": out.instance_id})
     if out.status == "rejected":
         return Outcome(False, error=f"not rented: {out.error}")
@@ -330,6 +391,35 @@ def _rent(ctx: ToolContext, args: Args, offer: Offer, key: str) -> Outcome:
                        f"our label {label}: rented", effect={**effect_base, "instance_id": found.id})
     return pending_outcome(label, effect_base, f"{out.error}; the listing does not show label {label} yet, "
                            "and vast.ai lists new instances late", ctx.settings.vast.settle_after)
+
+
+def _covered(ctx: ToolContext, offer: Offer) -> str:
+    """What a rent takes off the gap the tick's observation states, and what is left (for the rent's answer)."""
+    before = gap_left(ctx)
+    ctx.covered += offer_throughput(ctx).per_instance(offer.gpu_name or "?", offer.num_gpus)
+    left = gap_left(ctx)
+    if before is None or left is None:
+        return ""
+    if left <= 0:
+        return "; the fleet's need is covered: nothing more to rent this tick"
+    tp = offer_throughput(ctx)
+    nxt: list[int] = []
+    got = 0.0
+    coming = False  # an offer the search named, asked for in this same reply: its own rent follows
+    for oid in ctx.cover:
+        o = ctx.offers.get(oid)
+        if o is None or oid == offer.id:
+            continue  # rented already
+        if oid in ctx.wanted_offers:
+            coming = True
+        elif got < left:
+            nxt.append(oid)
+            got += tp.per_instance(o.gpu_name or "?", o.num_gpus)
+    if nxt:
+        then = ": rent_instance " + ", ".join(f"offer_id={i}" for i in nxt) + " next"
+    else:
+        then = "" if coming else ': search_offers with {"order": "per_job"} for more'
+    return f"; the fleet is still {left:.1f} jobs/h short{then}"
 
 
 def _lookup(ctx: ToolContext, iid: int) -> Instance | None:
@@ -453,7 +543,7 @@ TOOLS: tuple[AnyTool, ...] = (
          obj({"gpu_name": {"type": "string", "maxLength": 40},
               "status": {"type": "string", "maxLength": 40,
                          "description": "as the observation writes it: running, loading, exited, provisioning..."}}),
-         _list_fleet),
+         _list_fleet, read=True),
     Tool("search_offers", "Search the vast.ai market for offers within policy (allowed GPUs, price and "
          "reliability caps are applied automatically), cheapest $/h first, or cheapest per job with "
          "order=per_job. jobs/h is what one such instance delivers (measured by our own instances, else "
@@ -469,7 +559,7 @@ TOOLS: tuple[AnyTool, ...] = (
               "max_dph": {"type": "number", "minimum": 0},
               "min_reliability": {"type": "number", "minimum": 0, "maximum": 1},
               "limit": {"type": "integer", "minimum": 1, "maximum": 25},
-              "interruptible": INTERRUPTIBLE}), _search_offers),
+              "interruptible": INTERRUPTIBLE}), _search_offers, read=True),
     Action("rent_instance", "Rent an offer (by offer_id from search_offers). The image, start command, env "
            "and disk come from the fleet template in config; passing others is refused by policy.",
            obj({"offer_id": IID, "reason": REASON, "interruptible": INTERRUPTIBLE,
@@ -489,6 +579,7 @@ TOOLS: tuple[AnyTool, ...] = (
          "Rents on it are then refused and search_offers leaves it out. Only an operator can include it again.",
          obj({"host_id": IID, "reason": REASON, "hours": {"type": "number", "minimum": 1, "maximum": 720}},
              ["host_id", "reason"]), _exclude_host),
-    Tool("get_balance", "The account's spendable credit and invoice balance in dollars.", obj({}), _balance),
-    Tool("get_demand", "The proof-job queue: pending, running, completed, arrival rate.", obj({}), _demand),
+    Tool("get_balance", "The account's spendable credit and invoice balance in dollars.", obj({}), _balance, read=True),
+    Tool("get_demand", "The proof-job queue: pending, running, completed, arrival rate.", obj({}), _demand,
+         read=True),
 )

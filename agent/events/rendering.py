@@ -198,6 +198,49 @@ def _models_line(obs: JsonObject, q: Quote) -> str | None:
     return "per GPU model: " + "; ".join(parts) if parts else None
 
 
+TODO_IDS_SHOWN = 8
+"""Instances a ``to do:`` line names by id per kind (dead, surplus); the rest are counted."""
+
+
+def _ids(ids: list[int]) -> str:
+    """``#1, #2`` up to ``TODO_IDS_SHOWN``, then ``and 12 more``: the next tick names the rest."""
+    shown = ", ".join(f"#{i}" for i in ids[:TODO_IDS_SHOWN])
+    rest = len(ids) - TODO_IDS_SHOWN
+    return shown + (f" and {rest} more (named next tick)" if rest > 0 else "")
+
+
+def need_lines(obs: JsonObject) -> list[str]:
+    """v9: what the fleet needs now and what that asks of this tick, in the terms of the tools (``need``, sized
+    by agent/fleet/throughput.py as the rules provider sizes the fleet)::
+
+        need now: 40.1 jobs/h (arriving 31/h + 61 pending cleared within 1h) · ours deliver 27.8 jobs/h
+        to do: rent 12.3 jobs/h more: search_offers with order per_job, then rent_instance the offers its last line names
+
+    Only numbers the observation computed are written (no value from vast.ai or the queue as text)."""
+    n = obs.get("need")
+    if not isinstance(n, dict) or not _number(n.get("jobs_per_h")):
+        return []
+    drain = n.get("drain_h")
+    drain_txt = f"{drain:g}h" if _number(drain) else "?"
+    lines = [f"need now: {n['jobs_per_h']:.1f} jobs/h (arriving {float(n.get('arriving_per_h') or 0):.0f}/h + "
+             f"{int(n.get('pending') or 0)} pending cleared within {drain_txt}) · ours deliver "
+             f"{float(n.get('capacity') or 0):.1f} jobs/h"]
+    todo = []
+    dead = [int(i) for i in n.get("dead") or [] if _number(i)]
+    surplus = [int(i) for i in n.get("surplus") or [] if _number(i)]
+    if dead:
+        todo.append("destroy_instance " + _ids(dead) + " (delivering nothing)")
+    gap = n.get("gap")
+    if _number(gap) and gap > 0:
+        todo.append(f'rent {gap:.1f} jobs/h more: search_offers with {{"order": "per_job"}} and no other argument, '
+                    "then rent_instance the offers its last line names")
+    if surplus:
+        todo.append("destroy_instance " + _ids(surplus) + " (surplus: the rest cover the need)")
+    lines.append("to do: " + ("; ".join(todo) if todo else
+                              "nothing to rent or destroy; say so in one sentence and call no tool"))
+    return lines
+
+
 def _demand_line(obs: JsonObject, q: Quote = str, detail: bool = False) -> str | None:
     d = obs.get("demand")
     if isinstance(d, dict):
@@ -383,7 +426,7 @@ def _compact_lines(insts: list[JsonObject], q: Quote, detail: bool, ends: bool) 
 
 def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = str, *,
                        group_over: int | None = None, detail: bool = False, ends: bool = False,
-                       compact: bool = False) -> str:
+                       compact: bool = False, need: bool = False) -> str:
     """The compact, deterministic text of one tick's observation. ``q`` writes every value that came from
     vast.ai, the demand source or the log (``str`` in version 1; ``inline`` from version 2 on). With
     ``group_over`` (version 5 on), a fleet of more instances than that lists alike ones on one line. With
@@ -392,7 +435,8 @@ def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = st
     ``ends`` (version 7 on): ``contract ends in 5 h`` after an instance whose contract ends soon. With ``compact``
     (version 8 on), a fleet of more than ``group_over`` instances gives its healthy instances as counts and ranges
     by GPU model and status and names only those needing attention, and a long list of changes is cut to
-    ``CHANGES_SHOWN`` with the rest counted."""
+    ``CHANGES_SHOWN`` with the rest counted. With ``need`` (version 9 on), what the fleet needs now and what that
+    asks of the tick (``need now:`` and ``to do:``), after the per GPU model line."""
     when = epoch_minute(obs["time"]) if isinstance(obs.get("time"), int | float) else ts_minute(ts)
     lines = [f"[tick {tick} · {when}] observation"]
     insts = obs.get("instances") or []
@@ -412,6 +456,8 @@ def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = st
     models = _models_line(obs, q) if detail else None
     if models is not None:
         lines.append(models)
+    if need:
+        lines.extend(need_lines(obs))
     large = insts and group_over is not None and len(insts) > group_over
     if large and compact:
         lines.extend(_compact_lines(insts, q, detail, ends))

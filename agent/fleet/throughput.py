@@ -201,3 +201,59 @@ def from_observations(settings: Settings, observations: Iterable[Mapping[str, An
 def estimate(log: Any, settings: Settings) -> Throughput:
     """Each GPU model's jobs/h from the recent observations in ``log``."""
     return from_observations(settings, recent_observations(log))
+
+
+# ------------------------------------------------------------------ what the fleet needs now
+
+DEAD_STATUSES = ("exited", "offline", "unknown", "stopped")
+"""Statuses in which an instance of ours delivers nothing and will not by itself (the rules provider's ``DEAD``)."""
+FLAP_RESTARTS = 3
+"""An instance that stopped running this often since rent is failing between ticks (the rules provider's)."""
+RENT_BELOW = 0.95
+"""Short only below this share of the need: no rent for a rounding-sized gap (the rules provider's)."""
+
+
+def _dead(i: Mapping[str, Any], stuck_after: float) -> bool:
+    status = i.get("status") or "provisioning"
+    return (status in DEAD_STATUSES or int(i.get("restarts") or 0) >= FLAP_RESTARTS
+            or (status != "running" and float(i.get("age_s") or 0.0) > stuck_after))
+
+
+def fleet_need(obs: Mapping[str, Any], tp: Throughput, *, drain_h: float, tick_h: float,
+               stuck_after: float) -> dict[str, Any] | None:
+    """What the fleet must deliver now against what ours deliver, sized as the rules provider sizes it: the
+    arrivals plus the backlog cleared within ``drain_h`` hours, in jobs an hour, against the jobs an hour of our
+    instances that run or are starting (each GPU model's rate from ``tp``); None without a demand reading.
+
+    ``gap`` is what to rent (jobs/h; 0 while ours cover ``RENT_BELOW`` of the need); ``surplus`` the instances
+    of ours the rest can do without (the dearest per job first), only while the queue is dry relative to the
+    fleet (what waits, ours finish within ``tick_h``): an instance working a backlog off is not surplus;
+    ``dead`` the instances of ours that deliver nothing (dead, stuck past ``stuck_after`` or restarting over and
+    over), to destroy and replace. The need counts them out, so their replacements are in ``gap``."""
+    d = obs.get("demand")
+    if not isinstance(d, dict):
+        return None
+    p = d.get("pending")
+    pending = p if isinstance(p, int) else 0
+    rate = d.get("arrival_rate_per_h")
+    rate = float(rate) if isinstance(rate, int | float) else 0.0
+    ours = [i for i in obs.get("instances") or [] if i.get("ours")]
+    dead = [i for i in ours if _dead(i, stuck_after)]
+    live = [i for i in ours if i not in dead]
+
+    def jph(i: Mapping[str, Any]) -> float:
+        return tp.per_instance(str(i.get("gpu_name") or "?"), i.get("num_gpus"))
+
+    capacity = sum(jph(i) for i in live)
+    need = rate + pending / drain_h
+    gap = need - capacity if capacity < RENT_BELOW * need else 0.0
+    surplus: list[int] = []
+    if pending <= capacity * tick_h:  # the queue is dry relative to the fleet: idle capacity is surplus
+        left = capacity
+        for i in sorted(live, key=lambda x: (-(float(x.get("dph") or 0.0) / max(jph(x), 1e-9)), x.get("id") or 0)):
+            if i.get("status") == "running" and left - jph(i) >= need:
+                left -= jph(i)
+                surplus.append(int(i["id"]))
+    return {"jobs_per_h": round(need, 1), "arriving_per_h": round(rate, 1), "pending": pending,
+            "drain_h": round(drain_h, 2), "capacity": round(capacity, 1), "gap": round(gap, 1),
+            "surplus": surplus, "dead": [int(i["id"]) for i in dead]}

@@ -85,6 +85,10 @@ class ToolContext:
     offers: dict[int, Offer] = field(default_factory=dict)
     # Offer ids the current model step asks to rent: one search re-checks every one not seen yet.
     wanted_offers: set[int] = field(default_factory=set)
+    # Jobs/h this tick's rents add: what they take off the gap the tick's observation states (``need``).
+    covered: float = 0.0
+    # The offers the last search named to cover that gap (ids, cheapest per job first): a rent names the next.
+    cover: list[int] = field(default_factory=list)
 
     def owned_ids(self) -> set[int]:
         return set(self.log.owned_instance_ids())
@@ -115,6 +119,9 @@ class Tool:
     parameters: dict[str, Any]
     handler: Callable[[ToolContext, Args], Outcome]
     check: Callable[[ToolContext, Args], Block | None] | None = None
+    # A pure read (the queue, the balance, the listing, the market): the same call again within a tick is not
+    # run, its answer being in the context already (agent/runtime/tick.py).
+    read: bool = False
 
     def spec(self) -> dict[str, Any]:
         return _spec(self.name, self.description, self.parameters)

@@ -24,13 +24,14 @@ from agent.context.inputs import log_request
 from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.events.kinds.model import NOT_RUN_REJECT, NOT_RUN_REPEAT, NOT_RUN_UNKNOWN
+from agent.events.rendering import need_lines
 from agent.feedback import credit
 from agent.feedback.knowledge import save_memo
 from agent.fleet import constraints, contracts, drain, market, spend, steering, stopped, throughput
 from agent.fleet.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.fleet.policy import Policy
 from agent.fleet.reconcile import UNLISTED, reconcile
-from agent.fleet.toolkit import Toolbox, ToolContext, load_tools
+from agent.fleet.toolkit import Tool, Toolbox, ToolContext, load_tools
 from agent.model import window
 from agent.model.llm import LLMError, ModelReply, TextCall, call_with_retries, find_text_calls
 from agent.runtime import watch
@@ -43,6 +44,9 @@ log_ = logsetup.get_logger(__name__)
 
 MAX_CALLS_PER_STEP = 16
 MAX_CORRECTIONS = 2  # replies with tool calls written as text answered with a correction, per tick
+ASKED_ALREADY = ("the same call with the same arguments already ran this tick; its answer is above and has not "
+                 "changed. Act on it: the observation's `to do:` line says what is left, and when nothing is, reply "
+                 "in one sentence and call no tool")
 UNREACHABLE = ("timeout", "connection", "server", "rate_limit", "auth")
 
 
@@ -146,7 +150,8 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
     """Per GPU model of ours: jobs/h per GPU (learned, else the prior: scaled by vast.ai's ``dlperf`` per GPU
     from the measured models where that is known, recorded as ``dlperf``), what that figure rests on (``basis``:
     measured, configured, dlperf or assumed) and $/job at what we pay; the credit
-    runway at the fleet's current burn; the queue's trend."""
+    runway at the fleet's current burn; the queue's trend; what the fleet needs now (``need``: jobs/h against what
+    ours deliver, the gap to rent, the surplus and the dead to destroy; agent/fleet/throughput.py)."""
     tp = throughput.from_observations(app.settings, [*history, obs]).with_dlperf(dlperf or {})
     models: dict[str, dict[str, Any]] = {}
     for x in obs["instances"]:
@@ -171,6 +176,10 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
     obs["runway_h"] = round(bal / burn, 1) if isinstance(bal, int | float) and burn > 0 else None
     if isinstance(obs.get("demand"), dict):
         obs["demand"]["trend_per_h"] = _queue_trend(obs, history, obs["time"])
+    s = app.settings
+    obs["need"] = throughput.fleet_need(obs, tp, drain_h=float(s.policy.drain_within) / 3600.0,
+                                        tick_h=float(s.schedule.interval) / 3600.0,
+                                        stuck_after=float(s.alerts.stuck_after))
 
 
 def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
@@ -477,6 +486,14 @@ def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, est
         run.usage[k] += int(payload["usage"].get(k, 0) or 0)
     if reply.usage.prompt_tokens:  # folded in with the next commit, before the next projection reads it
         run.calibration = (estimated, reply.usage.prompt_tokens)
+    todo = _todo_asked(run) if not calls and not written and not (reply.text or "").strip() else None
+    if todo is not None and run.corrections < MAX_CORRECTIONS:
+        # Nothing at all, while the observation asks for calls: a small model copies an earlier tick's empty
+        # ending. It is told what the observation asks and asked again (a correction, as for calls in text).
+        resp = log.append("model.response", payload, "model", run.tick)
+        log.append("model.empty_reply", {"response_seq": resp.seq, "todo": todo}, "system", run.tick)
+        run.corrections += 1
+        return None
     if not written:  # held: it commits with the next commit of the tick (see _steps)
         log.append_held([("model.response", payload, "model", run.tick)])
         return calls
@@ -491,6 +508,16 @@ def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, est
         return calls
     run.corrections += 1
     return calls if run.corrections > MAX_CORRECTIONS else None
+
+
+def _todo_asked(run: _Run) -> str | None:
+    """The ``to do:`` line of this tick's observation when it asks for calls (a gap to rent, instances to destroy);
+    None when it asks for nothing or the observation has no ``need``."""
+    obs = next(iter(throughput.recent_observations(run.app.log, 1)), None)
+    need = (obs or {}).get("need")
+    if not isinstance(need, dict) or not (need.get("gap") or need.get("dead") or need.get("surplus")):
+        return None
+    return next((x for x in need_lines(obs or {}) if x.startswith("to do: ")), None)
 
 
 def _text_verdicts(run: _Run, model: _Model, written: list[TextCall]) -> list[tuple[TextCall, bool, str | None]]:
@@ -601,9 +628,11 @@ def _model_failed(run: _Run, model: _Model, e: LLMError, request_seq: int, token
 
 
 def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCall]) -> None:
-    """Each call through the tool pipeline, in order; past the per-response limit, refused unrun.
+    """Each call through the tool pipeline, in order; past the per-response limit, refused unrun, as is a
+    read-only call already run this tick with the same arguments (its answer is in the context already).
     What the read-only and refused calls log commits with the next commit (an action's intent) or
     at the end, in one transaction (``EventLog.holding``)."""
+    before = set(run.called)
     run.called.update(_call_key(c["name"], c["arguments"]) for c in calls)
     replay = getattr(run.app, "replay", None)  # a fork: the origin's results for the origin's calls
     replayed = replay.calls(ctx, calls, run.steps) if replay is not None else None
@@ -617,6 +646,12 @@ def _run_calls(run: _Run, toolbox: Toolbox, ctx: ToolContext, calls: list[ToolCa
             if n >= MAX_CALLS_PER_STEP:
                 refuse_call(run.app.log, call, f"at most {MAX_CALLS_PER_STEP} tool calls run per response", run.tick)
                 continue
+            key = _call_key(call["name"], call["arguments"])
+            tool = toolbox.by_name.get(call["name"])
+            if isinstance(tool, Tool) and tool.read and key in before:
+                refuse_call(run.app.log, call, ASKED_ALREADY, run.tick)
+                continue
+            before.add(key)
             outcome, blocked = run_tool_call(toolbox, ctx, call, dry_run=run.app.settings.policy.dry_run)
             run.blocks += int(blocked)
             if outcome.effect:

@@ -208,12 +208,13 @@ def test_request_bytes_of_a_fixed_run_are_pinned(tmp_path):
     cuts, not the renderings, moved), and when context.compacted gained version 3 (knowledge files most
     recently changed first, old tool outputs masked at compaction, facts after the summary, caps per
     pinned block; the cut also leaves room for the facts), and when it gained version 5 (the operator's
-    notes, acks and withdrawals carried verbatim in the pinned block: a larger block, earlier cuts)."""
+    notes, acks and withdrawals carried verbatim in the pinned block: a larger block, earlier cuts), and when
+    system.md gained its "Each tick" steps (a longer system prompt: earlier cuts in these small budgets)."""
     reqs, comps, digest = _golden_run(tmp_path, [400, 200, 650], S)
-    assert (len(reqs), comps) == (27, [34, 58, 82, 103, 120])
-    assert digest == "711b411a975b3979bc35c9adbf7657fb758d1caa55de316a66b3d789a35db05d"
+    assert (len(reqs), comps) == (27, [34, 53, 75, 92, 108])
+    assert digest == "bbd1fa667a77c1ea27b5fd54125a11b8653a8e098f677fdc04829585f63ed283"
     tight = replace(S, budget_tokens=3000, output_reserve=300, tool_output_max_tokens=900)
     reqs, comps, digest = _golden_run(tmp_path, [700, 650, 690], tight)
-    assert (len(reqs), sum(e.payload["manifest"]["shrunk"] for e in reqs)) == (27, 8)
-    assert comps == [16, 22, 28, 34, 43, 48, 53, 59, 65, 69, 74, 84, 89, 93, 99, 104, 109, 117, 122, 126, 132, 137]
-    assert digest == "d885ab1e734adfa3f41934ef99e454ee1ad744cceee913f41419c39b38e27973"
+    assert (len(reqs), sum(e.payload["manifest"]["shrunk"] for e in reqs)) == (27, 11)
+    assert comps == [16, 22, 28, 34, 38, 44, 49, 54, 60, 66, 70, 75, 85, 90, 94, 100, 105, 110, 118, 123, 127, 133, 138]
+    assert digest == "ddefa15863b0b17585884729a50e1b4862bd560f7fed2e58ddf866662a956cd8"

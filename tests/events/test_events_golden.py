@@ -133,6 +133,12 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
         ("accepted", {"response_seq": 42, "accepted": True, "calls": [
             {"name": "list_instances", "arguments": "{}", "shape": "prefixed"}]}),
     ],
+    ("model.empty_reply", 1): [
+        ("a gap to rent", {"response_seq": 42, "todo": "to do: rent 24.0 jobs/h more: search_offers with "
+                                                       "{\"order\": \"per_job\"} and no other argument, then "
+                                                       "rent_instance the offers its last line names"}),
+        ("hostile text quoted on one line", {"response_seq": 42, "todo": _FORGED_M}),
+    ],
     ("model.text_tool_calls", 2): [
         ("refused as text", {"response_seq": 42, "accepted": False, "calls": [
             {"name": "search_offers", "arguments": "{\"limit\": 3}", "shape": "fenced", "ran": False,
@@ -456,6 +462,27 @@ SAMPLES[("tick.started", 8)] = [*SAMPLES[("tick.started", 7)],
                                 ("41 instances, one facing maintenance: named as needing attention",
                                  {"observation": _with_basis_and_maintenance(
                                      _with_ends(_with_health(_big_fleet(41))))})]
+
+
+def _with_need(obs: dict[str, Any], **need: Any) -> dict[str, Any]:
+    """``obs`` with v9's ``need`` (agent/fleet/throughput.py ``fleet_need``): 40.1 jobs/h against 27.8, and
+    whatever ``need`` overrides."""
+    base = {"jobs_per_h": 40.1, "arriving_per_h": 31.0, "pending": 61, "drain_h": 1.0, "capacity": 27.8,
+            "gap": 12.3, "surplus": [], "dead": []}
+    return {**obs, "need": {**base, **need}}
+
+
+# v9 renders what the fleet needs now and what that asks of the tick after the per GPU model line; an observation
+# without ``need`` renders as v8.
+SAMPLES[("tick.started", 9)] = [*SAMPLES[("tick.started", 8)],
+                                ("short: rent through a search", {"observation": _with_need(
+                                    _with_basis_and_maintenance(_with_ends(_with_health(_OBS))))}),
+                                ("dead and surplus to destroy", {"observation": _with_need(
+                                    _with_health(_OBS), jobs_per_h=12.0, capacity=27.8, gap=0.0, pending=2,
+                                    arriving_per_h=12.0, surplus=[101], dead=[103, 104])}),
+                                ("dead replaced and a gap", {"observation": _with_need(_with_health(_OBS), dead=[103])}),
+                                ("covered: nothing to do", {"observation": _with_need(
+                                    _with_health(_OBS), capacity=41.0, gap=0.0, drain_h=0.5)})]
 SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
     "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
                      "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,

@@ -76,7 +76,7 @@ def test_a_pinned_directive_is_in_every_request_after_several_compactions(make_a
     compactions."""
     (tmp_path / "knowledge").mkdir()
     fake_model.default = _agent_or_summariser
-    app = make_app(context={"budget_tokens": 6000, "output_reserve": 500, "high_water": 0.6, "low_water": 0.3,
+    app = make_app(context={"budget_tokens": 6600, "output_reserve": 500, "high_water": 0.6, "low_water": 0.3,  # room for system.md with its "Each tick" steps
                             "tool_output_max_tokens": 400, "summary_max_tokens": 500,
                             "pinned_max_tokens": 1200})
     directive = feedback.say(app.log, "never rent outside Europe this week", "alice", pin=True)

@@ -284,6 +284,21 @@ _define("model.retry", "A model request failed and is sent again (fleet-agent's 
 _define("model.text_tool_calls", "The model wrote tool calls as text; it is told whether they ran and what to do "
         "next.", Version(1, TextToolCallsV1, _r_text_tool_calls_v1),
         Version(2, TextToolCallsV2, _r_text_tool_calls_v2, upcast=_text_calls_v1_to_v2))
+@dataclass(frozen=True, kw_only=True)
+class EmptyReplyV1(Payload):
+    response_seq: int
+    todo: str  # the ``to do:`` line of the tick's observation (agent/events/rendering.py), as the model read it
+
+
+def _r_empty_reply_v1(e: Event, p: EmptyReplyV1) -> Message:
+    """``[system · empty reply]``: the reply had no call and no text while the observation's ``to do:`` line asks
+    for calls; it is quoted (``inline``) and the model asked to make them or say why not."""
+    return user(f"[system · empty reply] your reply was empty: no tool call and no text. The observation says: "
+                f"{inline(p.todo)}. Make those calls now, or say in one sentence why not.")
+
+
+_define("model.empty_reply", "The model answered with nothing while the tick's observation asked for calls; it is "
+        "asked once more.", Version(1, EmptyReplyV1, _r_empty_reply_v1))
 _define("model.window", "The model server's context window is smaller than the budget: the budget in force "
         "is lowered to fit it.", Version(1, ModelWindowV1))
 _define("context.step_refused", "The next model request would have passed the budget: the tick ended there.",

@@ -76,6 +76,15 @@ whose stop is the maintenance renders `` · maintenance in 5 h`` (`` · in maint
 than ``contract ends``. A record without these fields renders as before, so rows written before them keep their
 rendering whatever their version. Each instance record also carries ``bid``: an interruptible instance's bid (its
 $/h), null for on-demand; a set ``bid`` renders `` bid`` after the $/h.
+
+``tick.started`` v9: the observation says what the fleet needs now, in the terms of the tools. The observation adds
+``need`` (agent/fleet/throughput.py ``fleet_need``, sized as the rules provider sizes the fleet: the arrivals plus the
+backlog cleared within ``policy.drain_within`` against the jobs/h of ours that run or start; the ``gap`` to rent, the
+``surplus`` and ``dead`` instances to destroy), and v9 renders it after the per GPU model line as
+``need now: 40.1 jobs/h (arriving 31/h + 61 pending cleared within 1h) · ours deliver 27.8 jobs/h`` and a ``to do:``
+line naming the calls (``rent 12.3 jobs/h more: search_offers with {"order": "per_job"} and no other argument,
+then rent_instance the offers its last line names``, ``destroy_instance #7 (surplus: ...)``, or nothing to do). A small model reads what to do rather
+than working it out from the table. Stored as v4; rows without ``need`` render as v8.
 """
 
 from __future__ import annotations
@@ -163,6 +172,12 @@ def _r_tick_started_v8(e: Event, p: TickStartedV1) -> Message:
                                    ends=True, compact=True))
 
 
+def _r_tick_started_v9(e: Event, p: TickStartedV1) -> Message:
+    """As v8, with what the fleet needs now and what that asks of the tick (``need now:``, ``to do:``)."""
+    return user(render_observation(e.tick, e.ts, p.observation, inline, group_over=GROUP_OVER, detail=True,
+                                   ends=True, compact=True, need=True))
+
+
 _define("tick.started", "A tick began; its observation of fleet, balance and demand.",
         Version(1, TickStartedV1, _r_tick_started_v1),
         Version(2, TickStartedV1, _r_tick_started_v2, upcast=same_shape),
@@ -171,7 +186,8 @@ _define("tick.started", "A tick began; its observation of fleet, balance and dem
         Version(5, TickStartedV1, _r_tick_started_v5, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
         Version(6, TickStartedV1, _r_tick_started_v6, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
         Version(7, TickStartedV1, _r_tick_started_v7, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
-        Version(8, TickStartedV1, _r_tick_started_v8, upcast=same_shape, stored=INSTANCE_DICTIONARIES))
+        Version(8, TickStartedV1, _r_tick_started_v8, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
+        Version(9, TickStartedV1, _r_tick_started_v9, upcast=same_shape, stored=INSTANCE_DICTIONARIES))
 _define("tick.completed", "A tick ended normally.", Version(1, TickCompletedV1))
 
 
