@@ -3,7 +3,8 @@
     VastClient      list/get instances, search offers, rent, destroy, start/stop/label/reboot,
                     logs, current user; reads get bounded, jittered retries on 429/502/503/504
                     and transport errors; a call that changes the fleet is sent once, and again
-                    only when the connection was refused before anything was sent
+                    only when the connection was refused before anything was sent (or, for all
+                    but a rent, when a 429 refused it)
 
 vast.ai limits each endpoint per key as a minimum interval between requests and sends no
 Retry-After. The client paces itself: two requests to one endpoint (method and path, ids
@@ -436,12 +437,15 @@ class VastClient:
         return self._backoff(delay)
 
     def _send(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-              body: Any = None, retry: bool = True, timeout: float | None = None) -> httpx.Response:
+              body: Any = None, retry: bool = True, again_on_429: bool = False,
+              timeout: float | None = None) -> httpx.Response:
         """One logical call: up to max_attempts HTTP requests. Raises VastError on transport failure.
 
         ``retry=False`` (a call that changes the fleet): sent once; sent again only when the
-        connection was refused or never established, so nothing reached vast.ai. Any other
-        failure raises a VastError marked ``uncertain``."""
+        connection was refused or never established, so nothing reached vast.ai, or, with
+        ``again_on_429`` (a call that may be repeated: destroy, start/stop/label/reboot), when the rate
+        limit refused it with a 429 before acting. Any other failure raises a VastError marked
+        ``uncertain``."""
         import httpx
 
         url = self._url(path, params)
@@ -471,7 +475,8 @@ class VastClient:
                 self._sleep(wait)
                 delay *= BACKOFF_FACTOR
                 continue
-            if retry and resp.status_code in RETRYABLE_STATUS and attempt < attempts:
+            again = retry or (again_on_429 and resp.status_code == 429)
+            if again and resp.status_code in RETRYABLE_STATUS and attempt < attempts:
                 retry_wait = self._retry_wait(resp, delay)
                 if retry_wait is not None and self._within_deadline(retry_wait):
                     log.warning("vast.retry", method=method, path=api_path, status=resp.status_code,
@@ -612,9 +617,10 @@ class VastClient:
                            http_status=status)
 
     def destroy(self, instance_id: int) -> bool:
-        """Destroy an instance, sending the request once. Already gone (404) counts as success.
-        A 5xx or a lost answer raises a VastError marked ``uncertain``: settle it by looking."""
-        resp = self._send("DELETE", f"/instances/{int(instance_id)}/", body={}, retry=False)
+        """Destroy an instance, sending the request once (again after a 429: the rate limit refused it).
+        Already gone (404) counts as success. A 5xx or a lost answer raises a VastError marked ``uncertain``:
+        settle it by looking."""
+        resp = self._send("DELETE", f"/instances/{int(instance_id)}/", body={}, retry=False, again_on_429=True)
         if resp.status_code == 404 or (400 <= resp.status_code < 500 and _gone(resp)):
             return True
         if resp.status_code >= 400:
@@ -634,8 +640,8 @@ class VastClient:
         return err
 
     def _put_instance(self, path: str, body: dict[str, Any], what: str) -> None:
-        """start, stop, label, reboot: sent once (see ``_send``); a 5xx is ``uncertain``."""
-        resp = self._send("PUT", path, body=body, retry=False)
+        """start, stop, label, reboot: sent once, again after a 429 (see ``_send``); a 5xx is ``uncertain``."""
+        resp = self._send("PUT", path, body=body, retry=False, again_on_429=True)
         if resp.status_code >= 400:
             raise self._write_error(resp, what)
         data = _json_or_empty(resp)

@@ -114,6 +114,29 @@ def test_the_client_paces_one_endpoint_and_a_429_says_so_in_plain_text(sim, sim_
     assert statuses == [200] * 5 and len(waits) == 4 and all(abs(w - 0.6) < 1e-6 for w in waits)
 
 
+def test_a_destroy_or_label_refused_with_429_is_sent_again_after_a_wait(sim, sim_server):
+    """A 429 is vast.ai's rate limit refusing the request before acting on it, so a call that changes the fleet
+    but may be repeated (destroy, start/stop/label/reboot) is sent again after a wait, as a read is: two
+    destroys the network delivered closer than the interval (the first one late) both complete, where the
+    second used to fail and left `fleet-agent drain` half done. A rent is still sent once."""
+    wall = ManualClock(0.0)
+    sim.wall = wall
+    free = [oid for oid, o in sorted(sim.offers.items()) if not o.get("rented")][:2]
+    a, b = (sim.create_instance(oid, label=f"x{n}") for n, oid in enumerate(free))
+    waits: list[float] = []
+
+    def sleep(s: float) -> None:
+        waits.append(s)
+        wall.advance(s)
+
+    wall.advance(5)
+    with VastClient(sim_server.url, sim.api_key, sleep=sleep, monotonic=wall, min_interval=0) as client:
+        assert client.destroy(a) and client.destroy(b)
+    deletes = [r["status"] for r in sim.requests if r["method"] == "DELETE"]
+    assert deletes == [200, 429, 200] and len(waits) == 1 and waits[0] >= 0.5
+    assert a not in sim.instances and b not in sim.instances
+
+
 # --- 3. scheduling failures --------------------------------------------------------------------------
 
 
