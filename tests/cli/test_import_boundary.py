@@ -71,6 +71,7 @@ def test_status_reads_model_responses_and_tool_results_without_their_kind_module
     since the last observation from tool results, without loading those kinds' modules (their payload classes,
     renderers and upcasters), and shows the same as when every row is decoded through its kind."""
     skipped = ("agent.events.kinds.model", "agent.events.kinds.tools")
+    _run(fleet, "alerts", "list")  # validates the config and keeps it (agent.config.load_partial): read after
     for argv in (("status",), ("status", "--json")):
         lean = _run(fleet, *argv)
         assert _loaded(lean["modules"], skipped) == [], argv
