@@ -39,7 +39,6 @@ import json
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -261,7 +260,7 @@ class FileLeader(_Heartbeat):
         self.path = self.data_dir / LEASE_NAME
         self.agent_id = agent_id
         self.flock = FleetLock(self.data_dir)
-        self.token = uuid.uuid4().hex
+        self.token = os.urandom(16).hex()  # whose lease this is (128 random bits)
         self.clock = clock
         self._fd: int | None = None
         self._standby_fd: int | None = None

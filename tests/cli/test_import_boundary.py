@@ -75,7 +75,9 @@ def test_status_reads_model_responses_and_tool_results_without_their_kind_module
     for argv in (("status",), ("status", "--json")):
         lean = _run(fleet, *argv)
         assert _loaded(lean["modules"], skipped) == [], argv
-        assert "socket" not in lean["modules"], argv  # the leadership files are read; only a holder names its host
+        # The leadership files are read (only a holder names its host and draws a token); no event is appended
+        # (no id drawn) and no token counted.
+        assert _loaded(lean["modules"], ("socket", "uuid", "platform", "agent.tokens")) == [], argv
         full = _run(fleet, *argv, before=EVERY_KIND)
         assert _loaded(full["modules"], skipped) == list(skipped)
         assert _timeless(lean["out"]) == _timeless(full["out"]), argv
