@@ -173,10 +173,13 @@ class Kinds(MutableMapping[str, Kind]):
 
 class Vocabulary:
     """The registry of kinds and their upcasters. ``index``: kind name -> the module that defines it, for
-    kinds defined on first use (``Kinds``)."""
+    kinds defined on first use (``Kinds``). ``stored_forms``: the kinds with a version whose row holds a smaller
+    form (``Version.stored``); when given, reading a row of any other kind returns it as stored without
+    importing its module, and defining a stored form for a kind not named there fails."""
 
-    def __init__(self, index: Mapping[str, str] | None = None) -> None:
+    def __init__(self, index: Mapping[str, str] | None = None, *, stored_forms: Iterable[str] | None = None) -> None:
         self.kinds = Kinds(index)
+        self.stored_forms = None if stored_forms is None else frozenset(stored_forms)
         self.upcasters: dict[tuple[str, int], Upcaster] = {}  # (kind, from version) -> upgrade to +1
         self.stored: dict[tuple[str, int], Stored] = {}  # (kind, version) -> its stored form, where it has one
 
@@ -194,6 +197,9 @@ class Vocabulary:
                     raise ValueError(f"{name} v{v.number}: needs an upcaster from v{v.number - 1}")
                 self.upcasters[(name, v.number - 1)] = v.upcast
             if v.stored is not None:
+                if self.stored_forms is not None and name not in self.stored_forms:
+                    raise ValueError(f"{name} v{v.number} stores a smaller form: name {name!r} in the index of "
+                                     "kinds with stored forms (STORED_FORMS, agent/events/kinds/base.py)")
                 self.stored[(name, v.number)] = v.stored
         if versions[-1].render is AS_NEXT:
             raise ValueError(f"{name} v{versions[-1].number}: the current version has no next to render as")
@@ -205,7 +211,7 @@ class Vocabulary:
     def decode(self, kind: str, version: int, stored: JsonObject) -> JsonObject:
         """The payload readers see for a row of ``kind`` and ``version`` holding ``stored`` (itself, unless
         the version stores a smaller form)."""
-        if kind not in self.kinds.loaded:
+        if kind not in self.kinds.loaded and (self.stored_forms is None or kind in self.stored_forms):
             self.kinds.load(kind)  # its stored forms are defined with it
         form = self.stored.get((kind, version))
         return stored if form is None else form.decode(stored)

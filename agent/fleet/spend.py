@@ -435,18 +435,24 @@ def model_cost(log: EventLog, settings: Settings) -> dict[str, Any]:
     from agent.price import of_settings
 
     price = of_settings(settings)
-    starts = list(log.read(0, kinds=["tick.started"], newest_first=True, limit=MODEL_COST_TICKS))[::-1]
+    # The window's ticks by their index entries; only its first and newest observations are read (a big fleet's
+    # observation is large). A window reaching into archived months is read from the log.
+    heads = log.store.tick_starts(MODEL_COST_TICKS)
+    if len(heads) < MODEL_COST_TICKS and log.segments():
+        heads = [(e.seq, e.tick, e.ts) for e in log.read(0, kinds=["tick.started"], newest_first=True,
+                                                         limit=MODEL_COST_TICKS)][::-1]
     out: dict[str, Any] = {"sheet": price.sheet, "free": price.free,
                            "price": {"input": price.input, "cached_input": price.cached_input, "output": price.output},
-                           "ticks": len(starts), "calls": 0, "summary_calls": 0, "cost": 0.0, "summary_cost": 0.0,
+                           "ticks": len(heads), "calls": 0, "summary_calls": 0, "cost": 0.0, "summary_cost": 0.0,
                            "per_tick": None, "per_day": None,
                            "last_tick": None, "per_instance_day": None, "jobs": None, "per_job": None}
-    if not starts:
+    if not heads:
         return out
+    first, last = (next(log.read(seq - 1, until_seq=seq)) for seq in (heads[0][0], heads[-1][0]))
     usage = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0}
     by_tick: dict[int, float] = {}
     summary = 0.0
-    for e in log.read(starts[0].seq - 1, kinds=["model.response", "summary.response"]):
+    for e in log.read(first.seq - 1, kinds=["model.response", "summary.response"]):
         if e.kind == "summary.response" and "usage" not in e.payload:
             continue   # failed, or written before answers carried usage: nothing to price
         u = e.payload.get("usage") or {}
@@ -461,18 +467,18 @@ def model_cost(log: EventLog, settings: Settings) -> dict[str, Any]:
             out["summary_calls"] += 1
             summary += cost
     total = price.usage_cost(usage)
-    per_tick = total / len(starts)
+    per_tick = total / len(heads)
     per_day = per_tick * ticks_per_day(settings.schedule, log.clock())
-    newest = starts[-1].payload.get("observation") or {}
+    newest = last.payload.get("observation") or {}
     ours = sum(1 for i in newest.get("instances") or [] if i.get("ours", True))
     out.update(usage=usage, cost=round(total, 6), summary_cost=round(summary, 6), parts={k: round(v, 6) for k, v in price.parts(
         usage["prompt_tokens"], usage["cached_tokens"], usage["completion_tokens"]).items()},
-        since=starts[0].ts, per_tick=round(per_tick, 6), per_day=round(per_day, 4), instances=ours,
+        since=first.ts, per_tick=round(per_tick, 6), per_day=round(per_day, 4), instances=ours,
         per_instance_day=round(per_day / ours, 4) if ours else None,
-        last_tick={"tick": starts[-1].tick, "cost": round(by_tick.get(starts[-1].tick or 0, 0.0), 6)})
-    first_jobs, last_jobs = _completed(starts[0].payload.get("observation")), _completed(newest)
-    if len(starts) > 1 and first_jobs is not None and last_jobs is not None and last_jobs >= first_jobs:
-        window = {s.tick for s in starts[:-1]}
+        last_tick={"tick": last.tick, "cost": round(by_tick.get(last.tick or 0, 0.0), 6)})
+    first_jobs, last_jobs = _completed(first.payload.get("observation")), _completed(newest)
+    if len(heads) > 1 and first_jobs is not None and last_jobs is not None and last_jobs >= first_jobs:
+        window = {tick for _, tick, _ in heads[:-1]}
         spent = sum(c for t, c in by_tick.items() if t in window)
         out["jobs"] = last_jobs - first_jobs
         out["per_job"] = round(spent / out["jobs"], 6) if out["jobs"] else None

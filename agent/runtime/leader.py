@@ -37,10 +37,8 @@ import contextlib
 import fcntl
 import json
 import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -262,7 +260,7 @@ class FileLeader(_Heartbeat):
         self.path = self.data_dir / LEASE_NAME
         self.agent_id = agent_id
         self.flock = FleetLock(self.data_dir)
-        self.token = uuid.uuid4().hex
+        self.token = os.urandom(16).hex()  # whose lease this is (128 random bits)
         self.clock = clock
         self._fd: int | None = None
         self._standby_fd: int | None = None
@@ -331,7 +329,7 @@ class FileLeader(_Heartbeat):
         except OSError:
             return  # the list in ``status`` is a courtesy: a standby that cannot write it still waits
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": self.clock()}).encode())
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": pglock.hostname(), "since": self.clock()}).encode())
         self._standby_fd = fd
 
     def _stop_waiting(self) -> None:
@@ -421,7 +419,7 @@ class FileLeader(_Heartbeat):
                 return False
             started = time.monotonic()  # before the lease is written: its beat is no older than this
             now = self.clock()
-            self._write(fd, {"token": self.token, "pid": os.getpid(), "host": socket.gethostname(),
+            self._write(fd, {"token": self.token, "pid": os.getpid(), "host": pglock.hostname(),
                              "agent_id": self.agent_id, "since": now, "beat": now, "has_flock": self.flock.held,
                              "epoch": int((lease or {}).get("epoch") or 0) + 1})
             self._held_at = self.acquired_at = started

@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from agent import events as ev
 from agent.config import PgTarget, path_text
@@ -42,7 +42,9 @@ from agent.store.transaction import Item as Item
 from agent.store.transaction import Transaction as Transaction
 from agent.store.transaction import Writer, utc_now
 from agent.store.transaction import new_event_id as new_event_id
-from agent.tokens import Tokenizer
+
+if TYPE_CHECKING:
+    from agent.tokens import Tokenizer
 
 
 def open_recorder(path: str | PgTarget, *, readonly: bool, create: bool, beside: str) -> Recorder:

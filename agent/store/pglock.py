@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -143,9 +142,17 @@ def daemon_sessions(conn: psycopg.Connection[Any], agent_id: str) -> list[LockHo
     return [LockHolder(int(r[0]), r[1] or "", r[2], r[3], r[4]) for r in rows]
 
 
+def hostname() -> str:
+    """This host's name, as a holder writes it (``socket`` is imported here, on first use: ``status`` reads the
+    lock files without it)."""
+    import socket
+
+    return socket.gethostname()
+
+
 def identity(agent_id: str) -> str:
     """``fleet-agent <agent_id> <hostname> <pid>``: how a holder names itself (its lock, its sessions)."""
-    return f"fleet-agent {agent_id} {socket.gethostname()} {os.getpid()}"
+    return f"fleet-agent {agent_id} {hostname()} {os.getpid()}"
 
 
 def bound_idle_transactions(log: Any, seconds: float) -> None:

@@ -563,6 +563,13 @@ class Store:
         v = self._value("SELECT tick FROM events WHERE kind = 'tick.started' ORDER BY seq DESC LIMIT 1")
         return None if v is None else int(v)
 
+    def tick_starts(self, limit: int) -> list[tuple[int, int | None, str]]:
+        """(seq, tick, ts) of the newest ``limit`` ``tick.started`` events of the table, oldest first: the ticks
+        a window spans, without reading their observations."""
+        rows = self._query(f"SELECT seq, tick, ts FROM events WHERE kind = 'tick.started' ORDER BY seq DESC LIMIT {self._p}",
+                           [limit])
+        return [(int(r["seq"]), None if r["tick"] is None else int(r["tick"]), str(r["ts"])) for r in reversed(rows)]
+
     def events_page(self, *, before: int | None, after: int, kinds: Sequence[str], limit: int) -> list[int]:
         """Seqs for one page of the timeline: newest first below ``before`` (or the newest), above ``after``,
         of the given kind prefixes (``tool.`` matches every tool kind) or all kinds."""

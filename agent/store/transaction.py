@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -34,7 +33,10 @@ def utc_now() -> datetime:
 
 
 def new_event_id() -> str:
-    """A random (version 4) UUID as text."""
+    """A random (version 4) UUID as text (``uuid``, which loads ``platform``, is imported by the first append: a
+    command that only reads goes without it)."""
+    import uuid
+
     return str(uuid.uuid4())
 
 

@@ -7,9 +7,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+import pytest
+
 import agent.events.kinds as kinds_package
-from agent.events import KINDS
-from agent.events.kinds.base import INDEX, MODULES, VOCABULARY
+from agent.events import KINDS, Version, Vocabulary
+from agent.events.columns import INSTANCE_COLUMNS
+from agent.events.kinds.base import INDEX, MODULES, STORED_FORMS, VOCABULARY
+from tests.events.test_events_versions import ProbeV1, _r_v1
 from tests.test_lazy import fresh
 
 
@@ -48,3 +52,34 @@ def test_reading_one_kind_imports_its_module_alone() -> None:
     before, after = fresh(code)  # type: ignore[misc]
     assert before == ["agent.events.kinds.base"]
     assert after == ["agent.events.kinds.alerts", "agent.events.kinds.base"]
+
+
+def test_the_kinds_with_stored_forms_are_the_ones_indexed_as_such() -> None:
+    """STORED_FORMS names exactly the kinds some version of which stores a smaller form: a row of any other kind
+    reads as stored, without its module."""
+    VOCABULARY.kinds.load_all()
+    assert {kind for kind, _ in VOCABULARY.stored} == STORED_FORMS
+
+
+def test_a_stored_form_for_a_kind_not_indexed_as_such_fails_at_definition() -> None:
+    with pytest.raises(ValueError, match="STORED_FORMS"):
+        Vocabulary(stored_forms=()).define("probe.stored", "test-only", Version(1, ProbeV1, _r_v1, stored=INSTANCE_COLUMNS))
+    v = Vocabulary(stored_forms=("probe.stored",))
+    v.define("probe.stored", "test-only", Version(1, ProbeV1, _r_v1, stored=INSTANCE_COLUMNS))
+    assert ("probe.stored", 1) in v.stored
+
+
+def test_reading_a_kind_without_a_stored_form_imports_no_kind_module() -> None:
+    """A model response (no stored form) is read as stored without loading agent.events.kinds.model; a tick's
+    observation (stored as columns) loads its module to decode."""
+    code = ("import sys, json\n"
+            "from agent import events as ev\n"
+            "p = ev.decode('model.response', 1, {'usage': {'prompt_tokens': 3}})\n"
+            "mid = sorted(m for m in sys.modules if m.startswith('agent.events.kinds.'))\n"
+            "ev.decode('tick.started', 1, {})\n"
+            "after = sorted(m for m in sys.modules if m.startswith('agent.events.kinds.'))\n"
+            "print(json.dumps([p, mid, after]))\n")
+    p, mid, after = fresh(code)  # type: ignore[misc]
+    assert p == {"usage": {"prompt_tokens": 3}}
+    assert mid == ["agent.events.kinds.base"]
+    assert after == ["agent.events.kinds.base", "agent.events.kinds.tick"]
