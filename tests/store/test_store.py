@@ -155,6 +155,18 @@ def test_rentals_carry_the_storage_rate_their_rent_or_adoption_noted(log: EventL
     assert got[11].dph == 0.4 and got[11].end_ts is not None and got[12].end_ts is None
 
 
+def test_tick_starts_are_the_newest_ticks_oldest_first(log: EventLog):
+    """tick_starts(n): (seq, tick, ts) of the newest n tick.started events, oldest first, other kinds left out
+    (the model cost's window reads them without decoding observations), on either store."""
+    seqs = []
+    for t in range(1, 5):
+        seqs.append(log.append("tick.started", {"observation": {}}, "scheduler", t).seq)
+        log.append("tick.completed", {"steps": 1}, "scheduler", t)
+    got = log.store.tick_starts(3)
+    assert [(s, t) for s, t, _ in got] == [(seqs[1], 2), (seqs[2], 3), (seqs[3], 4)]
+    assert all(ts for _, _, ts in got) and log.store.tick_starts(10)[0][0] == seqs[0]
+
+
 def test_dangling_intents_and_rent_keys(log: EventLog):
     """dangling_intents lists side-effecting calls without a result, oldest first; rent_keys every rent key."""
     st = log.store
