@@ -11,9 +11,9 @@ min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around
 - **Spread the bids.** One outbid takes a whole instance, and a GPU model's bid market moves as one, so no
   bid instance is rented to carry more than ``MAX_INSTANCE_SHARE`` of what the fleet must deliver (unless no
   bid offer is smaller), nor one GPU model's bids more than ``MAX_MODEL_SHARE`` of it, where the offers allow:
-  ``spread`` gives the rent choice its offers capped both ways, then by the instance cap alone, then all of
-  them, and the first that covers the gap is taken. An outbid then costs the fleet a share of its capacity,
-  not most of it.
+  ``spread`` gives the rent choice its offers capped both ways, then by the instance cap alone; the first
+  whose cover costs at most ``SPREAD_COST`` more per job than the cover from all offers is taken, else the
+  latter. An outbid then costs the fleet a share of its capacity, not most of it, where that insurance is cheap.
 - **Headroom for outbids.** An outbid instance is out of work from the moment vast.ai stops it until a re-bid
   or a replacement delivers, so the fleet keeps extra capacity for the outbid rate the recent observations
   show (outbids per bid instance and tick, times the ticks that recovery takes), at most ``MAX_HEADROOM`` of
@@ -31,6 +31,7 @@ from typing import Any
 
 MAX_INSTANCE_SHARE = 0.4  # a bid instance rented carries at most this share of need...
 MAX_MODEL_SHARE = 0.6  # ...and one GPU model's bids at most this share, where the offers allow
+SPREAD_COST = 0.10  # the spread cover is taken when it costs at most this much more per job than the cheapest
 MAX_HEADROOM = 0.2  # at most this share of need added for outbids
 SWAP_AGE_S = 3600.0  # an on-demand instance running this long may be swapped for bids...
 SWAP_SHARE = 0.85  # ...covering what it delivers for under this share of its $/h

@@ -479,11 +479,15 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
                 key=lambda o: (o["per_job"], o["dph"], o["id"]))
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
-    picks = None
-    for pool in _spread(plan, ok):  # with bids, spread: one outbid does not take most of the fleet
-        picks = _cheapest_cover(pool, short, room, plan.max_dph - fleet_dph) if swap else \
+    def cover(pool: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        return _cheapest_cover(pool, short, room, plan.max_dph - fleet_dph) if swap else \
             _best_cover(pool, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
-        if picks is not None:
+
+    picks = cover(ok)
+    for pool in _spread(plan, ok)[:-1]:  # with bids, spread where it costs little: one outbid does not take most
+        spread = cover(pool)             # of the fleet
+        if spread and (not picks or _per_job(spread) <= (1 + bidding.SPREAD_COST) * _per_job(picks)):
+            picks = spread
             break
     if swap:
         x, limit = swap.x, swap.limit
@@ -527,6 +531,11 @@ def _spread(plan: _Plan, offers: list[dict[str, Any]]) -> list[list[dict[str, An
         if bidding.is_bid(i) or bidding.is_outbid(i):
             fleet[str(i["gpu_name"])] = fleet.get(str(i["gpu_name"]), 0.0) + plan.jph(i)
     return bidding.spread(offers, plan.need, fleet)
+
+
+def _per_job(picks: list[dict[str, Any]]) -> float:
+    """What a set of offers costs per job of the capacity it brings."""
+    return float(sum(o["dph"] for o in picks)) / max(float(sum(o["jph"] for o in picks)), 1e-9)
 
 
 COVER_STEP = 0.1  # jobs/h: the grain the covers sum capacity in
