@@ -479,14 +479,20 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
                 key=lambda o: (o["per_job"], o["dph"], o["id"]))
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
+
     def cover(pool: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         return _cheapest_cover(pool, short, room, plan.max_dph - fleet_dph) if swap else \
             _best_cover(pool, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
 
     picks = cover(ok)
+    spread_text = ""
     for pool in _spread(plan, ok)[:-1]:  # with bids, spread where it costs little: one outbid does not take most
         spread = cover(pool)             # of the fleet
         if spread and (not picks or _per_job(spread) <= (1 + bidding.SPREAD_COST) * _per_job(picks)):
+            if picks and {o["id"] for o in spread} != {o["id"] for o in picks}:
+                spread_text = (f"; bids spread (no bid instance over {bidding.MAX_INSTANCE_SHARE:.0%} of need, "
+                               f"no GPU model's over {bidding.MAX_MODEL_SHARE:.0%} where the offers allow) for "
+                               f"{_per_job(spread) / _per_job(picks) - 1:+.0%} per job")
             picks = spread
             break
     if swap:
@@ -516,7 +522,8 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     skipped = len([o for o in offers if o["host"] in plan.avoid or refused.get(o["id"])])
     best = f"; best on offer ${ok[0]['per_job']:.4f}/job" if ok else ""
     text = (f"rules provider: renting {len(picks)} for {added:.1f} of {short:.1f} jobs/h short{best}"
-            + (f"; skipped {skipped} offers on excluded or failed hosts or outside what binds" if skipped else ""))
+            + (f"; skipped {skipped} offers on excluded or failed hosts or outside what binds" if skipped else "")
+            + spread_text)
     return calls, text
 
 
