@@ -92,8 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-bid-share", type=float, default=0.7)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--trace", action="store_true", help="each tick's queue and instances, on stderr")
+    ap.add_argument("--arm", choices=("both", "on-demand", "interruptible"), default="both",
+                    help="run one arm only (the on-demand arm does not bid: a change to bidding leaves it as it was)")
     args = ap.parse_args(argv)
-    res = [run(a, args.ticks, args.seed, args.rate, args.max_bid_share, args.trace) for a in ("on-demand", "interruptible")]
+    res = [run(a, args.ticks, args.seed, args.rate, args.max_bid_share, args.trace)
+           for a in ("on-demand", "interruptible") if args.arm in ("both", a)]
     if args.json:
         print(json.dumps([asdict(r) for r in res], indent=2))
         return 0
@@ -105,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         per = f"{r.per_job:.5f}" if r.per_job is not None else "-"
         print(f"{r.arm:<14} {r.wait_min:8.2f} {r.spend:9.3f} {r.jobs_served:7.1f} {per:>8} {r.outbids:7d} "
               f"{r.rents:5d}")
+    if len(res) < 2:
+        return 0
     od, bid = res
     if od.per_job and bid.per_job:
         print(f"interruptible vs on-demand: $/job {bid.per_job / od.per_job - 1:+.1%}, "

@@ -8,6 +8,12 @@ min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around
   leaves the fleet short.
 - **Swap on-demand for bids.** An on-demand instance running for over ``SWAP_AGE_S`` is replaced by bid
   instances covering what it delivers for under ``SWAP_SHARE`` of its $/h; once they count, it is surplus.
+- **Spread the bids.** One outbid takes a whole instance, and a GPU model's bid market moves as one, so no
+  bid instance is rented to carry more than ``MAX_INSTANCE_SHARE`` of what the fleet must deliver (unless no
+  bid offer is smaller), nor one GPU model's bids more than ``MAX_MODEL_SHARE`` of it, where the offers allow:
+  ``spread`` gives the rent choice its offers capped both ways, then by the instance cap alone; the first
+  whose cover costs at most ``SPREAD_COST`` more per job than the cover from all offers is taken, else the
+  latter. An outbid then costs the fleet a share of its capacity, not most of it, where that insurance is cheap.
 - **Headroom for outbids.** An outbid instance is out of work from the moment vast.ai stops it until a re-bid
   or a replacement delivers, so the fleet keeps extra capacity for the outbid rate the recent observations
   show (outbids per bid instance and tick, times the ticks that recovery takes), at most ``MAX_HEADROOM`` of
@@ -23,6 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+MAX_INSTANCE_SHARE = 0.4  # a bid instance rented carries at most this share of need...
+MAX_MODEL_SHARE = 0.6  # ...and one GPU model's bids at most this share, where the offers allow
+SPREAD_COST = 0.10  # the spread cover is taken when it costs at most this much more per job than the cheapest
 MAX_HEADROOM = 0.2  # at most this share of need added for outbids
 SWAP_AGE_S = 3600.0  # an on-demand instance running this long may be swapped for bids...
 SWAP_SHARE = 0.85  # ...covering what it delivers for under this share of its $/h
@@ -74,3 +83,31 @@ def swap_candidate(live: list[dict[str, Any]]) -> dict[str, Any] | None:
 def swap_search(max_gpus: int) -> dict[str, Any]:
     """The search for bids to replace an on-demand instance: bid offers only, cheapest per job first."""
     return {"limit": 25, "order": "per_job", "max_gpus": max_gpus, "interruptible": True}
+
+
+def spread(offers: list[dict[str, Any]], need: float,
+           fleet_bids: dict[str, float]) -> list[list[dict[str, Any]]]:
+    """The offers a gap is covered from, most spread first: bid offers (``type`` "bid" in a search_offers row)
+    delivering at most ``MAX_INSTANCE_SHARE`` of ``need`` jobs/h (or the smallest bid offer's jobs/h, when none is
+    that small) and, of each GPU model, only as many (cheapest per job first) as keep its bids, with the fleet's
+    own (``fleet_bids``: jobs/h per model), within ``MAX_MODEL_SHARE`` of need; then the instance cap alone; then
+    all of them. On-demand offers are in every one. Each list keeps ``offers``' order; no list repeats the one
+    before."""
+    bids = [o for o in offers if o.get("type") == "bid"]
+    if not bids or need <= 0:
+        return [offers]
+    most = max(MAX_INSTANCE_SHARE * need, min(float(o["jph"]) for o in bids))
+    small = [o for o in offers if o.get("type") != "bid" or float(o["jph"]) <= most + 1e-9]
+    taken = dict(fleet_bids)
+    per_model = []
+    for o in sorted((o for o in small if o.get("type") == "bid"), key=lambda o: (o["per_job"], o["dph"], o["id"])):
+        model = o["gpu"].rsplit(" x", 1)[0]
+        if taken.get(model, 0.0) + float(o["jph"]) <= MAX_MODEL_SHARE * need + 1e-9:
+            taken[model] = taken.get(model, 0.0) + float(o["jph"])
+            per_model.append(o)
+    both = [o for o in small if o.get("type") != "bid" or o in per_model]
+    out: list[list[dict[str, Any]]] = []
+    for pool in (both, small, offers):
+        if not out or len(pool) != len(out[-1]):
+            out.append(pool)
+    return out

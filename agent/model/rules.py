@@ -479,8 +479,22 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
                 key=lambda o: (o["per_job"], o["dph"], o["id"]))
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
-    picks = _cheapest_cover(ok, short, room, plan.max_dph - fleet_dph) if swap else \
-        _best_cover(ok, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
+
+    def cover(pool: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        return _cheapest_cover(pool, short, room, plan.max_dph - fleet_dph) if swap else \
+            _best_cover(pool, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
+
+    picks = cover(ok)
+    spread_text = ""
+    for pool in _spread(plan, ok)[:-1]:  # with bids, spread where it costs little: one outbid does not take most
+        spread = cover(pool)             # of the fleet
+        if spread and (not picks or _per_job(spread) <= (1 + bidding.SPREAD_COST) * _per_job(picks)):
+            if picks and {o["id"] for o in spread} != {o["id"] for o in picks}:
+                spread_text = (f"; bids spread (no bid instance over {bidding.MAX_INSTANCE_SHARE:.0%} of need, "
+                               f"no GPU model's over {bidding.MAX_MODEL_SHARE:.0%} where the offers allow) for "
+                               f"{_per_job(spread) / _per_job(picks) - 1:+.0%} per job")
+            picks = spread
+            break
     if swap:
         x, limit = swap.x, swap.limit
         if picks is None or sum(o["dph"] for o in picks) >= limit:
@@ -508,8 +522,27 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     skipped = len([o for o in offers if o["host"] in plan.avoid or refused.get(o["id"])])
     best = f"; best on offer ${ok[0]['per_job']:.4f}/job" if ok else ""
     text = (f"rules provider: renting {len(picks)} for {added:.1f} of {short:.1f} jobs/h short{best}"
-            + (f"; skipped {skipped} offers on excluded or failed hosts or outside what binds" if skipped else ""))
+            + (f"; skipped {skipped} offers on excluded or failed hosts or outside what binds" if skipped else "")
+            + spread_text)
     return calls, text
+
+
+def _spread(plan: _Plan, offers: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The offers to cover a gap from, most spread first (``bidding.spread``): with ``policy.interruptible``, no
+    bid instance carrying most of the need, nor one GPU model's bids (the fleet's own counted), where the offers
+    allow."""
+    if not plan.interruptible:
+        return [offers]
+    fleet: dict[str, float] = {}
+    for i in [*plan.live, *plan.outbid]:
+        if bidding.is_bid(i) or bidding.is_outbid(i):
+            fleet[str(i["gpu_name"])] = fleet.get(str(i["gpu_name"]), 0.0) + plan.jph(i)
+    return bidding.spread(offers, plan.need, fleet)
+
+
+def _per_job(picks: list[dict[str, Any]]) -> float:
+    """What a set of offers costs per job of the capacity it brings."""
+    return float(sum(o["dph"] for o in picks)) / max(float(sum(o["jph"] for o in picks)), 1e-9)
 
 
 COVER_STEP = 0.1  # jobs/h: the grain the covers sum capacity in
@@ -664,7 +697,8 @@ def _scheduling_failed(observations: Any) -> set[int]:
 
 
 def _parse_offers(table: str) -> list[dict[str, Any]]:
-    """search_offers' rows: id, GPU, $/h, reliability, host, and jobs/h and $/job when the table has them."""
+    """search_offers' rows: id, GPU, $/h, reliability, host, and jobs/h, $/job and type (bid or on-demand) when the
+    table has them."""
     out = []
     for line in table.splitlines()[1:]:
         parts = [p.strip() for p in line.split("|")]
@@ -677,6 +711,8 @@ def _parse_offers(table: str) -> list[dict[str, Any]]:
             continue
         if len(parts) >= 8:
             o["jph"], o["per_job"] = _number(parts[6]), _number(parts[7])
+        if len(parts) >= 11 and parts[10] in ("bid", "on-demand"):  # with bids: how a rent of it places it
+            o["type"] = parts[10]
         out.append(o)
     return out
 

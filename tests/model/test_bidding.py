@@ -96,3 +96,36 @@ def test_no_swap_for_a_young_on_demand_instance_or_with_bids_off():
     assert rules._first_step(young)[0] == []
     off = rules._Plan(**{**young.__dict__, "live": [_inst(1, "RTX 4090", 0.50, 4000)], "interruptible": False})
     assert rules._first_step(off)[0] == []
+
+
+def _bid_rows(*rows: tuple[int, str, float, int, float]) -> _Search:
+    """search_offers rows with bids on (offer, GPU, $/h, host, jobs/h): min_bid, on-demand $/h and type columns."""
+    out = _Search([f"{oid} | {gpu} | {dph:.3f} | 0.990 | {host} | Texas, US | {jph:.1f} | {dph / jph:.4f} | "
+                   f"{dph / 1.05:.4f} | {2 * dph:.3f} | bid | 10.0 | no end date" for oid, gpu, dph, host, jph in rows])
+    out.payload["output"] = out.payload["output"].replace(
+        "$/job", "$/job | min_bid | on-demand $/h | type | dlperf | contract", 1)
+    return out
+
+
+def test_no_bid_instance_is_rented_to_carry_most_of_the_need_so_one_outbid_does_not_take_the_fleet():
+    plan = rules._Plan(**{**_plan([], 36.0).__dict__, "cap": 12, "rents_left": 12,
+                          "tp": rules._Rates(8.0, {"RTX 4090": 8.0, "RTX 3090": 4.0, "A100 SXM4": 13.5},
+                                             frozenset({"RTX 4090", "RTX 3090", "A100 SXM4"}))})
+    search = _bid_rows((21, "A100 SXM4 x2", 0.970, 21, 27.0),  # cheapest per job, but 75 % of the need on one bid
+                       *[(30 + n, "RTX 4090 x1", 0.300, 30 + n, 8.0) for n in range(4)],
+                       *[(40 + n, "RTX 3090 x1", 0.160, 40 + n, 4.0) for n in range(6)])
+    calls, text = rules._rent_step(plan, [search])
+    rented = [c[1]["offer_id"] for c in calls]
+    assert rented and 21 not in rented and "bids spread" in text, (calls, text)
+    jph = {21: 27.0, **{30 + n: 8.0 for n in range(4)}, **{40 + n: 4.0 for n in range(6)}}
+    assert sum(jph[o] for o in rented) >= 36.0, (calls, text)
+    # one GPU model's bids (their market moves as one) carry at most MAX_MODEL_SHARE of the need
+    assert sum(jph[o] for o in rented if o < 40) <= bidding.MAX_MODEL_SHARE * 36.0, (calls, text)
+    # where the market allows: the big bid alone on offer is still rented rather than leaving the fleet short
+    calls, text = rules._rent_step(plan, [_bid_rows((21, "A100 SXM4 x2", 0.900, 21, 27.0),
+                                                    (22, "A100 SXM4 x2", 0.950, 22, 27.0))])
+    assert [c[1]["offer_id"] for c in calls] == [21, 22], (calls, text)
+    # spreading is insurance worth a little: not a third more per job for as long as the fleet runs
+    cheap = _bid_rows((21, "A100 SXM4 x2", 0.600, 21, 27.0), *[(30 + n, "RTX 4090 x1", 0.300, 30 + n, 8.0)
+                                                              for n in range(4)])
+    assert 21 in [c[1]["offer_id"] for c in rules._rent_step(plan, [cheap])[0]]
