@@ -91,8 +91,7 @@ def test_the_client_paces_one_endpoint_and_a_429_says_so_in_plain_text(sim, sim_
     """The simulator refuses a second request to one endpoint sooner than its interval with a plain-text 429
     and no Retry-After, as vast.ai does; a client pacing at min_interval sends 5 back-to-back calls without
     one 429, waiting about the interval between them."""
-    wall = ManualClock(0.0)
-    sim.wall = wall
+    wall, waits, sleep = _manual_wall(sim)
     url = f"{sim_server.url}/api/v0/users/current"
     with httpx.Client() as http:
         first = http.get(url, headers={"Authorization": f"Bearer {sim.api_key}"})
@@ -100,12 +99,6 @@ def test_the_client_paces_one_endpoint_and_a_429_says_so_in_plain_text(sim, sim_
     assert first.status_code == 200 and second.status_code == 429
     assert second.headers["content-type"].startswith("text/plain") and "Retry-After" not in second.headers
     assert second.text.startswith("API requests too frequent")
-    waits: list[float] = []
-
-    def sleep(s: float) -> None:
-        waits.append(s)
-        wall.advance(s)
-
     wall.advance(5)
     with VastClient(sim_server.url, sim.api_key, sleep=sleep, monotonic=wall, min_interval=0.6) as client:
         for _ in range(5):
@@ -114,27 +107,42 @@ def test_the_client_paces_one_endpoint_and_a_429_says_so_in_plain_text(sim, sim_
     assert statuses == [200] * 5 and len(waits) == 4 and all(abs(w - 0.6) < 1e-6 for w in waits)
 
 
-def test_a_destroy_or_label_refused_with_429_is_sent_again_after_a_wait(sim, sim_server):
-    """A 429 is vast.ai's rate limit refusing the request before acting on it, so a call that changes the fleet
-    but may be repeated (destroy, start/stop/label/reboot) is sent again after a wait, as a read is: two
-    destroys the network delivered closer than the interval (the first one late) both complete, where the
-    second used to fail and left `fleet-agent drain` half done. A rent is still sent once."""
+def _manual_wall(sim: Simulator) -> tuple[ManualClock, list[float], Any]:
+    """The simulator's wall as a ManualClock, with a sleep that records each wait and moves that clock."""
     wall = ManualClock(0.0)
     sim.wall = wall
-    free = [oid for oid, o in sorted(sim.offers.items()) if not o.get("rented")][:2]
-    a, b = (sim.create_instance(oid, label=f"x{n}") for n, oid in enumerate(free))
     waits: list[float] = []
 
     def sleep(s: float) -> None:
         waits.append(s)
         wall.advance(s)
 
+    return wall, waits, sleep
+
+
+def test_a_destroy_or_label_refused_with_429_is_sent_again_after_a_wait(sim, sim_server):
+    """A 429 is vast.ai's rate limit refusing the request before acting on it, so a call that changes the fleet
+    but may be repeated (destroy, start/stop/label/reboot) is sent again after a wait, as a read is: two
+    destroys the network delivered closer than the interval (the first one late) both complete, where the
+    second used to fail and left `fleet-agent drain` half done. A rent is still sent once."""
+    wall, waits, sleep = _manual_wall(sim)
+    free = [oid for oid, o in sorted(sim.offers.items()) if not o.get("rented")][:5]
+    a, b, c, d = (sim.create_instance(oid, label=f"x{n}") for n, oid in enumerate(free[:4]))
     wall.advance(5)
     with VastClient(sim_server.url, sim.api_key, sleep=sleep, monotonic=wall, min_interval=0) as client:
         assert client.destroy(a) and client.destroy(b)
+        client.set_label(c, "y1")
+        client.set_label(d, "y2")
+        wall.advance(5)
+        first = client.rent(free[4], image="x", disk=10, label="r1", onstart=None, env={})
+        second = client.rent(free[4], image="x", disk=10, label="r2", onstart=None, env={})
     deletes = [r["status"] for r in sim.requests if r["method"] == "DELETE"]
-    assert deletes == [200, 429, 200] and len(waits) == 1 and waits[0] >= 0.5
-    assert a not in sim.instances and b not in sim.instances
+    assert deletes == [200, 429, 200] and a not in sim.instances and b not in sim.instances
+    labels = [r["status"] for r in sim.requests if r["method"] == "PUT" and "/instances/" in r["path"]]
+    assert labels == [200, 429, 200] and sim.instances[d]["label"] == "y2"
+    assert len(waits) == 2 and all(w >= 0.5 for w in waits)
+    rents = [r["status"] for r in sim.requests if r["method"] == "PUT" and "/asks/" in r["path"]]
+    assert first.status == "created" and second.status != "created" and rents == [200, 429]
 
 
 # --- 3. scheduling failures --------------------------------------------------------------------------
