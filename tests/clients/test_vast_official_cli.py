@@ -41,12 +41,14 @@ class Cli:
         self.env = {
             "PATH": os.environ.get("PATH", ""), "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
             "XDG_CACHE_HOME": str(home / ".cache"), "XDG_DATA_HOME": str(home / ".local" / "share"),
+            "XDG_STATE_HOME": str(home / ".local" / "state"),
             "VAST_URL": url, "VAST_API_KEY": key, "VASTAI_NO_UPDATE_CHECK": "1", "COLUMNS": "250",
             "NO_COLOR": "1",
         }
-        # The CLI creates its config directory without exist_ok on first use, so two first runs at once race
-        # (FileExistsError); a machine where it ran before has the directory.
-        (home / ".config" / "vastai").mkdir(parents=True, exist_ok=True)
+        # The CLI creates its config, cache and state directories without exist_ok on first use, so two first
+        # runs at once race (FileExistsError); a machine where it ran before has them.
+        for base in (".config", ".cache", ".local/state"):
+            (home / base / "vastai").mkdir(parents=True, exist_ok=True)
 
     def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([VASTAI, *argv], env=self.env, capture_output=True, text=True, timeout=120,
