@@ -30,7 +30,7 @@ from tests.conftest import init_database
 from tests.fakes.openai_server import FakeOpenAI, hang, reply
 
 ROOT = Path(__file__).resolve().parents[2]
-WAIT_S = 20.0
+WAIT_S = 60.0  # a daemon starting and ticking on a loaded machine (a PostgreSQL one took over 20 s); only a failure waits this long
 
 
 # ------------------------------------------------------------------ helpers
