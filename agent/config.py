@@ -13,7 +13,6 @@ Search order: ``--config PATH``, ``$FLEET_AGENT_CONFIG``, ``./config.yaml``,
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import hashlib
 import ipaddress
@@ -26,7 +25,6 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeAlias
 
@@ -928,6 +926,8 @@ def _unknown_key(key: str, path: tuple[str, ...], fields: list[str], where: _Lin
         return ConfigError(f"{where.at(kpath)}: {kd}: secrets never go in the config file; "
                            f"name where the key comes from with {key}_env, {key}_file or "
                            f"{key}_credential instead")
+    import difflib  # an error's hint: a command reading a valid config goes without it
+
     near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
     hint = f"did you mean {'.'.join(path + (near[0],))!r}?" if near else \
         f"valid keys here: {', '.join(sorted(fields))}"
@@ -1024,6 +1024,8 @@ def _check_price(m: ModelSettings, loc: _Lines) -> None:
 
     p = m.price
     if p.preset is not None and p.preset not in PRESETS:
+        import difflib
+
         near = difflib.get_close_matches(p.preset, list(PRESETS), n=1, cutoff=0.6)
         hint = f"did you mean {near[0]!r}? " if near else ""
         raise loc.error("model.price", f"{p.preset!r} is no preset; {hint}write one of {', '.join(PRESETS)}, or "
@@ -1513,4 +1515,8 @@ class ConfigCache:
 
 
 def example_text() -> str:
+    # Imported here: importlib.resources loads tempfile, random and zipfile's readers, ~5 ms that every command
+    # reading the config paid for this one use.
+    from importlib import resources
+
     return resources.files("agent").joinpath("config.example.yaml").read_text(encoding="utf-8")

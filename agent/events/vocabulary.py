@@ -22,7 +22,6 @@ hash chain covers them).
 from __future__ import annotations
 
 import copy
-import difflib
 import importlib
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
@@ -236,6 +235,8 @@ class Vocabulary:
         try:
             return self.kinds[name]
         except KeyError:
+            import difflib  # the hint of an error: every reader imports this module
+
             near = difflib.get_close_matches(name, self.kinds, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise PayloadError(f"unknown event kind {name!r}{hint}") from None

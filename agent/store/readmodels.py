@@ -204,10 +204,14 @@ def _observed_runs(c: Target, e: Event, obs: dict[str, Any]) -> None:
     last: dict[int, tuple[int, int]] = {}
     for n in range(0, len(ids), 500):
         chunk = ids[n:n + 500]
-        rows = c.run("SELECT o.instance_id, o.first_seq, o.running FROM observed_runs o"
-                         f" WHERE o.instance_id IN ({c.d.marks(len(chunk))}) AND o.first_seq ="
-                         " (SELECT MAX(first_seq) FROM observed_runs WHERE instance_id = o.instance_id)",
-                         chunk).fetchall()
+        # Driven by the ids (a VALUES list; both dialects name its column column1): each id's last run is two
+        # key lookups. With ``instance_id IN (...)`` the planner walked every run of each instance, running the
+        # MAX subquery for each: 40 ms a tick for an instance 14,000 runs old.
+        rows = c.run("SELECT o.instance_id, o.first_seq, o.running"
+                     f" FROM (VALUES {','.join([f'({c.d.p})'] * len(chunk))}) AS ids"
+                     " JOIN observed_runs o ON o.instance_id = ids.column1 AND o.first_seq ="
+                     " (SELECT MAX(m.first_seq) FROM observed_runs m WHERE m.instance_id = ids.column1)",
+                     chunk).fetchall()
         last.update((int(r[0]), (int(r[1]), int(r[2]))) for r in rows)
     extended: list[tuple[Any, ...]] = []
     started: list[tuple[Any, ...]] = []

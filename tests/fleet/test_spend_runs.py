@@ -91,3 +91,28 @@ def test_a_periods_read_goes_through_the_last_ts_index_not_every_run_ever(tmp_pa
         steps = plans.plan(log, read[0])
         assert any("USING INDEX observed_runs_last" in s for s in steps), steps
         assert not any(s.startswith("SCAN") for s in steps), steps
+
+
+def test_a_tick_finds_each_instances_last_run_by_its_key_however_many_runs_it_has(tmp_path: Path) -> None:
+    """An instance that went up and down every tick for 600 ticks has 600 runs: the next tick still reads its
+    last run with two key lookups (it walked all 600, with a MAX subquery for each), and what it writes is what
+    a rebuild from the log gives."""
+    from agent.store import plans
+
+    def tick(n: int) -> tuple[str, dict[str, object], str, int]:
+        instances = [{"id": 1, "ours": 1, "status": "running" if n % 2 else "exited"},
+                     {"id": 3, "ours": 1, "status": "running"}, {"id": 7, "ours": 0, "status": "running"}]
+        return "tick.started", {"observation": {"instances": instances, "balance": 5.0}}, "scheduler", n
+
+    with EventLog(tmp_path / "a.db") as log:
+        log.append_many([tick(n) for n in range(1, 601)])
+        with plans.record(log) as statements:
+            log.append(*tick(601))
+        read = [s for s in statements if s.startswith("SELECT") and "observed_runs" in s]
+        assert len(read) == 1, statements
+        assert plans.vm_steps(log, read[0]) <= 1000, plans.plan(log, read[0])
+        ts = [e.ts for e in log.read(0, kinds=["tick.started"])]
+        runs = log.store.observed_runs("")
+        assert runs[1] == [(t, t, n % 2 == 1) for n, t in enumerate(ts, 1)]  # one run a tick, up and down
+        assert runs[3] == [(ts[0], ts[-1], True)] and 7 not in runs
+        assert log.rebuild_check() == []
