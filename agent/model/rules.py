@@ -178,14 +178,6 @@ class RulesProvider:
         capacity = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in live)
         # Without a demand reading the fleet stays as it is: what it delivers now is what it must.
         need = rate + pending / drain_h if d else capacity
-        extra = 0.0
-        if d and s.policy.interruptible:  # headroom for the capacity outbids take (agent/model/bidding.py)
-            recent = [e.payload["observation"] for e in self.app.log.read(
-                0, kinds=["tick.started"], newest_first=True, limit=bidding.HEADROOM_TICKS)][::-1]
-            bids = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in [*live, *outbid]
-                       if bidding.is_bid(i) or bidding.is_outbid(i))
-            extra = bidding.headroom(need, bids, bidding.outbid_share(recent))
-            need += extra
         log = self.app.log
         hour_ago = utc_ts(log.clock() - timedelta(hours=1))  # replacements of outbid instances do not count
         counted = log.store.rents_since(hour_ago) - min(log.store.outbids_since(hour_ago), s.policy.max_rents_per_hour)
@@ -199,7 +191,7 @@ class RulesProvider:
         keep = _keep(need, rate, pending, capacity, tick_h) if d else capacity
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
                      rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending,
-                     outbid, s.policy.interruptible, extra, barred)
+                     outbid, s.policy.interruptible, barred)
 
 
 def _advice_text(advice: tuple[str, ...]) -> str:
@@ -264,7 +256,6 @@ class _Plan:
     ending: tuple[dict[str, Any], ...] = ()  # contracts ending within policy.contract_min_hours: not capacity
     outbid: tuple[dict[str, Any], ...] = ()  # outbid, kept until the market falls back: not capacity, not dead
     interruptible: bool = False  # policy.interruptible: bids cover gaps and replace old on-demand instances
-    headroom: float = 0.0  # jobs/h of need kept for outbids (agent/model/bidding.py)
     barred: dict[int, str] = field(default_factory=dict)  # ending: id -> why its GPU model is no longer allowed
 
     def jph(self, i: dict[str, Any]) -> float:
@@ -276,8 +267,7 @@ class _Plan:
         rates = ", ".join(f"{g} {self.tp.per_gpu(g):.1f}/h/GPU {'measured' if g in self.tp.learned else 'assumed'}"
                           for g in models)
         return (f"need {self.need:.1f} jobs/h (arriving ~{self.rate:.0f}/h + {self.pending} pending over "
-                f"{self.drain_h:g}h" + (f", +{self.headroom:.1f} headroom for outbids" if self.headroom else "")
-                + f"); {len(self.live)} live deliver {self.capacity:.1f} jobs/h"
+                f"{self.drain_h:g}h); {len(self.live)} live deliver {self.capacity:.1f} jobs/h"
                 + (f" ({rates})" if rates else "")
                 + (f"; {len(self.outbid)} outbid, waiting for the market to fall back" if self.outbid else ""))
 
