@@ -1,13 +1,16 @@
 """How the rules provider uses interruptible (bid) instances, with ``policy.interruptible`` on.
 
 The bid itself is one rule, shared by renting and re-bidding (``agent.fleet.market.bid_rule``: the market's
-min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around it, three decisions:
+min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around it:
 
 - **Cover a gap with bids when the bid market can.** The sizing search prefers a bid wherever the rule gives
   one (tools/fleet.py); offers whose min_bid is above the cap come on-demand, so a thin bid market never
   leaves the fleet short.
-- **Swap on-demand for bids.** An on-demand instance running for over ``SWAP_AGE_S`` is replaced by bid
-  instances covering what it delivers for under ``SWAP_SHARE`` of its $/h; once they count, it is surplus.
+- **Swap for bids.** An on-demand instance running for over ``SWAP_AGE_S`` (else, with none, the bid instance
+  dearest per job) is replaced by bid instances covering what the fleet needs of it (its jobs/h less what the
+  rest deliver beyond the need) for under ``SWAP_SHARE`` of its $/h; once they count, it is surplus. A bid is
+  no bargain in itself: one placed when its GPU model was cheapest per job stays dearer than the bids the
+  market offers later, and the capacity the fleet carries beyond its need is not worth replacing.
 - **Spread the bids.** One outbid takes a whole instance, and a GPU model's bid market moves as one, so no
   bid instance is rented to carry more than ``MAX_INSTANCE_SHARE`` of what the fleet must deliver (unless no
   bid offer is smaller), nor one GPU model's bids more than ``MAX_MODEL_SHARE`` of it, where the offers allow:
@@ -27,13 +30,14 @@ dearest instance the rest can do without goes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 MAX_INSTANCE_SHARE = 0.4  # a bid instance rented carries at most this share of need...
 MAX_MODEL_SHARE = 0.6  # ...and one GPU model's bids at most this share, where the offers allow
 SPREAD_COST = 0.10  # the spread cover is taken when it costs at most this much more per job than the cheapest
-SWAP_AGE_S = 3600.0  # an on-demand instance running this long may be swapped for bids...
-SWAP_SHARE = 0.85  # ...covering what it delivers for under this share of its $/h
+SWAP_AGE_S = 3600.0  # an instance running this long may be swapped for bids...
+SWAP_SHARE = 0.85  # ...covering what the fleet needs of it for under this share of its $/h
 
 
 def is_bid(i: dict[str, Any]) -> bool:
@@ -46,11 +50,15 @@ def is_outbid(i: dict[str, Any]) -> bool:
     return i.get("status") == "stopped" and "outbid" in str(i.get("status_msg") or "").lower()
 
 
-def swap_candidate(live: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The dearest on-demand instance running for over ``SWAP_AGE_S``, to swap for bids; None if there is none."""
-    old = [i for i in live if not is_bid(i) and i.get("status") == "running"
-           and float(i.get("age_s") or 0.0) > SWAP_AGE_S and float(i.get("dph") or 0.0) > 0]
-    return max(old, key=lambda i: (float(i["dph"]), i["id"])) if old else None
+def swap_candidate(live: list[dict[str, Any]], jph: Callable[[dict[str, Any]], float]) -> dict[str, Any] | None:
+    """The instance to swap for bids, among those running for over ``SWAP_AGE_S``: the dearest on-demand one an
+    hour, else the bid one dearest per job (``jph``: what an instance delivers, jobs/h); None if there is none."""
+    old = [i for i in live if i.get("status") == "running" and float(i.get("age_s") or 0.0) > SWAP_AGE_S
+           and float(i.get("dph") or 0.0) > 0]
+    on_demand = [i for i in old if not is_bid(i)]
+    if on_demand:
+        return max(on_demand, key=lambda i: (float(i["dph"]), i["id"]))
+    return max(old, key=lambda i: (float(i["dph"]) / max(jph(i), 1e-9), i["id"])) if old else None
 
 
 def swap_search(max_gpus: int) -> dict[str, Any]:

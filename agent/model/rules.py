@@ -375,8 +375,9 @@ def _swap(plan: _Plan) -> _Swap | None:
     """The running instance costing the most an hour, when the fleet needs less than ``SWAP_USED`` of what
     it delivers (the rest cover the others), with the jobs/h it is needed for: a smaller offer covering
     those for under ``SWAP_SAVING``× its $/h replaces it (rented now, it becomes surplus once it counts).
-    Else, with ``policy.interruptible``, an on-demand instance running for over an hour, replaced by bids
-    covering what it delivers for under ``bidding.SWAP_SHARE`` of its $/h."""
+    Else, with ``policy.interruptible``, an instance running for over an hour (on-demand first, else the bid
+    dearest per job: ``bidding.swap_candidate``), replaced by bids covering what the fleet needs of it for under
+    ``bidding.SWAP_SHARE`` of its $/h."""
     if _short(plan) or plan.rents_left <= 0 or len(plan.live) >= plan.cap or plan.credit_held:
         return None
     running = [i for i in plan.live if i["status"] == "running"]
@@ -387,11 +388,15 @@ def _swap(plan: _Plan) -> _Swap | None:
     if 0 < used <= SWAP_USED * plan.jph(x):
         return _Swap(x, used, SWAP_SAVING * float(x["dph"] or 0.0), _sizing_search(),
                      f"{SWAP_SAVING:g}× its $/h for the share the fleet uses")
-    od = bidding.swap_candidate(plan.live) if plan.interruptible else None
-    if od is None:
+    old = bidding.swap_candidate(plan.live, plan.jph) if plan.interruptible else None
+    if old is None:
         return None
-    return _Swap(od, plan.jph(od), bidding.SWAP_SHARE * float(od["dph"] or 0.0), bidding.swap_search(MAX_GPUS),
-                 f"on-demand for over {bidding.SWAP_AGE_S / 3600:g} h: bids under {bidding.SWAP_SHARE:g}× its $/h")
+    used = min(plan.jph(old), max(plan.need, plan.keep) - (plan.capacity - plan.jph(old)))  # the rest's spare counts
+    if used <= 0:
+        return None
+    what = "the bid dearest per job" if bidding.is_bid(old) else "on-demand"
+    return _Swap(old, used, bidding.SWAP_SHARE * float(old["dph"] or 0.0), bidding.swap_search(MAX_GPUS),
+                 f"{what} for over {bidding.SWAP_AGE_S / 3600:g} h: bids under {bidding.SWAP_SHARE:g}× its $/h")
 
 
 def _surplus(plan: _Plan) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from agent.model.rules import RulesProvider
 from agent.runtime.tick import run_tick
 from agent.sim import Simulator
 from agent.sim.http import SimServer
-from tests.conftest import events_of, good_offer, rent_puts, tool_messages
+from tests.conftest import events_of, good_offer, rent_puts, tool_messages, within_policy
 from tests.fakes.openai_server import reply
 
 
@@ -139,3 +139,35 @@ def test_an_outbid_bid_fleet_is_sized_on_arrivals_and_backlog_as_an_on_demand_on
               if e.payload["text"].startswith("rules provider: need")]
     assert f"need {plan.need:.1f} jobs/h (arriving ~{d['arrival_rate_per_h']:.0f}/h + {d['pending']} pending over 1h);" \
         in text, text
+
+
+def test_a_bid_dear_per_job_is_swapped_for_cheaper_bids_once_it_has_run_an_hour(
+        sim: Simulator, sim_server: SimServer, make_app):
+    """A bid is no bargain in itself: one on the dearest GPU an hour (as a bid placed when its model was the
+    cheapest per job on offer, which stays dearer than the bids the market offers later) is replaced, once it has
+    run an hour, by bids covering what the fleet needs of it for under 85 % of its $/h, then destroyed as surplus."""
+    app = make_app(provider="rules", policy={"interruptible": True, "max_instances": 4})
+    sim.market.bid_market = False
+    offer = max((o for o in sim.offers.values() if o["num_gpus"] == 1 and within_policy(app.settings, o)
+                 and o["host_id"] not in sim.bad_hosts and o["disk_space"] >= app.settings.fleet.disk_gb),
+                key=lambda o: (o["dph_total"], o["id"]))
+    for path, body in (("/_sim/demand", {"pending": 0}), ("/_sim/arrivals", {"shape": "constant", "rate": 8.0})):
+        httpx.post(f"{sim_server.url}{path}", json=body, timeout=5.0).raise_for_status()
+    label = app.settings.fleet.label_prefix + app.settings.agent_id + "-feedc0ffee20"
+    price = round(offer["min_bid"] * 1.05, 4)
+    dear = sim.create_instance(offer["id"], label=label, price=price, disk=app.settings.fleet.disk_gb)
+    app.log.append("instance.adopted", {"instance_id": dear, "label": label, "idem_key": "feedc0ffee20",
+                                        "dph": price}, "system")
+    for _ in range(12):  # its first hour: kept
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert dear in sim.instances and not rent_puts(sim)
+    for _ in range(12):
+        sim.advance(300)
+        assert run_tick(app).ok
+        if dear in sim.destroyed:
+            break
+    assert dear in sim.destroyed, [e.payload["text"] for e in events_of(app, "model.response")][-2:]
+    left = [i for i in sim.instances.values() if str(i["label"] or "").startswith(app.settings.fleet.label_prefix)]
+    assert left and all(i["is_bid"] for i in left)
+    assert sum(i["dph_total"] for i in left) < 0.85 * price  # cheaper bids carry its work

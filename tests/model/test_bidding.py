@@ -69,6 +69,15 @@ def test_an_on_demand_instance_older_than_an_hour_is_swapped_for_bids_under_85_p
     assert calls == [] and "keeping it" in text, text  # 0.44 is not under 85 % of 0.50
 
 
+def test_a_swap_covers_what_the_fleet_needs_of_the_instance_not_all_it_delivers():
+    od = _inst(1, "RTX 4090", 0.50, age_s=4000)  # 8 jobs/h, of which the fleet needs 5: the bid beside it covers 8 of 13
+    plan = _plan([od, _inst(2, "RTX 4090", 0.30, 4000, bid=0.30)], 13.0)
+    calls, text = rules._first_step(plan)
+    assert "for the 5.0 of its 8.0 jobs/h the fleet needs" in text, text
+    calls, text = rules._rent_step(plan, [_Search(["11 | RTX A6000 x1 | 0.300 | 0.990 | 5 | Texas, US | 6.0 | 0.0500"])])
+    assert [c[1]["offer_id"] for c in calls] == [11] and "replace #1" in calls[0][1]["reason"], (calls, text)
+
+
 def test_no_swap_for_a_young_on_demand_instance_or_with_bids_off():
     young = _plan([_inst(1, "RTX 4090", 0.50, age_s=1800)], 8.0)
     assert rules._first_step(young)[0] == []
