@@ -21,7 +21,7 @@ min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around
   delivers, as an exited host takes an on-demand one's: the jobs it leaves waiting are in the need (the
   backlog cleared within ``policy.drain_within``), so the fleet is sized on arrivals plus backlog as an
   on-demand one is. Standing capacity kept above that for the outbid rate seen bought shorter waits than
-  on-demand's at a fifth or more of the saving (bench/interruptible.py), not the same wait for less.
+  on-demand's for 3-4 points of the saving (bench/interruptible.py), not the same wait for less.
 
 An outbid instance the tick keeps (stopped, its disk kept, vast.ai starts it again when the market falls back)
 is neither dead nor capacity here (``is_outbid``): the gap is covered meanwhile, and once it runs again the

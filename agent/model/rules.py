@@ -255,7 +255,7 @@ class _Plan:
     keep: float = 0.0  # jobs/h below which nothing is surplus: arrivals plus the backlog cleared by the next tick
     ending: tuple[dict[str, Any], ...] = ()  # contracts ending within policy.contract_min_hours: not capacity
     outbid: tuple[dict[str, Any], ...] = ()  # outbid, kept until the market falls back: not capacity, not dead
-    interruptible: bool = False  # policy.interruptible: bids cover gaps and replace old on-demand instances
+    interruptible: bool = False  # policy.interruptible: bids cover gaps and replace old dear instances
     barred: dict[int, str] = field(default_factory=dict)  # ending: id -> why its GPU model is no longer allowed
 
     def jph(self, i: dict[str, Any]) -> float:
