@@ -178,14 +178,6 @@ class RulesProvider:
         capacity = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in live)
         # Without a demand reading the fleet stays as it is: what it delivers now is what it must.
         need = rate + pending / drain_h if d else capacity
-        extra = 0.0
-        if d and s.policy.interruptible:  # headroom for the capacity outbids take (agent/model/bidding.py)
-            recent = [e.payload["observation"] for e in self.app.log.read(
-                0, kinds=["tick.started"], newest_first=True, limit=bidding.HEADROOM_TICKS)][::-1]
-            bids = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in [*live, *outbid]
-                       if bidding.is_bid(i) or bidding.is_outbid(i))
-            extra = bidding.headroom(need, bids, bidding.outbid_share(recent))
-            need += extra
         log = self.app.log
         hour_ago = utc_ts(log.clock() - timedelta(hours=1))  # replacements of outbid instances do not count
         counted = log.store.rents_since(hour_ago) - min(log.store.outbids_since(hour_ago), s.policy.max_rents_per_hour)
@@ -199,7 +191,7 @@ class RulesProvider:
         keep = _keep(need, rate, pending, capacity, tick_h) if d else capacity
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
                      rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending,
-                     outbid, s.policy.interruptible, extra, barred)
+                     outbid, s.policy.interruptible, barred)
 
 
 def _advice_text(advice: tuple[str, ...]) -> str:
@@ -263,8 +255,7 @@ class _Plan:
     keep: float = 0.0  # jobs/h below which nothing is surplus: arrivals plus the backlog cleared by the next tick
     ending: tuple[dict[str, Any], ...] = ()  # contracts ending within policy.contract_min_hours: not capacity
     outbid: tuple[dict[str, Any], ...] = ()  # outbid, kept until the market falls back: not capacity, not dead
-    interruptible: bool = False  # policy.interruptible: bids cover gaps and replace old on-demand instances
-    headroom: float = 0.0  # jobs/h of need kept for outbids (agent/model/bidding.py)
+    interruptible: bool = False  # policy.interruptible: bids cover gaps and replace old dear instances
     barred: dict[int, str] = field(default_factory=dict)  # ending: id -> why its GPU model is no longer allowed
 
     def jph(self, i: dict[str, Any]) -> float:
@@ -276,8 +267,7 @@ class _Plan:
         rates = ", ".join(f"{g} {self.tp.per_gpu(g):.1f}/h/GPU {'measured' if g in self.tp.learned else 'assumed'}"
                           for g in models)
         return (f"need {self.need:.1f} jobs/h (arriving ~{self.rate:.0f}/h + {self.pending} pending over "
-                f"{self.drain_h:g}h" + (f", +{self.headroom:.1f} headroom for outbids" if self.headroom else "")
-                + f"); {len(self.live)} live deliver {self.capacity:.1f} jobs/h"
+                f"{self.drain_h:g}h); {len(self.live)} live deliver {self.capacity:.1f} jobs/h"
                 + (f" ({rates})" if rates else "")
                 + (f"; {len(self.outbid)} outbid, waiting for the market to fall back" if self.outbid else ""))
 
@@ -385,8 +375,9 @@ def _swap(plan: _Plan) -> _Swap | None:
     """The running instance costing the most an hour, when the fleet needs less than ``SWAP_USED`` of what
     it delivers (the rest cover the others), with the jobs/h it is needed for: a smaller offer covering
     those for under ``SWAP_SAVING``× its $/h replaces it (rented now, it becomes surplus once it counts).
-    Else, with ``policy.interruptible``, an on-demand instance running for over an hour, replaced by bids
-    covering what it delivers for under ``bidding.SWAP_SHARE`` of its $/h."""
+    Else, with ``policy.interruptible``, an instance running for over an hour (on-demand first, else the bid
+    dearest per job: ``bidding.swap_candidate``), replaced by bids covering what the fleet needs of it for under
+    ``bidding.SWAP_SHARE`` of its $/h."""
     if _short(plan) or plan.rents_left <= 0 or len(plan.live) >= plan.cap or plan.credit_held:
         return None
     running = [i for i in plan.live if i["status"] == "running"]
@@ -397,11 +388,15 @@ def _swap(plan: _Plan) -> _Swap | None:
     if 0 < used <= SWAP_USED * plan.jph(x):
         return _Swap(x, used, SWAP_SAVING * float(x["dph"] or 0.0), _sizing_search(),
                      f"{SWAP_SAVING:g}× its $/h for the share the fleet uses")
-    od = bidding.swap_candidate(plan.live) if plan.interruptible else None
-    if od is None:
+    old = bidding.swap_candidate(plan.live, plan.jph) if plan.interruptible else None
+    if old is None:
         return None
-    return _Swap(od, plan.jph(od), bidding.SWAP_SHARE * float(od["dph"] or 0.0), bidding.swap_search(MAX_GPUS),
-                 f"on-demand for over {bidding.SWAP_AGE_S / 3600:g} h: bids under {bidding.SWAP_SHARE:g}× its $/h")
+    used = min(plan.jph(old), max(plan.need, plan.keep) - (plan.capacity - plan.jph(old)))  # the rest's spare counts
+    if used <= 0:
+        return None
+    what = "the bid dearest per job" if bidding.is_bid(old) else "on-demand"
+    return _Swap(old, used, bidding.SWAP_SHARE * float(old["dph"] or 0.0), bidding.swap_search(MAX_GPUS),
+                 f"{what} for over {bidding.SWAP_AGE_S / 3600:g} h: bids under {bidding.SWAP_SHARE:g}× its $/h")
 
 
 def _surplus(plan: _Plan) -> list[dict[str, Any]]:

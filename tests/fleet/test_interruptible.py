@@ -1,15 +1,20 @@
 """Interruptible (bid) instances through the tools, end to end over HTTP against the simulator: searches show
-min_bid and the bid a rent places; rents bid under policy.max_bid_share; off by default; spend counts the bid."""
+min_bid and the bid a rent places; rents bid under policy.max_bid_share; off by default; spend counts the bid;
+an outbid bid fleet is sized as an on-demand one is."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 from agent.events import render
 from agent.fleet import spend
+from agent.model.rules import RulesProvider
 from agent.runtime.tick import run_tick
 from agent.sim import Simulator
-from tests.conftest import events_of, good_offer, rent_puts, tool_messages
+from agent.sim.http import SimServer
+from tests.conftest import events_of, good_offer, rent_puts, tool_messages, within_policy
 from tests.fakes.openai_server import reply
 
 
@@ -93,3 +98,76 @@ def test_a_bid_above_max_bid_share_is_refused_or_rented_on_demand(sim: Simulator
     assert any(r[0] == str(offer["id"]) and r[10] == "on-demand" for r in _rows(table))
     [put] = rent_puts(sim, offer["id"])
     assert put["body"]["price"] is None
+
+
+def test_an_outbid_bid_fleet_is_sized_on_arrivals_and_backlog_as_an_on_demand_one_is(
+        sim: Simulator, sim_server: SimServer, make_app):
+    """An outbid takes a bid instance's capacity until a replacement delivers, as an exited host takes an on-demand
+    one's; the jobs it leaves waiting are in the need (the backlog over policy.drain_within). No standing headroom
+    is kept above that for the outbids seen: it bought shorter waits than on-demand's, not a saving."""
+    app = make_app(provider="rules", policy={"interruptible": True, "max_bid_share": 0.3, "max_instances": 2})
+    sim.market.bid_market = False  # the one outbid is the test's
+    for path, body in (("/_sim/demand", {"pending": 0}), ("/_sim/arrivals", {"shape": "constant", "rate": 16})):
+        httpx.post(f"{sim_server.url}{path}", json=body, timeout=5.0).raise_for_status()
+    first = good_offer(sim, app.settings)  # two bids of one model carry the arrivals, at the instance cap
+    bids = []
+    for n, offer in enumerate((first, next(o for o in sorted(sim.offers.values(), key=lambda o: (o["dph_total"], o["id"]))
+                                           if o["gpu_name"] == first["gpu_name"] and o["id"] != first["id"]
+                                           and not o["rented"] and o["host_id"] not in sim.bad_hosts
+                                           and o["disk_space"] >= app.settings.fleet.disk_gb))):
+        key = f"feedc0ffee1{n}"
+        label = app.settings.fleet.label_prefix + app.settings.agent_id + "-" + key
+        bids.append(sim.create_instance(offer["id"], label=label, price=offer["min_bid"], disk=app.settings.fleet.disk_gb))
+        app.log.append("instance.adopted", {"instance_id": bids[-1], "label": label, "idem_key": key,
+                                            "dph": offer["min_bid"]}, "system")
+    for _ in range(3):
+        sim.advance(300)
+        assert run_tick(app).ok
+    sim.outbid(bids[0])  # the rule's bid is above max_bid_share: kept stopped, the gap covered
+    for _ in range(2):
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert sim.instances[bids[0]]["actual_status"] == "stopped"
+    assert [e.payload["action"] for e in events_of(app, "instance.outbid")] == ["kept"]
+    started = events_of(app, "tick.started")[-1]
+    obs = started.payload["observation"]
+    assert any(i["id"] == bids[0] and "outbid" in str(i.get("status_msg")) for i in obs["instances"])
+    d = obs["demand"]
+    plan = RulesProvider(app)._plan(obs)
+    assert plan.need == d["arrival_rate_per_h"] + d["pending"] / plan.drain_h  # arrivals and backlog, nothing more
+    [text] = [e.payload["text"] for e in events_of(app, "model.response", tick=started.tick)
+              if e.payload["text"].startswith("rules provider: need")]
+    assert f"need {plan.need:.1f} jobs/h (arriving ~{d['arrival_rate_per_h']:.0f}/h + {d['pending']} pending over 1h);" \
+        in text, text
+
+
+def test_a_bid_dear_per_job_is_swapped_for_cheaper_bids_once_it_has_run_an_hour(
+        sim: Simulator, sim_server: SimServer, make_app):
+    """A bid is no bargain in itself: one on the dearest GPU an hour (as a bid placed when its model was the
+    cheapest per job on offer, which stays dearer than the bids the market offers later) is replaced, once it has
+    run an hour, by bids covering what the fleet needs of it for under 85 % of its $/h, then destroyed as surplus."""
+    app = make_app(provider="rules", policy={"interruptible": True, "max_instances": 4})
+    sim.market.bid_market = False
+    offer = max((o for o in sim.offers.values() if o["num_gpus"] == 1 and within_policy(app.settings, o)
+                 and o["host_id"] not in sim.bad_hosts and o["disk_space"] >= app.settings.fleet.disk_gb),
+                key=lambda o: (o["dph_total"], o["id"]))
+    for path, body in (("/_sim/demand", {"pending": 0}), ("/_sim/arrivals", {"shape": "constant", "rate": 8.0})):
+        httpx.post(f"{sim_server.url}{path}", json=body, timeout=5.0).raise_for_status()
+    label = app.settings.fleet.label_prefix + app.settings.agent_id + "-feedc0ffee20"
+    price = round(offer["min_bid"] * 1.05, 4)
+    dear = sim.create_instance(offer["id"], label=label, price=price, disk=app.settings.fleet.disk_gb)
+    app.log.append("instance.adopted", {"instance_id": dear, "label": label, "idem_key": "feedc0ffee20",
+                                        "dph": price}, "system")
+    for _ in range(12):  # its first hour: kept
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert dear in sim.instances and not rent_puts(sim)
+    for _ in range(12):
+        sim.advance(300)
+        assert run_tick(app).ok
+        if dear in sim.destroyed:
+            break
+    assert dear in sim.destroyed, [e.payload["text"] for e in events_of(app, "model.response")][-2:]
+    left = [i for i in sim.instances.values() if str(i["label"] or "").startswith(app.settings.fleet.label_prefix)]
+    assert left and all(i["is_bid"] for i in left)
+    assert sum(i["dph_total"] for i in left) < 0.85 * price  # cheaper bids carry its work

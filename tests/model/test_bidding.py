@@ -1,5 +1,5 @@
-"""The rules provider's bidding policy (agent/model/bidding.py): headroom for the outbids it has seen (at most
-+20 %), outbid instances neither dead nor capacity, and old on-demand instances swapped for cheaper bids."""
+"""The rules provider's bidding policy (agent/model/bidding.py): outbid instances neither dead nor capacity, no
+headroom kept for outbids, old on-demand instances swapped for cheaper bids, and bids spread."""
 
 from __future__ import annotations
 
@@ -18,28 +18,12 @@ def _rec(iid: int, status: str = "running", bid: float | None = 0.3, **kw: Any) 
     return rec
 
 
-def test_the_outbid_share_is_the_outbid_rate_times_the_ticks_recovery_takes():
-    obs = [{"instances": [_rec(1), _rec(2), _rec(3, bid=None)]},
-           {"instances": [_rec(1, "stopped"), _rec(2), {**_rec(4), "ours": False}]},
-           {"instances": [_rec(1, "stopped"), _rec(2)]},  # still outbid (kept): not a new outbid
-           {"instances": [_rec(1), _rec(2)]}]
-    # 1 outbid in 8 sightings of our bid instances (on-demand and others' not counted), out for RECOVERY_TICKS
-    assert bidding.outbid_share(obs) == bidding.RECOVERY_TICKS * 1 / 8
-    assert bidding.outbid_share([]) == 0.0
-
-
-def test_headroom_follows_the_outbid_share_of_bid_capacity_capped_at_a_fifth_of_need():
-    assert bidding.headroom(40.0, 32.0, 0.1) == 3.2
-    assert bidding.headroom(40.0, 32.0, 0.5) == 8.0  # capped: +20 % of need
-    assert bidding.headroom(40.0, 0.0, 0.5) == 0.0  # no bids, no headroom
-
-
 def _obs(instances: list[dict[str, Any]], rate: float = 48.0) -> dict[str, Any]:
     return {"time": 0, "instances": instances, "demand": {"pending": 0, "arrival_rate_per_h": rate},
             "gpu_models": {}}
 
 
-def test_the_plan_keeps_outbid_instances_out_of_dead_and_capacity_and_adds_headroom(make_app):
+def test_the_plan_keeps_outbid_instances_out_of_dead_and_capacity_and_adds_no_headroom(make_app):
     app = make_app(provider="rules", policy={"interruptible": True, "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
     for n in range(4):  # a bid fleet of four, #4 outbid in the last of four observations
         four = _rec(4, "stopped" if n == 3 else "running")
@@ -47,14 +31,8 @@ def test_the_plan_keeps_outbid_instances_out_of_dead_and_capacity_and_adds_headr
     plan = RulesProvider(app)._plan(_obs([_rec(1), _rec(2), _rec(3), _rec(4, "stopped")], rate=100.0))
     assert [i["id"] for i in plan.outbid] == [4] and plan.dead == [] and len(plan.live) == 3
     assert plan.capacity == 24.0  # the outbid one does not count
-    share = bidding.RECOVERY_TICKS * 1 / 16  # 1 outbid in 16 sightings
-    assert share * 32.0 < 0.2 * 100.0 and plan.headroom == share * 32.0 and plan.need == 100.0 + share * 32.0
-    assert rules._short(plan) > 0 and "headroom for outbids" in plan.why()
-    small = RulesProvider(app)._plan(_obs([_rec(1), _rec(2), _rec(3), _rec(4, "stopped")], rate=20.0))
-    assert small.headroom == 0.2 * 20.0  # at most +20 % of need
-
-    off = make_app(provider="rules")  # policy.interruptible off: no headroom
-    assert RulesProvider(off)._plan(_obs([_rec(1), _rec(4, "stopped")])).headroom == 0.0
+    assert plan.need == 100.0 and rules._short(plan) > 0  # the gap it leaves is covered; nothing kept above need
+    assert "1 outbid, waiting for the market to fall back" in plan.why() and "headroom" not in plan.why()
 
 
 def _inst(iid: int, gpu: str, dph: float, age_s: float, bid: float | None = None) -> dict[str, Any]:
@@ -89,6 +67,15 @@ def test_an_on_demand_instance_older_than_an_hour_is_swapped_for_bids_under_85_p
     assert [c[1]["offer_id"] for c in calls] == [11] and "replace #1" in calls[0][1]["reason"], (calls, text)
     calls, text = rules._rent_step(plan, [_Search(["12 | RTX 4090 x1 | 0.440 | 0.990 | 6 | Texas, US | 8.0 | 0.0550"])])
     assert calls == [] and "keeping it" in text, text  # 0.44 is not under 85 % of 0.50
+
+
+def test_a_swap_covers_what_the_fleet_needs_of_the_instance_not_all_it_delivers():
+    od = _inst(1, "RTX 4090", 0.50, age_s=4000)  # 8 jobs/h, of which the fleet needs 5: the bid beside it covers 8 of 13
+    plan = _plan([od, _inst(2, "RTX 4090", 0.30, 4000, bid=0.30)], 13.0)
+    calls, text = rules._first_step(plan)
+    assert "for the 5.0 of its 8.0 jobs/h the fleet needs" in text, text
+    calls, text = rules._rent_step(plan, [_Search(["11 | RTX A6000 x1 | 0.300 | 0.990 | 5 | Texas, US | 6.0 | 0.0500"])])
+    assert [c[1]["offer_id"] for c in calls] == [11] and "replace #1" in calls[0][1]["reason"], (calls, text)
 
 
 def test_no_swap_for_a_young_on_demand_instance_or_with_bids_off():
