@@ -356,3 +356,46 @@ def test_a_small_fleets_summary_still_names_every_instance():
             "- alert #3\n## Operator directives\n- none\n## Completed actions\n- searched")
     why = check_summary(text, cap=2000, meter=_meter(), open_alert_ids=[3], owned_instance_ids=[11, 12])
     assert why is not None and "missing owned instances 11, 12" in why
+
+
+class DutifulSummarizer:
+    """A summariser that writes exactly what its request asks it to mention, and nothing it was not asked:
+    the alerts, the instances, and in the operator section every #number the request names for it."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[dict[str, Any]]] = []
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        self.calls.append(messages)
+        ask = str(messages[-1]["content"])
+        lines = {ln.split(":", 1)[0]: ln.split(":", 1)[1] for ln in ask.splitlines() if ":" in ln}
+
+        def nums(*keys: str) -> list[str]:
+            return [n for k, v in lines.items() if k.startswith(keys) for n in re.findall(r"#(\d+)", v)]
+
+        ops = nums("Pinned operator directives", "Operator inputs")
+        return ModelReply(text=(
+            "## Fleet state and commitments\nInstances " + " and ".join(str(i) for i in OWNED) + " running.\n"
+            "## Decisions and why\n- held the fleet\n## Open problems\n"
+            + "".join(f"- alert #{a} open\n" for a in nums("Open alerts")) + "## Operator directives\n- "
+            + (", ".join(f"#{n}" for n in sorted(set(ops), key=int)) or "none") + "\n"
+            "## Completed actions\n- searched offers"))
+
+
+def test_a_later_summary_is_asked_for_the_inputs_the_previous_one_cited(tmp_path):
+    """A compaction that folds no operator input still has its operator section held to the inputs the
+    previous summary cited, so its request names them: a summariser that writes what it is asked is accepted
+    (before, the request said "none" and the check refused "none", so the summary went to the fallback)."""
+    log = open_log(tmp_path / "a.db")
+    note = log.append("operator.note", {"text": "restarted the box", "by": "alice"}, "operator", None).seq
+    summariser = DutifulSummarizer()
+    n = 1
+    methods = []
+    for _ in range(3):
+        n = fill(log, start=n)
+        ev = run_compact(log, summariser, tick=n)
+        methods.append(ev.payload["method"])
+    assert methods == ["llm", "llm", "llm"], [e.payload["attempts"] for e in log.read(0, kinds=["context.compacted"])]
+    later = str(summariser.calls[-1][-1]["content"])
+    assert f"Operator inputs the summary cites so far, to keep citing by number: #{note}" in later
+    assert f"#{note}" in list(log.read(0, kinds=["context.compacted"]))[-1].payload["summary"]

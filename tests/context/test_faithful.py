@@ -137,7 +137,7 @@ def test_a_hostile_summary_is_retried_with_the_reasons_then_the_fallback_keeps_t
     assert "jobs double at 18:00; hold two spares" in after and "never rent A100" in after
     assert "budget review" in after
     reqs = list(log.read(0, kinds=["summary.request"]))
-    assert [r.version for r in reqs] == [2, 2]
+    assert [r.version for r in reqs] == [3, 3]
     s = verify(replay_summaries(log, PROMPTS, EARLY, policy=POLICY, tools=TOOLS), stop_at_first=False)
     assert s.checked == 2 and not s.mismatches, s.first
 

@@ -504,6 +504,7 @@ SAMPLES[("context.compacted", 5)] = [*SAMPLES[("context.compacted", 4)], (
                                                        "text": "demand spike at 18:00"}],
                                          "operator_seq": 90, "operator_ts": "2026-12-01T05:00:00.000000Z"}})]
 SAMPLES[("summary.request", 2)] = SAMPLES[("summary.request", 1)]
+SAMPLES[("summary.request", 3)] = SAMPLES[("summary.request", 1)]
 
 
 def envelope(kind: str, version: int, payload: dict[str, Any]) -> Event:

@@ -193,14 +193,16 @@ def summary_reply(body: dict[str, Any]) -> Step:
 
     want = {}
     for line in _instruction(body).splitlines():
-        for key in ("Open alerts", "Instances the agent owns", "Pinned operator directives", "Operator inputs",
-                    "Overrides and pause", "Excluded hosts"):
+        for key in ("Open alerts", "Instances the agent owns", "Pinned operator directives",
+                    "Operator inputs the summary cites", "Operator inputs", "Overrides and pause", "Excluded hosts"):
             if line.startswith(key):
                 want[key] = line.split(":", 1)[1].strip()
+                break
     inst = ", ".join(re.findall(r"\d+", want.get("Instances the agent owns", ""))) or "none"
     alerts = ", ".join(f"alert #{a}" for a in re.findall(r"#(\d+)", want.get("Open alerts", ""))) or "none"
     directives = ", ".join(f"#{d}" for d in re.findall(r"#(\d+)", want.get("Pinned operator directives", "")))
-    inputs = ", ".join(f"#{d}" for d in re.findall(r"#(\d+)", want.get("Operator inputs", "")))
+    inputs = ", ".join(f"#{d}" for d in re.findall(r"#(\d+)", want.get("Operator inputs", "") + " "
+                                                   + want.get("Operator inputs the summary cites", "")))
     steering = ", ".join(f"#{d}" for d in re.findall(r"#(\d+)", want.get("Overrides and pause", "")))
     excluded = want.get("Excluded hosts", "none")
     extra = f"\n- in force: {steering}; excluded: {excluded}" if steering or excluded not in ("", "none") else ""

@@ -100,8 +100,10 @@ class SummaryResponseV2(SummaryResponseV1):
 
 _define("summary.request", "A request about to be sent to the summariser: its hash and what re-plans it. From v2 "
         "the request names the overrides and exclusions in force and the check holds the summary to the log's "
-        "facts (agent.context.compaction.SUMMARY_VERSION); a v1 request re-plans as it was.",
-        Version(1, SummaryRequestV1), Version(2, SummaryRequestV1, upcast=same_shape))
+        "facts (agent.context.compaction.SUMMARY_VERSION); a v1 request re-plans as it was. From v3 it also names "
+        "the operator inputs the summary cited before, which the check holds it to.",
+        Version(1, SummaryRequestV1), Version(2, SummaryRequestV1, upcast=same_shape),
+        Version(3, SummaryRequestV1, upcast=same_shape))
 _define("summary.response", "The summariser's answer (or the error it failed with). From v2 an answer carries "
         "the usage the server reported for the call, so the model's cost counts the summariser's calls.",
         Version(1, SummaryResponseV1), Version(2, SummaryResponseV2, upcast=same_shape))
