@@ -65,13 +65,24 @@ def record_migration(path: str | os.PathLike[str], name: str) -> None:
         conn.close()
 
 
-def unapply_migration(path: str | os.PathLike[str], name: str, table: str) -> None:
-    """Drop ``table`` and forget migration ``name`` (which made it): the database as a fleet-agent from
-    before that migration left it."""
+def unapply_migration(path: str | os.PathLike[str], name: str, table: str, *later: str) -> None:
+    """Drop ``table`` and forget migration ``name`` (which made it) and the ``later`` ones that changed it: the
+    database as a fleet-agent from before that migration left it."""
     conn = _plain(path)
     try:
         conn.execute(f'DROP TABLE "{table}"')
-        conn.execute("DELETE FROM _migrations WHERE name = ?", (name,))
+        for n in (name, *later):
+            conn.execute("DELETE FROM _migrations WHERE name = ?", (n,))
+    finally:
+        conn.close()
+
+
+def runs_as_before_011(path: str | os.PathLike[str]) -> None:
+    """observed_runs as a fleet-agent from before migration 011 left it (no up_s column), with 011 forgotten."""
+    conn = _plain(path)
+    try:
+        conn.execute("ALTER TABLE observed_runs DROP COLUMN up_s")
+        conn.execute("DELETE FROM _migrations WHERE name = '011_run_uptime'")
     finally:
         conn.close()
 

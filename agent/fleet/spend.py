@@ -50,7 +50,8 @@ def periods(now: datetime) -> dict[str, Period]:
 
 
 Segment = tuple[datetime, datetime, float]  # (from, to, share of the $/h billed)
-Run = tuple[datetime, datetime, bool]  # consecutive observations in one state: (first, last, running)
+# Consecutive observations in one state: (first, last, running, since when it ran as vast.ai reported it or None).
+Run = tuple[datetime, datetime, bool, datetime | None]
 
 
 def segments(r: Rental, runs: list[Run], now: datetime) -> list[Segment]:
@@ -58,32 +59,45 @@ def segments(r: Rental, runs: list[Run], now: datetime) -> list[Segment]:
 
     vast.ai bills an instance's $/h while it runs and only its storage otherwise. Between two
     observations that both saw it running it billed throughout; between two that did not, nothing
-    (storage aside); across a change, half the interval (the change happened in between). From the rent
-    to the first observation, half if that saw it running; from the last observation to its end, all if
-    it was running. An instance no tick observed bills from its rent to its end (an upper bound)."""
+    (storage aside). A run of running observations that knows when the instance started (its uptime at the
+    first of them, ``uptime_mins``) bills from then on, and nothing before since the observation (or the rent)
+    before; without it, half the interval before (the change happened in between), as does a stop: vast.ai
+    reports no time for it. From the last observation to its end, all if it was running. An instance no
+    tick observed bills from its rent to its end (an upper bound)."""
     start = parse_ts(r.start_ts)
     end = parse_ts(r.end_ts) if r.end_ts else now
-    rs = [(max(a, start), min(b, end), run) for a, b, run in runs if b >= start and a <= end]
+    rs = [(max(a, start), min(b, end), run, since) for a, b, run, since in runs if b >= start and a <= end]
     if not rs:
         return [(start, end, 1.0)]
-    out: list[Segment] = [(start, rs[0][0], 0.5 if rs[0][2] else 0.0)]
-    for i, (a, b, run) in enumerate(rs):
+    out: list[Segment] = []
+    prev = start
+    for i, (a, b, run, since) in enumerate(rs):
         if i:
-            out.append((rs[i - 1][1], a, 0.5))  # the state changed in between
+            prev = rs[i - 1][1]
+        if run and since is not None:  # it started at `since`, within the interval before (clamped there)
+            at = min(max(since, prev), a)
+            out += [(prev, at, 0.0), (at, a, 1.0)]
+        else:  # the state changed in between; from the rent, half if the first observation saw it running
+            out.append((prev, a, 0.5 if (i or run) else 0.0))
         out.append((a, b, 1.0 if run else 0.0))
     out.append((rs[-1][1], end, 1.0 if rs[-1][2] else 0.0))
     return out
 
 
-StoredRuns = dict[int, list[tuple[int, str, str, bool]]]  # instance id -> (first seq, first ts, last ts, running)
+StoredRuns = dict[int, list[tuple[int, str, str, bool, float | None]]]
+"""instance id -> (first seq, first ts, last ts, running, up_s at the first observation)"""
 
 
 def _observations(runs: StoredRuns) -> dict[int, list[Run]]:
     """The runs of the ticks' observations of our rentals (``observed_runs``: consecutive observations in one
     state, kept as each tick starts), read by ``rental_runs``: those that lasted until a period's start or
     later, and the run before them, so that ``segments`` of them bill every moment from then on as all the
-    runs would."""
-    return {iid: [(parse_ts(a), parse_ts(b), run) for _, a, b, run in rs] for iid, rs in runs.items()}
+    runs would. A running run's start is its first observation less the uptime vast.ai reported then."""
+    out: dict[int, list[Run]] = {}
+    for iid, rs in runs.items():
+        out[iid] = [(parse_ts(a), parse_ts(b), run, parse_ts(a) - timedelta(seconds=up) if run and up is not None
+                     else None) for _, a, b, run, up in rs]
+    return out
 
 
 def month_to_date(log: EventLog) -> dict[str, float]:
@@ -289,7 +303,7 @@ def _before(log: EventLog, led: Ledger, since: datetime, runs: StoredRuns, cache
 
 
 def _inputs(hashes: dict[int, str], led: Ledger, r: Rental, since: datetime,
-            runs: list[tuple[int, str, str, bool]]) -> str:
+            runs: list[tuple[int, str, str, bool, float | None]]) -> str:
     """A digest of everything ``Ledger.cost(r, epoch, since)`` depends on, as far as ``led`` (read from
     ``since`` on) and the log can tell without reading all of ``r``'s runs: this module's code and the rental's
     row; the runs before the first read (fixed once a later run started: the hash of the event that began it
@@ -301,7 +315,7 @@ def _inputs(hashes: dict[int, str], led: Ledger, r: Rental, since: datetime,
     import json
 
     iso = utc_ts(since)
-    before = [(a, min(b, iso), run) for _, a, b, run in runs if a < iso]
+    before = [(a, min(b, iso), run, up) for _, a, b, run, up in runs if a < iso]
     notes = led.traffic.get(r.instance_id, [])
     basis = {"code": _code_digest(), "since": iso, "rental": [str(v) for v in dataclasses.astuple(r)],
              "anchor": [runs[0][0], hashes.get(runs[0][0])] if runs else None, "runs": before,

@@ -71,7 +71,7 @@ def test_migration_007_fills_the_runs_from_a_log_written_before_it(tmp_path: Pat
     path = tmp_path / "old.db"
     log, ts = _v2_log(path)
     log.close()
-    tamper.unapply_migration(path, "007_observed_runs", "observed_runs")
+    tamper.unapply_migration(path, "007_observed_runs", "observed_runs", "011_run_uptime")
     with EventLog(path) as log:
         assert log.store.observed_runs("") == _expected(ts)
         assert log.rebuild_check() == []
@@ -91,3 +91,59 @@ def test_a_periods_read_goes_through_the_last_ts_index_not_every_run_ever(tmp_pa
         steps = plans.plan(log, read[0])
         assert any("USING INDEX observed_runs_last" in s for s in steps), steps
         assert not any(s.startswith("SCAN") for s in steps), steps
+
+
+# Per tick: the records of instances of ours as the observation gives them. Tick 1: up_s differs per record
+# (stored as a column); tick 2: instance 5 starts running with the uptime every running record shares (stored
+# once); tick 3: a repeated uptime among several (stored as distinct values and an index); tick 4: records
+# without the same keys (stored as the list itself), one with a bad uptime.
+UPTIME_TICKS: list[list[dict[str, object]]] = [
+    [{"id": 1, "status": "running", "up_s": 120.0}, {"id": 2, "status": "running", "up_s": 30.0},
+     {"id": 3, "status": "loading", "up_s": None}],
+    [{"id": 1, "status": "running", "up_s": 420.0}, {"id": 5, "status": "running", "up_s": 420.0}],
+    [{"id": n, "status": "running", "up_s": 86460.25 if n < 9 else 90.0} for n in (1, 6, 7, 8, 9)]
+    + [{"id": 3, "status": "running", "up_s": 86460.25}],
+    [{"id": 10, "status": "running", "up_s": 15.0}, {"id": 11, "status": "running", "up_s": True},
+     {"id": 12, "status": "running"}],
+]
+UPTIMES = {1: 120.0, 2: 30.0, 3: 86460.25, 5: 420.0, 6: 86460.25, 7: 86460.25, 8: 86460.25, 9: 90.0, 10: 15.0, 11: None,
+           12: None}
+
+
+def _uptime_log(path: Path) -> EventLog:
+    log = EventLog(path)
+    for n, seen in enumerate(UPTIME_TICKS, 1):
+        log.append("tick.started", {"observation": {"instances": [{**r, "ours": 1} for r in seen]}}, "scheduler", n)
+    return log
+
+
+def _running_uptimes(log: EventLog) -> dict[int, float | None]:
+    rows = log.conn.execute("SELECT instance_id, up_s FROM observed_runs WHERE running = 1").fetchall()
+    return {int(r[0]): r[1] for r in rows}
+
+
+def test_a_running_run_keeps_the_uptime_vast_ai_reported_when_it_began(tmp_path: Path) -> None:
+    """The observation that begins a running run gives the run its ``up_s`` (when it is a number of seconds);
+    the observations that extend it change nothing; a run not running has none."""
+    with _uptime_log(tmp_path / "a.db") as log:
+        assert _running_uptimes(log) == UPTIMES
+        assert {r[0]: r[1] for r in log.conn.execute(
+            "SELECT instance_id, up_s FROM observed_runs WHERE running = 0").fetchall()} == {3: None}
+        assert log.rebuild_check() == []
+
+
+def test_migration_011_fills_the_uptimes_from_the_observations_logged_before_it(tmp_path: Path) -> None:
+    """A database from before the run's uptime was kept gets it from the observations already logged, whatever
+    form they are stored in (a column, one shared value, distinct values and an index, a list of records), when
+    it is next opened: what the ticks would have kept, and rebuild --check agrees."""
+    path = tmp_path / "old.db"
+    _uptime_log(path).close()
+    forms = [tuple(r) for r in tamper._plain(path).execute(
+        "SELECT json_type(payload, '$.observation.instances'), json_type(payload, '$.observation.instances.same.up_s'),"
+        " json_type(payload, '$.observation.instances.columns.up_s') FROM events WHERE kind = 'tick.started'")]
+    assert forms == [("object", None, "array"), ("object", "real", None), ("object", None, "object"),
+                     ("array", None, None)]  # every stored form occurs
+    tamper.runs_as_before_011(path)
+    with EventLog(path) as log:
+        assert _running_uptimes(log) == UPTIMES
+        assert log.rebuild_check() == []
