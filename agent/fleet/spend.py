@@ -7,7 +7,8 @@ ticks' observations saw it running, and the storage of its disk (``storage_dph``
 the rest of that time: vast.ai bills the $/h only while an instance runs and its storage otherwise, so an
 instance stuck loading, whose container never started, or outbid and kept stopped costs its storage. ``segments`` says how the time between two observations is counted. Traffic is billed per GB on
 top of that: each instance's cumulative billed traffic, as the ticks note it (``instance.traffic``), counts in
-the spend, and its measured $/h in the live fleet's run rate that budgets project.
+the spend, after its last note at the $ per hour it ran that the notes measured, for the time it ran since; that
+rate is in the live fleet's run rate that budgets project.
 
 Periods are UTC: the day from 00:00, the week from Monday 00:00, the month from the 1st.
 ``policy.max_daily_spend`` / ``policy.max_monthly_spend`` refuse a rent when the spend so far, plus
@@ -164,37 +165,48 @@ class Ledger:
 
     def traffic_cost(self, r: Rental, t0: datetime, t1: datetime) -> float:
         """Traffic billed to rental ``r`` between ``t0`` and ``t1``, from its cumulative notes; after the last
-        note, until its end (or now), at the rate its last two notes measured."""
+        note, until its end (or now), at the rate its notes measured per hour it ran (``traffic_rate``), for the
+        time it ran: a stopped instance moves no data (the notes come only every ``TRAFFIC_STEP`` dollars, so the
+        last one may be long before a stop)."""
         points = self.traffic.get(r.instance_id)
         if not points:
             return 0.0
         end = min(parse_ts(r.end_ts) if r.end_ts else self.now, self.now)
-        rate = self.traffic_dph(r.instance_id)
+        rate = self.traffic_rate(r)
         last_at, last = points[-1]
 
         def upto(t: datetime) -> float:
             if t > last_at:
-                return last + rate * max(0.0, (min(t, end) - last_at).total_seconds()) / 3600
+                return last + rate * self.running_hours(r.instance_id, last_at, min(t, end))
             return next((c for at, c in reversed(points) if at <= t), 0.0)
 
         return max(0.0, upto(min(t1, self.now)) - upto(t0))
 
-    def traffic_dph(self, iid: int) -> float:
-        """The traffic $/h of ``iid`` between its last two notes (0 with fewer)."""
-        points = self.traffic.get(iid) or []
-        if len(points) < 2:
+    def running_hours(self, iid: int, t0: datetime, t1: datetime) -> float:
+        """The hours rental ``iid`` billed its $/h (ran) between ``t0`` and ``t1``, as ``segments`` count them."""
+        total = 0.0
+        for a, b, share in self.billed.get(iid, []):
+            lo, hi = max(a, t0), min(b, t1)
+            if hi > lo and share:
+                total += (hi - lo).total_seconds() * share
+        return total / 3600.0
+
+    def traffic_rate(self, r: Rental) -> float:
+        """The traffic $ of ``r`` per hour it ran: between its last two notes, or from its rent to its only note
+        (0 when it did not run in between)."""
+        points = self.traffic.get(r.instance_id) or []
+        if not points:
             return 0.0
-        (a, ca), (b, cb) = points[-2], points[-1]
-        hours = (b - a).total_seconds() / 3600
-        return (cb - ca) / hours if hours > 0 else 0.0
+        (a, ca), (b, cb) = points[-2] if len(points) > 1 else (parse_ts(r.start_ts), 0.0), points[-1]
+        hours = self.running_hours(r.instance_id, a, b)
+        return max(0.0, cb - ca) / hours if hours > 0 else 0.0
 
     def spent(self, p: Period) -> float:
         return sum(self.cost(r, p.start, p.end) for r in self.rentals)
 
     def live_dph(self) -> float:
         """What the live fleet costs an hour: dph_total plus each instance's measured traffic $/h."""
-        return sum(self.dph_at(r, self.now) + self.traffic_dph(r.instance_id) for r in self.rentals
-                   if r.end_ts is None)
+        return sum(self.dph_at(r, self.now) + self.traffic_rate(r) for r in self.rentals if r.end_ts is None)
 
 
 PriceChange = tuple[datetime, str, float]
