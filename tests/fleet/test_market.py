@@ -235,21 +235,32 @@ def test_an_outbid_instance_the_market_never_lets_back_is_destroyed_after_two_ho
     assert [e.payload["reason"] for e in events_of(app, "system.destroy") if e.payload["instance_id"] == iid]
 
 
+def _one_bid(sim: Simulator, make_app: Any, fake_model: Any, fits: Any) -> tuple[Any, dict[str, Any], int]:
+    """An app whose policy bids, and the one instance it rented through the tools at the cheapest good offer that
+    ``fits``, with no bid market (the test outbids it) and no scheduling failure."""
+    from tests.fakes.openai_server import reply
+
+    app = make_app(policy={"interruptible": True, "max_bid_share": 0.7})
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.market.bid_market = False
+    offer = min((o for o in sim.offers.values() if within_policy(app.settings, o) and not o["rented"]
+                 and o["host_id"] not in sim.bad_hosts and o["disk_space"] >= app.settings.fleet.disk_gb
+                 and fits(o)), key=lambda o: (o["dph_total"], o["id"]))
+    fake_model.enqueue(reply("rent", tool_calls=[("rent_instance", {"offer_id": offer["id"], "reason": "scripted"})]),
+                       reply("done"))
+    assert run_tick(app).ok
+    [iid] = sim.instances
+    assert sim.instances[iid]["is_bid"] is True
+    return app, offer, iid
+
+
 def test_spend_counts_the_storage_an_outbid_instance_bills_while_kept_stopped(sim: Simulator, make_app, fake_model):
     """vast.ai bills an instance's storage while it is stopped: a bid instance rented through the tools, outbid and
     kept stopped for over an hour, costs in spend what the simulator billed for it while stopped (its disk's
     storage), within 1 %; `spend` reports it so."""
     from tests.fakes.openai_server import reply
 
-    app = make_app(policy={"interruptible": True, "max_bid_share": 0.7})
-    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
-    sim.market.bid_market = False
-    offer = good_offer(sim, app.settings)
-    fake_model.enqueue(reply("rent", tool_calls=[("rent_instance", {"offer_id": offer["id"], "reason": "scripted"})]),
-                       reply("done"))
-    assert run_tick(app).ok
-    [iid] = sim.instances
-    assert sim.instances[iid]["is_bid"] is True
+    app, offer, iid = _one_bid(sim, make_app, fake_model, lambda o: True)
     for _ in range(3):
         sim.advance(300)
         fake_model.enqueue(reply("ok"))
@@ -285,17 +296,7 @@ def test_spend_counts_no_traffic_for_the_hours_an_outbid_instance_is_kept_stoppe
     went on over the stopped hours: three times the bill), and so is its spend."""
     from tests.fakes.openai_server import reply
 
-    app = make_app(policy={"interruptible": True, "max_bid_share": 0.7})
-    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
-    sim.market.bid_market = False
-    offer = min((o for o in sim.offers.values() if within_policy(app.settings, o) and not o["rented"]
-                 and o["host_id"] not in sim.bad_hosts and o["disk_space"] >= app.settings.fleet.disk_gb
-                 and o["inet_down_cost"] >= 0.01), key=lambda o: (o["dph_total"], o["id"]))
-    fake_model.enqueue(reply("rent", tool_calls=[("rent_instance", {"offer_id": offer["id"], "reason": "scripted"})]),
-                       reply("done"))
-    assert run_tick(app).ok
-    [iid] = sim.instances
-    assert sim.instances[iid]["is_bid"] is True
+    app, offer, iid = _one_bid(sim, make_app, fake_model, lambda o: o["inet_down_cost"] >= 0.01)
     for _ in range(12):
         sim.advance(300)
         fake_model.enqueue(reply("ok"))
