@@ -87,6 +87,19 @@ def runs_as_before_011(path: str | os.PathLike[str]) -> None:
         conn.close()
 
 
+def uptime_forms(path: str | os.PathLike[str]) -> list[tuple[str | None, ...]]:
+    """Per tick.started row, how its observation stores the records' up_s: the records' form (an object of
+    columns, or the list), the JSON type of up_s when every record shares it, and of its column otherwise."""
+    conn = _plain(path)
+    try:
+        return [tuple(r) for r in conn.execute(
+            "SELECT json_type(payload, '$.observation.instances'), json_type(payload, '$.observation.instances.same.up_s'),"
+            " json_type(payload, '$.observation.instances.columns.up_s') FROM events WHERE kind = 'tick.started'"
+            " ORDER BY seq")]
+    finally:
+        conn.close()
+
+
 def event_indexes(path: str | os.PathLike[str]) -> set[str]:
     """The names of the indexes on the events table."""
     conn = _plain(path)
@@ -313,6 +326,11 @@ class PgTamper:
 
     def delete(self, seq: int) -> None:
         self.conn.execute("DELETE FROM events WHERE agent_id = %s AND seq = %s", [self.agent_id, seq])
+
+    def runs_as_before_005(self) -> None:
+        """observed_runs as a fleet-agent from before migration 005 left it (no up_s column), 005 forgotten."""
+        self.conn.execute("ALTER TABLE observed_runs DROP COLUMN up_s")
+        self.conn.execute("DELETE FROM _migrations WHERE name = '005_run_uptime'")
 
 
 def roll_back_whole_transaction_on(path: str | os.PathLike[str], marker: str) -> None:

@@ -112,23 +112,30 @@ UPTIMES = {1: 120.0, 2: 30.0, 3: 86460.25, 5: 420.0, 6: 86460.25, 7: 86460.25, 8
 
 def _uptime_log(path: Path) -> EventLog:
     log = EventLog(path)
-    for n, seen in enumerate(UPTIME_TICKS, 1):
-        log.append("tick.started", {"observation": {"instances": [{**r, "ours": 1} for r in seen]}}, "scheduler", n)
+    log_uptime_ticks(log)
     return log
 
 
-def _running_uptimes(log: EventLog) -> dict[int, float | None]:
-    rows = log.conn.execute("SELECT instance_id, up_s FROM observed_runs WHERE running = 1").fetchall()
-    return {int(r[0]): r[1] for r in rows}
+def log_uptime_ticks(log: EventLog) -> None:
+    """UPTIME_TICKS, after the adoption of every instance they list (spend reads the runs of rentals)."""
+    for iid in sorted({int(str(r["id"])) for seen in UPTIME_TICKS for r in seen}):
+        log.append("instance.adopted", {"instance_id": iid, "label": f"fa-{iid}", "idem_key": None,
+                                        "gpu_name": "RTX 4090", "dph": 0.4}, "system")
+    for n, seen in enumerate(UPTIME_TICKS, 1):
+        log.append("tick.started", {"observation": {"instances": [{**r, "ours": 1} for r in seen]}}, "scheduler", n)
+
+
+def uptimes(log: EventLog, running: bool = True) -> dict[int, float | None]:
+    """Each rental's up_s of its runs (running or not) as spend reads them."""
+    return {iid: up for iid, runs in log.store.rental_runs("").items() for _, _, _, run, up in runs if run == running}
 
 
 def test_a_running_run_keeps_the_uptime_vast_ai_reported_when_it_began(tmp_path: Path) -> None:
     """The observation that begins a running run gives the run its ``up_s`` (when it is a number of seconds);
     the observations that extend it change nothing; a run not running has none."""
     with _uptime_log(tmp_path / "a.db") as log:
-        assert _running_uptimes(log) == UPTIMES
-        assert {r[0]: r[1] for r in log.conn.execute(
-            "SELECT instance_id, up_s FROM observed_runs WHERE running = 0").fetchall()} == {3: None}
+        assert uptimes(log) == UPTIMES
+        assert uptimes(log, running=False) == {3: None}
         assert log.rebuild_check() == []
 
 
@@ -138,12 +145,9 @@ def test_migration_011_fills_the_uptimes_from_the_observations_logged_before_it(
     it is next opened: what the ticks would have kept, and rebuild --check agrees."""
     path = tmp_path / "old.db"
     _uptime_log(path).close()
-    forms = [tuple(r) for r in tamper._plain(path).execute(
-        "SELECT json_type(payload, '$.observation.instances'), json_type(payload, '$.observation.instances.same.up_s'),"
-        " json_type(payload, '$.observation.instances.columns.up_s') FROM events WHERE kind = 'tick.started'")]
-    assert forms == [("object", None, "array"), ("object", "real", None), ("object", None, "object"),
-                     ("array", None, None)]  # every stored form occurs
+    assert tamper.uptime_forms(path) == [("object", None, "array"), ("object", "real", None), ("object", None, "object"),
+                                         ("array", None, None)]  # every stored form occurs
     tamper.runs_as_before_011(path)
     with EventLog(path) as log:
-        assert _running_uptimes(log) == UPTIMES
+        assert uptimes(log) == UPTIMES
         assert log.rebuild_check() == []

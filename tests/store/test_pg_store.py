@@ -436,20 +436,14 @@ def test_migration_005_fills_the_runs_uptimes_from_the_observations_logged_befor
     """A PostgreSQL log from before the runs kept vast.ai's uptime gets it from the observations already logged,
     in every stored form (tests/fleet/test_spend_runs.py: a column, one shared value, distinct values and an index,
     a list of records), when it is next opened: what the ticks would have kept, and rebuild --check agrees."""
-    from tests.fleet.test_spend_runs import UPTIME_TICKS, UPTIMES
-
-    def uptimes(log: EventLog) -> dict[int, float | None]:
-        rows = log.conn.run("SELECT instance_id, up_s FROM observed_runs WHERE running = 1").fetchall()
-        return {int(r[0]): r[1] for r in rows}
+    from tests.fleet.test_spend_runs import UPTIMES, log_uptime_ticks, uptimes
 
     with EventLog(_target(pg_url, "fleet-a", tmp_path), create=True) as log:
-        for n, seen in enumerate(UPTIME_TICKS, 1):
-            log.append("tick.started", {"observation": {"instances": [{**r, "ours": 1} for r in seen]}}, "scheduler", n)
+        log_uptime_ticks(log)
         assert uptimes(log) == UPTIMES
     dbname = urlsplit(pg_url).path.strip("/")
     with PgTamper(pg_server.dsn(dbname), "fleet-a") as t:  # the schema as the release before left it
-        t.conn.execute("ALTER TABLE observed_runs DROP COLUMN up_s")
-        t.conn.execute("DELETE FROM _migrations WHERE name = '005_run_uptime'")
+        t.runs_as_before_005()
     with EventLog(_target(pg_url, "fleet-a", tmp_path), create=False) as log:
         assert uptimes(log) == UPTIMES
         assert log.rebuild_check() == []
