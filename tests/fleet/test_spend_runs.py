@@ -77,22 +77,6 @@ def test_migration_007_fills_the_runs_from_a_log_written_before_it(tmp_path: Pat
         assert log.rebuild_check() == []
 
 
-def test_a_periods_read_goes_through_the_last_ts_index_not_every_run_ever(tmp_path: Path) -> None:
-    """`status` and `spend` read this month's runs: SQLite finds them through the index on last_ts, instead of
-    walking every run the table has kept since the first tick (it did, to give them in key order)."""
-    from agent.store import plans
-
-    log, ts = _log(tmp_path / "a.db")
-    with log:
-        with plans.record(log) as statements:
-            log.store.observed_runs(ts[3])
-        read = [s for s in statements if "observed_runs" in s]
-        assert len(read) == 1
-        steps = plans.plan(log, read[0])
-        assert any("USING INDEX observed_runs_last" in s for s in steps), steps
-        assert not any(s.startswith("SCAN") for s in steps), steps
-
-
 # Per tick: the records of instances of ours as the observation gives them. Tick 1: up_s differs per record
 # (stored as a column); tick 2: instance 5 starts running with the uptime every running record shares (stored
 # once); tick 3: a repeated uptime among several (stored as distinct values and an index); tick 4: records
@@ -151,3 +135,19 @@ def test_migration_011_fills_the_uptimes_from_the_observations_logged_before_it(
     with EventLog(path) as log:
         assert uptimes(log) == UPTIMES
         assert log.rebuild_check() == []
+
+
+def test_a_periods_read_goes_through_the_last_ts_index_not_every_run_ever(tmp_path: Path) -> None:
+    """`status` and `spend` read this month's runs: SQLite finds them through the index on last_ts, instead of
+    walking every run the table has kept since the first tick (it did, to give them in key order)."""
+    from agent.store import plans
+
+    log, ts = _log(tmp_path / "a.db")
+    with log:
+        with plans.record(log) as statements:
+            log.store.observed_runs(ts[3])
+        read = [s for s in statements if "observed_runs" in s]
+        assert len(read) == 1
+        steps = plans.plan(log, read[0])
+        assert any("USING INDEX observed_runs_last" in s for s in steps), steps
+        assert not any(s.startswith("SCAN") for s in steps), steps
