@@ -277,3 +277,37 @@ CREATE VIRTUAL TABLE events_fts USING fts5(text, content = '', detail = none, to
 -- it when the query names one of those two kinds (a bound parameter too: SQLite plans with its value).
 DROP INDEX events_kind_tick;
 CREATE INDEX events_tick_marks ON events(kind, tick) WHERE kind = 'tick.started' OR kind = 'tick.failed';
+
+-- migration: 011_run_uptime
+-- When a running run of observed_runs began, as vast.ai reports it: the instance's uptime (uptime_mins, the
+-- observation's up_s) at the run's first observation, in seconds; null for a run not running or an
+-- observation without it. Spend bills the $/h from first_ts - up_s instead of half the time since the
+-- observation before (agent/fleet/spend.py). Filled from the observations the events table holds: a
+-- record list, or the stored columns (tick.started v4: up_s shared by every record, one value per record,
+-- or distinct values and an index); runs whose first observation was archived keep null (log rebuild fills them).
+ALTER TABLE observed_runs ADD COLUMN up_s REAL;
+UPDATE observed_runs SET up_s = (
+    SELECT CASE WHEN json_type(e.payload, p.path) IN ('integer', 'real') AND json_extract(e.payload, p.path) >= 0
+                THEN CAST(json_extract(e.payload, p.path) AS REAL) END
+    FROM events e, (
+        SELECT '$.observation.instances[' || j.key || '].up_s' AS path
+        FROM events e2, json_each(e2.payload, '$.observation.instances') j
+        WHERE e2.seq = observed_runs.first_seq AND json_type(e2.payload, '$.observation.instances') = 'array'
+          AND json_extract(j.value, '$.id') = observed_runs.instance_id
+        UNION ALL
+        SELECT CASE
+            WHEN json_type(e2.payload, '$.observation.instances.same.up_s') IS NOT NULL
+                THEN '$.observation.instances.same.up_s'
+            WHEN json_type(e2.payload, '$.observation.instances.columns.up_s') = 'array'
+                THEN '$.observation.instances.columns.up_s[' || j.key || ']'
+            WHEN json_type(e2.payload, '$.observation.instances.columns.up_s') = 'object'
+                THEN '$.observation.instances.columns.up_s.values[' ||
+                     json_extract(e2.payload, '$.observation.instances.columns.up_s.index[' || j.key || ']') || ']'
+            END
+        FROM events e2, json_each(e2.payload, '$.observation.instances.columns.id') j
+        WHERE e2.seq = observed_runs.first_seq AND json_type(e2.payload, '$.observation.instances') = 'object'
+          AND j.value = observed_runs.instance_id
+    ) p
+    WHERE e.seq = observed_runs.first_seq AND p.path IS NOT NULL
+    LIMIT 1)
+WHERE running = 1;

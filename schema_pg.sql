@@ -392,3 +392,28 @@ BEGIN
                        'silences, instance_states, observed_runs FROM %I', g);
     END LOOP;
 END $$;
+
+-- migration: 005_run_uptime
+-- When a running run of observed_runs began, as vast.ai reports it (schema.sql 011): the instance's uptime
+-- (the observation's up_s) at the run's first observation, in seconds; null for a run not running or an
+-- observation without it. Filled from the observations already logged, a record list or the stored columns
+-- (tick.started v4), for the rows this session sees.
+ALTER TABLE observed_runs ADD COLUMN up_s DOUBLE PRECISION;
+UPDATE observed_runs o SET up_s = (
+    SELECT CASE WHEN jsonb_typeof(x.v) = 'number' AND x.v::float8 >= 0 THEN x.v::float8 END
+    FROM (SELECT CASE jsonb_typeof(e.body #> '{observation,instances}')
+              WHEN 'array' THEN (SELECT r->'up_s' FROM jsonb_array_elements(e.body #> '{observation,instances}') r
+                                 WHERE r->'id' = to_jsonb(o.instance_id) LIMIT 1)
+              WHEN 'object' THEN (
+                  SELECT CASE
+                      WHEN i->'same' ? 'up_s' THEN i->'same'->'up_s'
+                      WHEN jsonb_typeof(i #> '{columns,up_s}') = 'array' THEN i #> '{columns,up_s}' -> (k.n - 1)::int
+                      WHEN jsonb_typeof(i #> '{columns,up_s}') = 'object'
+                          THEN i #> '{columns,up_s,values}' -> ((i #> '{columns,up_s,index}' ->> (k.n - 1)::int)::int)
+                  END
+                  FROM (SELECT e.body #> '{observation,instances}' AS i) s,
+                       jsonb_array_elements(s.i #> '{columns,id}') WITH ORDINALITY k(id, n)
+                  WHERE k.id = to_jsonb(o.instance_id) LIMIT 1)
+          END AS v
+          FROM events e WHERE e.agent_id = o.agent_id AND e.seq = o.first_seq) x)
+WHERE o.running = 1;

@@ -65,13 +65,37 @@ def record_migration(path: str | os.PathLike[str], name: str) -> None:
         conn.close()
 
 
-def unapply_migration(path: str | os.PathLike[str], name: str, table: str) -> None:
-    """Drop ``table`` and forget migration ``name`` (which made it): the database as a fleet-agent from
-    before that migration left it."""
+def unapply_migration(path: str | os.PathLike[str], name: str, table: str, *later: str) -> None:
+    """Drop ``table`` and forget migration ``name`` (which made it) and the ``later`` ones that changed it: the
+    database as a fleet-agent from before that migration left it."""
     conn = _plain(path)
     try:
         conn.execute(f'DROP TABLE "{table}"')
-        conn.execute("DELETE FROM _migrations WHERE name = ?", (name,))
+        for n in (name, *later):
+            conn.execute("DELETE FROM _migrations WHERE name = ?", (n,))
+    finally:
+        conn.close()
+
+
+def runs_as_before_011(path: str | os.PathLike[str]) -> None:
+    """observed_runs as a fleet-agent from before migration 011 left it (no up_s column), with 011 forgotten."""
+    conn = _plain(path)
+    try:
+        conn.execute("ALTER TABLE observed_runs DROP COLUMN up_s")
+        conn.execute("DELETE FROM _migrations WHERE name = '011_run_uptime'")
+    finally:
+        conn.close()
+
+
+def uptime_forms(path: str | os.PathLike[str]) -> list[tuple[str | None, ...]]:
+    """Per tick.started row, how its observation stores the records' up_s: the records' form (an object of
+    columns, or the list), the JSON type of up_s when every record shares it, and of its column otherwise."""
+    conn = _plain(path)
+    try:
+        return [tuple(r) for r in conn.execute(
+            "SELECT json_type(payload, '$.observation.instances'), json_type(payload, '$.observation.instances.same.up_s'),"
+            " json_type(payload, '$.observation.instances.columns.up_s') FROM events WHERE kind = 'tick.started'"
+            " ORDER BY seq")]
     finally:
         conn.close()
 
@@ -302,6 +326,11 @@ class PgTamper:
 
     def delete(self, seq: int) -> None:
         self.conn.execute("DELETE FROM events WHERE agent_id = %s AND seq = %s", [self.agent_id, seq])
+
+    def runs_as_before_005(self) -> None:
+        """observed_runs as a fleet-agent from before migration 005 left it (no up_s column), 005 forgotten."""
+        self.conn.execute("ALTER TABLE observed_runs DROP COLUMN up_s")
+        self.conn.execute("DELETE FROM _migrations WHERE name = '005_run_uptime'")
 
 
 def roll_back_whole_transaction_on(path: str | os.PathLike[str], marker: str) -> None:

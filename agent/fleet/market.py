@@ -2,8 +2,8 @@
 
 - Traffic: vast.ai bills bandwidth per GB (the host's ``inet_up_cost`` / ``inet_down_cost``) on top of
   ``dph_total``. Each instance's billed counters are noted (``instance.traffic``, cumulative) when its traffic
-  cost grew by ``TRAFFIC_STEP`` dollars or more since the last note, so spend, budgets and caps count it
-  (agent/fleet/spend.py).
+  cost grew by ``TRAFFIC_STEP`` dollars or more since the last note, or at all once it stopped, so spend,
+  budgets and caps count it (agent/fleet/spend.py).
 - Bids: one rule (``bid_rule``) prices every bid, on renting (tools/fleet.py) and on re-bidding here: the
   market's ``min_bid`` +``BID_MARGIN``, capped at ``policy.max_bid_share`` of the on-demand price; none when
   the min_bid is above that cap. Each bid change is logged as ``instance.bid``, which spend counts.
@@ -90,7 +90,9 @@ def last_traffic(log: EventLog, since_seq: int = 0) -> dict[int, dict[str, float
 
 def note_traffic(log: EventLog, listing: list[Instance], owned: set[int], tick: int | None = None) -> int:
     """Log ``instance.traffic`` for each owned instance whose billed traffic cost grew by ``TRAFFIC_STEP`` or
-    more since its last note (or that has none yet and some traffic). Returns the notes logged."""
+    more since its last note (or that has none yet and some traffic), or grew at all while it is not running:
+    a stopped instance moves no data, so its counters are final until it runs again and spend has them whole.
+    Returns the notes logged."""
     seen: list[tuple[Instance, tuple[float, float]]] = []
     for i in listing:
         t = i.traffic_gb() if i.id in owned else None
@@ -106,9 +108,10 @@ def note_traffic(log: EventLog, listing: list[Instance], owned: set[int], tick: 
         up_cost, down_cost = float(inst.inet_up_cost or 0.0), float(inst.inet_down_cost or 0.0)
         cost = traffic_cost(up, down, up_cost, down_cost)
         prev = last.get(inst.id)
-        if prev is not None and cost - traffic_cost(prev["up_gb"], prev["down_gb"], prev["up_cost"],
-                                                    prev["down_cost"]) < TRAFFIC_STEP:
-            continue
+        if prev is not None:
+            grown = cost - traffic_cost(prev["up_gb"], prev["down_gb"], prev["up_cost"], prev["down_cost"])
+            if grown < TRAFFIC_STEP and (inst.actual_status == "running" or grown <= 0):
+                continue
         log.append("instance.traffic", {"instance_id": inst.id, "up_gb": round(up, 6), "down_gb": round(down, 6),
                                         "up_cost": up_cost, "down_cost": down_cost}, "system", tick)
         n += 1

@@ -7,7 +7,8 @@ ticks' observations saw it running, and the storage of its disk (``storage_dph``
 the rest of that time: vast.ai bills the $/h only while an instance runs and its storage otherwise, so an
 instance stuck loading, whose container never started, or outbid and kept stopped costs its storage. ``segments`` says how the time between two observations is counted. Traffic is billed per GB on
 top of that: each instance's cumulative billed traffic, as the ticks note it (``instance.traffic``), counts in
-the spend, and its measured $/h in the live fleet's run rate that budgets project.
+the spend, after its last note at the $ per hour it ran that the notes measured, for the time it ran since; that
+rate is in the live fleet's run rate that budgets project.
 
 Periods are UTC: the day from 00:00, the week from Monday 00:00, the month from the 1st.
 ``policy.max_daily_spend`` / ``policy.max_monthly_spend`` refuse a rent when the spend so far, plus
@@ -50,7 +51,8 @@ def periods(now: datetime) -> dict[str, Period]:
 
 
 Segment = tuple[datetime, datetime, float]  # (from, to, share of the $/h billed)
-Run = tuple[datetime, datetime, bool]  # consecutive observations in one state: (first, last, running)
+# Consecutive observations in one state: (first, last, running, since when it ran as vast.ai reported it or None).
+Run = tuple[datetime, datetime, bool, datetime | None]
 
 
 def segments(r: Rental, runs: list[Run], now: datetime) -> list[Segment]:
@@ -58,32 +60,45 @@ def segments(r: Rental, runs: list[Run], now: datetime) -> list[Segment]:
 
     vast.ai bills an instance's $/h while it runs and only its storage otherwise. Between two
     observations that both saw it running it billed throughout; between two that did not, nothing
-    (storage aside); across a change, half the interval (the change happened in between). From the rent
-    to the first observation, half if that saw it running; from the last observation to its end, all if
-    it was running. An instance no tick observed bills from its rent to its end (an upper bound)."""
+    (storage aside). A run of running observations that knows when the instance started (its uptime at the
+    first of them, ``uptime_mins``) bills from then on, and nothing before since the observation (or the rent)
+    before; without it, half the interval before (the change happened in between), as does a stop: vast.ai
+    reports no time for it. From the last observation to its end, all if it was running. An instance no
+    tick observed bills from its rent to its end (an upper bound)."""
     start = parse_ts(r.start_ts)
     end = parse_ts(r.end_ts) if r.end_ts else now
-    rs = [(max(a, start), min(b, end), run) for a, b, run in runs if b >= start and a <= end]
+    rs = [(max(a, start), min(b, end), run, since) for a, b, run, since in runs if b >= start and a <= end]
     if not rs:
         return [(start, end, 1.0)]
-    out: list[Segment] = [(start, rs[0][0], 0.5 if rs[0][2] else 0.0)]
-    for i, (a, b, run) in enumerate(rs):
+    out: list[Segment] = []
+    prev = start
+    for i, (a, b, run, since) in enumerate(rs):
         if i:
-            out.append((rs[i - 1][1], a, 0.5))  # the state changed in between
+            prev = rs[i - 1][1]
+        if run and since is not None:  # it started at `since`, within the interval before (clamped there)
+            at = min(max(since, prev), a)
+            out += [(prev, at, 0.0), (at, a, 1.0)]
+        else:  # the state changed in between; from the rent, half if the first observation saw it running
+            out.append((prev, a, 0.5 if (i or run) else 0.0))
         out.append((a, b, 1.0 if run else 0.0))
     out.append((rs[-1][1], end, 1.0 if rs[-1][2] else 0.0))
     return out
 
 
-StoredRuns = dict[int, list[tuple[int, str, str, bool]]]  # instance id -> (first seq, first ts, last ts, running)
+StoredRuns = dict[int, list[tuple[int, str, str, bool, float | None]]]
+"""instance id -> (first seq, first ts, last ts, running, up_s at the first observation)"""
 
 
 def _observations(runs: StoredRuns) -> dict[int, list[Run]]:
     """The runs of the ticks' observations of our rentals (``observed_runs``: consecutive observations in one
     state, kept as each tick starts), read by ``rental_runs``: those that lasted until a period's start or
     later, and the run before them, so that ``segments`` of them bill every moment from then on as all the
-    runs would."""
-    return {iid: [(parse_ts(a), parse_ts(b), run) for _, a, b, run in rs] for iid, rs in runs.items()}
+    runs would. A running run's start is its first observation less the uptime vast.ai reported then."""
+    out: dict[int, list[Run]] = {}
+    for iid, rs in runs.items():
+        out[iid] = [(parse_ts(a), parse_ts(b), run, parse_ts(a) - timedelta(seconds=up) if run and up is not None
+                     else None) for _, a, b, run, up in rs]
+    return out
 
 
 def month_to_date(log: EventLog) -> dict[str, float]:
@@ -150,37 +165,48 @@ class Ledger:
 
     def traffic_cost(self, r: Rental, t0: datetime, t1: datetime) -> float:
         """Traffic billed to rental ``r`` between ``t0`` and ``t1``, from its cumulative notes; after the last
-        note, until its end (or now), at the rate its last two notes measured."""
+        note, until its end (or now), at the rate its notes measured per hour it ran (``traffic_rate``), for the
+        time it ran: a stopped instance moves no data (the notes come only every ``TRAFFIC_STEP`` dollars, so the
+        last one may be long before a stop)."""
         points = self.traffic.get(r.instance_id)
         if not points:
             return 0.0
         end = min(parse_ts(r.end_ts) if r.end_ts else self.now, self.now)
-        rate = self.traffic_dph(r.instance_id)
+        rate = self.traffic_rate(r)
         last_at, last = points[-1]
 
         def upto(t: datetime) -> float:
             if t > last_at:
-                return last + rate * max(0.0, (min(t, end) - last_at).total_seconds()) / 3600
+                return last + rate * self.running_hours(r.instance_id, last_at, min(t, end))
             return next((c for at, c in reversed(points) if at <= t), 0.0)
 
         return max(0.0, upto(min(t1, self.now)) - upto(t0))
 
-    def traffic_dph(self, iid: int) -> float:
-        """The traffic $/h of ``iid`` between its last two notes (0 with fewer)."""
-        points = self.traffic.get(iid) or []
-        if len(points) < 2:
+    def running_hours(self, iid: int, t0: datetime, t1: datetime) -> float:
+        """The hours rental ``iid`` billed its $/h (ran) between ``t0`` and ``t1``, as ``segments`` count them."""
+        total = 0.0
+        for a, b, share in self.billed.get(iid, []):
+            lo, hi = max(a, t0), min(b, t1)
+            if hi > lo and share:
+                total += (hi - lo).total_seconds() * share
+        return total / 3600.0
+
+    def traffic_rate(self, r: Rental) -> float:
+        """The traffic $ of ``r`` per hour it ran: between its last two notes, or from its rent to its only note
+        (0 when it did not run in between)."""
+        points = self.traffic.get(r.instance_id) or []
+        if not points:
             return 0.0
-        (a, ca), (b, cb) = points[-2], points[-1]
-        hours = (b - a).total_seconds() / 3600
-        return (cb - ca) / hours if hours > 0 else 0.0
+        (a, ca), (b, cb) = points[-2] if len(points) > 1 else (parse_ts(r.start_ts), 0.0), points[-1]
+        hours = self.running_hours(r.instance_id, a, b)
+        return max(0.0, cb - ca) / hours if hours > 0 else 0.0
 
     def spent(self, p: Period) -> float:
         return sum(self.cost(r, p.start, p.end) for r in self.rentals)
 
     def live_dph(self) -> float:
         """What the live fleet costs an hour: dph_total plus each instance's measured traffic $/h."""
-        return sum(self.dph_at(r, self.now) + self.traffic_dph(r.instance_id) for r in self.rentals
-                   if r.end_ts is None)
+        return sum(self.dph_at(r, self.now) + self.traffic_rate(r) for r in self.rentals if r.end_ts is None)
 
 
 PriceChange = tuple[datetime, str, float]
@@ -289,7 +315,7 @@ def _before(log: EventLog, led: Ledger, since: datetime, runs: StoredRuns, cache
 
 
 def _inputs(hashes: dict[int, str], led: Ledger, r: Rental, since: datetime,
-            runs: list[tuple[int, str, str, bool]]) -> str:
+            runs: list[tuple[int, str, str, bool, float | None]]) -> str:
     """A digest of everything ``Ledger.cost(r, epoch, since)`` depends on, as far as ``led`` (read from
     ``since`` on) and the log can tell without reading all of ``r``'s runs: this module's code and the rental's
     row; the runs before the first read (fixed once a later run started: the hash of the event that began it
@@ -301,7 +327,7 @@ def _inputs(hashes: dict[int, str], led: Ledger, r: Rental, since: datetime,
     import json
 
     iso = utc_ts(since)
-    before = [(a, min(b, iso), run) for _, a, b, run in runs if a < iso]
+    before = [(a, min(b, iso), run, up) for _, a, b, run, up in runs if a < iso]
     notes = led.traffic.get(r.instance_id, [])
     basis = {"code": _code_digest(), "since": iso, "rental": [str(v) for v in dataclasses.astuple(r)],
              "anchor": [runs[0][0], hashes.get(runs[0][0])] if runs else None, "runs": before,

@@ -271,7 +271,8 @@ def idle(inst: Instance) -> bool:
 
 
 def public(seed: int, inst: Instance, now: float, busy: bool) -> dict[str, Any]:
-    """The instance as the API shows it: no private keys; uptime and GPU readings as of now."""
+    """The instance as the API shows it: no private keys; uptime (``uptime_mins``, since it last started running),
+    age (``duration``, seconds since the rent) and GPU readings as of now."""
     out = {k: v for k, v in inst.items() if not k.startswith("_")}
     since = inst["_running_since"]
     busy = busy and not idle(inst)
@@ -281,6 +282,7 @@ def public(seed: int, inst: Instance, now: float, busy: bool) -> dict[str, Any]:
         out["gpu_util"] = round(r.uniform(85, 99) if busy else r.uniform(0, 3), 1)
         out["gpu_temp"] = round(r.uniform(55, 78) if busy else r.uniform(30, 40), 1)
     out["client_run_time"] = round(now - inst["start_date"], 1)
+    out["duration"] = round(now - inst["start_date"], 1)  # its age in seconds: the official CLI's "age(hours)"
     return out
 
 

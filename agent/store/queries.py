@@ -614,12 +614,13 @@ class Store:
             out.setdefault(iid, []).append((str(first), str(last), bool(running)))
         return out
 
-    def rental_runs(self, since_ts: str) -> dict[int, list[tuple[int, str, str, bool]]]:
+    def rental_runs(self, since_ts: str) -> dict[int, list[tuple[int, str, str, bool, float | None]]]:
         """``observed_runs`` of the instances this agent rented or adopted only, for a period from ``since_ts``:
         each one's runs from the run before its first that lasted until ``since_ts`` on (its last run when none
         did), in log order. The run before is what makes a period's spend exact: the time between it and the
         next run is billed by both their states, and the time after an instance's last run by that run's. Each
-        run as (first seq, first ts, last ts, running). Reads each instance's runs of the period and one before,
+        run as (first seq, first ts, last ts, running, up_s: a running run's uptime at its first observation, as
+        vast.ai reported it, or None). Reads each instance's runs of the period and one before,
         by key, not the runs of every instance."""
         p = self._p
         rows = dialect.run(self._conn, (
@@ -629,12 +630,13 @@ class Store:
             f" (SELECT MIN(k.first_seq) FROM observed_runs k WHERE k.instance_id = i.instance_id AND k.last_ts >= {p}),"
             " (SELECT MAX(k.first_seq) FROM observed_runs k WHERE k.instance_id = i.instance_id)) AS from_seq"
             " FROM instances i)"
-            " SELECT o.instance_id, o.first_seq, o.first_ts, o.last_ts, o.running FROM cut"
+            " SELECT o.instance_id, o.first_seq, o.first_ts, o.last_ts, o.running, o.up_s FROM cut"
             " JOIN observed_runs o ON o.instance_id = cut.iid AND o.first_seq >= cut.from_seq"),
             [since_ts, since_ts]).fetchall()
-        out: dict[int, list[tuple[int, str, str, bool]]] = {}
-        for iid, seq, first, last, running in sorted((int(r[0]), int(r[1]), r[2], r[3], r[4]) for r in rows):
-            out.setdefault(iid, []).append((seq, str(first), str(last), bool(running)))
+        out: dict[int, list[tuple[int, str, str, bool, float | None]]] = {}
+        for iid, seq, first, last, running, up in sorted((int(r[0]), int(r[1]), r[2], r[3], r[4], r[5]) for r in rows):
+            out.setdefault(iid, []).append((seq, str(first), str(last), bool(running),
+                                            float(up) if up is not None else None))
         return out
 
     def hashes_of(self, seqs: Sequence[int]) -> dict[int, str]:

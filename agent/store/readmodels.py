@@ -194,13 +194,14 @@ def _tick_started(c: Target, e: Event) -> None:
 
 def _observed_runs(c: Target, e: Event, obs: dict[str, Any]) -> None:
     """Each instance of ours the observation lists extends its last run when its state (running or not) is
-    the same, else starts a new one: what spend reads (migration 007 fills it from older logs alike). The
+    the same, else starts a new one, a running one with the uptime vast.ai reported then (``up_s``): what spend
+    reads (migration 007 fills it from older logs alike). The
     last runs of all of them are read in one statement, and written in two."""
-    ours = [(int(i["id"]), int(i.get("status") == "running")) for i in obs.get("instances") or []
+    ours = [(int(i["id"]), int(i.get("status") == "running"), _up_s(i)) for i in obs.get("instances") or []
             if isinstance(i, dict) and isinstance(i.get("id"), int) and i.get("ours") == 1]
     if not ours:
         return
-    ids = sorted({iid for iid, _ in ours})
+    ids = sorted({iid for iid, _, _ in ours})
     last: dict[int, tuple[int, int]] = {}
     for n in range(0, len(ids), 500):
         chunk = ids[n:n + 500]
@@ -215,19 +216,27 @@ def _observed_runs(c: Target, e: Event, obs: dict[str, Any]) -> None:
         last.update((int(r[0]), (int(r[1]), int(r[2]))) for r in rows)
     extended: list[tuple[Any, ...]] = []
     started: list[tuple[Any, ...]] = []
-    for iid, running in ours:
+    for iid, running, up_s in ours:
         row = last.get(iid)
         if row is not None and row[1] == running:
             extended.append((e.seq, e.ts, iid, row[0]))
         else:
-            started.append((iid, e.seq, e.ts, e.seq, e.ts, running))
+            started.append((iid, e.seq, e.ts, e.seq, e.ts, running, up_s if running else None))
             last[iid] = (e.seq, running)
     if extended:
         c.run_many(f"UPDATE observed_runs SET last_seq = {c.d.p}, last_ts = {c.d.p} WHERE instance_id = {c.d.p} AND first_seq = {c.d.p}",
                       extended)
     if started:
-        c.run_many("INSERT INTO observed_runs (instance_id, first_seq, first_ts, last_seq, last_ts, running)"
-                      f" VALUES ({c.d.marks(6)})", started)
+        c.run_many("INSERT INTO observed_runs (instance_id, first_seq, first_ts, last_seq, last_ts, running, up_s)"
+                      f" VALUES ({c.d.marks(7)})", started)
+
+
+def _up_s(rec: dict[str, Any]) -> float | None:
+    """The record's ``up_s`` (how long vast.ai says it has run since it last started, from ``uptime_mins``), when
+    it is a number of seconds; the runs keep it from the observation that begins a running run (migration 011
+    fills it alike from the observations already logged)."""
+    v = rec.get("up_s")
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 else None
 
 
 def _knowledge(c: Target, e: Event) -> None:

@@ -11,7 +11,8 @@ from agent.fleet import spend
 from agent.fleet.market import bid_rule
 from agent.runtime.tick import run_tick
 from agent.sim import Simulator
-from tests.conftest import events_of, good_offer, plant_ours
+from agent.times import parse_ts
+from tests.conftest import events_of, good_offer, plant_ours, within_policy
 
 
 def _open(app: Any, prefix: str) -> list[Any]:
@@ -234,21 +235,32 @@ def test_an_outbid_instance_the_market_never_lets_back_is_destroyed_after_two_ho
     assert [e.payload["reason"] for e in events_of(app, "system.destroy") if e.payload["instance_id"] == iid]
 
 
+def _one_bid(sim: Simulator, make_app: Any, fake_model: Any, fits: Any) -> tuple[Any, dict[str, Any], int]:
+    """An app whose policy bids, and the one instance it rented through the tools at the cheapest good offer that
+    ``fits``, with no bid market (the test outbids it) and no scheduling failure."""
+    from tests.fakes.openai_server import reply
+
+    app = make_app(policy={"interruptible": True, "max_bid_share": 0.7})
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.market.bid_market = False
+    offer = min((o for o in sim.offers.values() if within_policy(app.settings, o) and not o["rented"]
+                 and o["host_id"] not in sim.bad_hosts and o["disk_space"] >= app.settings.fleet.disk_gb
+                 and fits(o)), key=lambda o: (o["dph_total"], o["id"]))
+    fake_model.enqueue(reply("rent", tool_calls=[("rent_instance", {"offer_id": offer["id"], "reason": "scripted"})]),
+                       reply("done"))
+    assert run_tick(app).ok
+    [iid] = sim.instances
+    assert sim.instances[iid]["is_bid"] is True
+    return app, offer, iid
+
+
 def test_spend_counts_the_storage_an_outbid_instance_bills_while_kept_stopped(sim: Simulator, make_app, fake_model):
     """vast.ai bills an instance's storage while it is stopped: a bid instance rented through the tools, outbid and
     kept stopped for over an hour, costs in spend what the simulator billed for it while stopped (its disk's
     storage), within 1 %; `spend` reports it so."""
     from tests.fakes.openai_server import reply
 
-    app = make_app(policy={"interruptible": True, "max_bid_share": 0.7})
-    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
-    sim.market.bid_market = False
-    offer = good_offer(sim, app.settings)
-    fake_model.enqueue(reply("rent", tool_calls=[("rent_instance", {"offer_id": offer["id"], "reason": "scripted"})]),
-                       reply("done"))
-    assert run_tick(app).ok
-    [iid] = sim.instances
-    assert sim.instances[iid]["is_bid"] is True
+    app, offer, iid = _one_bid(sim, make_app, fake_model, lambda o: True)
     for _ in range(3):
         sim.advance(300)
         fake_model.enqueue(reply("ok"))
@@ -274,6 +286,39 @@ def test_spend_counts_the_storage_an_outbid_instance_bills_while_kept_stopped(si
     assert (billed - billed_then) > 0.05 * billed  # the storage of its stopped hours is a share that matters
     rep = {i["instance_id"]: i for i in spend.report(app.log)["instances"]}
     assert rep[iid]["spent"] == round(led.cost(rental, stopped_at - timedelta(days=1), led.now), 4)
+
+
+def test_spend_counts_no_traffic_for_the_hours_an_outbid_instance_is_kept_stopped(sim: Simulator, make_app,
+                                                                                   fake_model):
+    """vast.ai bills traffic only for the data an instance moves, and a stopped one moves none. A bid instance
+    on a host that charges for bandwidth runs for an hour (its traffic noted every $0.01), is outbid and kept
+    stopped for two: spend's traffic for it is what the simulator billed, within 1 % (the rate its notes measured
+    went on over the stopped hours: three times the bill), and so is its spend."""
+    from tests.fakes.openai_server import reply
+
+    app, offer, iid = _one_bid(sim, make_app, fake_model, lambda o: o["inet_down_cost"] >= 0.01)
+    for _ in range(12):
+        sim.advance(300)
+        fake_model.enqueue(reply("ok"))
+        assert run_tick(app).ok
+    sim.advance(90)  # outbid between two observations (the simulator stops it at its next minute's end), as spend
+    sim.market.set_price(multiplier=3.0, offer_id=offer["id"])  # counts a stop: no bid the policy allows wins it back
+    for n in range(24):
+        sim.advance(210 if n == 0 else 300)
+        fake_model.enqueue(reply("ok"))
+        assert run_tick(app).ok
+    assert [e.payload["action"] for e in events_of(app, "instance.outbid")] == ["kept"]
+    inst = sim.instances[iid]
+    assert inst["actual_status"] == "stopped"
+    assert len(events_of(app, "instance.traffic")) >= 3
+    led = spend.Ledger.of(app.log)
+    [rental] = [r for r in led.rentals if r.instance_id == iid]
+    traffic = led.traffic_cost(rental, parse_ts(rental.start_ts), led.now)
+    assert abs(traffic - inst["_traffic_cost"]) / inst["_traffic_cost"] < 0.01, (traffic, inst["_traffic_cost"])
+    billed = sim.billing()[iid]
+    assert inst["_traffic_cost"] > 0.02 * billed  # traffic is a share of this bill that matters
+    rep = {i["instance_id"]: i for i in spend.report(app.log)["instances"]}
+    assert abs(rep[iid]["spent"] - billed) / billed < 0.01, (rep[iid]["spent"], billed)
 
 
 def test_outbids_are_not_restarts_an_outbid_instance_is_not_replaced_as_flapping(sim: Simulator, make_app):

@@ -71,9 +71,69 @@ def test_migration_007_fills_the_runs_from_a_log_written_before_it(tmp_path: Pat
     path = tmp_path / "old.db"
     log, ts = _v2_log(path)
     log.close()
-    tamper.unapply_migration(path, "007_observed_runs", "observed_runs")
+    tamper.unapply_migration(path, "007_observed_runs", "observed_runs", "011_run_uptime")
     with EventLog(path) as log:
         assert log.store.observed_runs("") == _expected(ts)
+        assert log.rebuild_check() == []
+
+
+# Per tick: the records of instances of ours as the observation gives them. Tick 1: up_s differs per record
+# (stored as a column); tick 2: instance 5 starts running with the uptime every running record shares (stored
+# once); tick 3: a repeated uptime among several (stored as distinct values and an index); tick 4: records
+# without the same keys (stored as the list itself), one with a bad uptime.
+UPTIME_TICKS: list[list[dict[str, object]]] = [
+    [{"id": 1, "status": "running", "up_s": 120.0}, {"id": 2, "status": "running", "up_s": 30.0},
+     {"id": 3, "status": "loading", "up_s": None}],
+    [{"id": 1, "status": "running", "up_s": 420.0}, {"id": 5, "status": "running", "up_s": 420.0}],
+    [{"id": n, "status": "running", "up_s": 86460.25 if n < 9 else 90.0} for n in (1, 6, 7, 8, 9)]
+    + [{"id": 3, "status": "running", "up_s": 86460.25}],
+    [{"id": 10, "status": "running", "up_s": 15.0}, {"id": 11, "status": "running", "up_s": True},
+     {"id": 12, "status": "running"}],
+]
+UPTIMES = {1: 120.0, 2: 30.0, 3: 86460.25, 5: 420.0, 6: 86460.25, 7: 86460.25, 8: 86460.25, 9: 90.0, 10: 15.0, 11: None,
+           12: None}
+
+
+def _uptime_log(path: Path) -> EventLog:
+    log = EventLog(path)
+    log_uptime_ticks(log)
+    return log
+
+
+def log_uptime_ticks(log: EventLog) -> None:
+    """UPTIME_TICKS, after the adoption of every instance they list (spend reads the runs of rentals)."""
+    for iid in sorted({int(str(r["id"])) for seen in UPTIME_TICKS for r in seen}):
+        log.append("instance.adopted", {"instance_id": iid, "label": f"fa-{iid}", "idem_key": None,
+                                        "gpu_name": "RTX 4090", "dph": 0.4}, "system")
+    for n, seen in enumerate(UPTIME_TICKS, 1):
+        log.append("tick.started", {"observation": {"instances": [{**r, "ours": 1} for r in seen]}}, "scheduler", n)
+
+
+def uptimes(log: EventLog, running: bool = True) -> dict[int, float | None]:
+    """Each rental's up_s of its runs (running or not) as spend reads them."""
+    return {iid: up for iid, runs in log.store.rental_runs("").items() for _, _, _, run, up in runs if run == running}
+
+
+def test_a_running_run_keeps_the_uptime_vast_ai_reported_when_it_began(tmp_path: Path) -> None:
+    """The observation that begins a running run gives the run its ``up_s`` (when it is a number of seconds);
+    the observations that extend it change nothing; a run not running has none."""
+    with _uptime_log(tmp_path / "a.db") as log:
+        assert uptimes(log) == UPTIMES
+        assert uptimes(log, running=False) == {3: None}
+        assert log.rebuild_check() == []
+
+
+def test_migration_011_fills_the_uptimes_from_the_observations_logged_before_it(tmp_path: Path) -> None:
+    """A database from before the run's uptime was kept gets it from the observations already logged, whatever
+    form they are stored in (a column, one shared value, distinct values and an index, a list of records), when
+    it is next opened: what the ticks would have kept, and rebuild --check agrees."""
+    path = tmp_path / "old.db"
+    _uptime_log(path).close()
+    assert tamper.uptime_forms(path) == [("object", None, "array"), ("object", "real", None), ("object", None, "object"),
+                                         ("array", None, None)]  # every stored form occurs
+    tamper.runs_as_before_011(path)
+    with EventLog(path) as log:
+        assert uptimes(log) == UPTIMES
         assert log.rebuild_check() == []
 
 

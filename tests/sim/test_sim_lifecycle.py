@@ -67,6 +67,30 @@ def test_a_rent_waits_in_scheduling_then_loads_for_minutes_by_default(sim: Simul
     assert sim.instances[iid]["_cost"] > 0  # storage billed while waiting, GPU once running
 
 
+def test_an_instance_says_since_when_it_runs_and_how_old_it_is(http: httpx.Client, sim_server: SimServer,
+                                                             sim: Simulator) -> None:
+    """As vast.ai lists them (the official CLI shows ``uptime(mins)`` and ``age(hours)`` from these): ``uptime_mins``
+    counts from when the instance last started running, none while it is not; ``duration`` is its age in seconds,
+    from the rent, scheduling and loading included."""
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    iid = sim.create_instance(sim.find_offer("RTX 4090")["id"])
+    rented = sim.now()
+    seen = _walk(sim, iid, 20 * 60)
+    started = rented + seen[-1][0]  # within the 5 s step before
+    assert seen[-1][1] == "running"
+    sim.advance(600)
+    [row] = [i for i in http.get(f"{sim_server.url}/api/v0/instances/", headers=_auth(sim)).json()["instances"]
+             if i["id"] == iid]
+    assert row["duration"] == round(sim.now() - rented, 1)
+    assert 0 <= (sim.now() - row["uptime_mins"] * 60) - (started - 5) <= 5 + 1
+    sim.host_stop(iid)
+    sim.advance(60)
+    [row] = [i for i in http.get(f"{sim_server.url}/api/v0/instances/", headers=_auth(sim)).json()["instances"]
+             if i["id"] == iid]
+    assert row["actual_status"] == "stopped" and row["uptime_mins"] is None
+    assert row["duration"] == round(sim.now() - rented, 1)
+
+
 def test_quick_restores_the_instant_market(sim: Simulator) -> None:
     sim.realism.update({"quick": 1})
     offer = sim.find_offer("RTX 4090")

@@ -430,3 +430,20 @@ def test_an_operators_append_is_never_ended_by_a_takeover(pg_url, tmp_path):
         finally:
             leader.release()
         assert [e.payload["text"] for e in log.read(kinds=["operator.note"])] == ["kept"]
+
+
+def test_migration_005_fills_the_runs_uptimes_from_the_observations_logged_before_it(pg_server, pg_url, tmp_path):
+    """A PostgreSQL log from before the runs kept vast.ai's uptime gets it from the observations already logged,
+    in every stored form (tests/fleet/test_spend_runs.py: a column, one shared value, distinct values and an index,
+    a list of records), when it is next opened: what the ticks would have kept, and rebuild --check agrees."""
+    from tests.fleet.test_spend_runs import UPTIMES, log_uptime_ticks, uptimes
+
+    with EventLog(_target(pg_url, "fleet-a", tmp_path), create=True) as log:
+        log_uptime_ticks(log)
+        assert uptimes(log) == UPTIMES
+    dbname = urlsplit(pg_url).path.strip("/")
+    with PgTamper(pg_server.dsn(dbname), "fleet-a") as t:  # the schema as the release before left it
+        t.runs_as_before_005()
+    with EventLog(_target(pg_url, "fleet-a", tmp_path), create=False) as log:
+        assert uptimes(log) == UPTIMES
+        assert log.rebuild_check() == []
