@@ -12,7 +12,8 @@ cheapest cover (failing that, the offers that cover it for the fewest $ per job,
 capacity beyond the gap counted at half its worth, no multi-GPU box bigger than
 the gap unless the cheapest cover needs it) on hosts no knowledge file, directive
 or recent operator note blacklists; replace an instance of a GPU model they no
-longer allow as one whose contract ends (below); destroy an instance the rest
+longer allow as one whose contract ends (below), and destroy it while short once the search finds no offer
+they allow and nothing of ours is starting (no replacement is coming); destroy an instance the rest
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
 offers cover that for under half its $/h; an instance whose contract ends within
@@ -533,7 +534,10 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
                                        f"${o['dph']:.3f}/h delivers {o['jph']:.1f} jobs/h: "
                                        f"${o['per_job']:.4f}/job"})
                     for o in picks]
-    unreplaced = _unreplaced(plan) if not picks else []
+    retired = any(e.payload["name"] == "destroy_instance" for e in results[results.index(searched[-1]) + 1:])
+    unreplaced = _unreplaced(plan) if not picks and not retired else []
+    if retired:
+        return [], "rules provider: done for this tick"
     calls += [("destroy_instance", {"instance_id": i["id"], "reason": why}) for i, why in unreplaced]
     skipped = len([o for o in offers if o["host"] in plan.avoid or refused.get(o["id"])])
     best = f"; best on offer ${ok[0]['per_job']:.4f}/job" if ok else ""
