@@ -161,3 +161,4 @@ def test_an_order_the_market_cannot_fill_retires_the_barred_once_no_replacement_
              and e.payload["ok"]]
     assert rents and gone and min(rents) < min(s for s, _ in gone), (rents, gone)  # replaced before they went
     assert all(r.startswith("retire: RTX 3090 is not among RTX 4090") for _, r in gone), gone
+    assert len(gone) == len(olds), gone  # each destroyed once, not again at every step of the tick
