@@ -4,6 +4,7 @@ price surge it rents the offer cheapest per job (by what each GPU model really d
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -192,9 +193,12 @@ def test_no_rent_while_the_fleet_delivers_95_percent_of_the_need():
     # ...but a gap of under one job over the drain horizon (the backlog cleared within it but for a fraction of
     # a job) is a sliver again: a rent for it is surplus as soon as one job less waits
     sliver = _plan(live, 24.5, pending=40, keep=24.5 + 40 * 12)
+    sliver = dataclasses.replace(sliver, rate=23.0)  # 23 arriving, 1.5 of the backlog's 40 over the hour
     assert rules._short(sliver) == 0
     assert "within 5% of need" in rules._first_step(sliver)[1]
     assert rules._short(_plan(live, 24.0 / 0.94, pending=40, keep=24.0 / 0.94 + 40 * 12)) > 0  # not a sliver
+    # ...nor while the arrivals outrun the fleet: the backlog then grows, however slowly
+    assert rules._short(dataclasses.replace(sliver, rate=24.5)) == pytest.approx(0.5)
 
 
 def test_an_instance_down_between_ticks_is_seen_and_replaced(make_app, sim, sim_clock):
