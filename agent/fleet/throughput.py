@@ -5,11 +5,7 @@ observation records them per instance (``jobs``). Between two observations in wh
 running GPU of ours busy (jobs pending at both), an instance that was running at the first did
 ``jobs_b - jobs_a`` jobs in ``num_gpus × (t_b - t_a)`` GPU-hours. Summed per GPU model over the recent
 observations, that is what the model delivers: downtime between ticks, slow starts and restarts included,
-which is what sizing needs. The demand source counts finished jobs, so an instance's intervals before its first
-job is done read 0 jobs however near done it is: they are held back until it is done, then counted with it (a
-fresh GPU would otherwise read 0 jobs/h, and a fleet just rented a fraction of its size); meanwhile a model
-with nothing else measured is taken to do under one job per GPU in the time its GPUs have worked on their
-first. Intervals where the queue ran dry cannot say how much more a GPU could have done,
+which is what sizing needs. Intervals where the queue ran dry cannot say how much more a GPU could have done,
 but they do say it did at least what it did: summed per model they are a floor under the estimate, so a
 prior that undersells a GPU is corrected even by a fleet that never falls behind (and would otherwise be
 kept too large for ever, its surplus never seen).
@@ -30,7 +26,6 @@ are ranked per job by what they do from then on, not by a flat guess.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -75,7 +70,6 @@ class Throughput:
     measured: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # gpu -> (jobs, GPU-hours)
     floor: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # the same, with the queue dry
     dlperf: Mapping[str, float] = field(default_factory=dict)  # gpu -> vast.ai's dlperf per GPU, where known
-    ceiling: Mapping[str, float] = field(default_factory=dict)  # gpu -> jobs/h it stays under (first_job_ceiling)
 
     def per_dlperf(self, without: str | None = None) -> float | None:
         """Jobs an hour per dlperf point, from the measured models whose dlperf is known (but ``without``: a
@@ -116,8 +110,6 @@ class Throughput:
         low_jobs, low_hours = self.floor.get(gpu, (0.0, 0.0))
         if low_hours >= FLOOR_GPU_HOURS:
             est = max(est, low_jobs / low_hours)  # it did this much without being kept busy
-        if hours <= 0 and gpu in self.ceiling:  # nothing measured yet, but a GPU of it busy this long has no job done
-            est = min(est, self.ceiling[gpu])
         return Rate(gpu, est, hours, jobs)
 
     def per_gpu(self, gpu: str) -> float:
@@ -153,53 +145,17 @@ def measure(observations: Iterable[Mapping[str, Any]], *, busy: bool = True) -> 
     queue kept every running GPU of ours busy (``busy``), or in which it did not (``busy=False``: what the
     GPUs did then is less than they could, a floor)."""
     out: dict[str, tuple[float, float]] = {}
-    for gpu, jobs, hours in _busy_counts(observations, busy)[0]:
-        j, h = out.get(gpu, (0.0, 0.0))
-        out[gpu] = (j + jobs, h + hours)
-    return out
-
-
-def first_job_ceiling(observations: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """Per GPU model, the most jobs an hour per GPU it can be doing, from its instances kept busy since before they
-    finished a job that have not finished one yet: one that has worked an hour without finishing a job does less
-    than one an hour. Each model's tightest (its longest such wait)."""
-    out: dict[str, float] = {}
-    for gpu, gpu_hours in _busy_counts(observations, True)[1].values():
-        if gpu_hours > 0:
-            out[gpu] = min(out.get(gpu, math.inf), 1.0 / gpu_hours)
-    return out
-
-
-def _busy_counts(observations: Iterable[Mapping[str, Any]],
-                 busy: bool) -> tuple[list[tuple[str, float, float]], dict[Any, tuple[str, float]]]:
-    """The (GPU model, jobs, GPU-hours) of each instance's intervals, and per instance still on its first job
-    (measured from before it finished one, none finished yet) its model and the GPU-hours it has worked on it.
-    The demand source counts finished jobs: an instance's intervals before its first job is done read 0 jobs
-    however near done it is, so a fresh GPU would read 0 jobs/h (and a fleet just rented a fraction of its size).
-    Those intervals are held back until its first job is done, then counted with it (its jobs from the start);
-    while it is not done, they only say how long it takes at least (``first_job_ceiling``)."""
-    out: list[tuple[str, float, float]] = []
-    waiting: dict[Any, tuple[str, float]] = {}  # instance -> (model, GPU-hours held back)
     prev: Mapping[str, Any] | None = None
-    seen = list(observations)
-    for obs in seen:
+    for obs in observations:
         if prev is not None:
-            for iid, gpu, start, jobs, hours, gpus in _interval(prev, obs, busy):
-                if busy and start == 0:
-                    held = waiting.pop(iid, (gpu, 0.0))[1]
-                    if jobs == 0:
-                        waiting[iid] = (gpu, held + hours / gpus)
-                        continue
-                    hours += held * gpus
-                out.append((gpu, jobs, hours))
+            for gpu, jobs, hours in _interval(prev, obs, busy):
+                j, h = out.get(gpu, (0.0, 0.0))
+                out[gpu] = (j + jobs, h + hours)
         prev = obs
-    # still on its first job at the last look (one that finished it while the queue ran dry is not)
-    first = {i.get("id") for i in (seen[-1].get("instances") or []) if i.get("jobs") == 0} if seen else set()
-    return out, {iid: w for iid, w in waiting.items() if iid in first}
+    return out
 
 
-def _interval(a: Mapping[str, Any], b: Mapping[str, Any],
-              busy: bool = True) -> list[tuple[Any, str, int, float, float, int]]:
+def _interval(a: Mapping[str, Any], b: Mapping[str, Any], busy: bool = True) -> list[tuple[str, float, float]]:
     ta, tb = a.get("time"), b.get("time")
     if not isinstance(ta, int | float) or not isinstance(tb, int | float) or not 0 < tb - ta <= MAX_GAP_S:
         return []
@@ -214,7 +170,7 @@ def _interval(a: Mapping[str, Any], b: Mapping[str, Any],
         if x is None or not isinstance(ja, int) or not isinstance(jb, int) or jb < ja:
             continue
         gpus = int(x.get("num_gpus") or 1)
-        out.append((i.get("id"), str(x.get("gpu_name") or "?"), ja, float(jb - ja), gpus * (tb - ta) / 3600.0, gpus))
+        out.append((str(x.get("gpu_name") or "?"), float(jb - ja), gpus * (tb - ta) / 3600.0))
     return out
 
 
@@ -239,8 +195,7 @@ def from_observations(settings: Settings, observations: Iterable[Mapping[str, An
         for gpu, m in (obs.get("gpu_models") or {}).items():
             if isinstance(m, dict) and isinstance(m.get("dlperf"), int | float) and m["dlperf"] > 0:
                 dlperf[str(gpu)] = float(m["dlperf"])
-    return Throughput(base.default, base.by_gpu, measure(seen), measure(seen, busy=False), dlperf,
-                      first_job_ceiling(seen))
+    return Throughput(base.default, base.by_gpu, measure(seen), measure(seen, busy=False), dlperf)
 
 
 def estimate(log: Any, settings: Settings) -> Throughput:

@@ -314,28 +314,3 @@ def test_the_observation_says_an_unmeasured_model_is_priced_by_its_dlperf(make_a
                                                       for g, m in models.items()}}
     before = ev.render(dataclasses.replace(e, payload={"observation": old}, version=7))["content"]  # type: ignore[index]
     assert "(assumed, not yet measured)" in next(p for p in before.split("; ") if "H100 SXM" in p)
-
-
-def test_fresh_instances_are_not_read_as_idle_before_their_first_job_is_done():
-    """Three RTX 3090s (4 jobs/h: 15 minutes a job) busy from the first look and an RTX 4090 (8 jobs/h) from the
-    second: ten minutes in, the demand source has counted no job finished by any of them, though each has most
-    of its first done. Those intervals say only that a 3090 takes over ten minutes a job (under 6 jobs/h) and a
-    4090 over five: neither model reads a fraction of what it does (they read 2.7 and 3.2 jobs/h, and the rules
-    provider rented an H100 at $2/h for a gap that was not there). Once the first jobs are done, their time
-    from the start counts with them, and a long run reads what the GPUs do."""
-    def fresh(t: float) -> list[tuple[int, str, int, str, int | None]]:
-        return [*((n, "RTX 3090", 1, "running", int(4 * (t + 60) / 3600)) for n in (1, 2, 3)),
-                (4, "RTX 4090", 1, "running", int(8 * (t - 240) / 3600)) if t else (4, "RTX 4090", 1, "loading", None)]
-
-    obs = [_obs(t, 30, fresh(t)) for t in (0.0, 300.0, 600.0)]
-    assert {i["jobs"] for o in obs for i in o["instances"]} == {0, None}  # nothing finished yet
-    tp = throughput.from_observations(_settings(), obs)
-    assert 0.75 * 4 <= tp.per_gpu("RTX 3090") <= 6.0 and tp.per_gpu("RTX 4090") >= 0.75 * 8, \
-        (tp.per_gpu("RTX 3090"), tp.per_gpu("RTX 4090"))
-    first = [_obs(300.0 * k, 30, fresh(300.0 * k)) for k in range(5)]  # 20 minutes: the first 3090 jobs done
-    tp = throughput.from_observations(_settings(), first)
-    assert tp.measured["RTX 3090"][1] == pytest.approx(3 * 4 / 12)  # their time from the first look counts
-    assert 0.75 * 4 <= tp.per_gpu("RTX 3090") <= 6.0, tp.per_gpu("RTX 3090")
-    long = [_obs(600.0 * k, 30, fresh(600.0 * k)) for k in range(19)]  # three hours
-    tp = throughput.from_observations(_settings(), long)
-    assert tp.per_gpu("RTX 3090") == pytest.approx(4.0, rel=0.1) and tp.per_gpu("RTX 4090") == pytest.approx(8.0, rel=0.1)
