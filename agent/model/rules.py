@@ -460,12 +460,8 @@ def _why_no_rent(plan: _Plan) -> str:
 def _rent_below(plan: _Plan) -> float:
     """The share of need under which the fleet rents: ``RENT_BELOW`` while the queue is dry relative to the fleet
     (``keep`` is the need alone), 1.0 while a backlog keeps every instance busy past the next tick (the gap
-    is then jobs waiting, not rounding) unless the fleet covers the arrivals and the gap is under one job over
-    ``policy.drain_within``: the backlog shrinks and is cleared within the horizon but for less than a job, and
-    a rent for that sliver is surplus as soon as one job less waits (the dearest an hour goes first: often the
-    rent itself)."""
-    sliver = plan.capacity >= plan.rate and (plan.need - plan.capacity) * plan.drain_h < 1.0
-    return RENT_BELOW if plan.keep <= plan.need or sliver else 1.0
+    is then jobs waiting, not rounding)."""
+    return RENT_BELOW if plan.keep <= plan.need else 1.0
 
 
 def _short(plan: _Plan) -> float:
