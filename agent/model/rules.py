@@ -363,9 +363,9 @@ def _retire(plan: _Plan) -> list[tuple[dict[str, Any], str]]:
 
 def _unreplaced(plan: _Plan) -> list[tuple[dict[str, Any], str]]:
     """Instances of a GPU model the operators no longer allow, destroyed when the fleet is short, the search
-    found nothing it may rent and nothing of ours is still starting: no replacement is on its way, and kept
-    until the market has one they would break the order for as long as it has none (the demand:unmet alert
-    then names the restriction). While a replacement starts, or rents free up, they keep working
+    found nothing it may rent and nothing of ours is still starting: no replacement is on its way, and keeping
+    them until the market has one would break the order for as long as it has none (the demand:unmet alert
+    then names the restriction). While a replacement starts, or until rents free up, they keep working
     (``_retire``)."""
     if not plan.barred or any(i["status"] != "running" for i in plan.live):
         return []
@@ -534,10 +534,9 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
                                        f"${o['dph']:.3f}/h delivers {o['jph']:.1f} jobs/h: "
                                        f"${o['per_job']:.4f}/job"})
                     for o in picks]
-    retired = any(e.payload["name"] == "destroy_instance" for e in results[results.index(searched[-1]) + 1:])
-    unreplaced = _unreplaced(plan) if not picks and not retired else []
-    if retired:
-        return [], "rules provider: done for this tick"
+    if any(e.payload["name"] == "destroy_instance" for e in results[results.index(searched[-1]) + 1:]):
+        return [], "rules provider: done for this tick"  # the barred already retired this tick (_unreplaced)
+    unreplaced = [] if picks else _unreplaced(plan)
     calls += [("destroy_instance", {"instance_id": i["id"], "reason": why}) for i, why in unreplaced]
     skipped = len([o for o in offers if o["host"] in plan.avoid or refused.get(o["id"])])
     best = f"; best on offer ${ok[0]['per_job']:.4f}/job" if ok else ""
