@@ -12,7 +12,8 @@ cheapest cover (failing that, the offers that cover it for the fewest $ per job,
 capacity beyond the gap counted at half its worth, no multi-GPU box bigger than
 the gap unless the cheapest cover needs it) on hosts no knowledge file, directive
 or recent operator note blacklists; replace an instance of a GPU model they no
-longer allow as one whose contract ends (below); destroy an instance the rest
+longer allow as one whose contract ends (below), and destroy it while short once the search finds no offer
+they allow and nothing of ours is starting (no replacement is coming); destroy an instance the rest
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
 offers cover that for under half its $/h; an instance whose contract ends within
@@ -350,6 +351,20 @@ def _retire(plan: _Plan) -> list[tuple[dict[str, Any], str]]:
             if not str(i.get("label") or "").endswith(DRAINING)]  # being drained: the tick destroys it once idle
 
 
+def _unreplaced(plan: _Plan) -> list[tuple[dict[str, Any], str]]:
+    """Instances of a GPU model the operators no longer allow, destroyed when the fleet is short, the search
+    found nothing it may rent and nothing of ours is still starting: no replacement is on its way, and keeping
+    them until the market has one would break the order for as long as it has none (the demand:unmet alert
+    then names the restriction). While a replacement starts, or until rents free up, they keep working
+    (``_retire``)."""
+    if not plan.barred or any(i["status"] != "running" for i in plan.live):
+        return []
+    running = sum(plan.jph(i) for i in plan.live if i["status"] == "running")
+    return [(i, f"retire: {plan.barred[i['id']]}; no offer it allows is left to replace it, and the running rest "
+             f"deliver {running:.1f} of the {plan.need:.1f} jobs/h needed")
+            for i in plan.ending if i["id"] in plan.barred and not str(i.get("label") or "").endswith(DRAINING)]
+
+
 def _stop(i: dict[str, Any]) -> str:
     """Why an ending instance stops: its machine's maintenance when the observation's ``maint_s`` says that comes
     first, else its contract's end."""
@@ -514,11 +529,17 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
                                        f"${o['dph']:.3f}/h delivers {o['jph']:.1f} jobs/h: "
                                        f"${o['per_job']:.4f}/job"})
                     for o in picks]
+    if any(e.payload["name"] == "destroy_instance" for e in results[results.index(searched[-1]) + 1:]):
+        return [], "rules provider: done for this tick"  # the barred already retired this tick (_unreplaced)
+    unreplaced = [] if picks else _unreplaced(plan)
+    calls += [("destroy_instance", {"instance_id": i["id"], "reason": why}) for i, why in unreplaced]
     skipped = len([o for o in offers if o["host"] in plan.avoid or refused.get(o["id"])])
     best = f"; best on offer ${ok[0]['per_job']:.4f}/job" if ok else ""
     text = (f"rules provider: renting {len(picks)} for {added:.1f} of {short:.1f} jobs/h short{best}"
             + (f"; skipped {skipped} offers on excluded or failed hosts or outside what binds" if skipped else "")
-            + spread_text)
+            + spread_text
+            + (f"; {len(unreplaced)} of a GPU model the operators no longer allow retired: nothing they allow is "
+               "left to replace it" if unreplaced else ""))
     return calls, text
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 from agent import feedback
 from agent.context import compaction
@@ -92,12 +93,9 @@ def test_a_note_binds_for_a_day_and_a_later_permission_ends_it():
     assert {(c.kind, c.value) for c in lifted.constraints} == {("ban_gpus", "RTX 3090")}
 
 
-def test_an_order_for_one_gpu_model_replaces_the_others_before_they_go(make_app, sim: Simulator,
-                                                                      sim_clock: ManualClock):
-    """"Only RTX 4090 from now on", with RTX 3090s the fleet needs running: each is replaced by RTX 4090s and
-    destroyed once they run (not kept as capacity for good, nor dropped before the jobs have somewhere to go)."""
-    from tests.conftest import events_of, plant_ours
-    from tests.model.test_rules_sizing import json_args
+def _running_3090s(make_app: Any, sim: Simulator, sim_clock: ManualClock) -> tuple[Any, list[int]]:
+    """A rules fleet with three RTX 3090s of ours running a backlog: the app and their ids."""
+    from tests.conftest import plant_ours
 
     _quiet(sim)
     app = make_app(provider="rules", policy=ROOMY, fleet=FLEET)
@@ -107,6 +105,17 @@ def test_an_order_for_one_gpu_model_replaces_the_others_before_they_go(make_app,
     sim.pending = 40.0
     _ticks(app, sim, sim_clock, 4)
     assert all(sim.instances[i]["actual_status"] == "running" for i in olds), [sim.instances[i] for i in olds]
+    return app, olds
+
+
+def test_an_order_for_one_gpu_model_replaces_the_others_before_they_go(make_app, sim: Simulator,
+                                                                      sim_clock: ManualClock):
+    """"Only RTX 4090 from now on", with RTX 3090s the fleet needs running: each is replaced by RTX 4090s and
+    destroyed once they run (not kept as capacity for good, nor dropped before the jobs have somewhere to go)."""
+    from tests.conftest import events_of
+    from tests.model.test_rules_sizing import json_args
+
+    app, olds = _running_3090s(make_app, sim, sim_clock)
     feedback.say(app.log, "Only RTX 4090 from now on.", "alice")
     said = events_of(app, "operator.note")[-1].seq
     _ticks(app, sim, sim_clock, 8)
@@ -121,3 +130,35 @@ def test_an_order_for_one_gpu_model_replaces_the_others_before_they_go(make_app,
                if c["name"] == "destroy_instance" and json_args(c)["instance_id"] in olds]
     assert all(r.startswith("retire: RTX 3090 is not among RTX 4090") for r in reasons), reasons
     assert all(i["gpu_name"] == "RTX 4090" for i in live), [(i["id"], i["gpu_name"]) for i in live]
+
+
+def test_an_order_the_market_cannot_fill_retires_the_barred_once_no_replacement_is_coming(
+        make_app, sim: Simulator, sim_clock: ManualClock):
+    """"Only RTX 4090 from now on" with RTX 3090s running and two RTX 4090s left on the market: those are
+    rented and the 3090s keep working until they run; once they do and no other offer the order allows is left,
+    the 3090s go, though the 4090s alone deliver less than the fleet needs. The order holds (no fleet of barred
+    GPUs kept for good because the market has nothing better), and the jobs had somewhere to go meanwhile."""
+    from tests.conftest import events_of, within_policy
+    from tests.model.test_rules_sizing import json_args
+
+    app, olds = _running_3090s(make_app, sim, sim_clock)
+    last = sorted((o for o in sim.offers.values() if o["gpu_name"] == "RTX 4090" and o["num_gpus"] == 1
+                   and within_policy(app.settings, o) and o["host_id"] not in sim.bad_hosts
+                   and sim.market.listed(o)), key=lambda o: o["id"])[:2]
+    assert last, "the market has an RTX 4090 to keep"
+    sim.market.withdrawn |= {o["id"] for o in sim.offers.values() if o["gpu_name"] == "RTX 4090"
+                             and o not in last}
+    sim.pending = 60.0
+    feedback.say(app.log, "Only RTX 4090 from now on.", "alice")
+    said = events_of(app, "operator.note")[-1].seq
+    _ticks(app, sim, sim_clock, 8)
+    live = [i for i in sim.instances.values() if i["actual_status"] not in ("exited", "offline")]
+    assert all(i["gpu_name"] == "RTX 4090" for i in live), [(i["id"], i["gpu_name"], i["actual_status"]) for i in live]
+    assert live, "the 4090s on offer were rented"
+    gone = [(e.seq, json_args(c)["reason"]) for e in events_of(app, "model.response") if e.seq > said
+            for c in e.payload["tool_calls"] if c["name"] == "destroy_instance" and json_args(c)["instance_id"] in olds]
+    rents = [e.seq for e in events_of(app, "tool.result") if e.seq > said and e.payload["name"] == "rent_instance"
+             and e.payload["ok"]]
+    assert rents and gone and min(rents) < min(s for s, _ in gone), (rents, gone)  # replaced before they went
+    assert all(r.startswith("retire: RTX 3090 is not among RTX 4090") for _, r in gone), gone
+    assert len(gone) == len(olds), gone  # each destroyed once, not again at every step of the tick
