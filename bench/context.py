@@ -635,6 +635,10 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: Context
     completion = 0               # the agent's one-token answers and the summaries written
     after: list[float] = []
     heads: list[float] = []   # share of the first call after a compaction that is its stable head
+    stacked: list[float] = []  # the same were the summary before it kept byte for byte (stacked summaries)
+    kept_ticks: list[int] = []  # ticks whose messages the first call after a compaction keeps word for word
+    last_summary = 0           # tokens of the summary message of the call before
+    sizes_after: list[int] = []  # tokens of the first call after a compaction, tool schemas included
 
     def score(msgs: list[dict[str, Any]], with_tools: bool) -> float:
         nonlocal prev, reused, total
@@ -665,8 +669,16 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: Context
                 # the most any prefix cache could serve of this call: tools, system prompt and pinned block come
                 # through a compaction unchanged; the summary after them is new, so nothing past it matches
                 head = 2 if p.sections.get("pinned") else 1
-                heads.append((count.request(p.messages[:head]) + tools_tokens) / (count.request(p.messages)
-                                                                                  + tools_tokens))
+                head_tokens = count.request(p.messages[:head]) + tools_tokens
+                whole = count.request(p.messages) + tools_tokens
+                heads.append(head_tokens / whole)
+                sizes_after.append(whole)
+                # were every earlier summary kept byte for byte ahead of the new one, it would join the head (and
+                # the request): the most a stacked layout could serve of this call
+                stacked.append((head_tokens + last_summary) / (whole + last_summary))
+                kept_ticks.append(sum(1 for _ in log.read(p.manifest["covered_to"], until_seq=p.manifest["thread_to"],
+                                                          kinds=["tick.started"])))
+            last_summary = p.sections.get("summary") or 0
     comps = [e.payload for e in log.read(0, kinds=["context.compacted"])]
     completion += sum(count.tok.count(t) for t in summariser.replies)
     log.close()
@@ -682,6 +694,12 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: Context
         "reuse_after_compaction": round(statistics.mean(after), 4) if after else None,
         "reuse_after_compaction_min": round(min(after), 4) if after else None,
         "stable_head_after_compaction": round(statistics.mean(heads), 4) if heads else None,
+        "stacked_head_after_compaction": round(statistics.mean(stacked), 4) if stacked else None,
+        "tokens_after_compaction": round(statistics.mean(sizes_after)) if sizes_after else None,
+        "ticks_kept_after_compaction": round(statistics.mean(kept_ticks), 1) if kept_ticks else None,
+        "ticks_kept_after_compaction_min": min(kept_ticks) if kept_ticks else None,
+        "summary_tokens": round(statistics.mean(count.tok.count(t) for t in summariser.replies))
+        if summariser.replies else None,
         "compactions": len(comps),
         "masking_only": sum(1 for c in comps if not c.get("summarised", True)),
         "summaries": len(summarised),
@@ -736,7 +754,8 @@ def print_fleet(r: dict[str, Any]) -> None:
               f"{f['cached_tokens_per_tick']:>7,}  uncached {f['uncached_tokens_per_tick']:>6,}  reuse "
               f"{f['prefix_reuse_by_tokens']:.4f} (ceiling {f['reuse_ceiling']:.4f}, new input "
               f"{f['new_input_tokens_per_tick']:,}/tick)  after compaction {f['reuse_after_compaction']} (stable head "
-              f"{f['stable_head_after_compaction']})  compactions "
+              f"{f['stable_head_after_compaction']}, stacked {f['stacked_head_after_compaction']}; ticks kept "
+              f"{f['ticks_kept_after_compaction']}, min {f['ticks_kept_after_compaction_min']})  compactions "
               f"{f['compactions']} (masking only {f['masking_only']})  summaries accepted "
               f"{f['summaries_accepted']}/{f['summaries']}  ${f['usd']['usd_per_day']:,.2f}/day at "
               f"{f['usd']['preset']} (a tick every 5 min)", file=sys.stderr)
