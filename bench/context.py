@@ -432,11 +432,13 @@ def cache_tick_items(n: int) -> list[list[Item]]:
 
 class BenchSummariser:
     """A summariser that does its job (every section; every alert, instance, directive and operator input
-    its request names) and records each call, as a provider would see it."""
+    its request names) and records each call, as a provider would see it. ``lines``: that many more lines
+    of completed actions (about 17 tokens each), for a summary of the size a model writes."""
 
-    def __init__(self) -> None:
+    def __init__(self, lines: int = 0) -> None:
         self.calls: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
         self.replies: list[str] = []
+        self.lines = lines
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
         import re
@@ -457,6 +459,7 @@ class BenchSummariser:
                 "## Operator directives\n- " + (", ".join(f"#{d}" for d in nums("Pinned")
                                                           + nums("Operator inputs")) or "none") + "\n"
                 "## Completed actions\n- searched offers and read logs each tick")
+        text += "".join(f"\n- round {k}: compared the offers with the hosts in use and kept them" for k in range(self.lines))
         self.replies.append(text)
         return ModelReply(text=text)
 
@@ -613,8 +616,8 @@ def fleet_tick_items(n: int, size: int) -> list[list[Item]]:
     return parts
 
 
-def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: ContextSettings = SETTINGS
-              ) -> dict[str, Any]:
+def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: ContextSettings = SETTINGS,
+              summary_lines: int = 0) -> dict[str, Any]:
     """The real loop (compaction, projection) over ``ticks`` ticks of a ``size``-instance fleet, 3 agent calls a
     tick with the project's real tool specs, and an answering summariser: per tick, the prompt tokens of every
     call (the summariser's included) and how many of them repeat the previous call's prefix (what a provider's
@@ -628,13 +631,17 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: Context
     count = MessageTokens(log.tokenizer)
     tools_tokens = log.tokenizer.count_tools(tools)
     cache = ProjectionCache()
-    summariser = BenchSummariser()
+    summariser = BenchSummariser(summary_lines)
     owned = fleet_owned(size)
     prev: tuple[list[dict[str, Any]], bool] | None = None
     reused = total = fresh = 0   # fresh: tokens of the tick's own new messages, which no cache can hold
     completion = 0               # the agent's one-token answers and the summaries written
     after: list[float] = []
     heads: list[float] = []   # share of the first call after a compaction that is its stable head
+    stacked: list[float] = []  # the same were the summary before it kept byte for byte (stacked summaries)
+    kept_ticks: list[int] = []  # ticks whose messages the first call after a compaction keeps word for word
+    last_summary = 0           # tokens of the summary message of the call before
+    sizes_after: list[int] = []  # tokens of the first call after a compaction, tool schemas included
 
     def score(msgs: list[dict[str, Any]], with_tools: bool) -> float:
         nonlocal prev, reused, total
@@ -665,8 +672,16 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: Context
                 # the most any prefix cache could serve of this call: tools, system prompt and pinned block come
                 # through a compaction unchanged; the summary after them is new, so nothing past it matches
                 head = 2 if p.sections.get("pinned") else 1
-                heads.append((count.request(p.messages[:head]) + tools_tokens) / (count.request(p.messages)
-                                                                                  + tools_tokens))
+                head_tokens = count.request(p.messages[:head]) + tools_tokens
+                whole = count.request(p.messages) + tools_tokens
+                heads.append(head_tokens / whole)
+                sizes_after.append(whole)
+                # were every earlier summary kept byte for byte ahead of the new one, it would join the head (and
+                # the request): the most a stacked layout could serve of this call
+                stacked.append((head_tokens + last_summary) / (whole + last_summary))
+                kept_ticks.append(sum(1 for _ in log.read(p.manifest["covered_to"], until_seq=p.manifest["thread_to"],
+                                                          kinds=["tick.started"])))
+            last_summary = p.sections.get("summary") or 0
     comps = [e.payload for e in log.read(0, kinds=["context.compacted"])]
     completion += sum(count.tok.count(t) for t in summariser.replies)
     log.close()
@@ -682,6 +697,12 @@ def fleet_run(size: int, ticks: int, prompts: Any, path: Path, settings: Context
         "reuse_after_compaction": round(statistics.mean(after), 4) if after else None,
         "reuse_after_compaction_min": round(min(after), 4) if after else None,
         "stable_head_after_compaction": round(statistics.mean(heads), 4) if heads else None,
+        "stacked_head_after_compaction": round(statistics.mean(stacked), 4) if stacked else None,
+        "tokens_after_compaction": round(statistics.mean(sizes_after)) if sizes_after else None,
+        "ticks_kept_after_compaction": round(statistics.mean(kept_ticks), 1) if kept_ticks else None,
+        "ticks_kept_after_compaction_min": min(kept_ticks) if kept_ticks else None,
+        "summary_tokens": round(statistics.mean(count.tok.count(t) for t in summariser.replies))
+        if summariser.replies else None,
         "compactions": len(comps),
         "masking_only": sum(1 for c in comps if not c.get("summarised", True)),
         "summaries": len(summarised),
@@ -704,15 +725,15 @@ def fleet_usd(prompt: int, cached: int, completion: int, ticks: int, preset: str
     return {"preset": preset, "usd_per_tick": round(d["per_tick"], 5), "usd_per_day": round(d["per_day"], 2)}
 
 
-def fleet_scenario(sizes: list[int], ticks: int, prompts: Any, settings: ContextSettings = SETTINGS
-                   ) -> dict[str, Any]:
+def fleet_scenario(sizes: list[int], ticks: int, prompts: Any, settings: ContextSettings = SETTINGS,
+                   summary_lines: int = 0) -> dict[str, Any]:
     """``fleet_run`` at each fleet size, with each figure against its aim."""
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"fleet-{os.getpid()}.db"
     out: dict[str, Any] = {}
     try:
         for size in sizes:
-            out[str(size)] = fleet_run(size, ticks, prompts, path, settings)
+            out[str(size)] = fleet_run(size, ticks, prompts, path, settings, summary_lines)
     finally:
         for suffix in ("", "-wal", "-shm", ".head"):
             Path(str(path) + suffix).unlink(missing_ok=True)
@@ -736,7 +757,8 @@ def print_fleet(r: dict[str, Any]) -> None:
               f"{f['cached_tokens_per_tick']:>7,}  uncached {f['uncached_tokens_per_tick']:>6,}  reuse "
               f"{f['prefix_reuse_by_tokens']:.4f} (ceiling {f['reuse_ceiling']:.4f}, new input "
               f"{f['new_input_tokens_per_tick']:,}/tick)  after compaction {f['reuse_after_compaction']} (stable head "
-              f"{f['stable_head_after_compaction']})  compactions "
+              f"{f['stable_head_after_compaction']}, stacked {f['stacked_head_after_compaction']}; ticks kept "
+              f"{f['ticks_kept_after_compaction']}, min {f['ticks_kept_after_compaction_min']})  compactions "
               f"{f['compactions']} (masking only {f['masking_only']})  summaries accepted "
               f"{f['summaries_accepted']}/{f['summaries']}  ${f['usd']['usd_per_day']:,.2f}/day at "
               f"{f['usd']['preset']} (a tick every 5 min)", file=sys.stderr)
@@ -820,6 +842,8 @@ def main() -> None:
     ap.add_argument("--fleet", metavar="SIZES", help="only the fleet-size scenario at SIZES instances (e.g. 10,100,500)")
     ap.add_argument("--ticks", type=int, default=300, help="ticks per fleet size with --fleet (default 300)")
     ap.add_argument("--low-water", type=float, help="with --fleet: context.low_water (default: the default's)")
+    ap.add_argument("--summary-lines", type=int, default=0,
+                    help="with --fleet: the summariser writes this many more lines (~17 tokens each; default 0)")
     ap.add_argument("--build", nargs=2, metavar=("N", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING + 10))
@@ -837,7 +861,8 @@ def main() -> None:
         from dataclasses import replace
 
         fleet = fleet_scenario([int(x) for x in args.fleet.split(",")], args.ticks, prompts,
-                               SETTINGS if args.low_water is None else replace(SETTINGS, low_water=args.low_water))
+                               SETTINGS if args.low_water is None else replace(SETTINGS, low_water=args.low_water),
+                               args.summary_lines)
         print_fleet(fleet)
         print(json.dumps({"fleet": fleet}, sort_keys=True))
         return
