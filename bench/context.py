@@ -450,8 +450,8 @@ class BenchSummariser:
                     str(m.get("content") or "")), "")
         want = {ln.split(":", 1)[0]: ln.split(":", 1)[1] for ln in ask.splitlines() if ":" in ln}
 
-        def nums(key: str) -> list[str]:
-            return re.findall(r"\d+", next((v for k, v in want.items() if k.startswith(key)), ""))
+        def nums(key: str) -> list[str]:   # every line the request names for it (inputs: folded and cited before)
+            return [n for k, v in want.items() if k.startswith(key) for n in re.findall(r"\d+", v)]
 
         text = ("## Fleet state and commitments\n- instances " + ", ".join(nums("Instances")) + "\n"
                 "## Decisions and why\n- held the fleet steady: no offer beats the current hosts\n"
