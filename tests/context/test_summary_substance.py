@@ -91,3 +91,22 @@ def test_empty_sections_are_named() -> None:
     text = GOOD.replace("- held (#5)", "")
     assert check_summary(text, cap=2000, meter=_meter(), open_alert_ids=[], owned_instance_ids=[]) == \
         "sections missing or empty: Decisions and why"
+
+
+def test_a_later_summary_is_asked_for_the_inputs_the_previous_one_cited(tmp_path: Any,
+                                                                       fake_model: FakeOpenAI) -> None:
+    """A compaction that folds no operator input still has its operator section held to the inputs the
+    previous summary cited, so its request names them: a summariser that writes what it is asked is accepted
+    (before, the request said "none" and the check refused "none", so the summary went to the fallback)."""
+    log = open_log(tmp_path / "a.db")
+    note = log.append("operator.note", {"text": "restarted the box", "by": "alice"}, "operator", None).seq
+    n, comps = 1, []
+    for _ in range(3):
+        n = fill(log, start=n)
+        fake_model.enqueue(summary_reply)
+        comps.append(run_compact(log, _summariser(fake_model), tick=n).payload)
+    assert [c["method"] for c in comps] == ["llm", "llm", "llm"], [c["attempts"] for c in comps]
+    later = fake_model.chat_requests[-1].json["messages"][-1]["content"]
+    assert "Operator inputs being folded, to mention by number: none" in later
+    assert f"Operator inputs the summary cites so far, to keep citing by number: #{note}" in later
+    assert f"#{note}" in comps[-1]["summary"]
