@@ -111,7 +111,9 @@ def transition(seed: int, inst: Instance, status: str, t: float) -> None:
         if beh == "oci_fail":
             inst["actual_status"], inst["status_msg"] = "created", OCI_MSG
         elif beh != "stuck_loading":
-            schedule(inst, t + r.uniform(*(QUICK_LOADING_S if inst.get("_quick", True) else LOADING_S)), "running")
+            pull = float(inst.pop("_pull_s", 0.0) or 0.0)  # a large image's first pull (realism.image_pull)
+            schedule(inst, t + pull + r.uniform(*(QUICK_LOADING_S if inst.get("_quick", True) else LOADING_S)),
+                     "running")
     elif status == "running":
         inst["status_msg"] = f"success, running {inst['image_uuid']}"
         inst["_running_since"] = t

@@ -19,6 +19,9 @@
     maintenance     host maintenance windows per machine per simulated day, on machines running one of
                     our instances: announced 6-72 h ahead (GET /machines/maintenances), 1-8 h long; at
                     its start the machine goes down and its instances go offline
+    image_pull      seconds every rent's first load takes on top of the usual 2.5-7 min: a large image,
+                    which vast.ai hosts pull for 10-20 min or more (0 = the small image the default
+                    market pulls; not in the instant market)
     quick           1 = the instant market older tests were written for: a rent boots in seconds (no
                     scheduling wait, no long image pull), a stop takes effect at once, and no rent is
                     unschedulable or stuck and no maintenance is announced. 0 (the default) = as vast.ai:
@@ -54,6 +57,7 @@ class Realism:
     price_increases: float = DEFAULT_PRICE_INCREASES
     stuck_scheduling: float = DEFAULT_STUCK_SCHEDULING
     maintenance: float = DEFAULT_MAINTENANCE
+    image_pull: float = 0.0
     quick: float = 0.0
 
     def update(self, values: dict[str, Any]) -> None:

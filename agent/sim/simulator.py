@@ -425,6 +425,7 @@ class Simulator:
         quick = self.quick
         stuck = not quick and self._sched_rng.random() < self.realism.stuck_scheduling
         inst = instances.new_instance(self.seed, iid, offer, body, now, behaviour, quick=quick, stuck=stuck)
+        inst["_pull_s"] = 0.0 if quick else self.realism.image_pull  # realism.image_pull: a large image
         self.instances[iid] = inst
         offer["rented"] = True
         return inst

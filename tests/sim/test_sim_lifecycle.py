@@ -67,6 +67,23 @@ def test_a_rent_waits_in_scheduling_then_loads_for_minutes_by_default(sim: Simul
     assert sim.instances[iid]["_cost"] > 0  # storage billed while waiting, GPU once running
 
 
+def test_a_large_image_loads_for_as_long_as_its_pull_takes_once(http: httpx.Client, sim_server: SimServer,
+                                                                 sim: Simulator) -> None:
+    """``realism.image_pull`` (set over HTTP, as an operator would): a rent's first load takes that much longer, as a
+    large image's pull does on vast.ai; a reboot starts it from the image already on the host."""
+    r = http.post(f"{sim_server.url}/_sim/realism", json={"image_pull": 900, "unschedulable": 0,
+                                                          "stuck_scheduling": 0})
+    assert r.status_code == 200, r.text
+    iid = sim.create_instance(sim.find_offer("RTX 4090")["id"])
+    seen = _walk(sim, iid, 40 * 60)
+    assert [s for _, s in seen] == [None, "created", "loading", "running"]
+    assert 900 + 150 <= seen[3][0] - seen[1][0] <= 900 + 420 + 5  # the pull, then the usual 2.5-7 min
+    r = http.put(f"{sim_server.url}/api/v0/instances/reboot/{iid}/", json={}, headers=_auth(sim))
+    assert r.status_code == 200, r.text
+    again = _walk(sim, iid, 20 * 60)
+    assert again[-1][1] == "running" and again[-1][0] <= 420 + 60, again
+
+
 def test_an_instance_says_since_when_it_runs_and_how_old_it_is(http: httpx.Client, sim_server: SimServer,
                                                              sim: Simulator) -> None:
     """As vast.ai lists them (the official CLI shows ``uptime(mins)`` and ``age(hours)`` from these): ``uptime_mins``
