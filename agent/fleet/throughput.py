@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.config import Settings
+from agent.model import loading
 
 WINDOW_TICKS = 48
 """Recent observations learned from (4 h at the default 5-minute interval)."""
@@ -220,10 +221,12 @@ def _dead(i: Mapping[str, Any], stuck_after: float) -> bool:
 
 
 def fleet_need(obs: Mapping[str, Any], tp: Throughput, *, drain_h: float, tick_h: float,
-               stuck_after: float) -> dict[str, Any] | None:
+               stuck_after: float, loading_limit: float | None = None,
+               rented: Mapping[int, float] | None = None) -> dict[str, Any] | None:
     """What the fleet must deliver now against what ours deliver, sized as the rules provider sizes it: the
     arrivals plus the backlog cleared within ``drain_h`` hours, in jobs an hour, against the jobs an hour of our
-    instances that run or are starting (each GPU model's rate from ``tp``); None without a demand reading.
+    instances that run or are starting (not one still loading ``loading_limit`` s after its rent at ``rented``,
+    ``agent.model.loading``; each GPU model's rate from ``tp``); None without a demand reading.
 
     ``gap`` is what to rent (jobs/h; 0 while ours cover ``RENT_BELOW`` of the need); ``surplus`` the instances
     of ours the rest can do without (the dearest per job first), only while the queue is dry relative to the
@@ -244,7 +247,8 @@ def fleet_need(obs: Mapping[str, Any], tp: Throughput, *, drain_h: float, tick_h
     def jph(i: Mapping[str, Any]) -> float:
         return tp.per_instance(str(i.get("gpu_name") or "?"), i.get("num_gpus"))
 
-    capacity = sum(jph(i) for i in live)
+    now = float(obs.get("time") or 0.0)
+    capacity = sum(jph(i) for i in live if not loading.slow_loading(i, now, loading_limit, rented or {}))
     need = rate + pending / drain_h
     gap = need - capacity if capacity < RENT_BELOW * need else 0.0
     surplus: list[int] = []

@@ -5,7 +5,8 @@ results from the log, and scales the fleet to demand within policy: destroy
 our dead, stuck or flapping instances; size the fleet on throughput (the jobs/h
 each GPU model delivers, agent/fleet/throughput.py) to serve the arrivals plus
 the backlog cleared within ``policy.drain_within``, counting instances still
-starting; when under 0.95× that (or short at all while a backlog keeps every
+starting (but not one loading well past the time the fleet's own rents took to start, agent/model/loading.py: cover is
+rented for it, on another host, and the surplus rule trims once it runs); when under 0.95× that (or short at all while a backlog keeps every
 instance busy), rent offers within ``NEAR_BEST`` of the best $ per job on offer
 that cover the gap (a multi-GPU box among them), at most twice the $/h of the
 cheapest cover (failing that, the offers that cover it for the fewest $ per job,
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from agent.model import bidding
+from agent.model import bidding, loading
 from agent.model.llm import ModelReply, ToolCall, Usage
 from agent.times import utc_ts
 
@@ -99,13 +100,18 @@ class RulesProvider:
                   if not e.payload.get("pin")]
         return [(ts, text) for _, ts, text in [*kept, *thread] if ts >= since]
 
-    def _failed_hosts(self, stuck_after: float) -> set[int]:
-        """Hosts where one of our instances was seen dead in recent observations: renting there
+    def _recent(self) -> list[dict[str, Any]]:
+        """The last ``FAILED_HOST_TICKS`` observations, newest first (this tick's among them)."""
+        return [e.payload["observation"] for e in self.app.log.read(0, kinds=["tick.started"], newest_first=True,
+                                                                     limit=FAILED_HOST_TICKS)]
+
+    def _failed_hosts(self, recent: list[dict[str, Any]], stuck_after: float) -> set[int]:
+        """Hosts where one of our instances was seen dead in the ``recent`` observations: renting there
         again would only repeat the failure (and spend the hourly rent budget)."""
         out: set[int] = set()
-        for e in self.app.log.read(0, kinds=["tick.started"], newest_first=True, limit=FAILED_HOST_TICKS):
-            kept = set(e.payload["observation"].get("credit_stopped") or [])
-            ours = [i for i in e.payload["observation"].get("instances") or [] if i.get("ours")]
+        for obs in recent:
+            kept = set(obs.get("credit_stopped") or [])
+            ours = [i for i in obs.get("instances") or [] if i.get("ours")]
             dead = [i for i in ours if i.get("host_id") is not None and i["id"] not in kept and _is_dead(i, stuck_after)
                     and "outbid" not in (i.get("status_msg") or "")  # a higher bid took it: not the host's fault
                     and not _scheduling_failure(i)]  # counted apart: _scheduling_failed_hosts
@@ -114,13 +120,12 @@ class RulesProvider:
             out.update(int(i["host_id"]) for i in dead)
         return out
 
-    def _scheduling_failed_hosts(self) -> set[int]:
+    def _scheduling_failed_hosts(self, recent: list[dict[str, Any]]) -> set[int]:
         """Hosts whose machine failed to schedule ``SCHEDULING_HOST_FAILURES`` or more of our rents (stuck in
-        scheduling past ``SCHEDULING_LIMIT``, or created stopped as unschedulable) in recent observations. One
-        such failure is the market's luck (vast.ai fails a few rents anywhere); a second on the same host is
-        the host."""
-        return _scheduling_failed(e.payload["observation"] for e in self.app.log.read(
-            0, kinds=["tick.started"], newest_first=True, limit=FAILED_HOST_TICKS))
+        scheduling past ``SCHEDULING_LIMIT``, or created stopped as unschedulable) in the ``recent``
+        observations. One such failure is the market's luck (vast.ai fails a few rents anywhere); a second on
+        the same host is the host."""
+        return _scheduling_failed(recent)
 
     # -------------------------------------------------------------- the policy
 
@@ -163,9 +168,13 @@ class RulesProvider:
         flapping = {i["id"] for i in ours if i["id"] not in kept and int(i.get("restarts") or 0) >= FLAP_RESTARTS}
         dead = [i for i in ours if i["id"] not in kept
                 and (_is_dead(i, stuck_after) or i["host_id"] in banned or i["id"] in flapping)]
-        avoid = banned | self._failed_hosts(stuck_after) | self._scheduling_failed_hosts() | {int(i["host_id"]) for i in ours
-                                                            if i["id"] in flapping and i["host_id"] is not None}
+        recent = self._recent()
         live = [i for i in ours if i not in dead and i not in outbid]
+        # loading well past the fleet's own loads: kept (stuck_after decides), not counted, its host not rented
+        limit, rented = loading.of_log(self.app.log, recent[::-1])
+        slow = tuple(i for i in live if loading.slow_loading(i, float(obs["time"]), limit, rented))
+        avoid = banned | self._failed_hosts(recent, stuck_after) | self._scheduling_failed_hosts(recent) | {
+            int(i["host_id"]) for i in ours if (i["id"] in flapping or i in slow) and i["host_id"] is not None}
         # a GPU model the operators no longer allow: replaced like an instance whose contract ends, not dropped
         # before its replacement runs (that would only make the jobs wait)
         barred = {i["id"]: why for i in live if (why := view.offer_refusal(str(i["gpu_name"]), 0.0, None))}
@@ -176,7 +185,7 @@ class RulesProvider:
         pending = d.get("pending") or 0
         rate = d.get("arrival_rate_per_h") or 0.0
         drain_h = float(s.policy.drain_within) / 3600.0
-        capacity = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in live)
+        capacity = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in live if i not in slow)
         # Without a demand reading the fleet stays as it is: what it delivers now is what it must.
         need = rate + pending / drain_h if d else capacity
         log = self.app.log
@@ -192,7 +201,7 @@ class RulesProvider:
         keep = _keep(need, rate, pending, capacity, tick_h) if d else capacity
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
                      rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending,
-                     outbid, s.policy.interruptible, barred)
+                     outbid, s.policy.interruptible, barred, slow, limit)
 
 
 def _advice_text(advice: tuple[str, ...]) -> str:
@@ -258,6 +267,8 @@ class _Plan:
     outbid: tuple[dict[str, Any], ...] = ()  # outbid, kept until the market falls back: not capacity, not dead
     interruptible: bool = False  # policy.interruptible: bids cover gaps and replace old dear instances
     barred: dict[int, str] = field(default_factory=dict)  # ending: id -> why its GPU model is no longer allowed
+    slow: tuple[dict[str, Any], ...] = ()  # live but loading past loading_limit: not capacity until it runs
+    loading_limit: float | None = None  # s after the rent: loading.loading_limit of the recent observations
 
     def jph(self, i: dict[str, Any]) -> float:
         return self.tp.per_instance(str(i["gpu_name"]), i.get("num_gpus"))
@@ -270,6 +281,8 @@ class _Plan:
         return (f"need {self.need:.1f} jobs/h (arriving ~{self.rate:.0f}/h + {self.pending} pending over "
                 f"{self.drain_h:g}h); {len(self.live)} live deliver {self.capacity:.1f} jobs/h"
                 + (f" ({rates})" if rates else "")
+                + (f"; {len(self.slow)} still loading {(self.loading_limit or 0) / 60:.1f} min after the rent (well "
+                   "past the fleet's own starts) not counted" if self.slow else "")
                 + (f"; {len(self.outbid)} outbid, waiting for the market to fall back" if self.outbid else ""))
 
 
@@ -425,7 +438,7 @@ def _surplus(plan: _Plan) -> list[dict[str, Any]]:
     order = sorted(plan.live, key=lambda i: (i["status"] == "running",
                                              -(float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9)), -i["id"]))
     out = order[:max(0, len(plan.live) - plan.cap)]
-    cap_left = plan.capacity - sum(plan.jph(i) for i in out)
+    cap_left = plan.capacity - sum(plan.jph(i) for i in out if i not in plan.slow)
     spare = [i for i in order[len(out):] if i["status"] == "running"]
     while spare:
         can_go = [i for i in spare if cap_left - plan.jph(i) >= SURPLUS_OVER * max(plan.need, plan.keep)]

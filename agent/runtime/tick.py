@@ -32,7 +32,7 @@ from agent.fleet.pipeline import ToolCall, refuse_call, run_tool_call
 from agent.fleet.policy import Policy
 from agent.fleet.reconcile import UNLISTED, reconcile
 from agent.fleet.toolkit import Tool, Toolbox, ToolContext, load_tools
-from agent.model import window
+from agent.model import loading, window
 from agent.model.llm import LLMError, ModelReply, TextCall, call_with_retries, find_text_calls
 from agent.runtime import watch
 from agent.runtime.app import App
@@ -177,9 +177,10 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
     if isinstance(obs.get("demand"), dict):
         obs["demand"]["trend_per_h"] = _queue_trend(obs, history, obs["time"])
     s = app.settings
+    limit, rented = loading.of_log(app.log, [*history, obs])
     obs["need"] = throughput.fleet_need(obs, tp, drain_h=float(s.policy.drain_within) / 3600.0,
                                         tick_h=float(s.schedule.interval) / 3600.0,
-                                        stuck_after=float(s.alerts.stuck_after))
+                                        stuck_after=float(s.alerts.stuck_after), loading_limit=limit, rented=rented)
 
 
 def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
