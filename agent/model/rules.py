@@ -281,8 +281,8 @@ class _Plan:
         return (f"need {self.need:.1f} jobs/h (arriving ~{self.rate:.0f}/h + {self.pending} pending over "
                 f"{self.drain_h:g}h); {len(self.live)} live deliver {self.capacity:.1f} jobs/h"
                 + (f" ({rates})" if rates else "")
-                + (f"; {len(self.slow)} still loading {(self.loading_limit or 0) / 60:.1f} min after the rent (well "
-                   "past the fleet's own starts) not counted" if self.slow else "")
+                + (f"; {len(self.slow)} still loading over {(self.loading_limit or 0) / 60:.1f} min after the rent "
+                   "(well past the fleet's own starts) not counted" if self.slow else "")
                 + (f"; {len(self.outbid)} outbid, waiting for the market to fall back" if self.outbid else ""))
 
 
