@@ -54,7 +54,6 @@ from agent.context.shares import low_target
 from agent.context.thread import build_thread, maskable
 from agent.events import KINDS, Event, data, fence, inline, render, render_observation
 from agent.events.canonical import canonical
-from agent.model.llm import LLMError
 from agent.store.log import EventLog
 from agent.tokens import MESSAGE_OVERHEAD
 
@@ -963,7 +962,10 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
 
 def _attempt_llm(summarizer: Summarizer, messages: list[dict[str, Any]],
                  tools: list[dict[str, Any]]) -> tuple[str | None, str | None]:
-    """(summary text, failure reason) from one summariser call."""
+    """(summary text, failure reason) from one summariser call (the model client's module loads with it:
+    projecting a context, as ``context`` and replay do, loads none)."""
+    from agent.model.llm import LLMError
+
     try:
         reply = summarizer.complete(messages, tools)
     except LLMError as e:
