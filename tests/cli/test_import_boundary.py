@@ -104,7 +104,8 @@ def test_context_counts_once_and_a_second_process_reads_the_counts_kept(fleet: P
 def test_context_of_a_shrunk_request_logs_nothing_and_lists_the_tools_without_the_fleet_layer(fleet: Path) -> None:  # noqa: F811
     """`context` re-derives a request: one cut to fit its budget is no news (the daemon warned when it sent it),
     so the command loads no logging stack. It lists the tools' specs from the tools package without what their
-    handlers call (the fleet's policy and market, the vast.ai client), nor the model client."""
+    handlers call (the fleet's policy and market, the vast.ai client), nor the model client, nor compaction's
+    planner (replay's summaries need it, not one agent request)."""
     small = fleet.with_name("small-budget.yaml")
     small.write_text(fleet.read_text(encoding="utf-8") + "context:\n  budget_tokens: 3800\n  output_reserve: 500\n",
                      encoding="utf-8")
@@ -113,6 +114,7 @@ def test_context_of_a_shrunk_request_logs_nothing_and_lists_the_tools_without_th
         r = _run(small, *argv)
         assert "tools.fleet" in r["modules"] and "tools 0" not in r["out"], argv  # the tools' specs were listed
         assert _loaded(r["modules"], ("structlog", "rich", "agent.fleet.policy", "agent.fleet.market",
-                                      "agent.clients", "agent.model.llm", "httpx", "openai")) == [], argv
+                                      "agent.clients", "agent.model.llm", "agent.context.compaction", "httpx",
+                                      "openai")) == [], argv
     shown = json.loads(_run(small, "context", "--json")["out"])
     assert shown["manifest"]["shrunk"] is True and shown["sections"]["tools"] > 0
