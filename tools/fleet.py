@@ -6,8 +6,8 @@ conversation verbatim. The actions (rent, destroy, reboot) declare their
 handler needs, and runs before the intent is logged (see agent.fleet.pipeline). The
 template (image, command, env, disk) always comes from config.
 
-Listing the tools (their specs: every `context`, `replay`, request) loads this module and none of what the
-handlers call: each handler imports the fleet modules and the client it uses, as it runs.
+Listing the tools for their specs (every model request, ``context``, ``replay``) loads this module and none of
+what the handlers call: each handler imports the fleet modules and the client it uses when it runs.
 """
 
 from __future__ import annotations
