@@ -5,21 +5,23 @@ conversation verbatim. The actions (rent, destroy, reboot) declare their
 ``check`` next to their handler: it returns a policy Block or the value the
 handler needs, and runs before the intent is logged (see agent.fleet.pipeline). The
 template (image, command, env, disk) always comes from config.
+
+Listing the tools for their specs (every model request, ``context``, ``replay``) loads this module and none of
+what the handlers call: each handler imports the fleet modules and the client it uses when it runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent.clients.vast import Instance, Offer, VastError, spendable
-from agent.fleet import contracts, steering, throughput
 from agent.fleet.block import Block, norm_gpu
-from agent.fleet.market import BID_MARGIN, bid_rule
-from agent.fleet.reconcile import absence_proves_gone
-from agent.fleet.spend import storage_dph
 from agent.fleet.toolkit import Action, AnyTool, Args, Outcome, Tool, ToolContext, obj
+
+if TYPE_CHECKING:
+    from agent.clients.vast import Instance, Offer
+    from agent.fleet.throughput import Throughput
 
 LOG_TAIL_MAX = 200
 LOG_CHARS_MAX = 6000
@@ -90,6 +92,8 @@ def _offer_query(ctx: ToolContext, args: Args) -> dict[str, Any]:
 def search(ctx: ToolContext, query: dict[str, Any], **kw: Any) -> list[Offer]:
     """Search with the fleet's disk as ``allocated_storage`` (vast.ai prices dph_total with it and shows
     only offers with that much disk); every offer found is kept for this tick's rents."""
+    from agent.fleet import contracts
+
     offers = ctx.vast.search_offers(query, allocated_storage=ctx.settings.fleet.disk_gb, **kw)
     if contracts.horizon_s(ctx.settings.policy) > 0:  # a machine going down for maintenance ends the contract early
         offers = contracts.offers_with_maintenance(ctx.vast, offers, ctx.clock())
@@ -114,6 +118,8 @@ def bidding(ctx: ToolContext, args: Args) -> str:
 def bid_for(ctx: ToolContext, offer: Offer) -> float | Block:
     """The bid for ``offer`` by the one bid rule (``bid_rule``, also re-bidding's): its min_bid +``BID_MARGIN``,
     at most ``policy.max_bid_share`` x its on-demand price."""
+    from agent.fleet.market import bid_rule
+
     share = float(ctx.settings.policy.max_bid_share)
     if offer.min_bid is None or offer.dph_total is None:
         return Block("interruptible", f"offer {offer.id} shows no min_bid; rent it on-demand (interruptible=false)")
@@ -159,6 +165,9 @@ def _lenient(args: Args) -> Args:
 
 
 def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
+    from agent.fleet import contracts, steering
+    from agent.fleet.market import BID_MARGIN
+
     limit = min(int(args.get("limit", ctx.settings.fleet.search_limit)), 25)
     args = _lenient(args)
     if args.get("max_gpus") is not None and args.get("num_gpus") is not None:
@@ -216,9 +225,11 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
 def gap_left(ctx: ToolContext) -> float | None:
     """Jobs/h the fleet is still short this tick: the gap the tick's observation states (``need``, agent/fleet/
     throughput.py) less what this tick's rents add; None without one (no demand reading, or outside a tick)."""
+    from agent.fleet.throughput import recent_observations
+
     if ctx.tick is None:
         return None
-    obs = next(iter(throughput.recent_observations(ctx.log, 1)), None)
+    obs = next(iter(recent_observations(ctx.log, 1)), None)
     need = (obs or {}).get("need")
     gap = need.get("gap") if isinstance(need, dict) else None
     return None if not isinstance(gap, int | float) else max(0.0, float(gap) - ctx.covered)
@@ -231,7 +242,7 @@ def _room(ctx: ToolContext) -> int:
     return max(0, int(ctx.settings.policy.max_instances) - len(ctx.ours()) - unlisted)
 
 
-def _cover_hint(ctx: ToolContext, offers: list[Offer], tp: throughput.Throughput) -> str:
+def _cover_hint(ctx: ToolContext, offers: list[Offer], tp: Throughput) -> str:
     """The offers that cover the gap left this tick, cheapest per job first, within the instance cap: the calls
     to make, so that a model need not size the rent itself (the last line of a search's answer)."""
     gap = gap_left(ctx)
@@ -260,18 +271,20 @@ def _cover_hint(ctx: ToolContext, offers: list[Offer], tp: throughput.Throughput
     return f"\nto cover the {gap:.1f} jobs/h the fleet is short: {calls}{capped}"
 
 
-def offer_throughput(ctx: ToolContext) -> throughput.Throughput:
+def offer_throughput(ctx: ToolContext) -> Throughput:
     """Each GPU model's jobs/h as the log measured it, with the dlperf per GPU of every offer seen this tick, so
     a model not yet measured is priced from its dlperf rather than the flat prior."""
-    return throughput.estimate(ctx.log, ctx.settings).with_dlperf(
-        throughput.dlperf_of((o.gpu_name, o.num_gpus, o.dlperf) for o in ctx.offers.values()))
+    from agent.fleet.throughput import dlperf_of, estimate
+
+    return estimate(ctx.log, ctx.settings).with_dlperf(
+        dlperf_of((o.gpu_name, o.num_gpus, o.dlperf) for o in ctx.offers.values()))
 
 
 BASIS = {"measured": "measured by our instances", "configured": "configured (policy.jobs_per_hour_by_gpu)",
          "dlperf": "scaled by dlperf from the measured models", "assumed": "assumed (policy.jobs_per_hour)"}
 
 
-def _basis(tp: throughput.Throughput, gpus: list[str]) -> str:
+def _basis(tp: Throughput, gpus: list[str]) -> str:
     """What each GPU model's jobs/h rests on: measured, configured, scaled by dlperf, or the flat assumption."""
     by: dict[str, list[str]] = {}
     for g in gpus:
@@ -361,6 +374,9 @@ def pending_outcome(label: str, effect: dict[str, Any], why: str, settle_after: 
 
 
 def _rent(ctx: ToolContext, args: Args, offer: Offer, key: str) -> Outcome:
+    from agent.clients.vast import VastError
+    from agent.fleet.spend import storage_dph
+
     f = ctx.settings.fleet
     label = ctx.policy.label_for(key)
     price = offer.raw.get(BID_KEY)  # the bid _check_rent priced the offer at; None: on-demand
@@ -436,6 +452,8 @@ def _check_destroy(ctx: ToolContext, args: Args) -> int | Block:
 
 def _look(ctx: ToolContext, iid: int) -> Instance | None | str:
     """The instance as a fresh listing shows it (None: not listed), or why the listing failed."""
+    from agent.clients.vast import VastError
+
     try:
         ctx.refresh()
     except VastError as e:
@@ -444,6 +462,9 @@ def _look(ctx: ToolContext, iid: int) -> Instance | None | str:
 
 
 def _destroy(ctx: ToolContext, args: Args, iid: int, key: str) -> Outcome:
+    from agent.clients.vast import VastError
+    from agent.fleet.reconcile import absence_proves_gone
+
     try:
         ctx.vast.destroy(iid)
     except VastError as e:
@@ -472,6 +493,8 @@ def _check_reboot(ctx: ToolContext, args: Args) -> int | Block:
 
 
 def _reboot(ctx: ToolContext, args: Args, iid: int, key: str) -> Outcome:
+    from agent.clients.vast import VastError
+
     try:
         ctx.vast.reboot(iid)
     except VastError as e:
@@ -504,6 +527,8 @@ def _logs(ctx: ToolContext, args: Args) -> Outcome:
 
 def _exclude_host(ctx: ToolContext, args: Args) -> Outcome:
     """The model may exclude a host (never include one: that is the operator's, ``hosts include``)."""
+    from agent.fleet import steering
+
     hid = int(args["host_id"])
     hours = float(args.get("hours") or ctx.settings.policy.host_failure_exclusion / 3600 or 24)
     current = steering.excluded_hosts(ctx.settings, ctx.log).get(hid)
@@ -518,6 +543,8 @@ def _exclude_host(ctx: ToolContext, args: Args) -> Outcome:
 
 
 def _balance(ctx: ToolContext, args: Args) -> Outcome:
+    from agent.clients.vast import spendable
+
     u = ctx.vast.current_user()
     return Outcome(True, json.dumps({"spendable": spendable(u), "credit": u.credit, "invoice_balance": u.balance},
                                     sort_keys=True))

@@ -47,14 +47,13 @@ from agent.context import (
 )
 from agent.context.facts import fold_facts
 from agent.context.inputs import record_inputs
-from agent.context.pinned import CURRENT as PINNED_CURRENT
+from agent.context.pinned import current as pinned_current
 from agent.context.prompts import Prompts, render_summarize
 from agent.context.seen import seen_to
 from agent.context.shares import low_target
 from agent.context.thread import build_thread, maskable
 from agent.events import KINDS, Event, data, fence, inline, render, render_observation
 from agent.events.canonical import canonical
-from agent.model.llm import LLMError
 from agent.store.log import EventLog
 from agent.tokens import MESSAGE_OVERHEAD
 
@@ -114,10 +113,11 @@ def cut_candidates(v: View) -> list[int]:
 
 
 def choose_cut(v: View, settings: ContextSettings, sizes: dict[int, int] | None = None,
-               pinned_version: int = PINNED_CURRENT, shares: bool = True) -> Cut | None:
+               pinned_version: int | None = None, shares: bool = True) -> Cut | None:
     """The earliest allowed boundary whose kept thread fits under low water (else the latest valid one);
     ``sizes``: tool results' tokens once masked, when the compaction masks old outputs; ``pinned_version``:
-    the rendering of the pinned block the request was planned with (an older one when replaying);
+    the rendering of the pinned block the request was planned with (an older one when replaying; None: the
+    current one);
     ``shares``: low water is a share of the room the fixed blocks leave (agent.context.shares), not of the
     whole budget (as summary requests before v2 were planned, and as a forced compaction still cuts: the
     provider refused the request, so it sheds all it can)."""
@@ -949,7 +949,8 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
     masked_to = mask_point(v, settings)
     sizes = _masked_sizes(v, settings, masked_to)
     # the cut is chosen on the thread as the budget check left it (shrunk, when it had to be)
-    cut = choose_cut(v, settings, sizes, PINNED_CURRENT if version >= 2 else 4, shares=version >= 2 and not force)
+    cut = choose_cut(v, settings, sizes, pinned_current() if version >= 2 else 4,
+                     shares=version >= 2 and not force)
     if cut is None:
         return "no tick boundary to cut at"
     evicted = [e for e in v.events if e.seq < cut.first_kept_seq]
@@ -963,7 +964,10 @@ def plan(inputs: Inputs, *, prompts: Prompts, settings: ContextSettings, policy:
 
 def _attempt_llm(summarizer: Summarizer, messages: list[dict[str, Any]],
                  tools: list[dict[str, Any]]) -> tuple[str | None, str | None]:
-    """(summary text, failure reason) from one summariser call."""
+    """(summary text, failure reason) from one summariser call (the model client's module loads with it:
+    projecting a context, as ``context`` and replay do, loads none)."""
+    from agent.model.llm import LLMError
+
     try:
         reply = summarizer.complete(messages, tools)
     except LLMError as e:

@@ -59,12 +59,8 @@ def project(log: EventLog, prompts: Prompts, settings: ContextSettings, *, polic
             tools: list[dict[str, Any]], until_seq: int | None = None, model: str = "",
             cache: ProjectionCache | None = None, params: dict[str, Any] | None = None) -> Projection:
     """The request the model sees at ``until_seq`` (None = now), within the budget."""
-    p = build(load(log, until_seq), prompts=prompts, settings=settings, policy=policy, tools=tools,
-              meter=meter_for(settings, cache), model=model, params=params)
-    if p.shrink_notes:
-        logger.warning("context.shrunk", thread_to=p.manifest["thread_to"], notes=p.shrink_notes, tokens=p.tokens,
-                       calibrated=p.calibrated_tokens)
-    return p
+    return build(load(log, until_seq), prompts=prompts, settings=settings, policy=policy, tools=tools,
+                 meter=meter_for(settings, cache), model=model, params=params)
 
 
 def update_calibration(log: EventLog, estimated: int, reported: int, *, tick: int | None = None) -> Event | None:

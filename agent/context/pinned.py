@@ -19,18 +19,24 @@ OPERATOR_WORD_KINDS = ("operator.note", "alert.acked", "directive.unpinned")
 PINNED_KINDS = ("knowledge.changed", "operator.note", "directive.unpinned", "memory.written", "memory.deleted",
                 *STEERING_KINDS, "alert.acked", "alert.resolved")
 OPERATOR_WORDS_HOURS = 24   # a note, ack or withdrawal stays in the pinned block this long after it was given
-CURRENT = KINDS["context.compacted"].version
-"""The rendering of the pinned block and the summary follows the version of the ``context.compacted`` event
-that carries them. v1: as first released. v2: the agent's memory under ``[memory · written by the agent]``
-with key and text written ``inline``, knowledge file names ``inline``, the summary (model-written) through
-``data`` inside a fence: nothing the model or vast.ai wrote can spell a source tag there. v3: knowledge
-files most recently changed first (by the seq of each file's last ``knowledge.changed``, then by name),
-so what fits the cap is what the operator touched last. v4: the steering in force as of the block (policy
-overrides, the pause, host exclusions, accepted machine exclusions), each with who set it and when it ends,
-under ``## In force now``, so the model sees what binds after any compaction. v5: every operator note, ack
-and directive withdrawal of the folded span, verbatim (each within the block's cap), under ``## Operator
-words``, until it is older than ``OPERATOR_WORDS_HOURS`` or superseded (an ack by its alert's resolution, a
-note by its withdrawal): the summary may cite them, it never replaces them."""
+
+
+def current() -> int:
+    """The version new ``context.compacted`` events record (looked up when asked: projecting a context that
+    names its compaction's version loads no kind module for it).
+
+    The rendering of the pinned block and the summary follows the version of the ``context.compacted`` event
+    that carries them. v1: as first released. v2: the agent's memory under ``[memory · written by the agent]``
+    with key and text written ``inline``, knowledge file names ``inline``, the summary (model-written) through
+    ``data`` inside a fence: nothing the model or vast.ai wrote can spell a source tag there. v3: knowledge
+    files most recently changed first (by the seq of each file's last ``knowledge.changed``, then by name),
+    so what fits the cap is what the operator touched last. v4: the steering in force as of the block (policy
+    overrides, the pause, host exclusions, accepted machine exclusions), each with who set it and when it ends,
+    under ``## In force now``, so the model sees what binds after any compaction. v5: every operator note, ack
+    and directive withdrawal of the folded span, verbatim (each within the block's cap), under ``## Operator
+    words``, until it is older than ``OPERATOR_WORDS_HOURS`` or superseded (an ack by its alert's resolution, a
+    note by its withdrawal): the summary may cite them, it never replaces them."""
+    return KINDS["context.compacted"].version
 
 
 def empty_pinned() -> dict[str, Any]:
@@ -301,10 +307,11 @@ def block_tokens(pinned: str | None, summary: str | None, meter: Meter) -> dict[
 
 
 def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings, meter: Meter,
-                  version: int = CURRENT) -> str | None:
+                  version: int | None = None) -> str | None:
     """The pinned block's text, or None when it has nothing in it. Directives and memory
     come first; knowledge files share what is left of ``pinned_max_tokens``. ``version``: that of the
-    ``context.compacted`` event carrying the block."""
+    ``context.compacted`` event carrying the block (None: the current one)."""
+    version = current() if version is None else version
     directives = pinned.get("directives") or []
     memory = pinned.get("memory") or {}
     knowledge = pinned.get("knowledge") or {}
@@ -353,10 +360,13 @@ def render_pinned(pinned: dict[str, Any], as_of: int, settings: ContextSettings,
     return text
 
 
-def render_summary(payload: dict[str, Any], settings: ContextSettings, meter: Meter, version: int = CURRENT) -> str:
+def render_summary(payload: dict[str, Any], settings: ContextSettings, meter: Meter,
+                   version: int | None = None) -> str:
     """``[summary of #a–#b]`` and the summary cut at ``summary_max_tokens``. From v2 the summary (the
     summariser's words, which quote untrusted text) is fenced and goes through ``data``: it cannot spell a
-    source tag, and no fence it opens or closes reaches outside the renderer's."""
+    source tag, and no fence it opens or closes reaches outside the renderer's. ``version``: that of the
+    ``context.compacted`` event carrying it (None: the current one)."""
+    version = current() if version is None else version
     a = payload.get("covered_from") or 1
     b = payload["covered_to"]
     kept, n, full = meter.cut(payload["summary"], settings.summary_max_tokens)

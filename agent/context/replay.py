@@ -21,7 +21,6 @@ from agent.context.build import (
     tools_hash,
 )
 from agent.context.cache import ProjectionCache
-from agent.context.compaction import Plan, plan, retry_messages
 from agent.context.inputs import InForce, in_force, manifest_of, recorded
 from agent.context.load import load, meter_for, project, project_at, request_of_tick, seq_at
 from agent.context.prompts import Prompts
@@ -123,7 +122,10 @@ def replay_summaries(log: EventLog, prompts: Prompts, settings: ContextSettings,
     """Re-plan every logged summariser request from the log as it stood, with the inputs it recorded (the
     model parameters' included), and check its hash. A retry's request is the first request, the rejected
     answer (read back from the ``summary.response`` its manifest names) and the retry instruction with the
-    recorded reason: every request of a retry is re-derived, not only the first."""
+    recorded reason: every request of a retry is re-derived, not only the first. (Compaction's planner loads
+    here: inspecting one agent request, as ``context`` does, needs none of it.)"""
+    from agent.context.compaction import Plan, plan, retry_messages
+
     cache = cache or ProjectionCache()
     texts = recorded(log)
     for req in log.read(0, kinds=["summary.request"]):

@@ -174,11 +174,15 @@ class Vocabulary:
     """The registry of kinds and their upcasters. ``index``: kind name -> the module that defines it, for
     kinds defined on first use (``Kinds``). ``stored_forms``: the kinds with a version whose row holds a smaller
     form (``Version.stored``); when given, reading a row of any other kind returns it as stored without
-    importing its module, and defining a stored form for a kind not named there fails."""
+    importing its module, and defining a stored form for a kind not named there fails. ``unseen``: the kinds
+    no version of which renders for the model; rendering one returns None without importing its module, and
+    defining a rendering version for a kind named there fails."""
 
-    def __init__(self, index: Mapping[str, str] | None = None, *, stored_forms: Iterable[str] | None = None) -> None:
+    def __init__(self, index: Mapping[str, str] | None = None, *, stored_forms: Iterable[str] | None = None,
+                 unseen: Iterable[str] = ()) -> None:
         self.kinds = Kinds(index)
         self.stored_forms = None if stored_forms is None else frozenset(stored_forms)
+        self.unseen = frozenset(unseen)
         self.upcasters: dict[tuple[str, int], Upcaster] = {}  # (kind, from version) -> upgrade to +1
         self.stored: dict[tuple[str, int], Stored] = {}  # (kind, version) -> its stored form, where it has one
 
@@ -191,6 +195,9 @@ class Vocabulary:
             raise ValueError(f"{name}: versions must be numbered 1..N in order")
         for v in versions:
             v.payload.fields_of()  # a field with a non-JSON type fails here, at import
+            if v.render is not None and name in self.unseen:
+                raise ValueError(f"{name} v{v.number} renders for the model: take {name!r} out of the index of "
+                                 "kinds the model never sees (UNSEEN, agent/events/kinds/base.py)")
             if v.number > 1:
                 if v.upcast is None:
                     raise ValueError(f"{name} v{v.number}: needs an upcaster from v{v.number - 1}")
@@ -273,7 +280,10 @@ class Vocabulary:
         """The chat message the model sees for ``event``, or None if it is not model-visible.
 
         The stored version picks the rendering: its own renderer, or (``AS_NEXT``) the payload upcast
-        one version at a time until a version that renders by itself."""
+        one version at a time until a version that renders by itself. A kind no version of which renders
+        (``unseen``) is not loaded to say so."""
+        if event.kind in self.unseen:
+            return None
         k = self.kinds.get(event.kind)
         if k is None:
             return None

@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from agent.config import Settings
 from agent.errors import FleetAgentError
-from agent.fleet.block import Block
-from agent.fleet.policy import Policy
-from agent.store.log import EventLog
 
-if TYPE_CHECKING:  # the clients (and httpx) load where a call is made: listing the tools (context) makes none
+if TYPE_CHECKING:  # what a call uses loads where a call is made: listing the tools (context) makes none
     from agent.clients.demand import DemandClient
     from agent.clients.vast import Instance, Offer, VastClient
+    from agent.config import Settings
+    from agent.fleet.block import Block
+    from agent.fleet.policy import Policy
+    from agent.store.log import EventLog
 
 ENTRY_POINT_GROUP = "fleet_agent.tools"
 

@@ -467,8 +467,12 @@ def _request(run: _Run, model: _Model, proj: context.Projection) -> Event | Tick
         return ended
     log = run.app.log
     with log.transaction():
-        return log_request(log, proj, prompts=run.app.prompts, policy=model.policy, tools=model.tools, tick=run.tick,
-                           params=model.params)
+        req = log_request(log, proj, prompts=run.app.prompts, policy=model.policy, tools=model.tools, tick=run.tick,
+                          params=model.params)
+    if proj.shrink_notes:  # news when a request goes out shrunk; re-deriving one (context, replay) is not
+        log_.warning("context.shrunk", thread_to=proj.manifest["thread_to"], notes=proj.shrink_notes,
+                     tokens=proj.tokens, calibrated=proj.calibrated_tokens, request_seq=req.seq)
+    return req
 
 
 def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, estimated: int) -> list[ToolCall] | None:

@@ -99,3 +99,26 @@ def test_context_counts_once_and_a_second_process_reads_the_counts_kept(fleet: P
     assert json.loads(second["out"]) == json.loads(first["out"])
     assert json.loads(second["out"])["manifest"]
     assert _loaded(second["modules"], ("tiktoken", "tiktoken_ext", "openai", "httpx", "structlog", "rich")) == []
+
+
+def test_context_of_a_shrunk_request_logs_nothing_and_lists_the_tools_without_the_fleet_layer(fleet: Path) -> None:  # noqa: F811
+    """`context` re-derives a request: one cut to fit its budget is no news (the daemon warned when it sent it),
+    so the command loads no logging stack. It lists the tools' specs from the tools package without what their
+    handlers call (the fleet's policy and market, the vast.ai client), nor the model client, nor compaction's
+    planner (replay's summaries need it, not one agent request), nor the module of a kind the thread holds
+    that never renders (the tick's compaction, calibration and recorded inputs: agent.events.kinds.context)."""
+    small = fleet.with_name("small-budget.yaml")
+    small.write_text(fleet.read_text(encoding="utf-8") + "context:\n  budget_tokens: 3800\n  output_reserve: 500\n",
+                     encoding="utf-8")
+    _run(small, "context", "--json")  # validates the config and keeps it; counts the texts its cuts made
+    for argv in (("context", "--json"), ("context",)):
+        r = _run(small, *argv)
+        assert "tools.fleet" in r["modules"] and "tools 0" not in r["out"], argv  # the tools' specs were listed
+        assert _loaded(r["modules"], ("structlog", "rich", "agent.fleet.policy", "agent.fleet.market",
+                                      "agent.clients", "agent.model.llm", "agent.context.compaction", "httpx",
+                                      "openai", "agent.events.kinds.context")) == [], argv
+    shown = json.loads(_run(small, "context", "--json")["out"])
+    assert shown["manifest"]["shrunk"] is True and shown["sections"]["tools"] > 0
+    # the thread it rendered holds events of that module's kinds
+    every = _run(small, "thread", "show", "--json", "--since", str(shown["manifest"]["thread_from"] - 1))
+    assert {json.loads(line)["kind"] for line in every["out"].splitlines()} & {"context.calibrated", "input.recorded"}

@@ -12,7 +12,7 @@ import pytest
 import agent.events.kinds as kinds_package
 from agent.events import KINDS, Version, Vocabulary
 from agent.events.columns import INSTANCE_COLUMNS
-from agent.events.kinds.base import INDEX, MODULES, STORED_FORMS, VOCABULARY
+from agent.events.kinds.base import INDEX, MODULES, STORED_FORMS, UNSEEN, VOCABULARY
 from tests.events.test_events_versions import ProbeV1, _r_v1
 from tests.test_lazy import fresh
 
@@ -83,3 +83,38 @@ def test_reading_a_kind_without_a_stored_form_imports_no_kind_module() -> None:
     assert p == {"usage": {"prompt_tokens": 3}}
     assert mid == ["agent.events.kinds.base"]
     assert after == ["agent.events.kinds.base", "agent.events.kinds.tick"]
+
+
+def test_the_kinds_that_never_render_are_the_ones_indexed_as_such() -> None:
+    """UNSEEN names exactly the kinds no version of which renders: rendering an event of any other kind loads its
+    module and asks it."""
+    VOCABULARY.kinds.load_all()
+    never = {name for name, k in VOCABULARY.kinds.loaded.items() if all(v.render is None for v in k.versions)}
+    assert never == UNSEEN
+
+
+def test_a_rendering_for_a_kind_indexed_as_unseen_fails_at_definition() -> None:
+    with pytest.raises(ValueError, match="UNSEEN"):
+        Vocabulary(unseen=("probe.unseen",)).define("probe.unseen", "test-only", Version(1, ProbeV1, _r_v1))
+    v = Vocabulary(unseen=("probe.unseen",))
+    v.define("probe.unseen", "test-only", Version(1, ProbeV1))
+    assert "probe.unseen" in v.kinds.loaded
+
+
+def test_rendering_a_kind_that_never_renders_imports_no_kind_module() -> None:
+    """A model request, a tool call, a compaction in the thread render as nothing without loading their modules;
+    a tool result loads agent.events.kinds.tools to render."""
+    code = ("import sys, json\n"
+            "from agent import events as ev\n"
+            "from agent.events.event import Event\n"
+            "def e(kind, payload):\n"
+            "    return Event(1, 'id', '2026-12-01T00:00:00Z', kind, 'system', 1, payload)\n"
+            "gone = [ev.render(e(k, {})) for k in ('model.request', 'tool.called', 'context.compacted')]\n"
+            "mid = sorted(m for m in sys.modules if m.startswith('agent.events.kinds.'))\n"
+            "shown = ev.render(e('tool.result', {'call_id': 'c1', 'name': 'get_balance', 'ok': True, 'output': '{}'}))\n"
+            "after = sorted(m for m in sys.modules if m.startswith('agent.events.kinds.'))\n"
+            "print(json.dumps([gone, mid, shown is not None, after]))\n")
+    gone, mid, shown, after = fresh(code)  # type: ignore[misc]
+    assert gone == [None, None, None]
+    assert mid == ["agent.events.kinds.base"]
+    assert shown and after == ["agent.events.kinds.base", "agent.events.kinds.tools"]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from agent import context
 from agent.context.replay import replay
 from agent.runtime.tick import MAX_CORRECTIONS, run_tick
 from tests.conftest import events_of
@@ -305,6 +306,28 @@ def test_a_step_that_would_pass_the_budget_is_never_sent(make_app, fake_model):
     later = fake_model.chat_requests[-1].json["messages"]
     assert any("[system · tick 1 ended early]" in (m.get("content") or "") for m in later)
     _replays(app)
+
+
+def test_a_request_sent_shrunk_is_warned_once_and_re_deriving_it_warns_nothing(make_app, fake_model):
+    """Three searches fill the budget, so the tick's last request goes out with its tool outputs cut: the daemon
+    warns context.shrunk once for it, naming the request (whose manifest says shrunk). Re-deriving that request
+    later (replay, the operator's `context`) is no news, and logs nothing."""
+    fake_model.enqueue(reply("", tool_calls=[("search_offers", {"limit": 25}), ("list_fleet", {}), ("get_demand", {})]),
+                       reply("", tool_calls=[("search_offers", {"limit": 25, "order": "per_job"})]), reply("done"))
+    app = make_app(context={"budget_tokens": 5000, "output_reserve": 500})
+    with capture_logs() as logs:
+        r = run_tick(app)
+    assert r.ok, r.reason
+    requests = events_of(app, "model.request", 1)
+    shrunk = [e.seq for e in requests if e.payload["manifest"]["shrunk"]]
+    assert shrunk and len(shrunk) < len(requests)
+    assert [x["request_seq"] for x in logs if x["event"] == "context.shrunk"] == shrunk
+    with capture_logs() as again:
+        _replays(app)
+        p = context.project(app.log, app.prompts, app.settings.context, policy=app.policy_dict(),
+                            tools=app.tool_specs(), until_seq=shrunk[0] - 1, model=app.settings.model.name)
+    assert p.shrink_notes  # the same request, shrunk as it went out
+    assert [x for x in again if x["event"] == "context.shrunk"] == []
 
 
 # ------------------------------------------------------------------ the server's window

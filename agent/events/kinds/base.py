@@ -40,7 +40,20 @@ STORED_FORMS: frozenset[str] = frozenset({"tick.started"})
 any other kind needs no kind module (``status`` reads model responses and tool results without loading theirs);
 defining a stored form for a kind not named here fails at import."""
 
-VOCABULARY = Vocabulary(INDEX, stored_forms=STORED_FORMS)
+UNSEEN: frozenset[str] = frozenset({
+    "alert.notified", "alert.repeated", "alert.retitled", "config.applied", "config.loaded", "config.refused",
+    "constraint.proposed", "constraint.rejected", "context.calibrated", "context.compacted", "daemon.started",
+    "daemon.stopped", "fork.started", "host.failed", "input.recorded", "instance.adopted", "instance.gone",
+    "instance.traffic", "leader.acquired", "leader.lost", "memory.deleted", "memory.written", "model.failed",
+    "model.request", "model.retry", "model.window", "policy.blocked", "response.overridden", "summary.request",
+    "summary.response", "tick.completed", "tool.called",
+})
+"""The kinds no version of which renders as a message of the thread. Projecting a context passes over their
+events without importing their modules (a thread holds model requests, tool calls, compactions, calibrations);
+a kind named here that defines a rendering version fails at import. A new kind that never renders goes here too
+(tests/events/test_events_index.py holds this set equal to the kinds without a rendering)."""
+
+VOCABULARY = Vocabulary(INDEX, stored_forms=STORED_FORMS, unseen=UNSEEN)
 
 
 def same_shape(p: JsonObject) -> JsonObject:
