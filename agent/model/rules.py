@@ -44,7 +44,8 @@ SWAP_USED = 0.5  # an instance the fleet needs for less than this share of what 
 SWAP_SAVING = 0.5  # ...by offers covering that share for less than this share of its $/h (a clear saving)
 FLAP_RESTARTS = 3  # an instance that stopped running this often since rent is replaced, its host avoided
 DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance: stopped is a failure
-FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died
+FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died...
+FAILED_HOST_S = 86400.0  # ...and hosts with a host.failed logged within this long (a day) are avoided too
 MASS_EVENT_MIN = 3  # this many of ours dead in one observation, and half the fleet or more: not the hosts
 MAX_GPUS = 8  # the search compares offers of 1 up to this many GPUs per job (policy caps the $/h of each)
 SCHEDULING_LIMIT = 600.0  # s: a rent still waiting in scheduling after this is replaced (vast.ai: 0.5-4 min)
@@ -112,7 +113,21 @@ class RulesProvider:
             if len(dead) >= MASS_EVENT_MIN and 2 * len(dead) >= len(ours):
                 continue  # most of the fleet at once (outbid, maintenance, the account): no host's fault
             out.update(int(i["host_id"]) for i in dead)
-        return out
+        return out | self._hosts_failed_today()
+
+    def _hosts_failed_today(self) -> set[int]:
+        """Hosts with a ``host.failed`` logged within ``FAILED_HOST_S``, however many ticks ago: a host whose
+        container exited or that went offline under us hours ago is no better now (bad hosts stay bad), and renting
+        it again only repeats the failure; the observations ``_failed_hosts`` reads cover a few hours. Not failures
+        to schedule (``_scheduling_failed_hosts`` counts those) nor ``MASS_EVENT_MIN`` or more logged in one tick
+        (the account, maintenance: no host's fault)."""
+        log = self.app.log
+        since = utc_ts(log.clock() - timedelta(seconds=FAILED_HOST_S))
+        by_tick: dict[int | None, list[int]] = {}
+        for e in log.read(0, kinds=["host.failed"], since_ts=since):
+            if "unable to schedule" not in str(e.payload.get("detail") or "").lower():
+                by_tick.setdefault(e.tick, []).append(int(e.payload["host_id"]))
+        return {h for hosts in by_tick.values() if len(hosts) < MASS_EVENT_MIN for h in hosts}
 
     def _scheduling_failed_hosts(self) -> set[int]:
         """Hosts whose machine failed to schedule ``SCHEDULING_HOST_FAILURES`` or more of our rents (stuck in
