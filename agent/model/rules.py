@@ -502,6 +502,7 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     refused = {o["id"]: plan.view.offer_refusal(o["gpu"], o["dph"], o["host"]) for o in offers} if plan.view else {}
     ok = sorted((o for o in offers if o["host"] not in plan.avoid and not refused.get(o["id"])),
                 key=lambda o: (o["per_job"], o["dph"], o["id"]))
+    ok, outbid_text = (ok, "") if swap else _outbid_gap(plan, ok, short)
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
 
@@ -552,10 +553,22 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     best = f"; best on offer ${ok[0]['per_job']:.4f}/job" if ok else ""
     text = (f"rules provider: renting {len(picks)} for {added:.1f} of {short:.1f} jobs/h short{best}"
             + (f"; skipped {skipped} offers on excluded or failed hosts or outside what binds" if skipped else "")
-            + spread_text
+            + spread_text + outbid_text
             + (f"; {len(unreplaced)} of a GPU model the operators no longer allow retired: nothing they allow is "
                "left to replace it" if unreplaced else ""))
     return calls, text
+
+
+def _outbid_gap(plan: _Plan, offers: list[dict[str, Any]], short: float) -> tuple[list[dict[str, Any]], str]:
+    """The offers a gap may be covered from, and a word for the decision text: with ``policy.interruptible``, bid
+    offers only while the gap is within what the outbid instances deliver (they start again by themselves when
+    the market falls back; bidding.py says why on-demand is not worth renting for that)."""
+    outbid = sum(plan.jph(i) for i in plan.outbid)
+    if not plan.interruptible or short > outbid:
+        return offers, ""
+    return [o for o in offers if o.get("type") == "bid"], (
+        f"; short by no more than the {outbid:.1f} jobs/h the outbid instances deliver once the market falls "
+        "back: bid offers only, nothing rented on-demand for it")
 
 
 def _spread(plan: _Plan, offers: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
