@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -392,13 +393,15 @@ def _stop(i: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class _Swap:
     """An instance to replace: the jobs/h it is needed for, the $/h the offers replacing it must stay under,
-    the search that finds them, and why."""
+    the search that finds them, and why. A swap for bids may replace the first few candidates together
+    (``group``: all it replaces, ``x`` first)."""
 
     x: dict[str, Any]
     used: float
     limit: float
     search: dict[str, Any]
     why: str
+    group: tuple[dict[str, Any], ...] = ()
 
 
 def _swap(plan: _Plan) -> _Swap | None:
@@ -406,8 +409,8 @@ def _swap(plan: _Plan) -> _Swap | None:
     it delivers (the rest cover the others), with the jobs/h it is needed for: a smaller offer covering
     those for under ``SWAP_SAVING``× its $/h replaces it (rented now, it becomes surplus once it counts).
     Else, with ``policy.interruptible``, an instance running for over an hour (on-demand first, else the bid
-    dearest per job: ``bidding.swap_candidate``), replaced by bids covering what the fleet needs of it for under
-    ``bidding.SWAP_SHARE`` of its $/h."""
+    dearest per job: ``bidding.swap_candidates``), replaced by bids covering what the fleet needs of it for under
+    ``bidding.SWAP_SHARE`` of its $/h (or with the next candidates: ``_swap_groups``)."""
     if _short(plan) or plan.rents_left <= 0 or len(plan.live) >= plan.cap or plan.credit_held:
         return None
     running = [i for i in plan.live if i["status"] == "running"]
@@ -418,15 +421,34 @@ def _swap(plan: _Plan) -> _Swap | None:
     if 0 < used <= SWAP_USED * plan.jph(x):
         return _Swap(x, used, SWAP_SAVING * float(x["dph"] or 0.0), _sizing_search(),
                      f"{SWAP_SAVING:g}× its $/h for the share the fleet uses")
-    old = bidding.swap_candidate(plan.live, plan.jph) if plan.interruptible else None
-    if old is None:
-        return None
-    used = min(plan.jph(old), max(plan.need, plan.keep) - (plan.capacity - plan.jph(old)))  # the rest's spare counts
-    if used <= 0:
-        return None
-    what = "the bid dearest per job" if bidding.is_bid(old) else "on-demand"
-    return _Swap(old, used, bidding.SWAP_SHARE * float(old["dph"] or 0.0), bidding.swap_search(MAX_GPUS),
-                 f"{what} for over {bidding.SWAP_AGE_S / 3600:g} h: bids under {bidding.SWAP_SHARE:g}× its $/h")
+    groups = _swap_groups(plan)
+    return groups[0] if groups else None
+
+
+def _swap_groups(plan: _Plan) -> list[_Swap]:
+    """With ``policy.interruptible``, the swaps for bids: the first candidate (``bidding.swap_candidates``), the
+    first two together, and so on, each with the jobs/h the fleet needs of the group (what it delivers less
+    what the rest deliver beyond the need) and ``bidding.SWAP_SHARE`` of its $/h; none the rest can do without
+    (that is surplus, not a swap). The first alone while every model's jobs/h is the flat
+    ``policy.jobs_per_hour`` (not ``informed``): a cover of several instances would rest on a guess."""
+    if not plan.interruptible:
+        return []
+    old = bidding.swap_candidates(plan.live, plan.jph)
+    if not plan.tp.informed:  # every jobs/h the flat guess: an RTX 3090 box as good as an RTX 4090 one
+        old = old[:1]
+    out = []
+    for k in range(1, len(old) + 1):
+        group = tuple(old[:k])
+        jph = sum(plan.jph(i) for i in group)
+        used = min(jph, max(plan.need, plan.keep) - (plan.capacity - jph))  # the rest's spare counts
+        if used <= 0:
+            continue
+        dph = sum(float(i["dph"] or 0.0) for i in group)
+        what = "the bid dearest per job" if bidding.is_bid(group[0]) else "on-demand"
+        out.append(_Swap(group[0], used, bidding.SWAP_SHARE * dph, bidding.swap_search(MAX_GPUS),
+                         f"{what} for over {bidding.SWAP_AGE_S / 3600:g} h: bids under {bidding.SWAP_SHARE:g}× its "
+                         f"$/h", group))
+    return out
 
 
 def _surplus(plan: _Plan) -> list[dict[str, Any]]:
@@ -506,31 +528,26 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
 
-    def cover(pool: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        return _cheapest_cover(pool, short, room, plan.max_dph - fleet_dph) if swap else \
-            _best_cover(pool, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
+    def choose(short: float, group: tuple[dict[str, Any], ...] = ()) -> tuple[list[dict[str, Any]] | None, str]:
+        def cover(pool: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+            return _cheapest_cover(pool, short, room, plan.max_dph - fleet_dph) if swap else \
+                _best_cover(pool, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
 
-    picks = cover(ok)
-    spread_text = ""
-    for pool in _spread(plan, ok)[:-1]:  # with bids, spread where it costs little: one outbid does not take most
-        spread = cover(pool)             # of the fleet
-        if spread and (not picks or _per_job(spread) <= (1 + bidding.SPREAD_COST) * _per_job(picks)):
-            if picks and {o["id"] for o in spread} != {o["id"] for o in picks}:
-                spread_text = (f"; bids spread (no bid instance over {bidding.MAX_INSTANCE_SHARE:.0%} of need, "
-                               f"no GPU model's over {bidding.MAX_MODEL_SHARE:.0%} where the offers allow) for "
-                               f"{_per_job(spread) / _per_job(picks) - 1:+.0%} per job")
-            picks = spread
-            break
+        picks = cover(ok)
+        for pool in _spread(plan, ok, group)[:-1]:  # with bids, spread where it costs little: one outbid does not
+            spread = cover(pool)                    # take most of the fleet
+            if spread and (not picks or _per_job(spread) <= (1 + bidding.SPREAD_COST) * _per_job(picks)):
+                text = ""
+                if picks and {o["id"] for o in spread} != {o["id"] for o in picks}:
+                    text = (f"; bids spread (no bid instance over {bidding.MAX_INSTANCE_SHARE:.0%} of need, "
+                            f"no GPU model's over {bidding.MAX_MODEL_SHARE:.0%} where the offers allow) for "
+                            f"{_per_job(spread) / _per_job(picks) - 1:+.0%} per job")
+                return spread, text
+        return picks, ""
+
     if swap:
-        x, limit = swap.x, swap.limit
-        if picks is None or sum(o["dph"] for o in picks) >= limit:
-            return [], (f"rules provider: no offer covers the {short:.1f} jobs/h #{x['id']} is needed for under "
-                        f"${limit:.3f}/h; keeping it")
-        return [("rent_instance", {"offer_id": o["id"], "reason":
-                                   f"replace #{x['id']} (${float(x['dph'] or 0):.3f}/h, {plan.jph(x):.1f} jobs/h, "
-                                   f"{short:.1f} needed): {o['gpu']} at ${o['dph']:.3f}/h delivers {o['jph']:.1f} "
-                                   f"jobs/h"}) for o in picks], \
-            f"rules provider: renting {len(picks)} to replace #{x['id']}, which goes once they count"
+        return _swap_rent(plan, swap, choose)
+    picks, spread_text = choose(short)
     if picks is None:  # nothing within the caps covers the gap: as much as they allow, cheapest per job first
         picks = []
         for o in ok:
@@ -571,15 +588,43 @@ def _outbid_gap(plan: _Plan, offers: list[dict[str, Any]], short: float) -> tupl
         "back: bid offers only, nothing rented on-demand for it")
 
 
-def _spread(plan: _Plan, offers: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+Chooser = Callable[[float, tuple[dict[str, Any], ...]], tuple[list[dict[str, Any]] | None, str]]
+
+
+def _swap_rent(plan: _Plan, swap: _Swap, choose: Chooser) -> tuple[Calls, str]:
+    """The rents replacing ``swap``'s instance for less an hour. A swap for bids tries the first candidate alone,
+    then with the next ones (``_swap_groups``): one cover of them all may cost less than each one's own, and the
+    group saving the most $/h is taken."""
+    found: list[tuple[float, int, _Swap, list[dict[str, Any]]]] = []
+    for g in _swap_groups(plan) if swap.group else [swap]:
+        got, _ = choose(g.used, g.group)
+        if got is not None and sum(o["dph"] for o in got) < g.limit:
+            found.append((sum(float(i["dph"] or 0.0) for i in g.group or (g.x,)) - sum(o["dph"] for o in got),
+                          -len(found), g, got))
+    if not found:
+        return [], (f"rules provider: no offer covers the {swap.used:.1f} jobs/h #{swap.x['id']} is needed for under "
+                    f"${swap.limit:.3f}/h; keeping it")
+    _, _, g, got = max(found, key=lambda f: (f[0], f[1]))
+    old = g.group or (g.x,)
+    ids = ", ".join(f"#{i['id']}" for i in old)
+    dph = sum(float(i["dph"] or 0.0) for i in old)
+    jph = sum(plan.jph(i) for i in old)
+    return [("rent_instance", {"offer_id": o["id"], "reason":
+                               f"replace {ids} (${dph:.3f}/h, {jph:.1f} jobs/h, {g.used:.1f} needed): "
+                               f"{o['gpu']} at ${o['dph']:.3f}/h delivers {o['jph']:.1f} jobs/h"}) for o in got], \
+        f"rules provider: renting {len(got)} to replace {ids}, which go{'es' if len(old) < 2 else ''} once they count"
+
+
+def _spread(plan: _Plan, offers: list[dict[str, Any]],
+            without: tuple[dict[str, Any], ...] = ()) -> list[list[dict[str, Any]]]:
     """The offers to cover a gap from, most spread first (``bidding.spread``): with ``policy.interruptible``, no
-    bid instance carrying most of the need, nor one GPU model's bids (the fleet's own counted), where the offers
-    allow."""
+    bid instance carrying most of the need, nor one GPU model's bids (the fleet's own counted, but for those being
+    replaced: ``without``), where the offers allow."""
     if not plan.interruptible:
         return [offers]
     fleet: dict[str, float] = {}
     for i in [*plan.live, *plan.outbid]:
-        if bidding.is_bid(i) or bidding.is_outbid(i):
+        if (bidding.is_bid(i) or bidding.is_outbid(i)) and i not in without:
             fleet[str(i["gpu_name"])] = fleet.get(str(i["gpu_name"]), 0.0) + plan.jph(i)
     return bidding.spread(offers, plan.need, fleet)
 
