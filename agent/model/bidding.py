@@ -10,7 +10,12 @@ min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around
   dearest per job) is replaced by bid instances covering what the fleet needs of it (its jobs/h less what the
   rest deliver beyond the need) for under ``SWAP_SHARE`` of its $/h; once they count, it is surplus. A bid is
   no bargain in itself: one placed when its GPU model was cheapest per job stays dearer than the bids the
-  market offers later, and the capacity the fleet carries beyond its need is not worth replacing.
+  market offers later, and the capacity the fleet carries beyond its need is not worth replacing. The next
+  candidates (``swap_candidates``) are tried with it, together: no bid offer may cover the few jobs/h one small
+  bid is needed for under its $/h, while one box cheaper per job covers it and its neighbours for less than
+  they cost together (the swap saving the most $/h is taken). Not while every jobs/h figure is the flat
+  ``policy.jobs_per_hour`` (nothing measured or configured): that trades instances that work for a box whose
+  jobs/h is a guess (an RTX 3090 counted as an RTX 4090), and its backlog costs more than the saving.
 - **Spread the bids.** One outbid takes a whole instance, and a GPU model's bid market moves as one, so no
   bid instance is rented to carry more than ``MAX_INSTANCE_SHARE`` of what the fleet must deliver (unless no
   bid offer is smaller), nor one GPU model's bids more than ``MAX_MODEL_SHARE`` of it, where the offers allow:
@@ -22,6 +27,14 @@ min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around
   backlog cleared within ``policy.drain_within``), so the fleet is sized on arrivals plus backlog as an
   on-demand one is. Standing capacity kept above that for the outbid rate seen bought shorter waits than
   on-demand's for 3-4 points of the saving (bench/interruptible.py), not the same wait for less.
+
+- **Wait out an outbid rather than pay on-demand for it.** While the fleet's shortfall is within what its outbid
+  instances deliver, it is covered from bid offers only: those instances start again by themselves when the
+  market falls back (the market hour ends), and an on-demand instance rented for their gap costs on-demand's
+  $/job for hours (it is swapped for bids only once a cheaper bid cover turns up) and outlasts them when it is
+  bigger than they are: in bench/interruptible.py's seed 3, 15 % of the bid arm's spend for 11 % of its jobs.
+  A shortfall beyond that (the backlog grown past it, a host lost too) is covered as any other, on-demand
+  where the bid market cannot.
 
 An outbid instance the tick keeps (stopped, its disk kept, vast.ai starts it again when the market falls back)
 is neither dead nor capacity here (``is_outbid``): the gap is covered meanwhile, and once it runs again the
@@ -50,15 +63,18 @@ def is_outbid(i: dict[str, Any]) -> bool:
     return i.get("status") == "stopped" and "outbid" in str(i.get("status_msg") or "").lower()
 
 
-def swap_candidate(live: list[dict[str, Any]], jph: Callable[[dict[str, Any]], float]) -> dict[str, Any] | None:
-    """The instance to swap for bids, among those running for over ``SWAP_AGE_S``: the dearest on-demand one an
-    hour, else the bid one dearest per job (``jph``: what an instance delivers, jobs/h); None if there is none."""
+def swap_candidates(live: list[dict[str, Any]], jph: Callable[[dict[str, Any]], float]) -> list[dict[str, Any]]:
+    """The instances that may be swapped for bids, among those running for over ``SWAP_AGE_S``, in the order they
+    are given up: the on-demand ones dearest an hour first, then the bid ones dearest per job (``jph``: what an
+    instance delivers, jobs/h). The swap replaces the first of them, or the first few together when one cover of
+    what the fleet needs of them costs less than each one's own (one large bid box cheaper per job than three
+    small bids: instances replaced one at a time never find it)."""
     old = [i for i in live if i.get("status") == "running" and float(i.get("age_s") or 0.0) > SWAP_AGE_S
            and float(i.get("dph") or 0.0) > 0]
-    on_demand = [i for i in old if not is_bid(i)]
-    if on_demand:
-        return max(on_demand, key=lambda i: (float(i["dph"]), i["id"]))
-    return max(old, key=lambda i: (float(i["dph"]) / max(jph(i), 1e-9), i["id"])) if old else None
+    on_demand = sorted((i for i in old if not is_bid(i)), key=lambda i: (float(i["dph"]), i["id"]), reverse=True)
+    bids = sorted((i for i in old if is_bid(i)), key=lambda i: (float(i["dph"]) / max(jph(i), 1e-9), i["id"]),
+                  reverse=True)
+    return on_demand + bids
 
 
 def swap_search(max_gpus: int) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -45,7 +46,8 @@ SWAP_USED = 0.5  # an instance the fleet needs for less than this share of what 
 SWAP_SAVING = 0.5  # ...by offers covering that share for less than this share of its $/h (a clear saving)
 FLAP_RESTARTS = 3  # an instance that stopped running this often since rent is replaced, its host avoided
 DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance: stopped is a failure
-FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died
+FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died...
+FAILED_HOST_S = 86400.0  # ...and hosts with a host.failed logged within this long (a day) are avoided too
 MASS_EVENT_MIN = 3  # this many of ours dead in one observation, and half the fleet or more: not the hosts
 MAX_GPUS = 8  # the search compares offers of 1 up to this many GPUs per job (policy caps the $/h of each)
 SCHEDULING_LIMIT = 600.0  # s: a rent still waiting in scheduling after this is replaced (vast.ai: 0.5-4 min)
@@ -118,7 +120,21 @@ class RulesProvider:
             if len(dead) >= MASS_EVENT_MIN and 2 * len(dead) >= len(ours):
                 continue  # most of the fleet at once (outbid, maintenance, the account): no host's fault
             out.update(int(i["host_id"]) for i in dead)
-        return out
+        return out | self._hosts_failed_today()
+
+    def _hosts_failed_today(self) -> set[int]:
+        """Hosts with a ``host.failed`` logged within ``FAILED_HOST_S``, however many ticks ago: a host whose
+        container exited or that went offline under us hours ago is no better now (bad hosts stay bad), and renting
+        it again only repeats the failure; the observations ``_failed_hosts`` reads cover a few hours. Not failures
+        to schedule (``_scheduling_failed_hosts`` counts those) nor ``MASS_EVENT_MIN`` or more logged in one tick
+        (the account, maintenance: no host's fault)."""
+        log = self.app.log
+        since = utc_ts(log.clock() - timedelta(seconds=FAILED_HOST_S))
+        by_tick: dict[int | None, list[int]] = {}
+        for e in log.read(0, kinds=["host.failed"], since_ts=since):
+            if "unable to schedule" not in str(e.payload.get("detail") or "").lower():
+                by_tick.setdefault(e.tick, []).append(int(e.payload["host_id"]))
+        return {h for hosts in by_tick.values() if len(hosts) < MASS_EVENT_MIN for h in hosts}
 
     def _scheduling_failed_hosts(self, recent: list[dict[str, Any]]) -> set[int]:
         """Hosts whose machine failed to schedule ``SCHEDULING_HOST_FAILURES`` or more of our rents (stuck in
@@ -390,13 +406,15 @@ def _stop(i: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class _Swap:
     """An instance to replace: the jobs/h it is needed for, the $/h the offers replacing it must stay under,
-    the search that finds them, and why."""
+    the search that finds them, and why. A swap for bids may replace the first few candidates together
+    (``group``: all it replaces, ``x`` first)."""
 
     x: dict[str, Any]
     used: float
     limit: float
     search: dict[str, Any]
     why: str
+    group: tuple[dict[str, Any], ...] = ()
 
 
 def _swap(plan: _Plan) -> _Swap | None:
@@ -404,8 +422,8 @@ def _swap(plan: _Plan) -> _Swap | None:
     it delivers (the rest cover the others), with the jobs/h it is needed for: a smaller offer covering
     those for under ``SWAP_SAVING``× its $/h replaces it (rented now, it becomes surplus once it counts).
     Else, with ``policy.interruptible``, an instance running for over an hour (on-demand first, else the bid
-    dearest per job: ``bidding.swap_candidate``), replaced by bids covering what the fleet needs of it for under
-    ``bidding.SWAP_SHARE`` of its $/h."""
+    dearest per job: ``bidding.swap_candidates``), replaced by bids covering what the fleet needs of it for under
+    ``bidding.SWAP_SHARE`` of its $/h (or with the next candidates: ``_swap_groups``)."""
     if _short(plan) or plan.rents_left <= 0 or len(plan.live) >= plan.cap or plan.credit_held:
         return None
     running = [i for i in plan.live if i["status"] == "running"]
@@ -416,15 +434,34 @@ def _swap(plan: _Plan) -> _Swap | None:
     if 0 < used <= SWAP_USED * plan.jph(x):
         return _Swap(x, used, SWAP_SAVING * float(x["dph"] or 0.0), _sizing_search(),
                      f"{SWAP_SAVING:g}× its $/h for the share the fleet uses")
-    old = bidding.swap_candidate(plan.live, plan.jph) if plan.interruptible else None
-    if old is None:
-        return None
-    used = min(plan.jph(old), max(plan.need, plan.keep) - (plan.capacity - plan.jph(old)))  # the rest's spare counts
-    if used <= 0:
-        return None
-    what = "the bid dearest per job" if bidding.is_bid(old) else "on-demand"
-    return _Swap(old, used, bidding.SWAP_SHARE * float(old["dph"] or 0.0), bidding.swap_search(MAX_GPUS),
-                 f"{what} for over {bidding.SWAP_AGE_S / 3600:g} h: bids under {bidding.SWAP_SHARE:g}× its $/h")
+    groups = _swap_groups(plan)
+    return groups[0] if groups else None
+
+
+def _swap_groups(plan: _Plan) -> list[_Swap]:
+    """With ``policy.interruptible``, the swaps for bids: the first candidate (``bidding.swap_candidates``), the
+    first two together, and so on, each with the jobs/h the fleet needs of the group (what it delivers less
+    what the rest deliver beyond the need) and ``bidding.SWAP_SHARE`` of its $/h; none the rest can do without
+    (that is surplus, not a swap). The first alone while every model's jobs/h is the flat
+    ``policy.jobs_per_hour`` (not ``informed``): a cover of several instances would rest on a guess."""
+    if not plan.interruptible:
+        return []
+    old = bidding.swap_candidates(plan.live, plan.jph)
+    if not plan.tp.informed:  # every jobs/h the flat guess: an RTX 3090 box as good as an RTX 4090 one
+        old = old[:1]
+    out = []
+    for k in range(1, len(old) + 1):
+        group = tuple(old[:k])
+        jph = sum(plan.jph(i) for i in group)
+        used = min(jph, max(plan.need, plan.keep) - (plan.capacity - jph))  # the rest's spare counts
+        if used <= 0:
+            continue
+        dph = sum(float(i["dph"] or 0.0) for i in group)
+        what = "the bid dearest per job" if bidding.is_bid(group[0]) else "on-demand"
+        out.append(_Swap(group[0], used, bidding.SWAP_SHARE * dph, bidding.swap_search(MAX_GPUS),
+                         f"{what} for over {bidding.SWAP_AGE_S / 3600:g} h: bids under {bidding.SWAP_SHARE:g}× its "
+                         f"$/h", group))
+    return out
 
 
 def _surplus(plan: _Plan) -> list[dict[str, Any]]:
@@ -500,34 +537,30 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     refused = {o["id"]: plan.view.offer_refusal(o["gpu"], o["dph"], o["host"]) for o in offers} if plan.view else {}
     ok = sorted((o for o in offers if o["host"] not in plan.avoid and not refused.get(o["id"])),
                 key=lambda o: (o["per_job"], o["dph"], o["id"]))
+    ok, outbid_text = (ok, "") if swap else _outbid_gap(plan, ok, short)
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
 
-    def cover(pool: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        return _cheapest_cover(pool, short, room, plan.max_dph - fleet_dph) if swap else \
-            _best_cover(pool, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
+    def choose(short: float, group: tuple[dict[str, Any], ...] = ()) -> tuple[list[dict[str, Any]] | None, str]:
+        def cover(pool: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+            return _cheapest_cover(pool, short, room, plan.max_dph - fleet_dph) if swap else \
+                _best_cover(pool, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
 
-    picks = cover(ok)
-    spread_text = ""
-    for pool in _spread(plan, ok)[:-1]:  # with bids, spread where it costs little: one outbid does not take most
-        spread = cover(pool)             # of the fleet
-        if spread and (not picks or _per_job(spread) <= (1 + bidding.SPREAD_COST) * _per_job(picks)):
-            if picks and {o["id"] for o in spread} != {o["id"] for o in picks}:
-                spread_text = (f"; bids spread (no bid instance over {bidding.MAX_INSTANCE_SHARE:.0%} of need, "
-                               f"no GPU model's over {bidding.MAX_MODEL_SHARE:.0%} where the offers allow) for "
-                               f"{_per_job(spread) / _per_job(picks) - 1:+.0%} per job")
-            picks = spread
-            break
+        picks = cover(ok)
+        for pool in _spread(plan, ok, group)[:-1]:  # with bids, spread where it costs little: one outbid does not
+            spread = cover(pool)                    # take most of the fleet
+            if spread and (not picks or _per_job(spread) <= (1 + bidding.SPREAD_COST) * _per_job(picks)):
+                text = ""
+                if picks and {o["id"] for o in spread} != {o["id"] for o in picks}:
+                    text = (f"; bids spread (no bid instance over {bidding.MAX_INSTANCE_SHARE:.0%} of need, "
+                            f"no GPU model's over {bidding.MAX_MODEL_SHARE:.0%} where the offers allow) for "
+                            f"{_per_job(spread) / _per_job(picks) - 1:+.0%} per job")
+                return spread, text
+        return picks, ""
+
     if swap:
-        x, limit = swap.x, swap.limit
-        if picks is None or sum(o["dph"] for o in picks) >= limit:
-            return [], (f"rules provider: no offer covers the {short:.1f} jobs/h #{x['id']} is needed for under "
-                        f"${limit:.3f}/h; keeping it")
-        return [("rent_instance", {"offer_id": o["id"], "reason":
-                                   f"replace #{x['id']} (${float(x['dph'] or 0):.3f}/h, {plan.jph(x):.1f} jobs/h, "
-                                   f"{short:.1f} needed): {o['gpu']} at ${o['dph']:.3f}/h delivers {o['jph']:.1f} "
-                                   f"jobs/h"}) for o in picks], \
-            f"rules provider: renting {len(picks)} to replace #{x['id']}, which goes once they count"
+        return _swap_rent(plan, swap, choose)
+    picks, spread_text = choose(short)
     if picks is None:  # nothing within the caps covers the gap: as much as they allow, cheapest per job first
         picks = []
         for o in ok:
@@ -550,21 +583,61 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     best = f"; best on offer ${ok[0]['per_job']:.4f}/job" if ok else ""
     text = (f"rules provider: renting {len(picks)} for {added:.1f} of {short:.1f} jobs/h short{best}"
             + (f"; skipped {skipped} offers on excluded or failed hosts or outside what binds" if skipped else "")
-            + spread_text
+            + spread_text + outbid_text
             + (f"; {len(unreplaced)} of a GPU model the operators no longer allow retired: nothing they allow is "
                "left to replace it" if unreplaced else ""))
     return calls, text
 
 
-def _spread(plan: _Plan, offers: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def _outbid_gap(plan: _Plan, offers: list[dict[str, Any]], short: float) -> tuple[list[dict[str, Any]], str]:
+    """The offers a gap may be covered from, and a word for the decision text: with ``policy.interruptible``, bid
+    offers only while the gap is within what the outbid instances deliver (they start again by themselves when
+    the market falls back; bidding.py says why on-demand is not worth renting for that)."""
+    outbid = sum(plan.jph(i) for i in plan.outbid)
+    if not plan.interruptible or short > outbid:
+        return offers, ""
+    return [o for o in offers if o.get("type") == "bid"], (
+        f"; short by no more than the {outbid:.1f} jobs/h the outbid instances deliver once the market falls "
+        "back: bid offers only, nothing rented on-demand for it")
+
+
+Chooser = Callable[[float, tuple[dict[str, Any], ...]], tuple[list[dict[str, Any]] | None, str]]
+
+
+def _swap_rent(plan: _Plan, swap: _Swap, choose: Chooser) -> tuple[Calls, str]:
+    """The rents replacing ``swap``'s instance for less an hour. A swap for bids tries the first candidate alone,
+    then with the next ones (``_swap_groups``): one cover of them all may cost less than each one's own, and the
+    group saving the most $/h is taken."""
+    found: list[tuple[float, int, _Swap, list[dict[str, Any]]]] = []
+    for g in _swap_groups(plan) if swap.group else [swap]:
+        got, _ = choose(g.used, g.group)
+        if got is not None and sum(o["dph"] for o in got) < g.limit:
+            found.append((sum(float(i["dph"] or 0.0) for i in g.group or (g.x,)) - sum(o["dph"] for o in got),
+                          -len(found), g, got))
+    if not found:
+        return [], (f"rules provider: no offer covers the {swap.used:.1f} jobs/h #{swap.x['id']} is needed for under "
+                    f"${swap.limit:.3f}/h; keeping it")
+    _, _, g, got = max(found, key=lambda f: (f[0], f[1]))
+    old = g.group or (g.x,)
+    ids = ", ".join(f"#{i['id']}" for i in old)
+    dph = sum(float(i["dph"] or 0.0) for i in old)
+    jph = sum(plan.jph(i) for i in old)
+    return [("rent_instance", {"offer_id": o["id"], "reason":
+                               f"replace {ids} (${dph:.3f}/h, {jph:.1f} jobs/h, {g.used:.1f} needed): "
+                               f"{o['gpu']} at ${o['dph']:.3f}/h delivers {o['jph']:.1f} jobs/h"}) for o in got], \
+        f"rules provider: renting {len(got)} to replace {ids}, which go{'es' if len(old) < 2 else ''} once they count"
+
+
+def _spread(plan: _Plan, offers: list[dict[str, Any]],
+            without: tuple[dict[str, Any], ...] = ()) -> list[list[dict[str, Any]]]:
     """The offers to cover a gap from, most spread first (``bidding.spread``): with ``policy.interruptible``, no
-    bid instance carrying most of the need, nor one GPU model's bids (the fleet's own counted), where the offers
-    allow."""
+    bid instance carrying most of the need, nor one GPU model's bids (the fleet's own counted, but for those being
+    replaced: ``without``), where the offers allow."""
     if not plan.interruptible:
         return [offers]
     fleet: dict[str, float] = {}
     for i in [*plan.live, *plan.outbid]:
-        if bidding.is_bid(i) or bidding.is_outbid(i):
+        if (bidding.is_bid(i) or bidding.is_outbid(i)) and i not in without:
             fleet[str(i["gpu_name"])] = fleet.get(str(i["gpu_name"]), 0.0) + plan.jph(i)
     return bidding.spread(offers, plan.need, fleet)
 

@@ -30,6 +30,25 @@ def _rows(table: str) -> list[list[str]]:
     return [[p.strip() for p in line.split("|")] for line in table.splitlines()[1:] if line[:1].isdigit()]
 
 
+def _post(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    r = httpx.post(f"{url}{path}", json=body, timeout=5.0)
+    r.raise_for_status()
+    return dict(r.json())
+
+
+def _adopt_bids(sim: Simulator, app: Any, offers: list[int], tag: str) -> list[int]:
+    """Bid instances of ours on ``offers``, each at the rule's bid (min_bid +5 %), adopted into the log."""
+    out = []
+    for n, oid in enumerate(offers):
+        key = f"feedc0ffee{tag}{n}"
+        label = app.settings.fleet.label_prefix + app.settings.agent_id + "-" + key
+        price = round(sim.offers[oid]["min_bid"] * 1.05, 4)
+        out.append(sim.create_instance(oid, label=label, price=price, disk=app.settings.fleet.disk_gb))
+        app.log.append("instance.adopted", {"instance_id": out[-1], "label": label, "idem_key": key, "dph": price},
+                       "system")
+    return out
+
+
 def test_interruptible_is_off_by_default(sim: Simulator, make_app, fake_model):
     app = make_app()
     offer = next(o for o in sorted(sim.offers.values(), key=lambda o: o["dph_total"])
@@ -171,3 +190,79 @@ def test_a_bid_dear_per_job_is_swapped_for_cheaper_bids_once_it_has_run_an_hour(
     left = [i for i in sim.instances.values() if str(i["label"] or "").startswith(app.settings.fleet.label_prefix)]
     assert left and all(i["is_bid"] for i in left)
     assert sum(i["dph_total"] for i in left) < 0.85 * price  # cheaper bids carry its work
+
+
+def test_an_outbid_gap_no_bid_offer_covers_is_waited_out_not_rented_on_demand(
+        sim: Simulator, sim_server: SimServer, make_app):
+    """Two bids carry the arrivals; one is outbid until the market hour ends (the rule's bid is above
+    max_bid_share: kept stopped). The market's only other offers bid above the cap, so they come on-demand. The
+    shortfall is within what the outbid instance delivers, which comes back by itself when the market falls back:
+    the fleet waits it out instead of paying on-demand for it, and the outbid instance runs again."""
+    app = make_app(provider="rules", policy={"interruptible": True, "max_bid_share": 0.5, "max_instances": 4,
+                                             "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
+    sim.market.bid_market = False  # the one outbid is the test's
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _post(sim_server.url, path, body)
+
+    post("/_sim/offers", {"withdraw": "all"})
+    mine = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 2})["added"]
+    market = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 2})["added"]
+    assert all(sim.offers[o]["min_bid"] * 1.05 > 0.5 * sim.offers[o]["dph_total"] for o in market)  # on-demand only
+    post("/_sim/demand", {"pending": 0})
+    post("/_sim/arrivals", {"shape": "constant", "rate": 10.0})  # more than one bid's work, less than two
+    bids = _adopt_bids(sim, app, mine, "4")
+    for _ in range(2):
+        sim.advance(300)
+        assert run_tick(app).ok
+    sim.outbid(bids[0])
+    back = False
+    for _ in range(14):  # the market hour ends within 12 ticks; the instance then starts again by itself
+        sim.advance(300)
+        assert run_tick(app).ok
+        back = sim.instances[bids[0]]["actual_status"] == "running"
+        if back:
+            break
+    assert [e.payload["action"] for e in events_of(app, "instance.outbid")] == ["kept"]
+    assert not any(rent_puts(sim, o) for o in market), \
+        [e.payload["text"] for e in events_of(app, "model.response")][-3:]
+    assert back and all(i in sim.instances for i in bids)
+    texts = [e.payload["text"] for e in events_of(app, "model.response")]
+    assert any("renting 0 " in t and "the 8.0 jobs/h the outbid instances deliver" in t
+               and "nothing rented on-demand" in t for t in texts), texts[-3:]
+
+
+def test_small_bids_are_swapped_together_for_one_box_when_none_can_be_alone(
+        sim: Simulator, sim_server: SimServer, make_app):
+    """Three single-GPU bids carry the arrivals; the market's only other bid offer is a 4-GPU box cheaper per job,
+    dearer an hour than any one of them. No one of them can be swapped alone (the box costs more than it), but the
+    box covers all three for under 85 % of their $/h together: they are replaced by it, then destroyed."""
+    app = make_app(provider="rules", policy={"interruptible": True, "max_instances": 6,
+                                             "jobs_per_hour_by_gpu": {"RTX 3090": 4.0, "RTX 4090": 8.0}})
+    sim.market.bid_market = False
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _post(sim_server.url, path, body)
+
+    post("/_sim/offers", {"withdraw": "all"})
+    small = post("/_sim/offers", {"add": [{"gpu_name": "RTX 3090", "dph": 0.30}] * 3})["added"]
+    [box] = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.15, "num_gpus": 4}]})["added"]
+    post("/_sim/demand", {"pending": 0})
+    post("/_sim/arrivals", {"shape": "constant", "rate": 11.0})  # the three needed, each for most of its work
+    old = _adopt_bids(sim, app, small, "3")
+    paid = sum(sim.instances[i]["dph_total"] for i in old)
+    box_bid = round(sim.offers[box]["min_bid"] * 1.05, 4)
+    assert max(sim.instances[i]["dph_total"] for i in old) < box_bid < 0.85 * paid  # the premise
+    for _ in range(12):  # their first hour: kept
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert all(i in sim.instances for i in old) and not rent_puts(sim)
+    for _ in range(12):
+        sim.advance(300)
+        assert run_tick(app).ok
+        if all(i in sim.destroyed for i in old):
+            break
+    assert all(i in sim.destroyed for i in old), [e.payload["text"] for e in events_of(app, "model.response")][-2:]
+    left = [i for i in sim.instances.values() if str(i["label"] or "").startswith(app.settings.fleet.label_prefix)]
+    assert left and all(i["is_bid"] for i in left)
+    assert sum(i["dph_total"] for i in left) < 0.85 * paid  # the box carries their work for less

@@ -116,3 +116,23 @@ def test_no_bid_instance_is_rented_to_carry_most_of_the_need_so_one_outbid_does_
     cheap = _bid_rows((21, "A100 SXM4 x2", 0.600, 21, 27.0), *[(30 + n, "RTX 4090 x1", 0.300, 30 + n, 8.0)
                                                               for n in range(4)])
     assert 21 in [c[1]["offer_id"] for c in rules._rent_step(plan, [cheap])[0]]
+
+
+def test_small_bids_are_replaced_together_when_one_cover_of_them_all_saves_and_none_alone_does():
+    small = [_inst(n, "RTX 3090", 0.17, 4000, bid=0.17) for n in (1, 2, 3)]  # 12 jobs/h for $0.51/h, 11 needed
+    plan = rules._Plan(**{**_plan(small, 11.0).__dict__, "tp": rules._Rates(8.0, {"RTX 4090": 8.0, "RTX 3090": 4.0},
+                                                                             frozenset(), informed=True)})
+    box = _bid_rows((21, "RTX 4090 x2", 0.30, 5, 16.0))  # dearer than any one of them, under 85 % of all three
+    calls, text = rules._rent_step(plan, [box])
+    assert [c[1]["offer_id"] for c in calls] == [21], text
+    assert "replace #3, #2, #1 ($0.510/h, 12.0 jobs/h, 11.0 needed)" in calls[0][1]["reason"], calls
+    assert "which go once they count" in text
+    alone = rules._Plan(**{**plan.__dict__, "live": small[:1], "capacity": 4.0, "need": 3.0, "keep": 3.0})
+    assert rules._rent_step(alone, [box])[0] == []  # one of them alone: the box costs more than it
+    # every jobs/h the flat prior (nothing measured, nothing configured): the box's a guess, as good as the three
+    guess = rules._Plan(**{**plan.__dict__, "tp": rules._Rates(8.0, {}, frozenset()), "capacity": 24.0, "need": 22.0,
+                           "keep": 22.0})
+    big = _bid_rows((22, "RTX 4090 x4", 0.30, 5, 32.0))
+    assert [c[1]["offer_id"] for c in rules._rent_step(rules._Plan(**{**guess.__dict__, "tp": plan.tp, "need": 11.0,
+                                                                      "keep": 11.0, "capacity": 12.0}), [big])[0]] == [22]
+    assert rules._rent_step(guess, [big])[0] == []  # not a bet of three instances on a guess
