@@ -20,10 +20,9 @@ the fleet with it, over the same observations.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from agent.times import parse_ts, utc_ts
+from agent.times import parse_ts
 
 LOAD_WINDOW = 48
 """Observations (4 h at the default 5-minute interval) whose starts the limit is learned from."""
@@ -36,15 +35,16 @@ LOADING_SAMPLES = 2
 """Starts seen before the limit applies: fewer, and only ``alerts.stuck_after`` decides."""
 
 
-def rent_times(log: Any, since: float) -> dict[int, float]:
-    """Instance id -> when this agent rented it (epoch seconds of its ``rent_instance`` tool result), for the
-    rents logged since ``since``."""
+def rent_times(log: Any, ids: Iterable[int], since: float) -> dict[int, float]:
+    """Instance id -> when this agent rented it (epoch seconds of its ``rent_instance`` tool result), for those of
+    ``ids`` rented at ``since`` or later. Read by key from the ownership read model (two lookups an instance),
+    not from the log's recent events, which hold every search result too; an adopted instance has no rent."""
     out: dict[int, float] = {}
-    for e in log.read(0, kinds=["tool.result"], since_ts=utc_ts(datetime.fromtimestamp(since, UTC))):
-        p = e.payload
-        iid = (p.get("effect") or {}).get("instance_id") if p.get("name") == "rent_instance" and p.get("ok") else None
-        if isinstance(iid, int) and not isinstance(iid, bool):
-            out[iid] = parse_ts(e.ts).timestamp()
+    for iid in sorted(set(ids)):
+        inst = log.store.instance(iid)
+        e = log.get(inst.rented_seq) if inst is not None else None
+        if e is not None and e.kind == "tool.result" and (t := parse_ts(e.ts).timestamp()) >= since:
+            out[iid] = t
     return out
 
 
@@ -93,5 +93,7 @@ def of_log(log: Any, observations: Sequence[Mapping[str, Any]]) -> tuple[float |
     times = [float(o["time"]) for o in window if isinstance(o.get("time"), int | float)]
     if not times:
         return None, {}
-    rented = rent_times(log, min(times))
+    ours = {i["id"] for o in window for i in o.get("instances") or []
+            if isinstance(i, Mapping) and i.get("ours") and isinstance(i.get("id"), int)}
+    rented = rent_times(log, ours, min(times))
     return loading_limit(window, rented), rented

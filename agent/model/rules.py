@@ -131,7 +131,9 @@ class RulesProvider:
         log = self.app.log
         since = utc_ts(log.clock() - timedelta(seconds=FAILED_HOST_S))
         by_tick: dict[int | None, list[int]] = {}
-        for e in log.read(0, kinds=["host.failed"], since_ts=since):
+        # from the seq at ``since`` (one lookup by time), so the read walks the day's host failures by kind, not
+        # every event of the day nor every failure ever
+        for e in log.read(log.store.last_seq_before(since), kinds=["host.failed"], since_ts=since):
             if "unable to schedule" not in str(e.payload.get("detail") or "").lower():
                 by_tick.setdefault(e.tick, []).append(int(e.payload["host_id"]))
         return {h for hosts in by_tick.values() if len(hosts) < MASS_EVENT_MIN for h in hosts}
