@@ -197,6 +197,10 @@ def test_an_instance_down_between_ticks_is_seen_and_replaced(make_app, sim, sim_
     sim.pending = 2000.0
     app = make_app(provider="rules", policy={**ROOMY, "max_instances": 2}, fleet=FLEET)
     _ticks(app, sim, sim_clock, 3)
+    for _ in range(6):  # until both have loaded (some hosts take longer)
+        if len([i for i in _ours(sim) if i["actual_status"] == "running"]) == 2:
+            break
+        _ticks(app, sim, sim_clock, 1)
     ours = sorted(i["id"] for i in _ours(sim) if i["actual_status"] == "running")
     assert len(ours) == 2, [(i["id"], i["actual_status"]) for i in _ours(sim)]
     flaky, steady = ours
@@ -425,3 +429,27 @@ def test_a_box_cheapest_per_job_is_rented_for_a_gap_smaller_than_it(make_app, si
     assert [i["_offer_id"] for i in new] == [box["id"]], ([(i["gpu_name"], i["num_gpus"], i["dph_total"])
                                                            for i in new],
                                                           events_of(app, "model.response")[-1].payload["text"])
+
+
+def test_before_any_gpu_is_measured_a_slow_gpu_is_not_counted_as_a_fast_one(make_app, sim, sim_clock):
+    """Only RTX 3090s allowed (dlperf ~31, 4 jobs/h in the simulator), nothing measured yet, 20 jobs/h arriving
+    and 20 waiting: the first tick rents for the need at what a 3090 does by its dlperf against
+    ``policy.jobs_per_hour`` for about an RTX 4090's (60), not at the flat 8 jobs/h (half of them), and the next
+    tick's observation and decision count them so."""
+    from agent.sim.demand import Shape
+
+    sim.shape = Shape("constant", since=sim_clock(), rate=20.0)
+    sim.pending = 20.0
+    app = make_app(provider="rules", policy={**ROOMY, "allowed_gpus": ["RTX 3090"]}, fleet=FLEET)
+    _ticks(app, sim, sim_clock, 1)
+    rents = [c for e in events_of(app, "model.response") for c in e.payload["tool_calls"] if c["name"] == "rent_instance"]
+    need = 20.0 + 20.0  # arrivals plus the backlog over drain_within (1 h)
+    real = MODEL_BY_NAME["RTX 3090"].jobs_per_h_per_gpu
+    gpus = sum(sim.offers[json_args(c)["offer_id"]]["num_gpus"] for c in rents)
+    assert gpus * real >= 0.9 * need, rents  # at the flat 8 jobs/h: 5 GPUs, 20 jobs/h really
+    _ticks(app, sim, sim_clock, 1)
+    models = events_of(app, "tick.started")[-1].payload["observation"]["gpu_models"]
+    assert models["RTX 3090"]["basis"] == "dlperf", models
+    assert models["RTX 3090"]["jobs_per_h"] == pytest.approx(real, rel=0.15), models
+    texts = [e.payload["text"] for e in events_of(app, "model.response")]
+    assert any("(RTX 3090 4." in t and "/h/GPU assumed" in t for t in texts[-3:]), texts[-3:]
