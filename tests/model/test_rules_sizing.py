@@ -81,7 +81,8 @@ def test_after_a_price_surge_the_rent_is_cheapest_per_job_within_ten_percent(mak
     best offer the policy allows."""
     sim.pending = 400.0
     app = make_app(provider="rules", policy={**ROOMY, "max_instances": 8}, fleet=FLEET)
-    _ticks(app, sim, sim_clock, 8)
+    _ticks(app, sim, sim_clock, 14)  # long enough for each model rented to be measured: in 8 ticks a single
+    # RTX 3090 ran 0.4 GPU-h and finished one job, too few to say what it does
     sim.pending = 0.0  # a quiet spell: the surplus goes, which leaves room to rent after the surge
     _ticks(app, sim, sim_clock, 2)
     for o in sim.offers.values():
