@@ -454,3 +454,42 @@ def test_before_any_gpu_is_measured_a_slow_gpu_is_not_counted_as_a_fast_one(make
     assert models["RTX 3090"]["jobs_per_h"] == pytest.approx(real, rel=0.15), models
     texts = [e.payload["text"] for e in events_of(app, "model.response")]
     assert any("(RTX 3090 4." in t and "/h/GPU assumed" in t for t in texts[-3:]), texts[-3:]
+
+
+def test_before_any_gpu_is_measured_the_need_is_not_bet_on_one_box(make_app, sim, sim_clock):
+    """Nothing measured, 15 jobs/h arriving and 15 waiting, and a 4-GPU RTX 4090 box a little cheaper per job
+    than four single ones, enough for the whole need: the first tick spreads the need over instances that each
+    carry at most ``bidding.MAX_INSTANCE_SHARE`` of it (5 % more per job), so one failed rent or one bad host
+    does not take the fleet's capacity."""
+    from agent.model import bidding
+    from agent.sim.demand import Shape
+    from tests.conftest import priced, within_policy
+
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.shape = Shape("constant", since=sim_clock(), rate=15.0)
+    sim.pending = 15.0
+    app = make_app(provider="rules", policy=ROOMY, fleet=FLEET)
+    singles = sorted((o for o in sim.offers.values()
+                      if o["num_gpus"] == 1 and not o["rented"] and within_policy(app.settings, o)),
+                     key=lambda o: priced(app.settings, o) / MODEL_BY_NAME[o["gpu_name"]].jobs_per_h_per_gpu)
+    best = priced(app.settings, singles[0]) / MODEL_BY_NAME[singles[0]["gpu_name"]].jobs_per_h_per_gpu
+    for o in [o for o in singles if o["gpu_name"] == "RTX 4090"][:4]:  # enough single GPUs as cheap per job
+        o["dph_base"] = round(best * MODEL_BY_NAME["RTX 4090"].jobs_per_h_per_gpu
+                              - (priced(app.settings, o) - o["dph_base"]), 4)
+        o["dph_total"] = round(o["dph_base"] + 0.01, 4)
+    box = next(o for o in sorted(sim.offers.values(), key=lambda o: o["id"])
+               if o["num_gpus"] == 4 and o["gpu_name"] == "RTX 4090" and o["host_id"] not in sim.bad_hosts
+               and o["reliability"] >= ROOMY["min_reliability"] and o["disk_space"] >= FLEET["disk_gb"]
+               and not o["rented"])
+    box_jph = 4 * MODEL_BY_NAME["RTX 4090"].jobs_per_h_per_gpu
+    box["dph_base"] = round(0.95 * best * box_jph - (priced(app.settings, box) - box["dph_base"]), 4)
+    box["dph_total"] = round(box["dph_base"] + 0.01, 4)
+    _ticks(app, sim, sim_clock, 1)
+    rented = [sim.offers[json_args(c)["offer_id"]] for e in events_of(app, "model.response")
+              for c in e.payload["tool_calls"] if c["name"] == "rent_instance"]
+    need = 15.0 + 15.0  # arrivals plus the backlog over drain_within (1 h)
+    shown = ([(o["gpu_name"], o["num_gpus"], o["dph_total"]) for o in rented],
+             [e.payload["text"] for e in events_of(app, "model.response")])
+    assert len(rented) >= 2 and box["id"] not in {o["id"] for o in rented}, shown
+    assert all(MODEL_BY_NAME[o["gpu_name"]].jobs_per_h_per_gpu * o["num_gpus"]
+               <= bidding.MAX_INSTANCE_SHARE * need * 1.1 for o in rented), shown
