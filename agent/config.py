@@ -454,6 +454,9 @@ class PolicySettings:
     # delivers (agent/fleet/throughput.py); per GPU model where known, else the one figure.
     jobs_per_hour: StrictFloat = 8.0
     jobs_per_hour_by_gpu: dict[StrictStr, StrictFloat] = field(default_factory=dict)
+    # vast.ai's dlperf (per GPU) of the GPU jobs_per_hour is for: a model with no figure of its own is assumed
+    # to do jobs_per_hour x its dlperf / this until one is measured (60: about an RTX 4090). 0: the flat figure.
+    jobs_per_hour_dlperf: StrictFloat = 60.0
     # The backlog the fleet is sized to clear within this long, on top of what keeps arriving.
     drain_within: Duration = Duration(3600)
 
@@ -1067,6 +1070,10 @@ def _check_throughput(p: PolicySettings, loc: _Lines) -> None:
     if not p.jobs_per_hour > 0:
         raise loc.error("policy.jobs_per_hour", f"must be above 0 (got {p.jobs_per_hour:g}); the jobs an "
                         "hour one GPU is assumed to deliver until the fleet has measured it, e.g. 8")
+    if not p.jobs_per_hour_dlperf >= 0:
+        raise loc.error("policy.jobs_per_hour_dlperf", f"must be 0 or above (got {p.jobs_per_hour_dlperf:g}); "
+                        "vast.ai's dlperf per GPU of the GPU policy.jobs_per_hour is for, e.g. 60 (about an "
+                        "RTX 4090), or 0 to assume policy.jobs_per_hour of every GPU model")
     for gpu, x in p.jobs_per_hour_by_gpu.items():
         if not x > 0:
             raise loc.error("policy.jobs_per_hour_by_gpu", f"{gpu!r}: must be above 0 (got {x:g}); jobs an hour "

@@ -290,8 +290,10 @@ def _basis(tp: Throughput, gpus: list[str]) -> str:
     for g in gpus:
         by.setdefault(tp.basis(g), []).append(g)
     k = tp.per_dlperf()
-    parts = [f"{BASIS[b]}{f' ({k:.3f} jobs/h per dlperf point)' if b == 'dlperf' and k else ''} for "
-             f"{', '.join(by[b])}" for b in BASIS if b in by]
+    scaled = BASIS["dlperf"] if tp.calibrated() else \
+        "scaled by dlperf from policy.jobs_per_hour (the figure for policy.jobs_per_hour_dlperf)"
+    parts = [f"{scaled if b == 'dlperf' else BASIS[b]}{f' ({k:.3f} jobs/h per dlperf point)' if b == 'dlperf' and k else ''}"
+             f" for {', '.join(by[b])}" for b in BASIS if b in by]
     return "\n(jobs/h: " + "; ".join(parts) + ")"
 
 

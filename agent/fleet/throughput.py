@@ -22,6 +22,12 @@ performance score), and the jobs an hour per dlperf point the measured models de
 GPU-hours) times the model's dlperf per GPU is its prior. An H100 is then not counted as a quarter of what it
 does, nor an RTX A6000 as an RTX 4090, as soon as one model has run busy for a quarter of a GPU-hour: the offers
 are ranked per job by what they do from then on, not by a flat guess.
+
+Before any model is measured (and once the measured ones have left the window), ``policy.jobs_per_hour`` is
+read as the figure for a GPU of ``policy.jobs_per_hour_dlperf`` dlperf points (about an RTX 4090 by default):
+jobs/h per dlperf point is their ratio, so an RTX 3090 is not counted as doing what a GPU twice its dlperf does
+(nor an H100 a quarter of what it does) before the fleet has seen either. A model with no dlperf known keeps
+the flat figure; 0 turns the scaling off.
 """
 
 from __future__ import annotations
@@ -71,19 +77,34 @@ class Throughput:
     measured: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # gpu -> (jobs, GPU-hours)
     floor: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # the same, with the queue dry
     dlperf: Mapping[str, float] = field(default_factory=dict)  # gpu -> vast.ai's dlperf per GPU, where known
+    reference_dlperf: float = 0.0  # policy.jobs_per_hour_dlperf: the dlperf ``default`` is for; 0: flat
+
+    def _unmeasured(self, gpu: str) -> float:
+        """``gpu``'s figure before any measurement: configured, else the flat prior at its dlperf, else flat."""
+        if gpu in self.by_gpu:
+            return float(self.by_gpu[gpu])
+        d = self.dlperf.get(gpu)
+        return self.default * d / self.reference_dlperf if d and d > 0 and self.reference_dlperf > 0 \
+            else float(self.default)
 
     def per_dlperf(self, without: str | None = None) -> float | None:
         """Jobs an hour per dlperf point, from the measured models whose dlperf is known (but ``without``: a
-        model's own prior is not drawn from its own measurement, which its estimate blends in already); None
-        without one."""
+        model's own prior is not drawn from its own measurement, which its estimate blends in already); without
+        one, the flat prior over the dlperf it is for (``reference_dlperf``), else None."""
         jobs = points = 0.0
         for gpu, (j, h) in self.measured.items():
             d = self.dlperf.get(gpu)
             if d and d > 0 and h >= DLPERF_MIN_GPU_HOURS and gpu != without:
-                flat = float(self.by_gpu.get(gpu, self.default))  # its estimate, over the flat prior not this one
+                flat = self._unmeasured(gpu)  # its estimate, over the prior before any measurement, not this one
                 jobs += (flat * PRIOR_GPU_HOURS + j) / (PRIOR_GPU_HOURS + h) * h
                 points += h * d
-        return jobs / points if points > 0 else None
+        if points > 0:
+            return jobs / points
+        return self.default / self.reference_dlperf if self.reference_dlperf > 0 else None
+
+    def calibrated(self) -> bool:
+        """Whether ``per_dlperf`` comes from measured models (else from ``reference_dlperf``, or nothing)."""
+        return any(h >= DLPERF_MIN_GPU_HOURS and (self.dlperf.get(g) or 0) > 0 for g, (_, h) in self.measured.items())
 
     def basis(self, gpu: str) -> str:
         """What ``gpu``'s figure rests on: measured, configured (policy.jobs_per_hour_by_gpu), dlperf (scaled
@@ -138,7 +159,7 @@ def dlperf_of(rows: Iterable[tuple[str | None, int | None, float | None]]) -> di
 
 def prior_only(settings: Settings) -> Throughput:
     p = settings.policy
-    return Throughput(p.jobs_per_hour, dict(p.jobs_per_hour_by_gpu))
+    return Throughput(p.jobs_per_hour, dict(p.jobs_per_hour_by_gpu), reference_dlperf=p.jobs_per_hour_dlperf)
 
 
 def measure(observations: Iterable[Mapping[str, Any]], *, busy: bool = True) -> dict[str, tuple[float, float]]:
@@ -196,7 +217,7 @@ def from_observations(settings: Settings, observations: Iterable[Mapping[str, An
         for gpu, m in (obs.get("gpu_models") or {}).items():
             if isinstance(m, dict) and isinstance(m.get("dlperf"), int | float) and m["dlperf"] > 0:
                 dlperf[str(gpu)] = float(m["dlperf"])
-    return Throughput(base.default, base.by_gpu, measure(seen), measure(seen, busy=False), dlperf)
+    return replace(base, measured=measure(seen), floor=measure(seen, busy=False), dlperf=dlperf)
 
 
 def estimate(log: Any, settings: Settings) -> Throughput:

@@ -16,7 +16,8 @@ min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around
   they cost together (the swap saving the most $/h is taken). Not while every jobs/h figure is the flat
   ``policy.jobs_per_hour`` (nothing measured or configured): that trades instances that work for a box whose
   jobs/h is a guess (an RTX 3090 counted as an RTX 4090), and its backlog costs more than the saving.
-- **Spread the bids.** One outbid takes a whole instance, and a GPU model's bid market moves as one, so no
+- **Spread the bids** (and the on-demand rents: ``spread``'s ``on_demand``; a failed rent or a bad host takes a
+  whole instance too). One outbid takes a whole instance, and a GPU model's bid market moves as one, so no
   bid instance is rented to carry more than ``MAX_INSTANCE_SHARE`` of what the fleet must deliver (unless no
   bid offer is smaller), nor one GPU model's bids more than ``MAX_MODEL_SHARE`` of it, where the offers allow:
   ``spread`` gives the rent choice its offers capped both ways, then by the instance cap alone; the first
@@ -82,19 +83,19 @@ def swap_search(max_gpus: int) -> dict[str, Any]:
     return {"limit": 25, "order": "per_job", "max_gpus": max_gpus, "interruptible": True}
 
 
-def spread(offers: list[dict[str, Any]], need: float,
-           fleet_bids: dict[str, float]) -> list[list[dict[str, Any]]]:
-    """The offers a gap is covered from, most spread first: bid offers (``type`` "bid" in a search_offers row)
-    delivering at most ``MAX_INSTANCE_SHARE`` of ``need`` jobs/h (or the smallest bid offer's jobs/h, when none is
-    that small) and, of each GPU model, only as many (cheapest per job first) as keep its bids, with the fleet's
-    own (``fleet_bids``: jobs/h per model), within ``MAX_MODEL_SHARE`` of need; then the instance cap alone; then
-    all of them. On-demand offers are in every one. Each list keeps ``offers``' order; no list repeats the one
-    before."""
-    bids = [o for o in offers if o.get("type") == "bid"]
-    if not bids or need <= 0:
+def spread(offers: list[dict[str, Any]], need: float, fleet_bids: dict[str, float],
+           on_demand: bool = False) -> list[list[dict[str, Any]]]:
+    """The offers a gap is covered from, most spread first: bid offers (``type`` "bid" in a search_offers row),
+    and on-demand ones too with ``on_demand``, delivering at most ``MAX_INSTANCE_SHARE`` of ``need`` jobs/h (or
+    the smallest such offer's jobs/h, when none is that small) and, of each GPU model, only as many bid offers
+    (cheapest per job first) as keep its bids, with the fleet's own (``fleet_bids``: jobs/h per model), within
+    ``MAX_MODEL_SHARE`` of need; then the instance cap alone; then all of them. On-demand offers not capped are
+    in every one. Each list keeps ``offers``' order; no list repeats the one before."""
+    capped = [o for o in offers if on_demand or o.get("type") == "bid"]
+    if not capped or need <= 0:
         return [offers]
-    most = max(MAX_INSTANCE_SHARE * need, min(float(o["jph"]) for o in bids))
-    small = [o for o in offers if o.get("type") != "bid" or float(o["jph"]) <= most + 1e-9]
+    most = max(MAX_INSTANCE_SHARE * need, min(float(o["jph"]) for o in capped))
+    small = [o for o in offers if o not in capped or float(o["jph"]) <= most + 1e-9]
     taken = dict(fleet_bids)
     per_model = []
     for o in sorted((o for o in small if o.get("type") == "bid"), key=lambda o: (o["per_job"], o["dph"], o["id"])):

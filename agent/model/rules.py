@@ -549,13 +549,13 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
                 _best_cover(pool, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
 
         picks = cover(ok)
-        for pool in _spread(plan, ok, group)[:-1]:  # with bids, spread where it costs little: one outbid does not
-            spread = cover(pool)                    # take most of the fleet
+        for pool in _spread(plan, ok, group)[:-1]:  # spread where it costs little: one outbid, failed rent or bad
+            spread = cover(pool)                    # host does not take most of the fleet
             if spread and (not picks or _per_job(spread) <= (1 + bidding.SPREAD_COST) * _per_job(picks)):
                 text = ""
                 if picks and {o["id"] for o in spread} != {o["id"] for o in picks}:
-                    text = (f"; bids spread (no bid instance over {bidding.MAX_INSTANCE_SHARE:.0%} of need, "
-                            f"no GPU model's over {bidding.MAX_MODEL_SHARE:.0%} where the offers allow) for "
+                    text = (f"; spread (no instance over {bidding.MAX_INSTANCE_SHARE:.0%} of need, "
+                            f"no GPU model's bids over {bidding.MAX_MODEL_SHARE:.0%} where the offers allow) for "
                             f"{_per_job(spread) / _per_job(picks) - 1:+.0%} per job")
                 return spread, text
         return picks, ""
@@ -632,16 +632,15 @@ def _swap_rent(plan: _Plan, swap: _Swap, choose: Chooser) -> tuple[Calls, str]:
 
 def _spread(plan: _Plan, offers: list[dict[str, Any]],
             without: tuple[dict[str, Any], ...] = ()) -> list[list[dict[str, Any]]]:
-    """The offers to cover a gap from, most spread first (``bidding.spread``): with ``policy.interruptible``, no
-    bid instance carrying most of the need, nor one GPU model's bids (the fleet's own counted, but for those being
-    replaced: ``without``), where the offers allow."""
-    if not plan.interruptible:
-        return [offers]
+    """The offers to cover a gap from, most spread first (``bidding.spread``): no instance rented carrying most of
+    the need (one failed rent or bad host would take it) and, with ``policy.interruptible``, no GPU model's bids
+    carrying most of it (the fleet's own counted, but for those being replaced: ``without``), where the offers
+    allow."""
     fleet: dict[str, float] = {}
     for i in [*plan.live, *plan.outbid]:
         if (bidding.is_bid(i) or bidding.is_outbid(i)) and i not in without:
             fleet[str(i["gpu_name"])] = fleet.get(str(i["gpu_name"]), 0.0) + plan.jph(i)
-    return bidding.spread(offers, plan.need, fleet)
+    return bidding.spread(offers, plan.need, fleet, on_demand=True)
 
 
 def _per_job(picks: list[dict[str, Any]]) -> float:

@@ -103,7 +103,7 @@ def test_an_oversized_fleet_is_told_which_instances_to_destroy(
         sim: Simulator, sim_clock: Any, make_app: Any, fake_model: FakeOpenAI) -> None:
     sim.realism.update({"quick": 1, "price_increases": 0})
     sim.shape = Shape("constant", since=sim_clock(), rate=4.0)
-    app = make_app(policy={"max_instances": 8, "drain_within": 3600, "jobs_per_hour": 8.0})
+    app = make_app(policy={"max_instances": 8, "drain_within": 3600, "jobs_per_hour": 8.0, "jobs_per_hour_dlperf": 0.0})
     ids = []
     for k in range(4):
         ids.append(plant_ours(app, sim, good_offer(sim, app.settings)["id"], key=f"feedc0ffee{k:02d}"))

@@ -160,7 +160,8 @@ def test_search_offers_shows_jobs_per_hour_and_dollars_per_job_after_its_columns
     from agent.fleet.toolkit import ToolContext, load_tools
 
     app = make_app(provider="rules", policy={"jobs_per_hour_by_gpu": {"RTX 4090": 8.0, "RTX 3090": 4.0},
-                                             "min_reliability": 0.9}, fleet={"disk_gb": 10.0})
+                                             "min_reliability": 0.9, "jobs_per_hour_dlperf": 0.0},
+                   fleet={"disk_gb": 10.0})
     ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None, policy=Policy(app.settings),
                       tick=1)
     ctx.refresh()
@@ -260,7 +261,8 @@ def test_search_offers_compares_single_and_multi_gpu_offers_with_max_gpus(make_a
     from agent.fleet.policy import Policy
     from agent.fleet.toolkit import ToolContext, load_tools
 
-    app = make_app(provider="rules", policy={"min_reliability": 0.9}, fleet={"disk_gb": 10.0})
+    app = make_app(provider="rules", policy={"min_reliability": 0.9, "jobs_per_hour_dlperf": 0.0},
+                   fleet={"disk_gb": 10.0})
     ctx = ToolContext(settings=app.settings, log=app.log, vast=app.vast(), demand=None, policy=Policy(app.settings),
                       tick=1)
     ctx.refresh()
@@ -314,3 +316,37 @@ def test_the_observation_says_an_unmeasured_model_is_priced_by_its_dlperf(make_a
                                                       for g, m in models.items()}}
     before = ev.render(dataclasses.replace(e, payload={"observation": old}, version=7))["content"]  # type: ignore[index]
     assert "(assumed, not yet measured)" in next(p for p in before.split("; ") if "H100 SXM" in p)
+
+
+def test_before_any_measurement_the_prior_is_for_a_gpu_of_the_reference_dlperf():
+    """``policy.jobs_per_hour`` is the figure for a GPU of ``policy.jobs_per_hour_dlperf`` (per GPU): with no model
+    measured, an RTX 3090 (dlperf 31) is not counted as an RTX 4090 (62), nor an H100 (205) as either; a
+    configured prior still wins, a model with no dlperf keeps the flat figure, and 0 turns the scaling off. Once
+    the busy intervals have left the window (nothing measured any more) the figures fall back to the same
+    scaled prior, not the flat one."""
+    dl = {"RTX 4090": 62.0, "RTX 3090": 31.0, "H100 SXM": 205.0}
+    tp = throughput.Throughput(8.0, {"L40S": 11.0}, {}, {}, dl, reference_dlperf=62.0)
+    assert tp.per_gpu("RTX 3090") == pytest.approx(4.0) and tp.per_gpu("RTX 4090") == pytest.approx(8.0)
+    assert tp.per_gpu("H100 SXM") == pytest.approx(8.0 * 205 / 62)
+    assert tp.basis("RTX 3090") == "dlperf" and tp.per_dlperf() == pytest.approx(8.0 / 62)
+    assert tp.per_gpu("L40S") == 11.0 and tp.basis("L40S") == "configured"
+    assert tp.per_gpu("A100 SXM4") == 8.0 and tp.basis("A100 SXM4") == "assumed"  # no dlperf known
+    assert throughput.Throughput(8.0, {}, {}, {}, dl, reference_dlperf=0.0).per_gpu("RTX 3090") == 8.0
+    # a measured model blends with its own scaled prior: a quarter GPU-hour of an RTX 3090 doing 4 jobs/h stays 4
+    w = throughput.PRIOR_GPU_HOURS
+    one = throughput.Throughput(8.0, {}, {"RTX 3090": (4.0 * w, w)}, {}, dl, reference_dlperf=62.0)
+    assert one.per_gpu("RTX 3090") == pytest.approx(4.0) and one.per_gpu("RTX 4090") == pytest.approx(8.0)
+    # from the settings: the default reference is about an RTX 4090's dlperf
+    s = _settings(jobs_per_hour=8.0)
+    assert throughput.prior_only(s).with_dlperf(dl).per_gpu("RTX 3090") == pytest.approx(8.0 * 31 / 60)
+    dry = [_obs(3600.0 + 300 * k, 0, [(1, "RTX 3090", 1, "running", k)]) for k in range(3)]
+    for o in dry:
+        o["gpu_models"] = {"RTX 3090": {"dlperf": 31.0}}
+    assert throughput.from_observations(s, dry).per_gpu("RTX 3090") == pytest.approx(8.0 * 31 / 60)
+
+
+def _settings(**policy: Any) -> Any:
+    from agent.config import Settings
+
+    base = Settings()
+    return dataclasses.replace(base, policy=dataclasses.replace(base.policy, **policy))

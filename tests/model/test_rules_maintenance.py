@@ -25,7 +25,7 @@ def test_instance_left_is_the_earlier_of_contract_end_and_maintenance() -> None:
 def test_an_instance_facing_maintenance_is_replaced_and_drained_before_the_machine_goes_down(
         make_app, sim: Simulator, sim_server: SimServer, sim_clock: ManualClock) -> None:
     sim.realism.update({"maintenance": 0, "price_increases": 0, "unschedulable": 0, "stuck_scheduling": 0})
-    sim.pending = 200.0
+    sim.pending = 400.0  # a fleet that needs every instance: the one facing maintenance is replaced, not retired
     app = make_app(provider="rules", policy=ROOMY, fleet=FLEET)
     _ticks(app, sim, sim_clock, 6)
     running = sorted(i["id"] for i in _ours(sim) if i["actual_status"] == "running")

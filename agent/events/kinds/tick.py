@@ -68,7 +68,7 @@ are one ``list_fleet`` call away (``gpu_name``, ``status``). A fleet of ``GROUP_
 
 v8 observations also say what a figure rests on. Each ``gpu_models`` entry adds ``basis``: ``measured``,
 ``configured`` (policy.jobs_per_hour_by_gpu), ``dlperf`` (scaled by the model's dlperf from the measured models,
-agent/fleet/throughput.py) or ``assumed`` (policy.jobs_per_hour), rendered ``(scaled from dlperf 194.7, not yet
+else from policy.jobs_per_hour as the figure for policy.jobs_per_hour_dlperf, agent/fleet/throughput.py) or ``assumed`` (policy.jobs_per_hour), rendered ``(scaled from dlperf 194.7, not yet
 measured)`` where v6-v7 said ``(assumed, not yet measured)`` of every model under 1 GPU-h. Each instance record adds
 ``maint_s``, the seconds until its machine's next maintenance window starts (within ``policy.contract_min_hours``,
 null otherwise); ``ends_s`` stays the earlier of that and the contract's end (what the rules read), and an instance
