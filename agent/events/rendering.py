@@ -220,8 +220,8 @@ def need_lines(obs: JsonObject, q: Quote = str, words: bool = False) -> list[str
 
     With ``words`` (v10), the operators' words in force first (``operators' words in force: exclude host 5; allow
     only GPU models RTX 4090 until ...``), and the instances of ours they bar (``need.barred``) counted out of what
-    ours deliver and named in ``to do:`` to destroy, why beside them (their replacement is in the gap). Those
-    texts are written through ``q``."""
+    ours deliver and named in ``to do:`` to destroy, why beside them (their replacement is in the gap); the dead the
+    tick destroys itself (``need.destroying``) are not asked of the model. Those texts are written through ``q``."""
     n = obs.get("need")
     if not isinstance(n, dict) or not _number(n.get("jobs_per_h")):
         return []
@@ -237,7 +237,8 @@ def need_lines(obs: JsonObject, q: Quote = str, words: bool = False) -> list[str
                  f"{int(n.get('pending') or 0)} pending cleared within {drain_txt}) · ours deliver "
                  f"{float(n.get('capacity') or 0):.1f} jobs/h{held_txt}")
     todo = []
-    dead = [int(i) for i in n.get("dead") or [] if _number(i)]
+    going = {int(i) for i in n.get("destroying") or [] if _number(i)} if words else set()  # the tick destroys them
+    dead = [int(i) for i in n.get("dead") or [] if _number(i) and int(i) not in going]
     surplus = [int(i) for i in n.get("surplus") or [] if _number(i)]
     if dead:
         todo.append("destroy_instance " + _ids(dead) + " (delivering nothing)")

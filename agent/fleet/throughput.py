@@ -220,7 +220,8 @@ def _dead(i: Mapping[str, Any], stuck_after: float) -> bool:
 
 
 def fleet_need(obs: Mapping[str, Any], tp: Throughput, *, drain_h: float, tick_h: float,
-               stuck_after: float, barred: Mapping[int, str] | None = None) -> dict[str, Any] | None:
+               stuck_after: float, barred: Mapping[int, str] | None = None,
+               destroys: Iterable[int] = ()) -> dict[str, Any] | None:
     """What the fleet must deliver now against what ours deliver, sized as the rules provider sizes it: the
     arrivals plus the backlog cleared within ``drain_h`` hours, in jobs an hour, against the jobs an hour of our
     instances that run or are starting (each GPU model's rate from ``tp``); None without a demand reading.
@@ -259,6 +260,9 @@ def fleet_need(obs: Mapping[str, Any], tp: Throughput, *, drain_h: float, tick_h
     out = {"jobs_per_h": round(need, 1), "arriving_per_h": round(rate, 1), "pending": pending,
            "drain_h": round(drain_h, 2), "capacity": round(capacity, 1), "gap": round(gap, 1),
            "surplus": surplus, "dead": [int(i["id"]) for i in dead]}
+    gone = sorted(set(destroys) & {int(i["id"]) for i in dead})
+    if gone:
+        out["destroying"] = gone
     if held:
         out["barred"] = [{"id": int(i["id"]), "why": bar[int(i["id"])]} for i in held]
         out["barred_jobs_per_h"] = round(sum(jph(i) for i in held), 1)

@@ -146,13 +146,14 @@ def _queue_trend(obs: dict[str, Any], history: list[dict[str, Any]], now: float)
 
 
 def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
-               dlperf: dict[str, float] | None = None, barred: dict[int, str] | None = None) -> None:
+               dlperf: dict[str, float] | None = None, barred: dict[int, str] | None = None,
+               destroys: list[int] | None = None) -> None:
     """Per GPU model of ours: jobs/h per GPU (learned, else the prior: scaled by vast.ai's ``dlperf`` per GPU
     from the measured models where that is known, recorded as ``dlperf``), what that figure rests on (``basis``:
     measured, configured, dlperf or assumed) and $/job at what we pay; the credit
     runway at the fleet's current burn; the queue's trend; what the fleet needs now (``need``: jobs/h against what
-    ours deliver, the gap to rent, the surplus and the dead to destroy, the ``barred`` to replace;
-    agent/fleet/throughput.py)."""
+    ours deliver, the gap to rent, the surplus and the dead to destroy, the ``barred`` to replace, the dead the tick
+    ``destroys`` itself; agent/fleet/throughput.py)."""
     tp = throughput.from_observations(app.settings, [*history, obs]).with_dlperf(dlperf or {})
     models: dict[str, dict[str, Any]] = {}
     for x in obs["instances"]:
@@ -180,7 +181,7 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
     s = app.settings
     obs["need"] = throughput.fleet_need(obs, tp, drain_h=float(s.policy.drain_within) / 3600.0,
                                         tick_h=float(s.schedule.interval) / 3600.0,
-                                        stuck_after=float(s.alerts.stuck_after), barred=barred)
+                                        stuck_after=float(s.alerts.stuck_after), barred=barred, destroys=destroys or ())
 
 
 def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
@@ -233,9 +234,14 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
         obs["demand"] = None
         if demand_error is not None:
             obs["errors"].append(f"demand unavailable: {demand_error}")
+    known = credit.kept_ids(app.log)
+    kept = credit.stopped_for_credit(obs, known)
+    if kept:
+        obs["credit_stopped"] = kept  # a money event, not failures: kept, not destroyed, no host blamed
     _economics(app, obs, history, throughput.dlperf_of(
         (i.gpu_name, i.num_gpus, i.raw.get("dlperf")) for i in ctx.instances
-        if i.id in owned or ctx.policy.is_our_label(i.label)), _operators_words(app, obs))
+        if i.id in owned or ctx.policy.is_our_label(i.label)), _operators_words(app, obs),
+        stopped.to_destroy(ctx, known | set(kept)))
     before = {x["id"]: x["status"] for x in prev_obs.get("instances", [])}
     changes = []
     for x in insts:
@@ -415,9 +421,7 @@ def _start(run: _Run) -> ToolContext | TickResult:
     drain.with_maintenance(ctx)  # a machine's maintenance ends its instances' work as a contract's end does
     obs = observe(app, ctx, tick)
     known = credit.kept_ids(log)
-    kept = credit.stopped_for_credit(obs, known)
-    if kept:
-        obs["credit_stopped"] = kept  # a money event, not failures: kept, not destroyed, no host blamed
+    kept = obs.get("credit_stopped") or []
     # The tick's start and what its observation brings in: one transaction.
     with log.transaction() as tx:
         log.append("tick.started", {"observation": obs}, "scheduler", tick)

@@ -113,3 +113,29 @@ def test_without_operators_words_nothing_is_barred_and_the_search_is_as_before(
     assert "operators' words in force" not in text and "barred" not in text, text
     search = str(tool_messages(fake_model.chat_requests[1].json)[-1]["content"])
     assert "operators' words" not in search and {r["gpu"].split(" x")[0] for r in offer_rows(search)} != {"RTX 4090"}
+
+
+def test_instances_the_tick_destroys_itself_are_not_asked_of_the_model(
+        sim: Simulator, sim_clock: Any, make_app: Any, fake_model: FakeOpenAI) -> None:
+    """Ours stopped without our asking: the tick destroys them itself (agent/fleet/stopped.py) right after the
+    observation, which used to name them in ``to do:`` all the same, so a model doing what it says spent its first
+    calls destroying instances already gone. Now ``to do:`` asks only for the rent that replaces them."""
+    sim.realism.update({"quick": 1, "price_increases": 0})
+    sim.shape = Shape("constant", since=sim_clock(), rate=30.0)
+    app = make_app(policy={"max_instances": 8, "drain_within": 3600, "min_reliability": 0.9}, fleet={"disk_gb": 10.0})
+    first = _offer(sim, app, "RTX 4090", set())
+    ids = [plant_ours(app, sim, first["id"], key="feedc0ffee01"),
+           plant_ours(app, sim, _offer(sim, app, "RTX 4090", {int(first["host_id"])})["id"], key="feedc0ffee02")]
+    sim_clock.advance(3600)  # loaded and running
+    for iid in ids:
+        sim.host_stop(iid, None)
+    fake_model.enqueue(reply("done"))
+    run_tick(app)
+
+    need = events_of(app, "tick.started")[-1].payload["observation"]["need"]
+    assert sorted(need["dead"]) == sorted(ids) and need["destroying"] == sorted(ids), need
+    todo = _todo(fake_model.chat_requests[0].json)
+    assert todo.startswith("to do: rent ") and not any(f"#{i}" in todo for i in ids), todo
+    destroyed = [int(e.payload["instance_id"]) for e in events_of(app, "system.destroy")]
+    assert sorted(destroyed) == sorted(ids)
+    assert not set(ids) & set(sim.instances), "the tick destroyed them on the simulator"
