@@ -222,12 +222,12 @@ def need_lines(obs: JsonObject, q: Quote = str, words: bool = False) -> list[str
     only GPU models RTX 4090 until ...``), and the instances of ours they bar (``need.barred``) counted out of what
     ours deliver and named in ``to do:`` to destroy, why beside them (their replacement is in the gap); the dead the
     tick destroys itself (``need.destroying``) are not asked of the model. Those texts are written through ``q``."""
+    said = [str(w) for w in obs.get("operators_words") or []] if words else []
     n = obs.get("need")
-    if not isinstance(n, dict) or not _number(n.get("jobs_per_h")):
-        return []
+    if not isinstance(n, dict) or not _number(n.get("jobs_per_h")):  # no demand reading: the words all the same
+        return [f"operators' words in force: {'; '.join(q(w) for w in said)}"] if said else []
     drain = n.get("drain_h")
     drain_txt = f"{drain:g}h" if _number(drain) else "?"
-    said = [str(w) for w in obs.get("operators_words") or []] if words else []
     barred = [b for b in n.get("barred") or [] if isinstance(b, dict) and _number(b.get("id"))] if words else []
     held = n.get("barred_jobs_per_h")
     held_txt = (f", not counting {float(held):.1f} jobs/h from {len(barred)} instance{'s' if len(barred) != 1 else ''}"

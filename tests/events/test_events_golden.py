@@ -498,6 +498,8 @@ SAMPLES[("tick.started", 10)] = [*SAMPLES[("tick.started", 9)],
                                       barred_jobs_per_h=26.9), **_WORDS}}),
                                  ("words in force, nothing of ours barred", {"observation": {**_with_need(
                                      _with_health(_OBS), capacity=41.0, gap=0.0), **_WORDS}}),
+                                 ("words in force, no demand reading: the words all the same",
+                                  {"observation": {**_with_health(_OBS), **_WORDS}}),
                                  ("dead, one the tick destroys itself (stopped): not asked of the model",
                                   {"observation": _with_need(_with_health(_OBS), dead=[103, 104], destroying=[104])})]
 SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
