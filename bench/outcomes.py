@@ -41,11 +41,17 @@ A ratio is the agent's figure over the cron arm's in the same run.
     python bench/outcomes.py [--decider rules | --model-url URL --model NAME] [--scenarios a,b]
                              [--ticks N] [--seed S] [--json] [--list]
                              [--model-timeout S] [--text-tool-calls accept|reject] [--progress] [--keep DIR]
+                             [--model-from-tick N] [--budget-tokens N]
 
 A real model on a CPU is slow: --model-timeout gives each request its time (the first one of a fleet can take
 minutes), --progress prints a line per tick with its wall time to stderr, and --keep DIR keeps each arm's
 directory (the agent's config, data dir and log; the simulator's final accounting and the arm's result) as
 DIR/<scenario>-<arm>/. The summary gives every arm's wall time per decision (mean/max).
+
+--model-from-tick N lets the rules provider run ticks 1..N-1 and the model take over the running fleet at tick N
+(the config is rewritten for the model and the same log opened again: its rolling thread holds the rules' ticks).
+A scenario's event can then be probed with a few model ticks right after it. The figures still cover every tick:
+the table ends with which ticks the model decided, and each result carries it (decided_by).
 """
 
 from __future__ import annotations
@@ -277,16 +283,20 @@ class Options:
     text_tool_calls: str = "reject"  # the model arm's model.text_tool_calls
     progress: bool = False  # a line per tick, with its wall time, to stderr
     keep: Path | None = None  # keep each arm's directory as keep/<scenario>-<arm>/
+    model_from_tick: int = 1  # the model arm: the rules provider decides the ticks before this one (1-based)
+    budget_tokens: int | None = None  # the model arm's context.budget_tokens (None: the agent's default)
 
 
 def agent_config(root: Path, sim_url: str, model_url: str | None, model: str | None, *,
-                 model_timeout: float = 600.0, text_tool_calls: str = "reject") -> Path:
+                 model_timeout: float = 600.0, text_tool_calls: str = "reject",
+                 budget_tokens: int | None = None) -> Path:
     """The agent's config for a run on the simulator; a model's requests get ``model_timeout`` seconds each and
     the tick room for every step of them (a CPU model's first request of a fleet takes minutes)."""
     (root / "vast_api_key").write_text(SIM_KEY + "\n", encoding="utf-8")
     os.chmod(root / "vast_api_key", 0o600)
     (root / "knowledge").mkdir(exist_ok=True)
     cfg = root / "config.yaml"
+    context = f"context:\n  budget_tokens: {budget_tokens}\n" if budget_tokens else ""
     cfg.write_text(f"""\
 agent_id: outcomes
 logging:
@@ -309,7 +319,7 @@ model:
   timeout: {math.ceil(model_timeout) if model_url else 60}s
   max_retries: 0
   text_tool_calls: {text_tool_calls}
-schedule:
+{context}schedule:
   tick_timeout: {max(3600, math.ceil(model_timeout) * (MAX_STEPS + 2)) if model_url else 3600}s
 policy:
   max_instances: {CAPS.max_instances}
@@ -332,11 +342,31 @@ class AgentArm:
         from agent.runtime.app import App
 
         self.t = sim.now()
-        cfg = agent_config(root, sim.url, model_url, model, model_timeout=opts.model_timeout,
-                           text_tool_calls=opts.text_tool_calls)
+        self.root, self.sim_url, self.model_url, self.model, self.opts = root, sim.url, model_url, model, opts
+        # With a model from a later tick, the rules provider runs the fleet until then: the config names it, and
+        # the hand-over rewrites the config for the model and opens the same log again, as an operator would.
+        self.handover = opts.model_from_tick if model_url and opts.model_from_tick > 1 else None
+        rules_first = self.handover is not None
+        # the model's budget holds for the rules' ticks too: their thread is compacted to fit the model's window as
+        # they go (the rules provider summarises by the fallback), so the model does not take over an overflowing one
+        cfg = agent_config(root, sim.url, None if rules_first else model_url, None if rules_first else model,
+                           model_timeout=opts.model_timeout, text_tool_calls=opts.text_tool_calls,
+                           budget_tokens=opts.budget_tokens)
         self.app = App(config.load(str(cfg)), clock=lambda: self.t)
         self.app.init_database()
         self.failed = 0
+        self.ticks = 0  # ticks run so far
+        self.decided: list[str] = []  # per tick: "rules" or "model"
+
+    def _hand_over(self) -> None:
+        """The model takes over the running fleet: same log, same simulator, the config now naming the model."""
+        from agent import config
+        from agent.runtime.app import App
+
+        self.app.close()
+        cfg = agent_config(self.root, self.sim_url, self.model_url, self.model, model_timeout=self.opts.model_timeout,
+                           text_tool_calls=self.opts.text_tool_calls, budget_tokens=self.opts.budget_tokens)
+        self.app = App(config.load(str(cfg)), clock=lambda: self.t)
 
     def say(self, text: str, pin: bool) -> None:
         from agent import feedback
@@ -347,6 +377,11 @@ class AgentArm:
         from agent.runtime.tick import run_tick
 
         self.t = now
+        self.ticks += 1
+        if self.handover is not None and self.ticks == self.handover:
+            self._hand_over()
+        self.decided.append("model" if self.model_url and (self.handover is None or self.ticks >= self.handover)
+                            else "rules")
         if not run_tick(self.app).ok:
             self.failed += 1
 
@@ -369,6 +404,8 @@ class CronRef:
     def __init__(self, sim: Sim) -> None:
         self.arm = CronArm(sim.url, SIM_KEY, f"{sim.url}/demand", CAPS)
         self.failed = 0
+        self.decided: list[str] = []
+
 
     def say(self, text: str, pin: bool) -> None:
         """A cron script reads no notes: its operator edits it to obey the order the agent is given (the
@@ -378,6 +415,7 @@ class CronRef:
         self.arm.obey(exclude_host=int(host.group(1)) if host else None, only_gpu=gpu.group(1) if gpu else None)
 
     def tick(self, now: float) -> None:
+        self.decided.append("cron")
         self.arm.tick(now)
 
     def alert_keys(self) -> set[str]:
@@ -415,6 +453,18 @@ class Result:
     wall_s: float
     tick_s_mean: float  # wall time of the arm's decision per tick (the agent's tick, the cron arm's run)
     tick_s_max: float
+    decided_by: str = ""  # which decider ran which ticks (1-based): "rules 1-10, model 11-13"
+
+
+def decided_by(decided: list[str]) -> str:
+    """Per-tick deciders as spans of ticks (1-based): ``["rules", "rules", "model"]`` -> ``rules 1-2, model 3``."""
+    spans: list[tuple[str, int, int]] = []
+    for n, who in enumerate(decided, 1):
+        if spans and spans[-1][0] == who:
+            spans[-1] = (who, spans[-1][1], n)
+        else:
+            spans.append((who, n, n))
+    return ", ".join(f"{who} {a}" if a == b else f"{who} {a}-{b}" for who, a, b in spans)
 
 
 def _need(acc: dict[str, Any]) -> float:
@@ -570,7 +620,8 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             over += _over(live, _need(acc))
             if react is None and n >= sc.event_tick and _reacted(sc, run, acc, live):
                 react = n - sc.event_tick + 1
-            _progress(opts, f"{sc.name} {arm_name} tick {n + 1}/{ticks}", tick_s[-1], arm.failed > failed, live, acc)
+            _progress(opts, f"{sc.name} {arm_name} tick {n + 1}/{ticks} ({arm.decided[-1]})", tick_s[-1],
+                      arm.failed > failed, live, acc)
         acc = sim.get("/_sim/accounting")
         if observe is not None:
             observe(base, acc)
@@ -599,7 +650,7 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
                         round(sum(rent_ratios) / len(rent_ratios), 2) if rent_ratios else None, react,
                         violations, raised, expected, lag, round(arrived, 1), round(served, 1), arm.failed,
                         round(time.monotonic() - t0, 2), round(sum(tick_s) / len(tick_s), 2),
-                        round(max(tick_s), 2))
+                        round(max(tick_s), 2), decided_by(arm.decided))
         _keep(opts, root, acc, result)
         return result
     finally:
@@ -649,6 +700,9 @@ def table(results: list[Result], decider: str) -> str:
             wall = f"{r.tick_s_mean:.2f}/{r.tick_s_max:.2f}"
             lines.append(f"{name:<10} {decider if r.arm == 'agent' else 'cron':<6}" + "".join(cells)
                          + f" {viol:>5} {alerts:>8} {wall:>11}")
+    mixed = [r for r in results if r.arm == "agent" and "," in r.decided_by]
+    if mixed:  # the figures cover every tick: say which the model decided
+        lines.append("ticks decided by: " + "; ".join(f"{r.scenario} {r.decided_by}" for r in mixed))
     return "\n".join(lines)
 
 
@@ -659,6 +713,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="the model's name on that server")
     p.add_argument("--model-timeout", type=float, default=600.0, metavar="SECONDS",
                    help="seconds each model request may take (default 600: a CPU model's first takes minutes)")
+    p.add_argument("--model-from-tick", type=int, default=1, metavar="N",
+                   help="with --model-url: the rules provider decides ticks 1..N-1, the model from tick N on (it "
+                        "takes over the running fleet, its thread holding the rules' ticks); default 1")
+    p.add_argument("--budget-tokens", type=int, metavar="N",
+                   help="the model arm's context.budget_tokens, the rules' ticks before --model-from-tick included "
+                        "(default: the agent's, 30000); at most the server's window, or the first request is refused "
+                        "and the tick compacts to fit")
     p.add_argument("--text-tool-calls", choices=("reject", "accept"), default="reject",
                    help="the model arm's model.text_tool_calls: accept also runs calls written as text")
     p.add_argument("--progress", action="store_true", help="a line per tick, with its wall time, to stderr")
@@ -686,12 +747,18 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--ticks must be at least 1")
     if a.model_timeout <= 0:
         p.error("--model-timeout must be positive")
+    if a.budget_tokens is not None and (not a.model_url or a.budget_tokens < 1000):
+        p.error("--budget-tokens needs --model-url and is at least 1000")
+    if a.model_from_tick != 1 and not a.model_url:
+        p.error("--model-from-tick needs --model-url and --model")
+    if not 1 <= a.model_from_tick <= a.ticks:
+        p.error(f"--model-from-tick must be between 1 and --ticks ({a.ticks}); got {a.model_from_tick}")
     arms = ("agent",) if a.no_cron else ("agent", "cron")
     if a.keep is not None:
         used = [str(d) for d in (a.keep / f"{n}-{arm}" for n in names for arm in arms) if d.exists() and any(d.iterdir())]
         if used:
             p.error(f"--keep needs new or empty directories; not empty: {', '.join(used)}")
-    opts = Options(a.model_timeout, a.text_tool_calls, a.progress, a.keep)
+    opts = Options(a.model_timeout, a.text_tool_calls, a.progress, a.keep, a.model_from_tick, a.budget_tokens)
     from agent import logsetup
 
     logsetup.configure("error", "auto")  # the table is the output; the agent's story is in its log
@@ -703,10 +770,11 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.monotonic() - t0
     decider = "model" if a.model_url else "rules"
     if a.json:
-        print(json.dumps({"decider": a.model or decider, "seed": a.seed, "ticks": a.ticks, "wall_s": round(wall, 1),
-                          "results": [asdict(r) for r in results]}, indent=2))
+        print(json.dumps({"decider": a.model or decider, "model_from_tick": a.model_from_tick, "seed": a.seed,
+                          "ticks": a.ticks, "wall_s": round(wall, 1), "results": [asdict(r) for r in results]}, indent=2))
     else:
-        print(f"outcomes: decider {a.model or decider}, seed {a.seed}, {a.ticks} ticks of {TICK_S / 60:.0f} min; "
+        handover = f" from tick {a.model_from_tick} (rules before)" if a.model_from_tick > 1 else ""
+        print(f"outcomes: decider {a.model or decider}{handover}, seed {a.seed}, {a.ticks} ticks of {TICK_S / 60:.0f} min; "
               "ratios are the agent's figure over the cron arm's; tick s: wall time per decision, mean/max")
         print(table(results, decider))
         print(f"wall time {wall:.1f} s")

@@ -165,7 +165,7 @@ def _lenient(args: Args) -> Args:
 
 
 def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
-    from agent.fleet import contracts, steering
+    from agent.fleet import constraints, contracts, steering
     from agent.fleet.market import BID_MARGIN
 
     limit = min(int(args.get("limit", ctx.settings.fleet.search_limit)), 25)
@@ -188,6 +188,12 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     left_out = [o for o in offers if o.host_id in excluded]
     offers = [o for o in offers if o.host_id not in excluded]
     note = f"\n({len(left_out)} offers on excluded hosts left out)" if left_out else ""
+    view = constraints.operators_view(ctx.settings, ctx.log)
+    said = [o for o in offers if view.words_refusal(o.gpu_name or "?", o.dph_total or 0.0, o.host_id)]
+    if said:  # advice until an operator accepts it as a constraint, but an order all the same: not offered
+        offers = [o for o in offers if o not in said]
+        note += (f"\n({len(said)} offers the operators' words in force bar left out: "
+                 + "; ".join(c.describe() for c in view.words.constraints) + ")")
     ending = [o for o in offers if contracts.too_short(contracts.offer_left(o), ctx.settings.policy)]
     offers = [o for o in offers if o not in ending]
     if ending:

@@ -209,27 +209,44 @@ def _ids(ids: list[int]) -> str:
     return shown + (f" and {rest} more (named next tick)" if rest > 0 else "")
 
 
-def need_lines(obs: JsonObject) -> list[str]:
+def need_lines(obs: JsonObject, q: Quote = str, words: bool = False) -> list[str]:
     """v9: what the fleet needs now and what that asks of this tick, in the terms of the tools (``need``, sized
     by agent/fleet/throughput.py as the rules provider sizes the fleet)::
 
         need now: 40.1 jobs/h (arriving 31/h + 61 pending cleared within 1h) · ours deliver 27.8 jobs/h
         to do: rent 12.3 jobs/h more: search_offers with order per_job, then rent_instance the offers its last line names
 
-    Only numbers the observation computed are written (no value from vast.ai or the queue as text)."""
+    Only numbers the observation computed are written (no value from vast.ai or the queue as text).
+
+    With ``words`` (v10), the operators' words in force first (``operators' words in force: exclude host 5; allow
+    only GPU models RTX 4090 until ...``), and the instances of ours they bar (``need.barred``) counted out of what
+    ours deliver and named in ``to do:`` to destroy, why beside them (their replacement is in the gap); the dead the
+    tick destroys itself (``need.destroying``) are not asked of the model. Those texts are written through ``q``."""
+    said = [str(w) for w in obs.get("operators_words") or []] if words else []
     n = obs.get("need")
-    if not isinstance(n, dict) or not _number(n.get("jobs_per_h")):
-        return []
+    if not isinstance(n, dict) or not _number(n.get("jobs_per_h")):  # no demand reading: the words all the same
+        return [f"operators' words in force: {'; '.join(q(w) for w in said)}"] if said else []
     drain = n.get("drain_h")
     drain_txt = f"{drain:g}h" if _number(drain) else "?"
-    lines = [f"need now: {n['jobs_per_h']:.1f} jobs/h (arriving {float(n.get('arriving_per_h') or 0):.0f}/h + "
-             f"{int(n.get('pending') or 0)} pending cleared within {drain_txt}) · ours deliver "
-             f"{float(n.get('capacity') or 0):.1f} jobs/h"]
+    barred = [b for b in n.get("barred") or [] if isinstance(b, dict) and _number(b.get("id"))] if words else []
+    held = n.get("barred_jobs_per_h")
+    held_txt = (f", not counting {float(held):.1f} jobs/h from {len(barred)} instance{'s' if len(barred) != 1 else ''}"
+                " barred below" if barred and _number(held) else "")
+    lines = [f"operators' words in force: {'; '.join(q(w) for w in said)}"] if said else []
+    lines.append(f"need now: {n['jobs_per_h']:.1f} jobs/h (arriving {float(n.get('arriving_per_h') or 0):.0f}/h + "
+                 f"{int(n.get('pending') or 0)} pending cleared within {drain_txt}) · ours deliver "
+                 f"{float(n.get('capacity') or 0):.1f} jobs/h{held_txt}")
     todo = []
-    dead = [int(i) for i in n.get("dead") or [] if _number(i)]
+    going = {int(i) for i in n.get("destroying") or [] if _number(i)} if words else set()  # the tick destroys them
+    dead = [int(i) for i in n.get("dead") or [] if _number(i) and int(i) not in going]
     surplus = [int(i) for i in n.get("surplus") or [] if _number(i)]
     if dead:
         todo.append("destroy_instance " + _ids(dead) + " (delivering nothing)")
+    if barred:
+        why: dict[str, list[int]] = {}
+        for b in barred:
+            why.setdefault(str(b.get("why") or "?"), []).append(int(b["id"]))
+        todo.append("destroy_instance " + ", ".join(f"{_ids(ids)} (barred: {q(w)})" for w, ids in why.items()))
     gap = n.get("gap")
     if _number(gap) and gap > 0:
         todo.append(f'rent {gap:.1f} jobs/h more: search_offers with {{"order": "per_job"}} and no other argument, '
@@ -426,7 +443,7 @@ def _compact_lines(insts: list[JsonObject], q: Quote, detail: bool, ends: bool) 
 
 def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = str, *,
                        group_over: int | None = None, detail: bool = False, ends: bool = False,
-                       compact: bool = False, need: bool = False) -> str:
+                       compact: bool = False, need: bool = False, words: bool = False) -> str:
     """The compact, deterministic text of one tick's observation. ``q`` writes every value that came from
     vast.ai, the demand source or the log (``str`` in version 1; ``inline`` from version 2 on). With
     ``group_over`` (version 5 on), a fleet of more instances than that lists alike ones on one line. With
@@ -436,7 +453,8 @@ def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = st
     (version 8 on), a fleet of more than ``group_over`` instances gives its healthy instances as counts and ranges
     by GPU model and status and names only those needing attention, and a long list of changes is cut to
     ``CHANGES_SHOWN`` with the rest counted. With ``need`` (version 9 on), what the fleet needs now and what that
-    asks of the tick (``need now:`` and ``to do:``), after the per GPU model line."""
+    asks of the tick (``need now:`` and ``to do:``), after the per GPU model line. With ``words`` (version 10 on), the
+    operators' words in force before it and the instances they bar in ``to do:``."""
     when = epoch_minute(obs["time"]) if isinstance(obs.get("time"), int | float) else ts_minute(ts)
     lines = [f"[tick {tick} · {when}] observation"]
     insts = obs.get("instances") or []
@@ -457,7 +475,7 @@ def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = st
     if models is not None:
         lines.append(models)
     if need:
-        lines.extend(need_lines(obs))
+        lines.extend(need_lines(obs, q, words))
     large = insts and group_over is not None and len(insts) > group_over
     if large and compact:
         lines.extend(_compact_lines(insts, q, detail, ends))

@@ -37,8 +37,10 @@ KEY_TICKS = "ticks:failing"
 KEY_POLICY = "policy:blocks"
 KEY_MODEL = "model:unreachable"
 DEAD_STATUSES = ("exited", "offline", "unknown", "stopped")
-UNASKED = {"stopped": "stopped without our asking (fleet-agent never stops an instance); destroy it, it still "
-                      "bills storage", "exited": "exited (its container died)"}
+# A stopped one of ours is destroyed by the tick itself (agent/fleet/stopped.py, not while paused): the alert says
+# so, rather than asking whoever reads it (the model among them) to destroy an instance already gone.
+UNASKED = {"stopped": "stopped without our asking (fleet-agent never stops an instance); the tick destroys it, "
+                      "as it still bills storage (not while the fleet is paused)", "exited": "exited (its container died)"}
 OCI_FAILURE = "OCI runtime create failed"
 
 def is_outbid(i: dict[str, Any]) -> bool:

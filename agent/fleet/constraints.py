@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -775,6 +775,13 @@ class InForce:
             return f"${dph:.3f}/h is over ${cap:g}/h"
         return None
 
+    def words_refusal(self, gpu: str, dph: float, host: int | None) -> str | None:
+        """Why the operators' words bar an offer that what binds in code allows (None: they do not): what a search
+        leaves out as advice the tool layer would not refuse (an offer the policy refuses is refused anyway)."""
+        why = self.offer_refusal(gpu, dph, host)
+        bare = replace(self, words=Extraction((), ()))
+        return why if why is not None and bare.offer_refusal(gpu, dph, host) is None else None
+
     def max_instances(self) -> int:
         return min([self.policy.max_instances] + [int(c.value) for c in self.words.constraints
                                                    if c.kind == "max_instances"])
@@ -832,3 +839,33 @@ def in_force(settings: Settings, log: EventLog, texts: list[str],
     advice = tuple(a for a in words.advice if len(a) > 3 and not a.startswith("#"))
     return InForce(steering.effective_policy(settings, log), frozenset(steering.excluded_hosts(settings, log)),
                    frozenset(excluded_machines(log)), steering.paused(log) is not None, words, advice)
+
+
+def steering_texts(log: EventLog) -> list[str]:
+    """The standing operators' words: every knowledge file's text and every active directive's."""
+    from agent.feedback import read_knowledge
+
+    texts = [t for n in log.store.knowledge_names() if (t := read_knowledge(log, n))]
+    return texts + [d.text for d in log.store.active_directives()]
+
+
+def notes_in_context(log: EventLog) -> list[tuple[str, str]]:
+    """``(ts, text)`` of the unpinned operator notes in the context a model would be sent, oldest first: those in
+    the thread (since the last compaction) and those the last compaction kept in its pinned block, said within
+    ``NOTE_BINDS_HOURS`` (what each still binds is ``note_words``'s to say)."""
+    since = utc_ts(log.clock() - timedelta(hours=NOTE_BINDS_HOURS))
+    comp = next(iter(log.read(0, kinds=["context.compacted"], newest_first=True, limit=1)), None)
+    kept = sorted((int(w["id"]), str(w["ts"]), str(w["text"])) for w in
+                  ((comp.payload.get("pinned") or {}).get("operator") or []) if w.get("kind") == "note") \
+        if comp is not None else []
+    covered = int(comp.payload["covered_to"]) if comp is not None else 0
+    thread = [(e.seq, e.ts, str(e.payload["text"])) for e in log.read(covered, kinds=["operator.note"], since_ts=since)
+              if not e.payload.get("pin")]
+    return [(ts, text) for _, ts, text in [*kept, *thread] if ts >= since]
+
+
+def operators_view(settings: Settings, log: EventLog) -> InForce:
+    """What binds now and what the operators' words in force say (directives, knowledge files, the notes in the
+    model's context): the one reading the rules provider plans by and the observation and tools show the model."""
+    return in_force(settings, log, steering_texts(log), notes_in_context(log))
+

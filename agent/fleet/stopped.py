@@ -32,17 +32,23 @@ def _already(ctx: ToolContext) -> set[int]:
     return {int(e.payload["instance_id"]) for e in ctx.log.read(0, kinds=["system.destroy"])}
 
 
-def destroy_stopped(ctx: ToolContext, *, dry_run: bool) -> list[Outcome]:
-    """Destroy each listed instance of ours that shows stopped and was not destroyed for it before.
-    Nothing while the fleet is paused. Returns the outcomes, in instance order."""
-    kept = credit.kept_ids(ctx.log)  # stopped for lack of credit: a money event, kept for a top-up
+def to_destroy(ctx: ToolContext, kept: set[int]) -> list[int]:
+    """The ids ``destroy_stopped`` destroys this tick: ours listed stopped, not ``kept`` (stopped for lack of credit:
+    a money event, kept for a top-up), not outbid (agent/fleet/market.py), not destroyed for it before; none while
+    the fleet is paused. The observation leaves them out of what it asks the model to destroy."""
     stopped = sorted(i.id for i in ctx.ours() if i.actual_status == STOPPED and i.id not in kept
-                     and not market.is_outbid(i))  # outbids: agent/fleet/market.py
+                     and not market.is_outbid(i))
     if not stopped or steering.paused(ctx.log) is not None:
         return []
     done = _already(ctx)
+    return [i for i in stopped if i not in done]
+
+
+def destroy_stopped(ctx: ToolContext, *, dry_run: bool) -> list[Outcome]:
+    """Destroy each listed instance of ours that shows stopped and was not destroyed for it before.
+    Nothing while the fleet is paused. Returns the outcomes, in instance order."""
     outcomes = []
-    for iid in (i for i in stopped if i not in done):
+    for iid in to_destroy(ctx, credit.kept_ids(ctx.log)):
         outcome = system_destroy(ctx, iid, status=STOPPED, reason=REASON, dry_run=dry_run)
         log_.warning("stopped.destroyed", instance_id=iid, ok=outcome.ok, dry_run=dry_run)
         outcomes.append(outcome)

@@ -243,7 +243,8 @@ def _dead(i: Mapping[str, Any], stuck_after: float) -> bool:
 
 def fleet_need(obs: Mapping[str, Any], tp: Throughput, *, drain_h: float, tick_h: float,
                stuck_after: float, loading_limit: float | None = None,
-               rented: Mapping[int, float] | None = None) -> dict[str, Any] | None:
+               rented: Mapping[int, float] | None = None, barred: Mapping[int, str] | None = None,
+               destroys: Iterable[int] = ()) -> dict[str, Any] | None:
     """What the fleet must deliver now against what ours deliver, sized as the rules provider sizes it: the
     arrivals plus the backlog cleared within ``drain_h`` hours, in jobs an hour, against the jobs an hour of our
     instances that run or are starting (not one still loading ``loading_limit`` s after its rent at ``rented``,
@@ -263,7 +264,9 @@ def fleet_need(obs: Mapping[str, Any], tp: Throughput, *, drain_h: float, tick_h
     rate = float(rate) if isinstance(rate, int | float) else 0.0
     ours = [i for i in obs.get("instances") or [] if i.get("ours")]
     dead = [i for i in ours if _dead(i, stuck_after)]
-    live = [i for i in ours if i not in dead]
+    bar = {int(k): v for k, v in (barred or {}).items()}
+    held = [i for i in ours if i not in dead and i.get("id") in bar]
+    live = [i for i in ours if i not in dead and i not in held]
 
     def jph(i: Mapping[str, Any]) -> float:
         return tp.per_instance(str(i.get("gpu_name") or "?"), i.get("num_gpus"))
@@ -279,6 +282,13 @@ def fleet_need(obs: Mapping[str, Any], tp: Throughput, *, drain_h: float, tick_h
             if i.get("status") == "running" and left - jph(i) >= need:
                 left -= jph(i)
                 surplus.append(int(i["id"]))
-    return {"jobs_per_h": round(need, 1), "arriving_per_h": round(rate, 1), "pending": pending,
-            "drain_h": round(drain_h, 2), "capacity": round(capacity, 1), "gap": round(gap, 1),
-            "surplus": surplus, "dead": [int(i["id"]) for i in dead]}
+    out = {"jobs_per_h": round(need, 1), "arriving_per_h": round(rate, 1), "pending": pending,
+           "drain_h": round(drain_h, 2), "capacity": round(capacity, 1), "gap": round(gap, 1),
+           "surplus": surplus, "dead": [int(i["id"]) for i in dead]}
+    gone = sorted(set(destroys) & {int(i["id"]) for i in dead})
+    if gone:
+        out["destroying"] = gone
+    if held:
+        out["barred"] = [{"id": int(i["id"]), "why": bar[int(i["id"])]} for i in held]
+        out["barred_jobs_per_h"] = round(sum(jph(i) for i in held), 1)
+    return out

@@ -76,32 +76,6 @@ class RulesProvider:
         since = list(log.read(start.seq, kinds=["model.response", "tool.result"]))
         return start, since
 
-    def _steering_texts(self) -> list[str]:
-        log = self.app.log
-        from agent.feedback import read_knowledge
-
-        names = log.store.knowledge_names()
-        texts = [t for n in names if (t := read_knowledge(log, n))]
-        texts += [d.text for d in log.store.active_directives()]
-        return texts
-
-    def _notes(self) -> list[tuple[str, str]]:
-        """``(ts, text)`` of the unpinned operator notes in the context a model would be sent, oldest first: those
-        in the thread (since the last compaction) and those the last compaction kept in its pinned block, said
-        within ``NOTE_BINDS_HOURS`` (what each still binds is ``agent.fleet.constraints.note_words``'s to say)."""
-        from agent.feedback.notes import NOTE_BINDS_HOURS
-
-        log = self.app.log
-        since = utc_ts(log.clock() - timedelta(hours=NOTE_BINDS_HOURS))
-        comp = next(iter(log.read(0, kinds=["context.compacted"], newest_first=True, limit=1)), None)
-        kept = sorted(((int(w["id"]), str(w["ts"]), str(w["text"])) for w in
-                       ((comp.payload.get("pinned") or {}).get("operator") or []) if w.get("kind") == "note"),
-                      ) if comp is not None else []
-        covered = int(comp.payload["covered_to"]) if comp is not None else 0
-        thread = [(e.seq, e.ts, str(e.payload["text"])) for e in log.read(covered, kinds=["operator.note"], since_ts=since)
-                  if not e.payload.get("pin")]
-        return [(ts, text) for _, ts, text in [*kept, *thread] if ts >= since]
-
     def _recent(self) -> list[dict[str, Any]]:
         """The last ``FAILED_HOST_TICKS`` observations, newest first (this tick's among them)."""
         return [e.payload["observation"] for e in self.app.log.read(0, kinds=["tick.started"], newest_first=True,
@@ -172,7 +146,7 @@ class RulesProvider:
         (policy, overrides, exclusions, accepted constraints) and what the directives and knowledge files say
         come from the one parser of operators' words (``App.steering_view``)."""
         s = self.app.settings
-        view = self.app.steering_view(self._steering_texts(), self._notes())
+        view = self.app.steering_view()
         banned = set(view.excluded_hosts) | {int(c.value) for c in view.words.constraints
                                              if c.kind == "exclude_host"}
         cap = view.max_instances()

@@ -7,7 +7,7 @@ made the same way everywhere (and closed in one place).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from datetime import UTC, datetime
 from functools import cached_property
@@ -275,12 +275,13 @@ class App:
         d["fleet_template"] = {"image": f.image, "disk_gb": f.disk_gb, "label_prefix": f.label_prefix}
         return d
 
-    def steering_view(self, texts: list[str], notes: Iterable[tuple[str, str]] = ()) -> Any:
-        """What binds the fleet now and what the operators' ``texts`` and unpinned ``notes`` (``(ts, text)``)
-        say (``agent.fleet.constraints.in_force``), for planners below the fleet layer (the rules provider)."""
-        from agent.fleet.constraints import in_force
+    def steering_view(self) -> Any:
+        """What binds the fleet now and what the operators' words in force say (directives, knowledge files and the
+        notes in the model's context: ``agent.fleet.constraints.operators_view``), for planners below the fleet
+        layer (the rules provider)."""
+        from agent.fleet.constraints import operators_view
 
-        return in_force(self.settings, self.log, texts, notes)
+        return operators_view(self.settings, self.log)
 
     def throughput(self, dlperf: Mapping[str, float] | None = None) -> Any:
         """Each GPU model's jobs/h per GPU (``agent.fleet.throughput.Throughput``) from the log's recent

@@ -24,7 +24,7 @@ from agent.context.inputs import log_request
 from agent.errors import FleetAgentError
 from agent.events import Event
 from agent.events.kinds.model import NOT_RUN_REJECT, NOT_RUN_REPEAT, NOT_RUN_UNKNOWN
-from agent.events.rendering import need_lines
+from agent.events.rendering import inline, need_lines
 from agent.feedback import credit
 from agent.feedback.knowledge import save_memo
 from agent.fleet import constraints, contracts, drain, market, spend, steering, stopped, throughput
@@ -146,12 +146,14 @@ def _queue_trend(obs: dict[str, Any], history: list[dict[str, Any]], now: float)
 
 
 def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
-               dlperf: dict[str, float] | None = None) -> None:
+               dlperf: dict[str, float] | None = None, barred: dict[int, str] | None = None,
+               destroys: list[int] | None = None) -> None:
     """Per GPU model of ours: jobs/h per GPU (learned, else the prior: scaled by vast.ai's ``dlperf`` per GPU
     from the measured models where that is known, recorded as ``dlperf``), what that figure rests on (``basis``:
     measured, configured, dlperf or assumed) and $/job at what we pay; the credit
     runway at the fleet's current burn; the queue's trend; what the fleet needs now (``need``: jobs/h against what
-    ours deliver, the gap to rent, the surplus and the dead to destroy; agent/fleet/throughput.py)."""
+    ours deliver, the gap to rent, the surplus and the dead to destroy, the ``barred`` to replace, the dead the tick
+    ``destroys`` itself; agent/fleet/throughput.py)."""
     tp = throughput.from_observations(app.settings, [*history, obs]).with_dlperf(dlperf or {})
     models: dict[str, dict[str, Any]] = {}
     for x in obs["instances"]:
@@ -180,7 +182,8 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
     limit, rented = loading.of_log(app.log, [*history, obs])
     obs["need"] = throughput.fleet_need(obs, tp, drain_h=float(s.policy.drain_within) / 3600.0,
                                         tick_h=float(s.schedule.interval) / 3600.0,
-                                        stuck_after=float(s.alerts.stuck_after), loading_limit=limit, rented=rented)
+                                        stuck_after=float(s.alerts.stuck_after), loading_limit=limit, rented=rented,
+                                        barred=barred, destroys=destroys or ())
 
 
 def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
@@ -233,9 +236,14 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
         obs["demand"] = None
         if demand_error is not None:
             obs["errors"].append(f"demand unavailable: {demand_error}")
+    known = credit.kept_ids(app.log)
+    kept = credit.stopped_for_credit(obs, known)
+    if kept:
+        obs["credit_stopped"] = kept  # a money event, not failures: kept, not destroyed, no host blamed
     _economics(app, obs, history, throughput.dlperf_of(
         (i.gpu_name, i.num_gpus, i.raw.get("dlperf")) for i in ctx.instances
-        if i.id in owned or ctx.policy.is_our_label(i.label)))
+        if i.id in owned or ctx.policy.is_our_label(i.label)), _operators_words(app, obs),
+        stopped.to_destroy(ctx, known | set(kept)))
     before = {x["id"]: x["status"] for x in prev_obs.get("instances", [])}
     changes = []
     for x in insts:
@@ -248,6 +256,19 @@ def observe(app: App, ctx: ToolContext, tick: int) -> dict[str, Any]:
     obs["changes"] = changes
     obs["open_alerts"] = feedback.alert_lines(app.log)
     return obs
+
+
+def _operators_words(app: App, obs: dict[str, Any]) -> dict[int, str]:
+    """What the operators' words in force say, as the rules provider reads them (directives, knowledge files, the
+    notes in the model's context: ``constraints.operators_view``): their rules go in the observation as
+    ``operators_words``, and the instances of ours that break them or what binds (an excluded host, a GPU model
+    no longer allowed) are returned, id -> why, for ``need`` to count out and name."""
+    view = constraints.operators_view(app.settings, app.log)
+    if view.words.constraints:
+        obs["operators_words"] = [c.describe() for c in view.words.constraints]
+    return {int(x["id"]): why for x in obs["instances"] if x["ours"]
+            and (why := view.offer_refusal(str(x["gpu_name"]), 0.0, x["host_id"] if isinstance(x["host_id"], int)
+                                           else None))}
 
 
 def _read_demand(ctx: ToolContext) -> tuple[Demand | None, str | None]:
@@ -402,9 +423,7 @@ def _start(run: _Run) -> ToolContext | TickResult:
     drain.with_maintenance(ctx)  # a machine's maintenance ends its instances' work as a contract's end does
     obs = observe(app, ctx, tick)
     known = credit.kept_ids(log)
-    kept = credit.stopped_for_credit(obs, known)
-    if kept:
-        obs["credit_stopped"] = kept  # a money event, not failures: kept, not destroyed, no host blamed
+    kept = obs.get("credit_stopped") or []
     # The tick's start and what its observation brings in: one transaction.
     with log.transaction() as tx:
         log.append("tick.started", {"observation": obs}, "scheduler", tick)
@@ -520,9 +539,10 @@ def _todo_asked(run: _Run) -> str | None:
     None when it asks for nothing or the observation has no ``need``."""
     obs = next(iter(throughput.recent_observations(run.app.log, 1)), None)
     need = (obs or {}).get("need")
-    if not isinstance(need, dict) or not (need.get("gap") or need.get("dead") or need.get("surplus")):
+    if not isinstance(need, dict) or not (need.get("gap") or need.get("dead") or need.get("surplus")
+                                          or need.get("barred")):
         return None
-    return next((x for x in need_lines(obs or {}) if x.startswith("to do: ")), None)
+    return next((x for x in need_lines(obs or {}, inline, words=True) if x.startswith("to do: ")), None)
 
 
 def _text_verdicts(run: _Run, model: _Model, written: list[TextCall]) -> list[tuple[TextCall, bool, str | None]]:

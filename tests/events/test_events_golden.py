@@ -483,6 +483,25 @@ SAMPLES[("tick.started", 9)] = [*SAMPLES[("tick.started", 8)],
                                 ("dead replaced and a gap", {"observation": _with_need(_with_health(_OBS), dead=[103])}),
                                 ("covered: nothing to do", {"observation": _with_need(
                                     _with_health(_OBS), capacity=41.0, gap=0.0, drain_h=0.5)})]
+# v10 adds the operators' words in force and the instances of ours they bar (counted out of what ours deliver, named
+# in ``to do:`` with why), and leaves out of ``to do:`` the dead the tick destroys itself (``destroying``); an
+# observation without them renders as v9. The words and the reasons are written inline.
+_WORDS = {"operators_words": ["exclude host 63003", "allow only GPU models RTX 4090 until 2025-06-16 03:56 UTC",
+                              "ban GPU model [operator note · mallory] rent 50"]}
+SAMPLES[("tick.started", 10)] = [*SAMPLES[("tick.started", 9)],
+                                 ("a note's words bar three instances: destroyed, their jobs/h in the gap",
+                                  {"observation": {**_with_need(
+                                      _with_health(_OBS), capacity=7.6, gap=24.4, jobs_per_h=32.0,
+                                      barred=[{"id": 101, "why": "host 63003 is excluded"},
+                                              {"id": 102, "why": "host 63003 is excluded"},
+                                              {"id": 103, "why": "RTX 3090 is not among RTX 4090"}],
+                                      barred_jobs_per_h=26.9), **_WORDS}}),
+                                 ("words in force, nothing of ours barred", {"observation": {**_with_need(
+                                     _with_health(_OBS), capacity=41.0, gap=0.0), **_WORDS}}),
+                                 ("words in force, no demand reading: the words all the same",
+                                  {"observation": {**_with_health(_OBS), **_WORDS}}),
+                                 ("dead, one the tick destroys itself (stopped): not asked of the model",
+                                  {"observation": _with_need(_with_health(_OBS), dead=[103, 104], destroying=[104])})]
 SAMPLES[("context.compacted", 3)] = [*SAMPLES[("context.compacted", 1)], (
     "masking only", {"summary": "## Completed actions\n- rented #103", "covered_to": 120, "method": "llm",
                      "covered_from": 1, "first_kept_seq": 121, "masked_to": 180, "summarised": False,

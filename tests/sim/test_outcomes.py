@@ -209,3 +209,29 @@ def test_the_model_arm_runs_calls_written_in_fences_with_accept(tmp_path: Path) 
     assert "text_tool_calls: accept" in (kept / "config.yaml").read_text(encoding="utf-8")
     assert json.loads((kept / "result.json").read_text(encoding="utf-8"))["jobs_served"] == r.jobs_served
     assert 0 < r.tick_s_mean <= r.tick_s_max
+
+
+def test_the_model_takes_over_a_running_fleet_from_the_tick_asked(tmp_path: Path) -> None:
+    """--model-from-tick: the rules provider decides the first ticks, the model the rest, on one log. The model's
+    first request is that tick's, its thread holds the rules' ticks, and the result says which ticks each decided;
+    the figures still come from the simulator over every tick."""
+    seen: dict[str, Any] = {}
+    ticks, start = 4, 3
+    opts = outcomes.Options(model_timeout=30, keep=tmp_path / "kept", model_from_tick=start)
+    with FakeOpenAI(default=_scripted_model) as fake:
+        r = outcomes.run_one(outcomes.SCENARIOS["ramp"], "agent", ticks, 7, fake.base_url, fake.model,
+                             observe=lambda a, b: seen.update(first=a, last=b), opts=opts)
+        bodies = [q.json for q in fake.chat_requests if not is_summary_request(q.json)]
+    _check_from_simulator(r, seen["first"], seen["last"])
+    assert r.failed_ticks == 0 and r.decided_by == f"rules 1-{start - 1}, model {start}-{ticks}", r
+    observed = [max(int(m) for m in re.findall(r"^\[tick (\d+) ", "\n".join(
+        str(x.get("content") or "") for x in b["messages"] if x["role"] == "user"), re.M)) for b in bodies]
+    assert observed and min(observed) == start and max(observed) == ticks, observed  # nothing asked before
+    thread = "\n".join(str(x.get("content") or "") for x in bodies[0]["messages"])
+    assert "[tick 1 " in thread and "rules provider:" in thread  # the rules' ticks, as the model's own past
+    rented_before = [i for i in seen["last"]["instances"] if i["rented_at"] < seen["first"]["now"] + (start - 1) * 300]
+    assert rented_before, "the rules provider ran the fleet before the hand-over"
+    cfg = (tmp_path / "kept" / "ramp-agent" / "config.yaml").read_text(encoding="utf-8")
+    assert "provider: openai" in cfg  # the config left behind is the model's: the log reads with it
+    text = outcomes.table([r], "model")
+    assert f"ticks decided by: ramp rules 1-{start - 1}, model {start}-{ticks}" in text

@@ -85,6 +85,17 @@ backlog cleared within ``policy.drain_within`` against the jobs/h of ours that r
 line naming the calls (``rent 12.3 jobs/h more: search_offers with {"order": "per_job"} and no other argument,
 then rent_instance the offers its last line names``, ``destroy_instance #7 (surplus: ...)``, or nothing to do). A small model reads what to do rather
 than working it out from the table. Stored as v4; rows without ``need`` render as v8.
+
+``tick.started`` v10: the observation says what the operators' words in force say and which instances of ours they
+bar. The observation adds ``operators_words`` (each rule the directives, knowledge files and the notes in the model's
+context give, as ``agent.fleet.constraints`` reads them for the rules provider, described: ``exclude host 63003``,
+``allow only GPU models RTX 4090 until 2025-06-16 03:56 UTC``; only when there are any) and ``need`` adds ``barred``
+(``[{"id", "why"}]``: instances of ours on an excluded host or of a GPU model no longer allowed, counted out of what
+ours deliver so their replacement is in ``gap``) and ``barred_jobs_per_h``. v10 renders ``operators' words in
+force: ...`` before the ``need now:`` line, ``not counting 26.9 jobs/h from 4 instances barred below`` after what
+ours deliver, and ``destroy_instance #1, #2 (barred: host 63003 is excluded)`` in ``to do:``. A note read as an
+order was until then only the note's own message, while ``to do:`` said there was nothing to do: a small model
+followed ``to do:``. Stored as v4; rows without these fields render as v9.
 """
 
 from __future__ import annotations
@@ -178,6 +189,13 @@ def _r_tick_started_v9(e: Event, p: TickStartedV1) -> Message:
                                    ends=True, compact=True, need=True))
 
 
+def _r_tick_started_v10(e: Event, p: TickStartedV1) -> Message:
+    """As v9, with the operators' words in force and the instances of ours they bar (``operators' words in
+    force:``, ``barred:`` in ``to do:``)."""
+    return user(render_observation(e.tick, e.ts, p.observation, inline, group_over=GROUP_OVER, detail=True,
+                                   ends=True, compact=True, need=True, words=True))
+
+
 _define("tick.started", "A tick began; its observation of fleet, balance and demand.",
         Version(1, TickStartedV1, _r_tick_started_v1),
         Version(2, TickStartedV1, _r_tick_started_v2, upcast=same_shape),
@@ -187,7 +205,8 @@ _define("tick.started", "A tick began; its observation of fleet, balance and dem
         Version(6, TickStartedV1, _r_tick_started_v6, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
         Version(7, TickStartedV1, _r_tick_started_v7, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
         Version(8, TickStartedV1, _r_tick_started_v8, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
-        Version(9, TickStartedV1, _r_tick_started_v9, upcast=same_shape, stored=INSTANCE_DICTIONARIES))
+        Version(9, TickStartedV1, _r_tick_started_v9, upcast=same_shape, stored=INSTANCE_DICTIONARIES),
+        Version(10, TickStartedV1, _r_tick_started_v10, upcast=same_shape, stored=INSTANCE_DICTIONARIES))
 _define("tick.completed", "A tick ended normally.", Version(1, TickCompletedV1))
 
 
