@@ -32,7 +32,7 @@ Per scenario and arm:
              (--json adds each one's lag in ticks; 0 = raised by the tick the cause came before). A scenario
              names the alerts its events cause (a key, or key!severity for the severity it must reach, such as
              balance:low!critical when the credit hits $0; a per-instance key such as dead: counts once raised
-             for every instance the event hit); demand:unmet is expected in every scenario, once for each
+             for every instance the event hit, and is not expected when it hit none of the arm's); demand:unmet is expected in every scenario, once for each
              spell the simulator shows demand unmet (a job or more waiting beyond what the fleet finishes in
              a tick, the backlog not shrinking) for UNMET_AFTER (3, the agent's alerts.unmet_after) ticks
              running, caused at the tick after the third
@@ -494,6 +494,13 @@ def within(expected: str) -> int:
     return next((n for key, n in ALERT_WITHIN_BY_KEY.items() if expected.startswith(key)), ALERT_WITHIN)
 
 
+def due(alerts: dict[str, int], victims: list[int] | None) -> dict[str, int]:
+    """The scenario's expected alerts this arm's run can be held to: a per-instance key (``dead:``) is not due when
+    the event named its victims and hit none of the arm's instances (an outage of a host the fleet had already
+    left: nothing of its died, so no alert is owed)."""
+    return {e: c for e, c in alerts.items() if not (e.endswith(":") and victims is not None and not victims)}
+
+
 def _alert_lag(expected: str, cause: int, first_alert: dict[str, int], victims: list[int]) -> int | None:
     """Ticks from ``cause`` until the expected alert was raised, None if it never was. A per-instance key
     (``dead:``, ``instance:underperforming:``) in a scenario that names its victims counts once raised for each
@@ -635,9 +642,10 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             host = run.notes.get("host")
             violations = sum(1 for i in acc["instances"] if note_at is not None and i["rented_at"] >= note_at
                              and (i["host_id"] == host or i["gpu_name"] != "RTX 4090"))
-        lag = {e: t for e, cause in sc.alerts.items()
+        alerts = due(sc.alerts, run.notes.get("victims"))
+        lag = {e: t for e, cause in alerts.items()
                if (t := _alert_lag(e, cause, first_alert, run.notes.get("victims") or [])) is not None}
-        expected = list(sc.alerts)
+        expected = list(alerts)
         for cause in (c for c in unmet_causes if c < ticks):
             key = f"{UNMET_KEY}@{cause}"
             expected.append(key)

@@ -235,3 +235,12 @@ def test_the_model_takes_over_a_running_fleet_from_the_tick_asked(tmp_path: Path
     assert "provider: openai" in cfg  # the config left behind is the model's: the log reads with it
     text = outcomes.table([r], "model")
     assert f"ticks decided by: ramp rules 1-{start - 1}, model {start}-{ticks}" in text
+
+
+def test_an_instance_alert_is_not_due_when_the_event_hit_none_of_the_arms_instances() -> None:
+    """An outage of a host the fleet had already left kills nothing of its: no ``dead:`` alert is owed. One the
+    event hit, or a scenario that names no victims, keeps every alert it expects."""
+    alerts = {"dead:": 12, "demand:unmet": 12}
+    assert outcomes.due(alerts, []) == {"demand:unmet": 12}
+    assert outcomes.due(alerts, [21005501]) == alerts
+    assert outcomes.due(alerts, None) == alerts
