@@ -131,8 +131,11 @@ def test_thread_show_follow_prints_events_from_another_process(site):
     with exit 0."""
     cfg, settings = site
     # --follow-for only bounds a run that never sees the new event; the test stops it once it has.
+    # Ctrl-C as a terminal delivers it: SIGINT at its default, even when the suite runs in a background job
+    # (which starts with SIGINT ignored, and Python then installs no KeyboardInterrupt handler)
     p = subprocess.Popen(_cmd("--config", str(cfg), "thread", "show", "--follow", "--follow-for", "120"),
-                         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         seen = _lines_until(p, "#7 ")  # the existing events are out: now following
         with EventLog(settings.db_path) as log:

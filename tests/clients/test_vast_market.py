@@ -173,8 +173,8 @@ def test_an_instance_of_ours_stopped_without_our_asking_is_alerted_and_destroyed
     sim.set_status(iid, "stopped", "Unable to schedule: the machine is unavailable")
     assert run_tick(app).ok
     alerts = {a.title: a for a in app.log.store.open_alerts()}
-    assert f"instance #{iid} is stopped without our asking (fleet-agent never stops an instance); destroy it, " \
-           "it still bills storage" in alerts
+    assert f"instance #{iid} is stopped without our asking (fleet-agent never stops an instance); the tick " \
+           "destroys it, as it still bills storage (not while the fleet is paused)" in alerts
     destroyed = [p for p in _results(app, 1) if p["name"] == "destroy_instance"]
     assert destroyed and destroyed[0]["effect"] == {"type": "destroyed", "instance_id": iid}
     assert iid not in sim.instances
