@@ -45,13 +45,9 @@ class Policy:
         return utc_ts(log.clock() - timedelta(hours=hours))
 
     def rents_last_hour(self, log: EventLog) -> int:
-        """Rent attempts that count against ``max_rents_per_hour``: every logged rent intent but those vast.ai
-        refused for lack of credit (HTTP 402), which created nothing, and one for each outbid in the hour (the
-        market took an instance: its replacement is not a runaway rent), at most ``max_rents_per_hour`` of them
-        (at most twice the cap an hour in all)."""
-        since = self._since(log)
-        replacing = min(log.store.outbids_since(since), self.p.max_rents_per_hour)
-        return max(0, log.store.rents_since(since) - log.store.credit_refused_rents_since(since) - replacing)
+        """Rent attempts that count against ``max_rents_per_hour`` (``counted_rents_since``: not those vast.ai
+        refused, nor one for each outbid)."""
+        return log.store.counted_rents_since(self._since(log), self.p.max_rents_per_hour)
 
     def destroys_last_hour(self, log: EventLog) -> int:
         return log.store.destroys_since(self._since(log))

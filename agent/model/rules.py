@@ -181,9 +181,9 @@ class RulesProvider:
         # Without a demand reading the fleet stays as it is: what it delivers now is what it must.
         need = rate + pending / drain_h if d else capacity
         log = self.app.log
-        hour_ago = utc_ts(log.clock() - timedelta(hours=1))  # replacements of outbid instances do not count
-        counted = log.store.rents_since(hour_ago) - min(log.store.outbids_since(hour_ago), s.policy.max_rents_per_hour)
-        rents_left = max(0, s.policy.max_rents_per_hour - max(0, counted))
+        hour_ago = utc_ts(log.clock() - timedelta(hours=1))  # as the policy counts them (refusals, outbids not)
+        rents_left = max(0, s.policy.max_rents_per_hour - log.store.counted_rents_since(hour_ago,
+                                                                                        s.policy.max_rents_per_hour))
         credit = obs.get("balance")
         # no rent at or below the credit reserve: hold until a top-up (vast.ai would refuse it with a 402)
         held = isinstance(credit, int | float) and credit <= s.policy.credit_reserve

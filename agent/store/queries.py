@@ -98,11 +98,11 @@ ORDER BY a.id
 _INTENTS_SINCE = ("SELECT COUNT(*) FROM events e CROSS JOIN intents i ON i.called_seq = e.seq "
                   "WHERE i.tool = ? AND e.ts >= ? AND +e.kind = 'tool.called'")
 
-# Rent intents whose result is vast.ai's refusal for lack of credit (HTTP 402): nothing was created.
-_CREDIT_REFUSED_SINCE = ("SELECT COUNT(*) FROM events e CROSS JOIN intents i ON i.called_seq = e.seq"
-                         " JOIN events r ON r.seq = i.result_seq WHERE i.tool = 'rent_instance' AND e.ts >= ?"
-                         " AND +e.kind = 'tool.called' AND i.ok = 0"
-                         " AND json_extract(r.payload, '$.error') LIKE '%HTTP 402%'")
+# Rent intents vast.ai refused (tools/fleet.py answers them "not rented: ..."): nothing was created.
+_REFUSED_SINCE = ("SELECT COUNT(*) FROM events e CROSS JOIN intents i ON i.called_seq = e.seq"
+                  " JOIN events r ON r.seq = i.result_seq WHERE i.tool = 'rent_instance' AND e.ts >= ?"
+                  " AND +e.kind = 'tool.called' AND i.ok = 0"
+                  " AND json_extract(r.payload, '$.error') LIKE 'not rented: %'")
 
 
 # What metrics count, grouped by kind and up to two labels, with the model's token sums.
@@ -191,9 +191,9 @@ _PG: dict[str, str] = {
                        " WHERE kind = 'tick.completed' AND seq > %s AND seq <= %s ORDER BY seq"),
     "fleet_rates": (f"SELECT seq, ts, {_pg_num('{observation,fleet_dph}')} AS dph FROM events"
                     " WHERE kind = 'tick.started' AND seq > %s ORDER BY seq"),
-    "credit_refused_since": ("SELECT COUNT(*) FROM events e JOIN intents i ON i.called_seq = e.seq"
-                             " JOIN events r ON r.seq = i.result_seq WHERE i.tool = 'rent_instance' AND e.ts >= %s"
-                             " AND e.kind = 'tool.called' AND i.ok = 0 AND r.body->>'error' LIKE '%%HTTP 402%%'"),
+    "refused_since": ("SELECT COUNT(*) FROM events e JOIN intents i ON i.called_seq = e.seq"
+                      " JOIN events r ON r.seq = i.result_seq WHERE i.tool = 'rent_instance' AND e.ts >= %s"
+                      " AND e.kind = 'tool.called' AND i.ok = 0 AND r.body->>'error' LIKE 'not rented: %%'"),
     # The storage $/h a rent noted (tool.result's effect) or an adoption (instance.adopted) with it.
     "rentals": ("SELECT i.instance_id, i.gpu_name, i.dph, i.label, s.ts AS start_ts, d.ts AS end_ts,"
                 f" COALESCE({_pg_num('{effect,storage_dph}', body='s.body')}, {_pg_num('{storage_dph}', body='s.body')})"
@@ -348,9 +348,13 @@ class Store:
         """Rent intents logged at or after ``ts`` (each may have spent money)."""
         return int(self._value(_INTENTS_SINCE_PG if self._pg else _INTENTS_SINCE, ["rent_instance", ts]))
 
-    def credit_refused_rents_since(self, ts: str) -> int:
-        """Rent intents logged at or after ``ts`` that vast.ai refused for lack of credit (HTTP 402)."""
-        return int(self._value(self._sql(_CREDIT_REFUSED_SINCE, "credit_refused_since"), [ts]))
+    def counted_rents_since(self, ts: str, cap: int) -> int:
+        """The rents since ``ts`` that count against an hourly limit of ``cap``: every rent intent (each may
+        have spent money) but those vast.ai refused (a 402 for credit, a machine it could not schedule, an offer
+        gone: nothing was created), and one for each outbid since (the market took an instance: its
+        replacement is not a runaway rent), at most ``cap`` of them (at most twice the cap in all)."""
+        refused = int(self._value(self._sql(_REFUSED_SINCE, "refused_since"), [ts]))
+        return max(0, self.rents_since(ts) - refused - min(self.outbids_since(ts), cap))
 
     def outbids_since(self, ts: str) -> int:
         """Outbids logged at or after ``ts`` that took an instance of ours out of work (``instance.outbid`` kept or
