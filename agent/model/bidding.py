@@ -19,14 +19,10 @@ min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around
 - **Spread the bids** (and the on-demand rents: ``spread``'s ``on_demand``; a failed rent or a bad host takes a
   whole instance too). One outbid takes a whole instance, and a GPU model's bid market moves as one, so no
   bid instance is rented to carry more than ``MAX_INSTANCE_SHARE`` of what the fleet must deliver (unless no
-  bid offer is smaller), nor one GPU model's bids more than ``MAX_MODEL_SHARE`` of it, where the offers allow.
-  A host that goes offline, fails, or that the operators bar takes every instance on it at once, so no host
-  is left carrying more than ``MAX_HOST_SHARE`` of the need either (the fleet's own instances there counted):
-  a host's cheap offers are often several single GPUs, each under the instance cap, which together would put
-  most of the fleet on it. ``spread`` gives the rent choice its offers capped every way, then without the
-  model cap, then by the instance cap alone; the first whose cover costs at most ``SPREAD_COST`` more per job
-  than the cover from all offers is taken, else the latter. An outbid, a failed rent or a lost host then
-  costs the fleet a share of its capacity, not most of it, where that insurance is cheap.
+  bid offer is smaller), nor one GPU model's bids more than ``MAX_MODEL_SHARE`` of it, where the offers allow:
+  ``spread`` gives the rent choice its offers capped both ways, then by the instance cap alone; the first
+  whose cover costs at most ``SPREAD_COST`` more per job than the cover from all offers is taken, else the
+  latter. An outbid then costs the fleet a share of its capacity, not most of it, where that insurance is cheap.
 - **No headroom for outbids.** An outbid takes a bid instance's capacity until a re-bid or a replacement
   delivers, as an exited host takes an on-demand one's: the jobs it leaves waiting are in the need (the
   backlog cleared within ``policy.drain_within``), so the fleet is sized on arrivals plus backlog as an
@@ -53,7 +49,6 @@ from typing import Any
 
 MAX_INSTANCE_SHARE = 0.4  # a bid instance rented carries at most this share of need...
 MAX_MODEL_SHARE = 0.6  # ...and one GPU model's bids at most this share, where the offers allow
-MAX_HOST_SHARE = MAX_INSTANCE_SHARE  # ...and one host no more than one instance: losing it costs no more
 SPREAD_COST = 0.10  # the spread cover is taken when it costs at most this much more per job than the cheapest
 SWAP_AGE_S = 3600.0  # an instance running this long may be swapped for bids...
 SWAP_SHARE = 0.85  # ...covering what the fleet needs of it for under this share of its $/h
@@ -89,42 +84,28 @@ def swap_search(max_gpus: int) -> dict[str, Any]:
 
 
 def spread(offers: list[dict[str, Any]], need: float, fleet_bids: dict[str, float],
-           on_demand: bool = False, fleet_hosts: dict[int, float] | None = None) -> list[list[dict[str, Any]]]:
+           on_demand: bool = False) -> list[list[dict[str, Any]]]:
     """The offers a gap is covered from, most spread first: bid offers (``type`` "bid" in a search_offers row),
     and on-demand ones too with ``on_demand``, delivering at most ``MAX_INSTANCE_SHARE`` of ``need`` jobs/h (or
-    the smallest such offer's jobs/h, when none is that small); of each host (``host`` in a row), only as many
-    of those (cheapest per job first) as keep it, with what the fleet's own instances there deliver
-    (``fleet_hosts``: jobs/h per host), within ``MAX_HOST_SHARE`` of need (or that smallest offer's jobs/h);
-    and of each GPU model, only as many bid offers as keep its bids, with the fleet's own (``fleet_bids``: jobs/h
-    per model), within ``MAX_MODEL_SHARE`` of need. Then without the model cap; then the instance cap alone;
-    then all of them. On-demand offers not capped are in every one. Each list keeps ``offers``' order; no list
-    repeats the one before."""
+    the smallest such offer's jobs/h, when none is that small) and, of each GPU model, only as many bid offers
+    (cheapest per job first) as keep its bids, with the fleet's own (``fleet_bids``: jobs/h per model), within
+    ``MAX_MODEL_SHARE`` of need; then the instance cap alone; then all of them. On-demand offers not capped are
+    in every one. Each list keeps ``offers``' order; no list repeats the one before."""
     capped = [o for o in offers if on_demand or o.get("type") == "bid"]
     if not capped or need <= 0:
         return [offers]
     most = max(MAX_INSTANCE_SHARE * need, min(float(o["jph"]) for o in capped))
     small = [o for o in offers if o not in capped or float(o["jph"]) <= most + 1e-9]
-    by_cost = sorted(small, key=lambda o: (o["per_job"], o["dph"], o["id"]))
-    on_host = dict(fleet_hosts or {})
-    host_most = max(MAX_HOST_SHARE * need, min(float(o["jph"]) for o in capped))
-    kept = []
-    for o in by_cost:
-        if o not in capped or o.get("host") is None:
-            kept.append(o)
-        elif on_host.get(o["host"], 0.0) + float(o["jph"]) <= host_most + 1e-9:
-            on_host[o["host"]] = on_host.get(o["host"], 0.0) + float(o["jph"])
-            kept.append(o)
-    hosts = [o for o in small if o in kept]
     taken = dict(fleet_bids)
     per_model = []
-    for o in (o for o in by_cost if o.get("type") == "bid" and o in kept):
+    for o in sorted((o for o in small if o.get("type") == "bid"), key=lambda o: (o["per_job"], o["dph"], o["id"])):
         model = o["gpu"].rsplit(" x", 1)[0]
         if taken.get(model, 0.0) + float(o["jph"]) <= MAX_MODEL_SHARE * need + 1e-9:
             taken[model] = taken.get(model, 0.0) + float(o["jph"])
             per_model.append(o)
-    both = [o for o in hosts if o.get("type") != "bid" or o in per_model]
+    both = [o for o in small if o.get("type") != "bid" or o in per_model]
     out: list[list[dict[str, Any]]] = []
-    for pool in (both, hosts, small, offers):
+    for pool in (both, small, offers):
         if not out or len(pool) != len(out[-1]):
             out.append(pool)
     return out

@@ -528,9 +528,8 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
             if spread and (not picks or _per_job(spread) <= (1 + bidding.SPREAD_COST) * _per_job(picks)):
                 text = ""
                 if picks and {o["id"] for o in spread} != {o["id"] for o in picks}:
-                    text = (f"; spread (no instance over {bidding.MAX_INSTANCE_SHARE:.0%} of need, no host over "
-                            f"{bidding.MAX_HOST_SHARE:.0%}, no GPU model's bids over {bidding.MAX_MODEL_SHARE:.0%} "
-                            "where the offers allow) for "
+                    text = (f"; spread (no instance over {bidding.MAX_INSTANCE_SHARE:.0%} of need, "
+                            f"no GPU model's bids over {bidding.MAX_MODEL_SHARE:.0%} where the offers allow) for "
                             f"{_per_job(spread) / _per_job(picks) - 1:+.0%} per job")
                 return spread, text
         return picks, ""
@@ -608,20 +607,14 @@ def _swap_rent(plan: _Plan, swap: _Swap, choose: Chooser) -> tuple[Calls, str]:
 def _spread(plan: _Plan, offers: list[dict[str, Any]],
             without: tuple[dict[str, Any], ...] = ()) -> list[list[dict[str, Any]]]:
     """The offers to cover a gap from, most spread first (``bidding.spread``): no instance rented carrying most of
-    the need (one failed rent or bad host would take it), no host left carrying most of it with ours already
-    there (an outage or an operator's bar takes them all) and, with ``policy.interruptible``, no GPU model's bids
+    the need (one failed rent or bad host would take it) and, with ``policy.interruptible``, no GPU model's bids
     carrying most of it (the fleet's own counted, but for those being replaced: ``without``), where the offers
     allow."""
     fleet: dict[str, float] = {}
-    hosts: dict[int, float] = {}
     for i in [*plan.live, *plan.outbid]:
-        if i in without:
-            continue
-        if bidding.is_bid(i) or bidding.is_outbid(i):
+        if (bidding.is_bid(i) or bidding.is_outbid(i)) and i not in without:
             fleet[str(i["gpu_name"])] = fleet.get(str(i["gpu_name"]), 0.0) + plan.jph(i)
-        if i.get("host_id") is not None:
-            hosts[int(i["host_id"])] = hosts.get(int(i["host_id"]), 0.0) + plan.jph(i)
-    return bidding.spread(offers, plan.need, fleet, on_demand=True, fleet_hosts=hosts)
+    return bidding.spread(offers, plan.need, fleet, on_demand=True)
 
 
 def _per_job(picks: list[dict[str, Any]]) -> float:
