@@ -38,7 +38,8 @@
                             every every_s seconds; {"instance_id", "stop": true} ends it
     GET  /_sim/accounting   ground truth: jobs arrived and served, job-hours waited, unmet job-ticks,
                             the running fleet's jobs/h, spend billed, balance,
-                            and per instance its GPU, host, status, jobs/h, jobs done and cost
+                            and per instance its GPU, host, status, jobs/h, jobs done and cost (and of it
+                            the bandwidth billed)
 """
 
 from __future__ import annotations
@@ -377,6 +378,7 @@ def _admin_accounting(sim: Simulator, query: dict[str, Any], body: dict[str, Any
                 "rented_at": inst["start_date"], "destroyed_at": inst.get("_destroyed_at"),
                 "dph_total": inst["dph_total"], "jobs_per_h": instances.jobs_per_h(inst),
                 "jobs_done": round(q.per_instance.get(iid, 0.0), 3), "cost": round(inst["_cost"], 6),
+                "traffic_cost": round(inst.get("_traffic_cost", 0.0), 6),
                 "flapping": iid in sim.flaps,
             })
         return json_reply(200, {

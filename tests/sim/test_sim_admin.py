@@ -248,6 +248,22 @@ def test_accounting_spend_is_the_billing(http: httpx.Client, sim: Simulator) -> 
     assert row["status"] == "destroyed" and row["destroyed_at"] == pytest.approx(acc["now"] - 3600)
 
 
+def test_accounting_shows_the_traffic_billed_within_the_cost(http: httpx.Client, sim: Simulator) -> None:
+    """An instance's bandwidth, billed per GB at its host's prices on top of dph_total, is shown apart in its
+    accounting row: what the API's counters say it moved, at those prices, and part of its cost."""
+    offer = good_single(sim)
+    sim.offers[offer["id"]].update(inet_up_cost=0.01, inet_down_cost=0.02)
+    iid = rent(http, offer["id"])
+    advance(http, 3600)
+    inst = next(i for i in http.get("/api/v0/instances/").json()["instances"] if i["id"] == iid)
+    assert http.delete(f"/api/v0/instances/{iid}/").status_code == 200
+    advance(http, 600)
+    row = next(i for i in accounting(http)["instances"] if i["id"] == iid)
+    moved = inst["inet_up_billed"] / 1024 * 0.01 + inst["inet_down_billed"] / 1024 * 0.02
+    assert moved > 0 and row["traffic_cost"] == pytest.approx(moved, abs=1e-5)
+    assert 0 < row["traffic_cost"] < row["cost"] - 0.5 * row["dph_total"]  # running most of the hour besides
+
+
 def test_cli_manual_clock_moves_only_when_advanced() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
