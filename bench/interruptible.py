@@ -74,7 +74,13 @@ def run(arm: str, ticks: int, seed: int, rate: float, max_bid_share: float, trac
         waited_by: dict[str, float] = {}
         for _ in range(ticks):
             clock[0] = now
+            seen = next((e.seq for e in app.log.read(0, newest_first=True, limit=1)), 0) if trace else 0
             run_tick(app)
+            if trace:  # what the tick decided, and why (the agent's log: labels only)
+                for e in app.log.read(seen, kinds=["model.response", "instance.outbid", "tool.result"]):
+                    what = e.payload.get("text") if e.kind == "model.response" else \
+                        f"{e.payload.get('name')} ok={e.payload.get('ok')}" if e.kind == "tool.result" else e.payload
+                    print(f"{arm}   {e.kind}: {str(what)[:400]}", file=sys.stderr)
             if breakdown:  # the fleet as the tick left it, and the job-hours waited until the next
                 before = sim.get("/_sim/accounting")
                 key = _phase((float(before["now"]) - float(base["now"])) / 3600.0,

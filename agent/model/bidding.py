@@ -37,6 +37,13 @@ min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around
   A shortfall beyond that (the backlog grown past it, a host lost too) is covered as any other, on-demand
   where the bid market cannot.
 
+- **Keep what runs while jobs wait.** Nothing running is surplus while a job or more waits: the backlog an outbid
+  leaves behind (the jobs that piled up before its cover ran) is cleared by the cover and whatever else runs, not
+  by the arrivals' margin once the extra instance is trimmed (32 jobs/h for 30 arriving clears two jobs in an
+  hour, every job arriving meanwhile waiting behind them). Once the queue is dry the surplus goes as before. In
+  bench/interruptible.py (seeds 0-7) the bid arm's mean wait fell from 3.48 to 2.49 min (on-demand: 1.35) for 1.6
+  points of the saving on average (34.9 % to 33.3 %); the tail was the largest part of what outbids add.
+
 An outbid instance the tick keeps (stopped, its disk kept, vast.ai starts it again when the market falls back)
 is neither dead nor capacity here (``is_outbid``): the gap is covered meanwhile, and once it runs again the
 dearest instance the rest can do without goes.

@@ -447,11 +447,14 @@ def _surplus(plan: _Plan) -> list[dict[str, Any]]:
     is busy, not surplus, and destroying it only makes the jobs wait longer.
     The jobs are the same whoever does them, so what a surplus costs is its $/h: an H100 kept for 10 jobs/h
     the A100 beside it covers is dearer than the A100, however cheap the H100 is per job. One still starting
-    is not surplus (it was rented for a reason a tick ago, and destroying it wastes the rent)."""
+    is not surplus (it was rented for a reason a tick ago, and destroying it wastes the rent). With
+    ``policy.interruptible`` nothing running is surplus while a job or more waits (bidding.py)."""
     order = sorted(plan.live, key=lambda i: (i["status"] == "running",
                                              -(float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9)), -i["id"]))
     out = order[:max(0, len(plan.live) - plan.cap)]
     cap_left = plan.capacity - sum(plan.jph(i) for i in out if i not in plan.slow)
+    if plan.interruptible and plan.pending >= 1:
+        return out  # bidding.py: jobs wait (an outbid's backlog): what runs stays until they are done
     spare = [i for i in order[len(out):] if i["status"] == "running"]
     while spare:
         can_go = [i for i in spare if cap_left - plan.jph(i) >= SURPLUS_OVER * max(plan.need, plan.keep)]

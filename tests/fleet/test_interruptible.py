@@ -266,3 +266,36 @@ def test_small_bids_are_swapped_together_for_one_box_when_none_can_be_alone(
     left = [i for i in sim.instances.values() if str(i["label"] or "").startswith(app.settings.fleet.label_prefix)]
     assert left and all(i["is_bid"] for i in left)
     assert sum(i["dph_total"] for i in left) < 0.85 * paid  # the box carries their work for less
+
+
+def test_a_bid_fleet_keeps_what_runs_while_jobs_wait_and_trims_once_the_backlog_is_gone(
+        sim: Simulator, sim_server: SimServer, make_app):
+    """Four bids run, the arrivals need two, and two jobs wait (what an outbid leaves behind). An on-demand fleet
+    would let one go (the rest clear two jobs within the hour, a job/h or two above the arrivals); a bid fleet keeps
+    what runs until the backlog is gone (bidding.py: that tail was most of the wait an outbid added), then trims."""
+    app = make_app(provider="rules", policy={"interruptible": True, "max_instances": 6,
+                                             "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
+    sim.market.bid_market = False
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _post(sim_server.url, path, body)
+
+    post("/_sim/offers", {"withdraw": "all"})
+    mine = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 4})["added"]
+    post("/_sim/demand", {"pending": 0})
+    post("/_sim/arrivals", {"shape": "constant", "rate": 16.0})
+    bids = _adopt_bids(sim, app, mine, "5")
+    for _ in range(6):  # no tick meanwhile: the fleet is as the test set it
+        if all(sim.instances[i]["actual_status"] == "running" for i in bids):
+            break
+        sim.advance(300)
+    assert all(sim.instances[i]["actual_status"] == "running" for i in bids), [sim.instances[i] for i in bids]
+    post("/_sim/demand", {"pending": 2})
+    assert run_tick(app).ok
+    texts = [e.payload["text"] for e in events_of(app, "model.response")]
+    assert "+ 2 pending over 1h" in texts[0], texts
+    assert all(i in sim.instances for i in bids) and not any(i in sim.destroyed for i in bids), texts
+    for _ in range(3):  # 32 jobs/h for 16 arriving: the two are done within a tick, then the surplus goes
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert sum(i in sim.destroyed for i in bids) == 2, [e.payload["text"] for e in events_of(app, "model.response")]
