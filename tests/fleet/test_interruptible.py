@@ -122,8 +122,9 @@ def test_a_bid_above_max_bid_share_is_refused_or_rented_on_demand(sim: Simulator
 def test_an_outbid_bid_fleet_is_sized_on_arrivals_and_backlog_as_an_on_demand_one_is(
         sim: Simulator, sim_server: SimServer, make_app):
     """An outbid takes a bid instance's capacity until a replacement delivers, as an exited host takes an on-demand
-    one's; the jobs it leaves waiting are in the need (the backlog over policy.drain_within). No standing headroom
-    is kept above that for the outbids seen: it bought shorter waits than on-demand's, not a saving."""
+    one's; the jobs it leaves waiting are in the need, cleared within a quarter of policy.drain_within while the
+    instance is outbid (the cover is temporary; the backlog would otherwise wait out the market hour). No standing
+    headroom is kept above that for the outbids seen: it bought shorter waits than on-demand's, not a saving."""
     app = make_app(provider="rules", policy={"interruptible": True, "max_bid_share": 0.3, "max_instances": 2})
     sim.market.bid_market = False  # the one outbid is the test's
     for path, body in (("/_sim/demand", {"pending": 0}), ("/_sim/arrivals", {"shape": "constant", "rate": 16})):
@@ -153,11 +154,12 @@ def test_an_outbid_bid_fleet_is_sized_on_arrivals_and_backlog_as_an_on_demand_on
     assert any(i["id"] == bids[0] and "outbid" in str(i.get("status_msg")) for i in obs["instances"])
     d = obs["demand"]
     plan = RulesProvider(app)._plan(obs)
-    assert plan.need == d["arrival_rate_per_h"] + d["pending"] / plan.drain_h  # arrivals and backlog, nothing more
+    assert d["pending"] > 0 and plan.drain_h == 0.25  # a quarter of the default hour while one is outbid
+    assert plan.need == d["arrival_rate_per_h"] + d["pending"] / 0.25  # arrivals and backlog, nothing more
     [text] = [e.payload["text"] for e in events_of(app, "model.response", tick=started.tick)
               if e.payload["text"].startswith("rules provider: need")]
-    assert f"need {plan.need:.1f} jobs/h (arriving ~{d['arrival_rate_per_h']:.0f}/h + {d['pending']} pending over 1h);" \
-        in text, text
+    assert f"need {plan.need:.1f} jobs/h (arriving ~{d['arrival_rate_per_h']:.0f}/h + {d['pending']} pending over " \
+           "0.25h);" in text, text
 
 
 def test_a_bid_dear_per_job_is_swapped_for_cheaper_bids_once_it_has_run_an_hour(
