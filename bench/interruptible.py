@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=30.0, help="jobs arriving per hour (constant)")
     ap.add_argument("--max-bid-share", type=float, default=0.7)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--trace", action="store_true", help="each tick's queue and instances, on stderr")
+    ap.add_argument("--trace", action="store_true",
+                    help="each tick's queue and instances, and the decisions and outbids the agent logged, on stderr")
     ap.add_argument("--breakdown", action="store_true",
                     help="each arm's mean wait split by what the fleet was doing when the jobs waited")
     ap.add_argument("--arm", choices=("both", "on-demand", "interruptible"), default="both",
