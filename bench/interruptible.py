@@ -1,7 +1,7 @@
 """Interruptible fleets: $/job and mean job wait with bids against on-demand, for a workload that tolerates
 interruption (a proof job lost to an outbid is simply run again).
 
-    python bench/interruptible.py [--ticks 144] [--seed 0] [--rate 30] [--max-bid-share 0.7] [--json]
+    python bench/interruptible.py [--ticks 144] [--seed 0] [--rate 30] [--max-bid-share 0.7] [--json] [--breakdown]
 
 Runs the same scenario twice, each against its own `fleet-agent sim --manual-clock` subprocess (same seed, the
 simulator's default market: bids follow a moving market and are outbid), with the agent's real tick and the
@@ -35,9 +35,22 @@ class Figures:
     outbids: int
     rents: int
     wall_s: float
+    breakdown: dict[str, float] | None = None  # --breakdown: mean wait (min) by what the fleet was doing
 
 
-def run(arm: str, ticks: int, seed: int, rate: float, max_bid_share: float, trace: bool = False) -> Figures:
+def _phase(t_h: float, stopped: bool, capacity: float, rate: float) -> str:
+    """What a tick's wait is put down to: the first hour (the fleet's ramp), an instance stopped (outbid) with what
+    runs below the arrivals (the gap not yet covered) or not (the backlog it left draining), or neither: capacity
+    below the arrivals (a rent not yet running, a swap, a host lost) or a backlog draining."""
+    if t_h < 1.0:
+        return "ramp (first hour)"
+    if stopped:
+        return "outbid, uncovered" if capacity < rate else "outbid, covered"
+    return "under arrivals" if capacity < rate else "backlog draining"
+
+
+def run(arm: str, ticks: int, seed: int, rate: float, max_bid_share: float, trace: bool = False,
+        breakdown: bool = False) -> Figures:
     from agent import config
     from agent.runtime.app import App
     from agent.runtime.tick import run_tick
@@ -58,10 +71,25 @@ def run(arm: str, ticks: int, seed: int, rate: float, max_bid_share: float, trac
         sim.post("/_sim/demand", {"pending": 0})
         sim.post("/_sim/arrivals", {"shape": "constant", "rate": rate})
         base = sim.get("/_sim/accounting")
+        waited_by: dict[str, float] = {}
         for _ in range(ticks):
             clock[0] = now
+            seen = next((e.seq for e in app.log.read(0, newest_first=True, limit=1)), 0) if trace else 0
             run_tick(app)
+            if trace:  # what the tick decided, and why (the agent's log: labels only)
+                for e in app.log.read(seen, kinds=["model.response", "instance.outbid", "tool.result"]):
+                    what = e.payload.get("text") if e.kind == "model.response" else \
+                        f"{e.payload.get('name')} ok={e.payload.get('ok')}" if e.kind == "tool.result" else e.payload
+                    print(f"{arm}   {e.kind}: {str(what)[:400]}", file=sys.stderr)
+            if breakdown:  # the fleet as the tick left it, and the job-hours waited until the next
+                before = sim.get("/_sim/accounting")
+                key = _phase((float(before["now"]) - float(base["now"])) / 3600.0,
+                             any(i["status"] == "stopped" for i in before["instances"]),
+                             float(before["capacity_jobs_per_h"]), rate)
             now = float(sim.post("/_sim/advance", {"seconds": TICK_S})["now"])
+            if breakdown:
+                after = sim.get("/_sim/accounting")
+                waited_by[key] = waited_by.get(key, 0.0) + after["job_hours_waited"] - before["job_hours_waited"]
             if trace:
                 a = sim.get("/_sim/accounting")
                 print(f"{arm} t={(now - float(base['now'])) / 60:5.0f}m pending {a['pending']:6.1f} capacity "
@@ -76,7 +104,9 @@ def run(arm: str, ticks: int, seed: int, rate: float, max_bid_share: float, trac
         outbids = len(list(app.log.read(0, kinds=["instance.outbid"])))
         return Figures(arm, ticks, round(60.0 * waited / arrived, 2) if arrived else 0.0, round(spend, 4),
                        round(served, 1), round(spend / served, 5) if served else None, outbids,
-                       len(acc["instances"]), round(time.monotonic() - t0, 1))
+                       len(acc["instances"]), round(time.monotonic() - t0, 1),
+                       {k: round(60.0 * v / arrived, 2) for k, v in sorted(waited_by.items())}
+                       if breakdown and arrived else None)
     finally:
         if app is not None:
             app.close()
@@ -91,11 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=30.0, help="jobs arriving per hour (constant)")
     ap.add_argument("--max-bid-share", type=float, default=0.7)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--trace", action="store_true", help="each tick's queue and instances, on stderr")
+    ap.add_argument("--trace", action="store_true",
+                    help="each tick's queue and instances, and the decisions and outbids the agent logged, on stderr")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="each arm's mean wait split by what the fleet was doing when the jobs waited")
     ap.add_argument("--arm", choices=("both", "on-demand", "interruptible"), default="both",
                     help="run one arm only (the on-demand arm does not bid: a change to bidding leaves it as it was)")
     args = ap.parse_args(argv)
-    res = [run(a, args.ticks, args.seed, args.rate, args.max_bid_share, args.trace)
+    res = [run(a, args.ticks, args.seed, args.rate, args.max_bid_share, args.trace, args.breakdown)
            for a in ("on-demand", "interruptible") if args.arm in ("both", a)]
     if args.json:
         print(json.dumps([asdict(r) for r in res], indent=2))
@@ -108,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         per = f"{r.per_job:.5f}" if r.per_job is not None else "-"
         print(f"{r.arm:<14} {r.wait_min:8.2f} {r.spend:9.3f} {r.jobs_served:7.1f} {per:>8} {r.outbids:7d} "
               f"{r.rents:5d}")
+        if r.breakdown is not None:
+            print("    wait min by phase: " + ", ".join(f"{k} {v:.2f}" for k, v in r.breakdown.items()))
     if len(res) < 2:
         return 0
     od, bid = res

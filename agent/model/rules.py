@@ -179,6 +179,8 @@ class RulesProvider:
         drain_h = float(s.policy.drain_within) / 3600.0
         capacity = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in live if i not in slow)
         # Without a demand reading the fleet stays as it is: what it delivers now is what it must.
+        if s.policy.interruptible and outbid:  # bidding.py: the backlog an outbid piles up is cleared sooner
+            drain_h *= bidding.OUTBID_DRAIN
         need = rate + pending / drain_h if d else capacity
         log = self.app.log
         hour_ago = utc_ts(log.clock() - timedelta(hours=1))  # as the policy counts them (refusals, outbids not)
@@ -447,11 +449,14 @@ def _surplus(plan: _Plan) -> list[dict[str, Any]]:
     is busy, not surplus, and destroying it only makes the jobs wait longer.
     The jobs are the same whoever does them, so what a surplus costs is its $/h: an H100 kept for 10 jobs/h
     the A100 beside it covers is dearer than the A100, however cheap the H100 is per job. One still starting
-    is not surplus (it was rented for a reason a tick ago, and destroying it wastes the rent)."""
+    is not surplus (it was rented for a reason a tick ago, and destroying it wastes the rent). With
+    ``policy.interruptible`` nothing running is surplus while a job or more waits (bidding.py)."""
     order = sorted(plan.live, key=lambda i: (i["status"] == "running",
                                              -(float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9)), -i["id"]))
     out = order[:max(0, len(plan.live) - plan.cap)]
     cap_left = plan.capacity - sum(plan.jph(i) for i in out if i not in plan.slow)
+    if plan.interruptible and plan.pending >= 1:
+        return out  # bidding.py: jobs wait (an outbid's backlog): what runs stays until they are done
     spare = [i for i in order[len(out):] if i["status"] == "running"]
     while spare:
         can_go = [i for i in spare if cap_left - plan.jph(i) >= SURPLUS_OVER * max(plan.need, plan.keep)]
@@ -567,10 +572,12 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
 
 def _outbid_gap(plan: _Plan, offers: list[dict[str, Any]], short: float) -> tuple[list[dict[str, Any]], str]:
     """The offers a gap may be covered from, and a word for the decision text: with ``policy.interruptible``, bid
-    offers only while the gap is within what the outbid instances deliver (they start again by themselves when
-    the market falls back; bidding.py says why on-demand is not worth renting for that)."""
+    offers only while the gap is within what the outbid instances deliver, plus what clearing their backlog within
+    ``bidding.OUTBID_DRAIN`` of the horizon adds (they start again by themselves when the market falls back;
+    bidding.py says why on-demand is not worth renting for that)."""
     outbid = sum(plan.jph(i) for i in plan.outbid)
-    if not plan.interruptible or short > outbid:
+    sooner = plan.pending / plan.drain_h * (1 - bidding.OUTBID_DRAIN) if plan.outbid else 0.0  # the faster drain's
+    if not plan.interruptible or short > outbid + sooner:
         return offers, ""
     return [o for o in offers if o.get("type") == "bid"], (
         f"; short by no more than the {outbid:.1f} jobs/h the outbid instances deliver once the market falls "

@@ -122,8 +122,9 @@ def test_a_bid_above_max_bid_share_is_refused_or_rented_on_demand(sim: Simulator
 def test_an_outbid_bid_fleet_is_sized_on_arrivals_and_backlog_as_an_on_demand_one_is(
         sim: Simulator, sim_server: SimServer, make_app):
     """An outbid takes a bid instance's capacity until a replacement delivers, as an exited host takes an on-demand
-    one's; the jobs it leaves waiting are in the need (the backlog over policy.drain_within). No standing headroom
-    is kept above that for the outbids seen: it bought shorter waits than on-demand's, not a saving."""
+    one's; the jobs it leaves waiting are in the need, cleared within a quarter of policy.drain_within while the
+    instance is outbid (the cover is temporary; the backlog would otherwise wait out the market hour). No standing
+    headroom is kept above that for the outbids seen: it bought shorter waits than on-demand's, not a saving."""
     app = make_app(provider="rules", policy={"interruptible": True, "max_bid_share": 0.3, "max_instances": 2})
     sim.market.bid_market = False  # the one outbid is the test's
     for path, body in (("/_sim/demand", {"pending": 0}), ("/_sim/arrivals", {"shape": "constant", "rate": 16})):
@@ -153,11 +154,12 @@ def test_an_outbid_bid_fleet_is_sized_on_arrivals_and_backlog_as_an_on_demand_on
     assert any(i["id"] == bids[0] and "outbid" in str(i.get("status_msg")) for i in obs["instances"])
     d = obs["demand"]
     plan = RulesProvider(app)._plan(obs)
-    assert plan.need == d["arrival_rate_per_h"] + d["pending"] / plan.drain_h  # arrivals and backlog, nothing more
+    assert d["pending"] > 0 and plan.drain_h == 0.25  # a quarter of the default hour while one is outbid
+    assert plan.need == d["arrival_rate_per_h"] + d["pending"] / 0.25  # arrivals and backlog, nothing more
     [text] = [e.payload["text"] for e in events_of(app, "model.response", tick=started.tick)
               if e.payload["text"].startswith("rules provider: need")]
-    assert f"need {plan.need:.1f} jobs/h (arriving ~{d['arrival_rate_per_h']:.0f}/h + {d['pending']} pending over 1h);" \
-        in text, text
+    assert f"need {plan.need:.1f} jobs/h (arriving ~{d['arrival_rate_per_h']:.0f}/h + {d['pending']} pending over " \
+           "0.25h);" in text, text
 
 
 def test_a_bid_dear_per_job_is_swapped_for_cheaper_bids_once_it_has_run_an_hour(
@@ -266,3 +268,36 @@ def test_small_bids_are_swapped_together_for_one_box_when_none_can_be_alone(
     left = [i for i in sim.instances.values() if str(i["label"] or "").startswith(app.settings.fleet.label_prefix)]
     assert left and all(i["is_bid"] for i in left)
     assert sum(i["dph_total"] for i in left) < 0.85 * paid  # the box carries their work for less
+
+
+def test_a_bid_fleet_keeps_what_runs_while_jobs_wait_and_trims_once_the_backlog_is_gone(
+        sim: Simulator, sim_server: SimServer, make_app):
+    """Four bids run, the arrivals need two, and two jobs wait (what an outbid leaves behind). An on-demand fleet
+    would let one go (the rest clear two jobs within the hour, a job/h or two above the arrivals); a bid fleet keeps
+    what runs until the backlog is gone (bidding.py: that tail was most of the wait an outbid added), then trims."""
+    app = make_app(provider="rules", policy={"interruptible": True, "max_instances": 6,
+                                             "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
+    sim.market.bid_market = False
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _post(sim_server.url, path, body)
+
+    post("/_sim/offers", {"withdraw": "all"})
+    mine = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 4})["added"]
+    post("/_sim/demand", {"pending": 0})
+    post("/_sim/arrivals", {"shape": "constant", "rate": 16.0})
+    bids = _adopt_bids(sim, app, mine, "5")
+    for _ in range(6):  # no tick meanwhile: the fleet is as the test set it
+        if all(sim.instances[i]["actual_status"] == "running" for i in bids):
+            break
+        sim.advance(300)
+    assert all(sim.instances[i]["actual_status"] == "running" for i in bids), [sim.instances[i] for i in bids]
+    post("/_sim/demand", {"pending": 2})
+    assert run_tick(app).ok
+    texts = [e.payload["text"] for e in events_of(app, "model.response")]
+    assert "+ 2 pending over 1h" in texts[0], texts
+    assert all(i in sim.instances for i in bids) and not any(i in sim.destroyed for i in bids), texts
+    for _ in range(3):  # 32 jobs/h for 16 arriving: the two are done within a tick, then the surplus goes
+        sim.advance(300)
+        assert run_tick(app).ok
+    assert sum(i in sim.destroyed for i in bids) == 2, [e.payload["text"] for e in events_of(app, "model.response")]
