@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 
 # Options of the top-level parser that take a value (``--config FILE``).
 _VALUED = {"--config"}
+# The stops _stop_before_start raised, to know them again inside another exception.
+_RAISED: list[SystemExit] = []
 
 
 def command(argv: list[str]) -> str | None:
@@ -30,7 +33,9 @@ def command(argv: list[str]) -> str | None:
 
 
 def _stop_before_start(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(0 if command(sys.argv[1:]) == "run" else 128 + signum)
+    stop = SystemExit(0 if command(sys.argv[1:]) == "run" else 128 + signum)
+    _RAISED.append(stop)
+    raise stop
 
 
 def install() -> None:
@@ -38,8 +43,36 @@ def install() -> None:
     signal.signal(signal.SIGTERM, _stop_before_start)
 
 
-def entry() -> None:
-    install()
+def _stop_within(e: BaseException | None) -> SystemExit | None:
+    """The early stop ``e`` is, or carries as its cause or context."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, SystemExit) and any(e is s for s in _RAISED):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def guarded(run: Callable[[], int]) -> int:
+    """``run()``, an early stop ending it as a stop however it surfaces: landing while a module is imported, the
+    SystemExit can come out wrapped (Python 3.11 turns one raised in a class attribute's ``__set_name__`` into a
+    RuntimeError), and would otherwise end the command with a traceback and exit code 1."""
+    try:
+        return run()
+    except Exception as e:
+        stop = _stop_within(e)
+        if stop is None:
+            raise
+        raise SystemExit(stop.code) from None
+
+
+def _main() -> int:
     from agent.cli import main
 
-    sys.exit(main())
+    return main()
+
+
+def entry() -> None:
+    install()
+    sys.exit(guarded(_main))

@@ -573,3 +573,25 @@ def test_an_early_sigterm_ends_other_commands_with_143():
         r = subprocess.run([sys.executable, "-c", code, *argv], env=env_for(), capture_output=True, timeout=30)
         assert r.returncode == want, (argv, r.stderr)
     assert command(["--config", "run", "status"]) == "status" and command(["-h"]) is None
+
+
+def test_an_early_sigterm_wrapped_by_an_import_is_still_a_stop():
+    """A SIGTERM that lands while a module is imported, inside a class attribute's ``__set_name__`` (pydantic
+    has such attributes), reaches the command wrapped in a RuntimeError on Python 3.11: still a stop, exit 0 for
+    ``run`` and 143 for any other command, not a traceback and 1."""
+    code = ("import os, signal, sys, time\n"
+            "from agent.start import guarded, install\n"
+            "install()\n"
+            "class Slot:\n"
+            "    def __set_name__(self, owner, name):\n"
+            "        os.kill(os.getpid(), signal.SIGTERM)\n"
+            "        time.sleep(5)\n"
+            "def command():\n"
+            "    class Model:\n"
+            "        data = Slot()\n"
+            "    return 3\n"
+            "sys.exit(guarded(command))\n")
+    for argv, want in ((["--config", "c.yaml", "say", "hi"], 143), (["--config", "c.yaml", "run"], 0)):
+        r = subprocess.run([sys.executable, "-c", code, *argv], env=env_for(), capture_output=True, timeout=30)
+        assert r.returncode == want, (argv, r.stderr)
+        assert b"Traceback" not in r.stderr
