@@ -450,23 +450,36 @@ def _surplus(plan: _Plan) -> list[dict[str, Any]]:
     The jobs are the same whoever does them, so what a surplus costs is its $/h: an H100 kept for 10 jobs/h
     the A100 beside it covers is dearer than the A100, however cheap the H100 is per job. One still starting
     is not surplus (it was rented for a reason a tick ago, and destroying it wastes the rent). With
-    ``policy.interruptible`` nothing running is surplus while a job or more waits (bidding.py)."""
+    ``policy.interruptible`` (bidding.py): nothing running is surplus while a job or more waits; nothing running
+    goes for an instance still starting (an outbid or a stalled start would leave the gap); and several bids go
+    instead of the dearest an hour where together they save more (the small bids a box was rented to replace,
+    rather than the box)."""
     order = sorted(plan.live, key=lambda i: (i["status"] == "running",
                                              -(float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9)), -i["id"]))
     out = order[:max(0, len(plan.live) - plan.cap)]
-    cap_left = plan.capacity - sum(plan.jph(i) for i in out if i not in plan.slow)
     if plan.interruptible and plan.pending >= 1:
         return out  # bidding.py: jobs wait (an outbid's backlog): what runs stays until they are done
     spare = [i for i in order[len(out):] if i["status"] == "running"]
-    while spare:
-        can_go = [i for i in spare if cap_left - plan.jph(i) >= SURPLUS_OVER * max(plan.need, plan.keep)]
-        if not can_go:
-            break
-        i = max(can_go, key=lambda i: (float(i["dph"] or 0.0), -plan.jph(i), i["id"]))
-        out.append(i)
-        spare.remove(i)
-        cap_left -= plan.jph(i)
-    return out
+    # with bids, what runs, not what still loads: an instance goes once what replaces it works (bidding.py)
+    kept = (sum(plan.jph(i) for i in spare) if plan.interruptible
+            else plan.capacity - sum(plan.jph(i) for i in out if i not in plan.slow))
+    floor = SURPLUS_OVER * max(plan.need, plan.keep)
+
+    def let_go(key: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:
+        left, gone, rest = kept, [], list(spare)
+        while can_go := [i for i in rest if left - plan.jph(i) >= floor]:
+            i = max(can_go, key=key)
+            gone.append(i)
+            rest.remove(i)
+            left -= plan.jph(i)
+        return gone
+
+    # the dearest an hour first; with bids, the dearest per job first when that lets more $/h go (the small
+    # bids a bigger box was rented to replace, rather than the box)
+    ways = [let_go(lambda i: (float(i["dph"] or 0.0), -plan.jph(i), i["id"]))]
+    if plan.interruptible:
+        ways.append(let_go(lambda i: (float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9), i["id"])))
+    return out + max(ways, key=lambda g: sum(float(i["dph"] or 0.0) for i in g))
 
 
 def _why_no_rent(plan: _Plan) -> str:

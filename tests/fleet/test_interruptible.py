@@ -238,7 +238,9 @@ def test_small_bids_are_swapped_together_for_one_box_when_none_can_be_alone(
         sim: Simulator, sim_server: SimServer, make_app):
     """Three single-GPU bids carry the arrivals; the market's only other bid offer is a 4-GPU box cheaper per job,
     dearer an hour than any one of them. No one of them can be swapped alone (the box costs more than it), but the
-    box covers all three for under 85 % of their $/h together: they are replaced by it, then destroyed."""
+    box covers all three for under 85 % of their $/h together: they are replaced by it, then destroyed; not before
+    it runs (its image takes over 15 minutes to load: an outbid or a stalled start would leave neither), and
+    they go rather than the box, dearer an hour than any one of them."""
     app = make_app(provider="rules", policy={"interruptible": True, "max_instances": 6,
                                              "jobs_per_hour_by_gpu": {"RTX 3090": 4.0, "RTX 4090": 8.0}})
     sim.market.bid_market = False
@@ -259,11 +261,18 @@ def test_small_bids_are_swapped_together_for_one_box_when_none_can_be_alone(
         sim.advance(300)
         assert run_tick(app).ok
     assert all(i in sim.instances for i in old) and not rent_puts(sim)
+    sim.realism.update({"image_pull": 900.0})  # the box's first load: 17.5-22 min
+    loaded = 0
     for _ in range(12):
         sim.advance(300)
         assert run_tick(app).ok
+        starting = [i for i in sim.instances.values() if i["num_gpus"] == 4 and i["actual_status"] != "running"]
+        if starting:
+            loaded += 1
+            assert not any(i in sim.destroyed for i in old), "let go while the box still loads"
         if all(i in sim.destroyed for i in old):
             break
+    assert loaded >= 2  # the premise: ticks ran while the box loaded
     assert all(i in sim.destroyed for i in old), [e.payload["text"] for e in events_of(app, "model.response")][-2:]
     left = [i for i in sim.instances.values() if str(i["label"] or "").startswith(app.settings.fleet.label_prefix)]
     assert left and all(i["is_bid"] for i in left)

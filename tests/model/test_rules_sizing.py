@@ -260,11 +260,27 @@ def _plan(live: list[dict[str, Any]], need: float, pending: int = 0, **kw: Any) 
 def test_surplus_goes_by_the_dollars_an_hour_it_saves_and_never_while_a_backlog_keeps_it_busy():
     """10 jobs/h needed from an H100 (30 jobs/h, $2/h, the cheapest per job) and an A100 (16, $1.2/h): the
     H100 goes, the A100 alone covers the need. With a backlog the next tick would not see cleared, both are
-    busy and neither is surplus; an instance still starting never is (the A100 goes instead)."""
+    busy and neither is surplus; an instance still starting never is (the A100 goes instead). With bids, nothing
+    running goes for an instance still starting (an outbid or a stalled start would leave the gap): the A100
+    stays until the H100 runs."""
     h100, a100 = _inst(1, "H100 SXM", 2.0), _inst(2, "A100 SXM4", 1.2)
     assert [i["id"] for i in rules._surplus(_plan([h100, a100], 10.0))] == [1]
     assert rules._surplus(_plan([h100, a100], 10.0, pending=20, keep=10.0 + 20 * 12)) == []
-    assert [i["id"] for i in rules._surplus(_plan([{**h100, "status": "loading"}, a100], 10.0))] == [2]
+    starting = [{**h100, "status": "loading"}, a100]
+    assert [i["id"] for i in rules._surplus(_plan(starting, 10.0))] == [2]
+    assert rules._surplus(_plan(starting, 10.0, interruptible=True)) == []
+    assert [i["id"] for i in rules._surplus(_plan([h100, a100], 10.0, interruptible=True))] == [1]
+
+
+def test_bids_that_save_the_most_an_hour_together_go_rather_than_the_box_replacing_them():
+    """Three RTX 3090 bids ($0.20/h, 4 jobs/h each) and the 4-GPU RTX 3090 box rented to replace them ($0.50/h,
+    16 jobs/h), 12 jobs/h needed: the box alone is the dearest an hour, but the three together save more
+    ($0.60/h) and the box covers the need alone, so they go (the box going would only start the swap again).
+    While the box still starts, they all stay."""
+    small = [_inst(i, "RTX 3090", 0.2) for i in (1, 2, 3)]
+    box = {**_inst(4, "RTX 3090", 0.5), "num_gpus": 4}
+    assert sorted(i["id"] for i in rules._surplus(_plan([*small, box], 12.0, interruptible=True))) == [1, 2, 3]
+    assert rules._surplus(_plan([*small, {**box, "status": "loading"}], 12.0, interruptible=True)) == []
 
 
 def test_an_instance_mostly_idle_is_replaced_by_a_cheaper_cover_or_kept():
