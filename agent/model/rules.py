@@ -450,15 +450,15 @@ def _surplus(plan: _Plan) -> list[dict[str, Any]]:
     The jobs are the same whoever does them, so what a surplus costs is its $/h: an H100 kept for 10 jobs/h
     the A100 beside it covers is dearer than the A100, however cheap the H100 is per job. One still starting
     is not surplus (it was rented for a reason a tick ago, and destroying it wastes the rent). With
-    ``policy.interruptible`` (bidding.py): nothing running is surplus while a job or more waits; nothing running
+    ``policy.interruptible`` (bidding.py): no bid running is surplus while a job or more waits (an on-demand
+    instance is, when the rest covers the need: the stopgap for an outbid goes once the bids are back); nothing running
     goes for an instance still starting (an outbid or a stalled start would leave the gap); and several bids go
     instead of the dearest an hour where together they save more (the small bids a box was rented to replace,
     rather than the box)."""
     order = sorted(plan.live, key=lambda i: (i["status"] == "running",
                                              -(float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9)), -i["id"]))
     out = order[:max(0, len(plan.live) - plan.cap)]
-    if plan.interruptible and plan.pending >= 1:
-        return out  # bidding.py: jobs wait (an outbid's backlog): what runs stays until they are done
+    held = plan.interruptible and plan.pending >= 1  # bidding.py: jobs wait (an outbid's backlog): bids stay
     spare = [i for i in order[len(out):] if i["status"] == "running"]
     # with bids, what runs, not what still loads: an instance goes once what replaces it works (bidding.py)
     kept = (sum(plan.jph(i) for i in spare) if plan.interruptible
@@ -467,7 +467,7 @@ def _surplus(plan: _Plan) -> list[dict[str, Any]]:
 
     def let_go(key: Callable[[dict[str, Any]], Any]) -> list[dict[str, Any]]:
         left, gone, rest = kept, [], list(spare)
-        while can_go := [i for i in rest if left - plan.jph(i) >= floor]:
+        while can_go := [i for i in rest if left - plan.jph(i) >= floor and not (held and bidding.is_bid(i))]:
             i = max(can_go, key=key)
             gone.append(i)
             rest.remove(i)
@@ -587,12 +587,17 @@ def _outbid_gap(plan: _Plan, offers: list[dict[str, Any]], short: float) -> tupl
     """The offers a gap may be covered from, and a word for the decision text: with ``policy.interruptible``, bid
     offers only while the gap is within what the outbid instances deliver, plus what clearing their backlog within
     ``bidding.OUTBID_DRAIN`` of the horizon adds (they start again by themselves when the market falls back;
-    bidding.py says why on-demand is not worth renting for that)."""
+    bidding.py says why on-demand is not worth renting for that), unless no bid offer is in reach and what
+    runs is short of the arrivals: the queue would grow for as long as the market stays up, so the gap is
+    covered on-demand, a stopgap ``_surplus`` lets go once the bids cover the need again."""
     outbid = sum(plan.jph(i) for i in plan.outbid)
     sooner = plan.pending / plan.drain_h * (1 - bidding.OUTBID_DRAIN) if plan.outbid else 0.0  # the faster drain's
     if not plan.interruptible or short > outbid + sooner:
         return offers, ""
-    return [o for o in offers if o.get("type") == "bid"], (
+    bids = [o for o in offers if o.get("type") == "bid"]
+    if not bids and plan.capacity < plan.rate:
+        return offers, "; no bid offer in reach and the backlog grows: on-demand until the outbid instances run"
+    return bids, (
         f"; short by no more than the {outbid:.1f} jobs/h the outbid instances deliver once the market falls "
         "back: bid offers only, nothing rented on-demand for it")
 

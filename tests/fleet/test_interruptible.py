@@ -196,10 +196,11 @@ def test_a_bid_dear_per_job_is_swapped_for_cheaper_bids_once_it_has_run_an_hour(
 
 def test_an_outbid_gap_no_bid_offer_covers_is_waited_out_not_rented_on_demand(
         sim: Simulator, sim_server: SimServer, make_app):
-    """Two bids carry the arrivals; one is outbid until the market hour ends (the rule's bid is above
+    """Two bids carry the arrivals and a backlog; one is outbid until the market hour ends (the rule's bid is above
     max_bid_share: kept stopped). The market's only other offers bid above the cap, so they come on-demand. The
-    shortfall is within what the outbid instance delivers, which comes back by itself when the market falls back:
-    the fleet waits it out instead of paying on-demand for it, and the outbid instance runs again."""
+    shortfall is within what the outbid instance delivers, which comes back by itself when the market falls back,
+    and what still runs keeps up with the arrivals (the queue does not grow): the fleet waits it out instead of
+    paying on-demand for it, and the outbid instance runs again."""
     app = make_app(provider="rules", policy={"interruptible": True, "max_bid_share": 0.5, "max_instances": 4,
                                              "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
     sim.market.bid_market = False  # the one outbid is the test's
@@ -211,12 +212,11 @@ def test_an_outbid_gap_no_bid_offer_covers_is_waited_out_not_rented_on_demand(
     mine = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 2})["added"]
     market = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 2})["added"]
     assert all(sim.offers[o]["min_bid"] * 1.05 > 0.5 * sim.offers[o]["dph_total"] for o in market)  # on-demand only
-    post("/_sim/demand", {"pending": 0})
-    post("/_sim/arrivals", {"shape": "constant", "rate": 10.0})  # more than one bid's work, less than two
+    post("/_sim/demand", {"pending": 3})  # while jobs wait, a bid fleet keeps what runs
+    post("/_sim/arrivals", {"shape": "constant", "rate": 5.0})  # well within one bid's work
     bids = _adopt_bids(sim, app, mine, "4")
-    for _ in range(2):
-        sim.advance(300)
-        assert run_tick(app).ok
+    sim.advance(300)
+    assert run_tick(app).ok
     sim.outbid(bids[0])
     back = False
     for _ in range(14):  # the market hour ends within 12 ticks; the instance then starts again by itself
@@ -232,6 +232,54 @@ def test_an_outbid_gap_no_bid_offer_covers_is_waited_out_not_rented_on_demand(
     texts = [e.payload["text"] for e in events_of(app, "model.response")]
     assert any("renting 0 " in t and "the 8.0 jobs/h the outbid instances deliver" in t
                and "nothing rented on-demand" in t for t in texts), texts[-3:]
+
+
+def test_an_outbid_gap_that_lets_the_queue_grow_is_covered_on_demand_until_the_bid_runs_again(
+        sim: Simulator, sim_server: SimServer, make_app):
+    """Two bids carry the arrivals; one is outbid until the market hour ends (kept stopped: the rule's bid is above
+    max_bid_share), and what still runs is short of the arrivals, so the queue grows every tick the fleet waits.
+    No bid offer is in reach: the gap is covered on-demand (bench/interruptible.py's seed 3 waited out an hour at
+    22 of 30 jobs/h). Once the outbid instance runs again, the on-demand cover goes while jobs still wait (the bids
+    clear them), and the bids stay."""
+    app = make_app(provider="rules", policy={"interruptible": True, "max_bid_share": 0.5, "max_instances": 4,
+                                             "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
+    sim.market.bid_market = False
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _post(sim_server.url, path, body)
+
+    post("/_sim/offers", {"withdraw": "all"})
+    mine = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 2})["added"]
+    [market] = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}]})["added"]
+    assert sim.offers[market]["min_bid"] * 1.05 > 0.5 * sim.offers[market]["dph_total"]  # on-demand only
+    post("/_sim/demand", {"pending": 0})
+    post("/_sim/arrivals", {"shape": "constant", "rate": 14.0})  # one bid's work and most of another's
+    bids = _adopt_bids(sim, app, mine, "6")
+    for _ in range(2):
+        sim.advance(300)
+        assert run_tick(app).ok
+    sim.outbid(bids[0])
+    sim.advance(300)
+    assert run_tick(app).ok
+    texts = [e.payload["text"] for e in events_of(app, "model.response")]
+    assert len(rent_puts(sim, market)) == 1, texts[-3:]
+    assert any("no bid offer in reach and the backlog grows: on-demand until the outbid instances run" in t
+               for t in texts), texts[-3:]
+    [cover] = [i for i, inst in sim.instances.items() if inst.get("_offer_id") == market]
+    assert not sim.instances[cover]["is_bid"]
+    for _ in range(14):  # the market hour ends within 12 ticks; the instance then starts again by itself
+        sim.advance(300)
+        back = sim.instances[bids[0]]["actual_status"] == "running"
+        if back:
+            break
+        assert run_tick(app).ok
+        assert cover not in sim.destroyed  # it covers the outbid for as long as it lasts
+    assert back
+    post("/_sim/demand", {"pending": 2})  # jobs still wait: the two bids clear them with the arrivals in the hour
+    assert run_tick(app).ok
+    texts = [e.payload["text"] for e in events_of(app, "model.response")]
+    assert cover in sim.destroyed and not any(i in sim.destroyed for i in bids), texts[-4:]
+    assert len(rent_puts(sim)) == 1, texts[-4:]
 
 
 def test_small_bids_are_swapped_together_for_one_box_when_none_can_be_alone(
