@@ -31,7 +31,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -312,6 +312,7 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
     text = (f"rules provider: {plan.why()}; cap {cap}; "
             + (f"{len(plan.dead)} to replace; " if plan.dead else "")
             + (f"{len(surplus)} surplus to destroy (over {SURPLUS_OVER:g}× need); " if surplus else "")
+            + _held_text(plan, surplus)
             + (f"searching for {short:.1f} jobs/h more (up to {RENT_UP_TO:g}× need)" if short
                else _why_no_rent(plan)) + swap_text + plan.advice)
     return calls, text
@@ -480,6 +481,21 @@ def _surplus(plan: _Plan) -> list[dict[str, Any]]:
     if plan.interruptible:
         ways.append(let_go(lambda i: (float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9), i["id"])))
     return out + max(ways, key=lambda g: sum(float(i["dph"] or 0.0) for i in g))
+
+
+def _held_text(plan: _Plan, surplus: list[dict[str, Any]]) -> str:
+    """With ``policy.interruptible``, the instances an on-demand fleet would let go that ``_surplus`` keeps, and
+    why (bidding.py), for the decision text: an operator who sees the fleet over its need reads what holds it."""
+    starting = [f"#{i['id']}" for i in plan.live if i["status"] != "running"]
+    if not plan.interruptible or not (plan.pending >= 1 or starting):
+        return ""
+    held = [i for i in _surplus(replace(plan, interruptible=False)) if i not in surplus]
+    if not held:
+        return ""
+    why = (f"bids stay while {plan.pending} {'job waits' if plan.pending == 1 else 'jobs wait'}" if plan.pending >= 1
+           else f"nothing running goes while {', '.join(starting)} {'starts' if len(starting) == 1 else 'start'}")
+    ids = ", ".join(f"#{i['id']}" for i in held)
+    return f"{ids} kept over need ({why}); "
 
 
 def _why_no_rent(plan: _Plan) -> str:

@@ -318,6 +318,10 @@ def test_small_bids_are_swapped_together_for_one_box_when_none_can_be_alone(
         if starting:
             loaded += 1
             assert not any(i in sim.destroyed for i in old), "let go while the box still loads"
+            text = [e.payload["text"] for e in events_of(app, "model.response")][-1]
+            if loaded >= 2:  # the decision names what it keeps over the need, and for what
+                assert "kept over need (nothing running goes while #" in text and all(
+                    f"#{i}" in text for i in old), text
         if all(i in sim.destroyed for i in old):
             break
     assert loaded >= 2  # the premise: ticks ran while the box loaded
@@ -353,6 +357,7 @@ def test_a_bid_fleet_keeps_what_runs_while_jobs_wait_and_trims_once_the_backlog_
     assert run_tick(app).ok
     texts = [e.payload["text"] for e in events_of(app, "model.response")]
     assert "+ 2 pending over 1h" in texts[0], texts
+    assert "kept over need (bids stay while 2 jobs wait)" in texts[0], texts  # what an operator sees holds them
     assert all(i in sim.instances for i in bids) and not any(i in sim.destroyed for i in bids), texts
     for _ in range(3):  # 32 jobs/h for 16 arriving: the two are done within a tick, then the surplus goes
         sim.advance(300)
