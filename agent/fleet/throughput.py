@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.config import Settings
-from agent.model import loading
+from agent.model import bidding, loading
 
 WINDOW_TICKS = 48
 """Recent observations learned from (4 h at the default 5-minute interval)."""
@@ -244,9 +244,10 @@ def _dead(i: Mapping[str, Any], stuck_after: float) -> bool:
 def fleet_need(obs: Mapping[str, Any], tp: Throughput, *, drain_h: float, tick_h: float,
                stuck_after: float, loading_limit: float | None = None,
                rented: Mapping[int, float] | None = None, barred: Mapping[int, str] | None = None,
-               destroys: Iterable[int] = ()) -> dict[str, Any] | None:
+               destroys: Iterable[int] = (), interruptible: bool = False) -> dict[str, Any] | None:
     """What the fleet must deliver now against what ours deliver, sized as the rules provider sizes it: the
-    arrivals plus the backlog cleared within ``drain_h`` hours, in jobs an hour, against the jobs an hour of our
+    arrivals plus the backlog cleared within ``drain_h`` hours (a bid fleet's sooner while it has a backlog or an
+    instance outbid, ``interruptible``: agent.model.bidding.drain_hours), in jobs an hour, against the jobs an hour of our
     instances that run or are starting (not one still loading ``loading_limit`` s after its rent at ``rented``,
     ``agent.model.loading``; each GPU model's rate from ``tp``); None without a demand reading.
 
@@ -273,6 +274,8 @@ def fleet_need(obs: Mapping[str, Any], tp: Throughput, *, drain_h: float, tick_h
 
     now = float(obs.get("time") or 0.0)
     capacity = sum(jph(i) for i in live if not loading.slow_loading(i, now, loading_limit, rented or {}))
+    drain_h = bidding.drain_hours(drain_h, interruptible=interruptible, outbid=any(bidding.is_outbid(i) for i in ours),
+                                  pending=pending, capacity=capacity, tick_h=tick_h)
     need = rate + pending / drain_h
     gap = need - capacity if capacity < RENT_BELOW * need else 0.0
     surplus: list[int] = []

@@ -176,11 +176,12 @@ class RulesProvider:
         d = obs.get("demand") or {}
         pending = d.get("pending") or 0
         rate = d.get("arrival_rate_per_h") or 0.0
-        drain_h = float(s.policy.drain_within) / 3600.0
         capacity = sum(tp.per_instance(str(i["gpu_name"]), i.get("num_gpus")) for i in live if i not in slow)
+        tick_h = float(s.schedule.interval) / 3600.0
+        full_h = float(s.policy.drain_within) / 3600.0
+        drain_h = bidding.drain_hours(full_h, interruptible=s.policy.interruptible, outbid=bool(outbid),
+                                      pending=pending, capacity=capacity, tick_h=tick_h)  # bids: a backlog sooner
         # Without a demand reading the fleet stays as it is: what it delivers now is what it must.
-        if s.policy.interruptible and outbid:  # bidding.py: the backlog an outbid piles up is cleared sooner
-            drain_h *= bidding.OUTBID_DRAIN
         need = rate + pending / drain_h if d else capacity
         log = self.app.log
         hour_ago = utc_ts(log.clock() - timedelta(hours=1))  # as the policy counts them (refusals, outbids not)
@@ -191,11 +192,10 @@ class RulesProvider:
         held = isinstance(credit, int | float) and credit <= s.policy.credit_reserve
         # While a backlog waits every running instance is busy, each job at its own $/job: one is surplus
         # only if the rest would also clear the backlog before the next tick, i.e. it would sit idle.
-        tick_h = float(s.schedule.interval) / 3600.0
         keep = _keep(need, rate, pending, capacity, tick_h) if d else capacity
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
                      rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending,
-                     outbid, s.policy.interruptible, barred, slow, limit)
+                     outbid, s.policy.interruptible, barred, slow, limit, drain_h < full_h)
 
 
 def _advice_text(advice: tuple[str, ...]) -> str:
@@ -263,6 +263,7 @@ class _Plan:
     barred: dict[int, str] = field(default_factory=dict)  # ending: id -> why its GPU model is no longer allowed
     slow: tuple[dict[str, Any], ...] = ()  # live but loading past loading_limit: not capacity until it runs
     loading_limit: float | None = None  # s after the rent: loading.loading_limit of the recent observations
+    drain_sooner: bool = False  # drain_h is bidding.BID_DRAIN of policy.drain_within (bidding.drain_hours)
 
     def jph(self, i: dict[str, Any]) -> float:
         return self.tp.per_instance(str(i["gpu_name"]), i.get("num_gpus"))
@@ -601,18 +602,24 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
 
 def _outbid_gap(plan: _Plan, offers: list[dict[str, Any]], short: float) -> tuple[list[dict[str, Any]], str]:
     """The offers a gap may be covered from, and a word for the decision text: with ``policy.interruptible``, bid
-    offers only while the gap is within what the outbid instances deliver, plus what clearing their backlog within
-    ``bidding.OUTBID_DRAIN`` of the horizon adds (they start again by themselves when the market falls back;
-    bidding.py says why on-demand is not worth renting for that), unless no bid offer is in reach and what
-    runs is short of the arrivals: the queue would grow for as long as the market stays up, so the gap is
-    covered on-demand, a stopgap ``_surplus`` lets go once the bids cover the need again."""
+    offers only while the gap is within what the outbid instances deliver plus what clearing the backlog within
+    ``bidding.BID_DRAIN`` of the horizon adds (outbid instances start again by themselves when the market falls
+    back, and bidding.py says why on-demand is not worth renting for that; the sooner drain is worth a bid's
+    price, not on-demand's), unless no bid offer is in reach and what runs is short of the arrivals: the queue
+    would grow for as long as the market stays up, so the gap is covered on-demand, a stopgap ``_surplus`` lets
+    go once the bids cover the need again."""
+    if not plan.interruptible:
+        return offers, ""
     outbid = sum(plan.jph(i) for i in plan.outbid)
-    sooner = plan.pending / plan.drain_h * (1 - bidding.OUTBID_DRAIN) if plan.outbid else 0.0  # the faster drain's
-    if not plan.interruptible or short > outbid + sooner:
+    sooner = plan.pending / plan.drain_h * (1 - bidding.BID_DRAIN) if plan.drain_sooner else 0.0  # what it adds
+    if short > outbid + sooner:
         return offers, ""
     bids = [o for o in offers if o.get("type") == "bid"]
     if not bids and plan.capacity < plan.rate:
         return offers, "; no bid offer in reach and the backlog grows: on-demand until the outbid instances run"
+    if not plan.outbid:
+        return bids, (f"; short by no more than the {sooner:.1f} jobs/h clearing the backlog within "
+                      f"{plan.drain_h * 60:.0f} min adds: bid offers only")
     return bids, (
         f"; short by no more than the {outbid:.1f} jobs/h the outbid instances deliver once the market falls "
         "back: bid offers only, nothing rented on-demand for it")

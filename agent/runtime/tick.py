@@ -181,6 +181,7 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
     s = app.settings
     limit, rented = loading.of_log(app.log, [*history, obs])
     obs["need"] = throughput.fleet_need(obs, tp, drain_h=float(s.policy.drain_within) / 3600.0,
+                                        interruptible=s.policy.interruptible,
                                         tick_h=float(s.schedule.interval) / 3600.0,
                                         stuck_after=float(s.alerts.stuck_after), loading_limit=limit, rented=rented,
                                         barred=barred, destroys=destroys or ())

@@ -4,6 +4,7 @@ an outbid bid fleet is sized as an on-demand one is."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -47,6 +48,25 @@ def _adopt_bids(sim: Simulator, app: Any, offers: list[int], tag: str) -> list[i
         app.log.append("instance.adopted", {"instance_id": out[-1], "label": label, "idem_key": key, "dph": price},
                        "system")
     return out
+
+
+def _two_bid_offers_and_one_on_demand(sim: Simulator, sim_server: SimServer, make_app: Any) -> tuple[
+        Any, Callable[[str, dict[str, Any]], dict[str, Any]], list[int], int]:
+    """A bid fleet (max_bid_share 0.5, RTX 4090 at 8 jobs/h) on a market of two RTX 4090 offers for its bids and one
+    whose min_bid is above the cap (on-demand only), the bid market still: the app, a POST to the simulator's admin
+    endpoints, the two offers and the on-demand one."""
+    app = make_app(provider="rules", policy={"interruptible": True, "max_bid_share": 0.5, "max_instances": 4,
+                                             "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
+    sim.market.bid_market = False
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _post(sim_server.url, path, body)
+
+    post("/_sim/offers", {"withdraw": "all"})
+    mine = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 2})["added"]
+    [market] = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}]})["added"]
+    assert sim.offers[market]["min_bid"] * 1.05 > 0.5 * sim.offers[market]["dph_total"]  # on-demand only
+    return app, post, mine, market
 
 
 def test_interruptible_is_off_by_default(sim: Simulator, make_app, fake_model):
@@ -241,17 +261,7 @@ def test_an_outbid_gap_that_lets_the_queue_grow_is_covered_on_demand_until_the_b
     No bid offer is in reach: the gap is covered on-demand (bench/interruptible.py's seed 3 waited out an hour at
     22 of 30 jobs/h). Once the outbid instance runs again, the on-demand cover goes while jobs still wait (the bids
     clear them), and the bids stay."""
-    app = make_app(provider="rules", policy={"interruptible": True, "max_bid_share": 0.5, "max_instances": 4,
-                                             "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
-    sim.market.bid_market = False
-
-    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return _post(sim_server.url, path, body)
-
-    post("/_sim/offers", {"withdraw": "all"})
-    mine = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 2})["added"]
-    [market] = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}]})["added"]
-    assert sim.offers[market]["min_bid"] * 1.05 > 0.5 * sim.offers[market]["dph_total"]  # on-demand only
+    app, post, mine, market = _two_bid_offers_and_one_on_demand(sim, sim_server, make_app)
     post("/_sim/demand", {"pending": 0})
     post("/_sim/arrivals", {"shape": "constant", "rate": 14.0})  # one bid's work and most of another's
     bids = _adopt_bids(sim, app, mine, "6")
@@ -363,3 +373,31 @@ def test_a_bid_fleet_keeps_what_runs_while_jobs_wait_and_trims_once_the_backlog_
         sim.advance(300)
         assert run_tick(app).ok
     assert sum(i in sim.destroyed for i in bids) == 2, [e.payload["text"] for e in events_of(app, "model.response")]
+
+
+def test_a_bid_fleet_clears_a_backlog_within_a_quarter_of_the_horizon_from_bid_offers_only(
+        sim: Simulator, sim_server: SimServer, make_app):
+    """A job or two that the fleet finishes within a tick is no backlog: sized on policy.drain_within (an hour) as an
+    on-demand fleet is. More waiting than that, a bid fleet clears it within a quarter of the hour, for the rules
+    provider and in the observation the model reads (bidding.drain_hours: bench/interruptible.py's first hour
+    waited half as long). What the sooner drain adds is covered with bids only: on-demand is not worth it for that,
+    so with only on-demand offers listed nothing is rented while what runs keeps up with the arrivals."""
+    app, post, mine, market = _two_bid_offers_and_one_on_demand(sim, sim_server, make_app)
+    post("/_sim/arrivals", {"shape": "constant", "rate": 10.0})
+    bids = _adopt_bids(sim, app, mine, "7")
+    for _ in range(6):  # no tick meanwhile: the fleet is as the test set it
+        if all(sim.instances[i]["actual_status"] == "running" for i in bids):
+            break
+        sim.advance(300)
+    post("/_sim/demand", {"pending": 1})  # 16 jobs/h finish more than one within a 5-minute tick
+    assert run_tick(app).ok
+    post("/_sim/demand", {"pending": 6})
+    assert run_tick(app).ok
+    texts = [e.payload["text"] for e in events_of(app, "model.response")]
+    assert "(arriving ~10/h + 1 pending over 1h)" in texts[0], texts
+    assert any("need 34.0 jobs/h (arriving ~10/h + 6 pending over 0.25h)" in t for t in texts), texts
+    need = events_of(app, "tick.started")[-1].payload["observation"]["need"]
+    assert need["drain_h"] == 0.25 and need["jobs_per_h"] == 34.0, need
+    assert any("short by no more than the 18.0 jobs/h clearing the backlog within 15 min adds: bid offers only" in t
+               for t in texts), texts
+    assert not rent_puts(sim, market)
