@@ -30,8 +30,8 @@ min_bid +5 %, capped at ``policy.max_bid_share`` of the on-demand price). Around
   observation's ``need`` says the same to a model) while an instance is outbid or more jobs wait than the fleet
   finishes within a tick (``drain_hours``). Capacity bought for a backlog costs a bid's price and goes
   once the queue is dry (billed by the second), and the jobs that piled up while the fleet started, or before an
-  outbid's cover ran, would otherwise wait behind the arrivals for most of the hour. While an instance is outbid,
-  what the shorter horizon adds to the shortfall is covered with bids only, as below (``_outbid_gap``). First only
+  outbid's cover ran, would otherwise wait behind the arrivals for most of the hour. What the shorter horizon
+  adds to the shortfall is covered with bids only (rules.py ``_outbid_gap``), as an outbid's gap is below. First only
   while an instance was outbid; for every backlog since, bench/interruptible.py's bid arm (seeds 0-31) waits 1.07
   min on average instead of 1.19 (on-demand: 1.07), and saves 36.0 % instead of 36.2 % (the first hour's wait
   0.50 -> 0.35 min, for 2.6 more rents in 12 h). Standing capacity kept above the need for the outbid rate seen

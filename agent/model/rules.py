@@ -615,7 +615,7 @@ def _outbid_gap(plan: _Plan, offers: list[dict[str, Any]], short: float) -> tupl
     if short > outbid + sooner:
         return offers, ""
     bids = [o for o in offers if o.get("type") == "bid"]
-    if not bids and plan.capacity < plan.rate:
+    if not bids and plan.outbid and plan.capacity < plan.rate:
         return offers, "; no bid offer in reach and the backlog grows: on-demand until the outbid instances run"
     if not plan.outbid:
         return bids, (f"; short by no more than the {sooner:.1f} jobs/h clearing the backlog within "
