@@ -446,10 +446,13 @@ class PolicySettings:
     # A host's price increase on a running instance is accepted up to this share (0.15 = +15 %); above it
     # it is rejected and the instance replaced.
     max_price_increase: StrictFloat = 0.15
-    # Offers whose contract would end within this many hours are not shown nor rented, and instances whose
-    # contract ends this soon no longer count as capacity, so they are replaced ahead of time
-    # (agent/fleet/contracts.py); vast.ai stops an instance for good at its end date. 0: off.
+    # Offers whose contract would end within this many hours are not shown nor rented, and the observation
+    # shows an instance's end (contract or maintenance window) once it is this near (agent/fleet/contracts.py);
+    # vast.ai stops an instance for good at its end date. 0: off.
     contract_min_hours: StrictFloat = 24.0
+    # An instance facing its end keeps working until this many hours before it; then it stops counting as
+    # capacity (its replacement is rented) and is drained (agent/fleet/drain.py). Never under two ticks.
+    retire_ahead_hours: StrictFloat = 1.0
     # Jobs an hour one GPU delivers, assumed until the fleet's own instances have shown what a model
     # delivers (agent/fleet/throughput.py); per GPU model where known, else the one figure.
     jobs_per_hour: StrictFloat = 8.0
@@ -579,6 +582,14 @@ class Settings:
     source_path: str | None = field(default=None, compare=False, metadata={"internal": True})
 
     # -------------------------------------------------------------- derived
+
+    def retire_ahead_s(self) -> float:
+        """How long before an instance stops working (its contract's end, its machine's maintenance window) it is
+        drained and its replacement rented: ``policy.retire_ahead_hours``, never under two ticks (one sees it
+        coming and rents, the next rents again should that start fail) nor beyond ``policy.contract_min_hours``
+        (0: ends are not looked at)."""
+        horizon = float(self.policy.contract_min_hours) * 3600.0
+        return min(horizon, max(float(self.policy.retire_ahead_hours) * 3600.0, 2.0 * float(self.schedule.interval)))
 
     @property
     def base_dir(self) -> Path:
@@ -1081,6 +1092,9 @@ def _check_throughput(p: PolicySettings, loc: _Lines) -> None:
     if float(p.drain_within) < 60:
         raise loc.error("policy.drain_within", f"must be at least 1m (got {float(p.drain_within):g}s); the "
                         "backlog is planned to be cleared within this long, e.g. 1h")
+    if not p.retire_ahead_hours > 0:
+        raise loc.error("policy.retire_ahead_hours", f"must be above 0 (got {p.retire_ahead_hours:g}); the hours "
+                        "before an instance's end that its replacement is rented and it is drained, e.g. 1")
 
 
 def _check_limits(s: Settings, loc: _Lines) -> None:

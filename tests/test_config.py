@@ -87,6 +87,7 @@ def test_unknown_key_suggests_the_right_one(text, hint):
     ("model:\n  provider: gpt\n", "config.yaml:2: model.provider: expected one of 'openai', 'rules', got 'gpt'"),
     ("schedule:\n  cron: '*/5 * * *'\n", "config.yaml:2: schedule.cron: '*/5 * * *' is not a valid cron expression"),
     ("alerts:\n  repeat_after: 10s\n", "config.yaml:2: alerts.repeat_after: must be at least 1m (got 10s)"),
+    ("policy:\n  retire_ahead_hours: 0\n", "config.yaml:2: policy.retire_ahead_hours: must be above 0 (got 0)"),
 ])
 def test_wrong_types_and_values_are_refused(text, fragment):
     """A value of the wrong type or out of range names the key, its line and what was expected."""

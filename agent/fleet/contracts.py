@@ -1,9 +1,9 @@
 """Contract end dates: every vast.ai offer runs until its host's listing ends (``duration``, seconds from now)
 and a contract rented from it ends then (the instance's ``end_date``). At that date vast.ai stops the instance
-for good: it can never start again, and its disk bills storage until destroyed. The fleet neither rents an
-offer that ends within ``policy.contract_min_hours`` nor counts an instance ending that soon as capacity. A host's
-maintenance window takes the machine down for hours: an instance whose window starts within the horizon is
-treated as ending then.
+for good: it can never start again, and its disk bills storage until destroyed. The fleet rents no offer that
+ends within ``policy.contract_min_hours``, and an instance ending within ``policy.retire_ahead_hours`` is retired:
+it no longer counts as capacity (its replacement is rented) and is drained. A host's maintenance window takes the
+machine down for hours: an instance whose window starts first is treated as ending then.
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ from agent import logsetup
 from agent.clients.vast import Instance, Offer, VastClient, VastError
 
 log_ = logsetup.get_logger(__name__)
+
+
+def retiring(left: float | None, settings: Any) -> bool:
+    """An instance with ``left`` seconds to run is being retired: drained, and replaced (``Settings.retire_ahead_s``).
+    Until then it works and counts as capacity, however near its end the observation shows it."""
+    return left is not None and left < settings.retire_ahead_s()
 
 
 def horizon_s(policy: Any) -> float:

@@ -1,9 +1,11 @@
 """Drain first: an instance being retired finishes its job before it goes.
 
-An instance of ours is being retired when it will stop working within ``policy.contract_min_hours``: its contract
-ends (vast.ai stops it for good) or its machine's next maintenance window starts (the host takes the machine down
-for hours; ``GET /machines/maintenances``). Its replacement is rented ahead of time (the instance no longer
-counts as capacity, agent/model/rules.py). The tick, whatever the model provider:
+An instance of ours is being retired when it will stop working within ``policy.retire_ahead_hours`` (never under
+two ticks): its contract ends (vast.ai stops it for good) or its machine's next maintenance window starts (the host
+takes the machine down for hours; ``GET /machines/maintenances``). Until then it works as any other: a window
+announced a day ahead does not cost the fleet a day of a machine it chose for its price. Its replacement is
+rented ahead of time (the instance no longer counts as capacity, agent/model/rules.py). The tick, whatever the
+model provider:
 
 1. labels it ``<label>-draining`` (``system.drain``): the workers finish the job in hand and take no new one;
 2. destroys it once it is idle (GPU utilisation under ``IDLE_UTIL`` %, or not running at all), or ``FINAL_S``
@@ -61,14 +63,13 @@ def drain(ctx: ToolContext, now: float, *, dry_run: bool) -> list[Outcome]:
     """Label the instances of ours being retired, and destroy the drained ones. Returns the destroys' outcomes."""
     if steering.paused(ctx.log) is not None:
         return []
-    policy = ctx.settings.policy
     labelled_dry = {int(e.payload["instance_id"]) for e in ctx.log.read(0, kinds=["system.drain"])
                     if e.payload.get("dry_run")}
     done = _destroyed(ctx)
     outcomes: list[Outcome] = []
     for inst in sorted(ctx.ours(), key=lambda i: i.id):
         left = contracts.instance_left(inst, now)
-        if left is None or not contracts.too_short(left, policy) or inst.actual_status in GONE or inst.id in done:
+        if left is None or not contracts.retiring(left, ctx.settings) or inst.actual_status in GONE or inst.id in done:
             continue
         reason = why(inst, left)
         if not draining(inst.label):

@@ -17,8 +17,8 @@ longer allow as one whose contract ends (below), and destroy it while short once
 they allow and nothing of ours is starting (no replacement is coming); destroy an instance the rest
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
-offers cover that for under half its $/h; an instance whose contract ends within
-``policy.contract_min_hours`` stops counting as capacity (so its replacement is rented) and is destroyed once
+offers cover that for under half its $/h; an instance whose contract ends (or machine's maintenance starts)
+within ``policy.retire_ahead_hours`` stops counting as capacity (so its replacement is rented) and is destroyed once
 the running rest cover the need; at the instance cap no replacement fits, so it runs to its end date and is
 replaced once vast.ai stops it. It answers through the same tool calls a model would, so every
 guardrail, event and replay path is exercised the same way. Used by the demo
@@ -170,7 +170,7 @@ class RulesProvider:
         # a GPU model the operators no longer allow: replaced like an instance whose contract ends, not dropped
         # before its replacement runs (that would only make the jobs wait)
         barred = {i["id"]: why for i in live if (why := view.offer_refusal(str(i["gpu_name"]), 0.0, None))}
-        ending = tuple(i for i in live if i["id"] in barred or i in _ending(live))
+        ending = tuple(i for i in live if i["id"] in barred or i in _ending(live, s.retire_ahead_s()))
         live = [i for i in live if i not in ending]
         tp = _Rates.of(obs, s.policy.jobs_per_hour, s.policy.jobs_per_hour_by_gpu)
         d = obs.get("demand") or {}
@@ -257,7 +257,7 @@ class _Plan:
     advice: str = ""  # operator advice the rules cannot parse, for the decision text
     credit_held: bool = False  # credit at or below policy.credit_reserve: no rent until a top-up
     keep: float = 0.0  # jobs/h below which nothing is surplus: arrivals plus the backlog cleared by the next tick
-    ending: tuple[dict[str, Any], ...] = ()  # contracts ending within policy.contract_min_hours: not capacity
+    ending: tuple[dict[str, Any], ...] = ()  # ending within policy.retire_ahead_hours: not capacity
     outbid: tuple[dict[str, Any], ...] = ()  # outbid, kept until the market falls back: not capacity, not dead
     interruptible: bool = False  # policy.interruptible: bids cover gaps and replace old dear instances
     barred: dict[int, str] = field(default_factory=dict)  # ending: id -> why its GPU model is no longer allowed
@@ -339,11 +339,13 @@ def _sizing_search() -> dict[str, Any]:
     return {"limit": 25, "order": "per_job", "max_gpus": MAX_GPUS}
 
 
-def _ending(live: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
-    """Instances whose contract ends soon: the observation gives them ``ends_s`` only within
-    policy.contract_min_hours. vast.ai stops them for good at that date, so they stop counting as capacity (a
-    replacement is rented) and stay until ``_retire`` lets them go."""
-    return tuple(i for i in live if isinstance(i.get("ends_s"), int | float))
+def _ending(live: list[dict[str, Any]], ahead_s: float) -> tuple[dict[str, Any], ...]:
+    """Instances being retired: their ``ends_s`` (shown within policy.contract_min_hours) is under ``ahead_s``
+    (``Settings.retire_ahead_s``). vast.ai stops them at that date (for good, or for the maintenance window's
+    hours), so they stop counting as capacity (a replacement is rented) and stay until ``_retire`` lets them go.
+    Before that they work and count: a window announced a day ahead costs no day of a machine rented for its
+    price."""
+    return tuple(i for i in live if isinstance(i.get("ends_s"), int | float) and float(i["ends_s"]) < ahead_s)
 
 
 def _retire(plan: _Plan) -> list[tuple[dict[str, Any], str]]:

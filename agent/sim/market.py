@@ -25,7 +25,8 @@ again by itself once its bid holds the GPU again (the market falls back, or its 
 The market can be changed from outside (agent/sim/admin.py): an offer's or a GPU model's price set
 or multiplied (`set_price`; instances already rented keep the price they were rented at, as on
 vast.ai), offers withdrawn and brought back or new ones listed (`withdraw`, `restore`, `add_offer`),
-and a host taken offline, which withdraws its offers until it is back (`offline_hosts`).
+and a host taken offline, which withdraws its offers until it is back (`offline_hosts`), as a machine in a
+maintenance window does its own (`down_machines`).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class Market:
         self.bad_hosts: dict[int, str] = {}
         self.withdrawn: set[int] = set()  # offers taken off the market (still known, so they can return)
         self.offline_hosts: set[int] = set()  # hosts down: none of their offers is listed or rentable
+        self.down_machines: set[int] = set()  # machines in a maintenance window: nor theirs, until it is over
         self._build(seed)
         self._host_prices(seed)
         self._list_price = {oid: o["dph_base"] for oid, o in self.offers.items()}
@@ -111,7 +113,10 @@ class Market:
 
     def listed(self, offer: dict[str, Any]) -> bool:
         """On the market now: not rented, not withdrawn, its host up."""
-        return not offer["rented"] and offer["id"] not in self.withdrawn and offer["host_id"] not in self.offline_hosts
+        return not offer["rented"] and offer["id"] not in self.withdrawn and not self._down(offer)
+
+    def _down(self, offer: dict[str, Any]) -> bool:
+        return offer["host_id"] in self.offline_hosts or offer.get("machine_id") in self.down_machines
 
     def set_price(self, dph: float | None = None, multiplier: float | None = None, *,
                   offer_id: int | None = None, gpu_name: str | None = None) -> list[int]:
@@ -304,7 +309,7 @@ class Market:
     def check_rent(self, offer_id: int, body: dict[str, Any], now: float | None = None) -> dict[str, Any]:
         """The offer `body` may rent: image, disk and bid price checked; ApiError (404, 410, 400) if not."""
         offer = self.offers.get(offer_id)
-        if offer is None or offer_id in self.withdrawn or offer["host_id"] in self.offline_hosts:
+        if offer is None or offer_id in self.withdrawn or self._down(offer):
             raise ApiError(404, "no_such_ask", f"Instance type by id {offer_id} is not available.")
         if offer["rented"]:
             raise ApiError(410, "no_such_ask", f"Offer {offer_id} is no longer available: already rented.")

@@ -211,7 +211,7 @@ class Simulator:
     def _maintenance_step(self, t: float, end: float) -> None:
         """Hosts announce maintenance windows on machines running our instances (``realism.maintenance`` per
         machine per day, 6-72 h ahead, 1-8 h long); at a window's start the machine goes down: its instances
-        go offline."""
+        go offline, and until its end its offers are neither listed nor rentable."""
         rate = 0.0 if self.quick else self.realism.maintenance
         machines = sorted({int(i["machine_id"]) for i in self.instances.values()
                            if i["actual_status"] not in ("exited", "offline")})
@@ -230,6 +230,8 @@ class Simulator:
                     instances.force_status(inst, "offline", "host machine is down for scheduled maintenance "
                                            f"({w['maintenance_category']}, {w['duration_hours']:.1f} h)",
                                            w["start_time"])
+        self.market.down_machines = {w["machine_id"] for w in self.maintenances
+                                     if w["_applied"] and w["end_time"] > end}
 
     def next_maintenance(self, machine_id: int, now: float) -> dict[str, Any] | None:
         """The machine's next maintenance window not over at ``now`` (the earliest), or None."""

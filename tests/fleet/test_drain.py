@@ -1,5 +1,5 @@
 """Drain first (agent/fleet/drain.py): an instance of ours whose contract ends or whose machine goes into
-maintenance within policy.contract_min_hours is labelled ``<label>-draining`` (the simulator's workers finish the
+maintenance within policy.retire_ahead_hours (it works on until then) is labelled ``<label>-draining`` (the simulator's workers finish the
 job in hand and take no new one), then destroyed once idle, or 30 min before it would stop even while busy; a dry
 run labels nothing and logs it once. Whatever the model does (here: nothing). Real HTTP against the simulator."""
 
@@ -33,9 +33,13 @@ def test_an_ending_instance_is_labelled_finishes_its_job_and_goes_once_idle(make
     app = make_app()
     a, b = _two(app, sim)
     sim.instances[a]["end_date"] = sim.now() + 6 * 3600.0
-    _tick(app, sim, sim_clock, 1.0)
+    work = sim.instances[a]["_jobs"]
+    _tick(app, sim, sim_clock, 5 * 3600.0 + 60.0)
+    assert not events_of(app, "system.drain") and not sim.instances[a]["label"].endswith(drain.DRAINING)
+    assert sim.instances[a]["_jobs"] > work + 10  # it worked the 5 h as any other
+    _tick(app, sim, sim_clock, 1.0)  # under policy.retire_ahead_hours (1 h) left now
     [e] = events_of(app, "system.drain")
-    assert e.payload["instance_id"] == a and e.payload["ok"] and "contract ends in 6 h" in e.payload["reason"]
+    assert e.payload["instance_id"] == a and e.payload["ok"] and "contract ends in 59 min" in e.payload["reason"]
     label = sim.instances[a]["label"]
     assert label.endswith(drain.DRAINING) and not sim.instances[b]["label"].endswith(drain.DRAINING)
     assert a in sim.instances  # busy with its job: not destroyed yet
@@ -73,7 +77,7 @@ def test_a_busy_draining_instance_goes_thirty_minutes_before_its_end(make_app, s
 def test_a_dry_run_labels_nothing_and_logs_it_once(make_app, sim, sim_clock):
     app = make_app(policy={"dry_run": True})
     a, _ = _two(app, sim)
-    sim.instances[a]["end_date"] = sim.now() + 6 * 3600.0
+    sim.instances[a]["end_date"] = sim.now() + 50 * 60.0
     before = len(mutating_requests(sim))
     for _ in range(3):
         _tick(app, sim, sim_clock)

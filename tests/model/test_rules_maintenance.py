@@ -1,6 +1,7 @@
-"""A host's maintenance window announced ahead: the instance on that machine stops counting as capacity once the
-window starts within ``policy.contract_min_hours`` (as a contract's end does), its replacement is rented, and it is
-drained (no new work) and destroyed before the machine goes down. Against the real simulator over HTTP."""
+"""A host's maintenance window announced ahead: the observation shows it once the window starts within
+``policy.contract_min_hours``; the instance on that machine works on until ``policy.retire_ahead_hours`` before it,
+then stops counting as capacity (as one whose contract ends does), its replacement is rented, and it is drained (no
+new work) and destroyed before the machine goes down. Against the real simulator over HTTP."""
 
 from __future__ import annotations
 
@@ -41,11 +42,21 @@ def test_an_instance_facing_maintenance_is_replaced_and_drained_before_the_machi
     rec = next(i for i in first["instances"] if i["id"] == old)
     assert 4 * 3600 < rec["ends_s"] <= 5 * 3600  # the window's start, within the horizon (24 h)
     assert all(i["ends_s"] is None for i in first["instances"] if i["id"] != old and i["ours"])
+
+    def busy(n: int) -> None:  # a backlog the whole fleet works on: nothing is surplus
+        for _ in range(n):
+            sim.pending = max(sim.pending, 400.0)
+            _ticks(app, sim, sim_clock, 1)
+
+    busy(47)  # 4 h: the machine is a good one until its window, so it works on
+    assert not [e for e in events_of(app, "system.drain") if e.payload["instance_id"] == old]
+    assert sim.instances[old]["actual_status"] == "running" and not sim.instances[old]["label"].endswith("-draining")
+    busy(2)  # within the hour before the window
     [drained] = [e for e in events_of(app, "system.drain") if e.payload["instance_id"] == old]
     assert drained.payload["ok"] and drained.payload["label"].endswith("-draining")
-    assert "maintenance starts in" in drained.payload["reason"]
+    assert "maintenance starts in" in drained.payload["reason"] and drained.payload["reason"].endswith(" min")
     assert sim.instances[old]["label"] == drained.payload["label"]  # the workers read it: no new job
-    _ticks(app, sim, sim_clock, 12)
+    busy(12)
     destroys = [e for e in events_of(app, "system.destroy") if e.payload["instance_id"] == old]
     assert len(destroys) == 1 and destroys[0].payload["status"] == "draining", destroys
     assert destroys[0].payload["reason"].startswith("drained: its machine's maintenance starts in")

@@ -318,8 +318,9 @@ def test_an_instance_mostly_idle_is_replaced_by_a_cheaper_cover_or_kept():
 
 def test_an_instance_whose_contract_ends_soon_is_replaced_ahead_of_time(make_app, sim, sim_clock):
     """An instance of ours whose contract ends in 5 h (within policy.contract_min_hours, 24 h by default): the
-    observation says so, it stops counting as capacity (its replacement is rented), and it is drained and
-    destroyed once idle, before vast.ai would stop it for good."""
+    observation says so at once, but it keeps working until policy.retire_ahead_hours (1 h) before its end; then it
+    stops counting as capacity (its replacement is rented), and it is drained and destroyed once idle, before
+    vast.ai would stop it for good."""
     sim.pending = 300.0
     app = make_app(provider="rules", policy=ROOMY, fleet=FLEET)
     _ticks(app, sim, sim_clock, 4)
@@ -334,11 +335,25 @@ def test_an_instance_whose_contract_ends_soon_is_replaced_ahead_of_time(make_app
     assert 4 * 3600 < rec["ends_s"] <= 5 * 3600
     assert f"#{old} " in ev.render(first)["content"] and "contract ends in 5 h" in ev.render(first)["content"]
     assert all(i["ends_s"] is None for i in first.payload["observation"]["instances"] if i["id"] != old)
-    _ticks(app, sim, sim_clock, 36)  # three hours: well before the end date
+    end = sim.instances[old]["end_date"]
+
+    def busy(n: int) -> None:  # a backlog the whole fleet works on: nothing is surplus
+        for _ in range(n):
+            sim.pending = max(sim.pending, 300.0)
+            _ticks(app, sim, sim_clock, 1)
+
+    busy(36)  # three hours: 2 h still to run, it works on
+    assert not [e for e in events_of(app, "system.drain") if e.payload["instance_id"] == old]
+    assert sim.instances[old]["actual_status"] == "running" and not sim.instances[old]["label"].endswith("-draining")
+    jobs = sim.instances[old]["_jobs"]
+    busy(18)  # 90 min more: under 1 h left from the 13th
     # drained first (agent/fleet/drain.py): labelled, no new work, destroyed by the tick once idle
+    [drain] = [e for e in events_of(app, "system.drain") if e.payload["instance_id"] == old]
+    assert drain.payload["reason"].startswith("its contract ends in") and drain.payload["reason"].endswith(" min")
     reasons = [e.payload["reason"] for e in events_of(app, "system.destroy") if e.payload["instance_id"] == old]
     assert len(reasons) == 1 and reasons[0].startswith("drained: its contract ends in"), reasons
-    assert old not in sim.instances
+    assert old not in sim.instances and sim.destroyed[old]["_destroyed_at"] < end
+    assert sim.destroyed[old]["_jobs"] > jobs  # it kept working into its last hour
     assert any(i["actual_status"] == "running" for i in _ours(sim))
 
 
@@ -351,8 +366,9 @@ def test_retire_waits_for_the_running_rest_to_cover_the_need():
         live = [{**other, "status": status}]
         return rules._Plan(banned=set(), avoid=set(), cap=8, dead=[], live=live, pending=0, rate=8.0, need=8.0,
                            capacity=8.0, drain_h=1.0, tp=rates, flapping=set(), rents_left=6, max_dph=12.0,
-                           ending=rules._ending([ending, *live]))
+                           ending=rules._ending([ending, *live], 3 * 3600.0))
 
+    assert rules._ending([ending, other], 3600.0) == ()  # 2 h left, retired from 1 h: it still counts
     assert rules._retire(plan("loading")) == []  # the replacement is not running yet: keep the old one
     [(i, why)] = rules._retire(plan("running"))
     assert i["id"] == 1 and why.startswith("retire: its contract ends in 2.0 h")

@@ -192,8 +192,20 @@ def test_maintenance_windows_are_listed_ahead_and_take_the_machine_down(
     assert sim.instances[iid]["actual_status"] == "offline"
     assert "maintenance" in sim.instances[iid]["status_msg"]
     assert sim.instances[other]["actual_status"] == "running"
+    # A machine down for maintenance hosts nothing: its offer, freed by the destroy, is neither listed nor rentable
+    # until the window is over (as an offline machine's on vast.ai).
+    offer = sim.instances[iid]["_offer_id"]
+    assert http.delete(f"{sim_server.url}/api/v0/instances/{iid}/", headers=_auth(sim)).status_code == 200
+    listed = {"id": {"eq": offer}, "rented": {"eq": False}}
+    body = {"client_id": "me", "image": "sim/prover:latest", "disk": 10}
+    assert http.post(f"{sim_server.url}/api/v0/bundles/", json=listed, headers=_auth(sim)).json()["offers"] == []
+    r = http.put(f"{sim_server.url}/api/v0/asks/{offer}/", json=body, headers=_auth(sim))
+    assert r.status_code == 404 and "not available" in r.json()["msg"]
     sim.advance(3 * 3600)
     assert http.get(url, params={"machine_ids": f"[{machine}]"}, headers=_auth(sim)).json() == []
+    [back] = http.post(f"{sim_server.url}/api/v0/bundles/", json=listed, headers=_auth(sim)).json()["offers"]
+    assert back["machine_id"] == machine
+    assert http.put(f"{sim_server.url}/api/v0/asks/{offer}/", json=body, headers=_auth(sim)).json()["success"]
 
 
 def test_hosts_announce_maintenance_at_the_default_rate(sim: Simulator) -> None:

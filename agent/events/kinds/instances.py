@@ -90,7 +90,7 @@ VOCABULARY.define("system.destroy", "The tick destroyed an instance of ours that
 # ---------------------------------------------------------------- drain (agent/fleet/drain.py)
 #
 # An instance being retired (its contract ends, or its machine's maintenance window starts, within
-# policy.contract_min_hours) is drained first: labelled ``<label>-draining``, so the workers finish the job in hand
+# policy.retire_ahead_hours) is drained first: labelled ``<label>-draining``, so the workers finish the job in hand
 # and take no new one, then destroyed once idle or 30 min before it would stop (``system.destroy``, status
 # ``draining``). Labelling is idempotent: ``system.drain`` is logged after the call, with its outcome.
 
