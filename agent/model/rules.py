@@ -17,7 +17,8 @@ longer allow as one whose contract ends (below), and destroy it while short once
 they allow and nothing of ours is starting (no replacement is coming); destroy an instance the rest
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
-offers cover that for under half its $/h; an instance whose contract ends (or machine's maintenance starts)
+offers cover that for under half its $/h, and one costing 1.5× the fleet's cheapest per job when offers cover
+what the fleet needs of it for under 0.6× its $/h; an instance whose contract ends (or machine's maintenance starts)
 within ``policy.retire_ahead_hours`` stops counting as capacity (so its replacement is rented) and is destroyed once
 the running rest cover the need; at the instance cap no replacement fits, so it runs to its end date and is
 replaced once vast.ai stops it. It answers through the same tool calls a model would, so every
@@ -44,6 +45,8 @@ RENT_BELOW = 0.95  # ...but only once it delivers less than this share of the ne
 SURPLUS_OVER = 1.0  # an instance the rest of the fleet can do without is surplus: vast.ai bills it by the second
 SWAP_USED = 0.5  # an instance the fleet needs for less than this share of what it delivers may be replaced...
 SWAP_SAVING = 0.5  # ...by offers covering that share for less than this share of its $/h (a clear saving)
+DEAR_PER_JOB = 1.5  # an instance costing this many times the fleet's cheapest per job may be replaced...
+DEAR_SAVING = 0.6  # ...by offers covering what the fleet needs of it for less than this share of its $/h
 FLAP_RESTARTS = 3  # an instance that stopped running this often since rent is replaced, its host avoided
 DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance: stopped is a failure
 FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died...
@@ -417,7 +420,26 @@ def _swap(plan: _Plan) -> _Swap | None:
         return _Swap(x, used, SWAP_SAVING * float(x["dph"] or 0.0), _sizing_search(),
                      f"{SWAP_SAVING:g}× its $/h for the share the fleet uses")
     groups = _swap_groups(plan)
-    return groups[0] if groups else None
+    return groups[0] if groups else _dear(plan, running)
+
+
+def _dear(plan: _Plan, running: list[dict[str, Any]]) -> _Swap | None:
+    """An on-demand fleet's instance costing ``DEAR_PER_JOB``× its cheapest per job or more (rented when the
+    market, the rents left this hour or a stop left nothing better), with the jobs/h the fleet needs of it:
+    offers covering those for under ``DEAR_SAVING``× its $/h replace it. Not while every model's jobs/h is the
+    flat guess (not ``informed``): the $ per job of one GPU against another is then a guess."""
+    if plan.interruptible or not plan.tp.informed or len(running) < 2:
+        return None
+    per_job = {i["id"]: float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9) for i in running}
+    x = max(running, key=lambda i: (per_job[i["id"]], i["id"]))
+    if per_job[x["id"]] < DEAR_PER_JOB * min(per_job.values()):
+        return None
+    used = min(plan.jph(x), max(plan.need, plan.keep) - (plan.capacity - plan.jph(x)))
+    if used <= 0:
+        return None
+    return _Swap(x, used, DEAR_SAVING * float(x["dph"] or 0.0), _sizing_search(),
+                 f"{DEAR_SAVING:g}× its $/h: it costs {per_job[x['id']] / min(per_job.values()):.1f}× the "
+                 "fleet's cheapest per job")
 
 
 def _swap_groups(plan: _Plan) -> list[_Swap]:

@@ -4,6 +4,7 @@ price surge it rents the offer cheapest per job (by what each GPU model really d
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -525,3 +526,46 @@ def test_before_any_gpu_is_measured_the_need_is_not_bet_on_one_box(make_app, sim
     assert len(rented) >= 2 and box["id"] not in {o["id"] for o in rented}, shown
     assert all(MODEL_BY_NAME[o["gpu_name"]].jobs_per_h_per_gpu * o["num_gpus"]
                <= bidding.MAX_INSTANCE_SHARE * need * 1.1 for o in rented), shown
+
+
+def test_an_instance_far_dearer_per_job_than_the_rest_is_replaced_by_a_cover_under_sixty_percent_of_it():
+    """An L40S rented when nothing cheaper was left (a mass stop, the rents of the hour spent) costs 2.4x the
+    fleet's RTX 4090 per job. Once every model's jobs/h rests on more than the flat guess, the rules search and
+    rent a cover for the jobs/h the fleet needs of it for under 0.6x its $/h (it is surplus once that counts);
+    a dearer cover leaves it in place, and so do a flat guess and a fleet whose instances cost about the same."""
+    rates = rules._Rates(8.0, {"RTX 4090": 8.0, "L40S": 10.0, "RTX 3090": 4.0}, frozenset(), True)
+
+    def measured(live: list[dict[str, Any]], need: float, tp: rules._Rates = rates) -> rules._Plan:
+        return dataclasses.replace(_plan(live, need), tp=tp,
+                                   capacity=sum(tp.per_instance(i["gpu_name"], 1) for i in live))
+
+    l40s = _inst(2, "L40S", 1.067)
+    plan = measured([_inst(1, "RTX 4090", 0.363), l40s], 18.0)
+    assert rules._surplus(plan) == [] and rules._short(plan) == 0
+    calls, text = rules._first_step(plan)
+    assert [c[0] for c in calls] == ["search_offers"] and "#2 costs $1.067/h for the 10.0 of its 10.0" in text, text
+    assert "2.4× the fleet's cheapest per job" in text and "to replace it" in text, text
+    head = "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
+    rows = ["11 | RTX 4090 x1 | 0.370 | 0.990 | 5 | Texas, US | 8.0 | 0.0463",
+            "12 | RTX 3090 x1 | 0.182 | 0.990 | 6 | Texas, US | 4.0 | 0.0455",
+            "13 | A100 SXM4 x1 | 1.017 | 0.990 | 7 | Texas, US | 16.0 | 0.0636"]
+
+    class R:
+        payload = {"name": "search_offers", "ok": True, "output": "\n".join([head, *rows])}
+
+    calls, text = rules._rent_step(plan, [R()])
+    assert sorted(c[1]["offer_id"] for c in calls) == [11, 12], (calls, text)  # 12 jobs/h for $0.552/h < $0.640/h
+    assert all("replace #2" in c[1]["reason"] for c in calls)
+    after = measured([_inst(1, "RTX 4090", 0.363), l40s, _inst(11, "RTX 4090", 0.37), _inst(12, "RTX 3090", 0.182)],
+                     18.0)
+    assert [i["id"] for i in rules._surplus(after)] == [2]
+
+    class Dear:
+        payload = {"name": "search_offers", "ok": True, "output": "\n".join([head, rows[2]])}
+
+    calls, text = rules._rent_step(plan, [Dear()])
+    assert calls == [] and "keeping it" in text, text
+    flat = rules._Rates(8.0, {}, frozenset(), False)  # every model 8 jobs/h: $/job compares nothing
+    assert rules._first_step(measured([_inst(1, "RTX 4090", 0.363), l40s], 16.0, flat))[0] == []
+    alike = measured([_inst(1, "RTX 4090", 0.363), _inst(2, "L40S", 0.60)], 18.0)
+    assert rules._first_step(alike)[0] == []  # $0.060 against $0.045 per job: under 1.5x
