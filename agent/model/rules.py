@@ -47,7 +47,7 @@ SWAP_USED = 0.5  # an instance the fleet needs for less than this share of what 
 SWAP_SAVING = 0.5  # ...by offers covering that share for less than this share of its $/h (a clear saving)
 DEAR_PER_JOB = 1.5  # an instance costing this many times the fleet's cheapest per job may be replaced...
 DEAR_SAVING = 0.6  # ...by offers covering what the fleet needs of it for less than this share of its $/h
-DEAR_EVERY_S = 1800.0  # ...looked for on the first tick of each half hour, not every tick
+DEAR_EVERY_S = 1800.0  # ...looked for on the first tick of each half hour of the clock, not every tick
 FLAP_RESTARTS = 3  # an instance that stopped running this often since rent is replaced, its host avoided
 DEAD = ("exited", "offline", "unknown", "stopped")  # we never stop an instance: stopped is a failure
 FAILED_HOST_TICKS = 48  # observations scanned for hosts where one of our instances died...
@@ -199,8 +199,15 @@ class RulesProvider:
         keep = _keep(need, rate, pending, capacity, tick_h) if d else capacity
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
                      rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending,
-                     outbid, s.policy.interruptible, barred, slow, limit, drain_h < full_h, float(obs["time"]),
-                     float(s.schedule.interval))
+                     outbid, s.policy.interruptible, barred, slow, limit, drain_h < full_h,
+                     _first_of(DEAR_EVERY_S, recent))
+
+
+def _first_of(period_s: float, recent: list[dict[str, Any]]) -> bool:
+    """This tick (``recent[0]``, newest first) is the first observed in its ``period_s`` of the clock, whatever the
+    schedule (an interval or a cron expression): the one before it fell in an earlier period, or there is none."""
+    times = [float(o["time"]) for o in recent[:2] if isinstance(o.get("time"), int | float)]
+    return len(times) < 2 or times[0] // period_s != times[1] // period_s
 
 
 def _advice_text(advice: tuple[str, ...]) -> str:
@@ -269,8 +276,7 @@ class _Plan:
     slow: tuple[dict[str, Any], ...] = ()  # live but loading past loading_limit: not capacity until it runs
     loading_limit: float | None = None  # s after the rent: loading.loading_limit of the recent observations
     drain_sooner: bool = False  # drain_h is bidding.BID_DRAIN of policy.drain_within (bidding.drain_hours)
-    now: float = 0.0  # the observation's time (Unix s)
-    tick_s: float = 300.0  # schedule.interval
+    dear_due: bool = True  # this tick is the first of its DEAR_EVERY_S: _dear may look for a cheaper cover
 
     def jph(self, i: dict[str, Any]) -> float:
         return self.tp.per_instance(str(i["gpu_name"]), i.get("num_gpus"))
@@ -434,7 +440,7 @@ def _dear(plan: _Plan, running: list[dict[str, Any]]) -> _Swap | None:
     flat guess (not ``informed``): the $ per job of one GPU against another is then a guess. Looked for on the
     first tick of each ``DEAR_EVERY_S`` only: the market seldom changes within it, and a search each tick would
     fill the log with the same answer."""
-    if plan.interruptible or not plan.tp.informed or len(running) < 2 or plan.now % DEAR_EVERY_S >= plan.tick_s:
+    if plan.interruptible or not plan.tp.informed or len(running) < 2 or not plan.dear_due:
         return None
     per_job = {i["id"]: float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9) for i in running}
     x = max(running, key=lambda i: (per_job[i["id"]], i["id"]))

@@ -112,7 +112,7 @@ class Market:
         return round(min(float(offer["dph_total"]), float(offer["min_bid"]) * self.bid_level(offer["gpu_name"], t)), 4)
 
     def listed(self, offer: dict[str, Any]) -> bool:
-        """On the market now: not rented, not withdrawn, its host up."""
+        """On the market now: not rented, not withdrawn, its host up and its machine not in maintenance."""
         return not offer["rented"] and offer["id"] not in self.withdrawn and not self._down(offer)
 
     def _down(self, offer: dict[str, Any]) -> bool:

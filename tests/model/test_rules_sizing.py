@@ -569,6 +569,10 @@ def test_an_instance_far_dearer_per_job_than_the_rest_is_replaced_by_a_cover_und
     assert rules._first_step(measured([_inst(1, "RTX 4090", 0.363), l40s], 16.0, flat))[0] == []
     alike = measured([_inst(1, "RTX 4090", 0.363), _inst(2, "L40S", 0.60)], 18.0)
     assert rules._first_step(alike)[0] == []  # $0.060 against $0.045 per job: under 1.5x
-    later = dataclasses.replace(plan, now=600.0)  # the third tick of the half hour: looked for on its first only
+    later = dataclasses.replace(plan, dear_due=False)  # looked for on the first tick of each half hour only
     assert rules._first_step(later)[0] == []
-    assert [c[0] for c in rules._first_step(dataclasses.replace(plan, now=1800.0 + 120.0))[0]] == ["search_offers"]
+    half = 1_750_001_400.0  # a half hour of the clock starts here
+    assert rules._first_of(1800.0, [{"time": half + 60}, {"time": half - 240}])  # the first tick of the half hour
+    assert not rules._first_of(1800.0, [{"time": half + 360}, {"time": half + 60}])
+    assert rules._first_of(1800.0, [{"time": half + 1020}, {"time": half - 780}])  # a cron schedule every 30 min
+    assert rules._first_of(1800.0, [{"time": half}])  # the fleet's first tick
