@@ -259,6 +259,30 @@ class ScheduleSettings:
     # On SIGTERM, how long the running step may take to finish.
     stop_deadline: Duration = Duration(60)
 
+    def longest_gap_s(self) -> float:
+        """The longest wait between two ticks: the interval, or the longest gap between a cron expression's runs
+        over two weeks, so a weekly pattern's gap across its weekend is seen (a week when it runs at most once
+        in one)."""
+        return float(self.interval) if not self.cron else _cron_longest_gap(self.cron)
+
+
+@functools.lru_cache(maxsize=8)
+def _cron_longest_gap(expr: str) -> float:
+    from datetime import datetime, timedelta
+
+    week = 7 * 86400.0
+    trig = cron_trigger(expr)
+    t = start = datetime(2026, 1, 5, tzinfo=SCHEDULE_TIMEZONE)
+    prev, gap = None, 0.0
+    for _ in range(14 * 24 * 60 + 1):  # a cron expression runs at most once a minute
+        t = trig.get_next_fire_time(prev, t)
+        if t is None or (t - start).total_seconds() > 2 * week:
+            break
+        if prev is not None:
+            gap = max(gap, (t - prev).total_seconds())
+        prev, t = t, t + timedelta(seconds=1)
+    return gap or week
+
 
 @dataclass(frozen=True)
 class VastSettings(_KeyFrom):
@@ -585,11 +609,11 @@ class Settings:
 
     def retire_ahead_s(self) -> float:
         """How long before an instance stops working (its contract's end, its machine's maintenance window) it is
-        drained and its replacement rented: ``policy.retire_ahead_hours``, never under two ticks (one sees it
-        coming and rents, the next rents again should that start fail) nor beyond ``policy.contract_min_hours``
-        (0: ends are not looked at)."""
+        drained and its replacement rented: ``policy.retire_ahead_hours``, never under two of the schedule's
+        longest waits between ticks (one sees it coming and rents, the next rents again should that start fail)
+        nor beyond ``policy.contract_min_hours`` (0: ends are not looked at)."""
         horizon = float(self.policy.contract_min_hours) * 3600.0
-        return min(horizon, max(float(self.policy.retire_ahead_hours) * 3600.0, 2.0 * float(self.schedule.interval)))
+        return min(horizon, max(float(self.policy.retire_ahead_hours) * 3600.0, 2.0 * self.schedule.longest_gap_s()))
 
     @property
     def base_dir(self) -> Path:

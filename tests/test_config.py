@@ -114,6 +114,21 @@ def test_cron_is_read_by_the_scheduler_parser_at_load():
     assert config.parse("schedule:\n  cron: '0 */2 * * mon-fri'\n").schedule.cron == "0 */2 * * mon-fri"
 
 
+@pytest.mark.parametrize(("text", "hours"), [
+    ("", 1.0),  # policy.retire_ahead_hours, over two 5-minute ticks
+    ("schedule:\n  cron: '0 * * * *'\n", 2.0),  # hourly ticks: two of them
+    ("schedule:\n  cron: '7,37 * * * *'\n", 1.0),
+    ("schedule:\n  cron: '0 9 * * mon-fri'\n", 24.0),  # the weekend's 72 h gap, capped by contract_min_hours
+    ("schedule:\n  interval: 45m\npolicy:\n  retire_ahead_hours: 0.5\n", 1.5),
+    ("policy:\n  contract_min_hours: 0\n", 0.0),  # ends not looked at: nothing is retired ahead
+])
+def test_an_instance_is_retired_two_ticks_ahead_at_least_whatever_the_schedule(text, hours):
+    """An instance facing its end is retired ``policy.retire_ahead_hours`` before it, never under two of the
+    schedule's longest waits between ticks (one tick rents the replacement, the next rents again if that start
+    fails), nor beyond ``policy.contract_min_hours``."""
+    assert config.parse(text).retire_ahead_s() == pytest.approx(hours * 3600.0)
+
+
 def test_cli_config_errors_exit_2_with_one_line(tmp_path):
     """'config check' on a broken config (an impossible cron expression included), or without the
     vast.ai key, exits 2 with one line on stderr."""
