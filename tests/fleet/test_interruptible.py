@@ -50,19 +50,30 @@ def _adopt_bids(sim: Simulator, app: Any, offers: list[int], tag: str) -> list[i
     return out
 
 
-def _two_bid_offers_and_one_on_demand(sim: Simulator, sim_server: SimServer, make_app: Any) -> tuple[
-        Any, Callable[[str, dict[str, Any]], dict[str, Any]], list[int], int]:
-    """A bid fleet (max_bid_share 0.5, RTX 4090 at 8 jobs/h) on a market of two RTX 4090 offers for its bids and one
-    whose min_bid is above the cap (on-demand only), the bid market still: the app, a POST to the simulator's admin
-    endpoints, the two offers and the on-demand one."""
-    app = make_app(provider="rules", policy={"interruptible": True, "max_bid_share": 0.5, "max_instances": 4,
-                                             "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
+Post = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+def _empty_bid_market(sim: Simulator, sim_server: SimServer, make_app: Any, **policy: Any) -> tuple[Any, Post]:
+    """A rules-driven bid fleet (RTX 4090 at 8 jobs/h, ``policy`` over that) on a market with every offer withdrawn
+    and the bid market still (the test's outbids are its own): the app, and a POST to the simulator's admin
+    endpoints for the test to list its offers."""
+    app = make_app(provider="rules", policy={"interruptible": True, "jobs_per_hour_by_gpu": {"RTX 4090": 8.0},
+                                             **policy})
     sim.market.bid_market = False
 
     def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
         return _post(sim_server.url, path, body)
 
     post("/_sim/offers", {"withdraw": "all"})
+    return app, post
+
+
+def _two_bid_offers_and_one_on_demand(sim: Simulator, sim_server: SimServer, make_app: Any) -> tuple[
+        Any, Post, list[int], int]:
+    """A bid fleet (max_bid_share 0.5, RTX 4090 at 8 jobs/h) on a market of two RTX 4090 offers for its bids and one
+    whose min_bid is above the cap (on-demand only), the bid market still: the app, a POST to the simulator's admin
+    endpoints, the two offers and the on-demand one."""
+    app, post = _empty_bid_market(sim, sim_server, make_app, max_bid_share=0.5, max_instances=4)
     mine = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 2})["added"]
     [market] = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}]})["added"]
     assert sim.offers[market]["min_bid"] * 1.05 > 0.5 * sim.offers[market]["dph_total"]  # on-demand only
@@ -221,14 +232,7 @@ def test_an_outbid_gap_no_bid_offer_covers_is_waited_out_not_rented_on_demand(
     shortfall is within what the outbid instance delivers, which comes back by itself when the market falls back,
     and what still runs keeps up with the arrivals (the queue does not grow): the fleet waits it out instead of
     paying on-demand for it, and the outbid instance runs again."""
-    app = make_app(provider="rules", policy={"interruptible": True, "max_bid_share": 0.5, "max_instances": 4,
-                                             "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
-    sim.market.bid_market = False  # the one outbid is the test's
-
-    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return _post(sim_server.url, path, body)
-
-    post("/_sim/offers", {"withdraw": "all"})
+    app, post = _empty_bid_market(sim, sim_server, make_app, max_bid_share=0.5, max_instances=4)
     mine = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 2})["added"]
     market = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 2})["added"]
     assert all(sim.offers[o]["min_bid"] * 1.05 > 0.5 * sim.offers[o]["dph_total"] for o in market)  # on-demand only
@@ -299,14 +303,8 @@ def test_small_bids_are_swapped_together_for_one_box_when_none_can_be_alone(
     box covers all three for under 85 % of their $/h together: they are replaced by it, then destroyed; not before
     it runs (its image takes over 15 minutes to load: an outbid or a stalled start would leave neither), and
     they go rather than the box, dearer an hour than any one of them."""
-    app = make_app(provider="rules", policy={"interruptible": True, "max_instances": 6,
-                                             "jobs_per_hour_by_gpu": {"RTX 3090": 4.0, "RTX 4090": 8.0}})
-    sim.market.bid_market = False
-
-    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return _post(sim_server.url, path, body)
-
-    post("/_sim/offers", {"withdraw": "all"})
+    app, post = _empty_bid_market(sim, sim_server, make_app, max_instances=6,
+                                  jobs_per_hour_by_gpu={"RTX 3090": 4.0, "RTX 4090": 8.0})
     small = post("/_sim/offers", {"add": [{"gpu_name": "RTX 3090", "dph": 0.30}] * 3})["added"]
     [box] = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.15, "num_gpus": 4}]})["added"]
     post("/_sim/demand", {"pending": 0})
@@ -346,14 +344,7 @@ def test_a_bid_fleet_keeps_what_runs_while_jobs_wait_and_trims_once_the_backlog_
     """Four bids run, the arrivals need two, and two jobs wait (what an outbid leaves behind). An on-demand fleet
     would let one go (the rest clear two jobs within the hour, a job/h or two above the arrivals); a bid fleet keeps
     what runs until the backlog is gone (bidding.py: that tail was most of the wait an outbid added), then trims."""
-    app = make_app(provider="rules", policy={"interruptible": True, "max_instances": 6,
-                                             "jobs_per_hour_by_gpu": {"RTX 4090": 8.0}})
-    sim.market.bid_market = False
-
-    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return _post(sim_server.url, path, body)
-
-    post("/_sim/offers", {"withdraw": "all"})
+    app, post = _empty_bid_market(sim, sim_server, make_app, max_instances=6)
     mine = post("/_sim/offers", {"add": [{"gpu_name": "RTX 4090", "dph": 0.30}] * 4})["added"]
     post("/_sim/demand", {"pending": 0})
     post("/_sim/arrivals", {"shape": "constant", "rate": 16.0})
