@@ -435,8 +435,10 @@ def _swap(plan: _Plan) -> _Swap | None:
 
 def _dear(plan: _Plan, running: list[dict[str, Any]]) -> _Swap | None:
     """An on-demand fleet's instance costing ``DEAR_PER_JOB``× its cheapest per job or more (rented when the
-    market, the rents left this hour or a stop left nothing better), with the jobs/h the fleet needs of it:
-    offers covering those for under ``DEAR_SAVING``× its $/h replace it. Not while every model's jobs/h is the
+    market, the rents left this hour or a stop left nothing better), with the jobs/h the fleet needs of it at its
+    need: offers covering those for under ``DEAR_SAVING``× its $/h replace it. A backlog keeping every instance busy
+    (``keep``) does not make all of it needed: a few jobs waiting would then bar every smaller cover, and
+    ``_surplus`` keeps it working the backlog until that is worked off anyway. Not while every model's jobs/h is the
     flat guess (not ``informed``): the $ per job of one GPU against another is then a guess. Looked for on the
     first tick of each ``DEAR_EVERY_S`` only: the market seldom changes within it, and a search each tick would
     fill the log with the same answer."""
@@ -446,7 +448,7 @@ def _dear(plan: _Plan, running: list[dict[str, Any]]) -> _Swap | None:
     x = max(running, key=lambda i: (per_job[i["id"]], i["id"]))
     if per_job[x["id"]] < DEAR_PER_JOB * min(per_job.values()):
         return None
-    used = min(plan.jph(x), max(plan.need, plan.keep) - (plan.capacity - plan.jph(x)))
+    used = min(plan.jph(x), plan.need - (plan.capacity - plan.jph(x)))  # at the need: a backlog keeps it (_surplus)
     if used <= 0:
         return None
     return _Swap(x, used, DEAR_SAVING * float(x["dph"] or 0.0), _sizing_search(),

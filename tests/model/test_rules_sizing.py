@@ -576,3 +576,31 @@ def test_an_instance_far_dearer_per_job_than_the_rest_is_replaced_by_a_cover_und
     assert not rules._first_of(1800.0, [{"time": half + 360}, {"time": half + 60}])
     assert rules._first_of(1800.0, [{"time": half + 1020}, {"time": half - 780}])  # a cron schedule every 30 min
     assert rules._first_of(1800.0, [{"time": half}])  # the fleet's first tick
+
+
+def test_a_backlog_keeping_the_fleet_busy_does_not_make_the_dear_instance_look_needed_in_full():
+    """Three jobs waiting where the fleet finishes under three a tick make every instance busy (``keep``:
+    the arrivals plus the backlog cleared by the next tick). The dear swap still asks what the fleet needs of
+    the L40S at its need, 6 of its 10 jobs/h, and rents one RTX 4090 for it under 0.6x the L40S's $/h (a 4090
+    and a 3090 for all 10 would not be under it). The L40S is not surplus while the backlog keeps it busy, and
+    goes once the backlog is worked off."""
+    rates = rules._Rates(8.0, {"RTX 4090": 8.0, "L40S": 10.0, "RTX 3090": 4.0}, frozenset(), True)
+    live = [_inst(1, "RTX 4090", 0.363), _inst(3, "RTX 4090", 0.37), _inst(2, "L40S", 1.067)]
+    plan = dataclasses.replace(_plan(live, 22.0, pending=3, keep=22.0 + 3 * 12), tp=rates, capacity=26.0)
+    assert rules._surplus(plan) == [] and rules._short(plan) == 0
+    calls, text = rules._first_step(plan)
+    assert [c[0] for c in calls] == ["search_offers"] and "#2 costs $1.067/h for the 6.0 of its 10.0" in text, text
+    head = "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
+    rows = ["11 | RTX 4090 x1 | 0.444 | 0.990 | 5 | Texas, US | 8.0 | 0.0555",
+            "12 | RTX 3090 x1 | 0.228 | 0.990 | 6 | Texas, US | 4.0 | 0.0570"]
+
+    class R:
+        payload = {"name": "search_offers", "ok": True, "output": "\n".join([head, *rows])}
+
+    calls, text = rules._rent_step(plan, [R()])
+    assert [c[1]["offer_id"] for c in calls] == [11], (calls, text)
+    after = [*live, _inst(11, "RTX 4090", 0.444)]
+    busy = dataclasses.replace(_plan(after, 22.0, pending=3, keep=22.0 + 3 * 12), tp=rates, capacity=34.0)
+    assert rules._surplus(busy) == []
+    worked_off = dataclasses.replace(_plan(after, 22.0, pending=1), tp=rates, capacity=34.0)
+    assert [i["id"] for i in rules._surplus(worked_off)] == [2]
