@@ -7,7 +7,7 @@ each GPU model delivers, agent/fleet/throughput.py) to serve the arrivals plus
 the backlog cleared within ``policy.drain_within``, counting instances still
 starting (but not one loading well past the time the fleet's own rents took to start, agent/model/loading.py: cover is
 rented for it, on another host, and the surplus rule trims once it runs); when under 0.95× that (or short at all while a backlog keeps every
-instance busy), rent offers within ``NEAR_BEST`` of the best $ per job on offer
+instance busy, that sliver only under 1.5× the fleet's cheapest per job), rent offers within ``NEAR_BEST`` of the best $ per job on offer
 that cover the gap (a multi-GPU box among them), at most twice the $/h of the
 cheapest cover (failing that, the offers that cover it for the fewest $ per job,
 capacity beyond the gap counted at half its worth, no multi-GPU box bigger than
@@ -18,7 +18,7 @@ they allow and nothing of ours is starting (no replacement is coming); destroy a
 can do without (the dearest an hour first), but never one a backlog keeps busy;
 replace one the fleet needs for under half of what it delivers when smaller
 offers cover that for under half its $/h, and one costing 1.5× the fleet's cheapest per job when offers cover
-what the fleet needs of it for under 0.6× its $/h; an instance whose contract ends (or machine's maintenance starts)
+what the fleet needs of it (at its need, whatever backlog keeps it busy) for under 0.6× its $/h; an instance whose contract ends (or machine's maintenance starts)
 within ``policy.retire_ahead_hours`` stops counting as capacity (so its replacement is rented) and is destroyed once
 the running rest cover the need; at the instance cap no replacement fits, so it runs to its end date and is
 replaced once vast.ai stops it. It answers through the same tool calls a model would, so every
@@ -587,6 +587,9 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     ok = sorted((o for o in offers if o["host"] not in plan.avoid and not refused.get(o["id"])),
                 key=lambda o: (o["per_job"], o["dph"], o["id"]))
     ok, outbid_text = (ok, "") if swap else _outbid_gap(plan, ok, short)
+    ok, none_fair = (ok, "") if swap else _sliver_offers(plan, ok, short)
+    if none_fair:
+        return [], none_fair
     fleet_dph = sum(float(i["dph"] or 0.0) for i in plan.live)
     room = max(0, min(plan.cap - len(plan.live), plan.rents_left))
 
@@ -611,13 +614,7 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
         return _swap_rent(plan, swap, choose)
     picks, spread_text = choose(short)
     if picks is None:  # nothing within the caps covers the gap: as much as they allow, cheapest per job first
-        picks = []
-        for o in ok:
-            if len(picks) >= room:
-                break
-            if fleet_dph + o["dph"] <= plan.max_dph:
-                picks.append(o)
-                fleet_dph += o["dph"]
+        picks = _as_far_as_allowed(ok, room, plan.max_dph - fleet_dph)
     added = sum(o["jph"] for o in picks)
     calls: Calls = [("rent_instance", {"offer_id": o["id"], "reason":
                                        f"need {plan.need:.1f} jobs/h, have {plan.capacity:.1f}; {o['gpu']} at "
@@ -636,6 +633,44 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
             + (f"; {len(unreplaced)} of a GPU model the operators no longer allow retired: nothing they allow is "
                "left to replace it" if unreplaced else ""))
     return calls, text
+
+
+def _as_far_as_allowed(offers: list[dict[str, Any]], room: int, budget: float) -> list[dict[str, Any]]:
+    """The first ``room`` offers, in their order, whose $/h fit in ``budget`` together."""
+    picks: list[dict[str, Any]] = []
+    for o in offers:
+        if len(picks) >= room:
+            break
+        if o["dph"] <= budget:
+            picks.append(o)
+            budget -= o["dph"]
+    return picks
+
+
+def _sliver_offers(plan: _Plan, offers: list[dict[str, Any]], short: float) -> tuple[list[dict[str, Any]], str]:
+    """The offers a gap may be covered from (``_sliver_price``), and when that leaves none, why nothing is
+    rented."""
+    fair = _sliver_price(plan)
+    if fair is None:
+        return offers, ""
+    ok = [o for o in offers if o["per_job"] < fair]
+    return ok, "" if ok else (
+        f"rules provider: short {short:.1f} jobs/h, within {1 - RENT_BELOW:.0%} of need, rented for only because a "
+        f"backlog keeps every instance busy: no offer under ${fair:.4f}/job ({DEAR_PER_JOB:g}× the fleet's cheapest "
+        "per job, the price the fleet would swap out); renting nothing for it")
+
+
+def _sliver_price(plan: _Plan) -> float | None:
+    """The $ per job a sliver of a gap may be rented under, None when any price goes. A gap within
+    ``RENT_BELOW`` of the need is rented for only because a backlog keeps every instance busy (``_rent_below``);
+    an offer at ``DEAR_PER_JOB``× the fleet's cheapest per job or more would run for hours for that sliver, the
+    very instance ``_dear`` replaces. The backlog then waits until the gap is more than a sliver (or clears by
+    itself), and a gap that large is covered at whatever the market asks. Not for bid fleets (bidding.py sizes
+    those), nor while every model's jobs/h is the flat guess (``informed``)."""
+    if plan.capacity < RENT_BELOW * plan.need or not plan.tp.informed or plan.interruptible:
+        return None
+    running = [float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9) for i in plan.live if i["status"] == "running"]
+    return DEAR_PER_JOB * min(running) if running else None
 
 
 def _outbid_gap(plan: _Plan, offers: list[dict[str, Any]], short: float) -> tuple[list[dict[str, Any]], str]:

@@ -604,3 +604,35 @@ def test_a_backlog_keeping_the_fleet_busy_does_not_make_the_dear_instance_look_n
     assert rules._surplus(busy) == []
     worked_off = dataclasses.replace(_plan(after, 22.0, pending=1), tp=rates, capacity=34.0)
     assert [i["id"] for i in rules._surplus(worked_off)] == [2]
+
+
+def test_a_sliver_rented_only_because_a_backlog_keeps_all_busy_is_not_bought_at_a_dear_swap_price():
+    """35.2 of 35.7 jobs/h delivered, three jobs waiting where the fleet finishes under three a tick: the rules
+    rent for the 0.5 jobs/h (a backlog keeps every instance busy), but not an RTX A6000 at 1.7x the fleet's
+    cheapest per job (the instance ``_dear`` would replace): they rent nothing and say why. An RTX 3090 as cheap
+    per job as the fleet's best is rented, and a gap over the sliver is covered by the A6000 as before."""
+    rates = rules._Rates(8.0, {"RTX 4090": 8.0, "RTX 3090": 4.0, "RTX A6000": 5.6}, frozenset(), True)
+    live = [_inst(1, "RTX 4090", 0.363), _inst(2, "RTX 4090", 0.444), _inst(3, "RTX 4090", 0.452),
+            _inst(4, "RTX 3090", 0.182), _inst(5, "RTX 3090", 0.217), _inst(6, "RTX 4090", 0.444)]
+    capacity = 4 * 8.0 + 2 * 4.0
+    plan = dataclasses.replace(_plan(live, capacity + 0.5, pending=4, keep=capacity + 0.5 + 4 * 12), tp=rates,
+                               capacity=capacity)
+    assert rules._short(plan) == pytest.approx(0.5)
+    head = "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
+    a6000 = "21 | RTX A6000 x1 | 0.434 | 0.969 | 72 | Poland, PL | 5.6 | 0.0775"
+    r3090 = "22 | RTX 3090 x1 | 0.182 | 0.970 | 74 | Norway, NO | 4.0 | 0.0455"
+
+    def result(*rows: str) -> Any:
+        class R:
+            payload = {"name": "search_offers", "ok": True, "output": "\n".join([head, *rows])}
+        return R()
+
+    calls, text = rules._rent_step(plan, [result(a6000)])
+    assert calls == [] and "no offer under $0.0681/job" in text and "renting nothing" in text, (calls, text)
+    calls, text = rules._rent_step(plan, [result(a6000, r3090)])
+    assert [c[1]["offer_id"] for c in calls] == [22], (calls, text)
+    wide = dataclasses.replace(plan, need=capacity + 4.0, keep=capacity + 4.0 + 4 * 12)  # 9 % short: not a sliver
+    calls, text = rules._rent_step(wide, [result(a6000)])
+    assert [c[1]["offer_id"] for c in calls] == [21], (calls, text)
+    flat = dataclasses.replace(plan, tp=rules._Rates(8.0, {}, frozenset(), False))
+    assert [c[1]["offer_id"] for c in rules._rent_step(flat, [result(a6000)])[0]] == [21]
