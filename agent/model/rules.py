@@ -11,7 +11,7 @@ instance busy, that sliver only under 1.5× the fleet's cheapest per job), rent 
 that cover the gap (a multi-GPU box among them), at most twice the $/h of the
 cheapest cover (failing that, the offers that cover it for the fewest $ per job,
 capacity beyond the gap counted at half its worth, no multi-GPU box bigger than
-the gap unless the cheapest cover needs it) on hosts no knowledge file, directive
+the gap unless the cheapest cover needs it; the last sliver left when covering it costs 1.5× the cover's $ per job) on hosts no knowledge file, directive
 or recent operator note blacklists; replace an instance of a GPU model they no
 longer allow as one whose contract ends (below), and destroy it while short once the search finds no offer
 they allow and nothing of ours is starting (no replacement is coming); destroy an instance the rest
@@ -596,7 +596,8 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     def choose(short: float, group: tuple[dict[str, Any], ...] = ()) -> tuple[list[dict[str, Any]] | None, str]:
         def cover(pool: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
             return _cheapest_cover(pool, short, room, plan.max_dph - fleet_dph) if swap else \
-                _best_cover(pool, short, room, plan.max_dph - fleet_dph, plan.tp.informed)
+                _best_cover(pool, short, room, plan.max_dph - fleet_dph, plan.tp.informed,
+                            (1 - RENT_BELOW) * plan.need)
 
         picks = cover(ok)
         for pool in _spread(plan, ok, group)[:-1]:  # spread where it costs little: one outbid, failed rent or bad
@@ -793,8 +794,28 @@ def _cheapest_cover(offers: list[dict[str, Any]], short: float, room: int,
     return _in_order(offers, idx)
 
 
-def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
-                budget: float, informed: bool = True) -> list[dict[str, Any]] | None:
+def _best_cover(offers: list[dict[str, Any]], short: float, room: int, budget: float, informed: bool = True,
+                sliver: float = 0.0) -> list[dict[str, Any]] | None:
+    """``_cover_per_job`` for the gap, unless covering its last ``sliver`` of jobs/h (the rounding ``RENT_BELOW``
+    leaves unrented) costs over ``DEAR_PER_JOB``× that cover's own $ per job for the jobs/h it adds: then the cover
+    of the rest. With the rents of the hour spent down, the whole gap can take a GPU far dearer per job than the
+    others in place of one a little short of it; the sliver is rented once rents free up (a backlog keeping every
+    instance busy is short at all), not bought for as long as that GPU runs."""
+    whole = _cover_per_job(offers, short, room, budget, informed)
+    if not whole or short - sliver <= 0 or not informed:
+        return whole
+    rest = _cover_per_job(offers, short - sliver, room, budget, informed)
+    if not rest:
+        return whole
+    dph, jph = sum(o["dph"] for o in whole), sum(o["jph"] for o in whole)
+    extra_dph, extra_jph = dph - sum(o["dph"] for o in rest), jph - sum(o["jph"] for o in rest)
+    if extra_dph > 0 and (extra_jph <= 0 or extra_dph / extra_jph > DEAR_PER_JOB * dph / max(jph, 1e-9)):
+        return rest
+    return whole
+
+
+def _cover_per_job(offers: list[dict[str, Any]], short: float, room: int,
+                   budget: float, informed: bool = True) -> list[dict[str, Any]] | None:
     """The offers to rent for a gap of ``short`` jobs/h, at most ``room`` of them and ``budget`` $/h in all, never
     costing more than ``BARGAIN_SPEND``× the cheapest cover an hour. Offers within ``NEAR_BEST`` of the best $
     per job on offer cover it when they can (a multi-GPU box among them however far it overshoots), or
@@ -836,8 +857,8 @@ def _best_cover(offers: list[dict[str, Any]], short: float, room: int,
         if part is not None and part[0] >= NEAR_PART * target:
             took = _in_order(good, part[2])
             rest = short - sum(o["jph"] for o in took)
-            more = _best_cover([o for o in offers if o not in took], rest, room - len(took),
-                               budget - sum(o["dph"] for o in took), informed) if rest > 0 else []
+            more = _cover_per_job([o for o in offers if o not in took], rest, room - len(took),
+                                  budget - sum(o["dph"] for o in took), informed) if rest > 0 else []
             return took + (more or [])
     # else: a multi-GPU box delivering more than the whole gap is a bet of that much capacity on one host, taken
     # when the cheapest cover needs it, never as a bargain dearer per job than the best

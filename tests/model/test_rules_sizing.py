@@ -636,3 +636,51 @@ def test_a_sliver_rented_only_because_a_backlog_keeps_all_busy_is_not_bought_at_
     assert [c[1]["offer_id"] for c in calls] == [21], (calls, text)
     flat = dataclasses.replace(plan, tp=rules._Rates(8.0, {}, frozenset(), False))
     assert [c[1]["offer_id"] for c in rules._rent_step(flat, [result(a6000)])[0]] == [21]
+
+
+def test_with_the_rents_of_the_hour_binding_the_last_sliver_is_not_bought_at_twice_the_price_per_job():
+    """A mass stop left nothing running and three rents in the hour for 32 jobs/h. Two RTX 4090s and an A100
+    deliver 31.5 (within ``RENT_BELOW`` of the need) for $1.82/h; covering the last 0.5 jobs/h takes an L40S in
+    place of the second 4090, $2.45/h for the three: $0.57 per job for the 1.1 jobs/h it adds. The rules rent the
+    first set: the sliver is rented once the rents free up, not for an hour of a GPU costing 2.6x the best per
+    job. With rents to spare, the whole gap is covered as before, and so is a gap whose last sliver costs about
+    what the rest does."""
+    rates = rules._Rates(8.0, {"RTX 4090": 8.5, "L40S": 9.6, "RTX 3090": 4.0, "A100 SXM4": 14.5}, frozenset(), True)
+    plan = dataclasses.replace(_plan([], 32.0, pending=2, keep=30.0 + 2 * 12), tp=rates, rents_left=3)
+    head = "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
+    rows = ["6418592 | RTX 4090 x1 | 0.363 | 0.954 | 64170 | Norway, NO | 8.5 | 0.0427",
+            "2342689 | RTX 3090 x1 | 0.182 | 0.970 | 74861 | Norway, NO | 4.0 | 0.0455",
+            "6841681 | RTX 4090 x1 | 0.444 | 0.964 | 35993 | Ontario, CA | 8.5 | 0.0523",
+            "2797090 | RTX 4090 x1 | 0.476 | 0.972 | 69690 | Sweden, SE | 8.5 | 0.0561",
+            "1708053 | RTX 3090 x1 | 0.228 | 0.957 | 69690 | Sweden, SE | 4.0 | 0.0571",
+            "2681119 | RTX 4090 x1 | 0.487 | 0.956 | 54104 | California, US | 8.5 | 0.0574",
+            "3045510 | A100 SXM4 x1 | 1.017 | 0.966 | 45253 | Virginia, US | 14.5 | 0.0702",
+            "6323216 | RTX A6000 x1 | 0.434 | 0.969 | 72689 | Poland, PL | 5.6 | 0.0775",
+            "7932142 | A100 SXM4 x1 | 1.347 | 0.993 | 60797 | Germany, DE | 14.5 | 0.0930",
+            "7341651 | L40S x1 | 1.067 | 0.962 | 45253 | Virginia, US | 9.6 | 0.1117"]
+
+    class R:
+        payload = {"name": "search_offers", "ok": True, "output": "\n".join([head, *rows])}
+
+    calls, text = rules._rent_step(plan, [R()])
+    assert sorted(c[1]["offer_id"] for c in calls) == [3045510, 6418592, 6841681], (calls, text)
+    live = [_inst(1, "RTX 4090", 0.363), _inst(2, "RTX 4090", 0.444), _inst(3, "A100 SXM4", 1.017)]
+    busy = dataclasses.replace(_plan(live, 32.0, pending=3, keep=30.0 + 3 * 12), tp=rates, capacity=31.5,
+                               rents_left=1)  # a gap under the sliver, rented while a backlog keeps all busy
+    calls, text = rules._rent_step(busy, [R()])
+    assert [c[1]["offer_id"] for c in calls] == [6418592], (calls, text)  # the best per job
+    calls, text = rules._rent_step(dataclasses.replace(plan, rents_left=6), [R()])
+    rented = {c[1]["offer_id"] for c in calls}
+    assert 7341651 not in rented and sum(8.5 if i in {6418592, 6841681, 2797090, 2681119} else 4.0 if i in
+                                         {2342689, 1708053} else 14.5 for i in rented) >= 32.0, (calls, text)
+    a6000s = ["8814204 | RTX A6000 x1 | 0.416 | 0.983 | 81191 | Ontario, CA | 5.9 | 0.0706",
+              "5052506 | RTX A6000 x1 | 0.428 | 0.976 | 39938 | Sweden, SE | 5.9 | 0.0727"]
+
+    class Alike:
+        payload = {"name": "search_offers", "ok": True, "output": "\n".join([head, *a6000s])}
+
+    fleet = [_inst(1, "RTX 4090", 0.363), _inst(2, "RTX 4090", 0.444), _inst(3, "A100 SXM4", 1.017)]
+    alike = dataclasses.replace(_plan(fleet, 36.0, pending=6, keep=30.0 + 6 * 12), tp=rates,
+                                capacity=36.0 - 6.9, rents_left=2)
+    calls, text = rules._rent_step(alike, [Alike()])  # the second A6000 adds 5.9 jobs/h at $0.0725/job
+    assert sorted(c[1]["offer_id"] for c in calls) == [5052506, 8814204], (calls, text)
