@@ -442,9 +442,10 @@ def _dear(plan: _Plan, running: list[dict[str, Any]]) -> _Swap | None:
     flat guess (not ``informed``): the $ per job of one GPU against another is then a guess. Looked for on the
     first tick of each ``DEAR_EVERY_S`` only: the market seldom changes within it, and a search each tick would
     fill the log with the same answer."""
+    running = [i for i in running if float(i["dph"] or 0.0) > 0 and plan.jph(i) > 0]  # no price shown: no $/job
     if plan.interruptible or not plan.tp.informed or len(running) < 2 or not plan.dear_due:
         return None
-    per_job = {i["id"]: float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9) for i in running}
+    per_job = {i["id"]: float(i["dph"]) / plan.jph(i) for i in running}
     x = max(running, key=lambda i: (per_job[i["id"]], i["id"]))
     if per_job[x["id"]] < DEAR_PER_JOB * min(per_job.values()):
         return None
@@ -670,7 +671,8 @@ def _sliver_price(plan: _Plan) -> float | None:
     those), nor while every model's jobs/h is the flat guess (``informed``)."""
     if plan.capacity < RENT_BELOW * plan.need or not plan.tp.informed or plan.interruptible:
         return None
-    running = [float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9) for i in plan.live if i["status"] == "running"]
+    running = [float(i["dph"]) / plan.jph(i) for i in plan.live  # an instance with no price shown compares nothing
+               if i["status"] == "running" and float(i["dph"] or 0.0) > 0 and plan.jph(i) > 0]
     return DEAR_PER_JOB * min(running) if running else None
 
 

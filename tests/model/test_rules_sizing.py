@@ -569,6 +569,9 @@ def test_an_instance_far_dearer_per_job_than_the_rest_is_replaced_by_a_cover_und
     assert rules._first_step(measured([_inst(1, "RTX 4090", 0.363), l40s], 16.0, flat))[0] == []
     alike = measured([_inst(1, "RTX 4090", 0.363), _inst(2, "L40S", 0.60)], 18.0)
     assert rules._first_step(alike)[0] == []  # $0.060 against $0.045 per job: under 1.5x
+    unpriced = measured([_inst(1, "RTX 4090", 0.363), {**_inst(3, "RTX 3090", 0.0), "dph": None},
+                         _inst(2, "L40S", 0.60)], 22.0)
+    assert rules._first_step(unpriced)[0] == []  # an instance with no $/h shown is not the fleet's cheapest per job
     later = dataclasses.replace(plan, dear_due=False)  # looked for on the first tick of each half hour only
     assert rules._first_step(later)[0] == []
     half = 1_750_001_400.0  # a half hour of the clock starts here
@@ -636,6 +639,9 @@ def test_a_sliver_rented_only_because_a_backlog_keeps_all_busy_is_not_bought_at_
     assert [c[1]["offer_id"] for c in calls] == [21], (calls, text)
     flat = dataclasses.replace(plan, tp=rules._Rates(8.0, {}, frozenset(), False))
     assert [c[1]["offer_id"] for c in rules._rent_step(flat, [result(a6000)])[0]] == [21]
+    unpriced = dataclasses.replace(plan, live=[*live, {**_inst(7, "RTX 4090", 0.0), "dph": None}])
+    calls, text = rules._rent_step(unpriced, [result(a6000, r3090)])  # no $/h shown: not "cheapest at $0/job"
+    assert [c[1]["offer_id"] for c in calls] == [22], (calls, text)
 
 
 def test_with_the_rents_of_the_hour_binding_the_last_sliver_is_not_bought_at_twice_the_price_per_job():
