@@ -442,11 +442,10 @@ def _dear(plan: _Plan, running: list[dict[str, Any]]) -> _Swap | None:
     flat guess (not ``informed``): the $ per job of one GPU against another is then a guess. Looked for on the
     first tick of each ``DEAR_EVERY_S`` only: the market seldom changes within it, and a search each tick would
     fill the log with the same answer."""
-    running = [i for i in running if float(i["dph"] or 0.0) > 0 and plan.jph(i) > 0]  # no price shown: no $/job
-    if plan.interruptible or not plan.tp.informed or len(running) < 2 or not plan.dear_due:
+    per_job = _priced_per_job(plan, running)
+    if plan.interruptible or not plan.tp.informed or len(per_job) < 2 or not plan.dear_due:
         return None
-    per_job = {i["id"]: float(i["dph"]) / plan.jph(i) for i in running}
-    x = max(running, key=lambda i: (per_job[i["id"]], i["id"]))
+    x = max((i for i in running if i["id"] in per_job), key=lambda i: (per_job[i["id"]], i["id"]))
     if per_job[x["id"]] < DEAR_PER_JOB * min(per_job.values()):
         return None
     used = min(plan.jph(x), plan.need - (plan.capacity - plan.jph(x)))  # at the need: a backlog keeps it (_surplus)
@@ -455,6 +454,13 @@ def _dear(plan: _Plan, running: list[dict[str, Any]]) -> _Swap | None:
     return _Swap(x, used, DEAR_SAVING * float(x["dph"] or 0.0), _sizing_search(),
                  f"{DEAR_SAVING:g}× its $/h: it costs {per_job[x['id']] / min(per_job.values()):.1f}× the "
                  "fleet's cheapest per job")
+
+
+def _priced_per_job(plan: _Plan, instances: list[dict[str, Any]]) -> dict[int, float]:
+    """The $ per job of each running instance among ``instances`` whose $/h and jobs/h are known: one with no
+    price shown (vast.ai's ``dph_total`` missing) compares nothing, rather than counting as $0 a job."""
+    return {i["id"]: float(i["dph"]) / plan.jph(i) for i in instances
+            if i["status"] == "running" and float(i["dph"] or 0.0) > 0 and plan.jph(i) > 0}
 
 
 def _swap_groups(plan: _Plan) -> list[_Swap]:
@@ -671,9 +677,8 @@ def _sliver_price(plan: _Plan) -> float | None:
     those), nor while every model's jobs/h is the flat guess (``informed``)."""
     if plan.capacity < RENT_BELOW * plan.need or not plan.tp.informed or plan.interruptible:
         return None
-    running = [float(i["dph"]) / plan.jph(i) for i in plan.live  # an instance with no price shown compares nothing
-               if i["status"] == "running" and float(i["dph"] or 0.0) > 0 and plan.jph(i) > 0]
-    return DEAR_PER_JOB * min(running) if running else None
+    per_job = _priced_per_job(plan, plan.live)
+    return DEAR_PER_JOB * min(per_job.values()) if per_job else None
 
 
 def _outbid_gap(plan: _Plan, offers: list[dict[str, Any]], short: float) -> tuple[list[dict[str, Any]], str]:
