@@ -18,7 +18,8 @@ Per scenario and arm:
     $/job    spend / jobs served
     over     instance-ticks over need: per tick, live instances the fleet could lose (slowest first) and
              still do the arrivals plus the backlog within an hour
-    rent     rents' $ per job-capacity ($/h over jobs/h) over the best on offer when they were made (among the
+    rent     rents' $ per job-capacity ($/h and the traffic the host bills for what an instance moves on
+             average, over jobs/h) over the best on offer when they were made (among the
              offers the agent may rent: up to policy.max_dph_per_instance $2.50/h however many GPUs, the
              reliability floor, the disk; not on the simulator's failing hosts, whose offers deliver no
              jobs), averaged over the rents from the scenario's first event on (1.00 = always the best; '-': no
@@ -74,6 +75,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from agent.sim.instances import mean_traffic_dph  # noqa: E402
 from agent.sim.market import MODEL_BY_NAME  # noqa: E402
 from bench.cron_arm import MIN_RELIABILITY, Caps, CronArm  # noqa: E402
 
@@ -515,8 +517,11 @@ def _alert_lag(expected: str, cause: int, first_alert: dict[str, int], victims: 
     return None if any(t is None for t in lags) else max(t for t in lags if t is not None) - cause
 
 
-def _per_job_capacity(dph: float, gpu: str, num_gpus: int) -> float:
-    return dph / (MODEL_BY_NAME[gpu].jobs_per_h_per_gpu * num_gpus)
+def _per_job_capacity(o: dict[str, Any]) -> float:
+    """What an offer or instance costs per job it can do: its $/h and the traffic its host bills on average
+    (vast.ai bills bandwidth per GB on top of $/h), over what its GPUs really do."""
+    dph = o["dph_total"] + mean_traffic_dph(o.get("inet_up_cost"), o.get("inet_down_cost"))
+    return float(dph / (MODEL_BY_NAME[o["gpu_name"]].jobs_per_h_per_gpu * o["num_gpus"]))
 
 
 MAX_DPH_PER_INSTANCE = 2.5  # the agent's policy.max_dph_per_instance (its default, which the config keeps)
@@ -532,8 +537,7 @@ def _best_on_offer(sim: Sim) -> float | None:
     q = {"limit": 1000, "order": [["id", "asc"]], "dph_total": {"lte": MAX_DPH_PER_INSTANCE},
          "reliability2": {"gte": MIN_RELIABILITY}, "allocated_storage": CRON_DISK_GB}
     offers = sim.http.post("/api/v0/bundles/", json=q, headers={"Authorization": f"Bearer {SIM_KEY}"}).json()["offers"]
-    return min((_per_job_capacity(o["dph_total"], o["gpu_name"], o["num_gpus"]) for o in offers
-                if o["host_id"] not in bad), default=None)
+    return min((_per_job_capacity(o) for o in offers if o["host_id"] not in bad), default=None)
 
 
 def _reacted(sc: Scenario, run: Run, acc: dict[str, Any], live: list[dict[str, Any]]) -> bool:
@@ -622,7 +626,7 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             prev = acc
             live = [i for i in acc["instances"] if i["status"] in LIVE]
             if best:
-                rent_ratios += [_per_job_capacity(i["dph_total"], i["gpu_name"], i["num_gpus"]) / best
+                rent_ratios += [_per_job_capacity(i) / best
                                 for i in acc["instances"] if now - TICK_S <= i["rented_at"] < now]
             over += _over(live, _need(acc))
             if react is None and n >= sc.event_tick and _reacted(sc, run, acc, live):

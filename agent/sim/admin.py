@@ -379,6 +379,7 @@ def _admin_accounting(sim: Simulator, query: dict[str, Any], body: dict[str, Any
                 "dph_total": inst["dph_total"], "jobs_per_h": instances.jobs_per_h(inst),
                 "jobs_done": round(q.per_instance.get(iid, 0.0), 3), "cost": round(inst["_cost"], 6),
                 "traffic_cost": round(inst.get("_traffic_cost", 0.0), 6),
+                "inet_up_cost": inst.get("inet_up_cost"), "inet_down_cost": inst.get("inet_down_cost"),
                 "flapping": iid in sim.flaps,
             })
         return json_reply(200, {
