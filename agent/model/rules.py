@@ -410,6 +410,7 @@ class _Swap:
     search: dict[str, Any]
     why: str
     group: tuple[dict[str, Any], ...] = ()
+    others: tuple[_Swap, ...] = ()  # the next dear instances, dearest per job first: tried when this one has no cover
 
 
 def _swap(plan: _Plan) -> _Swap | None:
@@ -436,7 +437,9 @@ def _swap(plan: _Plan) -> _Swap | None:
 def _dear(plan: _Plan, running: list[dict[str, Any]]) -> _Swap | None:
     """An on-demand fleet's instance costing ``DEAR_PER_JOB``× its cheapest per job or more (rented when the
     market, the rents left this hour or a stop left nothing better), with the jobs/h the fleet needs of it at its
-    need: offers covering those for under ``DEAR_SAVING``× its $/h replace it. A backlog keeping every instance busy
+    need: offers covering those for under ``DEAR_SAVING``× its $/h replace it. The dearest per job first, the others
+    that dear with it (``others``): the search finds no cover for one (a big box the fleet needs most of) while
+    another as dear, smaller, has one, and the swap saving the most $/h is rented. A backlog keeping every instance busy
     (``keep``) does not make all of it needed: a few jobs waiting would then bar every smaller cover, and
     ``_surplus`` keeps it working the backlog until that is worked off anyway. Not while every model's jobs/h is the
     flat guess (not ``informed``): the $ per job of one GPU against another is then a guess. Looked for on the
@@ -445,15 +448,17 @@ def _dear(plan: _Plan, running: list[dict[str, Any]]) -> _Swap | None:
     per_job = _priced_per_job(plan, running)
     if plan.interruptible or not plan.tp.informed or len(per_job) < 2 or not plan.dear_due:
         return None
-    x = max((i for i in running if i["id"] in per_job), key=lambda i: (per_job[i["id"]], i["id"]))
-    if per_job[x["id"]] < DEAR_PER_JOB * min(per_job.values()):
-        return None
-    used = min(plan.jph(x), plan.need - (plan.capacity - plan.jph(x)))  # at the need: a backlog keeps it (_surplus)
-    if used <= 0:
-        return None
-    return _Swap(x, used, DEAR_SAVING * float(x["dph"] or 0.0), _sizing_search(),
-                 f"{DEAR_SAVING:g}× its $/h: it costs {per_job[x['id']] / min(per_job.values()):.1f}× the "
-                 "fleet's cheapest per job")
+    best = min(per_job.values())
+    swaps = []
+    for x in sorted((i for i in running if i["id"] in per_job), key=lambda i: (-per_job[i["id"]], -i["id"])):
+        if per_job[x["id"]] < DEAR_PER_JOB * best:
+            break
+        used = min(plan.jph(x), plan.need - (plan.capacity - plan.jph(x)))  # at the need: a backlog keeps it
+        if used > 0:                                                        # (_surplus)
+            swaps.append(_Swap(x, used, DEAR_SAVING * float(x["dph"] or 0.0), _sizing_search(),
+                               f"{DEAR_SAVING:g}× its $/h: it costs {per_job[x['id']] / best:.1f}× the fleet's "
+                               "cheapest per job"))
+    return replace(swaps[0], others=tuple(swaps[1:])) if swaps else None
 
 
 def _priced_per_job(plan: _Plan, instances: list[dict[str, Any]]) -> dict[int, float]:
@@ -714,7 +719,7 @@ def _swap_rent(plan: _Plan, swap: _Swap, choose: Chooser) -> tuple[Calls, str]:
     then with the next ones (``_swap_groups``): one cover of them all may cost less than each one's own, and the
     group saving the most $/h is taken."""
     found: list[tuple[float, int, _Swap, list[dict[str, Any]]]] = []
-    for g in _swap_groups(plan) if swap.group else [swap]:
+    for g in _swap_groups(plan) if swap.group else [swap, *swap.others]:
         got, _ = choose(g.used, g.group)
         if got is not None and sum(o["dph"] for o in got) < g.limit:
             found.append((sum(float(i["dph"] or 0.0) for i in g.group or (g.x,)) - sum(o["dph"] for o in got),
