@@ -18,7 +18,8 @@ Per scenario and arm:
     $/job    spend / jobs served
     over     instance-ticks over need: per tick, live instances the fleet could lose (slowest first) and
              still do the arrivals plus the backlog within an hour
-    rent     rents' $ per job-capacity ($/h over jobs/h) over the best on offer when they were made (among the
+    rent     rents' $ per job-capacity ($/h and the traffic the host bills for what an instance moves on
+             average, over jobs/h) over the best on offer when they were made (among the
              offers the agent may rent: up to policy.max_dph_per_instance $2.50/h however many GPUs, the
              reliability floor, the disk; not on the simulator's failing hosts, whose offers deliver no
              jobs), averaged over the rents from the scenario's first event on (1.00 = always the best; '-': no
@@ -74,6 +75,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from agent.sim.instances import mean_traffic_dph  # noqa: E402
 from agent.sim.market import MODEL_BY_NAME  # noqa: E402
 from bench.cron_arm import MIN_RELIABILITY, Caps, CronArm  # noqa: E402
 
@@ -285,6 +287,7 @@ class Options:
     keep: Path | None = None  # keep each arm's directory as keep/<scenario>-<arm>/
     model_from_tick: int = 1  # the model arm: the rules provider decides the ticks before this one (1-based)
     budget_tokens: int | None = None  # the model arm's context.budget_tokens (None: the agent's default)
+    traffic_scale: float = 1.0  # the workload's data volume: the simulator's GB/h per instance times this
 
 
 def agent_config(root: Path, sim_url: str, model_url: str | None, model: str | None, *,
@@ -515,14 +518,17 @@ def _alert_lag(expected: str, cause: int, first_alert: dict[str, int], victims: 
     return None if any(t is None for t in lags) else max(t for t in lags if t is not None) - cause
 
 
-def _per_job_capacity(dph: float, gpu: str, num_gpus: int) -> float:
-    return dph / (MODEL_BY_NAME[gpu].jobs_per_h_per_gpu * num_gpus)
+def _per_job_capacity(o: dict[str, Any], traffic_scale: float) -> float:
+    """What an offer or instance costs per job it can do: its $/h and the traffic its host bills on average
+    (vast.ai bills bandwidth per GB on top of $/h) for the workload's data volume, over what its GPUs really do."""
+    dph = o["dph_total"] + mean_traffic_dph(o.get("inet_up_cost"), o.get("inet_down_cost"), traffic_scale)
+    return float(dph / (MODEL_BY_NAME[o["gpu_name"]].jobs_per_h_per_gpu * o["num_gpus"]))
 
 
 MAX_DPH_PER_INSTANCE = 2.5  # the agent's policy.max_dph_per_instance (its default, which the config keeps)
 
 
-def _best_on_offer(sim: Sim) -> float | None:
+def _best_on_offer(sim: Sim, traffic_scale: float) -> float | None:
     """The lowest $ per job-capacity among the offers the agent may rent (any number of GPUs within the
     $/h cap per instance, the reliability floor, the disk it asks for): a multi-GPU box cheaper per job than
     any single GPU is the best on offer, whether or not an arm looks at it. Offers on the simulator's failing
@@ -532,8 +538,7 @@ def _best_on_offer(sim: Sim) -> float | None:
     q = {"limit": 1000, "order": [["id", "asc"]], "dph_total": {"lte": MAX_DPH_PER_INSTANCE},
          "reliability2": {"gte": MIN_RELIABILITY}, "allocated_storage": CRON_DISK_GB}
     offers = sim.http.post("/api/v0/bundles/", json=q, headers={"Authorization": f"Bearer {SIM_KEY}"}).json()["offers"]
-    return min((_per_job_capacity(o["dph_total"], o["gpu_name"], o["num_gpus"]) for o in offers
-                if o["host_id"] not in bad), default=None)
+    return min((_per_job_capacity(o, traffic_scale) for o in offers if o["host_id"] not in bad), default=None)
 
 
 def _reacted(sc: Scenario, run: Run, acc: dict[str, Any], live: list[dict[str, Any]]) -> bool:
@@ -589,6 +594,7 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
         arm = AgentArm(sim, root, model_url, model, opts) if arm_name == "agent" else CronRef(sim)
         run = Run(sim, arm.say)
         sim.post("/_sim/demand", {"pending": 0})
+        sim.post("/_sim/traffic", {"scale": opts.traffic_scale})
         sc.setup(run)
         base = sim.get("/_sim/accounting")
         now = float(base["now"])
@@ -607,7 +613,7 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
                 note_at = now  # the note goes in at the event tick: rents from then on must obey it
             if n in sc.events:
                 sc.events[n](run)
-            best = _best_on_offer(sim) if n >= first_event else None
+            best = _best_on_offer(sim, opts.traffic_scale) if n >= first_event else None
             failed, started = arm.failed, time.monotonic()
             arm.tick(now)
             tick_s.append(time.monotonic() - started)
@@ -622,7 +628,7 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             prev = acc
             live = [i for i in acc["instances"] if i["status"] in LIVE]
             if best:
-                rent_ratios += [_per_job_capacity(i["dph_total"], i["gpu_name"], i["num_gpus"]) / best
+                rent_ratios += [_per_job_capacity(i, opts.traffic_scale) / best
                                 for i in acc["instances"] if now - TICK_S <= i["rented_at"] < now]
             over += _over(live, _need(acc))
             if react is None and n >= sc.event_tick and _reacted(sc, run, acc, live):
@@ -737,6 +743,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenarios", help="comma-separated names (default: all; --list shows them)")
     p.add_argument("--ticks", type=int, default=36, help="5-minute ticks per scenario (default 36: 3 h)")
     p.add_argument("--seed", type=int, default=7, help="the simulator's seed (default 7)")
+    p.add_argument("--traffic-scale", type=float, default=1.0, metavar="X",
+                   help="the workload moves X times the simulator's data an hour per instance (default 1: "
+                        "0.2-3 GB up, 0.5-6 down), billed at each host's $/GB")
     p.add_argument("--no-cron", action="store_true", help="skip the cron arm (no ratios)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
@@ -766,7 +775,8 @@ def main(argv: list[str] | None = None) -> int:
         used = [str(d) for d in (a.keep / f"{n}-{arm}" for n in names for arm in arms) if d.exists() and any(d.iterdir())]
         if used:
             p.error(f"--keep needs new or empty directories; not empty: {', '.join(used)}")
-    opts = Options(a.model_timeout, a.text_tool_calls, a.progress, a.keep, a.model_from_tick, a.budget_tokens)
+    opts = Options(a.model_timeout, a.text_tool_calls, a.progress, a.keep, a.model_from_tick, a.budget_tokens,
+                   a.traffic_scale)
     from agent import logsetup
 
     logsetup.configure("error", "auto")  # the table is the output; the agent's story is in its log
@@ -779,9 +789,10 @@ def main(argv: list[str] | None = None) -> int:
     decider = "model" if a.model_url else "rules"
     if a.json:
         print(json.dumps({"decider": a.model or decider, "model_from_tick": a.model_from_tick, "seed": a.seed,
-                          "ticks": a.ticks, "wall_s": round(wall, 1), "results": [asdict(r) for r in results]}, indent=2))
+                          "ticks": a.ticks, "traffic_scale": a.traffic_scale, "wall_s": round(wall, 1), "results": [asdict(r) for r in results]}, indent=2))
     else:
         handover = f" from tick {a.model_from_tick} (rules before)" if a.model_from_tick > 1 else ""
+        handover += f", {a.traffic_scale:g}x the data per instance" if a.traffic_scale != 1.0 else ""
         print(f"outcomes: decider {a.model or decider}{handover}, seed {a.seed}, {a.ticks} ticks of {TICK_S / 60:.0f} min; "
               "ratios are the agent's figure over the cron arm's; tick s: wall time per decision, mean/max")
         print(table(results, decider))

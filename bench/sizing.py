@@ -14,7 +14,8 @@ sampled every simulated minute), $/job = what the simulator billed / jobs comple
     surge      as ebb, then at tick 10 the best GPU model per job (RTX 4090) doubles in price and 300 jobs
                arrive
 
-rent_vs_best: each rent's true $/job (by what the simulator's GPUs really do) over the best on offer when
+rent_vs_best: each rent's true $/job (by what the simulator's GPUs really do; $/h and the traffic its host
+bills for what an instance moves on average) over the best on offer when
 it was made (a tick's k-th cheapest rent against the k-th best offer), from tick 10 on in surge.
 
 Figures only; nothing here asserts. Run from another checkout with PYTHONPATH=<checkout> to compare.
@@ -35,6 +36,7 @@ from agent.runtime.app import App
 from agent.runtime.demo import SIM_KEY, TICK_SECONDS, demo_config
 from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, SimServer, Simulator
+from agent.sim.instances import mean_traffic_dph
 from agent.sim.market import MODEL_BY_NAME
 
 SURGE_GPU = "RTX 4090"
@@ -42,9 +44,15 @@ EBB_AT = 8
 SURGE_AT = 10
 
 
+def _true_per_job(o: dict[str, Any]) -> float:
+    """An offer's or instance's $/h and the traffic its host bills on average, over what its GPUs really do."""
+    dph = o["dph_total"] + mean_traffic_dph(o.get("inet_up_cost"), o.get("inet_down_cost"))
+    return float(dph / (MODEL_BY_NAME[o["gpu_name"]].jobs_per_h_per_gpu * o["num_gpus"]))
+
+
 def _offers_per_job(sim: Simulator, allowed: list[str], max_dph: float) -> list[float]:
     """The true $/job of every unrented single-GPU offer policy would allow, on a good host, best first."""
-    return sorted(o["dph_total"] / MODEL_BY_NAME[o["gpu_name"]].jobs_per_h_per_gpu for o in sim.offers.values()
+    return sorted(_true_per_job(o) for o in sim.offers.values()
                   if not o["rented"] and o["num_gpus"] == 1 and o["gpu_name"] in allowed
                   and o["dph_total"] <= max_dph and o["reliability"] >= 0.9 and o["host_id"] not in sim.bad_hosts
                   and o["disk_space"] >= 10)
@@ -87,9 +95,7 @@ def run(scenario: str, seed: int, ticks: int) -> dict[str, Any]:
                 best = _offers_per_job(sim, allowed, app.settings.policy.max_dph_per_instance)
                 run_tick(app)
                 # the k-th cheapest rent of a tick against the k-th best offer on the market at its start
-                got = sorted(sim.instances[iid]["dph_total"] / MODEL_BY_NAME[sim.instances[iid]["gpu_name"]]
-                             .jobs_per_h_per_gpu / sim.instances[iid]["num_gpus"]
-                             for iid in set(sim.instances) - before)
+                got = sorted(_true_per_job(sim.instances[iid]) for iid in set(sim.instances) - before)
                 rents.extend((n, g, best[min(k, len(best) - 1)] if best else float("nan")) for k, g in enumerate(got))
                 for _ in range(int(TICK_SECONDS // 60)):
                     clock.advance(60)

@@ -166,7 +166,7 @@ def _lenient(args: Args) -> Args:
 
 def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     from agent.fleet import constraints, contracts, steering
-    from agent.fleet.market import BID_MARGIN
+    from agent.fleet.market import BID_MARGIN, offer_traffic_dph, traffic_gbph
 
     limit = min(int(args.get("limit", ctx.settings.fleet.search_limit)), 25)
     args = _lenient(args)
@@ -202,22 +202,32 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
     if not offers:
         return Outcome(True, "no offers match (filters: allowed GPUs, price and reliability caps from policy)" + note)
     tp = offer_throughput(ctx)
+    # vast.ai bills traffic per GB on top of $/h: each offer's $/job counts what the fleet's instances move an
+    # hour at that host's $/GB, once some have moved any
+    gbph = traffic_gbph(ctx.instances, ctx.owned_ids(), ctx.clock())
+    traffic = {o.id: offer_traffic_dph(o.inet_up_cost, o.inet_down_cost, gbph) for o in offers}
     if per_job:
-        offers.sort(key=lambda o: (tp.usd_per_job(o.dph_total or 0.0, o.gpu_name or "?", o.num_gpus) or 0.0, o.id))
+        offers.sort(key=lambda o: (tp.usd_per_job((o.dph_total or 0.0) + traffic[o.id], o.gpu_name or "?",
+                                                  o.num_gpus) or 0.0, o.id))
     rows = ["offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
-            + (" | min_bid | on-demand $/h | type" if bids else "") + " | dlperf | contract"]
+            + (" | min_bid | on-demand $/h | type" if bids else "") + " | dlperf | contract"
+            + (" | traffic $/h" if gbph else "")]
     shown = offers[:limit]
     for o in shown:
         gpu = o.gpu_name or "?"
         jph = tp.per_instance(gpu, o.num_gpus)
-        per = tp.usd_per_job(o.dph_total or 0.0, gpu, o.num_gpus)
+        per = tp.usd_per_job((o.dph_total or 0.0) + traffic[o.id], gpu, o.num_gpus)
         kind = "bid" if BID_KEY in o.raw else "on-demand"
         extra = f" | {o.min_bid or 0:.4f} | {on_demand[o.id].dph_total or 0:.3f} | {kind}" if bids else ""
         rows.append(f"{o.id} | {o.gpu_name} x{o.num_gpus or 1} | {o.dph_total or 0:.3f} | "
                     f"{o.reliability or 0:.3f} | {o.host_id} | {o.geolocation or '?'} | {jph:.1f} | "
                     + (f"{per:.4f}" if per is not None else "?") + extra
                     + (f" | {o.dlperf:.1f}" if o.dlperf is not None else " | ?")
-                    + f" | {contracts.ends_in(contracts.offer_left(o))}")
+                    + f" | {contracts.ends_in(contracts.offer_left(o))}"
+                    + (f" | {traffic[o.id]:.3f}" if gbph else ""))
+    if gbph:
+        note += (f"\n(traffic $/h: what the {gbph[0]:.2f} GB/h up and {gbph[1]:.2f} GB/h down an instance of the "
+                 "fleet moves would bill at the host's $/GB, on top of $/h; counted in $/job)")
     if bids:
         note += (f"\n(interruptible: $/h is the bid a rent places, min_bid +{BID_MARGIN:.0%} and at most "
                  f"policy.max_bid_share {ctx.settings.policy.max_bid_share:.2f} x on-demand; an instance outbid "
@@ -225,7 +235,7 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
                  + ("; offers whose min_bid is above that are rented on-demand (type)" if mode == "prefer" else "")
                  + ")")
     return Outcome(True, "\n".join(rows) + _basis(tp, sorted({o.gpu_name or "?" for o in shown})) + note
-                   + _cover_hint(ctx, offers, tp))
+                   + _cover_hint(ctx, offers, tp, traffic))
 
 
 def gap_left(ctx: ToolContext) -> float | None:
@@ -248,9 +258,10 @@ def _room(ctx: ToolContext) -> int:
     return max(0, int(ctx.settings.policy.max_instances) - len(ctx.ours()) - unlisted)
 
 
-def _cover_hint(ctx: ToolContext, offers: list[Offer], tp: Throughput) -> str:
-    """The offers that cover the gap left this tick, cheapest per job first, within the instance cap: the calls
-    to make, so that a model need not size the rent itself (the last line of a search's answer)."""
+def _cover_hint(ctx: ToolContext, offers: list[Offer], tp: Throughput, traffic: dict[int, float]) -> str:
+    """The offers that cover the gap left this tick, cheapest per job first (``traffic``: each offer's traffic
+    $/h on top of its $/h), within the instance cap: the calls to make, so that a model need not size the rent
+    itself (the last line of a search's answer)."""
     gap = gap_left(ctx)
     if gap is None:
         return ""
@@ -261,8 +272,8 @@ def _cover_hint(ctx: ToolContext, offers: list[Offer], tp: Throughput) -> str:
         return f"\n(the fleet is {gap:.1f} jobs/h short, but at policy.max_instances: nothing can be rented)"
     picks: list[tuple[Offer, float]] = []
     got = 0.0
-    for o in sorted(offers, key=lambda o: (tp.usd_per_job(o.dph_total or 0.0, o.gpu_name or "?", o.num_gpus)
-                                           or float("inf"), o.id)):
+    for o in sorted(offers, key=lambda o: (tp.usd_per_job((o.dph_total or 0.0) + traffic.get(o.id, 0.0),
+                                                          o.gpu_name or "?", o.num_gpus) or float("inf"), o.id)):
         if got >= gap or len(picks) >= room:
             break
         jph = tp.per_instance(o.gpu_name or "?", o.num_gpus)
@@ -583,7 +594,8 @@ TOOLS: tuple[AnyTool, ...] = (
          "reliability caps are applied automatically), cheapest $/h first, or cheapest per job with "
          "order=per_job. jobs/h is what one such instance delivers (measured by our own instances, else "
          "scaled by vast.ai's dlperf score from the models measured, else assumed) and $/job its price per job "
-         "of capacity; dlperf is the offer's score; contract is when a rent of it would end (vast.ai then stops the "
+         "of capacity, with the traffic the host bills per GB for what our instances move (traffic $/h, once "
+         "measured); dlperf is the offer's score; contract is when a rent of it would end (vast.ai then stops the "
          "instance for good), and offers ending within policy.contract_min_hours are left out.",
          obj({"gpu_name": {"type": "string", "maxLength": 40},
               "order": {"type": "string", "enum": ["dph", "per_job"]},

@@ -204,6 +204,8 @@ class Offer:
     dlperf: float | None = None
     cuda_max_good: float | None = None
     duration: float | None = None  # seconds until the host's listing ends; a contract rented now ends then
+    inet_up_cost: float | None = None  # $/GB the host bills for traffic up, on top of dph_total
+    inet_down_cost: float | None = None  # ...and down
     maint_in: float | None = None  # seconds until its machine's next maintenance window (set by the fleet's search)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -225,7 +227,8 @@ class Offer:
             disk_space=_float(d.get("disk_space")), verified=_bool(verified),
             geolocation=_str(d.get("geolocation")), score=_float(d.get("score")),
             dlperf=_float(d.get("dlperf")), cuda_max_good=_float(d.get("cuda_max_good")),
-            duration=_float(d.get("duration")), raw=dict(d),
+            duration=_float(d.get("duration")), inet_up_cost=_float(d.get("inet_up_cost")),
+            inet_down_cost=_float(d.get("inet_down_cost")), raw=dict(d),
         )
 
 

@@ -3,7 +3,10 @@
 - Traffic: vast.ai bills bandwidth per GB (the host's ``inet_up_cost`` / ``inet_down_cost``) on top of
   ``dph_total``. Each instance's billed counters are noted (``instance.traffic``, cumulative) when its traffic
   cost grew by ``TRAFFIC_STEP`` dollars or more since the last note, or at all once it stopped, so spend,
-  budgets and caps count it (agent/fleet/spend.py).
+  budgets and caps count it (agent/fleet/spend.py). What the fleet's own instances moved per hour since their
+  rent (``traffic_gbph``) prices the traffic an offer would bill at its host's $/GB (``offer_traffic_dph``):
+  search_offers counts it in an offer's $/job, so a host cheap by the hour but dear by the GB is not the best
+  buy it looks.
 - Bids: one rule (``bid_rule``) prices every bid, on renting (tools/fleet.py) and on re-bidding here: the
   market's ``min_bid`` +``BID_MARGIN``, capped at ``policy.max_bid_share`` of the on-demand price; none when
   the min_bid is above that cap. Each bid change is logged as ``instance.bid``, which spend counts.
@@ -23,6 +26,8 @@
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from agent import logsetup
 from agent.clients.vast import Instance, PriceIncrease, VastError
@@ -78,6 +83,55 @@ def is_outbid(inst: Instance) -> bool:
 
 def traffic_cost(up_gb: float, down_gb: float, up_cost: float, down_cost: float) -> float:
     return up_gb * up_cost + down_gb * down_cost
+
+
+TRAFFIC_MIN_AGE_S = 1800.0  # an instance counts in the fleet's traffic rate from this long after its rent
+
+
+def traffic_gbph(instances: list[Instance], owned: set[int], now: float) -> tuple[float, float] | None:
+    """GB up and down an instance of the fleet moves an hour: the traffic vast.ai billed the owned running
+    instances, over the hours since their rent, of those rented ``TRAFFIC_MIN_AGE_S`` ago or more (the minutes
+    an instance loads move little, so a young one reads low); None until one has counters. The hours since the
+    rent include loading and any stop, so the rate reads a little low, never high."""
+    gb_up = gb_down = hours = 0.0
+    for i in instances:
+        t = i.traffic_gb() if i.id in owned and i.actual_status == "running" else None
+        if t is None or i.start_date is None or now - i.start_date < TRAFFIC_MIN_AGE_S:
+            continue
+        gb_up, gb_down, hours = gb_up + t[0], gb_down + t[1], hours + (now - i.start_date) / 3600.0
+    return (gb_up / hours, gb_down / hours) if hours > 0 else None
+
+
+def offer_traffic_dph(up_cost: float | None, down_cost: float | None, gbph: tuple[float, float] | None) -> float:
+    """The $/h of traffic an instance of an offer would bill, at the host's $/GB and the fleet's GB/h (0 while
+    the fleet has measured none)."""
+    if gbph is None:
+        return 0.0
+    return traffic_cost(gbph[0], gbph[1], float(up_cost or 0.0), float(down_cost or 0.0))
+
+
+def traffic_dph(log: EventLog, ids: Iterable[int]) -> dict[int, float]:
+    """The traffic $/h of each of these instances between its last two ``instance.traffic`` notes (the notes
+    come every ``TRAFFIC_STEP`` dollars while it runs); none for one with fewer (it has billed under a cent:
+    a host that bills no traffic, or little)."""
+    want = set(ids)
+    rows = [r for r in (log.store.instance(i) for i in want) if r is not None]
+    if not rows:
+        return {}
+    last: dict[int, list[tuple[float, float]]] = {}
+    for e in log.read(min(r.rented_seq for r in rows), kinds=["instance.traffic"]):
+        iid, p = int(e.payload["instance_id"]), e.payload
+        if iid in want:
+            points = last.setdefault(iid, [])
+            points.append((parse_ts(e.ts).timestamp(),
+                           traffic_cost(p["up_gb"], p["down_gb"], p["up_cost"], p["down_cost"])))
+            del points[:-2]
+    out: dict[int, float] = {}
+    for iid, points in last.items():
+        if len(points) == 2 and points[1][0] > points[0][0]:
+            (a, cost_a), (b, cost_b) = points
+            out[iid] = max(0.0, cost_b - cost_a) * 3600.0 / (b - a)
+    return out
 
 
 def last_traffic(log: EventLog, since_seq: int = 0) -> dict[int, dict[str, float]]:

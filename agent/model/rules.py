@@ -200,7 +200,7 @@ class RulesProvider:
         return _Plan(banned, avoid, cap, dead, live, pending, rate, need, capacity, drain_h, tp, flapping,
                      rents_left, s.policy.max_total_dph, view, _advice_text(view.advice), held, keep, ending,
                      outbid, s.policy.interruptible, barred, slow, limit, drain_h < full_h,
-                     _first_of(DEAR_EVERY_S, recent))
+                     _first_of(DEAR_EVERY_S, recent), self.app.traffic_dph(i["id"] for i in ours))
 
 
 def _first_of(period_s: float, recent: list[dict[str, Any]]) -> bool:
@@ -277,9 +277,14 @@ class _Plan:
     loading_limit: float | None = None  # s after the rent: loading.loading_limit of the recent observations
     drain_sooner: bool = False  # drain_h is bidding.BID_DRAIN of policy.drain_within (bidding.drain_hours)
     dear_due: bool = True  # this tick is the first of its DEAR_EVERY_S: _dear may look for a cheaper cover
+    traffic: dict[int, float] = field(default_factory=dict)  # id -> the traffic $/h its counters measured
 
     def jph(self, i: dict[str, Any]) -> float:
         return self.tp.per_instance(str(i["gpu_name"]), i.get("num_gpus"))
+
+    def cost(self, i: dict[str, Any]) -> float:
+        """What an instance costs an hour: its $/h and the traffic vast.ai bills it on top, as measured."""
+        return float(i["dph"] or 0.0) + self.traffic.get(int(i["id"]), 0.0)
 
     def why(self) -> str:
         """The numbers the decision rests on, in a sentence."""
@@ -320,7 +325,10 @@ def _first_step(plan: _Plan) -> tuple[Calls, str]:
     swap_text = ""
     if swap:
         x, used = swap.x, swap.used
-        swap_text = (f"; #{x['id']} costs ${float(x['dph'] or 0):.3f}/h for the {used:.1f} of its "
+        traffic = plan.traffic.get(int(x["id"]), 0.0)
+        swap_text = (f"; #{x['id']} costs ${plan.cost(x):.3f}/h"
+                     + (f" (${traffic:.3f}/h of it traffic)" if traffic >= 0.0005 else "")
+                     + f" for the {used:.1f} of its "
                      f"{plan.jph(x):.1f} jobs/h the fleet needs: searching for that for under "
                      f"${swap.limit:.3f}/h ({swap.why}), to replace it")
     text = (f"rules provider: {plan.why()}; cap {cap}; "
@@ -410,6 +418,7 @@ class _Swap:
     search: dict[str, Any]
     why: str
     group: tuple[dict[str, Any], ...] = ()
+    others: tuple[_Swap, ...] = ()  # the next dear instances, dearest per job first: tried when this one has no cover
 
 
 def _swap(plan: _Plan) -> _Swap | None:
@@ -424,10 +433,10 @@ def _swap(plan: _Plan) -> _Swap | None:
     running = [i for i in plan.live if i["status"] == "running"]
     if not running:
         return None
-    x = max(running, key=lambda i: (float(i["dph"] or 0.0), i["id"]))
+    x = max(running, key=lambda i: (plan.cost(i), i["id"]))
     used = max(plan.need, plan.keep) - (plan.capacity - plan.jph(x))
     if 0 < used <= SWAP_USED * plan.jph(x):
-        return _Swap(x, used, SWAP_SAVING * float(x["dph"] or 0.0), _sizing_search(),
+        return _Swap(x, used, SWAP_SAVING * plan.cost(x), _sizing_search(),
                      f"{SWAP_SAVING:g}× its $/h for the share the fleet uses")
     groups = _swap_groups(plan)
     return groups[0] if groups else _dear(plan, running)
@@ -436,7 +445,9 @@ def _swap(plan: _Plan) -> _Swap | None:
 def _dear(plan: _Plan, running: list[dict[str, Any]]) -> _Swap | None:
     """An on-demand fleet's instance costing ``DEAR_PER_JOB``× its cheapest per job or more (rented when the
     market, the rents left this hour or a stop left nothing better), with the jobs/h the fleet needs of it at its
-    need: offers covering those for under ``DEAR_SAVING``× its $/h replace it. A backlog keeping every instance busy
+    need: offers covering those for under ``DEAR_SAVING``× its $/h replace it. The dearest per job first, the others
+    that dear with it (``others``): the search finds no cover for one (a big box the fleet needs most of) while
+    another as dear, smaller, has one, and the swap saving the most $/h is rented. A backlog keeping every instance busy
     (``keep``) does not make all of it needed: a few jobs waiting would then bar every smaller cover, and
     ``_surplus`` keeps it working the backlog until that is worked off anyway. Not while every model's jobs/h is the
     flat guess (not ``informed``): the $ per job of one GPU against another is then a guess. Looked for on the
@@ -445,21 +456,24 @@ def _dear(plan: _Plan, running: list[dict[str, Any]]) -> _Swap | None:
     per_job = _priced_per_job(plan, running)
     if plan.interruptible or not plan.tp.informed or len(per_job) < 2 or not plan.dear_due:
         return None
-    x = max((i for i in running if i["id"] in per_job), key=lambda i: (per_job[i["id"]], i["id"]))
-    if per_job[x["id"]] < DEAR_PER_JOB * min(per_job.values()):
-        return None
-    used = min(plan.jph(x), plan.need - (plan.capacity - plan.jph(x)))  # at the need: a backlog keeps it (_surplus)
-    if used <= 0:
-        return None
-    return _Swap(x, used, DEAR_SAVING * float(x["dph"] or 0.0), _sizing_search(),
-                 f"{DEAR_SAVING:g}× its $/h: it costs {per_job[x['id']] / min(per_job.values()):.1f}× the "
-                 "fleet's cheapest per job")
+    best = min(per_job.values())
+    swaps = []
+    for x in sorted((i for i in running if i["id"] in per_job), key=lambda i: (-per_job[i["id"]], -i["id"])):
+        if per_job[x["id"]] < DEAR_PER_JOB * best:
+            break
+        used = min(plan.jph(x), plan.need - (plan.capacity - plan.jph(x)))  # at the need: a backlog keeps it
+        if used > 0:                                                        # (_surplus)
+            swaps.append(_Swap(x, used, DEAR_SAVING * plan.cost(x), _sizing_search(),
+                               f"{DEAR_SAVING:g}× its $/h: it costs {per_job[x['id']] / best:.1f}× the fleet's "
+                               "cheapest per job"))
+    return replace(swaps[0], others=tuple(swaps[1:])) if swaps else None
 
 
 def _priced_per_job(plan: _Plan, instances: list[dict[str, Any]]) -> dict[int, float]:
-    """The $ per job of each running instance among ``instances`` whose $/h and jobs/h are known: one with no
-    price shown (vast.ai's ``dph_total`` missing) compares nothing, rather than counting as $0 a job."""
-    return {i["id"]: float(i["dph"]) / plan.jph(i) for i in instances
+    """The $ per job of each running instance among ``instances`` whose $/h and jobs/h are known, its measured
+    traffic included: one with no price shown (vast.ai's ``dph_total`` missing) compares nothing, rather than
+    counting as $0 a job."""
+    return {i["id"]: plan.cost(i) / plan.jph(i) for i in instances
             if i["status"] == "running" and float(i["dph"] or 0.0) > 0 and plan.jph(i) > 0}
 
 
@@ -481,7 +495,7 @@ def _swap_groups(plan: _Plan) -> list[_Swap]:
         used = min(jph, max(plan.need, plan.keep) - (plan.capacity - jph))  # the rest's spare counts
         if used <= 0:
             continue
-        dph = sum(float(i["dph"] or 0.0) for i in group)
+        dph = sum(plan.cost(i) for i in group)
         what = "the bid dearest per job" if bidding.is_bid(group[0]) else "on-demand"
         out.append(_Swap(group[0], used, bidding.SWAP_SHARE * dph, bidding.swap_search(MAX_GPUS),
                          f"{what} for over {bidding.SWAP_AGE_S / 3600:g} h: bids under {bidding.SWAP_SHARE:g}× its "
@@ -503,7 +517,7 @@ def _surplus(plan: _Plan) -> list[dict[str, Any]]:
     instead of the dearest an hour where together they save more (the small bids a box was rented to replace,
     rather than the box)."""
     order = sorted(plan.live, key=lambda i: (i["status"] == "running",
-                                             -(float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9)), -i["id"]))
+                                             -(plan.cost(i) / max(plan.jph(i), 1e-9)), -i["id"]))
     out = order[:max(0, len(plan.live) - plan.cap)]
     held = plan.interruptible and plan.pending >= 1  # bidding.py: jobs wait (an outbid's backlog): bids stay
     spare = [i for i in order[len(out):] if i["status"] == "running"]
@@ -523,10 +537,10 @@ def _surplus(plan: _Plan) -> list[dict[str, Any]]:
 
     # the dearest an hour first; with bids, the dearest per job first when that lets more $/h go (the small
     # bids a bigger box was rented to replace, rather than the box)
-    ways = [let_go(lambda i: (float(i["dph"] or 0.0), -plan.jph(i), i["id"]))]
+    ways = [let_go(lambda i: (plan.cost(i), -plan.jph(i), i["id"]))]
     if plan.interruptible:
-        ways.append(let_go(lambda i: (float(i["dph"] or 0.0) / max(plan.jph(i), 1e-9), i["id"])))
-    return out + max(ways, key=lambda g: sum(float(i["dph"] or 0.0) for i in g))
+        ways.append(let_go(lambda i: (plan.cost(i) / max(plan.jph(i), 1e-9), i["id"])))
+    return out + max(ways, key=lambda g: sum(plan.cost(i) for i in g))
 
 
 def _held_text(plan: _Plan, surplus: list[dict[str, Any]]) -> str:
@@ -589,7 +603,7 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     offers = _parse_offers(searched[-1].payload.get("output", ""))
     for o in offers:
         o["jph"] = o.get("jph") or plan.tp.per_instance(o["gpu"].rsplit(" x", 1)[0], 1)
-        o["per_job"] = o.get("per_job") or o["dph"] / max(o["jph"], 1e-9)
+        o["per_job"] = o.get("per_job") or _cost(o) / max(o["jph"], 1e-9)
     refused = {o["id"]: plan.view.offer_refusal(o["gpu"], o["dph"], o["host"]) for o in offers} if plan.view else {}
     ok = sorted((o for o in offers if o["host"] not in plan.avoid and not refused.get(o["id"])),
                 key=lambda o: (o["per_job"], o["dph"], o["id"]))
@@ -626,7 +640,9 @@ def _rent_step(plan: _Plan, results: list[Any]) -> tuple[Calls, str]:
     added = sum(o["jph"] for o in picks)
     calls: Calls = [("rent_instance", {"offer_id": o["id"], "reason":
                                        f"need {plan.need:.1f} jobs/h, have {plan.capacity:.1f}; {o['gpu']} at "
-                                       f"${o['dph']:.3f}/h delivers {o['jph']:.1f} jobs/h: "
+                                       f"${o['dph']:.3f}/h" + (f" + ${o['traffic']:.3f}/h traffic" if
+                                                               o.get("traffic") else "")
+                                       + f" delivers {o['jph']:.1f} jobs/h: "
                                        f"${o['per_job']:.4f}/job"})
                     for o in picks]
     if any(e.payload["name"] == "destroy_instance" for e in results[results.index(searched[-1]) + 1:]):
@@ -677,7 +693,9 @@ def _sliver_price(plan: _Plan) -> float | None:
     those), nor while every model's jobs/h is the flat guess (``informed``)."""
     if plan.capacity < RENT_BELOW * plan.need or not plan.tp.informed or plan.interruptible:
         return None
-    per_job = _priced_per_job(plan, plan.live)
+    # by the fleet's $/h alone, while the offers' $/job carry their traffic: a bound no looser than before (the
+    # fleet's measured traffic raising it let a 4-GPU box be rented for a 1.1 jobs/h sliver, seed 11 massstop)
+    per_job = _priced_per_job(replace(plan, traffic={}), plan.live)
     return DEAR_PER_JOB * min(per_job.values()) if per_job else None
 
 
@@ -714,10 +732,10 @@ def _swap_rent(plan: _Plan, swap: _Swap, choose: Chooser) -> tuple[Calls, str]:
     then with the next ones (``_swap_groups``): one cover of them all may cost less than each one's own, and the
     group saving the most $/h is taken."""
     found: list[tuple[float, int, _Swap, list[dict[str, Any]]]] = []
-    for g in _swap_groups(plan) if swap.group else [swap]:
+    for g in _swap_groups(plan) if swap.group else [swap, *swap.others]:
         got, _ = choose(g.used, g.group)
-        if got is not None and sum(o["dph"] for o in got) < g.limit:
-            found.append((sum(float(i["dph"] or 0.0) for i in g.group or (g.x,)) - sum(o["dph"] for o in got),
+        if got is not None and sum(_cost(o) for o in got) < g.limit:
+            found.append((sum(plan.cost(i) for i in g.group or (g.x,)) - sum(_cost(o) for o in got),
                           -len(found), g, got))
     if not found:
         return [], (f"rules provider: no offer covers the {swap.used:.1f} jobs/h #{swap.x['id']} is needed for under "
@@ -725,7 +743,7 @@ def _swap_rent(plan: _Plan, swap: _Swap, choose: Chooser) -> tuple[Calls, str]:
     _, _, g, got = max(found, key=lambda f: (f[0], f[1]))
     old = g.group or (g.x,)
     ids = ", ".join(f"#{i['id']}" for i in old)
-    dph = sum(float(i["dph"] or 0.0) for i in old)
+    dph = sum(plan.cost(i) for i in old)
     jph = sum(plan.jph(i) for i in old)
     return [("rent_instance", {"offer_id": o["id"], "reason":
                                f"replace {ids} (${dph:.3f}/h, {jph:.1f} jobs/h, {g.used:.1f} needed): "
@@ -746,9 +764,15 @@ def _spread(plan: _Plan, offers: list[dict[str, Any]],
     return bidding.spread(offers, plan.need, fleet, on_demand=True)
 
 
+def _cost(o: dict[str, Any]) -> float:
+    """What an offer would cost an hour: its $/h and the traffic vast.ai bills on top (search_offers' traffic $/h,
+    at the host's $/GB and the fleet's GB/h)."""
+    return float(o["dph"]) + float(o.get("traffic") or 0.0)
+
+
 def _per_job(picks: list[dict[str, Any]]) -> float:
-    """What a set of offers costs per job of the capacity it brings."""
-    return float(sum(o["dph"] for o in picks)) / max(float(sum(o["jph"] for o in picks)), 1e-9)
+    """What a set of offers costs per job of the capacity it brings, traffic included."""
+    return sum(_cost(o) for o in picks) / max(float(sum(o["jph"] for o in picks)), 1e-9)
 
 
 COVER_STEP = 0.1  # jobs/h: the grain the covers sum capacity in
@@ -758,20 +782,22 @@ NEAR_BEST = 0.10  # an offer within this share of the best $ per job on offer is
 NEAR_PART = 0.5  # ...and rented for this share of the gap or more when too few of them cover all of it
 
 
-def _sets(offers: list[dict[str, Any]], room: int, limit: float,
-          target: int | None) -> dict[tuple[int, int], tuple[float, tuple[int, ...]]]:
+def _sets(offers: list[dict[str, Any]], room: int, limit: float, target: int | None,
+          cost_limit: float = math.inf) -> dict[tuple[int, int], tuple[float, tuple[int, ...]]]:
     """For each (offers taken, capacity reached in ``COVER_STEP`` units, capped at ``target`` when given), the
-    fewest $/h reaching it and the offers' indexes: at most ``room`` offers and ``limit`` $/h in all."""
+    fewest $/h with traffic (``_cost``) reaching it and the offers' indexes: at most ``room`` offers, ``limit``
+    $/h (the caps count $/h) and ``cost_limit`` $/h with traffic in all."""
     best: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {(0, 0): (0.0, ())}
     for n, o in enumerate(offers):
         units = int(o["jph"] / COVER_STEP + 1e-9)
-        if units <= 0 or o["dph"] > limit + 1e-9:
+        if units <= 0 or o["dph"] > limit + 1e-9 or _cost(o) > cost_limit + 1e-9:
             continue
         for (k, c), (cost, idx) in list(best.items()):
-            if k >= room or (target is not None and c >= target) or cost + o["dph"] > limit + 1e-9:
+            if k >= room or (target is not None and c >= target) or cost + _cost(o) > cost_limit + 1e-9 \
+                    or sum(offers[i]["dph"] for i in idx) + o["dph"] > limit + 1e-9:
                 continue
             key = (k + 1, c + units if target is None else min(target, c + units))
-            new = (cost + o["dph"], idx + (n,))
+            new = (cost + _cost(o), idx + (n,))
             if key not in best or new[0] < best[key][0] - 1e-12:
                 best[key] = new
     return best
@@ -789,8 +815,8 @@ def _in_order(offers: list[dict[str, Any]], idx: tuple[int, ...]) -> list[dict[s
 
 def _cheapest_cover(offers: list[dict[str, Any]], short: float, room: int,
                     budget: float) -> list[dict[str, Any]] | None:
-    """The offers that together deliver at least ``short`` jobs/h for the fewest $/h, at most ``room`` of
-    them and ``budget`` $/h in all; None when no such set exists."""
+    """The offers that together deliver at least ``short`` jobs/h for the fewest $/h with traffic, at most
+    ``room`` of them and ``budget`` $/h in all; None when no such set exists."""
     if short <= 0 or room <= 0:
         return [] if short <= 0 else None
     target = math.ceil(short / COVER_STEP - 1e-9)
@@ -814,8 +840,8 @@ def _best_cover(offers: list[dict[str, Any]], short: float, room: int, budget: f
     rest = _cover_per_job(offers, short - sliver, room, budget, informed)
     if not rest:
         return whole
-    dph, jph = sum(o["dph"] for o in whole), sum(o["jph"] for o in whole)
-    extra_dph, extra_jph = dph - sum(o["dph"] for o in rest), jph - sum(o["jph"] for o in rest)
+    dph, jph = sum(_cost(o) for o in whole), sum(o["jph"] for o in whole)
+    extra_dph, extra_jph = dph - sum(_cost(o) for o in rest), jph - sum(o["jph"] for o in rest)
     if extra_dph > 0 and (extra_jph <= 0 or extra_dph / extra_jph > DEAR_PER_JOB * dph / max(jph, 1e-9)):
         return rest
     return whole
@@ -837,21 +863,23 @@ def _cover_per_job(offers: list[dict[str, Any]], short: float, room: int,
     cheapest = _cheapest_cover(offers, short, room, budget)
     if not cheapest:
         return cheapest
-    limit = min(budget, BARGAIN_SPEND * sum(o["dph"] for o in cheapest))
+    limit = BARGAIN_SPEND * sum(_cost(o) for o in cheapest)
     target = math.ceil(short / COVER_STEP - 1e-9)
 
     def per_job(v: tuple[float, tuple[int, ...]], c: int) -> float:
         return v[0] / (min(c, target) + EXTRA_WORTH * max(0, c - target))
 
     def pick(among: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        done = [(per_job(v, c), v[0], v[1]) for (k, c), v in _sets(among, room, limit, None).items() if c >= target]
+        done = [(per_job(v, c), v[0], v[1]) for (k, c), v in _sets(among, room, budget, None, limit).items()
+                if c >= target]
         return _in_order(among, min(done)[2]) if done else None
 
     # The gap covered by offers as good per job as the best on offer, when that costs at most BARGAIN_SPEND x
     # the cheapest cover an hour: a multi-GPU box among them too, however far it overshoots the gap (what it
     # brings beyond lets the fleet's dearer instances go: _surplus). Offers a fifth
     # dearer per job would do each of those jobs for a fifth more for as long as they run.
-    best = min((o["per_job"] for o in offers if o["dph"] <= limit + 1e-9), default=None)
+    best = min((o["per_job"] for o in offers if o["dph"] <= budget + 1e-9 and _cost(o) <= limit + 1e-9),
+               default=None)
     if best is not None and informed:
         good = [o for o in offers if o["per_job"] <= (1 + NEAR_BEST) * best + 1e-12]
         near = pick(good)
@@ -860,7 +888,8 @@ def _cover_per_job(offers: list[dict[str, Any]], short: float, room: int,
         # Too few of them for the whole gap within the rents and $/h left: as much of it as they cover, when that
         # is NEAR_PART of it or more, and the rest from the other offers as far as the rents left allow (else once
         # rents free up), rather than the whole of it dearer per job for as long as that runs.
-        part = max(((c, -v[0], v[1]) for (k, c), v in _sets(good, room, limit, None).items() if c > 0), default=None)
+        part = max(((c, -v[0], v[1]) for (k, c), v in _sets(good, room, budget, None, limit).items() if c > 0),
+                   default=None)
         if part is not None and part[0] >= NEAR_PART * target:
             took = _in_order(good, part[2])
             rest = short - sum(o["jph"] for o in took)
@@ -923,10 +952,14 @@ def _scheduling_failed(observations: Any) -> set[int]:
 
 
 def _parse_offers(table: str) -> list[dict[str, Any]]:
-    """search_offers' rows: id, GPU, $/h, reliability, host, and jobs/h, $/job and type (bid or on-demand) when the
-    table has them."""
+    """search_offers' rows: id, GPU, $/h, reliability, host, and jobs/h, $/job, type (bid or on-demand) and traffic
+    $/h when the table has them (found by the header's names)."""
     out = []
-    for line in table.splitlines()[1:]:
+    lines = table.splitlines()
+    col = {name.strip(): n for n, name in enumerate(lines[0].split("|"))} if lines else {}
+    jph_at, per_at, type_at = col.get("jobs/h", 6), col.get("$/job", 7), col.get("type", 10)
+    traffic_at = col.get("traffic $/h")
+    for line in lines[1:]:
         parts = [p.strip() for p in line.split("|")]
         if len(parts) < 5 or not parts[0].isdigit():
             continue
@@ -935,10 +968,12 @@ def _parse_offers(table: str) -> list[dict[str, Any]]:
                  "host": int(parts[4]) if parts[4].isdigit() else -1}
         except ValueError:
             continue
-        if len(parts) >= 8:
-            o["jph"], o["per_job"] = _number(parts[6]), _number(parts[7])
-        if len(parts) >= 11 and parts[10] in ("bid", "on-demand"):  # with bids: how a rent of it places it
-            o["type"] = parts[10]
+        if len(parts) > max(jph_at, per_at):
+            o["jph"], o["per_job"] = _number(parts[jph_at]), _number(parts[per_at])
+        if len(parts) > type_at and parts[type_at] in ("bid", "on-demand"):  # with bids: how a rent of it places it
+            o["type"] = parts[type_at]
+        if traffic_at is not None and len(parts) > traffic_at:
+            o["traffic"] = _number(parts[traffic_at]) or 0.0
         out.append(o)
     return out
 

@@ -7,7 +7,7 @@ made the same way everywhere (and closed in one place).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from datetime import UTC, datetime
 from functools import cached_property
@@ -282,6 +282,13 @@ class App:
         from agent.fleet.constraints import operators_view
 
         return operators_view(self.settings, self.log)
+
+    def traffic_dph(self, ids: Iterable[int]) -> dict[int, float]:
+        """Each of these instances' traffic $/h as its billed counters measured it (``agent.fleet.market``), for
+        planners below the fleet layer (the rules provider)."""
+        from agent.fleet.market import traffic_dph
+
+        return traffic_dph(self.log, ids)
 
     def throughput(self, dlperf: Mapping[str, float] | None = None) -> Any:
         """Each GPU model's jobs/h per GPU (``agent.fleet.throughput.Throughput``) from the log's recent

@@ -18,6 +18,9 @@
                             duration_hours long (default 2); listed by GET /api/v0/machines/maintenances
     POST /_sim/bid_market   {"moving": false}: every offer's min_bid stays at its quiet level (true: it follows
                             the seeded bid market, the default)
+    GET/POST /_sim/traffic  {"scale": x}: instances rented from now on move x times the GB an hour the
+                            simulator draws for each (the workload's data volume; default 1: 0.2-3 up,
+                            0.5-6 down), billed at their host's $/GB; GET shows it
     GET/POST /_sim/faults   read or set the fault knobs (agent/sim/faults.py)
     GET/POST /_sim/realism  read or set rate limits, listing lag, log delay (agent/sim/realism.py)
     POST /_sim/set_status   {"instance_id", "status", "status_msg"?}: what vast.ai reports for it
@@ -179,6 +182,16 @@ def _admin_bid_market(sim: Simulator, query: dict[str, Any], body: dict[str, Any
         sim.tick()
         sim.market.bid_market = body["moving"]
     return json_reply(200, {"moving": sim.market.bid_market})
+
+
+def _admin_traffic(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
+    with sim._lock:
+        if body:
+            scale = body.get("scale")
+            if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 <= scale <= 1000:
+                raise ApiError(400, "invalid_args", "need {\"scale\": x}, a number from 0 to 1000")
+            sim.traffic_scale = float(scale)
+        return json_reply(200, {"scale": sim.traffic_scale})
 
 
 def _admin_set_faults(sim: Simulator, query: dict[str, Any], body: dict[str, Any]) -> Reply:
@@ -379,6 +392,7 @@ def _admin_accounting(sim: Simulator, query: dict[str, Any], body: dict[str, Any
                 "dph_total": inst["dph_total"], "jobs_per_h": instances.jobs_per_h(inst),
                 "jobs_done": round(q.per_instance.get(iid, 0.0), 3), "cost": round(inst["_cost"], 6),
                 "traffic_cost": round(inst.get("_traffic_cost", 0.0), 6),
+                "inet_up_cost": inst.get("inet_up_cost"), "inet_down_cost": inst.get("inet_down_cost"),
                 "flapping": iid in sim.flaps,
             })
         return json_reply(200, {
@@ -400,6 +414,8 @@ ADMIN: dict[tuple[str, str], AdminHandler] = {
     ("POST", "/_sim/stop"): _admin_stop,
     ("POST", "/_sim/price_increase"): _admin_price_increase,
     ("POST", "/_sim/bid_market"): _admin_bid_market,
+    ("GET", "/_sim/traffic"): _admin_traffic,
+    ("POST", "/_sim/traffic"): _admin_traffic,
     ("POST", "/_sim/maintenance"): _admin_maintenance,
     ("POST", "/_sim/faults"): _admin_set_faults,
     ("GET", "/_sim/faults"): _admin_faults,

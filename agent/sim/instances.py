@@ -39,9 +39,10 @@ DRAINING = "-draining"  # a label ending so: the workers finish the job in hand 
 
 
 def new_instance(seed: int, iid: int, offer: dict[str, Any], body: dict[str, Any], now: float,
-                 behaviour: str, *, quick: bool = True, stuck: bool = False) -> Instance:
+                 behaviour: str, *, quick: bool = True, stuck: bool = False, traffic_scale: float = 1.0) -> Instance:
     """The record of instance `iid` renting `offer` with a rent `body`, booting from `now`. Unless `quick`, it
-    waits in scheduling (actual_status null) first, for good when `stuck`, and loads for minutes."""
+    waits in scheduling (actual_status null) first, for good when `stuck`, and loads for minutes. It moves
+    `traffic_scale` x the GB an hour drawn for it (the workload's data volume)."""
     env = body.get("env") or {}
     price = body.get("price")
     disk = float(body.get("disk") or 10.0)
@@ -74,8 +75,8 @@ def new_instance(seed: int, iid: int, offer: dict[str, Any], body: dict[str, Any
         "template_hash_id": None, "template_name": None, "client_run_time": 0.0,
         "_offer_id": offer["id"], "_behaviour": behaviour, "_next": None, "_running_since": None,
         "_cost": 0.0, "_jobs": 0.0, "_traffic_cost": 0.0,
-        "_up_gbph": round(irng(seed, iid, "traffic").uniform(0.2, 3.0), 3),
-        "_down_gbph": round(irng(seed, iid, "traffic-down").uniform(0.5, 6.0), 3),
+        "_up_gbph": round(traffic_scale * irng(seed, iid, "traffic").uniform(*UP_GBPH), 3),
+        "_down_gbph": round(traffic_scale * irng(seed, iid, "traffic-down").uniform(*DOWN_GBPH), 3),
     }
     inst["_quick"] = quick
     if quick:
@@ -197,6 +198,16 @@ MB_PER_GB = 1024.0  # inet_up_billed / inet_down_billed count MB, as the officia
 def storage_price(disk_gb: float, storage_cost: float = STORAGE_PER_GB_MONTH) -> float:
     """$/h of ``disk_gb`` GB of storage at ``storage_cost`` $/GB/month, as vast.ai adds it to dph_total."""
     return float(disk_gb) * float(storage_cost) / 730.0
+
+
+UP_GBPH = (0.2, 3.0)  # GB an hour a running instance sends: drawn per instance, evenly between these
+DOWN_GBPH = (0.5, 6.0)  # ...and receives
+
+
+def mean_traffic_dph(up_cost: float | None, down_cost: float | None, scale: float = 1.0) -> float:
+    """The $/h of traffic an instance at these $/GB prices bills on average (the middle of each draw, times the
+    simulator's ``traffic_scale``)."""
+    return scale * (sum(UP_GBPH) / 2 * float(up_cost or 0.0) + sum(DOWN_GBPH) / 2 * float(down_cost or 0.0))
 
 
 def traffic(inst: Instance, dt: float) -> float:

@@ -69,6 +69,7 @@ class Simulator:
         self.queue = JobQueue()
         self.shape: Shape | None = None  # arrivals set from outside (POST /_sim/arrivals); None = seeded
         self.flaps: dict[int, Flap] = {}  # instance id -> its down spells between two looks
+        self.traffic_scale = 1.0  # instances rented from now on move this many times the GB/h drawn for them
         self._lock = threading.RLock()
         self._fault_rng = random.Random(f"{seed}:faults")
         self._next_id = ID_BASE + random.Random(f"{seed}:ids").randrange(1000, 9000)
@@ -426,7 +427,8 @@ class Simulator:
         behaviour = self.bad_hosts.get(offer["host_id"], "good")
         quick = self.quick
         stuck = not quick and self._sched_rng.random() < self.realism.stuck_scheduling
-        inst = instances.new_instance(self.seed, iid, offer, body, now, behaviour, quick=quick, stuck=stuck)
+        inst = instances.new_instance(self.seed, iid, offer, body, now, behaviour, quick=quick, stuck=stuck,
+                                      traffic_scale=self.traffic_scale)
         inst["_pull_s"] = 0.0 if quick else self.realism.image_pull  # realism.image_pull: a large image
         self.instances[iid] = inst
         offer["rented"] = True

@@ -7,8 +7,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
+from agent.clients.vast import Instance
 from agent.fleet import spend
-from agent.fleet.market import bid_rule
+from agent.fleet.market import bid_rule, offer_traffic_dph, traffic_gbph
 from agent.runtime.tick import run_tick
 from agent.sim import Simulator
 from agent.times import parse_ts
@@ -91,6 +94,9 @@ def test_spend_counts_the_traffic_vast_ai_bills(sim: Simulator, make_app):
     billed = sim.billing()[iid]
     assert inst["_traffic_cost"] > 0.01 * billed  # traffic matters on this host
     assert abs(rep[iid]["spent"] - billed) / billed < 0.01, (rep[iid]["spent"], billed)
+    # what the rules provider counts it at an hour: its notes' rate, the simulator's own within 5 %
+    rate = inst["_up_gbph"] * inst["inet_up_cost"] + inst["_down_gbph"] * inst["inet_down_cost"]
+    assert app.traffic_dph([iid])[iid] == pytest.approx(rate, rel=0.05)
 
 
 def test_an_outbid_instance_is_rebid_when_the_market_fits_the_policy_and_spend_follows_the_new_bid(
@@ -372,3 +378,25 @@ def test_replacing_an_outbid_instance_does_not_count_against_max_rents_per_hour(
     out, blocked = rent(4, third)
     assert blocked and "max_rents_per_hour" in str(out.error)  # and no more
     assert iid in sim.instances
+
+
+def test_the_fleets_traffic_rate_counts_its_own_running_instances_half_an_hour_old_or_more() -> None:
+    """GB up and down per hour since the rent, over the owned running instances rented 30 minutes ago or
+    more; none measured (None) until one is, and an offer's traffic $/h is 0 until then."""
+    now = 10_000.0
+
+    def inst(iid: int, age_h: float, up_mb: float, down_mb: float, status: str = "running") -> Instance:
+        return Instance(id=iid, actual_status=status, start_date=now - age_h * 3600, inet_up_billed=up_mb,
+                        inet_down_billed=down_mb)
+
+    old = inst(1, 2.0, 2 * 1024, 8 * 1024)  # 1 GB/h up, 4 down
+    older = inst(2, 1.0, 3 * 1024, 2 * 1024)  # 3 up, 2 down
+    young = inst(3, 0.25, 10 * 1024, 10 * 1024)
+    stopped = inst(4, 3.0, 1024, 1024, "stopped")
+    theirs = inst(5, 3.0, 90 * 1024, 90 * 1024)
+    owned = {1, 2, 3, 4}
+    assert traffic_gbph([young, stopped, theirs], owned, now) is None
+    assert offer_traffic_dph(0.02, 0.02, None) == 0.0
+    up, down = traffic_gbph([old, older, young, stopped, theirs], owned, now) or (0.0, 0.0)
+    assert (round(up, 6), round(down, 6)) == (round(5 / 3, 6), round(10 / 3, 6))  # (2 + 3) GB / 3 h, (8 + 2) / 3
+    assert offer_traffic_dph(0.01, 0.005, (up, down)) == pytest.approx(5 / 3 * 0.01 + 10 / 3 * 0.005)

@@ -690,3 +690,24 @@ def test_with_the_rents_of_the_hour_binding_the_last_sliver_is_not_bought_at_twi
                                 capacity=36.0 - 6.9, rents_left=2)
     calls, text = rules._rent_step(alike, [Alike()])  # the second A6000 adds 5.9 jobs/h at $0.0725/job
     assert sorted(c[1]["offer_id"] for c in calls) == [5052506, 8814204], (calls, text)
+
+
+def test_when_the_dearest_per_job_has_no_cover_the_next_as_dear_is_swapped():
+    """An RTX A6000 and an L40S both cost nearly twice the fleet's cheapest per job. No offer covers the 4 jobs/h
+    the fleet needs of the A6000 under 0.6x its $/h, but an RTX 4090 covers the 8 it needs of the L40S under 0.6x
+    the L40S's: the half-hourly look rents it to replace the L40S, rather than keep both because the dearest had
+    no cover."""
+    rates = rules._Rates(8.0, {"RTX 4090": 8.0, "L40S": 10.0, "RTX A6000": 6.0}, frozenset(), True)
+    live = [_inst(1, "RTX 4090", 0.32), _inst(2, "RTX 4090", 0.32), _inst(3, "L40S", 0.75),
+            _inst(4, "RTX A6000", 0.47)]
+    plan = dataclasses.replace(_plan(live, 30.0), tp=rates, capacity=32.0)
+    calls, text = rules._first_step(plan)
+    assert [c[0] for c in calls] == ["search_offers"] and "#4 costs $0.470/h" in text, text
+    head = "offer_id | gpu | $/h | reliability | host | location | jobs/h | $/job"
+
+    class R:
+        payload = {"name": "search_offers", "ok": True,
+                   "output": "\n".join([head, "11 | RTX 4090 x1 | 0.340 | 0.990 | 5 | Texas, US | 8.0 | 0.0425"])}
+
+    calls, text = rules._rent_step(plan, [R()])
+    assert [c[1]["offer_id"] for c in calls] == [11] and calls[0][1]["reason"].startswith("replace #3 "), (calls, text)

@@ -336,3 +336,21 @@ def test_an_on_demand_instance_is_never_outbid_and_a_host_side_stop_keeps_it_sto
     post(http, "/_sim/stop", {}, status=400)
     post(http, "/_sim/stop", {"instance_ids": [iid], "status_msg": 3}, status=400)
     post(http, "/_sim/stop", {"instance_ids": [iid, 1]}, status=404)
+
+
+def test_traffic_scale_sets_the_data_instances_rented_from_then_on_move(http: httpx.Client, sim: Simulator) -> None:
+    """POST /_sim/traffic {"scale": x}: instances rented after it move x times the GB an hour the simulator
+    draws for them (the workload's data volume), those rented before keep theirs; a bad scale is refused."""
+    offers = [o for o in sim.offers.values() if o["num_gpus"] == 1 and o["host_id"] not in sim.bad_hosts
+              and o["disk_space"] >= 20][:2]
+    for o in offers:
+        sim.offers[o["id"]].update(inet_up_cost=0.01, inet_down_cost=0.01)
+    before = rent(http, offers[0]["id"])
+    assert http.post("/_sim/traffic", json={"scale": 0}).json() == {"scale": 0.0}
+    after = rent(http, offers[1]["id"])
+    advance(http, 3600)
+    rows = {i["id"]: i for i in accounting(http)["instances"]}
+    assert rows[before]["traffic_cost"] > 0 and rows[after]["traffic_cost"] == 0
+    assert rows[before]["inet_up_cost"] == 0.01  # the accounting lists the $/GB prices
+    assert http.post("/_sim/traffic", json={"scale": -1}).status_code == 400
+    assert http.get("/_sim/traffic").json() == {"scale": 0.0}
