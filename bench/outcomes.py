@@ -75,7 +75,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from agent.sim.instances import mean_traffic_dph  # noqa: E402
+from agent.sim.instances import true_per_job  # noqa: E402
 from agent.sim.market import MODEL_BY_NAME  # noqa: E402
 from bench.cron_arm import MIN_RELIABILITY, Caps, CronArm  # noqa: E402
 
@@ -518,13 +518,6 @@ def _alert_lag(expected: str, cause: int, first_alert: dict[str, int], victims: 
     return None if any(t is None for t in lags) else max(t for t in lags if t is not None) - cause
 
 
-def _per_job_capacity(o: dict[str, Any], traffic_scale: float) -> float:
-    """What an offer or instance costs per job it can do: its $/h and the traffic its host bills on average
-    (vast.ai bills bandwidth per GB on top of $/h) for the workload's data volume, over what its GPUs really do."""
-    dph = o["dph_total"] + mean_traffic_dph(o.get("inet_up_cost"), o.get("inet_down_cost"), traffic_scale)
-    return float(dph / (MODEL_BY_NAME[o["gpu_name"]].jobs_per_h_per_gpu * o["num_gpus"]))
-
-
 MAX_DPH_PER_INSTANCE = 2.5  # the agent's policy.max_dph_per_instance (its default, which the config keeps)
 
 
@@ -538,7 +531,7 @@ def _best_on_offer(sim: Sim, traffic_scale: float) -> float | None:
     q = {"limit": 1000, "order": [["id", "asc"]], "dph_total": {"lte": MAX_DPH_PER_INSTANCE},
          "reliability2": {"gte": MIN_RELIABILITY}, "allocated_storage": CRON_DISK_GB}
     offers = sim.http.post("/api/v0/bundles/", json=q, headers={"Authorization": f"Bearer {SIM_KEY}"}).json()["offers"]
-    return min((_per_job_capacity(o, traffic_scale) for o in offers if o["host_id"] not in bad), default=None)
+    return min((true_per_job(o, traffic_scale) for o in offers if o["host_id"] not in bad), default=None)
 
 
 def _reacted(sc: Scenario, run: Run, acc: dict[str, Any], live: list[dict[str, Any]]) -> bool:
@@ -628,7 +621,7 @@ def run_one(sc: Scenario, arm_name: str, ticks: int, seed: int, model_url: str |
             prev = acc
             live = [i for i in acc["instances"] if i["status"] in LIVE]
             if best:
-                rent_ratios += [_per_job_capacity(i, opts.traffic_scale) / best
+                rent_ratios += [true_per_job(i, opts.traffic_scale) / best
                                 for i in acc["instances"] if now - TICK_S <= i["rented_at"] < now]
             over += _over(live, _need(acc))
             if react is None and n >= sc.event_tick and _reacted(sc, run, acc, live):

@@ -36,23 +36,16 @@ from agent.runtime.app import App
 from agent.runtime.demo import SIM_KEY, TICK_SECONDS, demo_config
 from agent.runtime.tick import run_tick
 from agent.sim import ManualClock, SimServer, Simulator
-from agent.sim.instances import mean_traffic_dph
-from agent.sim.market import MODEL_BY_NAME
+from agent.sim.instances import true_per_job
 
 SURGE_GPU = "RTX 4090"
 EBB_AT = 8
 SURGE_AT = 10
 
 
-def _true_per_job(o: dict[str, Any]) -> float:
-    """An offer's or instance's $/h and the traffic its host bills on average, over what its GPUs really do."""
-    dph = o["dph_total"] + mean_traffic_dph(o.get("inet_up_cost"), o.get("inet_down_cost"))
-    return float(dph / (MODEL_BY_NAME[o["gpu_name"]].jobs_per_h_per_gpu * o["num_gpus"]))
-
-
 def _offers_per_job(sim: Simulator, allowed: list[str], max_dph: float) -> list[float]:
     """The true $/job of every unrented single-GPU offer policy would allow, on a good host, best first."""
-    return sorted(_true_per_job(o) for o in sim.offers.values()
+    return sorted(true_per_job(o) for o in sim.offers.values()
                   if not o["rented"] and o["num_gpus"] == 1 and o["gpu_name"] in allowed
                   and o["dph_total"] <= max_dph and o["reliability"] >= 0.9 and o["host_id"] not in sim.bad_hosts
                   and o["disk_space"] >= 10)
@@ -95,7 +88,7 @@ def run(scenario: str, seed: int, ticks: int) -> dict[str, Any]:
                 best = _offers_per_job(sim, allowed, app.settings.policy.max_dph_per_instance)
                 run_tick(app)
                 # the k-th cheapest rent of a tick against the k-th best offer on the market at its start
-                got = sorted(_true_per_job(sim.instances[iid]) for iid in set(sim.instances) - before)
+                got = sorted(true_per_job(sim.instances[iid]) for iid in set(sim.instances) - before)
                 rents.extend((n, g, best[min(k, len(best) - 1)] if best else float("nan")) for k, g in enumerate(got))
                 for _ in range(int(TICK_SECONDS // 60)):
                     clock.advance(60)

@@ -204,10 +204,12 @@ UP_GBPH = (0.2, 3.0)  # GB an hour a running instance sends: drawn per instance,
 DOWN_GBPH = (0.5, 6.0)  # ...and receives
 
 
-def mean_traffic_dph(up_cost: float | None, down_cost: float | None, scale: float = 1.0) -> float:
-    """The $/h of traffic an instance at these $/GB prices bills on average (the middle of each draw, times the
-    simulator's ``traffic_scale``)."""
-    return scale * (sum(UP_GBPH) / 2 * float(up_cost or 0.0) + sum(DOWN_GBPH) / 2 * float(down_cost or 0.0))
+def true_per_job(o: dict[str, Any], traffic_scale: float = 1.0) -> float:
+    """What an offer or instance really costs per job it can do: its $/h and the traffic its host bills on
+    average (the middle of each draw, times the simulator's ``traffic_scale``), over what its GPUs really do."""
+    up, down = float(o.get("inet_up_cost") or 0.0), float(o.get("inet_down_cost") or 0.0)
+    traffic = traffic_scale * (sum(UP_GBPH) / 2 * up + sum(DOWN_GBPH) / 2 * down)
+    return float((o["dph_total"] + traffic) / (MODEL_BY_NAME[o["gpu_name"]].jobs_per_h_per_gpu * o["num_gpus"]))
 
 
 def traffic(inst: Instance, dt: float) -> float:
