@@ -118,18 +118,23 @@ def traffic_dph(log: EventLog, ids: Iterable[int]) -> dict[int, float]:
     rows = [r for r in (log.store.instance(i) for i in want) if r is not None]
     if not rows:
         return {}
+    # newest first, from their rents on, until each has its last two: a month-old instance's notes are not all read
     last: dict[int, list[tuple[float, float]]] = {}
-    for e in log.read(min(r.rented_seq for r in rows), kinds=["instance.traffic"]):
+    left = {r.instance_id for r in rows}
+    for e in log.read(min(r.rented_seq for r in rows), kinds=["instance.traffic"], newest_first=True):
         iid, p = int(e.payload["instance_id"]), e.payload
-        if iid in want:
+        if iid in left:
             points = last.setdefault(iid, [])
             points.append((parse_ts(e.ts).timestamp(),
                            traffic_cost(p["up_gb"], p["down_gb"], p["up_cost"], p["down_cost"])))
-            del points[:-2]
+            if len(points) == 2:
+                left.discard(iid)
+                if not left:
+                    break
     out: dict[int, float] = {}
     for iid, points in last.items():
-        if len(points) == 2 and points[1][0] > points[0][0]:
-            (a, cost_a), (b, cost_b) = points
+        if len(points) == 2 and points[0][0] > points[1][0]:
+            (b, cost_b), (a, cost_a) = points
             out[iid] = max(0.0, cost_b - cost_a) * 3600.0 / (b - a)
     return out
 
