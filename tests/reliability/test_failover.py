@@ -211,9 +211,12 @@ def test_sqlite_a_standby_waits_out_a_suspended_writer_holding_the_write_lock(fa
             wait_for(lambda: suspended(old.pid), "the active daemon to stop")
             holder = hold_sqlite_write_lock(fleet.db)
             head = len(fleet.events())
+            held = time.monotonic()
             # Past failover_seconds (the standby takes the fleet) and then the busy timeout, where its first
-            # append would have failed.
-            time.sleep(3.0 + BUSY_TIMEOUT_MS / 1000 + 5)
+            # append would have failed; on a loaded machine the standby may take longer to get there.
+            wait_for(lambda: "daemon.waiting_for_writer" in fleet.stderr(new.pid) or new.poll() is not None,
+                     "the standby to wait for the write lock")
+            time.sleep(max(0.0, held + 3.0 + BUSY_TIMEOUT_MS / 1000 + 5 - time.monotonic()))
             assert new.poll() is None, fleet.stderr(new.pid)
             assert "daemon.waiting_for_writer" in fleet.stderr(new.pid)
             assert len(fleet.events()) == head
