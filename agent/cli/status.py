@@ -48,7 +48,9 @@ def format_text(st: dict[str, Any]) -> str:
         states = ", ".join(f"{n} {s}" for s, n in sorted(f["states"].items())) or "none"
         after = f", after {f['acted']} rent/destroy" if f.get("acted") else ""
         lines.append(f"fleet (tick {f['tick']}, {_t(f['at'])}{after}): {len(f['instances'])} instances ({states}) · "
-                     f"{_money(f['dph'])}/h · credit {_money(f['balance'])} spendable"
+                     f"{_money(f['dph'])}/h"
+                     + (f" + {_money(f['traffic_dph'])}/h traffic" if f.get("traffic_dph") else "")
+                     + f" · credit {_money(f['balance'])} spendable"
                      + (f" (invoice balance {_money(f['account_balance'])}, not money to spend)"
                         if f.get("account_balance") is not None else "")
                      + (f" · {len(f['credit_stopped'])} stopped for lack of credit, kept until a top-up"

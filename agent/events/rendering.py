@@ -467,6 +467,7 @@ def render_observation(tick: int | None, ts: str, obs: JsonObject, q: Quote = st
     lines.append(
         f"balance {money(obs.get('balance'))}{runway_txt} · fleet {len(insts)} instances ({state_txt}) · "
         f"{money(obs.get('fleet_dph', 0.0))}/h"
+        + (f" + {money(obs['traffic_dph'])}/h traffic" if obs.get("traffic_dph") else "")
     )
     demand = _demand_line(obs, q, detail)
     if demand is not None:

@@ -73,8 +73,10 @@ def known_credit(log: EventLog) -> float | None:
 
 
 def burn_rate(obs: dict[str, Any]) -> float:
-    """$/h our instances cost while they run (stopped ones bill storage only, left out)."""
-    return sum(float(i.get("dph") or 0.0) for i in _ours(obs) if i.get("status") not in NOT_BURNING)
+    """$/h our instances cost while they run (stopped ones bill storage only, left out), and the traffic vast.ai
+    bills them per GB on top, as measured (the observation's ``traffic_dph``)."""
+    return sum(float(i.get("dph") or 0.0) for i in _ours(obs) if i.get("status") not in NOT_BURNING) \
+        + float(obs.get("traffic_dph") or 0.0)
 
 
 def _duration(hours: float) -> str:
@@ -116,11 +118,13 @@ def check_credit(tx: Transaction, settings: Any, obs: dict[str, Any], kept: list
     if isinstance(credit, int | float):
         if credit < low or credit <= reserve:
             sev = low_severity(credit, reserve)
-            left = runway(credit, burn_rate(obs))
+            burn = burn_rate(obs)
+            left = runway(credit, burn)
+            traffic = float(obs.get("traffic_dph") or 0.0)
             up(tx, key_balance, sev, f"credit ${credit:,.2f} is below ${max(low, reserve):,.2f}"
                + (f": {left}" if left else ""),
-               f"fleet spends ${obs.get('fleet_dph', 0.0):,.2f}/h; rents are refused at or below "
-               f"policy.credit_reserve ${reserve:,.2f}")
+               f"fleet spends ${burn:,.2f}/h" + (f" (${traffic:,.2f}/h of it traffic)" if traffic else "")
+               + f"; rents are refused at or below policy.credit_reserve ${reserve:,.2f}")
             set_severity(tx, key_balance, sev, tick)
         else:
             resolve_absent_in(tx, key_balance, set(), f"balance back to ${credit:,.2f}", tick)

@@ -195,6 +195,7 @@ def fleet(log_: EventLog) -> dict[str, Any] | None:
     if acted or not isinstance(dph, int | float):
         dph = round(sum(i["dph"] for i in instances if isinstance(i["dph"], int | float)), 4)
     return {"tick": start.tick, "at": start.ts, "instances": instances, "states": states, "dph": dph,
+            "traffic_dph": obs.get("traffic_dph") or 0.0,  # measured bandwidth $/h on top of dph
             "balance": obs.get("balance"), "account_balance": obs.get("account_balance"),
             "demand": obs.get("demand"), "acted": acted, "credit_stopped": list(obs.get("credit_stopped") or [])}
 

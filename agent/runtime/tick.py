@@ -150,11 +150,16 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
                destroys: list[int] | None = None) -> None:
     """Per GPU model of ours: jobs/h per GPU (learned, else the prior: scaled by vast.ai's ``dlperf`` per GPU
     from the measured models where that is known, recorded as ``dlperf``), what that figure rests on (``basis``:
-    measured, configured, dlperf or assumed) and $/job at what we pay; the credit
-    runway at the fleet's current burn; the queue's trend; what the fleet needs now (``need``: jobs/h against what
+    measured, configured, dlperf or assumed) and $/job at what we pay, measured traffic included (``traffic_dph``:
+    the fleet's, when any was measured); the credit runway at the fleet's current burn (what runs, and its traffic); the queue's trend; what the fleet needs now (``need``: jobs/h against what
     ours deliver, the gap to rent, the surplus and the dead to destroy, the ``barred`` to replace, the dead the tick
     ``destroys`` itself; agent/fleet/throughput.py)."""
     tp = throughput.from_observations(app.settings, [*history, obs]).with_dlperf(dlperf or {})
+    # vast.ai bills bandwidth per GB on top of dph_total: each running instance's traffic $/h as its counters
+    # measured it (agent/fleet/market.py) counts in its model's $/job and in the burn the runway is at
+    traffic = app.traffic_dph(x["id"] for x in obs["instances"] if x["ours"] and x["status"] == "running")
+    if sum(traffic.values()) >= 0.0005:
+        obs["traffic_dph"] = round(sum(traffic.values()), 4)
     models: dict[str, dict[str, Any]] = {}
     for x in obs["instances"]:
         if not x["ours"]:
@@ -163,7 +168,7 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
         m = models.setdefault(gpu, {"instances": 0, "gpus": 0, "dph": 0.0})
         m["instances"] += 1
         m["gpus"] += int(x["num_gpus"] or 1)
-        m["dph"] += float(x["dph"] or 0.0)
+        m["dph"] += float(x["dph"] or 0.0) + traffic.get(int(x["id"]), 0.0)
     out = {}
     for gpu in sorted(models):
         m, r = models[gpu], tp.rate(gpu)
@@ -174,7 +179,7 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
         if dlperf and dlperf.get(gpu):
             out[gpu]["dlperf"] = dlperf[gpu]
     obs["gpu_models"] = out
-    bal, burn = obs.get("balance"), obs["fleet_dph"]
+    bal, burn = obs.get("balance"), credit.burn_rate(obs)
     obs["runway_h"] = round(bal / burn, 1) if isinstance(bal, int | float) and burn > 0 else None
     if isinstance(obs.get("demand"), dict):
         obs["demand"]["trend_per_h"] = _queue_trend(obs, history, obs["time"])

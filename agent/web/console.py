@@ -134,7 +134,7 @@ class Console:
                 last_tick_ts=ts_seconds(last_ts) if last_ts else None,
                 request_tokens=int(req.payload["manifest"].get("calibrated_tokens", 0)) if req else None,
                 budget_tokens=self.settings.context.budget_tokens, instances_by_status=dict(fl.get("states") or {}),
-                fleet_dph=_num(fl.get("dph")), dph_cap=self.settings.policy.max_total_dph, balance=_num(fl.get("balance")),
+                fleet_dph=_num(fl.get("dph")), traffic_dph=_num(fl.get("traffic_dph")), dph_cap=self.settings.policy.max_total_dph, balance=_num(fl.get("balance")),
                 spend=fleet_spend.month_to_date(lg), alerts_by_severity=sev)
 
     def health(self) -> tuple[bool, str]:

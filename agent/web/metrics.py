@@ -122,6 +122,7 @@ class State:
     budget_tokens: int
     instances_by_status: dict[str, int]
     fleet_dph: float | None
+    traffic_dph: float | None  # the bandwidth vast.ai bills the fleet per GB on top, as measured
     dph_cap: float
     balance: float | None
     spend: dict[str, float]  # today, month: agent.fleet.spend.month_to_date
@@ -163,6 +164,8 @@ def gauge_metrics(s: State) -> Iterator[Metric]:
     yield _gauge(p + "fleet_instances", "Instances in the newest observation, by status.", None, ["status"],
                  (((k,), v) for k, v in sorted(s.instances_by_status.items())))
     yield _gauge(p + "fleet_dollars_per_hour", "What our fleet costs per hour (newest observation).", s.fleet_dph)
+    yield _gauge(p + "fleet_traffic_dollars_per_hour", "The bandwidth vast.ai bills our running instances per hour on "
+                 "top of fleet_dollars_per_hour, as their counters measured it (newest observation).", s.traffic_dph)
     yield _gauge(p + "policy_max_dollars_per_hour", "The fleet's spend-rate cap (policy.max_total_dph).", s.dph_cap)
     yield _gauge(p + "balance_dollars", "The vast.ai balance/credit (newest observation).", s.balance)
     yield _gauge(p + "spend_today_dollars", "Estimated spend since 00:00 UTC.", s.spend["today"])

@@ -117,7 +117,8 @@ def test_the_simulator_serves_each_instances_completions(sim, sim_server, sim_cl
 
 def test_ticks_learn_each_models_rate_from_the_simulator(make_app, sim, sim_clock):
     """Rented instances of two models under a backlog: after two hours of ticks the observation's jobs/h per
-    GPU model is near what the simulator's GPUs really do, and marked measured; $/job follows."""
+    GPU model is near what the simulator's GPUs really do, and marked measured; $/job follows, with the traffic
+    their hosts bill per GB on top of $/h."""
     sim.pending = 2000.0
     app = make_app(provider="openai", schedule={"max_steps": 1})
     fast = plant_ours(app, sim, sim.find_offer("RTX 4090")["id"], key="aaaaaaaaaaa1")
@@ -132,7 +133,9 @@ def test_ticks_learn_each_models_rate_from_the_simulator(make_app, sim, sim_cloc
         assert models[gpu]["measured_gpu_h"] >= 1.5, models
         assert models[gpu]["jobs_per_h"] == pytest.approx(MODEL_BY_NAME[gpu].jobs_per_h_per_gpu, rel=0.15), models
         dph = next(i["dph"] for i in obs["instances"] if i["gpu_name"] == gpu)
-        assert models[gpu]["usd_per_job"] == pytest.approx(dph / models[gpu]["jobs_per_h"], rel=0.01)
+        inst = sim.instances[fast if gpu == "RTX 4090" else slow]
+        traffic = inst["_up_gbph"] * inst["inet_up_cost"] + inst["_down_gbph"] * inst["inet_down_cost"]
+        assert models[gpu]["usd_per_job"] == pytest.approx((dph + traffic) / models[gpu]["jobs_per_h"], rel=0.01)
     recs = {i["id"]: i for i in obs["instances"]}
     assert recs[fast]["jobs"] > recs[slow]["jobs"] > 0
     assert recs[fast]["gpu_util"] is not None and recs[fast]["up_s"] > 3600

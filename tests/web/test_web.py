@@ -91,6 +91,7 @@ def test_metrics_parse_and_count_what_the_log_holds(client, fleet):
     assert sum(v for (n, _l), v in samples.items() if n == "fleet_agent_policy_blocks_total") == blocks
     for needed in ("fleet_agent_model_tokens", "fleet_agent_compactions", "fleet_agent_tool_calls",
                    "fleet_agent_policy_blocks", "fleet_agent_fleet_instances", "fleet_agent_fleet_dollars_per_hour",
+                   "fleet_agent_fleet_traffic_dollars_per_hour",
                    "fleet_agent_balance_dollars", "fleet_agent_spend_today_dollars", "fleet_agent_spend_month_dollars",
                    "fleet_agent_log_size_bytes", "fleet_agent_last_tick_timestamp_seconds",
                    "fleet_agent_model_idle_ticks", "fleet_agent_policy_max_dollars_per_hour",

@@ -96,6 +96,13 @@ force: ...`` before the ``need now:`` line, ``not counting 26.9 jobs/h from 4 in
 ours deliver, and ``destroy_instance #1, #2 (barred: host 63003 is excluded)`` in ``to do:``. A note read as an
 order was until then only the note's own message, while ``to do:`` said there was nothing to do: a small model
 followed ``to do:``. Stored as v4; rows without these fields render as v9.
+
+v10 observations also count bandwidth. vast.ai bills traffic per GB on top of ``dph_total``, and the credit pays
+both: the observation adds ``traffic_dph`` (the traffic $/h of our running instances, each between its last two
+billing notes, agent/fleet/market.py ``traffic_dph``; only when any was measured), each ``gpu_models`` entry's
+``usd_per_job`` counts its instances' traffic, and ``runway_h`` is the credit over what runs (stopped instances bill
+storage only) plus that traffic. The balance line renders ``$4.10/h + $1.20/h traffic``; a row without
+``traffic_dph`` renders as before.
 """
 
 from __future__ import annotations
