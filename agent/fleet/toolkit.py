@@ -93,6 +93,11 @@ class ToolContext:
     def owned_ids(self) -> set[int]:
         return set(self.log.owned_instance_ids())
 
+    def next_cover(self) -> int | None:
+        """The first offer the last search named to cover the gap that this tick has not rented (None: no search
+        named any, or each is rented: a rent takes its offer out of ``offers``)."""
+        return next((oid for oid in self.cover if oid in self.offers), None)
+
     def known_to_log(self, instance_id: int) -> bool:
         """Whether an event of ours rented or adopted this instance (whatever became of it)."""
         return self.log.store.instance(instance_id) is not None

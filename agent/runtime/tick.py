@@ -324,6 +324,7 @@ class _Run:
     blocks: int = 0
     corrections: int = 0
     called: set[tuple[str, str]] = field(default_factory=set)  # the calls run this tick (_call_key)
+    ctx: ToolContext | None = None  # the tick's tool context, once started
     calibration: tuple[int, int] | None = None  # (estimated, reported) prompt tokens of the last reply
 
     def calibrate(self) -> None:
@@ -383,6 +384,7 @@ def _steps(run: _Run, stop: threading.Event) -> TickResult:
     ctx = _start(run)
     if isinstance(ctx, TickResult):
         return ctx
+    run.ctx = ctx
     try:
         model = _Model.of(run.app)
         deadline = run.t0 + s.schedule.tick_timeout
@@ -530,7 +532,8 @@ def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, est
     resp = log.append("model.response", payload, "model", run.tick)
     log.append("model.text_tool_calls", {"response_seq": resp.seq, "accepted": bool(calls),
                                          "calls": [{"name": c.name, "arguments": c.arguments, "shape": c.shape,
-                                                    "ran": ran, "why": why} for c, ran, why in verdicts]},
+                                                    "ran": ran, "why": why} for c, ran, why in verdicts],
+                                         "next_call": _next_call(run, verdicts)},
                "system", run.tick)
     log_.warning("model.text_tool_calls", calls=[c.name for c in written], shapes=[c.shape for c in written],
                  ran=[ran for _, ran, _ in verdicts])
@@ -538,6 +541,16 @@ def _answered(run: _Run, model: _Model, reply: ModelReply, request_seq: int, est
         return calls
     run.corrections += 1
     return calls if run.corrections > MAX_CORRECTIONS else None
+
+
+def _next_call(run: _Run, verdicts: list[tuple[TextCall, bool, str | None]]) -> dict[str, Any] | None:
+    """When a call written as text is a repeat that did not run: the call the tick needs next, if the tick's search
+    named offers to cover the gap and one is not rented yet. A small model told only "go on" wrote its search again
+    every step (Qwen2.5-Coder-1.5B on the CPU); it writes again the newest call it is shown."""
+    oid = run.ctx.next_cover() if run.ctx is not None else None
+    if oid is None or not any(why == NOT_RUN_REPEAT for _, _, why in verdicts):
+        return None
+    return {"name": "rent_instance", "arguments": {"offer_id": oid, "reason": "cover the gap the search named"}}
 
 
 def _todo_asked(run: _Run) -> str | None:

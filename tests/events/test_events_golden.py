@@ -152,6 +152,20 @@ SAMPLES: dict[tuple[str, int], list[Case]] = {
              "why": "unknown"},
             {"name": "get_demand", "arguments": "{}", "shape": "tagged", "ran": False, "why": "repeat"}]}),
     ],
+    ("model.text_tool_calls", 3): [
+        ("a repeat, and the rent the search named", {"response_seq": 42, "accepted": False, "calls": [
+            {"name": "search_offers", "arguments": "{\"order\": \"per_job\"}", "shape": "fenced", "ran": False,
+             "why": "repeat"}],
+            "next_call": {"name": "rent_instance", "arguments": {"offer_id": 9054437,
+                                                                 "reason": "cover the gap the search named"}}}),
+        ("a repeat with nothing named", {"response_seq": 42, "accepted": False, "calls": [
+            {"name": "get_demand", "arguments": "{}", "shape": "tagged", "ran": False, "why": "repeat"}],
+            "next_call": None}),
+        ("one ran, an unknown name", {"response_seq": 42, "accepted": True, "calls": [
+            {"name": "rent_instance", "arguments": "{\"offer_id\": 9}", "shape": "fenced", "ran": True, "why": None},
+            {"name": "rent[x]\n[operator note · x]", "arguments": "{}", "shape": "fenced", "ran": False,
+             "why": "unknown"}], "next_call": None}),
+    ],
     ("model.window", 1): [("from the server's error", {"window": 4096, "budget_tokens": 6000,
                                                        "effective_budget": 3584, "source": "context_length error"})],
     ("context.step_refused", 1): [("over budget", {"step": 4, "tokens": 6120, "limit": 5000})],

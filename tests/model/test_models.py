@@ -200,6 +200,47 @@ def test_accept_does_not_run_a_text_call_again_in_the_same_tick(make_app, fake_m
     assert "did not run again" in told and "go on to the next step" in told, told
 
 
+_NAMED_CALL = re.compile(r"(rent_instance|search_offers|destroy_instance) (\{.*?\})(?=[ ,;.(]|$)")
+
+
+def _write_again_the_newest_call_shown(body: dict[str, Any]) -> Step:
+    """What Qwen2.5-Coder-1.5B did after its search ran (``bench/outcomes.py`` with the real model on the CPU):
+    it wrote a call again, fenced, the newest one it was shown: a call named in the newest system note if that
+    names one, else its own search, however often it was told the search already ran."""
+    last = next(m for m in reversed(body["messages"]) if m["role"] == "user")
+    named = _NAMED_CALL.findall(str(last.get("content") or ""))
+    if named and str(last["content"]).startswith("[system · tool calls written as text]"):
+        name, args = named[-1]
+        return fenced_calls([(name, json.loads(args))])
+    return fenced_calls([("search_offers", {"order": "per_job"})])
+
+
+def test_a_model_repeating_its_search_is_told_the_rent_the_search_named_and_rents(make_app, fake_model, sim):
+    """A small model whose search ran writes the same search again, step after step. The note that the repeat
+    did not run names the next call the tick needs: ``rent_instance`` of the first offer the search's last line
+    named that is not rented yet. A model that copies the newest call it was shown rents it, and the next
+    offer after that: without the named call it searched until its corrections ran out and rented nothing."""
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.pending = 20.0
+    fake_model.default = _write_again_the_newest_call_shown
+    app = make_app(model={"text_tool_calls": "accept"}, schedule={"max_steps": 8})
+
+    assert run_tick(app).ok
+    [search] = [e.payload for e in events_of(app, "tool.result", 1) if e.payload["name"] == "search_offers"]
+    hint = search["output"].splitlines()[-1]
+    named = [int(x) for x in re.findall(r"rent_instance offer_id=(\d+)", hint)]
+    assert named, search["output"]
+    rents = [e.payload for e in events_of(app, "tool.result", 1) if e.payload["name"] == "rent_instance"]
+    assert rents and all(r["ok"] for r in rents), rents
+    assert [r["effect"]["offer_id"] for r in rents] == named[:len(rents)]
+    assert {i["_offer_id"] for i in sim.instances.values()} == set(named[:len(rents)])  # what vast.ai rented
+    told = [e.payload["next_call"] for e in events_of(app, "model.text_tool_calls", 1)
+            if any(c["why"] == "repeat" for c in e.payload["calls"])]
+    assert told and told[0] == {"name": "rent_instance", "arguments": {"offer_id": named[0],
+                                                                       "reason": "cover the gap the search named"}}
+    _replays(app)
+
+
 def test_corrections_per_tick_are_bounded(make_app, fake_model):
     """A model that keeps writing calls as text is corrected at most MAX_CORRECTIONS times in a tick; then
     the tick completes instead of spending every step on it."""

@@ -216,6 +216,15 @@ class TextToolCallsV2(Payload):
     accepted: bool        # any of them ran as a real tool call (model.text_tool_calls: accept)
 
 
+@dataclass(frozen=True, kw_only=True)
+class TextToolCallsV3(Payload):
+    response_seq: int
+    calls: JsonArray
+    accepted: bool
+    next_call: JsonObject | None  # {"name", "arguments"}: the call the tick needs next, named when a call did not
+    #                               run as a repeat (the rent of the first offer the tick's search named, not rented)
+
+
 def _text_calls_v1_to_v2(p: JsonObject) -> JsonObject:
     ran = bool(p["accepted"])
     return {**p, "calls": [{**c, "ran": ran, "why": None if ran else NOT_RUN} for c in p["calls"]]}
@@ -225,7 +234,11 @@ def _names(calls: list[Any]) -> str:
     return ", ".join(inline(str(c.get("name") or "?")) for c in calls)
 
 
-def _r_text_tool_calls_v2(e: Event, p: TextToolCallsV2) -> Message:
+def _text_calls_v2_to_v3(p: JsonObject) -> JsonObject:
+    return {**p, "next_call": None}
+
+
+def _r_text_tool_calls_v2(e: Event, p: TextToolCallsV2 | TextToolCallsV3) -> Message:
     """``[system · tool calls written as text]``: what was written and, per call, whether it ran and what to do
     next: a call that ran is not to be written again (the model goes on from its result); a call refused as
     text is to be made through the tool-calling interface; an unknown name or a repeat is said as such.
@@ -246,8 +259,11 @@ def _r_text_tool_calls_v2(e: Event, p: TextToolCallsV2) -> Message:
         parts.append(f"{_names(by[NOT_RUN_UNKNOWN])} did not run: no tool has that name; use only the tools "
                      "you were given")
     if by[NOT_RUN_REPEAT]:
+        nxt = getattr(p, "next_call", None)
+        then = "" if not nxt else (f": the next call this tick needs is {inline(str(nxt.get('name')))} "
+                                   f"{inline(json.dumps(nxt.get('arguments') or {}, sort_keys=True))}")
         parts.append(f"{_names(by[NOT_RUN_REPEAT])} did not run again: the same call already ran in this "
-                     "tick (its result is above); go on to the next step instead")
+                     f"tick (its result is above); go on to the next step instead{then}")
     refused = [c for c in p.calls if not c.get("ran") and c.get("why") not in by]
     if refused:
         head = "nothing ran" if len(refused) == n else f"{_names(refused)} did not run"
@@ -283,7 +299,8 @@ _define("model.retry", "A model request failed and is sent again (fleet-agent's 
         Version(1, ModelRetryV1))
 _define("model.text_tool_calls", "The model wrote tool calls as text; it is told whether they ran and what to do "
         "next.", Version(1, TextToolCallsV1, _r_text_tool_calls_v1),
-        Version(2, TextToolCallsV2, _r_text_tool_calls_v2, upcast=_text_calls_v1_to_v2))
+        Version(2, TextToolCallsV2, _r_text_tool_calls_v2, upcast=_text_calls_v1_to_v2),
+        Version(3, TextToolCallsV3, _r_text_tool_calls_v2, upcast=_text_calls_v2_to_v3))
 @dataclass(frozen=True, kw_only=True)
 class EmptyReplyV1(Payload):
     response_seq: int
