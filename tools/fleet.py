@@ -239,16 +239,8 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
 
 
 def gap_left(ctx: ToolContext) -> float | None:
-    """Jobs/h the fleet is still short this tick: the gap the tick's observation states (``need``, agent/fleet/
-    throughput.py) less what this tick's rents add; None without one (no demand reading, or outside a tick)."""
-    from agent.fleet.throughput import recent_observations
-
-    if ctx.tick is None:
-        return None
-    obs = next(iter(recent_observations(ctx.log, 1)), None)
-    need = (obs or {}).get("need")
-    gap = need.get("gap") if isinstance(need, dict) else None
-    return None if not isinstance(gap, int | float) else max(0.0, float(gap) - ctx.covered)
+    """Jobs/h the fleet is still short this tick (``ToolContext.gap_left``)."""
+    return ctx.gap_left()
 
 
 def _room(ctx: ToolContext) -> int:

@@ -93,9 +93,24 @@ class ToolContext:
     def owned_ids(self) -> set[int]:
         return set(self.log.owned_instance_ids())
 
+    def gap_left(self) -> float | None:
+        """Jobs/h the fleet is still short this tick: the gap the tick's observation states (``need``, agent/fleet/
+        throughput.py) less what this tick's rents add; None without one (no demand reading, or outside a tick)."""
+        from agent.fleet.throughput import recent_observations
+
+        if self.tick is None:
+            return None
+        obs = next(iter(recent_observations(self.log, 1)), None)
+        need = (obs or {}).get("need")
+        gap = need.get("gap") if isinstance(need, dict) else None
+        return None if not isinstance(gap, int | float) else max(0.0, float(gap) - self.covered)
+
     def next_cover(self) -> int | None:
-        """The first offer the last search named to cover the gap that this tick has not rented (None: no search
-        named any, or each is rented: a rent takes its offer out of ``offers``)."""
+        """The first offer the last search named to cover the gap that this tick has not rented, while the fleet is
+        still short (None: no search named any, each is rented (a rent takes its offer out of ``offers``), or this
+        tick's rents, of those offers or others, have covered the gap)."""
+        if not (self.gap_left() or 0.0) > 0:
+            return None
         return next((oid for oid in self.cover if oid in self.offers), None)
 
     def known_to_log(self, instance_id: int) -> bool:

@@ -151,9 +151,10 @@ def _economics(app: App, obs: dict[str, Any], history: list[dict[str, Any]],
     """Per GPU model of ours: jobs/h per GPU (learned, else the prior: scaled by vast.ai's ``dlperf`` per GPU
     from the measured models where that is known, recorded as ``dlperf``), what that figure rests on (``basis``:
     measured, configured, dlperf or assumed) and $/job at what we pay, measured traffic included (``traffic_dph``:
-    the fleet's, when any was measured); the credit runway at the fleet's current burn (what runs, and its traffic); the queue's trend; what the fleet needs now (``need``: jobs/h against what
-    ours deliver, the gap to rent, the surplus and the dead to destroy, the ``barred`` to replace, the dead the tick
-    ``destroys`` itself; agent/fleet/throughput.py)."""
+    the fleet's, when any was measured); the credit runway at the fleet's current burn (what runs, and its
+    traffic); the queue's trend; what the fleet needs now (``need``: jobs/h against what ours deliver, the gap to
+    rent, the surplus and the dead to destroy, the ``barred`` to replace, the dead the tick ``destroys`` itself;
+    agent/fleet/throughput.py)."""
     tp = throughput.from_observations(app.settings, [*history, obs]).with_dlperf(dlperf or {})
     # vast.ai bills bandwidth per GB on top of dph_total: each running instance's traffic $/h as its counters
     # measured it (agent/fleet/market.py) counts in its model's $/job and in the burn the runway is at

@@ -241,6 +241,42 @@ def test_a_model_repeating_its_search_is_told_the_rent_the_search_named_and_rent
     _replays(app)
 
 
+def _cover_with_offers_the_search_did_not_name(body: dict[str, Any]) -> Step:
+    """Rent, fenced, the fastest offers of the newest search that its last line did not name, until they cover the
+    jobs/h the observation's ``to do:`` line asks for."""
+    out = [str(m.get("content") or "") for m in body["messages"] if m["role"] == "tool"][-1]
+    todo = next(str(m["content"]) for m in reversed(body["messages"]) if "to do: rent" in str(m.get("content")))
+    gap = float(re.findall(r"to do: rent ([\d.]+) jobs/h more", todo)[-1])
+    named = set(re.findall(r"rent_instance offer_id=(\d+)", out))
+    rows = [[c.strip() for c in line.split("|")] for line in out.splitlines() if _OFFER_ROW.match(line)]
+    picks: list[tuple[str, dict[str, Any]]] = []
+    for r in sorted((r for r in rows if r[0] not in named), key=lambda r: -float(r[6])):
+        if gap <= 0:
+            break
+        picks.append(("rent_instance", {"offer_id": int(r[0]), "reason": "the fastest"}))
+        gap -= float(r[6])
+    return fenced_calls(picks)
+
+
+def test_no_rent_is_named_once_the_ticks_rents_have_covered_the_gap(make_app, fake_model, sim):
+    """A model that covered the gap with an offer the search did not name, and then writes its search again, is
+    not told to rent the offers the search named: the fleet is no longer short."""
+    sim.realism.update({"unschedulable": 0, "stuck_scheduling": 0})
+    sim.pending = 3.0
+    search = fenced_calls([("search_offers", {"order": "per_job"})])
+    fake_model.enqueue(search, _cover_with_offers_the_search_did_not_name, search, reply("done"))
+    app = make_app(model={"text_tool_calls": "accept"}, schedule={"max_steps": 8})
+
+    assert run_tick(app).ok
+    rents = [e.payload for e in events_of(app, "tool.result", 1) if e.payload["name"] == "rent_instance"]
+    assert rents and all(r["ok"] for r in rents), rents
+    assert "short" not in rents[-1]["output"], rents[-1]["output"]  # the gap is covered
+    [repeat] = [e.payload for e in events_of(app, "model.text_tool_calls", 1)
+                if any(c["why"] == "repeat" for c in e.payload["calls"])]
+    assert repeat["next_call"] is None
+    assert len(sim.instances) == len(rents)
+
+
 def test_corrections_per_tick_are_bounded(make_app, fake_model):
     """A model that keeps writing calls as text is corrected at most MAX_CORRECTIONS times in a tick; then
     the tick completes instead of spending every step on it."""
