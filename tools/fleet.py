@@ -238,11 +238,6 @@ def _search_offers(ctx: ToolContext, args: Args) -> Outcome:
                    + _cover_hint(ctx, offers, tp, traffic))
 
 
-def gap_left(ctx: ToolContext) -> float | None:
-    """Jobs/h the fleet is still short this tick (``ToolContext.gap_left``)."""
-    return ctx.gap_left()
-
-
 def _room(ctx: ToolContext) -> int:
     """Instances policy.max_instances still has room for: ours listed, and this tick's rents not listed yet."""
     listed = {i.id for i in ctx.instances}
@@ -254,7 +249,7 @@ def _cover_hint(ctx: ToolContext, offers: list[Offer], tp: Throughput, traffic: 
     """The offers that cover the gap left this tick, cheapest per job first (``traffic``: each offer's traffic
     $/h on top of its $/h), within the instance cap: the calls to make, so that a model need not size the rent
     itself (the last line of a search's answer)."""
-    gap = gap_left(ctx)
+    gap = ctx.gap_left()
     if gap is None:
         return ""
     if gap <= 0:
@@ -422,9 +417,9 @@ def _rent(ctx: ToolContext, args: Args, offer: Offer, key: str) -> Outcome:
 
 def _covered(ctx: ToolContext, offer: Offer) -> str:
     """What a rent takes off the gap the tick's observation states, and what is left (for the rent's answer)."""
-    before = gap_left(ctx)
+    before = ctx.gap_left()
     ctx.covered += offer_throughput(ctx).per_instance(offer.gpu_name or "?", offer.num_gpus)
-    left = gap_left(ctx)
+    left = ctx.gap_left()
     if before is None or left is None:
         return ""
     if left <= 0:
